@@ -1,0 +1,188 @@
+"""Configuration: one YAML file per process plus environment variables.
+
+Secrets (passwords, SASL secrets) are never read from the YAML file itself: they come
+from an environment variable or a file named in the config (``password_env`` /
+``password_file``), and they are held as ``SecretStr`` so they never appear in logs,
+status output or error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message is one line naming the key and what is allowed."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+def _read_secret(env: str | None, file: str | None, what: str) -> SecretStr | None:
+    if env:
+        if env not in os.environ:
+            raise ConfigError(f"{what}: environment variable {env} is not set")
+        return SecretStr(os.environ[env])
+    if file:
+        try:
+            return SecretStr(Path(file).read_text().rstrip("\n"))
+        except OSError as exc:
+            raise ConfigError(f"{what}: cannot read secret file {file}: {exc.strerror}") from None
+    return None
+
+
+class MySQLConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(3306, ge=1, le=65535)
+    user: str = "cdc"
+    password_env: str | None = Field(None, description="environment variable holding the password")
+    password_file: str | None = Field(None, description="file holding the password")
+    ssl_ca: str | None = Field(None, description="CA file; enables TLS to the server")
+    ssl_cert: str | None = None
+    ssl_key: str | None = None
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+    def password(self) -> SecretStr:
+        return _read_secret(self.password_env, self.password_file, "mysql.password") or SecretStr("")
+
+    def ssl(self) -> dict | None:
+        if not self.ssl_ca:
+            return None
+        out = {"ca": self.ssl_ca}
+        if self.ssl_cert:
+            out["cert"] = self.ssl_cert
+        if self.ssl_key:
+            out["key"] = self.ssl_key
+        return out
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = dict(host=self.host, port=self.port, user=self.user,
+                                  password=self.password().get_secret_value(),
+                                  connect_timeout=int(self.connect_timeout_s))
+        if self.ssl():
+            kw["ssl"] = self.ssl()
+        return kw
+
+
+class KafkaConfig(_Model):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    extra: dict[str, str | int | bool] = Field(
+        default_factory=dict,
+        description="librdkafka properties passed through (TLS/SASL: security.protocol, "
+                    "ssl.ca.location, sasl.mechanism, sasl.username, ...)")
+    sasl_password_env: str | None = Field(None, description="environment variable with sasl.password")
+    sasl_password_file: str | None = None
+
+    def client_config(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.extra)
+        secret = _read_secret(self.sasl_password_env, self.sasl_password_file, "kafka.sasl_password")
+        if secret is not None:
+            conf["sasl.password"] = secret.get_secret_value()
+        return conf
+
+
+class StartPosition(_Model):
+    mode: Literal["current", "gtid", "file"] = "current"
+    gtid: str | None = Field(None, description="MariaDB GTID position, e.g. 0-1-1234")
+    file: str | None = None
+    pos: int | None = Field(None, ge=4)
+
+
+class IngestConfig(_Model):
+    """Configuration of one ``cdc ingest`` process (one source server)."""
+
+    topic_prefix: str = Field("cdc", description="Debezium topic.prefix")
+    server_id: int = Field(5401, ge=1, le=2**32 - 1, description="replica server id (unique)")
+    mysql: MySQLConfig = Field(default_factory=MySQLConfig)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    start: StartPosition = Field(default_factory=StartPosition)
+    database_include: list[str] = Field(default_factory=list, description="regexes, full match")
+    database_exclude: list[str] = Field(default_factory=list)
+    table_include: list[str] = Field(default_factory=list, description="regexes on db.table")
+    table_exclude: list[str] = Field(default_factory=list)
+    column_exclude: list[str] = Field(default_factory=list, description="regexes on db.table.column")
+    column_mask: list[str] = Field(default_factory=list,
+                                   description="regexes on db.table.column; values become ***")
+    tombstones_on_delete: bool = True
+    schemas_enable: bool = Field(False, description="wrap key and value in {schema, payload}")
+    decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
+    time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"
+    bigint_unsigned_handling_mode: Literal["long", "precise"] = "long"
+    provide_transaction_metadata: bool = False
+    topic_partitions: int = Field(3, ge=1, le=1000)
+    topic_partitions_per_table: dict[str, int] = Field(default_factory=dict)
+    heartbeat_interval_ms: int = Field(10_000, ge=0, description="0 disables heartbeats")
+    watermark_table: str = Field("cdc.cdc_watermarks", description="db.table of DBLog watermarks")
+    commit_every_events: int = Field(5_000, ge=1, description="events per Kafka transaction, at most")
+    commit_every_ms: int = Field(200, ge=1, description="Kafka transaction age, at most")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
+    state_name: str | None = Field(None, description="transactional.id suffix; default prefix")
+
+    @field_validator("database_include", "database_exclude", "table_include", "table_exclude",
+                     "column_exclude", "column_mask")
+    @classmethod
+    def _regexes(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+        return value
+
+    @field_validator("watermark_table")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        if value.count(".") != 1:
+            raise ValueError("must be <database>.<table>")
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", value):
+            raise ValueError("only letters, digits, '.', '_' and '-' are allowed")
+        return value
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "<root>"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "literal_error":
+        msg = f"must be one of {err['ctx']['expected']}"
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{source}: {key}: {msg}{more}"
+
+
+def load_model(model: type[BaseModel], path: str | Path | None, overrides: dict | None = None):
+    data: dict = {}
+    source = str(path) if path else "configuration"
+    if path:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: file not found") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node.setdefault(last, value)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None

