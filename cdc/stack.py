@@ -257,9 +257,9 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
         with conn.cursor() as cur:
             for stmt in (
                 f"ALTER USER 'root'@'localhost' IDENTIFIED BY '{m.root_password}'",
-                f"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '{m.root_password}'",
+                f"CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY '{m.root_password}'",
                 "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
-                f"CREATE USER IF NOT EXISTS '{m.user}'@'%' IDENTIFIED BY '{m.password}'",
+                f"CREATE OR REPLACE USER '{m.user}'@'%' IDENTIFIED BY '{m.password}'",
                 f"GRANT ALL ON *.* TO '{m.user}'@'%'",
                 "CREATE DATABASE IF NOT EXISTS cdc",
                 "FLUSH PRIVILEGES",

@@ -5,8 +5,9 @@ Two things live here:
 * ``ResumePoint``: what ingest commits to its offsets topic with each Kafka transaction.
   ``gtid_state`` is the MariaDB GTID position (``domain-server-seq`` per domain) of the
   last source transaction whose changes are all committed to Kafka. When a large source
-  transaction is cut into several Kafka transactions, ``trx_gtid`` names it and
-  ``trx_rows`` counts its rows already committed, so a restart skips exactly those.
+  transaction is cut into several Kafka transactions (always at a row-event boundary),
+  ``trx_gtid`` names it and ``trx_events`` counts its row events already committed, so
+  a restart skips exactly those.
 * ``EventPosition``: the position carried by every record (header ``cdc.position``):
   binlog file, start offset of the binlog event, row index inside the event. It only
   grows along the binlog, so a consumer drops any record at or below the highest
@@ -31,7 +32,7 @@ class ResumePoint:
     file: str | None = None
     pos: int | None = None
     trx_gtid: str | None = None
-    trx_rows: int = 0
+    trx_events: int = 0
     ts_ms: int = 0
 
     def to_json(self) -> bytes:

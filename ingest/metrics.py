@@ -1,0 +1,26 @@
+"""Prometheus metrics of ingest (names follow Debezium's streaming metrics where they
+overlap: MilliSecondsBehindSource, TotalNumberOfEventsSeen, ...)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, start_http_server
+
+EVENTS = Counter("cdc_ingest_events", "Change events written, by table and op", ["table", "op"])
+TRANSACTIONS = Counter("cdc_ingest_source_transactions", "Source transactions read")
+KAFKA_COMMITS = Counter("cdc_ingest_kafka_transactions", "Kafka transactions committed")
+ERRORS = Counter("cdc_ingest_errors", "Errors, by kind", ["kind"])
+BEHIND = Gauge("cdc_ingest_MilliSecondsBehindSource",
+               "Milliseconds between the source commit and ingest reading the event")
+BINLOG_POSITION = Gauge("cdc_ingest_binlog_position", "Position in the current binlog file", ["file"])
+GTID_SEQ = Gauge("cdc_ingest_gtid_sequence", "Sequence number of the last committed GTID", ["domain"])
+CONNECTED = Gauge("cdc_ingest_connected", "1 while connected to the source's binlog")
+MARKERS = Counter("cdc_ingest_watermark_markers", "Watermark markers written", ["table", "kind"])
+
+_started = False
+
+
+def serve(port: int) -> None:
+    global _started
+    if port and not _started:
+        start_http_server(port, addr="127.0.0.1")
+        _started = True

@@ -1,0 +1,187 @@
+"""Kafka adapter of ingest: topics, a transactional producer, and the offsets topic.
+
+Every Kafka transaction holds a run of change events followed by ingest's position
+(``ResumePoint``) on ``<prefix>.offsets``. The position is produced only after every
+event before it was acknowledged (``flush``), so no broker can ever show a position
+ahead of the events it covers, even one that shows records of aborted transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterable
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ingest.position import ResumePoint
+
+log = logging.getLogger(__name__)
+
+
+class BrokerError(RuntimeError):
+    """The broker is unreachable or refused something; the message is user-facing."""
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].str()
+    return str(exc)
+
+
+class Topics:
+    """Creates topics on first use and remembers their partition counts."""
+
+    def __init__(self, client_config: dict, timeout_s: float = 15.0):
+        self._admin = AdminClient(client_config)
+        self._partitions: dict[str, int] = {}
+        self._timeout = timeout_s
+
+    def check_reachable(self) -> None:
+        try:
+            self._admin.list_topics(timeout=self._timeout)
+        except KafkaException as exc:
+            raise BrokerError(f"Kafka broker unreachable: {_error_text(exc)}") from None
+
+    def partitions(self, topic: str, create_with: int, compact: bool = False) -> int:
+        known = self._partitions.get(topic)
+        if known:
+            return known
+        meta = self._admin.list_topics(topic=topic, timeout=self._timeout)
+        tmeta = meta.topics.get(topic)
+        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+            config = {"cleanup.policy": "compact"} if compact else {}
+            futures = self._admin.create_topics(
+                [NewTopic(topic, num_partitions=create_with, replication_factor=1, config=config)],
+                operation_timeout=self._timeout)
+            try:
+                futures[topic].result(self._timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise BrokerError(f"cannot create topic {topic}: {_error_text(exc)}") from None
+            deadline = time.monotonic() + self._timeout
+            while True:
+                tmeta = self._admin.list_topics(topic=topic, timeout=self._timeout).topics.get(topic)
+                if tmeta is not None and tmeta.error is None and tmeta.partitions:
+                    break
+                if time.monotonic() > deadline:
+                    raise BrokerError(f"topic {topic} did not appear after creation")
+                time.sleep(0.1)
+        self._partitions[topic] = len(tmeta.partitions)
+        return self._partitions[topic]
+
+
+class TransactionalProducer:
+    def __init__(self, client_config: dict, transactional_id: str, timeout_s: float = 30.0):
+        conf = dict(client_config)
+        conf.update({
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 500000,
+            "queue.buffering.max.kbytes": 1048576,
+            "compression.type": conf.get("compression.type", "none"),
+            "transaction.timeout.ms": 60000,
+        })
+        self._timeout = timeout_s
+        self._producer = Producer(conf)
+        self._open = False
+        self._errors: list[str] = []
+        try:
+            # fences any earlier instance with the same transactional.id
+            self._producer.init_transactions(timeout_s)
+        except KafkaException as exc:
+            raise BrokerError(f"cannot initialise Kafka transactions: {_error_text(exc)}") from None
+
+    def _on_delivery(self, err, _msg) -> None:
+        if err is not None:
+            self._errors.append(err.str())
+
+    def begin(self) -> None:
+        if not self._open:
+            self._producer.begin_transaction()
+            self._open = True
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._open
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int,
+             headers: list[tuple[str, bytes]] | None = None) -> None:
+        if not self._open:
+            self.begin()
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, partition=partition,
+                                       headers=headers, on_delivery=self._on_delivery)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
+        """Flush the events, then write the position and commit all of it at once."""
+        remaining = self._producer.flush(self._timeout)
+        if remaining or self._errors:
+            raise BrokerError(f"events not acknowledged: {self._errors[:1] or remaining}")
+        self._producer.produce(offsets_topic, value=point.to_json(), key=source_key,
+                               partition=0, on_delivery=self._on_delivery)
+        self._producer.commit_transaction(self._timeout)
+        if self._errors:
+            raise BrokerError(f"position not acknowledged: {self._errors[0]}")
+        self._open = False
+
+    def abort(self) -> None:
+        if self._open:
+            try:
+                self._producer.abort_transaction(self._timeout)
+            except KafkaException:
+                pass
+            self._open = False
+
+    def poll(self) -> None:
+        self._producer.poll(0)
+
+
+def read_resume_point(client_config: dict, topic: str, source_key: bytes,
+                      timeout_s: float = 10.0, tail: int = 500) -> ResumePoint | None:
+    """The last committed position for ``source_key``, or None if there is none."""
+    from confluent_kafka import Consumer
+
+    conf = dict(client_config)
+    conf.update({"group.id": "cdc-ingest-offsets-reader", "enable.auto.commit": False,
+                 "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer = Consumer(conf)
+    try:
+        lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        if hi <= lo:
+            return None
+        consumer.assign([TopicPartition(topic, 0, max(lo, hi - tail))])
+        last = None
+        deadline = time.monotonic() + timeout_s
+        quiet_since = None
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+                # the local broker may under-report the end: wait for a quiet moment
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 0.6:
+                    break
+                continue
+            quiet_since = None
+            if msg.error():
+                raise BrokerError(f"cannot read {topic}: {msg.error().str()}")
+            if msg.key() == source_key and msg.value():
+                last = msg.value()
+        return ResumePoint.from_json(last) if last else None
+    except KafkaException as exc:
+        if "UNKNOWN_TOPIC" in _error_text(exc).upper():
+            return None
+        raise BrokerError(f"cannot read {topic}: {_error_text(exc)}") from None
+    finally:
+        consumer.close()
+
+
+def all_partitions(count: int) -> Iterable[int]:
+    return range(count)

@@ -1,0 +1,399 @@
+"""DBLog reconciliation of snapshot chunks against the change stream, as plain Python.
+
+No I/O here: no Spark, no Kafka, no database. The caller feeds what it reads from one
+table's topic and gets told which snapshot rows to emit, and with which sequence.
+
+The protocol (see DESIGN.md, "Watermarks")
+-----------------------------------------
+A *window* (an id string) covers one or more key-range chunks of a table T. The merger:
+
+1. calls ``Reconciler.open_window`` (and persists the state) *before* it writes LOW;
+2. writes the LOW watermark row in the source database (its own committed transaction);
+3. SELECTs the window's chunks (each in a fresh transaction that starts after LOW
+   committed) and stages the rows elsewhere (disk, sink staging; never this module);
+4. writes the HIGH watermark row, then calls ``mark_staged`` once the rows are staged.
+
+Ingest turns each watermark write into a marker ``(window id, LOW|HIGH)`` written into
+EVERY partition of T's topic, in binlog order with the data events. In partition p the
+markers therefore cut p's stream where the watermark commits fell in the binlog.
+
+Rules, per window:
+
+* In partition p, every event read *after* the LOW marker of p marks its key as *seen*
+  (the key's row is removed from the chunk). Events before LOW in p do not count: the
+  SELECT started after LOW committed, so it already reflects them.
+* Seen keys keep being recorded after HIGH, until the window is emitted. A row changed
+  after HIGH is not emitted, so a late emission never overwrites a newer change.
+* A truncate event (op ``t``) after LOW in any partition drops the whole window: the
+  staged rows may predate the truncate, and everything written after the truncate
+  arrives as stream events anyway.
+* The window is *ready* once HIGH has been read in every partition and the rows are
+  staged. ``emit`` then streams the staged rows whose key was not seen.
+* A window whose markers do not all arrive within a timeout (the caller passes its own
+  clock values) is reported by ``expired``; the caller ``finish``-es it and retries its
+  chunks in a new window with new watermarks. Markers of unknown or finished windows are
+  ignored, so window ids must never be reused.
+* A HIGH marker without a LOW marker before it in the same partition means the window
+  can't be reconciled (LOW was lost, or the window was opened after LOW was written);
+  such a window is reported by ``expired`` at once, with ``Window.problem`` saying why.
+
+The sequence rule (see DESIGN.md, "Ordering and idempotence")
+-------------------------------------------------------------
+Every change the merger applies carries an integer *sequence* that orders all changes
+of one key (all changes of a key live in that key's partition):
+
+* a streamed event: its own Kafka offset in its partition;
+* an emitted chunk row: the offset of the window's HIGH marker in the partition of the
+  row's key (``partition_of(key)``, the same partitioner as the producer's).
+
+A sink applies a change only if its sequence is greater than the one it holds for the
+key; a delete is kept as a tombstone carrying its sequence, so an older change (a replay,
+or a chunk row emitted late) can never resurrect the row. A truncate at offset o in
+partition p turns every key of p held with a smaller sequence into a tombstone at o
+(ingest writes a truncate into every partition, like a marker). ``apply_change`` and
+``apply_truncate`` below are this rule on a dict, the reference for the real sinks.
+
+Why this converges: take a key k of partition p and an emitted row of k with sequence
+h = HIGH offset in p. If k's last change has an offset above h, that change wins in the
+sink. If it lies between LOW and h, it was read before the window became ready, so k
+was seen and its row not emitted. Otherwise k did not change after LOW, and any SELECT
+started after LOW returns k's final row.
+
+Duplicates and restarts
+-----------------------
+Records of one partition must be fed in offset order. A record at an offset not above
+the last one processed for its partition is a replay (after a crash) and is ignored;
+``on_event``/``on_marker`` return False for it. The caller still hands replayed events
+to the sink, whose sequence check makes that harmless. ``to_dict``/``from_dict`` give an
+exact JSON form of the state; save it after processing a batch and before committing
+that batch's Kafka offsets, so a restart replays from at or before the saved state
+(a replay from later would miss seen keys).
+
+Memory: every key read after LOW is recorded, whatever chunk it belongs to (filtering
+by range here would need the database's collation); seen sets live only while a window
+is open, so keep windows short. Keys are hashable tuples and must compare equal between
+``key_of(row)`` of a staged row and the key of an event (same Python types).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable, Hashable, Iterable, Iterator
+
+LOW = "LOW"
+HIGH = "HIGH"
+OPS = frozenset({"c", "u", "d", "r", "t"})
+STATE_VERSION = 1
+
+Key = Hashable
+Row = Any
+
+
+class _Deleted:
+    """The tombstone value of the model sink (a singleton)."""
+
+    _instance: "_Deleted | None" = None
+
+    def __new__(cls) -> "_Deleted":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "DELETED"
+
+    def __reduce__(self):
+        return (_Deleted, ())
+
+
+DELETED = _Deleted()
+
+
+@dataclass
+class Window:
+    """State of one open snapshot window. Read it; change it only through Reconciler."""
+
+    window_id: str
+    chunk_ids: tuple[str, ...]
+    opened_at: float
+    low: dict[int, int] = field(default_factory=dict)   # partition -> LOW marker offset
+    high: dict[int, int] = field(default_factory=dict)  # partition -> HIGH marker offset
+    seen: set = field(default_factory=set)              # keys changed since LOW
+    truncated: bool = False                             # a truncate came after LOW
+    staged: bool = False                                # chunk rows are staged
+    problem: str | None = None                          # why it can't be reconciled
+
+
+class Reconciler:
+    """DBLog reconciliation state of one table whose topic has ``num_partitions``."""
+
+    def __init__(self, num_partitions: int):
+        if not isinstance(num_partitions, int) or num_partitions < 1:
+            raise ValueError(f"num_partitions must be a positive int, got {num_partitions!r}")
+        self.num_partitions = num_partitions
+        self.last_offsets: dict[int, int] = {}  # partition -> last processed offset
+        self.windows: dict[str, Window] = {}
+
+    # -- windows ------------------------------------------------------------------
+
+    def open_window(self, window_id: str, chunk_ids: Iterable[str], opened_at: float) -> Window:
+        """Start tracking a window. Call (and persist) before writing its LOW watermark."""
+        if not isinstance(window_id, str) or not window_id:
+            raise ValueError(f"window id must be a non-empty string, got {window_id!r}")
+        if window_id in self.windows:
+            raise ValueError(f"window {window_id!r} is already open")
+        window = Window(window_id, tuple(chunk_ids), opened_at)
+        self.windows[window_id] = window
+        return window
+
+    def window(self, window_id: str) -> Window:
+        try:
+            return self.windows[window_id]
+        except KeyError:
+            raise KeyError(f"window {window_id!r} is not open") from None
+
+    def mark_staged(self, window_id: str) -> None:
+        """The window's chunk rows are staged (call after its SELECTs are stored)."""
+        self.window(window_id).staged = True
+
+    def is_ready(self, window_id: str) -> bool:
+        w = self.windows.get(window_id)
+        return (w is not None and w.staged and w.problem is None
+                and len(w.high) == self.num_partitions)
+
+    def ready_windows(self) -> list[str]:
+        """Ids of the windows that can be emitted now, oldest first."""
+        ready = [w for w in self.windows.values() if self.is_ready(w.window_id)]
+        ready.sort(key=lambda w: (w.opened_at, w.window_id))
+        return [w.window_id for w in ready]
+
+    def emit(self, window_id: str, staged_rows: Iterable[Row], key_of: Callable[[Row], Key],
+             partition_of: Callable[[Key], int]) -> Iterator[tuple[Row, int]]:
+        """Stream ``(row, sequence)`` for the staged rows whose key was not seen.
+
+        ``staged_rows`` is consumed lazily, one row at a time. The window stays open (and
+        keeps recording keys) until ``finish``: an interrupted emission can be re-run.
+        """
+        if not self.is_ready(window_id):
+            raise ValueError(f"window {window_id!r} is not ready to emit")
+        window = self.windows[window_id]
+        if window.truncated:
+            return iter(())
+        return _unseen_rows(staged_rows, key_of, partition_of, window.seen, dict(window.high))
+
+    def finish(self, window_id: str) -> None:
+        """Forget a window (emitted, or given up). Its late markers are then ignored."""
+        self.windows.pop(window_id, None)
+
+    def expired(self, now: float, timeout: float) -> list[str]:
+        """Ids of windows to give up and retry with new watermarks, oldest first.
+
+        A window expires when its HIGH marker has not been read in every partition
+        ``timeout`` after it was opened, or at once when it has a ``problem``.
+        """
+        out = [w for w in self.windows.values()
+               if w.problem is not None
+               or (len(w.high) < self.num_partitions and now - w.opened_at > timeout)]
+        out.sort(key=lambda w: (w.opened_at, w.window_id))
+        return [w.window_id for w in out]
+
+    # -- the stream -------------------------------------------------------------------
+
+    def _accept(self, partition: int, offset: int) -> bool:
+        if not isinstance(partition, int) or not 0 <= partition < self.num_partitions:
+            raise ValueError(f"partition {partition!r} is outside 0..{self.num_partitions - 1}")
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        if offset <= self.last_offsets.get(partition, -1):
+            return False  # a replay of something already processed
+        self.last_offsets[partition] = offset
+        return True
+
+    def on_marker(self, partition: int, offset: int, window_id: str, kind: str) -> bool:
+        """A watermark marker read from ``partition``. False if it was a replay."""
+        kind = str(kind).upper()
+        if kind not in (LOW, HIGH):
+            raise ValueError(f"marker kind must be LOW or HIGH, got {kind!r}")
+        if not self._accept(partition, offset):
+            return False
+        window = self.windows.get(window_id)
+        if window is None or window.problem is not None:
+            return True  # unknown, finished or failed window
+        if kind == LOW:
+            window.low.setdefault(partition, offset)
+        elif partition not in window.low:
+            window.problem = (f"HIGH marker at offset {offset} of partition {partition} "
+                              "without a LOW marker before it")
+            window.seen.clear()
+        else:
+            window.high.setdefault(partition, offset)
+        return True
+
+    def on_event(self, partition: int, offset: int, key: Key, op: str) -> bool:
+        """A change event read from ``partition``. False if it was a replay.
+
+        ``op`` is one of c/u/d/r/t; for ``t`` (truncate) the key is ignored. Kafka
+        tombstones (null values after deletes) carry no change: don't pass them.
+        """
+        if op not in OPS:
+            raise ValueError(f"op must be one of c/u/d/r/t, got {op!r}")
+        if not self._accept(partition, offset):
+            return False
+        for window in self.windows.values():
+            if partition not in window.low or window.truncated or window.problem:
+                continue
+            if op == "t":
+                window.truncated = True
+                window.seen.clear()  # nothing will be emitted
+            else:
+                window.seen.add(key)
+        return True
+
+    # -- persistence --------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """The whole state as JSON-compatible data (exact for all supported key types)."""
+        return {
+            "version": STATE_VERSION,
+            "num_partitions": self.num_partitions,
+            "last_offsets": sorted([p, o] for p, o in self.last_offsets.items()),
+            "windows": [_window_to_dict(w) for w in self.windows.values()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Reconciler":
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported reconciler state version {data.get('version')!r}")
+        rec = cls(data["num_partitions"])
+        rec.last_offsets = {int(p): int(o) for p, o in data["last_offsets"]}
+        for wd in data["windows"]:
+            w = Window(
+                window_id=wd["id"],
+                chunk_ids=tuple(wd["chunk_ids"]),
+                opened_at=wd["opened_at"],
+                low={int(p): int(o) for p, o in wd["low"]},
+                high={int(p): int(o) for p, o in wd["high"]},
+                seen={decode_key(k) for k in wd["seen"]},
+                truncated=bool(wd["truncated"]),
+                staged=bool(wd["staged"]),
+                problem=wd["problem"],
+            )
+            rec.windows[w.window_id] = w
+        return rec
+
+
+def _unseen_rows(rows, key_of, partition_of, seen, high) -> Iterator[tuple[Row, int]]:
+    for row in rows:
+        key = key_of(row)
+        if key not in seen:
+            yield row, high[partition_of(key)]
+
+
+def _window_to_dict(w: Window) -> dict:
+    seen = [encode_key(k) for k in w.seen]
+    seen.sort(key=lambda e: json.dumps(e, sort_keys=True))  # deterministic output
+    return {
+        "id": w.window_id,
+        "chunk_ids": list(w.chunk_ids),
+        "opened_at": w.opened_at,
+        "low": sorted([p, o] for p, o in w.low.items()),
+        "high": sorted([p, o] for p, o in w.high.items()),
+        "seen": seen,
+        "truncated": w.truncated,
+        "staged": w.staged,
+        "problem": w.problem,
+    }
+
+
+# -- exact JSON form of keys -----------------------------------------------------------
+# Every value becomes [tag, payload]; tuples nest. Ints are written as strings so that
+# readers with 64-bit floats for JSON numbers can't round them.
+
+def encode_key(value: Any) -> list:
+    """A key (tuple of int/str/bytes/float/Decimal/None/bool/date/time...) as JSON data."""
+    if value is None:
+        return ["n", None]
+    if isinstance(value, bool):
+        return ["?", value]
+    if isinstance(value, int):
+        return ["i", str(int(value))]
+    if isinstance(value, float):
+        return ["f", value.hex()]
+    if isinstance(value, Decimal):
+        return ["d", str(value)]
+    if isinstance(value, str):
+        return ["s", value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return ["b", bytes(value).hex()]
+    if isinstance(value, tuple):
+        return ["t", [encode_key(v) for v in value]]
+    if isinstance(value, _dt.datetime):
+        return ["dt", value.isoformat()]
+    if isinstance(value, _dt.date):
+        return ["da", value.isoformat()]
+    if isinstance(value, _dt.time):
+        return ["ti", value.isoformat()]
+    if isinstance(value, _dt.timedelta):
+        return ["td", [value.days, value.seconds, value.microseconds]]
+    raise TypeError(f"can't encode a key value of type {type(value).__name__}: {value!r}")
+
+
+def decode_key(data: list) -> Any:
+    """Inverse of ``encode_key``."""
+    tag, payload = data
+    if tag == "n":
+        return None
+    if tag == "?":
+        return bool(payload)
+    if tag == "i":
+        return int(payload)
+    if tag == "f":
+        return float.fromhex(payload)
+    if tag == "d":
+        return Decimal(payload)
+    if tag == "s":
+        return payload
+    if tag == "b":
+        return bytes.fromhex(payload)
+    if tag == "t":
+        return tuple(decode_key(v) for v in payload)
+    if tag == "dt":
+        return _dt.datetime.fromisoformat(payload)
+    if tag == "da":
+        return _dt.date.fromisoformat(payload)
+    if tag == "ti":
+        return _dt.time.fromisoformat(payload)
+    if tag == "td":
+        return _dt.timedelta(days=payload[0], seconds=payload[1], microseconds=payload[2])
+    raise ValueError(f"unknown key tag {tag!r}")
+
+
+# -- the reference sink: key -> (sequence, row or DELETED) -----------------------------
+
+def apply_change(state: dict, key: Key, sequence: int, row: Row) -> bool:
+    """Apply one change (``row`` is DELETED for a delete) if it is newer than the held one."""
+    held = state.get(key)
+    if held is not None and held[0] >= sequence:
+        return False
+    state[key] = (sequence, row)
+    return True
+
+
+def apply_truncate(state: dict, partition: int, sequence: int,
+                   partition_of: Callable[[Key], int]) -> int:
+    """A truncate at ``sequence`` in ``partition``: older keys of that partition become
+    tombstones at ``sequence``. Returns how many keys changed."""
+    changed = 0
+    for key, (seq, row) in list(state.items()):
+        if seq < sequence and partition_of(key) == partition:
+            state[key] = (sequence, DELETED)
+            changed += row is not DELETED
+    return changed
+
+
+def live_rows(state: dict) -> dict:
+    """The rows a reader of the sink sees: key -> row, tombstones left out."""
+    return {k: row for k, (_, row) in state.items() if row is not DELETED}
