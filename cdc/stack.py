@@ -388,6 +388,18 @@ def start_postgres(info: StackInfo) -> None:
 
 # --------------------------------------------------------------------------- API
 
+
+def secret_file(info: StackInfo, name: str) -> Path:
+    """Secrets reach the other processes through files (0600), never via config text."""
+    values = {"mysql_password": info.mariadb.password, "mysql_root_password": info.mariadb.root_password,
+              "postgres_password": info.postgres.password}
+    path = Path(info.state_dir) / "secrets" / name
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists() or path.read_text() != values[name]:
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(values[name])
+    return path
+
 STARTERS = {"mariadb": start_mariadb, "kafka": start_kafka, "postgres": start_postgres}
 
 

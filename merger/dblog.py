@@ -385,7 +385,7 @@ def apply_change(state: dict, key: Key, sequence: int, row: Row) -> bool:
 def apply_truncate(state: dict, partition: int, sequence: int,
                    partition_of: Callable[[Key], int]) -> int:
     """A truncate at ``sequence`` in ``partition``: older keys of that partition become
-    tombstones at ``sequence``. Returns how many keys changed."""
+    tombstones at ``sequence``. Returns how many live rows it deleted."""
     changed = 0
     for key, (seq, row) in list(state.items()):
         if seq < sequence and partition_of(key) == partition:

@@ -1,0 +1,171 @@
+"""The `cdc` command line: run each part, manage the local stack, and the demo.
+
+User mistakes end in one line on stderr and exit code 2, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cdc import stack as local_stack
+from cdc.config import ConfigError, IngestConfig, load_model
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="MySQL/MariaDB change data capture: binlog -> Kafka (Debezium format) -> Spark-merged tables.")
+stack_app = typer.Typer(no_args_is_help=True, help="The embedded local stack (MariaDB, Kafka-compatible broker, PostgreSQL).")
+app.add_typer(stack_app, name="stack")
+console = Console(stderr=True)
+
+STATE_DIR_OPTION = typer.Option(local_stack.DEFAULT_STATE_DIR, "--state-dir", envvar="CDC_STATE_DIR",
+                                help="directory of the local stack's state")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("pymysqlreplication", "py4j", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# ------------------------------------------------------------------ stack
+
+
+@stack_app.command("up")
+def stack_up(state_dir: Path = STATE_DIR_OPTION,
+             only: Optional[list[str]] = typer.Option(None, help="start only these: mariadb, kafka, postgres")):
+    """Start the local stack (idempotent)."""
+    components = tuple(only) if only else local_stack.COMPONENTS
+    for name in components:
+        if name not in local_stack.COMPONENTS:
+            raise ConfigError(f"--only: unknown component {name!r}; allowed: {', '.join(local_stack.COMPONENTS)}")
+    info = local_stack.up(state_dir, components)
+    _print_status(state_dir)
+    console.print(f"stack file: {info.path}")
+
+
+@stack_app.command("down")
+def stack_down(state_dir: Path = STATE_DIR_OPTION,
+               purge: bool = typer.Option(False, help="also delete all data of the stack")):
+    """Stop what `cdc stack up` started."""
+    stopped = local_stack.down(state_dir, purge=purge)
+    console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+
+
+@stack_app.command("status")
+def stack_status(state_dir: Path = STATE_DIR_OPTION):
+    """Show which parts of the local stack run, and where."""
+    _print_status(state_dir)
+
+
+def _print_status(state_dir: Path) -> None:
+    info = local_stack.StackInfo.load(state_dir)
+    table = Table(title="local stack")
+    for col in ("component", "state", "pid", "address"):
+        table.add_column(col)
+    addresses = {"mariadb": f"{info.mariadb.host}:{info.mariadb.port}",
+                 "kafka": info.kafka.bootstrap,
+                 "postgres": f"{info.postgres.host}:{info.postgres.port}"}
+    for name, st in local_stack.status(state_dir).items():
+        table.add_row(name, "[green]running" if st["running"] else "[red]stopped",
+                      str(st["pid"] or "-"), addresses[name])
+    Console().print(table)
+
+
+# ------------------------------------------------------------------ ingest
+
+
+def local_ingest_overrides(state_dir: Path) -> dict:
+    """Connection settings of the local stack; the password goes through a file."""
+    info = local_stack.StackInfo.load(state_dir)
+    return {
+        "mysql.host": info.mariadb.host, "mysql.port": info.mariadb.port,
+        "mysql.user": info.mariadb.user,
+        "mysql.password_file": str(local_stack.secret_file(info, "mysql_password")),
+        "kafka.bootstrap_servers": info.kafka.bootstrap,
+    }
+
+
+def load_ingest_config(config: Optional[Path], local: bool, state_dir: Path) -> IngestConfig:
+    overrides = local_ingest_overrides(state_dir) if local else {}
+    return load_model(IngestConfig, config, overrides)
+
+
+@app.command()
+def ingest(config: Optional[Path] = typer.Option(None, "--config", "-c", help="ingest YAML file"),
+           local: bool = typer.Option(False, "--local", help="connect to the local stack (`cdc stack up`)"),
+           state_dir: Path = STATE_DIR_OPTION,
+           verbose: bool = typer.Option(False, "-v")):
+    """Read the binlog and write change events to Kafka (runs until stopped)."""
+    from ingest.app import Ingest
+
+    _setup_logging(verbose)
+    cfg = load_ingest_config(config, local, state_dir)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    Ingest(cfg).run(stop)
+
+
+@app.command()
+def tail(topic: str = typer.Argument(..., help="topic to show, e.g. cdc.shop.orders"),
+         local: bool = typer.Option(True, "--local/--no-local"),
+         bootstrap: Optional[str] = typer.Option(None, help="bootstrap servers (default: local stack)"),
+         seconds: float = typer.Option(10.0, help="stop after this many seconds without new records"),
+         state_dir: Path = STATE_DIR_OPTION):
+    """Print the records of a topic as they arrive (read_committed)."""
+    from cdc.tail import tail_topic
+
+    if not bootstrap:
+        bootstrap = local_stack.StackInfo.load(state_dir).kafka.bootstrap
+    tail_topic(bootstrap, topic, seconds, Console())
+
+
+@app.command()
+def demo(state_dir: Path = STATE_DIR_OPTION,
+         rows: int = typer.Option(200, help="rows of the demo workload")):
+    """Start the local stack and ingest, run a small mixed workload, and show the change
+    events as they arrive."""
+    from cdc.demo import run_demo
+
+    _setup_logging(False)
+    run_demo(state_dir, rows, Console())
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def main() -> None:
+    from cdc.errors import USER_ERRORS
+
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except USER_ERRORS as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # click's usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,382 @@
+"""Chunk planning for DBLog snapshots: primary-key ranges ``[lo, hi)`` and their SQL.
+
+Pure functions, no I/O: where a plan needs the database (boundary keys, row counts) the
+caller passes a callable that runs the query (``boundary_sql`` builds it).
+
+Keys and bounds are tuples, one value per key column, compared lexicographically like
+SQL row values. A bound may be a *prefix* of the key (fewer values than key columns):
+``(5,)`` as ``lo`` of a key ``(a, b)`` means ``a >= 5``. Python's tuple order agrees
+with that (``(5, 'x') >= (5,)`` and ``not (5, 'x') < (5,)``), so ``plan_numeric`` can
+cut a composite key on its leading integer column. ``lo``/``hi`` None means unbounded.
+A plan is a list of ranges that is contiguous and covers every key: the first ``lo``
+and the last ``hi`` are None, and each ``hi`` is the next ``lo``.
+
+Python compares strings by code point; the database compares them by the column's
+collation. Plans only need to be contiguous (which holds whatever the order), but
+``KeyRange.contains`` agrees with the database only for binary collations.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from merger.dblog import encode_key
+
+def as_key(value: Any) -> tuple:
+    """A key or bound as a tuple: tuples as they are, lists as tuples, a scalar as 1-tuple."""
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, list):
+        return tuple(value)
+    return (value,)
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """Keys k with ``lo <= k < hi`` (lexicographic tuple order); None = unbounded."""
+
+    lo: tuple | None
+    hi: tuple | None
+
+    def __post_init__(self) -> None:
+        for name in ("lo", "hi"):
+            value = getattr(self, name)
+            if value is not None:
+                value = as_key(value)
+                if not value:
+                    raise ValueError(f"range bound {name} must not be an empty tuple")
+                object.__setattr__(self, name, value)
+        if self.lo is not None and self.hi is not None:
+            try:
+                ordered = self.lo < self.hi
+            except TypeError as exc:
+                raise ValueError(f"range bounds {self.lo!r} and {self.hi!r} are not comparable") from exc
+            if not ordered:
+                raise ValueError(f"empty range: lo {self.lo!r} is not below hi {self.hi!r}")
+
+    def contains(self, key: Any) -> bool:
+        key = as_key(key)
+        return (self.lo is None or key >= self.lo) and (self.hi is None or key < self.hi)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A planned chunk. ``id`` depends only on table and bounds (stable across restarts);
+    ``index`` is its position in the plan, for display."""
+
+    id: str
+    table: str
+    index: int
+    range: KeyRange
+
+
+def chunk_id(table: str, rng: KeyRange) -> str:
+    """``<table>:<16 hex digits of a hash of the bounds>``: deterministic, collision-safe."""
+    payload = json.dumps([encode_key(rng.lo), encode_key(rng.hi)], separators=(",", ":"))
+    return f"{table}:{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
+
+
+def make_chunks(table: str, ranges: Iterable[KeyRange], start_index: int = 0) -> list[Chunk]:
+    return [Chunk(chunk_id(table, r), table, i, r) for i, r in enumerate(ranges, start_index)]
+
+
+def remaining(chunks: Iterable[Chunk], done_ids: Iterable[str]) -> list[Chunk]:
+    """The chunks still to snapshot, in plan order (resume after a restart)."""
+    done = set(done_ids)
+    return [c for c in chunks if c.id not in done]
+
+
+def ranges_from_boundaries(boundaries: Sequence[Any]) -> list[KeyRange]:
+    """Strictly increasing boundary keys -> the covering ranges between them."""
+    edges = [None, *(as_key(b) for b in boundaries), None]
+    return [KeyRange(lo, hi) for lo, hi in zip(edges, edges[1:])]
+
+
+def validate_plan(ranges: Sequence[KeyRange]) -> None:
+    """Raise ValueError unless the ranges are contiguous and cover every key."""
+    if not ranges:
+        raise ValueError("a plan needs at least one range")
+    if ranges[0].lo is not None or ranges[-1].hi is not None:
+        raise ValueError("a plan must start and end unbounded (first lo and last hi None)")
+    for i, (a, b) in enumerate(zip(ranges, ranges[1:])):
+        if a.hi is None or a.hi != b.lo:
+            raise ValueError(f"ranges {i} and {i + 1} are not contiguous: hi {a.hi!r}, lo {b.lo!r}")
+
+
+# -- planners ----------------------------------------------------------------------------
+
+def plan_numeric(min_key: Any, max_key: Any, row_estimate: int, chunk_size: int) -> list[KeyRange]:
+    """Even split of an integer key (or the leading integer column of a composite key).
+
+    ``min_key``/``max_key``: the smallest and largest value (None for an empty table);
+    about ``row_estimate / chunk_size`` ranges of equal width, never more than there are
+    values. Good for dense keys; correct (contiguous, covering) for any key.
+    """
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if not isinstance(row_estimate, int) or isinstance(row_estimate, bool) or row_estimate < 0:
+        raise ValueError(f"row_estimate must be a non-negative int, got {row_estimate!r}")
+    if min_key is None or max_key is None:
+        return [KeyRange(None, None)]
+    lo_v, hi_v = (_single_int(k, name) for k, name in ((min_key, "min_key"), (max_key, "max_key")))
+    if lo_v > hi_v:
+        raise ValueError(f"min_key {lo_v} is above max_key {hi_v}")
+    span = hi_v - lo_v + 1
+    count = min(max(1, -(-row_estimate // chunk_size)), span)
+    step = -(-span // count)
+    boundaries = [lo_v + i * step for i in range(1, count) if lo_v + i * step <= hi_v]
+    return ranges_from_boundaries(boundaries)
+
+
+def _single_int(value: Any, name: str) -> int:
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1:
+            raise ValueError(f"{name} for numeric planning must have one column, got {value!r}")
+        value = value[0]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} for numeric planning must be an int, got {value!r}")
+    return value
+
+
+def plan_by_boundaries(next_boundary: Callable[[tuple | None], Any],
+                       start: Any = None) -> Iterator[KeyRange]:
+    """Ranges of at most N rows, for any key type and any distribution.
+
+    ``next_boundary(lo)`` returns the smallest key with exactly N keys in ``[lo, key)``
+    (``lo`` None: from the first key), or None when fewer than N+1 keys are left; that
+    is ``boundary_sql(..., chunk_size=N)``. Yields ``[start, b1), [b1, b2), ...,
+    [bk, None)``; start None covers everything, or pass the ``hi`` of the last finished
+    range to resume. The database is asked one boundary per range, lazily.
+    """
+    lo = None if start is None else as_key(start)
+    while True:
+        boundary = next_boundary(lo)
+        if boundary is None:
+            yield KeyRange(lo, None)
+            return
+        hi = _progress(lo, boundary)
+        yield KeyRange(lo, hi)
+        lo = hi
+
+
+def split_oversized(ranges: Iterable[KeyRange], count_rows: Callable[[KeyRange], int],
+                    next_boundary: Callable[[tuple | None], Any], max_rows: int) -> Iterator[KeyRange]:
+    """Keep each range whose ``count_rows(range)`` is at most ``max_rows``; cut the others
+    with ``next_boundary`` (as in ``plan_by_boundaries``, with N <= max_rows) into pieces of
+    at most N rows. Contiguity and coverage of the input are kept. Plan numerically, then
+    pass the plan through this to survive skew."""
+    if not isinstance(max_rows, int) or max_rows < 1:
+        raise ValueError(f"max_rows must be a positive int, got {max_rows!r}")
+    for rng in ranges:
+        if count_rows(rng) <= max_rows:
+            yield rng
+            continue
+        lo = rng.lo
+        while True:
+            boundary = next_boundary(lo)
+            if boundary is None or (rng.hi is not None and as_key(boundary) >= rng.hi):
+                yield KeyRange(lo, rng.hi)
+                break
+            hi = _progress(lo, boundary)
+            yield KeyRange(lo, hi)
+            lo = hi
+
+
+def _progress(lo: tuple | None, boundary: Any) -> tuple:
+    hi = as_key(boundary)
+    if lo is not None and not hi > lo:
+        raise ValueError(f"next_boundary({lo!r}) returned {hi!r}, which is not above it")
+    return hi
+
+
+# -- SQL -------------------------------------------------------------------------------
+# Composite bounds are expanded into nested OR/AND terms:
+#     (a, b) >= (x, y)   ->   (a >= x AND (a > x OR (a = x AND b >= y)))
+# and not written as row constructors, because MariaDB's optimizer uses an index only for
+# row-constructor = and IN, not for < <= > >= (MariaDB docs, "Row Constructor
+# Optimization"; MySQL's manual recommends the same rewrite). The redundant leading
+# ``a >= x`` / ``a <= x`` term is a plain range on the first index column, so even a
+# simple plan is a range scan.
+
+def quote_ident(name: str) -> str:
+    """A MariaDB/MySQL identifier in backticks, embedded backticks doubled."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an identifier must be a non-empty string, got {name!r}")
+    if "\x00" in name:
+        raise ValueError(f"an identifier can't contain NUL: {name!r}")
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_table(table: str | Sequence[str], quote: Callable[[str], str] = quote_ident) -> str:
+    """``name`` or ``(database, name)`` quoted; a str is one identifier (dots kept)."""
+    if isinstance(table, str):
+        return quote(table)
+    parts = list(table)
+    if not 1 <= len(parts) <= 2:
+        raise ValueError(f"a table is a name or (database, name), got {table!r}")
+    return ".".join(quote(p) for p in parts)
+
+
+def sql_predicate(key_columns: Sequence[str], lo: Any, hi: Any,
+                  quote: Callable[[str], str] = quote_ident) -> tuple[str, list]:
+    """WHERE-clause text for ``lo <= key < hi`` with pymysql ``%s`` placeholders.
+
+    A ``%`` in an identifier is doubled for pymysql's %-formatting: always pass the
+    params (even an empty list) to ``cursor.execute``. Unbounded both ways gives ``1=1``.
+    """
+    params: list = []
+
+    def placeholder(value: Any) -> str:
+        params.append(_check_value(value))
+        return "%s"
+
+    text = _predicate(key_columns, lo, hi, lambda c: quote(c).replace("%", "%%"), placeholder)
+    return text, params
+
+
+def sql_predicate_literal(key_columns: Sequence[str], lo: Any, hi: Any,
+                          quote: Callable[[str], str] = quote_ident,
+                          no_backslash_escapes: bool = False) -> str:
+    """Like ``sql_predicate`` with the values inlined as SQL literals (for Spark JDBC
+    ``predicates=``). Set ``no_backslash_escapes`` if the server's sql_mode has
+    NO_BACKSLASH_ESCAPES."""
+    return _predicate(key_columns, lo, hi, quote,
+                      lambda v: sql_literal(v, no_backslash_escapes=no_backslash_escapes))
+
+
+def sql_literal(value: Any, no_backslash_escapes: bool = False) -> str:
+    """A key value as a MariaDB literal: numbers bare, strings quoted and escaped, bytes
+    as ``X'..'``, dates/times quoted. NULL is rejected (key columns are NOT NULL)."""
+    value = _check_value(value)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")  # plain notation: 1E+3 would be read as a DOUBLE
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "X'" + bytes(value).hex().upper() + "'"
+    if isinstance(value, str):
+        return _quote_string(value, no_backslash_escapes)
+    if isinstance(value, _dt.datetime):
+        return "'" + value.isoformat(sep=" ") + "'"
+    if isinstance(value, (_dt.date, _dt.time)):
+        return "'" + value.isoformat() + "'"
+    raise AssertionError("unreachable")
+
+
+_BACKSLASH_ESCAPES = {"\\": "\\\\", "'": "\\'", '"': '\\"', "\x00": "\\0",
+                      "\n": "\\n", "\r": "\\r", "\x1a": "\\Z"}
+
+
+def _quote_string(value: str, no_backslash_escapes: bool) -> str:
+    if no_backslash_escapes:
+        return "'" + value.replace("'", "''") + "'"
+    return "'" + "".join(_BACKSLASH_ESCAPES.get(ch, ch) for ch in value) + "'"
+
+
+def _check_value(value: Any) -> Any:
+    if value is None:
+        raise ValueError("NULL can't be a chunk bound: key columns must be NOT NULL")
+    if (isinstance(value, Decimal) and not value.is_finite()) or \
+            (isinstance(value, float) and not math.isfinite(value)):
+        raise ValueError(f"a chunk bound must be finite, got {value!r}")
+    if isinstance(value, _dt.datetime) and value.tzinfo is not None:
+        raise ValueError(f"a chunk bound datetime must be naive (as stored), got {value!r}")
+    if not isinstance(value, (int, float, Decimal, str, bytes, bytearray, memoryview,
+                              _dt.date, _dt.time)):
+        raise ValueError(f"unsupported chunk bound type {type(value).__name__}: {value!r}")
+    return value
+
+
+def _predicate(key_columns, lo, hi, quote, render) -> str:
+    columns = _columns(key_columns, quote)
+    parts = []
+    if lo is not None:
+        parts.append(_compare(columns, as_key(lo), lower=True, render=render))
+    if hi is not None:
+        parts.append(_compare(columns, as_key(hi), lower=False, render=render))
+    return " AND ".join(parts) if parts else "1=1"
+
+
+def _columns(key_columns, quote) -> list[str]:
+    if isinstance(key_columns, str):
+        key_columns = [key_columns]
+    columns = list(key_columns)
+    if not columns:
+        raise ValueError("key_columns must name at least one column")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"key_columns has duplicates: {columns!r}")
+    return [quote(c) for c in columns]
+
+
+def _compare(columns: list[str], bound: tuple, lower: bool, render) -> str:
+    """``key >= bound`` (lower) or ``key < bound``, on the first len(bound) columns."""
+    if not bound:
+        raise ValueError("a range bound must have at least one value")
+    if len(bound) > len(columns):
+        raise ValueError(f"bound {bound!r} has more values than key columns {columns!r}")
+    last = len(bound) - 1
+    strict, final = (">", ">=") if lower else ("<", "<")
+
+    def level(i: int) -> str:  # text is built left to right, so params stay in order
+        col = columns[i]
+        if i == last:
+            return f"{col} {final} {render(bound[i])}"
+        first = render(bound[i])
+        second = render(bound[i])
+        return f"({col} {strict} {first} OR ({col} = {second} AND {level(i + 1)}))"
+
+    if last == 0:
+        return level(0)
+    hint = f"{columns[0]} {'>=' if lower else '<='} {render(bound[0])}"
+    return f"({hint} AND {level(0)})"
+
+
+def boundary_sql(table: str | Sequence[str], key_columns: Sequence[str], lo: Any,
+                 chunk_size: int, quote: Callable[[str], str] = quote_ident) -> tuple[str, list]:
+    """The query behind ``next_boundary`` for ``plan_by_boundaries``: the key with exactly
+    ``chunk_size`` keys in ``[lo, key)``; no row means the rest fits in one range."""
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    cols = ", ".join(quote(c).replace("%", "%%") for c in _columns_list(key_columns))
+    where, params = sql_predicate(key_columns, lo, None, quote=quote)
+    table_sql = quote_table(table, quote).replace("%", "%%")
+    return (f"SELECT {cols} FROM {table_sql} WHERE {where} ORDER BY {cols} "
+            f"LIMIT 1 OFFSET {chunk_size}", params)
+
+
+def _columns_list(key_columns) -> list[str]:
+    return [key_columns] if isinstance(key_columns, str) else list(key_columns)
+
+
+# -- chunk keys ------------------------------------------------------------------------
+
+def no_chunk_key_error(table: str) -> str:
+    """The message for a table that has neither a primary key nor a configured chunk key."""
+    return (f"Table {table} has no primary key, so it can't be snapshotted in key-range "
+            "chunks. Configure a chunk key for it: one or more NOT NULL columns that are "
+            "unique together, ideally the leading columns of an index. Or leave the table "
+            "out of snapshots.")
+
+
+def resolve_chunk_key(table: str, primary_key: Sequence[str] | None,
+                      configured: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The chunk key columns: the configured ones, else the primary key, else ValueError."""
+    for columns in (configured, primary_key):
+        if columns:
+            columns = _columns_list(columns)
+            if not all(isinstance(c, str) and c for c in columns):
+                raise ValueError(f"chunk key columns of {table} must be non-empty names: {columns!r}")
+            if len(set(columns)) != len(columns):
+                raise ValueError(f"chunk key of {table} names a column twice: {columns!r}")
+            return tuple(columns)
+    raise ValueError(no_chunk_key_error(table))
