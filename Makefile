@@ -1,0 +1,22 @@
+# The two commands of the README:
+#   make demo   - installs what is missing, starts the local stack and runs the demo
+#   make test   - installs what is missing and runs the test suite (CI runs exactly this)
+.PHONY: demo test bootstrap bench stack-down clean
+
+bootstrap:
+	./scripts/bootstrap.sh
+
+demo: bootstrap
+	.venv/bin/cdc demo
+
+test: bootstrap
+	./scripts/test.sh
+
+bench: bootstrap
+	.venv/bin/python -m bench.run_all
+
+stack-down:
+	.venv/bin/cdc stack down
+
+clean: stack-down
+	rm -rf .cdc

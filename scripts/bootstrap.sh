@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what the demo and the tests need, only what is missing:
+#   Debian packages (MariaDB server, PostgreSQL, JDBC drivers, Java 17) through apt-get,
+#   and a virtual environment .venv with the project and its pip dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+[ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || missing+=(mariadb-server)
+command -v mariadb-binlog >/dev/null 2>&1 || missing+=(mariadb-client)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+[ -f /usr/share/java/mariadb-java-client.jar ] || missing+=(libmariadb-java)
+[ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.cdc-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "bootstrap: installing pip packages into .venv"
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[merger,test]'
+  echo "$want" > "$stamp"
+fi
