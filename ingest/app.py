@@ -326,8 +326,10 @@ class Ingest:
                     if tombstones:
                         send(topic, old_key, None, part, [pos_header])
                         written += 1
+                    create_pos = (POSITION_HEADER,
+                                  EventPosition(position.file, position.pos, row_index, 1).encode())
                     send(topic, new_key, codec.value("c", None, after, source, row_index, trx),
-                         partition_for(new_key, partitions), [pos_header, ("__debezium.oldkey", old_key)])
+                         partition_for(new_key, partitions), [create_pos, ("__debezium.oldkey", old_key)])
                     written += 1
             metrics.EVENTS.labels(f"{db}.{table}", op).inc()
         if trx.tables is not None:

@@ -44,3 +44,23 @@ def test_capture_filter_rules():
     assert f.excluded_column("crm", "users", "ssn")
     assert not f.excluded_column("crm", "users", "name")
     assert f.masked_column("crm", "users", "email")
+
+
+def test_replay_filter_drops_replayed_suffix_keeps_tombstone_and_pk_change():
+    from ingest.position import ReplayFilter
+
+    f = ReplayFilter()
+    d = EventPosition("b.000001", 100, 0)
+    c_half = EventPosition("b.000001", 100, 0, 1)
+    nxt = EventPosition("b.000001", 200, 0)
+    assert f.accept("t", 0, d, False)
+    assert f.accept("t", 0, d, True)  # tombstone after its delete
+    assert f.accept("t", 0, c_half, False)  # create half of a PK change, same partition
+    assert f.accept("t", 0, nxt, False)
+    # a restarted ingest replays the suffix from the delete on
+    assert not f.accept("t", 0, d, False)
+    assert not f.accept("t", 0, d, True)
+    assert not f.accept("t", 0, c_half, False)
+    assert not f.accept("t", 0, nxt, False)
+    assert f.accept("t", 0, EventPosition("b.000002", 4, 0), False)
+    assert f.accept("t", 1, d, False)  # partitions are independent
