@@ -328,19 +328,28 @@ class World:
         for p in range(self.P):
             self._append(p, record, gap if p == 0 else 0)
 
-    def write(self, key, gap):
+    def _existing(self, pick):
+        return sorted(self.source, key=repr)[pick % len(self.source)] if self.source else None
+
+    def insert(self, key, gap):
         self.version += 1
         op = "u" if key in self.source else "c"
         self.source[key] = (key, self.version)
         self._event(key, op, self.source[key], gap)
 
-    def delete(self, key, gap):
-        if key in self.source:
+    def update(self, pick, gap):
+        if self.source:
+            self.insert(self._existing(pick), gap)
+
+    def delete(self, pick, gap):
+        if self.source:
+            key = self._existing(pick)
             del self.source[key]
             self._event(key, "d", DELETED, gap)
 
-    def move(self, key, new_key, gap):  # a primary-key update
-        if key in self.source and new_key not in self.source:
+    def move(self, pick, new_key, gap):  # a primary-key update: d of old, c of new key
+        key = self._existing(pick)
+        if key is not None and new_key not in self.source:
             self.version += 1
             del self.source[key]
             self.source[new_key] = (new_key, self.version)
@@ -353,9 +362,13 @@ class World:
 
     # the merger's snapshot driver
     def open(self, count):
-        if not self.pending:
-            return
-        take, self.pending = self.pending[:count], self.pending[count:]
+        if self.pending:
+            take, self.pending = self.pending[:count], self.pending[count:]
+        else:  # everything snapshotted once: re-snapshot some chunks (always allowed)
+            busy = {i for w in self.inflight.values() for i in w["chunks"]}
+            take = [i for i in range(len(self.chunks)) if i not in busy][:count]
+            if not take:
+                return
         wid = f"w{self.window_counter}"
         self.window_counter += 1
         self.rec.open_window(wid, [self.chunks[i].id for i in take], self.clock)
@@ -443,27 +456,28 @@ class World:
 
 def _steps(keys):
     gap = st.integers(0, 6).map(lambda g: max(0, g - 4))  # sometimes skip offsets
-    lose = st.integers(0, 11).map(lambda x: x == 0)
+    lose = st.integers(0, 11).map(lambda x: x == 0)      # a lost watermark marker
+    pick = st.integers(0, 20)
     rewinds = st.lists(st.integers(0, 6), min_size=1, max_size=4)
-    return st.lists(st.one_of(
-        st.tuples(st.just("write"), keys, gap),
-        st.tuples(st.just("write"), keys, gap),
-        st.tuples(st.just("delete"), keys, gap),
-        st.tuples(st.just("move"), keys, keys, gap),
-        st.tuples(st.just("truncate"), gap),
-        st.tuples(st.just("open"), st.integers(1, 3)),
-        st.tuples(st.just("advance"), st.integers(0, 5), lose),
-        st.tuples(st.just("advance"), st.integers(0, 5), lose),
-        st.tuples(st.just("advance"), st.integers(0, 5), lose),
-        st.tuples(st.just("consume"), st.integers(0, 3), st.integers(1, 6)),
-        st.tuples(st.just("consume"), st.integers(0, 3), st.integers(1, 6)),
-        st.tuples(st.just("consume"), st.integers(0, 3), st.integers(1, 6)),
-        st.tuples(st.just("emit")),
-        st.tuples(st.just("tick"), st.integers(0, 6)),
-        st.tuples(st.just("checkpoint")),
-        st.tuples(st.just("crash"), rewinds),
-        st.tuples(st.just("restart"), rewinds),
-    ), max_size=80)
+    weighted = [
+        (3, st.tuples(st.just("insert"), keys, gap)),
+        (3, st.tuples(st.just("update"), pick, gap)),
+        (3, st.tuples(st.just("delete"), pick, gap)),
+        (2, st.tuples(st.just("move"), pick, keys, gap)),
+        (1, st.tuples(st.just("truncate"), gap)),
+        (2, st.tuples(st.just("open"), st.integers(1, 3))),
+        (6, st.tuples(st.just("advance"), st.integers(0, 5), lose)),
+        (6, st.tuples(st.just("consume"), st.integers(0, 3), st.integers(1, 6))),
+        (2, st.tuples(st.just("emit"))),
+        (3, st.tuples(st.just("pump"), st.integers(1, 4))),
+        (1, st.tuples(st.just("tick"), st.integers(0, 6))),
+        (3, st.tuples(st.just("checkpoint"))),
+        (1, st.tuples(st.just("crash"), rewinds)),
+        (1, st.tuples(st.just("restart"), rewinds)),
+    ]
+    names = [i for i, (weight, _) in enumerate(weighted) for _ in range(weight)]
+    step = st.sampled_from(names).flatmap(lambda i: weighted[i][1])
+    return st.lists(step, min_size=40, max_size=150)
 
 
 @st.composite
@@ -494,8 +508,10 @@ def run_scenario(sc):
     world = World(sc["P"], sc["initial"], sc["chunks"])
     for step in sc["steps"]:
         name, args = step[0], step[1:]
-        if name == "write":
-            world.write(*args)
+        if name == "insert":
+            world.insert(*args)
+        elif name == "update":
+            world.update(*args)
         elif name == "delete":
             world.delete(*args)
         elif name == "move":
@@ -509,6 +525,10 @@ def run_scenario(sc):
         elif name == "consume":
             world.consume(*args)
         elif name == "emit":
+            world.emit()
+        elif name == "pump":      # read a little from every partition, emit what's ready
+            for p in range(world.P):
+                world.consume(p, *args)
             world.emit()
         elif name == "tick":
             world.tick(*args)
@@ -537,7 +557,7 @@ def test_simulation_exercises_snapshot_rows():
     chunks = make_chunks("db.t", plan_numeric(0, 5, 10, 3))
     initial = {(k, "a"): ((k, "a"), 0) for k in range(6)}
     world = run_scenario({"P": 3, "initial": initial, "chunks": chunks,
-                          "steps": [("open", 2), ("write", (1, "a"), 0), ("open", 5)]})
+                          "steps": [("open", 2), ("update", 1, 0), ("open", 5)]})
     assert live_rows(world.sink) == world.source
     assert world.source[(1, "a")] != ((1, "a"), 0)
     assert len(world.source) == 6

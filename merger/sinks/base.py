@@ -1,0 +1,222 @@
+"""The sink contract shared by the Delta Lake, PostgreSQL and Kafka-changelog sinks.
+
+The merger calls a sink from Spark's ``foreachBatch`` on the driver with Arrow data; sinks
+never see Spark.
+
+Changes
+-------
+For one table, a batch of changes is a ``pyarrow.Table`` (or RecordBatch, RecordBatchReader
+or iterable of RecordBatches) with the table's columns plus
+
+* ``_cdc_op`` (string): ``c``/``u``/``r`` = upsert with the after image, ``d`` = delete
+  (key columns set, other columns may be null);
+* ``_cdc_seq`` (int64): orders all changes of one key (the Kafka offset in the key's
+  partition, see DESIGN.md "Ordering and idempotence").
+
+Column names starting with ``_cdc_`` are reserved for this metadata; other ``_cdc_*``
+columns (e.g. ``_cdc_source`` for the changelog sink) are never stored as user columns.
+
+Rules every sink follows
+------------------------
+* Within a batch, per key only the change with the highest sequence counts (ties: the
+  later row of the batch).
+* A change is applied only if its sequence is greater than the one the sink holds for
+  the key, deleted keys included: a delete leaves a tombstone (key -> sequence) outside
+  the user-visible table, so an older change can never resurrect the row.
+* ``apply``/``truncate`` carry a per-table ``version`` (monotonic, from the Spark batch
+  id). A version <= the last applied one is skipped entirely (returns False): replaying
+  a batch after a crash changes nothing. The version is recorded atomically with the data.
+* ``truncate`` empties the table and forgets its tombstones.
+* ``ensure_table`` creates a table or follows compatible schema changes (added column,
+  widened type); anything else raises :class:`IncompatibleSchemaChange` (the merger pauses
+  that table). Columns that disappear from the source schema are kept in the sink (no
+  longer written: null for new rows, unchanged on update).
+* Transient failures raise :class:`SinkUnavailable`; retrying is the caller's job.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Iterable, NamedTuple, Sequence, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+try:  # the merger's user-facing error base, when that module exists
+    from merger.errors import MergerError as _Base  # type: ignore
+except Exception:  # pragma: no cover - depends on the rest of the checkout
+    _Base = RuntimeError
+
+OP, SEQ = "_cdc_op", "_cdc_seq"
+RESERVED_PREFIX = "_cdc_"
+UPSERT_OPS = ("c", "u", "r")
+DELETE_OP = "d"
+
+Changes = Union[pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
+
+
+class SinkError(_Base):
+    """A sink problem with a user-facing one-line message."""
+
+
+class SinkUnavailable(SinkError):
+    """The sink's server/storage is unreachable; retry later (the caller's job)."""
+
+
+class IncompatibleSchemaChange(SinkError):
+    """A schema change the sink cannot follow; the merger pauses the table."""
+
+
+class TableId(NamedTuple):
+    database: str
+    table: str
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+def as_table_id(table) -> TableId:
+    if isinstance(table, TableId):
+        return table
+    db, name = table
+    return TableId(str(db), str(name))
+
+
+class Sink(abc.ABC):
+    """What the merger calls. All methods are safe to call from several threads for
+    different tables; calls for one table must not overlap."""
+
+    @abc.abstractmethod
+    def ensure_table(self, table: TableId, arrow_schema: pa.Schema,
+                     key_columns: Sequence[str]) -> list[str]:
+        """Create the table or follow compatible changes. Returns what was done (e.g.
+        ``["created"]``, ``["added column x", "widened y integer -> bigint"]``, ``[]``)."""
+
+    @abc.abstractmethod
+    def apply(self, table: TableId, version: int, changes: Changes) -> bool:
+        """Apply a batch of changes; False if ``version`` was already applied."""
+
+    @abc.abstractmethod
+    def truncate(self, table: TableId, version: int) -> bool:
+        """Empty the table and its tombstones; False if ``version`` was already applied."""
+
+    @abc.abstractmethod
+    def rows(self, table: TableId) -> pa.Table:
+        """The current user-visible rows (no cdc columns)."""
+
+    def count(self, table: TableId) -> int:
+        return self.rows(table).num_rows
+
+    @abc.abstractmethod
+    def applied_version(self, table: TableId) -> int | None:
+        """The last applied version for the table, None if none yet."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def user_fields(schema: pa.Schema) -> list[pa.Field]:
+    """The schema's fields without the reserved ``_cdc_*`` columns."""
+    return [f for f in schema if not f.name.startswith(RESERVED_PREFIX)]
+
+
+def check_keys(table: TableId, schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
+    keys = list(key_columns)
+    if not keys:
+        raise SinkError(f"table {table}: no key columns given (a primary key or a configured chunk key is required)")
+    if len(set(keys)) != len(keys):
+        raise SinkError(f"table {table}: duplicate key columns {keys}")
+    names = {f.name for f in user_fields(schema)}
+    missing = [k for k in keys if k not in names]
+    if missing:
+        raise SinkError(f"table {table}: key column(s) {missing} not in the schema")
+    dupes = sorted({n for n in schema.names if schema.names.count(n) > 1})
+    if dupes:
+        raise SinkError(f"table {table}: duplicate column names {dupes}")
+    return keys
+
+
+def to_arrow_table(changes: Changes) -> pa.Table:
+    if isinstance(changes, pa.Table):
+        return changes
+    if isinstance(changes, pa.RecordBatch):
+        return pa.Table.from_batches([changes])
+    if isinstance(changes, pa.RecordBatchReader):
+        return changes.read_all()
+    batches = list(changes)
+    if not batches:
+        raise SinkError("empty change iterator: pass an empty pyarrow.Table (with its schema) instead")
+    return pa.Table.from_batches(batches)
+
+
+def latest_per_key(table: TableId, changes: Changes, keys: Sequence[str]) -> pa.Table:
+    """Validate a change batch and keep, per key, the change with the highest sequence
+    (ties: the later row). The result is sorted by key."""
+    t = to_arrow_table(changes)
+    for col in (OP, SEQ, *keys):
+        if col not in t.column_names:
+            raise SinkError(f"table {table}: change batch has no column {col!r}")
+    if t.num_rows == 0:
+        return t
+    t = t.combine_chunks()
+    if t.schema.field(SEQ).type != pa.int64():
+        t = t.set_column(t.schema.get_field_index(SEQ), SEQ, pc.cast(t[SEQ], pa.int64()))
+    op = t[OP]
+    if not pa.types.is_string(op.type):
+        op = pc.cast(op, pa.string())
+        t = t.set_column(t.schema.get_field_index(OP), OP, op)
+    bad = pc.invert(pc.is_in(op, value_set=pa.array([*UPSERT_OPS, DELETE_OP])))
+    if pc.any(pc.fill_null(bad, True)).as_py():
+        found = pc.unique(pc.filter(op, pc.fill_null(bad, True))).to_pylist()
+        raise SinkError(f"table {table}: unknown _cdc_op value(s) {found[:5]}")
+    for col in (SEQ, *keys):
+        if t[col].null_count:
+            raise SinkError(f"table {table}: null in {'sequence' if col == SEQ else 'key column ' + repr(col)}")
+    n = t.num_rows
+    row = "_cdc_row"
+    work = t.append_column(row, pa.array(range(n), pa.int64()))
+    order = pc.sort_indices(work, sort_keys=[(k, "ascending") for k in keys]
+                            + [(SEQ, "descending"), (row, "descending")])
+    s = t.take(order)
+    if n == 1:
+        return s
+    first = None
+    for k in keys:
+        col = s[k].combine_chunks() if isinstance(s[k], pa.ChunkedArray) else s[k]
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
+        ne = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
+        first = ne if first is None else pc.or_(first, ne)
+    mask = pa.concat_arrays([pa.array([True]), first])
+    return s.filter(mask)
+
+
+def cast_columns(t: pa.Table, types: dict[str, pa.DataType]) -> pa.Table:
+    """Cast the named columns to the given types (safe casts: an out-of-range value is an
+    error, never a silent truncation)."""
+    for name, typ in types.items():
+        i = t.schema.get_field_index(name)
+        if i < 0 or t.schema.field(i).type == typ:
+            continue
+        try:
+            col = t[name]
+            if isinstance(col.type, pa.BaseExtensionType):
+                col = pa.chunked_array([c.storage for c in col.chunks], type=col.type.storage_type)
+            if isinstance(typ, pa.BaseExtensionType):
+                col = pc.cast(col, typ.storage_type)
+                col = pa.chunked_array([pa.ExtensionArray.from_storage(typ, c) for c in col.chunks], type=typ)
+            elif col.type != typ:
+                col = pc.cast(col, typ)
+            t = t.set_column(i, pa.field(name, typ), col)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SinkError(f"column {name!r}: cannot store {t.schema.field(i).type} values as {typ}: {exc}") from None
+    return t
