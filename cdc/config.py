@@ -112,6 +112,10 @@ class IngestConfig(_Model):
     column_mask: list[str] = Field(default_factory=list,
                                    description="regexes on db.table.column; values become ***")
     tombstones_on_delete: bool = True
+    skipped_operations: list[Literal["c", "u", "d", "t"]] = Field(
+        default_factory=list,
+        description="ops not written (Debezium's skipped.operations; Debezium's default skips "
+                    "'t', ours writes truncates because the merger needs them)")
     schemas_enable: bool = Field(False, description="wrap key and value in {schema, payload}")
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
     time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"

@@ -22,12 +22,17 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent,
                                       XidEvent)
+from pymysqlreplication.row_event import TableMapEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.config import IngestConfig
 from ingest import metrics
 from ingest.checks import SourceError, check_source, connect, gtid_for_file_pos
-from ingest.codec import CodecOptions, TableCodec, load_column_details
+from ingest.codec import (TableCodec, apply_column_filters, envelope_config, load_table_details,
+                          spec_from_details)
+from ingest.envelope import (SourceInfo, TableEncoder, TransactionTracker, context_headers,
+                             heartbeat_record, message_record, schema_change_record, source_json,
+                             table_change_json)
 from ingest.ddl import parse_ddl
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
@@ -61,14 +66,16 @@ class Ingest:
         self.config = config
         self.prefix = config.topic_prefix
         self.filter = CaptureFilter(config)
-        self.options = CodecOptions.from_config(config)
+        self.env = envelope_config(config)
+        self._tracker = TransactionTracker(self.env)
+        # Debezium 3.x puts these context headers on every record
+        self._context = [(k, v.encode()) for k, v in context_headers(self.env)]
+        self._table_maps: dict[int, object] = {}
         self.offsets_topic = f"{self.prefix}.offsets"
-        self.heartbeat_topic = f"__debezium-heartbeat.{self.prefix}"
-        self.transaction_topic = f"{self.prefix}.transaction"
         self.source_key = json.dumps({"server": self.prefix}, separators=(",", ":")).encode()
         self.kafka_conf = config.kafka.client_config()
         self._codecs: dict[tuple[str, str, int], TableCodec] = {}
-        self._details: dict[tuple[str, str], dict] = {}
+        self._table_details: dict[tuple[str, str], dict] = {}
         self.committed: ResumePoint | None = None
         self.stats = {"events": 0, "kafka_transactions": 0, "source_transactions": 0}
 
@@ -147,7 +154,7 @@ class Ingest:
             auto_position=self.committed.gtid_state or "", blocking=True,
             resume_stream=True, slave_heartbeat=1.0,
             only_events=[MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
-                         WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+                         TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
         )
 
     def _stream(self, stop: threading.Event) -> None:
@@ -166,6 +173,9 @@ class Ingest:
                 now = time.monotonic()
                 if isinstance(event, RotateEvent):
                     file = event.next_binlog
+                    continue
+                if isinstance(event, TableMapEvent):
+                    self._table_maps[event.table_id] = event
                     continue
                 end_pos = event.packet.log_pos
                 start_pos = end_pos - event.packet.event_size
@@ -247,26 +257,33 @@ class Ingest:
 
     # ------------------------------------------------------------------ rows
 
-    def _codec(self, event) -> TableCodec | None:
-        db, table = event.schema, event.table
-        key = (db, table, event.table_id)
+    def _partitions(self, db: str, table: str) -> int:
+        topic = f"{self.prefix}.{db}.{table}"
+        return self.topics.partitions(
+            topic, self.config.topic_partitions_per_table.get(f"{db}.{table}", self.config.topic_partitions))
+
+    def _details(self, db: str, table: str) -> dict:
+        details = self._table_details.get((db, table))
+        if details is None:
+            conn = connect(self.config)
+            try:
+                details = load_table_details(conn, db, table)
+            finally:
+                conn.close()
+            self._table_details[(db, table)] = details
+        return details
+
+    def _codec(self, event) -> TableCodec:
+        key = (event.schema, event.table, event.table_id)
         codec = self._codecs.get(key)
         if codec is None:
-            details = self._details.get((db, table))
-            if details is None:
-                details = self._load_details(db, table)
-            codec = TableCodec.create(self.prefix, event, details, self.filter, self.options)
+            table_map = self._table_maps.get(event.table_id)
+            details = self._details(event.schema, event.table)
+            spec = spec_from_details(event.schema, event.table, details, table_map)
+            spec, masked = apply_column_filters(spec, self.filter)
+            codec = TableCodec(spec, self.env, masked)
             self._codecs[key] = codec
         return codec
-
-    def _load_details(self, db: str, table: str) -> dict:
-        conn = connect(self.config)
-        try:
-            details = load_column_details(conn, db, table)
-        finally:
-            conn.close()
-        self._details[(db, table)] = details
-        return details
 
     def _rows(self, event, trx: _Trx, position: EventPosition) -> int:
         db, table = event.schema, event.table
@@ -277,65 +294,60 @@ class Ingest:
         codec = self._codec(event)
         if event.timestamp:
             metrics.BEHIND.set(max(0, time.time() * 1000 - event.timestamp * 1000))
-        topic = codec.topic
-        partitions = self.topics.partitions(
-            topic, self.config.topic_partitions_per_table.get(f"{db}.{table}", self.config.topic_partitions))
-        source = codec.source(trx.ts_ms, event.packet.server_id, trx.gtid, position.file,
-                              position.pos, trx.thread)
-        if self.config.provide_transaction_metadata and not trx.events_written:
-            self._transaction_begin(trx)
-        written = 0
-        send = self.producer.send
-        tombstones = self.config.tombstones_on_delete
+        partitions = self._partitions(db, table)
         if isinstance(event, WriteRowsEvent):
-            op, kind = "c", 0
+            op = "c"
         elif isinstance(event, UpdateRowsEvent):
-            op, kind = "u", 1
+            op = "u"
         else:
-            op, kind = "d", 2
+            op = "d"
+        if not self.env.emits(op):
+            return 0
+        enc = codec.encoder
+        mask = codec.mask if codec.masked else None
+        send = self.producer.send
+        tracker = self._tracker if self.config.provide_transaction_metadata else None
+        if tracker is not None and trx.events_written == 0 and tracker.tx_id != trx.gtid:
+            self._send_record(tracker.begin(trx.gtid, trx.ts_ms), 0)
+        server_id = event.packet.server_id
+        written = 0
         for row_index, row in enumerate(event.rows):
-            pos_header = (POSITION_HEADER, EventPosition(position.file, position.pos, row_index).encode())
-            if kind == 0:
-                after = row["values"]
-                key = codec.key(after)
-                send(topic, key, codec.value("c", None, after, source, row_index, trx),
-                     partition_for(key, partitions), [pos_header])
-                written += 1
-            elif kind == 2:
-                before = row["values"]
-                key = codec.key(before)
-                part = partition_for(key, partitions)
-                send(topic, key, codec.value("d", before, None, source, row_index, trx), part, [pos_header])
-                written += 1
-                if tombstones:
-                    send(topic, key, None, part, [pos_header])
-                    written += 1
-            else:
+            if op == "u":
                 before, after = row["before_values"], row["after_values"]
-                old_key, new_key = codec.key(before), codec.key(after)
-                if old_key == new_key:
-                    send(topic, new_key, codec.value("u", before, after, source, row_index, trx),
-                         partition_for(new_key, partitions), [pos_header])
-                    written += 1
-                else:
-                    # PK change: delete of the old key, then create of the new one (Debezium)
-                    part = partition_for(old_key, partitions)
-                    send(topic, old_key, codec.value("d", before, None, source, row_index, trx), part,
-                         [pos_header, ("__debezium.newkey", new_key)])
-                    written += 1
-                    if tombstones:
-                        send(topic, old_key, None, part, [pos_header])
-                        written += 1
-                    create_pos = (POSITION_HEADER,
-                                  EventPosition(position.file, position.pos, row_index, 1).encode())
-                    send(topic, new_key, codec.value("c", None, after, source, row_index, trx),
-                         partition_for(new_key, partitions), [create_pos, ("__debezium.oldkey", old_key)])
-                    written += 1
-            metrics.EVENTS.labels(f"{db}.{table}", op).inc()
-        if trx.tables is not None:
-            trx.tables[f"{db}.{table}"] = trx.tables.get(f"{db}.{table}", 0) + written
+                bns, ans = row.get("before_none_sources"), row.get("after_none_sources")
+            elif op == "c":
+                before, after, bns, ans = None, row["values"], None, row.get("none_sources")
+            else:
+                before, after, bns, ans = row["values"], None, row.get("none_sources"), None
+            if mask is not None:
+                before, after = mask(before), mask(after)
+            source = enc.source_json(trx.ts_ms, server_id, position.file, position.pos, row_index,
+                                     trx.gtid, trx.thread)
+            transaction = tracker.event(codec.name) if tracker is not None else "null"
+            records = enc.change(op, before, after, source, transaction=transaction,
+                                 before_none_sources=bns, after_none_sources=ans)
+            pos = EventPosition(position.file, position.pos, row_index)
+            pos_bytes = pos.encode()
+            for i, rec in enumerate(records):
+                # the create half of a primary-key change sorts after its delete half
+                pb = pos_bytes if not (op == "u" and i and rec.value is not None) else \
+                    EventPosition(pos.file, pos.pos, pos.row, 1).encode()
+                key = rec.key.encode() if rec.key is not None else None
+                part = partition_for(key, partitions) if key is not None else (row_index % partitions)
+                headers = [(POSITION_HEADER, pb)] + [(k, v.encode()) for k, v in rec.headers] + self._context
+                send(codec.topic, key, rec.value.encode() if rec.value is not None else None, part, headers)
+            written += len(records)
+            metrics.EVENTS.labels(codec.name, op).inc()
+        trx.events_written += written
         self.stats["events"] += written
         return written
+
+    def _send_record(self, rec, partition: int, position: bytes | None = None) -> None:
+        headers = [(k, v.encode()) for k, v in rec.headers] + self._context
+        if position is not None:
+            headers.insert(0, (POSITION_HEADER, position))
+        self.producer.send(rec.topic, rec.key.encode() if rec.key is not None else None,
+                           rec.value.encode() if rec.value is not None else None, partition, headers)
 
     # ------------------------------------------------------------------ markers, DDL, heartbeats
 
@@ -355,18 +367,16 @@ class Ingest:
                 log.warning("watermark for %s ignored: table not captured", target)
                 continue
             topic = f"{self.prefix}.{db}.{table}"
-            partitions = self.topics.partitions(
-                topic, self.config.topic_partitions_per_table.get(target, self.config.topic_partitions))
-            marker = {"table": target, "window": values.get("window_id"), "kind": values.get("kind"),
-                      "chunks": values.get("chunks")}
-            payload = json.dumps(marker, separators=(",", ":")).encode()
-            value = TableCodec.marker_value(self.prefix, db, table, trx.ts_ms, event.packet.server_id,
-                                            trx.gtid, position.file, position.pos, row_index, payload,
-                                            self.options)
-            headers = [(POSITION_HEADER, EventPosition(position.file, position.pos, row_index).encode()),
-                       (WATERMARK_HEADER, payload)]
+            partitions = self._partitions(db, table)
+            marker = {"table": target, "window": values.get("window_id"), "kind": values.get("kind")}
+            payload = json.dumps(marker, separators=(",", ":"))
+            source = source_json(self.env, SourceInfo(db, table, trx.ts_ms, event.packet.server_id,
+                                                      position.file, position.pos, row_index, trx.gtid))
+            pos = EventPosition(position.file, position.pos, row_index).encode()
+            rec = message_record(self.env, topic, source, "cdc.watermark", payload,
+                                 headers=[(WATERMARK_HEADER, payload)])
             for p in range(partitions):
-                self.producer.send(topic, None, value, p, headers)
+                self._send_record(rec, p, pos)
             written += partitions
             metrics.MARKERS.labels(target, str(values.get("kind"))).inc()
         return written
@@ -374,67 +384,64 @@ class Ingest:
     def _ddl(self, event, query: str, trx: _Trx, position: EventPosition) -> int:
         default_db = event.schema.decode() if isinstance(event.schema, bytes) else (event.schema or "")
         ddl = parse_ddl(query, default_db)
-        written = 0
         for db, table in ddl.tables:
             for key in [k for k in self._codecs if k[0] == db and k[1] == table]:
                 del self._codecs[key]
-            self._details.pop((db, table), None)
+            self._table_details.pop((db, table), None)
         captured = [(db, t) for db, t in ddl.tables if self.filter.captures_table(db, t)]
-        database = ddl.database or (captured[0][0] if captured else default_db)
-        if ddl.kind == "OTHER" or (ddl.tables and not captured) or \
-                (ddl.kind == "DATABASE" and not self.filter.captures_database(database or "")):
+        if ddl.kind == "OTHER" or (ddl.tables and not captured):
             return 0
+        if ddl.kind == "DATABASE" and not self.filter.captures_database(ddl.database or ""):
+            return 0
+        database = ddl.database or (captured[0][0] if captured else default_db)
+        thread = getattr(event, "slave_proxy_id", None)
+        pos = EventPosition(position.file, position.pos, 0).encode()
+        written = 0
         if ddl.kind == "TRUNCATE":
             for db, table in captured:
-                written += self._truncate(db, table, trx, position, event)
-        tables = []
+                written += self._truncate(db, table, trx, position, event, thread)
+        changes = []
         if ddl.kind in ("CREATE", "ALTER", "RENAME"):
-            conn = connect(self.config)
-            try:
-                for db, table in captured:
-                    details = load_column_details(conn, db, table)
-                    if details.get("columns"):
-                        tables.append(("ALTER" if ddl.kind != "CREATE" else "CREATE", db, table, details))
-            finally:
-                conn.close()
+            for db, table in captured:
+                details = self._details(db, table)
+                spec = spec_from_details(db, table, details)
+                if spec is not None:
+                    spec, _ = apply_column_filters(spec, self.filter)
+                    changes.append(table_change_json("CREATE" if ddl.kind == "CREATE" else "ALTER", spec))
         elif ddl.kind == "DROP":
-            tables = [("DROP", db, table, None) for db, table in captured]
-        value = TableCodec.schema_change_value(
-            self.prefix, database, query, tables, trx.ts_ms, event.packet.server_id, trx.gtid,
-            position.file, position.pos, getattr(event, "slave_proxy_id", None), self.options)
-        key = TableCodec.schema_change_key(database, self.options)
-        self.producer.send(self.prefix, key, value, 0,
-                           [(POSITION_HEADER, EventPosition(position.file, position.pos, 0).encode())])
+            changes = [table_change_json("DROP", None, db, table) for db, table in captured]
+        source = SourceInfo(database or "", captured[0][1] if captured else None, trx.ts_ms,
+                            event.packet.server_id, position.file, position.pos, 0, trx.gtid, thread, query)
+        rec = schema_change_record(self.env, source, query, changes, database=database)
+        self._send_record(rec, 0, pos)
         return written + 1
 
-    def _truncate(self, db: str, table: str, trx: _Trx, position: EventPosition, event) -> int:
+    def _truncate(self, db: str, table: str, trx: _Trx, position: EventPosition, event,
+                  thread: int | None) -> int:
         """Debezium writes one truncate record; we write it to every partition so that it
-        cuts each partition's order like a watermark (a consumer applies it idempotently)."""
-        topic = f"{self.prefix}.{db}.{table}"
-        partitions = self.topics.partitions(
-            topic, self.config.topic_partitions_per_table.get(f"{db}.{table}", self.config.topic_partitions))
-        value = TableCodec.truncate_value(self.prefix, db, table, trx.ts_ms, event.packet.server_id,
-                                          trx.gtid, position.file, position.pos,
-                                          getattr(event, "slave_proxy_id", None), self.options)
-        headers = [(POSITION_HEADER, EventPosition(position.file, position.pos, 0).encode())]
+        cuts each partition's order like a watermark (consumers apply it idempotently)."""
+        if not self.env.emits("t"):
+            return 0
+        partitions = self._partitions(db, table)
+        codec_spec = spec_from_details(db, table, self._details(db, table))
+        if codec_spec is None:
+            return 0
+        enc = TableEncoder(codec_spec, self.env)
+        rec = enc.truncate(SourceInfo(db, table, trx.ts_ms, event.packet.server_id, position.file,
+                                      position.pos, 0, trx.gtid, thread))
+        pos = EventPosition(position.file, position.pos, 0).encode()
         for p in range(partitions):
-            self.producer.send(topic, None, value, p, headers)
+            self._send_record(rec, p, pos)
         metrics.EVENTS.labels(f"{db}.{table}", "t").inc()
         return partitions
 
     def _heartbeat(self) -> None:
-        self.topics.partitions(self.heartbeat_topic, 1)
-        key, value = TableCodec.heartbeat(self.prefix, self.options)
-        self.producer.send(self.heartbeat_topic, key, value, 0)
-
-    def _transaction_begin(self, trx: _Trx) -> None:
-        self.topics.partitions(self.transaction_topic, 1)
-        key, value = TableCodec.transaction_begin(trx.gtid, trx.ts_ms, self.options)
-        self.producer.send(self.transaction_topic, key, value, 0)
+        self.topics.partitions(self.env.hb_topic, 1)
+        self._send_record(heartbeat_record(self.env), 0)
 
     def _transaction_end(self, trx: _Trx) -> int:
-        self.topics.partitions(self.transaction_topic, 1)
-        key, value = TableCodec.transaction_end(trx.gtid, trx.events_written, trx.tables or {},
-                                                trx.ts_ms, self.options)
-        self.producer.send(self.transaction_topic, key, value, 0)
+        if self._tracker.tx_id != trx.gtid:
+            return 0
+        self.topics.partitions(self.env.tx_topic, 1)
+        self._send_record(self._tracker.end(trx.ts_ms), 0)
         return 1

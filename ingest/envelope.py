@@ -87,6 +87,12 @@ class EnvelopeConfig:
     transaction_topic: str | None = None
     heartbeat_topic: str | None = None
     key_header_format: str = "json"
+    #: Debezium's ``skipped.operations`` (default "t": truncates are not emitted); the
+    #: caller checks ``emits(op)``
+    skipped_operations: frozenset = frozenset({"t"})
+
+    def emits(self, op: str) -> bool:
+        return op not in self.skipped_operations
 
     @property
     def key_schemas(self) -> bool:
@@ -639,8 +645,17 @@ def column_change_json(col: ColumnSpec, table_charset: str | None) -> dict:
     if col.zerofill:
         type_name += " ZEROFILL"
     stringy = t in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
-    length = (col.fsp or None) if t in ("time", "datetime", "timestamp") else col.length
+    if t in ("time", "datetime", "timestamp"):
+        length = col.fsp or None
+    elif t == "enum":
+        length = 1
+    elif t == "set":
+        length = max(0, 2 * len(col.enum_values or ()) - 1)  # the options and their commas
+    else:
+        length = col.length
     default = col.default
+    if default is not None and t == "bit" and default[:2] in ("b'", "B'") and default.endswith("'"):
+        default = default[2:-1]  # Debezium's parser keeps the digits of b'101'
     if default is not None and t in ("timestamp", "datetime") and not col.nullable and \
             default.lower().startswith(("current_timestamp", "now", "localtime")):
         default = "1970-01-01 00:00:00"

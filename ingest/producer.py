@@ -48,8 +48,9 @@ class Topics:
         known = self._partitions.get(topic)
         if known:
             return known
-        meta = self._admin.list_topics(topic=topic, timeout=self._timeout)
-        tmeta = meta.topics.get(topic)
+        # list all topics: a metadata request naming the topic may auto-create it with
+        # the broker's default partition count
+        tmeta = self._admin.list_topics(timeout=self._timeout).topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             config = {"cleanup.policy": "compact"} if compact else {}
             futures = self._admin.create_topics(
@@ -62,7 +63,7 @@ class Topics:
                     raise BrokerError(f"cannot create topic {topic}: {_error_text(exc)}") from None
             deadline = time.monotonic() + self._timeout
             while True:
-                tmeta = self._admin.list_topics(topic=topic, timeout=self._timeout).topics.get(topic)
+                tmeta = self._admin.list_topics(timeout=self._timeout).topics.get(topic)
                 if tmeta is not None and tmeta.error is None and tmeta.partitions:
                     break
                 if time.monotonic() > deadline:

