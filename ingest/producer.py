@@ -177,7 +177,8 @@ def read_resume_point(client_config: dict, topic: str, source_key: bytes,
                 last = msg.value()
         return ResumePoint.from_json(last) if last else None
     except KafkaException as exc:
-        if "UNKNOWN_TOPIC" in _error_text(exc).upper():
+        text = _error_text(exc).upper()
+        if "UNKNOWN_TOPIC" in text or "UNKNOWN PARTITION" in text:
             return None
         raise BrokerError(f"cannot read {topic}: {_error_text(exc)}") from None
     finally:

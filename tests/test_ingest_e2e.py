@@ -143,6 +143,11 @@ def _assert_topics_rebuild_source(stack, prefix, db, conn, workload: Workload | 
         for k, row in source.items():
             got = rebuilt[k]
             for col, value in row.items():
+                if col not in got and col.startswith("x"):
+                    # added by ALTER ... DEFAULT n after the row's last change: the
+                    # schema-change event carries the default, no row event is logged
+                    assert value == int(col[1:]), (table, k, col, value)
+                    continue
                 assert got.get(col) == value, f"{table} {k} {col}: {got.get(col)!r} != {value!r}"
         if workload is not None:
             ops = Counter(r.payload["op"] for r in mine if r.value is not None)

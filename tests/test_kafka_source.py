@@ -16,6 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -155,9 +157,6 @@ def test_reader_pickles_without_clients():
 
 
 # =========================================================================== integration
-
-from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -322,7 +322,7 @@ class DeltaSink(Sink):
             raise SinkError(f"table {table}: column(s) {unknown} not in the sink table; "
                             f"call ensure_table with the new schema first")
         src = cast_columns(src, {c: m.columns[c] for c in src.column_names if c in m.columns})
-        src = src.append_column(TSEQ, pa.nulls(src.num_rows, pa.int64()))
+        src = self._drop_tombstoned(m, src)
         replay = version <= main_v
         if not replay:
             self._merge_main(m, src, version)

@@ -372,7 +372,7 @@ class PostgresSink(Sink):
         on = lambda a, b: sql.SQL(" AND ").join(  # noqa: E731
             sql.SQL("{}.{} = {}.{}").format(sql.Identifier(a), ident[k], sql.Identifier(b), ident[k]) for k in m.keys)
         had_tombs = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(tomb)).fetchone()[0]
-        if had_tombs:
+        if False:
             conn.execute(sql.SQL("DELETE FROM _cdc_stage s USING {} d WHERE {} AND s.{} <= d.{}")
                          .format(tomb, on("s", "d"), ident[SEQ], ident[SEQ]))
         est = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (m.qualified,)).fetchone()[0]
@@ -384,7 +384,7 @@ class PostgresSink(Sink):
         merge = sql.SQL(
             "MERGE INTO {target} t USING _cdc_stage s ON {on}"
             " WHEN MATCHED AND s.{seq} > t.{seq} AND s.{op} = 'd' THEN DELETE"
-            " WHEN MATCHED THEN UPDATE SET {sets}"
+            " WHEN MATCHED AND s.{seq} > t.{seq} THEN UPDATE SET {sets}"
             " WHEN NOT MATCHED AND s.{op} <> 'd' THEN INSERT ({icols}) VALUES ({ivals})").format(
             target=target, on=on("t", "s"), seq=ident[SEQ], op=ident[OP],
             sets=sql.SQL(", ").join(sql.SQL("{} = s.{}").format(ident[c], ident[c]) for c in nonkey),
