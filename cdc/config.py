@@ -120,6 +120,7 @@ class IngestConfig(_Model):
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
     time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"
     bigint_unsigned_handling_mode: Literal["long", "precise"] = "long"
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
     provide_transaction_metadata: bool = False
     topic_partitions: int = Field(3, ge=1, le=1000)
     topic_partitions_per_table: dict[str, int] = Field(default_factory=dict)

@@ -34,10 +34,13 @@ from ingest.envelope import (SourceInfo, TableEncoder, TransactionTracker, conte
                              heartbeat_record, message_record, schema_change_record, source_json,
                              table_change_json)
 from ingest.ddl import parse_ddl
+from ingest.declared import DeclaredTypes
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
+from ingest.types import TableSpec
 from ingest.position import POSITION_HEADER, EventPosition, ResumePoint, advance_gtid_state
-from ingest.producer import BrokerError, Topics, TransactionalProducer, read_resume_point
+from ingest.producer import (BrokerError, Topics, TransactionalProducer, read_all_values,
+                             read_resume_point)
 
 log = logging.getLogger("cdc.ingest")
 
@@ -76,6 +79,8 @@ class Ingest:
         self.kafka_conf = config.kafka.client_config()
         self._codecs: dict[tuple[str, str, int], TableCodec] = {}
         self._table_details: dict[tuple[str, str], dict] = {}
+        self._last_spec: dict[tuple[str, str], TableSpec] = {}
+        self.declared = DeclaredTypes()
         self.committed: ResumePoint | None = None
         self.stats = {"events": 0, "kafka_transactions": 0, "source_transactions": 0}
 
@@ -96,6 +101,7 @@ class Ingest:
         else:
             log.info("resuming at GTID %s (+%d row events of %s)", self.committed.gtid_state,
                      self.committed.trx_events, self.committed.trx_gtid)
+        self._load_ddl_history()
         txn_id = f"cdc-ingest-{self.config.state_name or self.prefix}"
         self.producer = TransactionalProducer(self.kafka_conf, txn_id)
         backoff = 1.0
@@ -119,6 +125,15 @@ class Ingest:
                 backoff = min(backoff * 2, 30.0)
                 self.producer = TransactionalProducer(self.kafka_conf, txn_id)
         self.producer.abort()
+
+    def _load_ddl_history(self) -> None:
+        """Declared column types from the schema-change topic (our DDL history)."""
+        for payload in read_all_values(self.kafka_conf, self.prefix):
+            ddl_text = payload.get("ddl")
+            if not ddl_text:
+                continue
+            default_db = (payload.get("source") or {}).get("db") or payload.get("databaseName") or ""
+            self.declared.observe(parse_ddl(ddl_text, default_db), ddl_text)
 
     def _recover(self, message: str, kind: str) -> None:
         log.warning(message)
@@ -279,10 +294,12 @@ class Ingest:
         if codec is None:
             table_map = self._table_maps.get(event.table_id)
             details = self._details(event.schema, event.table)
-            spec = spec_from_details(event.schema, event.table, details, table_map)
+            spec = spec_from_details(event.schema, event.table, details, table_map,
+                                     self.declared.get(event.schema, event.table))
             spec, masked = apply_column_filters(spec, self.filter)
             codec = TableCodec(spec, self.env, masked)
             self._codecs[key] = codec
+            self._last_spec[(event.schema, event.table)] = spec
         return codec
 
     def _rows(self, event, trx: _Trx, position: EventPosition) -> int:
@@ -384,6 +401,7 @@ class Ingest:
     def _ddl(self, event, query: str, trx: _Trx, position: EventPosition) -> int:
         default_db = event.schema.decode() if isinstance(event.schema, bytes) else (event.schema or "")
         ddl = parse_ddl(query, default_db)
+        self.declared.observe(ddl, query)
         for db, table in ddl.tables:
             for key in [k for k in self._codecs if k[0] == db and k[1] == table]:
                 del self._codecs[key]
@@ -404,7 +422,7 @@ class Ingest:
         if ddl.kind in ("CREATE", "ALTER", "RENAME"):
             for db, table in captured:
                 details = self._details(db, table)
-                spec = spec_from_details(db, table, details)
+                spec = spec_from_details(db, table, details, None, self.declared.get(db, table))
                 if spec is not None:
                     spec, _ = apply_column_filters(spec, self.filter)
                     changes.append(table_change_json("CREATE" if ddl.kind == "CREATE" else "ALTER", spec))
@@ -423,10 +441,11 @@ class Ingest:
         if not self.env.emits("t"):
             return 0
         partitions = self._partitions(db, table)
-        codec_spec = spec_from_details(db, table, self._details(db, table))
-        if codec_spec is None:
-            return 0
-        enc = TableEncoder(codec_spec, self.env)
+        # the last version we encoded rows with (the table may be renamed or dropped by
+        # the time we read this TRUNCATE), else what the server has now, else no columns
+        spec = self._last_spec.get((db, table)) or spec_from_details(db, table, self._details(db, table)) \
+            or TableSpec(db, table, ())
+        enc = TableEncoder(spec, self.env)
         rec = enc.truncate(SourceInfo(db, table, trx.ts_ms, event.packet.server_id, position.file,
                                       position.pos, 0, trx.gtid, thread))
         pos = EventPosition(position.file, position.pos, 0).encode()

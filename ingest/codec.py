@@ -27,6 +27,7 @@ def envelope_config(config: IngestConfig) -> EnvelopeConfig:
             decimal_handling_mode=config.decimal_handling_mode,
             bigint_unsigned_handling_mode=config.bigint_unsigned_handling_mode,
             time_precision_mode=config.time_precision_mode,
+            binary_handling_mode=config.binary_handling_mode,
         ),
         tombstones_on_delete=config.tombstones_on_delete,
         provide_transaction_metadata=config.provide_transaction_metadata,
@@ -66,9 +67,16 @@ def load_table_details(conn: pymysql.Connection, db: str, table: str) -> dict[st
             "charset": collation.split("_", 1)[0] if collation else None}
 
 
-def spec_from_details(db: str, table: str, details: dict, table_map_event=None) -> TableSpec | None:
-    """A TableSpec from the binlog table map (when given) refined by ``details``."""
-    declared = declared_types_from_ddl(details["create"]) if details.get("create") else None
+HIDDEN_TYPES = ("boolean", "json")  # what information_schema cannot show on MariaDB
+
+
+def spec_from_details(db: str, table: str, details: dict, table_map_event=None,
+                      declared_in_binlog: dict | None = None) -> TableSpec | None:
+    """A TableSpec from the binlog table map (when given) refined by ``details`` and by
+    the types the DDL in the binlog declared (BOOLEAN, JSON)."""
+    declared = declared_types_from_ddl(details["create"]) if details.get("create") else {}
+    declared.update(declared_in_binlog or {})
+    declared = {k: v for k, v in declared.items() if v in HIDDEN_TYPES} or None
     if table_map_event is not None:
         return table_spec_from_binlog(table_map_event, details.get("columns") or None,
                                       declared_types=declared, default_charset=details.get("charset"))

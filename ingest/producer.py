@@ -185,5 +185,39 @@ def read_resume_point(client_config: dict, topic: str, source_key: bytes,
         consumer.close()
 
 
-def all_partitions(count: int) -> Iterable[int]:
-    return range(count)
+def read_all_values(client_config: dict, topic: str, timeout_s: float = 60.0) -> Iterable[dict]:
+    """Every JSON value of a single-partition topic, in order (payload unwrapped)."""
+    import json
+
+    from confluent_kafka import Consumer
+
+    conf = dict(client_config)
+    conf.update({"group.id": "cdc-ingest-history-reader", "enable.auto.commit": False,
+                 "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer = Consumer(conf)
+    try:
+        try:
+            lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        except KafkaException:
+            return
+        if hi <= lo:
+            return
+        consumer.assign([TopicPartition(topic, 0, lo)])
+        deadline = time.monotonic() + timeout_s
+        quiet_since = None
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 0.6:
+                    break
+                continue
+            quiet_since = None
+            if msg.error() or not msg.value():
+                continue
+            value = json.loads(msg.value())
+            if isinstance(value, dict) and "payload" in value and "schema" in value:
+                value = value["payload"]
+            yield value
+    finally:
+        consumer.close()

@@ -316,7 +316,12 @@ def table_spec_from_binlog(event_or_table, extra: Iterable[Mapping[str, Any]] | 
     spec = TableSpec(db=schema, table=tname, columns=tuple(specs), primary_key=tuple(pk),
                      default_charset=default_charset)
     if extra:
+        # information_schema describes the table as it is now; the table map describes it
+        # as it was when the row was written: keep the binlog's nullability
+        binlog_nullable = {c.name: c.nullable for c in specs}
         spec = enrich_table_spec(spec, extra)
+        spec = replace(spec, columns=tuple(replace(c, nullable=binlog_nullable.get(c.name, c.nullable))
+                                           for c in spec.columns))
     overrides = dict(declared_types or {})
     for name in json_columns:
         overrides.setdefault(name, "json")

@@ -26,3 +26,22 @@ def test_parse_ddl_tables(sql, kind, tables):
 def test_parse_database_ddl():
     ddl = parse_ddl("CREATE DATABASE IF NOT EXISTS shop", "")
     assert ddl.kind == "DATABASE" and ddl.database == "shop"
+
+
+def test_declared_types_follow_create_alter_rename_drop():
+    from ingest.declared import DeclaredTypes
+
+    d = DeclaredTypes()
+    sql = "CREATE TABLE t (id INT PRIMARY KEY, flag BOOLEAN, doc JSON)"
+    d.observe(parse_ddl(sql, "db"), sql)
+    assert d.get("db", "t")["flag"] == "boolean" and d.get("db", "t")["doc"] == "json"
+    sql = "ALTER TABLE t ADD COLUMN extra BOOL, DROP COLUMN doc, CHANGE flag flag2 TINYINT(1)"
+    d.observe(parse_ddl(sql, "db"), sql)
+    got = d.get("db", "t")
+    assert got["extra"] == "boolean" and "doc" not in got and got["flag2"] == "tinyint" and "flag" not in got
+    sql = "RENAME TABLE t TO u"
+    d.observe(parse_ddl(sql, "db"), sql)
+    assert d.get("db", "u")["extra"] == "boolean" and d.get("db", "t") == {}
+    sql = "DROP TABLE u"
+    d.observe(parse_ddl(sql, "db"), sql)
+    assert d.get("db", "u") == {}

@@ -238,7 +238,7 @@ def test_one_million_row_transaction_memory_stays_flat(stack, mysql_root, unique
         wait_caught_up(stack, unique_name, proc=proc)
         baseline = proc.rss_kb()
         with mysql_root.cursor() as cur:
-            cur.execute(f"INSERT INTO {db}.big SELECT seq, CONCAT('v', seq) FROM seq_1_to_{rows}")
+            cur.execute(f"INSERT INTO {db}.big SELECT seq, CONCAT('v', seq) FROM {db}.seq_1_to_{rows}")
         samples = []
         deadline = time.monotonic() + 600
         done = False

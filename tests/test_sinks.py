@@ -391,15 +391,15 @@ def run_model(sink, steps) -> None:
     assert sink.applied_version(t) == (version or None)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(STEP, min_size=1, max_size=8))
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEP, min_size=1, max_size=10))
 def test_delta_matches_model(tmp_path_factory, steps):
     run_model(_delta(tmp_path_factory), steps)
 
 
 @pytest.mark.integration
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(STEP, min_size=1, max_size=8))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEP, min_size=1, max_size=10))
 def test_postgres_matches_model(pg_sink, steps):
     run_model(pg_sink, steps)
 

@@ -316,6 +316,9 @@ class DeltaSink(Sink):
             log.warning("table %s: tombstones at version %s lag the table (%s); skipping replay of %s",
                         table, tomb_v, main_v, version)
             return False
+        if main_v > tomb_v and version > main_v:
+            log.warning("table %s: tombstones of version %s were never completed (the batch was not "
+                        "replayed); deletes of that batch may not be remembered", table, main_v)
         src = latest_per_key(table, changes, m.keys)
         unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]
         if unknown:

@@ -10,7 +10,7 @@ Records
   converter with ``schemas.enable=false``). ``op`` is the change's ``_cdc_op`` (snapshot rows
   stay ``r``). c/u/r carry ``after`` (``before`` is null: the merger only has after
   images); d carries ``before`` = the delete's row (key columns, others as given). If the
-  batch has a ``_cdc_source`` column (JSON text), it is used as ``source``; otherwise a
+  batch has a ``_cdc_source`` column (JSON text, embedded as is), it is the ``source``; otherwise a
   ``source`` block naming the merger is synthesized. ``_cdc_ts_ms`` (int64) sets ``ts_ms``.
 * a delete is followed by a tombstone (same key, null value) unless ``tombstones=False``.
 * headers: ``cdc.seq`` (the change's sequence) and ``cdc.version`` (the batch version).
@@ -78,6 +78,7 @@ log = logging.getLogger(__name__)
 
 SEQ_HEADER, VERSION_HEADER, TRUNCATE_HEADER = "cdc.seq", "cdc.version", "cdc.truncate"
 _EPOCH_DATE = _dt.date(1970, 1, 1)
+_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _INVALID = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -436,35 +437,34 @@ class KafkaChangelogSink(Sink):
     def _records(self, st: _State, src: pa.Table, version: int) -> list:
         if src.num_rows == 0:
             return []
+        dumps = _DUMPS
         cols = [c for c in src.column_names if c in st.columns]
         enc = {c: self._encoded_column(src[c], st.columns[c]) for c in cols}
-        keys_json = [enc[k] for k in st.keys]
+        key_parts = [(dumps(k) + ":", enc[k]) for k in st.keys]
         seqs = src[SEQ].to_pylist()
         ops = src[OP].to_pylist()
         sources = src["_cdc_source"].to_pylist() if "_cdc_source" in src.column_names else None
         ts = src["_cdc_ts_ms"].to_pylist() if "_cdc_ts_ms" in src.column_names else None
         now = int(time.time() * 1000)
+        own_source = {op: dumps(self._source(st.table, op, now)) for op in ("c", "u", "r", "d")}
         vbytes = str(version).encode()
+        n_parts = st.partitions
         out = []
         held = st.seqs
         for i, (seq, op) in enumerate(zip(seqs, ops)):
-            key = json.dumps({k: kj[i] for k, kj in zip(st.keys, keys_json)}, separators=(",", ":"),
-                             ensure_ascii=False).encode()
+            key = ("{" + ",".join(name + _scalar(values[i]) for name, values in key_parts) + "}").encode()
             h = held.get(key)
             if h is not None and h >= seq:
                 continue
-            row = {c: enc[c][i] for c in cols}
-            if sources is not None and sources[i]:
-                source = json.loads(sources[i])
+            row = dumps({c: enc[c][i] for c in cols})
+            source = sources[i] if sources is not None and sources[i] else own_source[op]
+            ts_ms = ts[i] if ts is not None and ts[i] is not None else now
+            if op == DELETE_OP:
+                value = f'{{"before":{row},"after":null,"source":{source},"op":"d","ts_ms":{ts_ms},"transaction":null}}'
             else:
-                source = self._source(st.table, op, now)
-            value = {"before": row if op == DELETE_OP else None, "after": None if op == DELETE_OP else row,
-                     "source": source, "op": op, "ts_ms": ts[i] if ts is not None and ts[i] is not None else now,
-                     "transaction": None}
-            out.append((key, json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode(),
-                        partition_for(key, st.partitions),
-                        [(SEQ_HEADER, str(seq).encode()), (VERSION_HEADER, vbytes)],
-                        op == DELETE_OP))
+                value = f'{{"before":null,"after":{row},"source":{source},"op":"{op}","ts_ms":{ts_ms},"transaction":null}}'
+            out.append((key, value.encode(), partition_for(key, n_parts),
+                        [(SEQ_HEADER, str(seq).encode()), (VERSION_HEADER, vbytes)], op == DELETE_OP))
         return out
 
     def _source(self, table: TableId, op: str, now: int) -> dict:
@@ -526,8 +526,7 @@ class KafkaChangelogSink(Sink):
                     if key in live:
                         value = {"before": json.loads(key), "after": None, "source": self._source(table, "d", now),
                                  "op": DELETE_OP, "ts_ms": now, "transaction": None}
-                        self._send(p, st.topic, key, json.dumps(value, separators=(",", ":"),
-                                                                ensure_ascii=False).encode(), part, headers)
+                        self._send(p, st.topic, key, _DUMPS(value).encode(), part, headers)
                     self._send(p, st.topic, key, None, part, headers)
 
             self._transaction(produce, [new_state])
@@ -596,6 +595,11 @@ class KafkaChangelogSink(Sink):
             if self._producer is not None:
                 self._producer.flush(5)
                 self._producer = None
+
+
+def _scalar(v) -> str:
+    """JSON text of one scalar (fast path for ints)."""
+    return str(v) if type(v) is int else _DUMPS(v)
 
 
 def _zoned(micros: int) -> str:

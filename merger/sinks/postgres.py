@@ -372,7 +372,7 @@ class PostgresSink(Sink):
         on = lambda a, b: sql.SQL(" AND ").join(  # noqa: E731
             sql.SQL("{}.{} = {}.{}").format(sql.Identifier(a), ident[k], sql.Identifier(b), ident[k]) for k in m.keys)
         had_tombs = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(tomb)).fetchone()[0]
-        if False:
+        if had_tombs:
             conn.execute(sql.SQL("DELETE FROM _cdc_stage s USING {} d WHERE {} AND s.{} <= d.{}")
                          .format(tomb, on("s", "d"), ident[SEQ], ident[SEQ]))
         est = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (m.qualified,)).fetchone()[0]

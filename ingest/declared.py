@@ -1,0 +1,60 @@
+"""Column types as declared in the DDL the binlog carried (BOOLEAN, JSON, REAL, ...).
+
+MariaDB's information_schema and SHOW CREATE TABLE cannot tell BOOLEAN from TINYINT(1)
+or JSON from LONGTEXT, but Debezium maps them differently, from its DDL history. We keep
+the same memory: from every CREATE/ALTER/RENAME/DROP we read in the binlog, and after a
+restart from the schema-change topic, which holds those statements in order."""
+
+from __future__ import annotations
+
+import re
+
+from ingest.ddl import DDL
+from ingest.types import _SYNONYMS, declared_types_from_ddl
+
+_IDENT = r"(`(?:[^`]|``)+`|[\w$\u0080-\uffff]+)"
+_ALTER_COLUMN = re.compile(
+    rf"\b(?:ADD|MODIFY)\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?{_IDENT}\s+([a-zA-Z]+)"
+    rf"|\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_IDENT}\s+{_IDENT}\s+([a-zA-Z]+)"
+    rf"|\bDROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_IDENT}", re.I)
+_NOT_COLUMNS = {"index", "key", "primary", "unique", "constraint", "foreign", "fulltext", "spatial",
+                "partition", "check", "period", "system"}
+
+
+def _name(ident: str) -> str:
+    return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident
+
+
+class DeclaredTypes:
+    def __init__(self) -> None:
+        self.by_table: dict[tuple[str, str], dict[str, str]] = {}
+
+    def get(self, db: str, table: str) -> dict[str, str]:
+        return self.by_table.get((db, table), {})
+
+    def observe(self, ddl: DDL, sql: str) -> None:
+        if ddl.kind == "CREATE" and ddl.tables:
+            if re.search(r"\bLIKE\b", sql[:200], re.I) and "(" not in sql:
+                return
+            self.by_table[ddl.tables[0]] = declared_types_from_ddl(sql)
+        elif ddl.kind == "ALTER" and ddl.tables:
+            key = ddl.tables[0]
+            cols = dict(self.by_table.get(key, {}))
+            for m in _ALTER_COLUMN.finditer(sql):
+                if m.group(1) and m.group(1).lower() not in _NOT_COLUMNS:
+                    cols[_name(m.group(1))] = _SYNONYMS.get(m.group(2).lower(), m.group(2).lower())
+                elif m.group(3):
+                    cols.pop(_name(m.group(3)), None)
+                    cols[_name(m.group(4))] = _SYNONYMS.get(m.group(5).lower(), m.group(5).lower())
+                elif m.group(6) and m.group(6).lower() not in _NOT_COLUMNS:
+                    cols.pop(_name(m.group(6)), None)
+            self.by_table[key] = cols
+            if len(ddl.tables) > 1:  # ALTER ... RENAME TO
+                self.by_table[ddl.tables[1]] = self.by_table.pop(key)
+        elif ddl.kind == "RENAME":
+            for old, new in zip(ddl.tables[0::2], ddl.tables[1::2]):
+                if old in self.by_table:
+                    self.by_table[new] = self.by_table.pop(old)
+        elif ddl.kind == "DROP":
+            for t in ddl.tables:
+                self.by_table.pop(t, None)
