@@ -19,14 +19,13 @@ import time
 from dataclasses import dataclass
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent,
-                                      XidEvent)
-from pymysqlreplication.row_event import TableMapEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
+                                          WriteRowsEvent)
 
 from cdc.config import IngestConfig
 from ingest import metrics
+from ingest.binlog import open_reader
 from ingest.checks import SourceError, check_source, connect, gtid_for_file_pos
 from ingest.codec import (TableCodec, apply_column_filters, envelope_config, load_table_details,
                           spec_from_details)
@@ -158,19 +157,9 @@ class Ingest:
 
     # ------------------------------------------------------------------ streaming
 
-    def _reader(self) -> BinLogStreamReader:
-        kw = self.config.mysql.connect_kwargs()
-        settings = {"host": kw["host"], "port": kw["port"], "user": kw["user"],
-                    "passwd": kw["password"], "connect_timeout": kw["connect_timeout"]}
-        if "ssl" in kw:
-            settings["ssl"] = kw["ssl"]
-        return BinLogStreamReader(
-            connection_settings=settings, server_id=self.config.server_id, is_mariadb=True,
-            auto_position=self.committed.gtid_state or "", blocking=True,
-            resume_stream=True, slave_heartbeat=1.0,
-            only_events=[MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
-                         TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-        )
+    def _reader(self):
+        return open_reader(self.config.mysql.connect_kwargs(), self.config.server_id,
+                           self.committed.gtid_state)
 
     def _stream(self, stop: threading.Event) -> None:
         cfg = self.config

@@ -438,7 +438,8 @@ class World:
     def crash(self, rewinds):
         """Restart from the last checkpoint; Kafka re-delivers from at or before it."""
         state, driver, pos = self.saved
-        self.rolled_back |= pos != self.pos
+        self.rolled_back |= (state != json.dumps(self.rec.to_dict()) or pos != self.pos
+                             or driver != (self.pending, self.done, self.inflight))
         self.rec = Reconciler.from_dict(json.loads(state))
         self.pending, self.done, self.inflight = copy.deepcopy(driver)
         self.pos = [max(0, pos[p] - rewinds[p % len(rewinds)]) for p in range(self.P)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import itertools
 import json
 import uuid
 

@@ -39,7 +39,14 @@ Schema changes: an added column is added (``ALTER``, metadata only); a widened t
 followed by rewriting the table with the wider type (streamed, one overwrite commit;
 Delta type widening is not available in delta-rs). Costs: MERGE rewrites every data file
 holding a matched key (copy-on-write); files accumulate with small batches, so run
-``OPTIMIZE``/``VACUUM`` periodically (out of scope here).
+``OPTIMIZE``/``VACUUM`` periodically (out of scope here). Measured here (2 cores, shared):
+1M new rows of a 6-column table in batches of 100k: 420-570k rows/s (delta-rs prunes
+files by the batch's key range); 100k random updates into that 1M-row table: ~0.55 s per
+batch (~150-185k rows/s), because every file is rewritten: the cost of an update batch
+grows with the table when its keys are spread over all files (bench/sink_throughput.py).
+Every apply adds two commits (table + tombstones, empty ones included), so the logs grow
+by two JSON files per batch (delta-rs checkpoints every 100 commits).
+Tombstones stay until the key is written again or the table is truncated.
 """
 
 from __future__ import annotations

@@ -77,7 +77,6 @@ except ImportError as _exc:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 SEQ_HEADER, VERSION_HEADER, TRUNCATE_HEADER = "cdc.seq", "cdc.version", "cdc.truncate"
-_EPOCH_DATE = _dt.date(1970, 1, 1)
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _INVALID = re.compile(r"[^A-Za-z0-9._-]")
 

@@ -18,6 +18,14 @@ apply(table, version, changes), all in ONE transaction:
   table; drop staged changes not newer than a tombstone; MERGE into the target with the
   sequence guard; insert/raise tombstones for deletes whose key is now absent; remove
   tombstones of keys upserted again; record the version; COMMIT.
+  The MERGE probes the target's primary key per staged row (nested loop, forced with
+  SET LOCAL): its cost follows the batch, not the table. Measured here (2 cores, shared):
+  1M rows of a 6-column table in batches of 100k: 260-285k rows/s; random updates of
+  existing keys: ~185k rows/s (bench/sink_throughput.py).
+
+Threads: one connection per calling thread; a table's batches must not overlap (the
+``_cdc_applied`` row lock serializes them anyway). Strings containing NUL (U+0000) are
+refused (PostgreSQL text cannot hold them): the batch fails as a whole.
 
 Identifiers are always quoted (psycopg.sql.Identifier), so names with quotes, spaces,
 non-ASCII characters or reserved words work. PostgreSQL limits identifiers to 63 bytes;
@@ -109,17 +117,20 @@ def _first_line(exc: BaseException) -> str:
 class PostgresSink(Sink):
     def __init__(self, settings: "PgSettings | Mapping[str, Any]", schema: str | None = None,
                  control_schema: str = "_cdc", json_as_jsonb: bool = True,
-                 work_mem: str | None = "256MB", index_join_ratio: float = 4.0):
+                 work_mem: str | None = "256MB", merge_join: str = "index"):
         """``schema``: fixed target schema (default: one schema per source database).
-        ``index_join_ratio``: when the target holds more than this many times the batch's
-        rows, the MERGE is forced to an index nested-loop join (its cost then follows the
-        batch, not the table); otherwise the planner chooses (usually a hash join)."""
+        ``merge_join``: "index" makes the MERGE probe the target's primary key for each
+        staged row (nested loop; cost follows the batch, not the table; measured 3x faster
+        than the hash join the planner picks for 100k rows into 1M); "auto" lets the
+        planner choose."""
+        if merge_join not in ("index", "auto"):
+            raise SinkError(f"merge_join must be 'index' or 'auto', not {merge_join!r}")
         self.settings = PgSettings.from_any(settings)
         self.fixed_schema = schema
         self.control_schema = control_schema
         self.json_as_jsonb = json_as_jsonb
         self.work_mem = work_mem
-        self.index_join_ratio = index_join_ratio
+        self.merge_join = merge_join
         self._local = threading.local()
         self._conns: list[psycopg.Connection] = []
         self._lock = threading.Lock()
@@ -356,10 +367,8 @@ class PostgresSink(Sink):
         return True
 
     def _merge(self, conn, m: _Meta, src: pa.Table, cols: list[str], target, tomb) -> None:
-        n = src.num_rows
         if self.work_mem:
             conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(self.work_mem)))
-        stage = sql.Identifier("_cdc_stage")
         ident = {c: sql.Identifier(c) for c in cols + [SEQ, OP]}
         conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp._cdc_stage"))
         conn.execute(sql.SQL("CREATE TEMP TABLE _cdc_stage ON COMMIT DROP AS SELECT {}, NULL::text AS {} FROM {} WITH NO DATA")
@@ -375,8 +384,7 @@ class PostgresSink(Sink):
         if had_tombs:
             conn.execute(sql.SQL("DELETE FROM _cdc_stage s USING {} d WHERE {} AND s.{} <= d.{}")
                          .format(tomb, on("s", "d"), ident[SEQ], ident[SEQ]))
-        est = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (m.qualified,)).fetchone()[0]
-        force_index = est is not None and est > n * self.index_join_ratio
+        force_index = self.merge_join == "index"
         if force_index:
             conn.execute("SET LOCAL enable_hashjoin = off")
             conn.execute("SET LOCAL enable_mergejoin = off")

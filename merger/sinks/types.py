@@ -37,7 +37,8 @@ to widen; we still refuse narrowing/family changes so all sinks pause alike).
 Widening (``compare``): signed int to a wider int; int to decimal(p,s) with
 p - s >= the int's digits; decimal(p,s) -> (p2,s2) with s2 >= s and p2 - s2 >= p - s;
 float32 -> float64; text <- json (kept as text). Everything else that differs is
-incompatible (narrowing, type family change, tz <-> no tz, ...).
+incompatible (narrowing, type family change, tz <-> no tz, ...). Strings are stored as
+text/string whatever their declared length, so a longer VARCHAR is no change at all.
 """
 
 from __future__ import annotations
