@@ -1,0 +1,170 @@
+"""Row-decoding micro-benchmark: how fast the binlog reader turns a backlog into rows.
+
+A backlog of N rows (default 200,000; table ``(id INT PRIMARY KEY, a INT, b VARCHAR(40),
+c DECIMAL(10,2), d DATETIME(3))`` as in bench/ingest_throughput.py; transactions of 1,000)
+is written twice: as one-row INSERT statements ("single": one TABLE_MAP + one rows event
+per row) and as one multi-row INSERT per transaction ("multi"). Each backlog is then read
+with a non-blocking BinLogStreamReader from the GTID before it
+(``auto_position=gtid, is_mariadb=True, blocking=False``) and every row is decoded
+(``event.rows``), with:
+
+* ``stock``:  mysql-replication as shipped (its TableMapEvent and rows event classes);
+* ``cached``: the stock rows decoding plus ingest's table-map cache (ingest before rowdecode);
+* ``fast``:   ingest.binlog's reader (table-map cache + ingest.rowdecode + fast packet path).
+
+Prints rows/s per variant and workload (best of ``--repeat`` runs). Nothing goes to Kafka.
+
+    .venv/bin/python bench/decode_micro.py [--rows 200000] [--repeat 3] [--variants stock,cached,fast]
+        [--state-dir /tmp/rd-stack] [--reuse]
+
+The MariaDB of the local embedded stack in --state-dir is used (started if not running,
+left running). --reuse keeps an existing backlog of the same size (recorded in the state dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import pymysql
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cdc import stack as local_stack  # noqa: E402
+
+DB = "bench_rowdecode"
+DDL = ("CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), "
+       "d DATETIME(3))")
+
+
+def _root(info):
+    return pymysql.connect(host=info.mariadb.host, port=info.mariadb.port, user="root",
+                           password=info.mariadb.root_password, autocommit=True)
+
+
+def make_backlog(info, mode: str, rows: int, trx_size: int = 1000) -> dict:
+    conn = _root(info)
+    table = f"{DB}.t_{mode}"
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+        cur.execute(f"DROP TABLE IF EXISTS {table}")
+        cur.execute(DDL.format(t=table))
+        cur.execute("SELECT @@gtid_binlog_pos")
+        start = cur.fetchone()[0]
+        for trx in range(rows // trx_size):
+            base = trx * trx_size
+            cur.execute("BEGIN")
+            if mode == "single":
+                for i in range(trx_size):
+                    cur.execute(f"INSERT INTO {table} VALUES (%s, %s, 'some text value', 12.34, NOW(3))",
+                                (base + i, i))
+            else:
+                cur.execute(f"INSERT INTO {table} VALUES " + ",".join(
+                    f"({base + i},{i},'some text value',12.34,NOW(3))" for i in range(trx_size)))
+            cur.execute("COMMIT")
+        cur.execute("SELECT @@gtid_binlog_pos")
+        end = cur.fetchone()[0]
+    conn.close()
+    return {"mode": mode, "rows": rows, "table": table, "gtid_start": start, "gtid_end": end}
+
+
+def _settings(info) -> dict:
+    return {"host": info.mariadb.host, "port": info.mariadb.port, "user": "root",
+            "passwd": info.mariadb.root_password}
+
+
+def read_backlog(info, backlog: dict, variant: str) -> tuple[int, float]:
+    """Decode every row of the backlog's table from its GTID start to the binlog's end.
+    Returns (rows, seconds)."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+    from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
+                                              WriteRowsEvent)
+
+    from ingest import binlog
+
+    table = backlog["table"].split(".", 1)[1]
+    if variant == "fast":
+        reader = binlog.open_reader(
+            {"host": info.mariadb.host, "port": info.mariadb.port, "user": "root",
+             "password": info.mariadb.root_password}, 7301, backlog["gtid_start"], blocking=False)
+        ctx = None
+    else:
+        ctx = binlog.library_classes(cached_table_map=(variant == "cached"))
+        ctx.__enter__()
+        table_map_cls = binlog.CachedTableMapEvent if variant == "cached" else TableMapEvent
+        reader = BinLogStreamReader(
+            connection_settings=_settings(info), server_id=7302, is_mariadb=True,
+            auto_position=backlog["gtid_start"], blocking=False, resume_stream=True,
+            only_events=[MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, table_map_cls,
+                         WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+    n = 0
+    row_classes = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+    try:
+        t0 = time.perf_counter()
+        for event in reader:
+            if isinstance(event, row_classes) and event.table == table:
+                n += len(event.rows)
+        took = time.perf_counter() - t0
+    finally:
+        reader.close()
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+    return n, took
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--variants", default="stock,cached,fast")
+    ap.add_argument("--modes", default="single,multi")
+    ap.add_argument("--state-dir", default="/tmp/rd-stack")
+    ap.add_argument("--reuse", action="store_true", help="reuse a recorded backlog of the same size")
+    args = ap.parse_args(argv)
+
+    state_dir = Path(args.state_dir)
+    info = local_stack.up(state_dir, components=("mariadb",))
+    record = state_dir / "decode_micro_backlog.json"
+    known = json.loads(record.read_text()) if args.reuse and record.exists() else {}
+    backlogs = {}
+    for mode in args.modes.split(","):
+        b = known.get(mode)
+        if not b or b["rows"] != args.rows:
+            t0 = time.monotonic()
+            b = make_backlog(info, mode, args.rows)
+            print(f"backlog {mode}: {args.rows} rows written in {time.monotonic() - t0:.1f}s", flush=True)
+        backlogs[mode] = b
+    known.update(backlogs)
+    record.write_text(json.dumps(known))
+
+    results = {}
+    for mode, b in backlogs.items():
+        for variant in args.variants.split(","):
+            best = None
+            for _ in range(args.repeat):
+                n, took = read_backlog(info, b, variant)
+                if n != b["rows"]:
+                    raise SystemExit(f"{variant}/{mode}: decoded {n} rows, expected {b['rows']}")
+                best = took if best is None else min(best, took)
+            results[(mode, variant)] = b["rows"] / best
+            print(f"{mode:6s} {variant:6s} {b['rows']:>8d} rows  {best:7.2f}s  {b['rows'] / best:>10,.0f} rows/s",
+                  flush=True)
+    print()
+    print(f"| workload ({args.rows:,} rows) | " + " | ".join(args.variants.split(",")) + " | fast/stock |")
+    print("|---|" + "---|" * (len(args.variants.split(",")) + 1))
+    for mode in backlogs:
+        cells = [f"{results[(mode, v)]:,.0f}" for v in args.variants.split(",")]
+        ratio = (f"{results[(mode, 'fast')] / results[(mode, 'stock')]:.1f}x"
+                 if (mode, "fast") in results and (mode, "stock") in results else "")
+        label = "one-row INSERT events" if mode == "single" else "multi-row INSERT events"
+        print(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
