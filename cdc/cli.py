@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -139,6 +140,112 @@ def demo(state_dir: Path = STATE_DIR_OPTION,
 
     _setup_logging(False)
     run_demo(state_dir, rows, Console())
+
+
+# ------------------------------------------------------------------ merger
+
+
+def local_merger_overrides(state_dir: Path) -> dict:
+    info = local_stack.StackInfo.load(state_dir)
+    return {
+        "mysql.host": info.mariadb.host, "mysql.port": info.mariadb.port, "mysql.user": "root",
+        "mysql.password_file": str(local_stack.secret_file(info, "mysql_root_password")),
+        "kafka.bootstrap_servers": info.kafka.bootstrap,
+        "sinks.postgres.host": info.postgres.host, "sinks.postgres.port": info.postgres.port,
+        "sinks.postgres.user": info.postgres.user, "sinks.postgres.dbname": info.postgres.database,
+        "sinks.postgres.password_file": str(local_stack.secret_file(info, "postgres_password")),
+    }
+
+
+def load_merger_config(config: Optional[Path], local: bool, state_dir: Path):
+    from cdc.config import MergerConfig
+
+    overrides = local_merger_overrides(state_dir) if local else {}
+    return load_model(MergerConfig, config, overrides)
+
+
+CONFIG_OPTION = typer.Option(None, "--config", "-c", help="merger YAML file")
+
+
+@app.command()
+def merge(config: Optional[Path] = CONFIG_OPTION,
+          local: bool = typer.Option(False, "--local", help="use the local stack's servers"),
+          state_dir: Path = STATE_DIR_OPTION, verbose: bool = typer.Option(False, "-v")):
+    """Run the merger (Spark Structured Streaming) until stopped."""
+    from merger.app import Merger
+
+    _setup_logging(verbose)
+    cfg = load_merger_config(config, local, state_dir)
+    merger = Merger(cfg)
+    signal.signal(signal.SIGTERM, lambda *_: merger.stop_event.set())
+    signal.signal(signal.SIGINT, lambda *_: merger.stop_event.set())
+    merger.run()
+
+
+def _store(config: Optional[Path], local: bool, state_dir: Path):
+    from merger.state import StateStore
+
+    cfg = load_merger_config(config, local, state_dir)
+    return StateStore(cfg.state_dir)
+
+
+def _check_table(table: str) -> str:
+    if table.count(".") < 1:
+        raise ConfigError(f"table {table!r}: write it as <database>.<table>")
+    return table
+
+
+@app.command()
+def snapshot(table: str = typer.Argument(..., help="<database>.<table>"),
+             where: Optional[str] = typer.Option(None, help="SQL condition: snapshot only these rows"),
+             pause: bool = typer.Option(False, "--pause", help="pause the running snapshot"),
+             resume_: bool = typer.Option(False, "--resume", help="resume a paused snapshot"),
+             cancel: bool = typer.Option(False, "--cancel", help="cancel the running snapshot"),
+             config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(False, "--local"),
+             state_dir: Path = STATE_DIR_OPTION):
+    """Snapshot a table while streaming continues (or pause/resume/cancel its snapshot)."""
+    action = "pause" if pause else "resume" if resume_ else "cancel" if cancel else "snapshot"
+    store = _store(config, local, state_dir)
+    store.request(action, _check_table(table), where=where)
+    console.print(f"requested: {action} {table}")
+
+
+@app.command()
+def resume(table: str = typer.Argument(..., help="<database>.<table>"),
+           config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(False, "--local"),
+           state_dir: Path = STATE_DIR_OPTION):
+    """Resume a paused table (after an operator fixed what paused it)."""
+    store = _store(config, local, state_dir)
+    store.request("resume", _check_table(table))
+    console.print(f"requested: resume {table}")
+
+
+@app.command()
+def status(config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(False, "--local"),
+           state_dir: Path = STATE_DIR_OPTION, as_json: bool = typer.Option(False, "--json")):
+    """Per table: phase, snapshot chunks done of total, rows, lag, last applied offsets."""
+    import json as _json
+
+    store = _store(config, local, state_dir)
+    st = store.read_status()
+    if st is None:
+        raise ConfigError(f"no merger status in {store.root}: has `cdc merge` run with this state_dir?")
+    if as_json:
+        print(_json.dumps(st, indent=2))
+        return
+    age = time.time() - st.get("updated_at", 0)
+    table = Table(title=f"merger (status {age:.0f}s old, last batch {st.get('last_batch')}, "
+                        f"bad records {st.get('bad_records', 0)})")
+    for col in ("table", "phase", "chunks", "snapshot rows", "rows applied", "lag ms", "offsets", "note"):
+        table.add_column(col)
+    for name, t in st.get("tables", {}).items():
+        phase = t["phase"] + (" (blocked on sink)" if t.get("blocked_on_sink") else "")
+        note = t.get("error") or t.get("blocked_on_sink") or ""
+        offsets = ",".join(f"{p}:{o}" for p, o in sorted(t.get("last_offsets", {}).items()))
+        lag = "-" if t.get("lag_ms") is None else f"{t['lag_ms']:.0f}"
+        table.add_row(name, phase, f"{t['chunks_done']}/{t['chunks_total']}", str(t["snapshot_rows"]),
+                      str(t["rows_applied"]), lag, offsets, note[:80])
+    Console().print(table)
 
 
 # ------------------------------------------------------------------ entry point

@@ -191,3 +191,84 @@ def load_model(model: type[BaseModel], path: str | Path | None, overrides: dict 
         return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source)) from None
+
+
+class PostgresSinkConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(5432, ge=1, le=65535)
+    user: str = "cdc"
+    dbname: str = "cdc"
+    password_env: str | None = None
+    password_file: str | None = None
+    schema_: str | None = Field(None, alias="schema",
+                                description="target schema; default: one schema per source database")
+
+    def settings(self) -> dict:
+        secret = _read_secret(self.password_env, self.password_file, "sinks.postgres.password")
+        return {"host": self.host, "port": self.port, "user": self.user, "dbname": self.dbname,
+                "password": secret.get_secret_value() if secret else ""}
+
+
+class DeltaSinkConfig(_Model):
+    path: str = Field(..., description="base directory (or object-store URL) of the Delta tables")
+
+
+class KafkaChangelogSinkConfig(_Model):
+    topic_prefix: str = Field(..., description="merged changelog topics: <topic_prefix>.<db>.<table>")
+    partitions: int = Field(1, ge=1)
+
+
+class SinksConfig(_Model):
+    delta: DeltaSinkConfig | None = None
+    postgres: PostgresSinkConfig | None = None
+    kafka_changelog: KafkaChangelogSinkConfig | None = None
+
+
+class SnapshotConfig(_Model):
+    auto_new_tables: bool = Field(True, description="snapshot a table when it is seen for the first time")
+    chunk_size: int = Field(50_000, ge=100, description="rows per chunk, at most")
+    parallelism: int = Field(2, ge=1, le=64, description="chunks read at once (Spark JDBC partitions)")
+    chunks_per_window: int = Field(4, ge=1, description="chunks between one LOW and one HIGH watermark")
+    window_timeout_s: float = Field(120.0, gt=0, description="retry a window whose markers do not arrive")
+    fetch_size: int = Field(10_000, ge=1)
+    chunk_keys: dict[str, list[str]] = Field(default_factory=dict,
+                                             description="db.table -> columns, for tables without a primary key")
+
+
+class MergerConfig(_Model):
+    """Configuration of one ``cdc merge`` process."""
+
+    topic_prefix: str = Field("cdc", description="the ingest (or Debezium) topic.prefix to consume")
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    mysql: MySQLConfig = Field(default_factory=MySQLConfig, description="source, for snapshots and watermarks")
+    watermark_table: str = "cdc.cdc_watermarks"
+    table_include: list[str] = Field(default_factory=list, description="regexes on db.table; empty = all")
+    table_exclude: list[str] = Field(default_factory=list)
+    sinks: SinksConfig = Field(default_factory=SinksConfig)
+    snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
+    state_dir: str = Field("./.cdc/merger", description="Spark checkpoint, reconciliation state, staging")
+    spark_master: str = Field("local[2]", description="used when not started by spark-submit")
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+    trigger_interval_ms: int = Field(500, ge=0)
+    max_records_per_trigger: int = Field(200_000, ge=1)
+    end_probe: Literal["scan", "watermark"] = Field(
+        "scan", description="scan: read the partition tail to find the end (needed on Tansu)")
+    on_bad_record: Literal["dead_letter", "stop"] = "dead_letter"
+    metrics_port: int = Field(0, ge=0, le=65535)
+
+    @field_validator("table_include", "table_exclude")
+    @classmethod
+    def _regexes(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+        return value
+
+    @field_validator("watermark_table")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        if value.count(".") != 1:
+            raise ValueError("must be <database>.<table>")
+        return value

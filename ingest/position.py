@@ -79,6 +79,15 @@ class EventPosition:
     def __lt__(self, other: "EventPosition") -> bool:
         return self.key() < other.key()
 
+    def sequence(self) -> int:
+        """A positive int64 that orders positions along the binlog: file number, then
+        ``pos + row`` (a row index is always smaller than its event's size, so this never
+        reaches the next event), then ``part``. The merger orders the changes of a key by
+        it, across partitions and for snapshot rows (the HIGH watermark's sequence)."""
+        m = _FILE_SEQ.search(self.file)
+        file_seq = int(m.group(1)) if m else 0
+        return (file_seq << 33) | ((self.pos + self.row) << 1) | (self.part & 1)
+
     def encode(self) -> bytes:
         tail = f":{self.part}" if self.part else ""
         return f"{self.file}:{self.pos}:{self.row}{tail}".encode()

@@ -1,0 +1,233 @@
+"""The merger as a Spark Structured Streaming application.
+
+    cdc merge -c merger.yaml                 # local mode (spark_master in the config)
+    spark-submit --py-files cdc.zip merger/app.py -c merger.yaml
+
+One streaming query reads every table topic of the prefix (and the schema-change topic)
+through the ``cdc_kafka`` Python data source and hands each micro-batch, as Arrow, to
+``BatchProcessor``; a driver thread (``SnapshotRunner``) cuts snapshots into watermark
+windows and reads them through Spark JDBC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cdc.config import MergerConfig, load_model
+from merger.errors import MergerError
+
+log = logging.getLogger("cdc.merger")
+
+ROOT = Path(__file__).resolve().parents[1]
+JDBC_JARS = ["/usr/share/java/mariadb-java-client.jar"]
+
+
+def make_spark(config: MergerConfig):
+    """A SparkSession; local mode unless started by spark-submit. The project must be
+    importable by Spark's Python workers (PYTHONPATH is set before the JVM starts)."""
+    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    jars = [j for j in JDBC_JARS if Path(j).exists()]
+    builder = SparkSession.builder.appName("cdc-merger")
+    if "SPARK_SUBMIT" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
+        builder = builder.master(config.spark_master)
+    conf = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.memory": "2g",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        "spark.python.worker.reuse": "true",
+    }
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    conf.update(config.spark_conf)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def build_sinks(config: MergerConfig) -> list:
+    sinks = []
+    if config.sinks.delta:
+        from merger.sinks.delta import DeltaSink
+
+        sinks.append(DeltaSink(config.sinks.delta.path))
+    if config.sinks.postgres:
+        from merger.sinks.postgres import PostgresSink
+
+        pg = config.sinks.postgres
+        sinks.append(PostgresSink(pg.settings(), schema=pg.schema_))
+    if config.sinks.kafka_changelog:
+        from merger.sinks.kafka_changelog import KafkaChangelogSink
+
+        kc = config.sinks.kafka_changelog
+        sinks.append(KafkaChangelogSink(config.kafka.bootstrap_servers, kc.topic_prefix,
+                                        partitions=kc.partitions))
+    if not sinks:
+        raise MergerError("sinks: configure at least one of sinks.delta, sinks.postgres, sinks.kafka_changelog")
+    return sinks
+
+
+class Merger:
+    def __init__(self, config: MergerConfig):
+        self.config = config
+        self.stop_event = threading.Event()
+        self.query = None
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        from merger import metrics
+        from merger.catalog import SourceCatalog
+        from merger.kafka_source import CdcKafkaDataSource
+        from merger.processor import BatchProcessor
+        from merger.schema import SourceModes
+        from merger.snapshot import SnapshotRunner
+        from merger.state import StateStore
+
+        cfg = self.config
+        stop = stop or self.stop_event
+        store = StateStore(cfg.state_dir)
+        kafka_conf = cfg.kafka.client_config()
+        admin = AdminClient(kafka_conf)
+        try:
+            admin.list_topics(timeout=15)
+        except Exception as exc:
+            raise MergerError(f"Kafka broker unreachable at {cfg.kafka.bootstrap_servers}: {exc}") from None
+        partitions: dict[str, int] = {}
+
+        def partitions_of(topic: str) -> int:
+            if topic not in partitions:
+                md = admin.list_topics(timeout=15).topics.get(topic)
+                partitions[topic] = len(md.partitions) if md is not None and md.partitions else 1
+            return partitions[topic]
+
+        include = [re.compile(p) for p in cfg.table_include]
+        exclude = [re.compile(p) for p in cfg.table_exclude]
+
+        def accepts(name: str) -> bool:
+            if name == cfg.watermark_table:
+                return False
+            if include and not any(p.fullmatch(name) for p in include):
+                return False
+            return not any(p.fullmatch(name) for p in exclude)
+
+        dead_letter = self._dead_letter_writer(kafka_conf)
+        sinks = build_sinks(cfg)
+        runner_box: list = []
+
+        def on_new_table(name: str) -> None:
+            if cfg.snapshot.auto_new_tables and store.load_plan(name) is None:
+                store.request("snapshot", name, where=None)
+
+        processor = BatchProcessor(
+            cfg.topic_prefix, store, sinks, SourceCatalog(cfg.mysql), partitions_of, SourceModes(),
+            accepts=accepts, chunk_keys=cfg.snapshot.chunk_keys, on_bad_record=cfg.on_bad_record,
+            dead_letter=dead_letter, window_timeout_s=cfg.snapshot.window_timeout_s, on_new_table=on_new_table)
+        metrics.serve(cfg.metrics_port)
+        spark = make_spark(cfg)
+        spark.dataSource.register(CdcKafkaDataSource)
+        runner = SnapshotRunner(cfg, spark, store, processor)
+        runner.ensure_watermark_table()
+        runner_box.append(runner)
+
+        pattern = rf"^{re.escape(cfg.topic_prefix)}(\.[^.]+\.[^.]+)?$"
+        reader = (spark.readStream.format("cdc_kafka")
+                  .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
+                  .option("subscribePattern", pattern)
+                  .option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", str(cfg.max_records_per_trigger))
+                  .option("endProbe", cfg.end_probe))
+        for k, v in cfg.kafka.extra.items():
+            reader = reader.option(f"kafka.{k}", str(v))
+        df = reader.load()
+
+        def on_batch(batch_df, batch_id: int) -> None:
+            records = batch_df.toArrow()
+            processor.process(batch_id, records)
+            metrics.observe(processor.status())
+
+        writer = (df.writeStream.foreachBatch(on_batch)
+                  .option("checkpointLocation", str(store.checkpoint))
+                  .queryName("cdc-merger"))
+        if cfg.trigger_interval_ms:
+            writer = writer.trigger(processingTime=f"{cfg.trigger_interval_ms} milliseconds")
+        self.query = writer.start()
+        runner.start()
+        log.info("merger running: topics %s, state in %s", pattern, cfg.state_dir)
+        try:
+            last_status = 0.0
+            while not stop.is_set():
+                if not self.query.isActive:
+                    exc = self.query.exception()
+                    raise MergerError(f"streaming query stopped: {_short(exc)}")
+                if runner.error is not None:
+                    raise MergerError(f"snapshot failed: {_short(runner.error)}")
+                if time.monotonic() - last_status > 1.0:
+                    with processor.lock:
+                        processor.publish_status()
+                    last_status = time.monotonic()
+                stop.wait(0.2)
+        finally:
+            runner.stop_event.set()
+            try:
+                self.query.stop()
+            except Exception:
+                pass
+            runner.join(timeout=30)
+            for sink in sinks:
+                try:
+                    sink.close()
+                except Exception:
+                    pass
+
+    def _dead_letter_writer(self, kafka_conf: dict):
+        from confluent_kafka import Producer
+
+        producer = Producer(kafka_conf)
+        topic = f"{self.config.topic_prefix}.dlq"
+
+        def write(record: dict, reason: str) -> None:
+            headers = [(h["key"], h["value"]) for h in (record.get("headers") or [])]
+            headers += [("cdc.dlq.reason", reason.encode()), ("cdc.dlq.topic", record["topic"].encode()),
+                        ("cdc.dlq.partition", str(record["partition"]).encode()),
+                        ("cdc.dlq.offset", str(record["offset"]).encode())]
+            producer.produce(topic, key=record.get("key"), value=record.get("value"), headers=headers)
+            producer.flush(10)
+        return write
+
+
+def _short(exc) -> str:
+    text = str(exc) if exc is not None else "unknown error"
+    lines = [l for l in text.splitlines() if l.strip()]
+    for l in lines:
+        if "Error:" in l or "Exception:" in l:
+            return l.strip()[:500]
+    return (lines[0] if lines else text)[:500]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="merger")
+    ap.add_argument("-c", "--config", required=True)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    Merger(load_model(MergerConfig, args.config)).run()
+
+
+if __name__ == "__main__":
+    main()

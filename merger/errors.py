@@ -1,0 +1,9 @@
+"""User-facing merger errors (printed as one line by the CLI)."""
+
+
+class MergerError(RuntimeError):
+    pass
+
+
+class TablePaused(MergerError):
+    """A table cannot be merged until an operator acts (e.g. an incompatible DDL)."""

@@ -1,0 +1,37 @@
+"""Prometheus metrics of the merger (named like Debezium's where they overlap)."""
+
+from __future__ import annotations
+
+from prometheus_client import Gauge, start_http_server
+
+BEHIND = Gauge("cdc_merger_MilliSecondsBehindSource", "Source commit to sink apply, last batch", ["table"])
+ROWS_SCANNED = Gauge("cdc_merger_snapshot_RowsScanned", "Snapshot rows emitted", ["table"])
+CHUNKS_REMAINING = Gauge("cdc_merger_snapshot_ChunksRemaining", "Snapshot chunks not yet emitted", ["table"])
+ROWS_APPLIED = Gauge("cdc_merger_rows_applied", "Streamed changes applied", ["table"])
+PHASE = Gauge("cdc_merger_table_phase", "1 for the table's current phase", ["table", "phase"])
+BAD_RECORDS = Gauge("cdc_merger_bad_records", "Records sent to the dead-letter topic")
+LAST_BATCH = Gauge("cdc_merger_last_batch", "Id of the last micro-batch")
+
+PHASES = ("snapshotting", "streaming", "paused", "failed")
+_started = False
+
+
+def serve(port: int) -> None:
+    global _started
+    if port and not _started:
+        start_http_server(port)
+        _started = True
+
+
+def observe(status: dict) -> None:
+    BAD_RECORDS.set(status.get("bad_records", 0))
+    if status.get("last_batch") is not None:
+        LAST_BATCH.set(status["last_batch"])
+    for name, t in status.get("tables", {}).items():
+        if t.get("lag_ms") is not None:
+            BEHIND.labels(name).set(t["lag_ms"])
+        ROWS_SCANNED.labels(name).set(t.get("snapshot_rows", 0))
+        CHUNKS_REMAINING.labels(name).set(max(0, t.get("chunks_total", 0) - t.get("chunks_done", 0)))
+        ROWS_APPLIED.labels(name).set(t.get("rows_applied", 0))
+        for phase in PHASES:
+            PHASE.labels(name, phase).set(1 if t.get("phase") == phase else 0)

@@ -1,0 +1,262 @@
+"""One canonical Arrow schema per table version, and the two ways rows reach it.
+
+Streamed changes arrive as Debezium JSON (``after``/``before`` images); snapshot chunks
+arrive from a JDBC SELECT. Both are converted to the same Arrow types, decided here from
+the table's ``TableSpec`` (the same spec ingest encodes with):
+
+* ``arrow_schema(spec)``: the canonical types (Debezium's own mapping, as Arrow types);
+* ``json_converters(spec, modes)``: per column, Debezium JSON value -> Arrow-ready Python
+  value (timestamps as epoch microseconds, dates as epoch days, TIME as microseconds);
+* ``snapshot_select(spec)``: per column, a SQL expression that makes MariaDB return a
+  plain type JDBC cannot get wrong (temporal values as integers computed in SQL, large
+  decimals as text), and ``from_snapshot`` to cast those to the canonical types.
+
+Pure: no Spark, no Kafka, no database.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.types import ColumnSpec, TableSpec
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class SourceModes:
+    """How the producer encoded values (ingest's / Debezium's connector options)."""
+
+    decimal_handling_mode: str = "precise"
+    time_precision_mode: str = "adaptive_time_microseconds"
+    bigint_unsigned_handling_mode: str = "long"
+    binary_handling_mode: str = "bytes"
+
+
+def _int_type(c: ColumnSpec) -> pa.DataType:
+    t, u = c.type_name, c.unsigned
+    if t == "tinyint":
+        return pa.int16()
+    if t == "smallint":
+        return pa.int32() if u else pa.int16()
+    if t in ("mediumint",):
+        return pa.int32()
+    if t == "int":
+        return pa.int64() if u else pa.int32()
+    if t == "year":
+        return pa.int32()
+    return pa.decimal128(20, 0) if u else pa.int64()  # bigint
+
+
+def _decimal_type(c: ColumnSpec) -> pa.DataType:
+    p = c.length or 10
+    s = c.scale or 0
+    return pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
+
+
+def column_type(c: ColumnSpec) -> pa.DataType:
+    t = c.type_name
+    if t in ("tinyint", "smallint", "mediumint", "int", "bigint", "year"):
+        return _int_type(c)
+    if t == "boolean":
+        return pa.bool_()
+    if t in ("decimal", "numeric"):
+        return _decimal_type(c)
+    if t in ("float", "real") and not (t == "float" and c.length and c.scale is not None):
+        return pa.float32() if t == "float" else pa.float64()
+    if t in ("double", "float", "real"):
+        return pa.float64()
+    if t in ("date",):
+        return pa.date32()
+    if t == "datetime":
+        return pa.timestamp("us")
+    if t == "timestamp":
+        return pa.timestamp("us", tz="UTC")
+    if t == "time":
+        return pa.duration("us")
+    if t == "bit":
+        return pa.bool_() if (c.length or 1) == 1 else pa.binary()
+    if t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob") or t in GEOMETRY:
+        return pa.binary()
+    return pa.string()  # char, varchar, text, enum, set, json, unknown
+
+
+GEOMETRY = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+            "multipolygon", "geometrycollection")
+
+
+def arrow_schema(spec: TableSpec) -> pa.Schema:
+    return pa.schema([pa.field(c.name, column_type(c), nullable=c.nullable or c.name not in spec.primary_key)
+                      for c in spec.columns])
+
+
+# ------------------------------------------------------------------ Debezium JSON -> Arrow values
+
+
+def _b64(v: str) -> bytes:
+    return base64.b64decode(v)
+
+
+def _decimal_from(modes: SourceModes, scale: int) -> Callable[[Any], Any]:
+    if modes.decimal_handling_mode == "precise":
+        def conv(v):
+            raw = _b64(v) if isinstance(v, str) else v
+            return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+        return conv
+    q = Decimal(1).scaleb(-scale)
+    return lambda v: Decimal(str(v)).quantize(q)
+
+
+def _timestamp_iso(v: str) -> int:
+    text = v.replace("Z", "+00:00")
+    value = dt.datetime.fromisoformat(text)
+    delta = value - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def json_converter(c: ColumnSpec, modes: SourceModes) -> Callable[[Any], Any]:
+    """Debezium JSON value of column ``c`` -> the Python value for its canonical Arrow type
+    (None stays None; the caller skips the call for None)."""
+    t = c.type_name
+    typ = column_type(c)
+    if t == "bigint" and c.unsigned:
+        if modes.bigint_unsigned_handling_mode == "precise":
+            return _decimal_from(modes if modes.decimal_handling_mode == "precise" else
+                                 SourceModes(decimal_handling_mode="precise"), 0)
+        return lambda v: Decimal(v + (1 << 64) if v < 0 else v)
+    if pa.types.is_integer(typ) or t == "year":
+        return int
+    if t == "boolean":
+        return lambda v: bool(v)
+    if t in ("decimal", "numeric"):
+        return _decimal_from(modes, c.scale or 0)
+    if pa.types.is_floating(typ):
+        return float
+    if t == "date":
+        return int  # io.debezium.time.Date: days since epoch
+    if t == "datetime":
+        if (c.fsp or 0) <= 3:
+            return lambda v: v * 1000  # io.debezium.time.Timestamp: ms
+        return int  # MicroTimestamp
+    if t == "timestamp":
+        return _timestamp_iso
+    if t == "time":
+        if modes.time_precision_mode == "connect":
+            return lambda v: v * 1000
+        return int
+    if t == "bit":
+        if (c.length or 1) == 1:
+            return bool
+        return _binary(modes)
+    if t in GEOMETRY:
+        return lambda v: _b64(v["wkb"]) if isinstance(v, dict) else _b64(v)
+    if pa.types.is_binary(typ):
+        return _binary(modes)
+    return str
+
+
+def _binary(modes: SourceModes) -> Callable[[Any], bytes]:
+    mode = modes.binary_handling_mode
+    if mode == "hex":
+        return bytes.fromhex
+    if mode == "base64-url-safe":
+        return base64.urlsafe_b64decode
+    return _b64
+
+
+def json_converters(spec: TableSpec, modes: SourceModes) -> dict[str, Callable[[Any], Any]]:
+    return {c.name: json_converter(c, modes) for c in spec.columns}
+
+
+def rows_to_arrow(spec: TableSpec, schema: pa.Schema, converters: dict, rows: list[dict | None],
+                  extra: dict[str, tuple[pa.DataType, list]] | None = None) -> pa.Table:
+    """Arrow table of canonical columns from Debezium images (None image = all null)."""
+    arrays = []
+    for f in schema:
+        conv = converters[f.name]
+        name = f.name
+        values = []
+        append = values.append
+        for r in rows:
+            v = None if r is None else r.get(name)
+            append(None if v is None else conv(v))
+        arrays.append(pa.array(values, type=f.type))
+    names = list(schema.names)
+    for name, (typ, values) in (extra or {}).items():
+        arrays.append(pa.array(values, type=typ))
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+# ------------------------------------------------------------------ snapshot SELECT -> Arrow
+
+
+def quote_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def snapshot_expression(c: ColumnSpec) -> str:
+    """SQL giving column ``c`` as a plain value for JDBC (the session runs in UTC)."""
+    q = quote_ident(c.name)
+    t = c.type_name
+    if t == "date":
+        return f"(TO_DAYS({q}) - 719528)"
+    if t in ("datetime", "timestamp"):
+        return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q})"
+    if t == "time":
+        return f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)"
+    if t in ("tinyint", "smallint", "mediumint", "int", "year", "boolean"):
+        return f"CAST({q} AS SIGNED)"
+    if t == "bigint":
+        return f"CAST({q} AS DECIMAL(20,0))" if c.unsigned else q
+    if t == "bit":
+        return f"CAST({q} AS DECIMAL(20,0))"
+    if t in ("decimal", "numeric") and (c.length or 10) > 38:
+        return f"CAST({q} AS CHAR)"
+    if t in GEOMETRY:
+        return f"ST_AsBinary({q})"
+    if t in ("enum", "set", "json"):
+        return f"CAST({q} AS CHAR)"
+    return q
+
+
+def snapshot_select(spec: TableSpec) -> str:
+    return ", ".join(f"{snapshot_expression(c)} AS {quote_ident(c.name)}" for c in spec.columns)
+
+
+def _bit_bytes(n_bits: int) -> Callable[[Any], bytes | None]:
+    width = (n_bits + 7) // 8
+
+    def conv(v):
+        return None if v is None else int(v).to_bytes(width, "little")
+    return conv
+
+
+def from_snapshot(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    """Cast a staged snapshot batch (columns as ``snapshot_expression`` returned them) to
+    the canonical schema."""
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    arrays = []
+    for c, f in zip(spec.columns, schema):
+        col = table.column(c.name)
+        typ = f.type
+        if col.type == typ:
+            arrays.append(col)
+        elif c.type_name == "bit" and pa.types.is_binary(typ):
+            arrays.append(pa.array([_bit_bytes(c.length or 1)(v) for v in col.to_pylist()], pa.binary()))
+        elif pa.types.is_boolean(typ):
+            arrays.append(pc.not_equal(pc.cast(col, pa.int64()), 0))
+        elif pa.types.is_date32(typ):
+            arrays.append(pc.cast(pc.cast(col, pa.int32()), typ))
+        elif pa.types.is_timestamp(typ) or pa.types.is_duration(typ):
+            arrays.append(pc.cast(pc.cast(col, pa.int64()), typ))
+        else:
+            arrays.append(pc.cast(col, typ))
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -1,0 +1,243 @@
+"""Lock-free DBLog snapshots: plan key-range chunks, then per window write LOW, read the
+window's chunks in parallel through Spark JDBC into staged Parquet files, write HIGH.
+
+The reconciliation itself (which staged rows survive, at which sequence) happens in the
+stream (``merger.processor`` with ``merger.dblog``); this module only produces windows.
+Progress is persisted per chunk in the plan file; a restarted merger continues with the
+first unfinished chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import pymysql
+
+from cdc.config import MergerConfig
+from merger.chunking import KeyRange, make_chunks, plan_by_boundaries, quote_ident, sql_predicate_literal
+from merger.chunking import boundary_sql
+from merger.dblog import decode_key, encode_key
+from merger.errors import MergerError
+from merger.processor import BatchProcessor
+from merger.schema import snapshot_select
+from merger.state import StateStore
+
+log = logging.getLogger("cdc.snapshot")
+
+MAX_OPEN_WINDOWS = 2
+
+
+def watermark_ddl(table: str) -> str:
+    db, name = table.split(".", 1)
+    return (f"CREATE TABLE IF NOT EXISTS {quote_ident(db)}.{quote_ident(name)} ("
+            "table_name VARCHAR(512) NOT NULL PRIMARY KEY, window_id VARCHAR(64) NOT NULL, "
+            "kind VARCHAR(8) NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) "
+            "ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
+
+
+class SnapshotRunner(threading.Thread):
+    def __init__(self, config: MergerConfig, spark, store: StateStore, processor: BatchProcessor):
+        super().__init__(name="snapshots", daemon=True)
+        self.config = config
+        self.spark = spark
+        self.store = store
+        self.processor = processor
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
+        db, name = config.watermark_table.split(".", 1)
+        self.watermark_sql = (f"INSERT INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) "
+                              "VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE window_id = VALUES(window_id), "
+                              "kind = VALUES(kind)")
+
+    # ------------------------------------------------------------------ requests
+
+    def request(self, table: str, where: str | None = None) -> None:
+        """Plan a snapshot of ``table`` (a new plan replaces an unfinished one)."""
+        self.store.request("snapshot", table, where=where)
+
+    def _connect(self) -> pymysql.Connection:
+        try:
+            return pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
+        except pymysql.err.OperationalError as exc:
+            raise MergerError(f"cannot connect to the source MySQL: {exc.args[-1]}") from None
+
+    def ensure_watermark_table(self) -> None:
+        conn = self._connect()
+        try:
+            with conn.cursor() as cur:
+                db = self.config.watermark_table.split(".", 1)[0]
+                try:
+                    cur.execute(f"CREATE DATABASE IF NOT EXISTS {quote_ident(db)}")
+                    cur.execute(watermark_ddl(self.config.watermark_table))
+                except pymysql.err.OperationalError as exc:
+                    if exc.args[0] in (1044, 1142):
+                        raise MergerError(
+                            f"cannot create the watermark table {self.config.watermark_table}: ask an "
+                            f"administrator to run: {watermark_ddl(self.config.watermark_table)}") from None
+                    raise
+        finally:
+            conn.close()
+
+    # ------------------------------------------------------------------ thread
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                self._handle_requests()
+                progressed = False
+                for table, plan in sorted(self.store.all_plans().items()):
+                    if self.stop_event.is_set():
+                        break
+                    if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):
+                        continue
+                    progressed |= self._step(table, plan)
+                if not progressed:
+                    self.stop_event.wait(0.2)
+        except BaseException as exc:  # reported by the app's main loop
+            self.error = exc
+            log.exception("snapshot runner failed")
+
+    def _handle_requests(self) -> None:
+        for req in self.store.take_requests():
+            table, action = req["table"], req["action"]
+            plan = self.store.load_plan(table)
+            rt = self.processor.tables.get(table)
+            if action == "snapshot":
+                self._plan(table, req.get("args", {}).get("where"))
+            elif action in ("pause", "resume", "cancel") and plan is not None:
+                if action == "pause":
+                    plan["paused"] = True
+                elif action == "resume":
+                    plan.pop("paused", None)
+                else:
+                    plan["cancelled"] = time.time()
+                self.store.save_plan(table, plan)
+                log.info("snapshot of %s: %s", table, action)
+            if action == "resume" and rt is not None and rt.phase == "paused":
+                with self.processor.lock:
+                    rt.phase, rt.error = "streaming", None
+                    self.processor.resume_table(rt)
+
+    # ------------------------------------------------------------------ planning
+
+    def _plan(self, table: str, where: str | None) -> dict | None:
+        with self.processor.lock:
+            rt = self.processor.table(table)
+        if rt is None:
+            log.error("snapshot of %s: table not found", table)
+            return None
+        if not rt.keys:
+            log.error("snapshot of %s: %s", table, rt.error)
+            return None
+        db, name = table.split(".", 1)
+        conn = self._connect()
+        chunk_size = self.config.snapshot.chunk_size
+        try:
+            with conn.cursor() as cur:
+                def next_boundary(lo):
+                    sql, params = boundary_sql((db, name), rt.keys, lo, chunk_size)
+                    cur.execute(sql, params)
+                    row = cur.fetchone()
+                    return None if row is None else tuple(row)
+                ranges = list(plan_by_boundaries(next_boundary))
+        finally:
+            conn.close()
+        chunks = make_chunks(table, ranges)
+        plan = {"table": table, "where": where, "created_at": time.time(), "rows": 0, "done": [],
+                "chunks": [{"id": c.id, "lo": encode_key(c.range.lo), "hi": encode_key(c.range.hi)}
+                           for c in chunks]}
+        self.store.save_plan(table, plan)
+        with self.processor.lock:
+            if rt.phase == "streaming":
+                rt.phase = "snapshotting"
+        log.info("snapshot of %s planned: %d chunks of at most %d rows", table, len(chunks), chunk_size)
+        return plan
+
+    # ------------------------------------------------------------------ windows
+
+    def _step(self, table: str, plan: dict) -> bool:
+        with self.processor.lock:
+            rt = self.processor.tables.get(table)
+            if rt is None or rt.phase in ("paused", "failed"):
+                return False
+            open_ids = [w for w in self.pending_windows.get(table, []) if w in rt.reconciler.windows]
+            self.pending_windows[table] = open_ids
+            busy = {c for w in open_ids for c in rt.reconciler.windows[w].chunk_ids}
+            if rt.phase == "streaming":
+                rt.phase = "snapshotting"
+        if len(open_ids) >= MAX_OPEN_WINDOWS:
+            return False
+        done = set(plan["done"])
+        todo = [c for c in plan["chunks"] if c["id"] not in done and c["id"] not in busy]
+        if not todo:
+            return False
+        chunks = todo[: self.config.snapshot.chunks_per_window]
+        wid = uuid.uuid4().hex[:16]
+        with self.processor.lock:
+            rt.reconciler.open_window(wid, [c["id"] for c in chunks], time.time())
+        self.pending_windows.setdefault(table, []).append(wid)
+        started = time.monotonic()
+        self._watermark(table, wid, "LOW")
+        rows = self._read_chunks(table, rt, chunks, plan.get("where"), wid)
+        self._watermark(table, wid, "HIGH")
+        with self.processor.lock:
+            if wid in rt.reconciler.windows:
+                rt.reconciler.mark_staged(wid)
+        log.info("snapshot window %s of %s: %d chunks, %d rows staged in %.1fs", wid, table, len(chunks),
+                 rows, time.monotonic() - started)
+        return True
+
+    def _watermark(self, table: str, wid: str, kind: str) -> None:
+        delay = 1.0
+        while True:
+            try:
+                conn = self._connect()
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(self.watermark_sql, (table, wid, kind))
+                finally:
+                    conn.close()
+                return
+            except (MergerError, pymysql.err.OperationalError) as exc:
+                if self.stop_event.is_set():
+                    raise
+                log.warning("watermark write failed (%s); retrying in %.0fs", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30)
+
+    def jdbc_url(self) -> str:
+        m = self.config.mysql
+        # jdbc:mysql with permitMysqlScheme: Spark then quotes identifiers with backticks
+        url = (f"jdbc:mysql://{m.host}:{m.port}/?permitMysqlScheme&sessionVariables=time_zone='%2B00:00'"
+               f"&connectTimeout={int(m.connect_timeout_s * 1000)}&useCompression=false")
+        if m.ssl_ca:
+            url += f"&useSsl=true&serverSslCert={m.ssl_ca}"
+        return url
+
+    def _read_chunks(self, table: str, rt, chunks: list[dict], where: str | None, wid: str) -> int:
+        db, name = table.split(".", 1)
+        key_alias = [f"__cdc_k{i}" for i in range(len(rt.keys))]
+        select = snapshot_select(rt.spec)
+        raw_keys = ", ".join(f"{quote_ident(k)} AS {a}" for k, a in zip(rt.keys, key_alias))
+        source = (f"(SELECT {select}, {raw_keys} FROM {quote_ident(db)}.{quote_ident(name)}"
+                  f"{' WHERE ' + where if where else ''}) AS cdc_snapshot")
+        predicates = []
+        for c in chunks:
+            rng = KeyRange(decode_key(c["lo"]), decode_key(c["hi"]))
+            predicates.append(sql_predicate_literal(key_alias, rng.lo, rng.hi))
+        m = self.config.mysql
+        props = {"user": m.user, "password": m.password().get_secret_value(),
+                 "driver": "org.mariadb.jdbc.Driver", "fetchsize": str(self.config.snapshot.fetch_size)}
+        path = self.store.staging_dir(table, wid)
+        df = self.spark.read.jdbc(self.jdbc_url(), source, predicates=predicates, properties=props)
+        df = df.drop(*key_alias)
+        self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
+        df.write.mode("overwrite").parquet(str(path))
+        import pyarrow.parquet as pq
+
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in path.glob("*.parquet"))

@@ -1,0 +1,118 @@
+"""Durable merger state under ``state_dir``: per-batch snapshots of the reconciliation
+state, per-table snapshot plans (chunk progress), emission intents, the status file read
+by ``cdc status``, and control requests written by the CLI.
+
+Every write is atomic (write to a temp file, fsync, rename), so a kill -9 at any moment
+leaves either the old or the new file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, separators=(",", ":"), default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return default
+
+
+def safe_name(table: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else f"%{ord(ch):04x}" for ch in table)
+
+
+class StateStore:
+    def __init__(self, state_dir: str | Path):
+        self.root = Path(state_dir)
+        self.batches = self.root / "batches"
+        self.plans = self.root / "snapshots"
+        self.staging = self.root / "staging"
+        self.control = self.root / "control"
+        self.checkpoint = self.root / "checkpoint"
+        for d in (self.batches, self.plans, self.staging, self.control):
+            d.mkdir(parents=True, exist_ok=True)
+
+    # -- batch state ---------------------------------------------------------------
+
+    def save_batch(self, batch_id: int, state: dict) -> None:
+        atomic_write_json(self.batches / f"state-{batch_id:012d}.json", state)
+        old = sorted(self.batches.glob("state-*.json"))[:-3]
+        for p in old:
+            p.unlink(missing_ok=True)
+        for p in self.batches.glob("intent-*.json"):
+            if int(p.stem.split("-")[1]) < batch_id - 2:
+                p.unlink(missing_ok=True)
+
+    def load_before(self, batch_id: int) -> dict | None:
+        """The state saved by the newest batch before ``batch_id`` (a re-run batch
+        starts again from the state its predecessor left)."""
+        candidates = [p for p in self.batches.glob("state-*.json") if int(p.stem.split("-")[1]) < batch_id]
+        if not candidates:
+            return None
+        return read_json(max(candidates))
+
+    def intent(self, batch_id: int) -> dict | None:
+        return read_json(self.batches / f"intent-{batch_id:012d}.json")
+
+    def save_intent(self, batch_id: int, intent: dict) -> None:
+        atomic_write_json(self.batches / f"intent-{batch_id:012d}.json", intent)
+
+    # -- snapshot plans --------------------------------------------------------------
+
+    def plan_path(self, table: str) -> Path:
+        return self.plans / f"{safe_name(table)}.json"
+
+    def load_plan(self, table: str) -> dict | None:
+        return read_json(self.plan_path(table))
+
+    def save_plan(self, table: str, plan: dict) -> None:
+        atomic_write_json(self.plan_path(table), plan)
+
+    def all_plans(self) -> dict[str, dict]:
+        out = {}
+        for p in self.plans.glob("*.json"):
+            plan = read_json(p)
+            if plan:
+                out[plan["table"]] = plan
+        return out
+
+    def staging_dir(self, table: str, window_id: str) -> Path:
+        return self.staging / safe_name(table) / window_id
+
+    # -- status and control ------------------------------------------------------------
+
+    def write_status(self, status: dict) -> None:
+        atomic_write_json(self.root / "status.json", status)
+
+    def read_status(self) -> dict | None:
+        return read_json(self.root / "status.json")
+
+    def request(self, action: str, table: str, **args) -> Path:
+        path = self.control / f"{time.time_ns()}-{uuid.uuid4().hex[:6]}.json"
+        atomic_write_json(path, {"action": action, "table": table, "args": args, "ts": time.time()})
+        return path
+
+    def take_requests(self) -> list[dict]:
+        out = []
+        for p in sorted(self.control.glob("*.json")):
+            data = read_json(p)
+            p.unlink(missing_ok=True)
+            if data:
+                out.append(data)
+        return out
