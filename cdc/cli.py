@@ -161,6 +161,14 @@ def load_merger_config(config: Optional[Path], local: bool, state_dir: Path):
     from cdc.config import MergerConfig
 
     overrides = local_merger_overrides(state_dir) if local else {}
+    if local and config:
+        import yaml
+
+        raw = yaml.safe_load(Path(config).read_text()) or {}
+        if "postgres" not in (raw.get("sinks") or {}):
+            overrides = {k: v for k, v in overrides.items() if not k.startswith("sinks.postgres.")}
+    elif local:
+        overrides = {k: v for k, v in overrides.items() if not k.startswith("sinks.postgres.")}
     return load_model(MergerConfig, config, overrides)
 
 

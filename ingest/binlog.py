@@ -24,15 +24,18 @@ _cache: OrderedDict[bytes, dict] = OrderedDict()
 
 class CachedTableMapEvent(TableMapEvent):
     def __init__(self, from_packet, event_size, table_map, ctl_connection, **kwargs):
-        body = from_packet.read(event_size)
+        # peek at the body without consuming it (the parser measures what is left)
+        raw = from_packet.packet
+        start = raw._position
+        body = bytes(raw._data[start:start + event_size])
         state = _cache.get(body)
         if state is not None:
+            from_packet.advance(event_size)
             self.__dict__.update(state)
             self.packet = from_packet
             self.timestamp = from_packet.timestamp
             table_map[self.table_id] = self.table_obj
             return
-        from_packet.unread(body)
         super().__init__(from_packet, event_size, table_map, ctl_connection, **kwargs)
         if self._processed:
             state = dict(self.__dict__)

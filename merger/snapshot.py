@@ -213,7 +213,7 @@ class SnapshotRunner(threading.Thread):
     def jdbc_url(self) -> str:
         m = self.config.mysql
         # jdbc:mysql with permitMysqlScheme: Spark then quotes identifiers with backticks
-        url = (f"jdbc:mysql://{m.host}:{m.port}/?permitMysqlScheme&sessionVariables=time_zone='%2B00:00'"
+        url = (f"jdbc:mysql://{m.host}:{m.port}/?permitMysqlScheme&sessionVariables=time_zone='+00:00'"
                f"&connectTimeout={int(m.connect_timeout_s * 1000)}&useCompression=false")
         if m.ssl_ca:
             url += f"&useSsl=true&serverSslCert={m.ssl_ca}"
