@@ -113,8 +113,11 @@ class Merger:
 
         def partitions_of(topic: str) -> int:
             if topic not in partitions:
+                # all topics: a request naming the topic could auto-create it
                 md = admin.list_topics(timeout=15).topics.get(topic)
-                partitions[topic] = len(md.partitions) if md is not None and md.partitions else 1
+                if md is None or not md.partitions:
+                    return 1  # not created yet: asked again when its records arrive
+                partitions[topic] = len(md.partitions)
             return partitions[topic]
 
         include = [re.compile(p) for p in cfg.table_include]
@@ -133,7 +136,7 @@ class Merger:
 
         def on_new_table(name: str) -> None:
             if cfg.snapshot.auto_new_tables and store.load_plan(name) is None:
-                store.request("snapshot", name, where=None)
+                store.request("snapshot", name, where=None, auto=True)
 
         processor = BatchProcessor(
             cfg.topic_prefix, store, sinks, SourceCatalog(cfg.mysql), partitions_of, SourceModes(),
@@ -146,6 +149,11 @@ class Merger:
         runner.ensure_watermark_table()
         runner_box.append(runner)
 
+        if cfg.snapshot.auto_new_tables:
+            # existing tables are snapshotted at the first start, changed or not
+            for name in processor.catalog.list_tables():
+                if accepts(name) and store.load_plan(name) is None:
+                    store.request("snapshot", name, where=None, auto=True)
         pattern = rf"^{re.escape(cfg.topic_prefix)}(\.[^.]+\.[^.]+)?$"
         reader = (spark.readStream.format("cdc_kafka")
                   .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)

@@ -73,3 +73,15 @@ class SourceCatalog:
         if not details.get("columns"):
             return None
         return spec_from_information_schema(db, table, details)
+
+    def list_tables(self) -> list[str]:
+        """Base tables of the source outside the system databases, as db.table."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE "
+                            "TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+                            "('mysql', 'information_schema', 'performance_schema', 'sys')")
+                return [f"{db}.{t}" for db, t in cur.fetchall()]
+        finally:
+            conn.close()

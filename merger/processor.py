@@ -288,7 +288,17 @@ class BatchProcessor:
             if change.get("type") in ("CREATE", "ALTER"):
                 spec = spec_from_table_change(change)
                 if rt is not None and spec is not None:
+                    before = {c.name for c in rt.spec.columns}
                     self.refresh_spec(rt, spec)
+                    added = [c for c in spec.columns if c.name not in before]
+                    if any(c.default is not None for c in added) and self.on_new_table is not None:
+                        # existing rows got the new column's DEFAULT without any row event:
+                        # read the table again so that the sink has it too
+                        log.info("%s: column(s) %s added with a default; re-snapshotting", name,
+                                 [c.name for c in added])
+                        self.store.request("snapshot", name, where=None)
+                elif rt is None and spec is not None and self.on_new_table is not None:
+                    self.table(name, spec)
 
     # ------------------------------------------------------------------ changes of one table
 
@@ -308,6 +318,11 @@ class BatchProcessor:
         spill = self._spill_dir(rt)
         if spill.exists() and spill not in self._replaying:
             self._replay_spill(batch_id, rt, step, now_ms)
+        needed = max(it[0]["partition"] for it in items) + 1
+        if needed > rt.partitions:
+            # the topic was created (by the first marker or event) after we first met the table
+            rt.partitions = max(needed, self.partitions_of(f"{self.prefix}.{rt.name}"))
+            rt.reconciler.num_partitions = rt.partitions
         items.sort(key=lambda it: (it[3].sequence() if it[3] else 0, it[0]["partition"]))
         events = []  # (partition, seq, op, image, marker)
         for r, headers, payload, pos in items:

@@ -108,7 +108,12 @@ class SnapshotRunner(threading.Thread):
             plan = self.store.load_plan(table)
             rt = self.processor.tables.get(table)
             if action == "snapshot":
-                self._plan(table, req.get("args", {}).get("where"))
+                args = req.get("args", {})
+                if args.get("auto") and plan is not None:
+                    continue  # a table seen again after a restart: its plan is already there
+                if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
+                    self._drop_open_windows(table)
+                self._plan(table, args.get("where"))
             elif action in ("pause", "resume", "cancel") and plan is not None:
                 if action == "pause":
                     plan["paused"] = True
@@ -122,6 +127,20 @@ class SnapshotRunner(threading.Thread):
                 with self.processor.lock:
                     rt.phase, rt.error = "streaming", None
                     self.processor.resume_table(rt)
+
+    def _drop_open_windows(self, table: str) -> None:
+        """A new plan replaces a running one: forget its open windows (their late markers
+        are ignored, their staged rows deleted)."""
+        import shutil
+
+        with self.processor.lock:
+            rt = self.processor.tables.get(table)
+            if rt is None:
+                return
+            for wid in list(rt.reconciler.windows):
+                rt.reconciler.finish(wid)
+                shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
+        self.pending_windows.pop(table, None)
 
     # ------------------------------------------------------------------ planning
 

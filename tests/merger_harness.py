@@ -1,0 +1,110 @@
+"""Runs the merger as a real process (Spark local mode) against the stack, and compares its
+sinks with the source."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pymysql
+import yaml
+
+from cdc import stack as local_stack
+from merger.catalog import SourceCatalog
+from merger.sinks.delta import DeltaSink
+from merger.sinks.postgres import PostgresSink
+from merger.verify import compare, source_table
+from tests.ingest_harness import IngestProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_merger_config(stack: local_stack.StackInfo, path: Path, prefix: str, databases: list[str],
+                        work: Path, **extra) -> Path:
+    cfg = {
+        "topic_prefix": prefix,
+        "mysql": {"host": stack.mariadb.host, "port": stack.mariadb.port, "user": "root",
+                  "password_file": str(local_stack.secret_file(stack, "mysql_root_password"))},
+        "kafka": {"bootstrap_servers": stack.kafka.bootstrap},
+        "table_include": [f"{db}\\..*" for db in databases],
+        "state_dir": str(work / "state"),
+        "sinks": {"delta": {"path": str(work / "delta")},
+                  "postgres": {"host": stack.postgres.host, "port": stack.postgres.port,
+                               "user": stack.postgres.user, "dbname": stack.postgres.database,
+                               "password_file": str(local_stack.secret_file(stack, "postgres_password"))}},
+        "snapshot": {"chunk_size": 20000, "chunks_per_window": 2, "window_timeout_s": 60},
+        "trigger_interval_ms": 300,
+        "spark_conf": {"spark.driver.memory": "1g"},
+    }
+    for dotted, value in extra.items():
+        node = cfg
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+class MergerProcess(IngestProcess):
+    """Same process handling as ingest, running `cdc merge`."""
+
+    def start(self) -> "MergerProcess":
+        import os
+        import subprocess
+        import sys
+
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "merge", "-c", str(self.config_path)],
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        return self
+
+
+class SinkChecker:
+    def __init__(self, stack: local_stack.StackInfo, work: Path):
+        self.stack = stack
+        self.delta = DeltaSink(str(work / "delta"))
+        self.pg = PostgresSink({"host": stack.postgres.host, "port": stack.postgres.port,
+                                "user": stack.postgres.user, "dbname": stack.postgres.database,
+                                "password": stack.postgres.password})
+        from cdc.config import MySQLConfig
+
+        self.catalog = SourceCatalog(MySQLConfig(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
+                                                 password_file=str(local_stack.secret_file(stack, "mysql_root_password"))))
+
+    def compare(self, db: str, table: str, keys: list[str] | None = None) -> list:
+        spec = self.catalog.table_spec(db, table)
+        keys = keys or list(spec.primary_key)
+        conn = pymysql.connect(host=self.stack.mariadb.host, port=self.stack.mariadb.port, user="root",
+                               password=self.stack.mariadb.root_password)
+        try:
+            source = source_table(conn, spec, keys)
+        finally:
+            conn.close()
+        out = []
+        for name, sink in (("delta", self.delta), ("postgres", self.pg)):
+            try:
+                rows = sink.rows((db, table))
+            except Exception as exc:  # table not created yet
+                out.append((name, None, str(exc)))
+                continue
+            out.append((name, compare(f"{db}.{table}", source, rows, keys), None))
+        return out
+
+    def wait_equal(self, db: str, table: str, timeout_s: float = 240, proc=None, keys=None) -> None:
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while time.monotonic() < deadline:
+            if proc is not None and not proc.alive():
+                raise AssertionError(f"merger exited:\n{proc.log_text()[-4000:]}")
+            results = self.compare(db, table, keys)
+            if all(c is not None and c.ok for _, c, _ in results):
+                return
+            last = [(n, c.summary() if c else err) for n, c, err in results]
+            time.sleep(2)
+        raise AssertionError(f"sinks did not converge for {db}.{table} within {timeout_s}s: {last}"
+                             + (f"\n{proc.log_text()[-3000:]}" if proc else ""))
+
+    def close(self):
+        self.pg.close()
