@@ -11,9 +11,11 @@ cut a composite key on its leading integer column. ``lo``/``hi`` None means unbo
 A plan is a list of ranges that is contiguous and covers every key: the first ``lo``
 and the last ``hi`` are None, and each ``hi`` is the next ``lo``.
 
-Python compares strings by code point; the database compares them by the column's
-collation. Plans only need to be contiguous (which holds whatever the order), but
-``KeyRange.contains`` agrees with the database only for binary collations.
+Python compares strings by code point; the database by the column's collation
+(case-insensitive, PAD SPACE...). So nothing here relies on Python's order of database
+keys: boundaries come from the database, ranges are only checked to be contiguous, and
+membership is decided by the SQL predicates. ``KeyRange.contains`` (Python order) agrees
+with the database for integers, binary strings and NO PAD binary collations only.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from merger.dblog import encode_key
 
+
 def as_key(value: Any) -> tuple:
     """A key or bound as a tuple: tuples as they are, lists as tuples, a scalar as 1-tuple."""
     if isinstance(value, tuple):
@@ -39,7 +42,7 @@ def as_key(value: Any) -> tuple:
 
 @dataclass(frozen=True)
 class KeyRange:
-    """Keys k with ``lo <= k < hi`` (lexicographic tuple order); None = unbounded."""
+    """Keys k with ``lo <= k < hi`` in the database's order; None = unbounded."""
 
     lo: tuple | None
     hi: tuple | None
@@ -52,15 +55,11 @@ class KeyRange:
                 if not value:
                     raise ValueError(f"range bound {name} must not be an empty tuple")
                 object.__setattr__(self, name, value)
-        if self.lo is not None and self.hi is not None:
-            try:
-                ordered = self.lo < self.hi
-            except TypeError as exc:
-                raise ValueError(f"range bounds {self.lo!r} and {self.hi!r} are not comparable") from exc
-            if not ordered:
-                raise ValueError(f"empty range: lo {self.lo!r} is not below hi {self.hi!r}")
+        if self.lo is not None and self.lo == self.hi:
+            raise ValueError(f"empty range: lo and hi are both {self.lo!r}")
 
     def contains(self, key: Any) -> bool:
+        """Membership in Python's tuple order (see the module note on collations)."""
         key = as_key(key)
         return (self.lo is None or key >= self.lo) and (self.hi is None or key < self.hi)
 
@@ -77,7 +76,8 @@ class Chunk:
 
 
 def chunk_id(table: str, rng: KeyRange) -> str:
-    """``<table>:<16 hex digits of a hash of the bounds>``: deterministic, collision-safe."""
+    """``<table>:<16 hex digits of SHA-256 of the exact bounds>``: the same plan always
+    gets the same ids, whatever the process, so progress can be stored per chunk."""
     payload = json.dumps([encode_key(rng.lo), encode_key(rng.hi)], separators=(",", ":"))
     return f"{table}:{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
 
@@ -144,55 +144,49 @@ def _single_int(value: Any, name: str) -> int:
     return value
 
 
-def plan_by_boundaries(next_boundary: Callable[[tuple | None], Any],
+def plan_by_boundaries(next_boundary: Callable[[tuple | None, tuple | None], Any],
                        start: Any = None) -> Iterator[KeyRange]:
-    """Ranges of at most N rows, for any key type and any distribution.
+    """Ranges of at most N rows, for any key type, distribution and collation.
 
-    ``next_boundary(lo)`` returns the smallest key with exactly N keys in ``[lo, key)``
-    (``lo`` None: from the first key), or None when fewer than N+1 keys are left; that
-    is ``boundary_sql(..., chunk_size=N)``. Yields ``[start, b1), [b1, b2), ...,
-    [bk, None)``; start None covers everything, or pass the ``hi`` of the last finished
-    range to resume. The database is asked one boundary per range, lazily.
+    ``next_boundary(lo, hi)`` returns the smallest key with exactly N keys in
+    ``[lo, key)``, searching below ``hi`` only, or None when no such key is below ``hi``
+    (fewer than N+1 keys left); None bounds are open. That is one indexed query,
+    ``boundary_sql(..., chunk_size=N)``. Yields ``[start, b1), [b1, b2), ..., [bk, None)``,
+    asking for one boundary per range, lazily; start None covers everything, or pass the
+    ``hi`` of the last finished range to resume there.
     """
-    lo = None if start is None else as_key(start)
-    while True:
-        boundary = next_boundary(lo)
-        if boundary is None:
-            yield KeyRange(lo, None)
-            return
-        hi = _progress(lo, boundary)
-        yield KeyRange(lo, hi)
-        lo = hi
+    return _cut(None if start is None else as_key(start), None, next_boundary)
 
 
 def split_oversized(ranges: Iterable[KeyRange], count_rows: Callable[[KeyRange], int],
-                    next_boundary: Callable[[tuple | None], Any], max_rows: int) -> Iterator[KeyRange]:
-    """Keep each range whose ``count_rows(range)`` is at most ``max_rows``; cut the others
-    with ``next_boundary`` (as in ``plan_by_boundaries``, with N <= max_rows) into pieces of
-    at most N rows. Contiguity and coverage of the input are kept. Plan numerically, then
-    pass the plan through this to survive skew."""
+                    next_boundary: Callable[[tuple | None, tuple | None], Any],
+                    max_rows: int) -> Iterator[KeyRange]:
+    """Keep each range whose ``count_rows(range)`` (a COUNT, or the count observed when it
+    was read) is at most ``max_rows``; cut the others with ``next_boundary`` (as in
+    ``plan_by_boundaries``, N <= max_rows) into pieces of at most N rows. Contiguity and
+    coverage are kept. Plan numerically, then pass the plan through this against skew."""
     if not isinstance(max_rows, int) or max_rows < 1:
         raise ValueError(f"max_rows must be a positive int, got {max_rows!r}")
     for rng in ranges:
         if count_rows(rng) <= max_rows:
             yield rng
-            continue
-        lo = rng.lo
-        while True:
-            boundary = next_boundary(lo)
-            if boundary is None or (rng.hi is not None and as_key(boundary) >= rng.hi):
-                yield KeyRange(lo, rng.hi)
-                break
-            hi = _progress(lo, boundary)
+        else:
+            yield from _cut(rng.lo, rng.hi, next_boundary)
+
+
+def _cut(lo: tuple | None, hi: tuple | None, next_boundary) -> Iterator[KeyRange]:
+    """Cut [lo, hi) at the boundaries the database returns."""
+    while True:
+        boundary = next_boundary(lo, hi)
+        if boundary is None:
             yield KeyRange(lo, hi)
-            lo = hi
-
-
-def _progress(lo: tuple | None, boundary: Any) -> tuple:
-    hi = as_key(boundary)
-    if lo is not None and not hi > lo:
-        raise ValueError(f"next_boundary({lo!r}) returned {hi!r}, which is not above it")
-    return hi
+            return
+        boundary = as_key(boundary)
+        if boundary == lo or boundary == hi:
+            raise ValueError(f"next_boundary({lo!r}, {hi!r}) returned {boundary!r}, "
+                             "which is not strictly inside the range")
+        yield KeyRange(lo, boundary)
+        lo = boundary
 
 
 # -- SQL -------------------------------------------------------------------------------
@@ -342,13 +336,14 @@ def _compare(columns: list[str], bound: tuple, lower: bool, render) -> str:
 
 
 def boundary_sql(table: str | Sequence[str], key_columns: Sequence[str], lo: Any,
-                 chunk_size: int, quote: Callable[[str], str] = quote_ident) -> tuple[str, list]:
-    """The query behind ``next_boundary`` for ``plan_by_boundaries``: the key with exactly
-    ``chunk_size`` keys in ``[lo, key)``; no row means the rest fits in one range."""
-    if not isinstance(chunk_size, int) or chunk_size < 1:
+                 chunk_size: int, hi: Any = None,
+                 quote: Callable[[str], str] = quote_ident) -> tuple[str, list]:
+    """The query behind ``next_boundary(lo, hi)``: the key with exactly ``chunk_size``
+    keys in ``[lo, key)``, below ``hi``; no row means the rest fits in one range."""
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     cols = ", ".join(quote(c).replace("%", "%%") for c in _columns_list(key_columns))
-    where, params = sql_predicate(key_columns, lo, None, quote=quote)
+    where, params = sql_predicate(key_columns, lo, hi, quote=quote)
     table_sql = quote_table(table, quote).replace("%", "%%")
     return (f"SELECT {cols} FROM {table_sql} WHERE {where} ORDER BY {cols} "
             f"LIMIT 1 OFFSET {chunk_size}", params)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from merger.chunking import KeyRange, make_chunks, plan_by_boundaries, plan_numeric
+from merger.chunking import make_chunks, plan_by_boundaries, plan_numeric
 from merger.dblog import (DELETED, HIGH, LOW, Reconciler, apply_change, apply_truncate,
                           decode_key, encode_key, live_rows)
 
@@ -495,8 +495,8 @@ def scenarios(draw):
     else:                     # boundary-driven over the keys present at planning time
         size = draw(st.integers(1, 5))
 
-        def next_boundary(lo):
-            rest = [k for k in initial if lo is None or k >= lo]
+        def next_boundary(lo, hi):
+            rest = [k for k in initial if (lo is None or k >= lo) and (hi is None or k < hi)]
             return rest[size] if len(rest) > size else None
 
         ranges = list(plan_by_boundaries(next_boundary))

@@ -1,0 +1,172 @@
+"""The merger end to end: real MariaDB, ingest, the broker, Spark local mode, Delta and
+PostgreSQL. Snapshots run while a writer changes rows across the whole key range; the
+sinks must end equal to the source row for row."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pymysql
+import pytest
+
+from tests.conftest import IS_CI
+from tests.ingest_harness import IngestProcess, write_config
+from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+
+pytestmark = pytest.mark.integration
+
+BIG_ROWS = 200_000
+
+
+def _conn(stack, db=None):
+    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
+                           password=stack.mariadb.root_password, database=db, autocommit=True)
+
+
+def _create(stack, db: str, big_rows: int) -> None:
+    conn = _conn(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"USE {db}")
+        cur.execute("CREATE TABLE num (id INT PRIMARY KEY, v VARCHAR(30), n BIGINT, d DECIMAL(12,2), "
+                    "ts DATETIME(3))")
+        cur.execute(f"INSERT INTO num SELECT seq, CONCAT('v', seq), seq * 7, seq / 100, "
+                    f"'2024-01-01 00:00:00' + INTERVAL seq SECOND FROM seq_1_to_{big_rows}")
+        cur.execute("CREATE TABLE skey (code VARCHAR(40) PRIMARY KEY, v INT) "
+                    "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+        cur.execute("INSERT INTO skey SELECT CONCAT(CHAR(65 + seq % 26), 'é-', seq), seq FROM seq_1_to_20000")
+        cur.execute("CREATE TABLE comp (a INT, b VARCHAR(10), c BIGINT, PRIMARY KEY (a, b))")
+        cur.execute("INSERT INTO comp SELECT seq % 100, CONCAT('b', seq), seq FROM seq_1_to_20000")
+    conn.close()
+
+
+class Writer(threading.Thread):
+    """Inserts, updates, deletes and primary-key changes across the whole key range."""
+
+    def __init__(self, stack, db: str, big_rows: int, seed: int = 3):
+        super().__init__(daemon=True)
+        self.conn = _conn(stack, db)
+        self.rnd = random.Random(seed)
+        self.big = big_rows
+        self.stop = threading.Event()
+        self.error = None
+        self.statements = 0
+
+    def run(self):
+        r = self.rnd
+        try:
+            with self.conn.cursor() as cur:
+                while not self.stop.is_set():
+                    k = r.randint(1, self.big + 1000)
+                    op = r.random()
+                    if op < 0.3:
+                        cur.execute("INSERT IGNORE INTO num VALUES (%s, 'ins', %s, 1.5, NOW(3))", (k, k))
+                    elif op < 0.6:
+                        cur.execute("UPDATE num SET v = %s, n = n + 1 WHERE id BETWEEN %s AND %s",
+                                    (f"u{k}", k, k + 5))
+                    elif op < 0.75:
+                        cur.execute("DELETE FROM num WHERE id BETWEEN %s AND %s", (k, k + 3))
+                    elif op < 0.85:
+                        try:
+                            cur.execute("UPDATE num SET id = %s WHERE id = %s", (self.big + 5000 + k, k))
+                        except pymysql.err.IntegrityError:
+                            pass
+                    elif op < 0.93:
+                        code = f"{chr(65 + k % 26)}é-{k % 25000}"
+                        cur.execute("INSERT INTO skey VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = v + 1", (code, k))
+                    else:
+                        cur.execute("UPDATE comp SET c = c + 1 WHERE a = %s", (k % 100,))
+                    self.statements += 1
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def _start(stack, tmp_path, unique_name, db):
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=3)
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    return ingest, merger
+
+
+@pytest.mark.timeout(1500)
+def test_snapshot_under_concurrent_writes_then_truncate_add_column_new_table(stack, tmp_path, unique_name):
+    db = f"mg_{unique_name}"
+    _create(stack, db, BIG_ROWS)
+    ingest, merger = _start(stack, tmp_path, unique_name, db)
+    checker = SinkChecker(stack, tmp_path)
+    writer = Writer(stack, db, BIG_ROWS)
+    try:
+        time.sleep(5)
+        writer.start()
+        # write across the key range for as long as the snapshot of `num` runs (bounded)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            st = (tmp_path / "state" / "status.json")
+            if st.exists() and '"num"' not in st.read_text():
+                pass
+            plan = tmp_path / "state" / "snapshots" / f"{db}.num.json"
+            if plan.exists() and '"finished_at"' in plan.read_text():
+                break
+            if not merger.alive():
+                raise AssertionError(merger.log_text()[-4000:])
+            time.sleep(1)
+        time.sleep(3)
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, writer.error
+        assert writer.statements > 100
+        for table in ("num", "skey", "comp"):
+            checker.wait_equal(db, table, proc=merger)
+
+        conn = _conn(stack, db)
+        with conn.cursor() as cur:
+            cur.execute("TRUNCATE TABLE comp")
+            cur.execute("INSERT INTO comp VALUES (1, 'after', 1)")
+            cur.execute("ALTER TABLE skey ADD COLUMN extra INT DEFAULT 7")
+            cur.execute("UPDATE skey SET extra = 8 WHERE v < 100")
+            cur.execute("CREATE TABLE later (id BIGINT PRIMARY KEY, s TEXT)")
+            cur.execute("INSERT INTO later SELECT seq, REPEAT('x', seq % 50) FROM seq_1_to_3000")
+            cur.execute("UPDATE later SET s = 'changed' WHERE id % 10 = 0")
+        conn.close()
+        for table in ("comp", "skey", "later", "num"):
+            checker.wait_equal(db, table, proc=merger)
+        assert ingest.alive()
+    finally:
+        writer.stop.set()
+        merger.stop()
+        ingest.stop()
+        checker.close()
+
+
+@pytest.mark.timeout(1800)
+def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, unique_name):
+    db = f"mk_{unique_name}"
+    rows = 60_000 if IS_CI else BIG_ROWS
+    _create(stack, db, rows)
+    ingest, merger = _start(stack, tmp_path, unique_name, db)
+    checker = SinkChecker(stack, tmp_path)
+    writer = Writer(stack, db, rows, seed=9)
+    rnd = random.Random(17)
+    try:
+        writer.start()
+        kills = 5
+        for i in range(kills):
+            # kill at random moments: early ones fall into the snapshot, later ones into streaming
+            time.sleep(rnd.uniform(12, 30))
+            merger.kill9()
+            merger.start()
+        time.sleep(5)
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, writer.error
+        for table in ("num", "skey", "comp"):
+            checker.wait_equal(db, table, proc=merger, timeout_s=400)
+    finally:
+        writer.stop.set()
+        merger.stop()
+        ingest.stop()
+        checker.close()
