@@ -158,8 +158,8 @@ class SnapshotRunner(threading.Thread):
         chunk_size = self.config.snapshot.chunk_size
         try:
             with conn.cursor() as cur:
-                def next_boundary(lo):
-                    sql, params = boundary_sql((db, name), rt.keys, lo, chunk_size)
+                def next_boundary(lo, hi=None):
+                    sql, params = boundary_sql((db, name), rt.keys, lo, chunk_size, hi)
                     cur.execute(sql, params)
                     row = cur.fetchone()
                     return None if row is None else tuple(row)

@@ -45,8 +45,8 @@ def boundary_source(sorted_keys, chunk_size):
 # -- plan_numeric -------------------------------------------------------------------------
 
 @FAST
-@given(st.integers(-10**6, 10**6), st.integers(0, 5000), st.integers(0, 100_000),
-       st.integers(1, 5000), st.lists(st.integers(-3, 3), max_size=20))
+@given(st.integers(-10**6, 10**6), st.integers(0, 1000), st.integers(0, 100_000),
+       st.integers(1, 2000), st.lists(st.integers(-3, 3), max_size=20))
 def test_plan_numeric_covers_each_key_once(lo, width, estimate, size, offsets):
     hi = lo + width
     ranges = plan_numeric(lo, hi, estimate, size)

@@ -552,7 +552,7 @@ def run_scenario(sc):
     return world
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_sink_converges_to_source(sc):
     world = run_scenario(sc)

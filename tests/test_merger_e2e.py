@@ -80,6 +80,9 @@ class Writer(threading.Thread):
                     else:
                         cur.execute("UPDATE comp SET c = c + 1 WHERE a = %s", (k % 100,))
                     self.statements += 1
+                    # a steady few hundred changes per second: a busy OLTP table, and a
+                    # load two cores can carry next to MariaDB, ingest, Spark and PostgreSQL
+                    time.sleep(0.004)
         except BaseException as exc:  # reported by the test
             self.error = exc
 
