@@ -192,9 +192,13 @@ class _Gen:
                 lines = self._length(c.length_size, ind)
             else:
                 lines = self._length(2 if c.max_length > 255 else 1, ind)
-            enc = b"" if t == FIELD_TYPE.GEOMETRY else self.encodings[i]
-            if enc == b"":
+            enc = self.encodings[i]
+            if t == FIELD_TYPE.GEOMETRY:
                 conv = ""
+            elif enc == b"":
+                # a codec Python does not know (e.g. 'binary'): the library keeps the bytes,
+                # except that decoding b"" succeeds whatever the codec name: ''
+                conv = " or ''"
             elif enc is None:
                 conv = f".decode('utf-8', {self.errors!r})"
             else:

@@ -355,7 +355,14 @@ class BatchProcessor:
             if src_ts:
                 rt.lag_ms = max(0.0, now_ms - src_ts)
             events.append((r["partition"], seq, op, image, r))
-        segment: list = []
+        # decode every data event of the batch into the canonical schema at once
+        data = self._decode([ev for ev in events if ev[2] not in ("m", "t")], rt)
+        decoded = {id(ev): i for i, ev in enumerate(data[0])} if data else {}
+        keys = data[2] if data else []
+        # then feed the reconciler in binlog order (markers, events, truncates interleaved:
+        # a key counts as seen only for windows whose LOW came before it) and apply the
+        # decoded rows in slices cut at truncates
+        start, taken = 0, []
         for ev in events:
             partition, seq, op, image, r = ev
             if op == "m":
@@ -366,64 +373,49 @@ class BatchProcessor:
             if op == "t":
                 rt.reconciler.on_event(partition, seq, None, "t")
                 if seq > rt.truncated_through:  # one truncate record per partition
-                    self._apply_segment(batch_id, rt, segment, step)
-                    segment = []
+                    self._apply_rows(batch_id, rt, data, taken, step)
+                    taken = []
                     self._truncate(batch_id, rt, step)
                     rt.truncated_through = seq
                 continue
+            i = decoded.get(id(ev))
+            if i is None:
+                continue  # could not be decoded: sent to the dead-letter topic
+            rt.reconciler.on_event(partition, seq, keys[i], op)
             if seq < rt.truncated_through:
-                # older than a truncate already applied (from a partition that lags):
-                # the truncate wiped its effect
-                continue
-            segment.append(ev)
-        self._apply_segment(batch_id, rt, segment, step)
+                continue  # older than a truncate already applied (a lagging partition)
+            taken.append(i)
+        self._apply_rows(batch_id, rt, data, taken, step)
 
-    def resume_table(self, rt: TableRuntime) -> None:
-        """Called under the lock by `cdc resume`: re-read the definition; the spilled
-        changes are applied before the table's next records."""
-        self.refresh_spec(rt)
-
-    def _replay_spill(self, batch_id: int, rt: TableRuntime, step: list, now_ms: float) -> None:
-        """Apply what a paused table kept, in order; the files go once the batch's state
-        is saved (a re-run of the batch finds them again)."""
-        spill = self._spill_dir(rt)
-        self._replaying.add(spill)
+    def _decode(self, evs: list, rt: TableRuntime):
+        """(events that decoded, their Arrow table with _cdc_op/_cdc_seq, their keys)."""
+        if not evs:
+            return None
         try:
-            for f in sorted(spill.glob("batch-*.parquet")):
-                items = []
-                for r in pq.read_table(f).to_pylist():
-                    headers = _headers(r.get("headers"))
-                    payload = _payload(r["value"])
-                    items.append((r, headers, payload, _position(headers, payload)))
-                self._table_batch(batch_id, rt, items, step, now_ms)
-        finally:
-            self._replaying.discard(spill)
-        self._spill_done.append(spill)
-
-    def _apply_segment(self, batch_id: int, rt: TableRuntime, segment: list, step: list) -> None:
-        if not segment:
-            return
-        images = [ev[3] for ev in segment]
-        try:
-            table = rows_to_arrow(rt.spec, rt.schema, rt.converters, images, extra={
-                "_cdc_op": (pa.string(), [ev[2] for ev in segment]),
-                "_cdc_seq": (pa.int64(), [ev[1] for ev in segment]),
+            table = rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev[3] for ev in evs], extra={
+                "_cdc_op": (pa.string(), [ev[2] for ev in evs]),
+                "_cdc_seq": (pa.int64(), [ev[1] for ev in evs]),
             })
         except (ValueError, TypeError, pa.ArrowException) as exc:
-            # decode one by one to find the bad ones
             good = []
-            for ev in segment:
+            for ev in evs:  # find the bad ones
                 try:
                     rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev[3]])
                     good.append(ev)
                 except (ValueError, TypeError, pa.ArrowException) as one:
                     self._bad(ev[4], f"cannot decode for {rt.name}: {one}")
-            if len(good) == len(segment):
+            if len(good) == len(evs):
                 raise MergerError(f"cannot decode a batch of {rt.name}: {exc}") from None
-            return self._apply_segment(batch_id, rt, good, step)
+            return self._decode(good, rt)
         keys = list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
-        for (partition, seq, op, _, _), key in zip(segment, keys):
-            rt.reconciler.on_event(partition, seq, key, op)
+        return evs, table, keys
+
+    def _apply_rows(self, batch_id: int, rt: TableRuntime, data, taken: list, step: list) -> None:
+        if not taken:
+            return
+        table = data[1]
+        if len(taken) != table.num_rows:
+            table = table.take(pa.array(taken, pa.int64()))
         self._apply(batch_id, rt, table, step)
         rt.rows_applied += table.num_rows
 
