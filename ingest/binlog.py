@@ -330,10 +330,11 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         state = _cache.get((bool(sd[_OPTIONAL_META_DATA]), data[20:20 + size]))
         if state is None:
             return None
+        d = state.copy()
+        d["packet"] = header
+        d["timestamp"] = header[0]
         event = _new_object(CachedTableMapEvent)
-        event.__dict__.update(state)
-        event.packet = header
-        event.timestamp = header[0]
+        event.__dict__ = d
         return event
 
     def _lean_rows(self, data, etype, sd):
@@ -390,8 +391,8 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         d = self._common.copy()
         d.update(
             packet=header, table_map=self.table_map, event_type=etype, timestamp=header[0], event_size=size,
-            _post_header_lengths=phls, mysql_version=self.mysql_version, _RowsEvent__rows=None,
-            _RowsEvent__none_sources={}, table_id=table_id, primary_key=primary_key, schema=schema,
+            _post_header_lengths=phls, mysql_version=self.mysql_version, _RowsEvent__none_sources={},
+            table_id=table_id, primary_key=primary_key, schema=schema,
             table=table_name, flags=data[26] | data[27] << 8, number_of_columns=ncols, columns=columns,
             columns_present_bitmap=bitmap, _rd_data=data, _rd_pos=p, _rd_end=end, _rd_table=table, _rd_fn=fn)
         if bitmap2 is not None:

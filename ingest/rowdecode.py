@@ -98,6 +98,7 @@ def _old_time(time):
 _BASE_NS = {
     "_fb": int.from_bytes,
     "_Decimal": decimal.Decimal,
+    "_DCTX": decimal.Context(prec=1000, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN),
     "_dt": datetime.datetime,
     "_date": datetime.date,
     "_td": datetime.timedelta,
@@ -143,20 +144,24 @@ class _Gen:
 
     # -- fractional seconds, as mysql-replication's __read_fsp (a signed big-endian read)
     @staticmethod
-    def _fsp(fsp: int, src: str, ind: str) -> list[str]:
+    def _fsp(fsp: int, src: str, ind: str, clamp: bool = False) -> list[str]:
         """Lines computing ``us`` from the low fsp bytes of the integer ``src`` (then
-        shifted out of it)."""
+        shifted out of it). ``clamp``: a negative fraction may read as 0 (DATETIME2 and
+        TIMESTAMP2, where the library only uses a positive one)."""
         k = _FSP_BYTES[fsp]
         if not k:
             return []
         bits = 8 * k
-        lines = [f"{ind}f = {src} & {(1 << bits) - 1}",
-                 f"{ind}if f >= {1 << (bits - 1)}: f -= {1 << bits}",
-                 f"{ind}{src} >>= {bits}"]
+        scale = 10 ** (6 - fsp)
+        lines = [f"{ind}f = {src} & {(1 << bits) - 1}", f"{ind}{src} >>= {bits}"]
+        if clamp:
+            frac = f"f // 10 * {scale}" if fsp % 2 else f"f * {scale}"
+            return lines + [f"{ind}us = 0 if f >= {1 << (bits - 1)} else {frac}"]
+        lines.append(f"{ind}if f >= {1 << (bits - 1)}: f -= {1 << bits}")
         if fsp % 2:
-            lines.append(f"{ind}us = int(f / 10) * {10 ** (6 - fsp)}")
+            lines.append(f"{ind}us = int(f / 10) * {scale}")
         else:
-            lines.append(f"{ind}us = f * {10 ** (6 - fsp)}")
+            lines.append(f"{ind}us = f * {scale}")
         return lines
 
     def _length(self, size: int, ind: str) -> list[str]:
@@ -210,11 +215,8 @@ class _Gen:
             fsp = c.fsp
             size = 5 + _FSP_BYTES[fsp]
             lines = [f"{ind}x = _fb(data[p:p + {size}], 'big')", f"{ind}p += {size}"]
-            lines += self._fsp(fsp, "x", ind)
-            ext = ""
-            if _FSP_BYTES[fsp]:
-                lines.append(f"{ind}if us < 0: us = 0")
-                ext = ", us"
+            lines += self._fsp(fsp, "x", ind, clamp=True)
+            ext = ", us" if _FSP_BYTES[fsp] else ""
             lines += [f"{ind}ym = (x >> 22) & 131071",
                       f"{ind}try:",
                       f"{ind}    {v} = _dt(ym // 13, ym % 13, (x >> 17) & 31, (x >> 12) & 31, (x >> 6) & 63, "
@@ -228,12 +230,11 @@ class _Gen:
             fsp = c.fsp
             size = 4 + _FSP_BYTES[fsp]
             lines = [f"{ind}x = _fb(data[p:p + {size}], 'big')", f"{ind}p += {size}"]
-            lines += self._fsp(fsp, "x", ind)
+            lines += self._fsp(fsp, "x", ind, clamp=True)
             lines.append(f"{ind}if x >= 2147483648: x -= 4294967296")
             if _FSP_BYTES[fsp]:
-                lines += [f"{ind}if 0 < us < 1000000: {v} = _EPOCH + _td(0, x, us)",
-                          f"{ind}elif us <= 0: {v} = _EPOCH + _td(0, x)",
-                          f"{ind}else: raise _Fallback"]
+                lines += [f"{ind}if us > 999999: raise _Fallback",
+                          f"{ind}{v} = _EPOCH + _td(0, x, us)"]
             else:
                 lines.append(f"{ind}{v} = _EPOCH + _td(0, x)")
             return lines
@@ -306,7 +307,8 @@ class _Gen:
         integral = precision - decimals
         uncomp_integral, comp_integral = divmod(integral, 9)
         uncomp_fractional, comp_fractional = divmod(decimals, 9)
-        # groups, most significant first: (bytes, format, largest valid value)
+        # digit groups, most significant first: (bytes, format in the library's digit
+        # string, largest valid value)
         groups = []
         if _COMPRESSED_BYTES[comp_integral]:
             groups.append((_COMPRESSED_BYTES[comp_integral], "", 10 ** comp_integral - 1))
@@ -328,12 +330,10 @@ class _Gen:
                  f"{ind}    s = '-'"]
         # the library reads each group as a signed big-endian number (XOR -1 when negative):
         # the same digits as the unsigned reading here exactly when the group is in range
-        parts = ["{s}"]
         checks = []
         shift = size * 8
         for k, (nbytes, fmt, largest) in enumerate(groups):
             if fmt == ".":
-                parts.append(".")
                 continue
             shift -= nbytes * 8
             expr = f"x >> {shift}" if shift else "x"
@@ -341,9 +341,22 @@ class _Gen:
                 expr = f"({expr}) & {(1 << (nbytes * 8)) - 1}"
             lines.append(f"{ind}g{k} = {expr}")
             checks.append(f"g{k} > {largest}")
-            parts.append(f"{{g{k}{fmt}}}")
         lines.append(f"{ind}if {' or '.join(checks)}: raise _Fallback")
-        lines.append(f"{ind}{v} = _Decimal(f\"{''.join(parts)}\")")
+        # the library parses the digit string; the unscaled integer scaled by the column's
+        # decimals is the same Decimal (digits and exponent), except for '-0' (library path)
+        unscaled = None
+        for k, (nbytes, fmt, largest) in enumerate(groups):
+            if fmt == ".":
+                continue
+            digits = len(str(largest))
+            unscaled = f"g{k}" if unscaled is None else f"({unscaled}) * {10 ** digits} + g{k}"
+        scaled = f"_Decimal({{}}).scaleb({-decimals}, _DCTX)" if decimals else "_Decimal({})"
+        lines += [f"{ind}if s:",
+                  f"{ind}    x = {unscaled}",
+                  f"{ind}    if not x: raise _Fallback",
+                  f"{ind}    {v} = {scaled.format('-x')}",
+                  f"{ind}else:",
+                  f"{ind}    {v} = {scaled.format(unscaled)}"]
         return lines
 
     def image(self, bitmap: bytes, out: str, ind: str) -> list[str]:
@@ -565,6 +578,7 @@ class _FastRows:
     the library's event from the bytes when the library must decode)."""
 
     _rd_kind = "write"
+    _RowsEvent__rows = None
     _rd_data = None
     _rd_fn = None
     _rd_pos = 0
@@ -580,6 +594,17 @@ class _FastRows:
     def rows(self):
         rows = self._RowsEvent__rows
         if rows is None:
+            fn = self._rd_fn
+            if fn is not None and self.complete:
+                try:
+                    rows = fn(self._rd_data, self._rd_pos, self._rd_end)
+                except Exception:  # anything unexpected: the library decides (and raises if it does)
+                    STATS["data_fallbacks"] += 1
+                    self._fetch_rows()
+                    return self._RowsEvent__rows
+                STATS["native_events"] += 1
+                self._RowsEvent__rows = rows
+                return rows
             self._fetch_rows()
             rows = self._RowsEvent__rows
         return rows
@@ -587,19 +612,6 @@ class _FastRows:
     def _fetch_rows(self):
         if not self.complete:
             self._RowsEvent__rows = []
-            return
-        fn = self._rd_fn
-        if fn is not None:
-            try:
-                rows = fn(self._rd_data, self._rd_pos, self._rd_end)
-            except Exception:  # anything unexpected: the library decides (and raises if it does)
-                STATS["data_fallbacks"] += 1
-            else:
-                STATS["native_events"] += 1
-                self._RowsEvent__rows = rows
-                return
-            STATS["library_events"] += 1
-            self._RowsEvent__rows = self._rd_library_rows()
             return
         rows = self._rd_decode() if self._rd_data is None else None
         if rows is not None:

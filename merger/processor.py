@@ -493,7 +493,6 @@ class BatchProcessor:
                     self._apply(batch_id, rt, table, step)
                     emitted += table.num_rows
         rt.snapshot_rows += emitted
-        rt.reconciler.finish(wid)
         plan = self.store.load_plan(rt.name)
         if plan is not None:
             done = set(plan.get("done", []))
@@ -505,6 +504,7 @@ class BatchProcessor:
                 if rt.phase == "snapshotting":
                     rt.phase = "streaming"
             self.store.save_plan(rt.name, plan)
+        rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again
         shutil.rmtree(path, ignore_errors=True)
         log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
 

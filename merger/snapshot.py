@@ -181,6 +181,9 @@ class SnapshotRunner(threading.Thread):
 
     def _step(self, table: str, plan: dict) -> bool:
         with self.processor.lock:
+            plan = self.store.load_plan(table) or plan  # fresh: windows finish meanwhile
+            if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):
+                return False
             rt = self.processor.tables.get(table)
             if rt is None or rt.phase in ("paused", "failed"):
                 return False

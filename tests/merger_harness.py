@@ -64,10 +64,8 @@ class MergerProcess(IngestProcess):
 class SinkChecker:
     def __init__(self, stack: local_stack.StackInfo, work: Path):
         self.stack = stack
-        self.delta = DeltaSink(str(work / "delta"))
-        self.pg = PostgresSink({"host": stack.postgres.host, "port": stack.postgres.port,
-                                "user": stack.postgres.user, "dbname": stack.postgres.database,
-                                "password": stack.postgres.password})
+        self.work = work
+        self._pg = None
         from cdc.config import MySQLConfig
 
         self.catalog = SourceCatalog(MySQLConfig(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
@@ -91,6 +89,21 @@ class SinkChecker:
                 continue
             out.append((name, compare(f"{db}.{table}", source, rows, keys), None))
         return out
+
+    # sink objects cache table metadata (right for the one process that writes): a
+    # reader in another process opens fresh ones to see columns added meanwhile
+    @property
+    def delta(self):
+        return DeltaSink(str(self.work / "delta"))
+
+    @property
+    def pg(self):
+        if self._pg is not None:
+            self._pg.close()
+        self._pg = PostgresSink({"host": self.stack.postgres.host, "port": self.stack.postgres.port,
+                                 "user": self.stack.postgres.user, "dbname": self.stack.postgres.database,
+                                 "password": self.stack.postgres.password})
+        return self._pg
 
     def counts(self, db: str, table: str) -> dict:
         conn = pymysql.connect(host=self.stack.mariadb.host, port=self.stack.mariadb.port, user="root",
@@ -127,4 +140,5 @@ class SinkChecker:
                              + (f"\n{proc.log_text()[-3000:]}" if proc else ""))
 
     def close(self):
-        self.pg.close()
+        if self._pg is not None:
+            self._pg.close()

@@ -435,7 +435,9 @@ def read_rows_events(m, start: str, db: str, how: str, timeout_s: float = 180) -
                             "event_size": ev.packet.event_size, "server_id": ev.packet.server_id,
                             "timestamp": ev.timestamp, "primary_key": ev.primary_key,
                             "fast": isinstance(ev, tuple(rowdecode.FAST_ROWS_CLASSES.values())),
-                            "rows": tag(ev.rows)})
+                            # (the library raises on some data, e.g. latin1 bytes Python's
+                            # cp1252 does not map: ours must raise the same)
+                            "rows": outcome(lambda: ev.rows)})
     finally:
         reader.close()
     return out
@@ -453,7 +455,8 @@ def assert_same_decoding(m, start: str, db: str, min_events: int = 1) -> list[di
             b = {k: v for k, v in b.items() if k != "fast"}
             a = {k: v for k, v in a.items() if k != "fast"}
             assert b == a, (how, a["table"], a["log_pos"])
-    assert rowdecode.STATS["native_events"] > before["native_events"]
+    if any(e["rows"][0] == "ok" for e in stock):
+        assert rowdecode.STATS["native_events"] > before["native_events"]
     return stock
 
 
@@ -621,7 +624,7 @@ def test_multi_row_and_wide_table_events_decode_like_the_library(mariadb):
             cur.execute("UPDATE wide SET c5 = 0 WHERE id = 1")
             cur.execute("DELETE FROM wide")
             events = assert_same_decoding(mariadb, start, db, min_events=10)
-            assert sum(len(e["rows"][1]) for e in events if e["table"] == "m" and e["class"] == "WriteRowsEvent") \
+            assert sum(len(e["rows"][1][1]) for e in events if e["table"] == "m" and e["class"] == "WriteRowsEvent") \
                 == 5000
         finally:
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
