@@ -133,9 +133,9 @@ def tail(topic: str = typer.Argument(..., help="topic to show, e.g. cdc.shop.ord
 
 @app.command()
 def demo(state_dir: Path = STATE_DIR_OPTION,
-         rows: int = typer.Option(200, help="rows of the demo workload")):
-    """Start the local stack and ingest, run a small mixed workload, and show the change
-    events as they arrive."""
+         rows: int = typer.Option(200_000, help="rows of the demo orders table")):
+    """The whole path on the local stack: load tables, start ingest and the merger, snapshot
+    while a live workload runs, show change events, compare every sink table with its source."""
     from cdc.demo import run_demo
 
     _setup_logging(False)

@@ -227,7 +227,8 @@ class SinksConfig(_Model):
 class SnapshotConfig(_Model):
     auto_new_tables: bool = Field(True, description="snapshot a table when it is seen for the first time")
     chunk_size: int = Field(50_000, ge=100, description="rows per chunk, at most")
-    parallelism: int = Field(2, ge=1, le=64, description="chunks read at once (Spark JDBC partitions)")
+    parallelism: int = Field(2, ge=1, le=64,
+                             description="chunks read at once (Spark JDBC partitions; bounded by Spark's cores)")
     chunks_per_window: int = Field(4, ge=1, description="chunks between one LOW and one HIGH watermark")
     window_timeout_s: float = Field(120.0, gt=0, description="retry a window whose markers do not arrive")
     fetch_size: int = Field(10_000, ge=1)

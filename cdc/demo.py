@@ -1,154 +1,273 @@
 """`cdc demo`: the whole path on the embedded local stack.
 
-Starts the stack and ingest, runs a small mixed workload (inserts, updates, a primary-key
-change, deletes, a DDL, a truncate) on a demo database, and shows the change events as
-they arrive on Kafka.
+1. starts the local stack and loads two tables into MariaDB;
+2. starts ingest (binlog -> Kafka) and the merger (Spark -> Delta + PostgreSQL);
+3. while the merger snapshots the tables in watermark windows, a live workload inserts,
+   updates, deletes and changes primary keys; progress bars follow the snapshots;
+4. shows some of the change events on Kafka;
+5. ends by comparing every sink table with its source, row for row.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pymysql
-from confluent_kafka import Consumer, TopicPartition
+import yaml
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from cdc import stack as local_stack
-from cdc.config import IngestConfig, load_model
-from cdc.tail import format_record
 
 DEMO_DB = "demo_shop"
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _root(info: local_stack.StackInfo):
+def _root(info, db=None):
     return pymysql.connect(host=info.mariadb.host, port=info.mariadb.port, user="root",
-                           password=info.mariadb.root_password, autocommit=True)
+                           password=info.mariadb.root_password, database=db, autocommit=True)
 
 
-def _workload(info: local_stack.StackInfo, rows: int, console: Console) -> int:
-    rnd = random.Random(7)
-    conn = _root(info)
-    statements = 0
-    with conn.cursor() as cur:
-        cur.execute(f"USE {DEMO_DB}")
-        for i in range(1, rows + 1):
-            cur.execute("INSERT INTO customers (id, name, email, balance) VALUES (%s,%s,%s,%s)",
-                        (i, f"customer {i}", f"c{i}@example.com", round(rnd.uniform(0, 1000), 2)))
-            statements += 1
-        cur.execute("BEGIN")
-        for i in range(1, rows + 1, 3):
-            cur.execute("UPDATE customers SET balance = balance + 10 WHERE id = %s", (i,))
-            statements += 1
-        cur.execute("COMMIT")
-        cur.execute("UPDATE customers SET id = %s WHERE id = 1", (rows + 1000,))  # PK change
-        cur.execute("DELETE FROM customers WHERE id BETWEEN 2 AND 5")
-        cur.execute("ALTER TABLE customers ADD COLUMN tier VARCHAR(10) DEFAULT 'basic'")
-        cur.execute("UPDATE customers SET tier = 'gold' WHERE balance > 900")
-        cur.execute("INSERT INTO orders (customer_id, amount) SELECT id, balance / 10 FROM customers LIMIT 20")
-        cur.execute("TRUNCATE TABLE orders")
-        statements += 6
-    conn.close()
-    return statements
-
-
-def run_demo(state_dir: Path, rows: int, console: Console) -> None:
-    from ingest.app import Ingest
-
-    console.rule("[bold]1. local stack")
-    info = local_stack.up(state_dir)
-    console.print(f"MariaDB {info.mariadb.version} on {info.mariadb.port}, broker on "
-                  f"{info.kafka.bootstrap}, PostgreSQL on {info.postgres.port}")
-
+def _load(info, rows: int) -> None:
     conn = _root(info)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DEMO_DB}")
         cur.execute(f"CREATE DATABASE {DEMO_DB}")
-        cur.execute(f"CREATE TABLE {DEMO_DB}.customers (id INT PRIMARY KEY, name VARCHAR(100), "
-                    "email VARCHAR(200), balance DECIMAL(10,2), updated TIMESTAMP(3) "
-                    "DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3))")
-        cur.execute(f"CREATE TABLE {DEMO_DB}.orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
-                    "customer_id INT, amount DECIMAL(12,2))")
+        cur.execute(f"USE {DEMO_DB}")
+        cur.execute("CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(100), email VARCHAR(200), "
+                    "balance DECIMAL(10,2), tier ENUM('basic','gold') DEFAULT 'basic', "
+                    "updated TIMESTAMP(3) DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3))")
+        cur.execute(f"INSERT INTO customers (id, name, email, balance) SELECT seq, CONCAT('customer ', seq), "
+                    f"CONCAT('c', seq, '@example.com'), (seq * 37) % 100000 / 100 FROM seq_1_to_{rows // 4}")
+        cur.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id INT, amount DECIMAL(12,2), "
+                    "placed DATETIME(3), note TEXT)")
+        cur.execute(f"INSERT INTO orders SELECT seq, 1 + seq % {rows // 4}, (seq * 13) % 10000 / 10, "
+                    f"'2025-01-01 00:00:00' + INTERVAL seq MINUTE, NULL FROM seq_1_to_{rows}")
     conn.close()
 
-    console.rule("[bold]2. ingest")
-    prefix = f"demo{int(time.time())}"
-    config = load_model(IngestConfig, None, {
-        "topic_prefix": prefix, "server_id": 5402,
-        "mysql.host": info.mariadb.host, "mysql.port": info.mariadb.port,
-        "mysql.user": info.mariadb.user,
-        "mysql.password_file": str(local_stack.secret_file(info, "mysql_password")),
-        "kafka.bootstrap_servers": info.kafka.bootstrap,
-        "database_include": [DEMO_DB], "heartbeat_interval_ms": 2000,
-    })
-    ingest = Ingest(config)
-    stop = threading.Event()
-    failure: list[BaseException] = []
 
-    def _run():
+class LiveWorkload(threading.Thread):
+    def __init__(self, info, rows: int):
+        super().__init__(daemon=True, name="workload")
+        self.info, self.rows = info, rows
+        self.stop = threading.Event()
+        self.statements = 0
+        self.error = None
+
+    def run(self) -> None:
+        rnd = random.Random(42)
         try:
-            ingest.run(stop)
-        except BaseException as exc:  # shown below
-            failure.append(exc)
-
-    thread = threading.Thread(target=_run, name="ingest", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while ingest.committed is None and time.monotonic() < deadline and not failure:
-        time.sleep(0.2)
-    if failure:
-        raise failure[0]
-    console.print(f"ingest streaming from GTID {ingest.committed.gtid_state}, topic prefix {prefix}")
-
-    console.rule("[bold]3. workload")
-    statements = _workload(info, rows, console)
-    console.print(f"ran {statements} statements on {DEMO_DB}")
-
-    console.rule("[bold]4. change events")
-    topics = [f"{prefix}.{DEMO_DB}.customers", f"{prefix}.{DEMO_DB}.orders", prefix]
-    counts = _show_events(info.kafka.bootstrap, topics, console, expect_min=rows)
-    stop.set()
-    thread.join(timeout=30)
-    if failure:
-        raise failure[0]
-    console.rule("[bold]done")
-    for topic, n in counts.items():
-        console.print(f"{topic}: {n} records")
-    console.print(f"ingest: {ingest.stats}")
+            conn = _root(self.info, DEMO_DB)
+            with conn.cursor() as cur:
+                while not self.stop.is_set():
+                    k = rnd.randint(1, self.rows)
+                    r = rnd.random()
+                    if r < 0.35:
+                        cur.execute("UPDATE orders SET amount = amount + 1, note = 'updated' WHERE id = %s", (k,))
+                    elif r < 0.55:
+                        cur.execute("INSERT IGNORE INTO orders VALUES (%s, 1, 9.99, NOW(3), 'new')",
+                                    (self.rows + k,))
+                    elif r < 0.65:
+                        cur.execute("DELETE FROM orders WHERE id = %s", (k,))
+                    elif r < 0.72:
+                        try:  # a primary-key change
+                            cur.execute("UPDATE orders SET id = %s WHERE id = %s", (3 * self.rows + k, k))
+                        except pymysql.err.IntegrityError:
+                            pass
+                    else:
+                        cur.execute("UPDATE customers SET balance = balance + 5, tier = 'gold' WHERE id = %s",
+                                    (k % (self.rows // 4) + 1,))
+                    self.statements += 1
+                    time.sleep(0.005)
+        except BaseException as exc:  # reported at the end
+            self.error = exc
 
 
-def _show_events(bootstrap: str, topics: list[str], console: Console, expect_min: int,
-                 timeout_s: float = 60.0) -> dict[str, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-demo",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
-    counts = {t: 0 for t in topics}
-    assigned: set[str] = set()
-    shown = 0
-    deadline = time.monotonic() + timeout_s
-    quiet_since = time.monotonic()
+def _configs(info, work: Path, prefix: str) -> tuple[Path, Path]:
+    mysql_pw = str(local_stack.secret_file(info, "mysql_password"))
+    root_pw = str(local_stack.secret_file(info, "mysql_root_password"))
+    ingest = {"topic_prefix": prefix, "server_id": 5402,
+              "mysql": {"host": info.mariadb.host, "port": info.mariadb.port, "user": info.mariadb.user,
+                        "password_file": mysql_pw},
+              "kafka": {"bootstrap_servers": info.kafka.bootstrap},
+              "database_include": [DEMO_DB, "cdc"], "heartbeat_interval_ms": 2000}
+    merger = {"topic_prefix": prefix,
+              "mysql": {"host": info.mariadb.host, "port": info.mariadb.port, "user": "root",
+                        "password_file": root_pw},
+              "kafka": {"bootstrap_servers": info.kafka.bootstrap},
+              "table_include": [rf"{DEMO_DB}\..*"], "state_dir": str(work / "merger-state"),
+              "sinks": {"delta": {"path": str(work / "delta")},
+                        "postgres": {"host": info.postgres.host, "port": info.postgres.port,
+                                     "user": info.postgres.user, "dbname": info.postgres.database,
+                                     "password_file": str(local_stack.secret_file(info, "postgres_password"))}},
+              "snapshot": {"chunk_size": 25000, "chunks_per_window": 2, "parallelism": 2},
+              "trigger_interval_ms": 300}
+    (work / "ingest.yaml").write_text(yaml.safe_dump(ingest))
+    (work / "merger.yaml").write_text(yaml.safe_dump(merger))
+    return work / "ingest.yaml", work / "merger.yaml"
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    out = open(log, "ab")
+    return subprocess.Popen([sys.executable, "-m", "cdc.cli", *args], stdout=out, stderr=subprocess.STDOUT,
+                            cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def _status(work: Path) -> dict:
     try:
-        while time.monotonic() < deadline:
-            missing = [t for t in topics if t not in assigned]
-            if missing:
-                md = consumer.list_topics(timeout=5).topics
-                new = [TopicPartition(t, p, 0) for t in missing if t in md and md[t].error is None
-                       for p in md[t].partitions]
-                if new:
-                    assigned |= {tp.topic for tp in new}
-                    consumer.incremental_assign(new)
-            msg = consumer.poll(0.3)
-            if msg is None or msg.error():
-                if sum(counts.values()) >= expect_min and time.monotonic() - quiet_since > 3:
+        return json.loads((work / "merger-state" / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def run_demo(state_dir: Path, rows: int, console: Console) -> None:
+    console.rule("[bold]1. local stack and data")
+    info = local_stack.up(state_dir)
+    console.print(f"MariaDB {info.mariadb.version} :{info.mariadb.port}, broker {info.kafka.bootstrap}, "
+                  f"PostgreSQL :{info.postgres.port}")
+    _load(info, rows)
+    console.print(f"loaded {DEMO_DB}.customers ({rows // 4:,} rows) and {DEMO_DB}.orders ({rows:,} rows)")
+
+    work = Path(info.state_dir) / "demo"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    prefix = f"demo{int(time.time())}"
+    ingest_cfg, merger_cfg = _configs(info, work, prefix)
+
+    console.rule("[bold]2. ingest and merger")
+    ingest = _spawn(["ingest", "-c", str(ingest_cfg)], work / "ingest.log")
+    merger = _spawn(["merge", "-c", str(merger_cfg)], work / "merger.log")
+    workload = LiveWorkload(info, rows)
+    try:
+        console.print(f"ingest pid {ingest.pid} (log {work / 'ingest.log'}), merger pid {merger.pid} "
+                      f"(log {work / 'merger.log'}), topic prefix {prefix}")
+        console.rule("[bold]3. snapshots while a live workload runs")
+        workload.start()
+        tables = [f"{DEMO_DB}.customers", f"{DEMO_DB}.orders"]
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("chunks  {task.fields[rows]:>9,} rows  {task.fields[phase]}"),
+                      TimeElapsedColumn(), console=console) as progress:
+            tasks = {t: progress.add_task(t, total=None, rows=0, phase="waiting") for t in tables}
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                for proc, name in ((ingest, "ingest"), (merger, "merger")):
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"{name} exited; see {work / (name + '.log')}")
+                st = _status(work).get("tables", {})
+                done = 0
+                for t in tables:
+                    s = st.get(t)
+                    if not s:
+                        continue
+                    progress.update(tasks[t], total=max(1, s["chunks_total"]), completed=s["chunks_done"],
+                                    rows=s["snapshot_rows"], phase=s["phase"])
+                    if s["chunks_total"] and s["chunks_done"] >= s["chunks_total"] and s["phase"] == "streaming":
+                        done += 1
+                if done == len(tables):
                     break
+                time.sleep(0.5)
+        time.sleep(3)
+        workload.stop.set()
+        workload.join(10)
+        console.print(f"live workload: {workload.statements:,} statements during the snapshots")
+        if workload.error:
+            raise workload.error
+
+        console.rule("[bold]4. change events on Kafka")
+        _show_events(info.kafka.bootstrap, f"{prefix}.{DEMO_DB}.orders", console, 12)
+
+        console.rule("[bold]5. sinks compared with the source")
+        _compare(info, work, tables, console)
+    finally:
+        workload.stop.set()
+        for proc in (merger, ingest):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in (merger, ingest):
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    console.print("the stack keeps running: `cdc stack down` stops it")
+
+
+def _show_events(bootstrap: str, topic: str, console: Console, n: int) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from cdc.tail import format_record
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-demo", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    try:
+        md = consumer.list_topics(timeout=10).topics.get(topic)
+        if md is None:
+            console.print(f"{topic}: no events")
+            return
+        consumer.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+        shown, deadline = 0, time.monotonic() + 15
+        while shown < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
                 continue
-            quiet_since = time.monotonic()
-            counts[msg.topic()] += 1
+            console.print(format_record(msg), highlight=False, soft_wrap=False, overflow="ellipsis",
+                          no_wrap=True)
             shown += 1
-            if shown <= 25 or shown % 100 == 0 or msg.topic() == topics[-1]:
-                console.print(f"[dim]{msg.topic()}[/dim] " + format_record(msg), highlight=False,
-                              soft_wrap=True)
     finally:
         consumer.close()
-    return counts
+
+
+def _compare(info, work: Path, tables: list[str], console: Console) -> None:
+    from cdc.config import MySQLConfig
+    from merger.catalog import SourceCatalog
+    from merger.sinks.delta import DeltaSink
+    from merger.sinks.postgres import PostgresSink
+    from merger.verify import compare, source_table
+
+    catalog = SourceCatalog(MySQLConfig(host=info.mariadb.host, port=info.mariadb.port, user="root",
+                                        password_file=str(local_stack.secret_file(info, "mysql_root_password"))))
+    result = Table()
+    for col in ("table", "sink", "source rows", "sink rows", "result"):
+        result.add_column(col)
+    deadline = time.monotonic() + 180
+    pending = list(tables)
+    rows_out = {}
+    while pending and time.monotonic() < deadline:
+        for t in list(pending):
+            db, name = t.split(".", 1)
+            spec = catalog.table_spec(db, name)
+            conn = _root(info)
+            try:
+                source = source_table(conn, spec, list(spec.primary_key))
+            finally:
+                conn.close()
+            outcome = []
+            for sink_name, sink in (("delta", DeltaSink(str(work / "delta"))),
+                                    ("postgres", PostgresSink({"host": info.postgres.host, "port": info.postgres.port,
+                                                               "user": info.postgres.user,
+                                                               "dbname": info.postgres.database,
+                                                               "password": info.postgres.password}))):
+                c = compare(t, source, sink.rows((db, name)), list(spec.primary_key))
+                outcome.append((sink_name, c))
+                sink.close()
+            rows_out[t] = outcome
+            if all(c.ok for _, c in outcome):
+                pending.remove(t)
+        if pending:
+            time.sleep(2)
+    for t, outcome in rows_out.items():
+        for sink_name, c in outcome:
+            result.add_row(t, sink_name, f"{c.source_rows:,}", f"{c.sink_rows:,}",
+                           "[green]equal" if c.ok else f"[red]{c.summary()[:80]}")
+    console.print(result)
+    if pending:
+        raise RuntimeError(f"sinks did not converge for {pending}")

@@ -41,7 +41,10 @@ def make_spark(config: MergerConfig):
     jars = [j for j in JDBC_JARS if Path(j).exists()]
     builder = SparkSession.builder.appName("cdc-merger")
     if "SPARK_SUBMIT" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
-        builder = builder.master(config.spark_master)
+        master = config.spark_master
+        if master == "local[2]" and config.snapshot.parallelism > 2:
+            master = f"local[{config.snapshot.parallelism}]"  # enough task slots for the reads
+        builder = builder.master(master)
     conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "2",

@@ -198,7 +198,9 @@ class SnapshotRunner(threading.Thread):
         todo = [c for c in plan["chunks"] if c["id"] not in done and c["id"] not in busy]
         if not todo:
             return False
-        chunks = todo[: self.config.snapshot.chunks_per_window]
+        # one Spark JDBC partition per chunk: a window holds at least `parallelism` chunks
+        per_window = max(self.config.snapshot.chunks_per_window, self.config.snapshot.parallelism)
+        chunks = todo[:per_window]
         wid = uuid.uuid4().hex[:16]
         with self.processor.lock:
             rt.reconciler.open_window(wid, [c["id"] for c in chunks], time.time())
