@@ -47,7 +47,7 @@ log = logging.getLogger("cdc.merger")
 
 WATERMARK_HEADER = "cdc.watermark"
 STEP = 1_000_000
-EMIT_BATCH_ROWS = 100_000
+EMIT_BATCH_ROWS = 200_000
 
 
 class BadRecord(ValueError):
@@ -135,6 +135,7 @@ class BatchProcessor:
         self.last_batch: int | None = None
         self.batch_started: float | None = None
         self._replaying: set = set()
+        self._pool = None
         self._spill_done: list = []
 
     # ------------------------------------------------------------------ state
@@ -423,15 +424,26 @@ class BatchProcessor:
         version = batch_id * STEP + step[0]
         step[0] += 1
         db, name = rt.name.split(".", 1)
-        for sink in self.sinks:
-            self._with_retry(rt, sink, lambda s=sink: s.apply((db, name), version, table))
+        self._each_sink(rt, lambda s: s.apply((db, name), version, table))
+
+    def _each_sink(self, rt: TableRuntime, call) -> None:
+        """The same write to every sink, at the same time (they wait on I/O, not the GIL)."""
+        if len(self.sinks) == 1:
+            self._with_retry(rt, self.sinks[0], lambda: call(self.sinks[0]))
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(len(self.sinks), thread_name_prefix="sink")
+        futures = [self._pool.submit(self._with_retry, rt, s, lambda s=s: call(s)) for s in self.sinks]
+        for f in futures:
+            f.result()
 
     def _truncate(self, batch_id: int, rt: TableRuntime, step: list) -> None:
         version = batch_id * STEP + step[0]
         step[0] += 1
         db, name = rt.name.split(".", 1)
-        for sink in self.sinks:
-            self._with_retry(rt, sink, lambda s=sink: s.truncate((db, name), version))
+        self._each_sink(rt, lambda s: s.truncate((db, name), version))
 
     def _with_retry(self, rt: TableRuntime, sink, call) -> None:
         delay = 1.0
@@ -471,8 +483,8 @@ class BatchProcessor:
         emitted = 0
         if rt.reconciler.is_ready(wid):
             files = sorted(path.glob("*.parquet")) if path.exists() else []
-            for f in files:
-                for batch in pq.ParquetFile(f).iter_batches(batch_size=EMIT_BATCH_ROWS):
+            for batch in _staged_batches(files):
+                if True:
                     table = from_snapshot(rt.spec, rt.schema, _fill_missing(batch, rt.spec))
                     keys = list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
                     keep = [False] * len(keys)
@@ -527,6 +539,21 @@ class BatchProcessor:
 
     def publish_status(self) -> None:
         self.store.write_status(self.status())
+
+
+def _staged_batches(files: list[Path]):
+    """The staged rows in pieces of about EMIT_BATCH_ROWS (few, large sink writes; the
+    driver never holds more than one piece)."""
+    pending, count = [], 0
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=EMIT_BATCH_ROWS):
+            pending.append(batch)
+            count += batch.num_rows
+            if count >= EMIT_BATCH_ROWS:
+                yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+                pending, count = [], 0
+    if count:
+        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
 
 
 def _fill_missing(batch: pa.RecordBatch, spec: TableSpec) -> pa.Table:

@@ -28,7 +28,7 @@ from merger.state import StateStore
 
 log = logging.getLogger("cdc.snapshot")
 
-MAX_OPEN_WINDOWS = 2
+MAX_OPEN_WINDOWS = 3
 
 
 def watermark_ddl(table: str) -> str:
