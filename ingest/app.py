@@ -169,7 +169,8 @@ class Ingest:
         gtid_state = point.gtid_state
         file, trx = None, None
         pending, txn_started = 0, 0.0
-        last_heartbeat = time.monotonic()
+        dirty = False  # the position moved past what is committed (even with no events)
+        last_heartbeat = last_commit = time.monotonic()
         try:
             for event in reader:
                 if stop.is_set():
@@ -203,7 +204,7 @@ class Ingest:
                         # a large source transaction: commit at this row-event boundary
                         self._commit(ResumePoint(gtid_state, file, end_pos, trx.gtid, trx.row_events,
                                                  trx.ts_ms))
-                        pending = 0
+                        pending, last_commit = 0, now
                     continue
                 if isinstance(event, QueryEvent):
                     query = event.query.strip()
@@ -224,25 +225,31 @@ class Ingest:
                             pending += self._transaction_end(trx)
                         trx = None
                         point = ResumePoint(gtid_state, file, end_pos, None, 0)
-                        if pending and (pending >= cfg.commit_every_events
-                                        or (now - txn_started) * 1000 >= cfg.commit_every_ms):
+                        dirty = True
+                        if pending >= cfg.commit_every_events or (
+                                pending and (now - txn_started) * 1000 >= cfg.commit_every_ms) or (
+                                not pending and (now - last_commit) * 1000 >= cfg.commit_every_ms):
                             self._commit(point)
-                            pending = 0
+                            pending, dirty, last_commit = 0, False, now
                     continue
-                # heartbeat from the server (idle source) or anything else: time-based work
-                if pending and trx is None and (now - txn_started) * 1000 >= cfg.commit_every_ms:
+                # heartbeat from the server (idle source) or anything else: time-based work.
+                # The position is committed even without events (transactions of tables we
+                # do not capture, or the end of a transaction already cut at its last row
+                # event), so the committed position always catches up with the source.
+                if (pending or dirty) and trx is None and \
+                        (now - max(txn_started if pending else 0.0, last_commit)) * 1000 >= cfg.commit_every_ms:
                     self._commit(point)
-                    pending = 0
+                    pending, dirty, last_commit = 0, False, now
                 if cfg.heartbeat_interval_ms and trx is None and \
                         (now - last_heartbeat) * 1000 >= cfg.heartbeat_interval_ms:
                     self._heartbeat()
                     self._commit(point)
-                    pending = 0
+                    pending, dirty, last_commit = 0, False, now
                     last_heartbeat = now
         finally:
             reader.close()
             metrics.CONNECTED.set(0)
-        if pending and trx is None:
+        if (pending or dirty) and trx is None:
             self._commit(point)
 
     def _commit(self, point: ResumePoint) -> None:

@@ -379,7 +379,7 @@ class IngestBinLogStreamReader(BinLogStreamReader):
             p = q
             bitmap2 = None
             fn = dec.function("write", bitmap)
-        if p > end:
+        if p > end or fn is None:
             return None
         ctl = self._ctl_connection
         if self._common_ctl is not ctl:

@@ -72,6 +72,7 @@ _HANDLED = set(_FIXED) | {
 }
 
 _EPOCH = datetime.datetime(1970, 1, 1)
+_MAX_FUNCTIONS = 64  # per table version: one per kind and columns-present bitmap(s)
 
 
 def _old_datetime(value):
@@ -495,13 +496,16 @@ class TableDecoder:
 
     def function(self, kind: str, bitmap1: bytes, bitmap2: bytes | None = None):
         """The decoder ``decode(data, pos, end) -> rows`` for rows events of ``kind``
-        ('write', 'delete' or 'update') with these columns-present bitmaps."""
+        ('write', 'delete' or 'update') with these columns-present bitmaps (None once
+        the table has _MAX_FUNCTIONS of them: the library decodes other shapes)."""
         key = (kind == "update", bitmap1, bitmap2)
         fn = self._functions.get(key)
         if fn is None:
             with self._lock:
                 fn = self._functions.get(key)
                 if fn is None:
+                    if len(self._functions) >= _MAX_FUNCTIONS:  # partial images of ever new shapes
+                        return None
                     gen = _Gen(self.columns, self._encodings, self.errors)
                     src = gen.function("update" if kind == "update" else "write", bitmap1, bitmap2)
                     ns = gen.ns
@@ -641,6 +645,8 @@ class _FastRows:
         kind = self._rd_kind
         fn = dec.function(kind, self.columns_present_bitmap,
                           self.columns_present_bitmap2 if kind == "update" else None)
+        if fn is None:
+            return None
         try:
             return fn(data, pos, end)
         except Exception:  # anything unexpected: the library decides (and raises if it does)
