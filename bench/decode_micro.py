@@ -5,20 +5,26 @@ c DECIMAL(10,2), d DATETIME(3))`` as in bench/ingest_throughput.py; transactions
 is written twice: as one-row INSERT statements ("single": one TABLE_MAP + one rows event
 per row) and as one multi-row INSERT per transaction ("multi"). Each backlog is then read
 with a non-blocking BinLogStreamReader from the GTID before it
-(``auto_position=gtid, is_mariadb=True, blocking=False``) and every row is decoded
-(``event.rows``), with:
+(``auto_position=gtid, is_mariadb=True, blocking=False``) up to the last transaction's
+commit, and every row is decoded (``event.rows``), with:
 
 * ``stock``:  mysql-replication as shipped (its TableMapEvent and rows event classes);
-* ``cached``: the stock rows decoding plus ingest's table-map cache (ingest before rowdecode);
-* ``fast``:   ingest.binlog's reader (table-map cache + ingest.rowdecode + fast packet path).
+* ``cached``: the library's reader and rows decoding plus ingest's table-map cache
+  (``CachedTableMapEvent``): ingest before ingest.rowdecode;
+* ``fast``:   ``ingest.binlog.open_reader`` (table-map cache, generated row decoders, lean
+  packet path).
 
-Prints rows/s per variant and workload (best of ``--repeat`` runs). Nothing goes to Kafka.
+Prints rows/s per variant and workload (best of ``--repeat`` runs), by wall clock and by
+CPU time of the reading process (the latter is steadier on a shared machine). Nothing goes
+to Kafka. All variants carry the fix of the library's MariaDB COM_BINLOG_DUMP length (see
+ingest/binlog.py): without it a non-blocking MariaDB stream ends in a connection reset and
+the library replays it from the start.
 
     .venv/bin/python bench/decode_micro.py [--rows 200000] [--repeat 3] [--variants stock,cached,fast]
-        [--state-dir /tmp/rd-stack] [--reuse]
+        [--modes single,multi] [--state-dir /tmp/rd-stack] [--reuse]
 
 The MariaDB of the local embedded stack in --state-dir is used (started if not running,
-left running). --reuse keeps an existing backlog of the same size (recorded in the state dir).
+left running). --reuse keeps a backlog of the same size recorded in the state dir.
 """
 
 from __future__ import annotations
@@ -190,8 +196,9 @@ def main(argv=None) -> int:
                     raise SystemExit(f"{variant}/{mode}: decoded {n} rows, expected {b['rows']}")
                 best = (took, cpu) if best is None else (min(best[0], took), min(best[1], cpu))
             results[(mode, variant)] = (b["rows"] / best[0], b["rows"] / best[1])
-            print(f"{mode:6s} {variant:6s} {b['rows']:>8d} rows  wall {best[0]:7.2f}s {b['rows'] / best[0]:>9,.0f} rows/s"
-                  f"   cpu {best[1]:7.2f}s {b['rows'] / best[1]:>9,.0f} rows/s", flush=True)
+            print(f"{mode:6s} {variant:6s} {b['rows']:>8d} rows  wall {best[0]:7.2f}s "
+                  f"{b['rows'] / best[0]:>9,.0f} rows/s   cpu {best[1]:7.2f}s {b['rows'] / best[1]:>9,.0f} rows/s",
+                  flush=True)
     print()
     print(f"rows/s, best of {args.repeat} (wall clock / CPU time of the reading process)")
     print(f"| workload ({args.rows:,} rows) | " + " | ".join(variants) + " | fast/stock | fast/cached |")

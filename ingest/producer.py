@@ -123,6 +123,7 @@ class TransactionalProducer:
 
     def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
         """Flush the events, then write the position and commit all of it at once."""
+        self.begin()  # a position alone (no events since the last commit) is a transaction too
         remaining = self._producer.flush(self._timeout)
         if remaining or self._errors:
             raise BrokerError(f"events not acknowledged: {self._errors[:1] or remaining}")
