@@ -77,3 +77,21 @@ def test_sequence_orders_like_positions(raw):
             continue  # different events: exercised by the integration tests (pos + row < next pos)
         assert (a.row, a.part) <= (b.row, b.part)
     assert all(0 < e.sequence() < 2**63 for e in positions)
+
+
+def test_column_exclude_and_mask_in_the_encoded_rows():
+    import json
+
+    from ingest.codec import MASK, TableCodec, apply_column_filters, envelope_config
+    from ingest.types import ColumnSpec, TableSpec
+
+    spec = TableSpec("crm", "users", (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("ssn", "varchar", 2, length=11),
+                                      ColumnSpec("email", "varchar", 3, length=100), ColumnSpec("age", "int", 4)), ("id",))
+    cfg = IngestConfig(topic_prefix="p", column_exclude=[r"crm\.users\.ssn"], column_mask=[r"crm\.users\.(email|age)"])
+    filtered, masked = apply_column_filters(spec, CaptureFilter(cfg))
+    assert [c.name for c in filtered.columns] == ["id", "email", "age"] and masked == ("email", "age")
+    codec = TableCodec(filtered, envelope_config(cfg), masked)
+    row = codec.mask({"id": 1, "ssn": "123-45-6789", "email": "a@b.c", "age": 41})
+    [rec] = codec.encoder.change("c", None, row, codec.encoder.source_json(0, 1, "b.000001", 4))
+    after = json.loads(rec.value)["after"]
+    assert after == {"id": 1, "email": MASK, "age": MASK}
