@@ -92,6 +92,7 @@ def local_ingest_overrides(state_dir: Path) -> dict:
         "mysql.host": info.mariadb.host, "mysql.port": info.mariadb.port,
         "mysql.user": info.mariadb.user,
         "mysql.password_file": str(local_stack.secret_file(info, "mysql_password")),
+        "mysql.password_env": None,
         "kafka.bootstrap_servers": info.kafka.bootstrap,
     }
 
@@ -150,6 +151,7 @@ def local_merger_overrides(state_dir: Path) -> dict:
     return {
         "mysql.host": info.mariadb.host, "mysql.port": info.mariadb.port, "mysql.user": "root",
         "mysql.password_file": str(local_stack.secret_file(info, "mysql_root_password")),
+        "mysql.password_env": None, "sinks.postgres.password_env": None,
         "kafka.bootstrap_servers": info.kafka.bootstrap,
         "sinks.postgres.host": info.postgres.host, "sinks.postgres.port": info.postgres.port,
         "sinks.postgres.user": info.postgres.user, "sinks.postgres.dbname": info.postgres.database,

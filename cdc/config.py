@@ -186,7 +186,7 @@ def load_model(model: type[BaseModel], path: str | Path | None, overrides: dict 
         *parents, last = dotted.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node.setdefault(last, value)
+        node[last] = value  # overrides (the local stack's addresses) win over the file
     try:
         return model.model_validate(data)
     except ValidationError as exc:
