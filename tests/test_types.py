@@ -1019,7 +1019,7 @@ def test_debezium_parity(stack, tmp_path, unique_name):
         prefix = f"{unique_name}{name}"
         run = WorkloadRun(stack.mariadb, db)
         cap = ref.capture(run.run, databases=[db], prefix=prefix, schemas_enable=schemas, properties=props,
-                          timeout=60, settle=1.0 if name == "default" else 0)
+                          timeout=60, settle=3.0 if name == "default" else 0)
         events, specs, ddls = decode_binlog(stack.mariadb, run)
         cfg = envelope_config_for(cap.properties)
         data = [r.to_dict() for r in cap.records if _is_data_topic(r.topic, prefix)]
