@@ -38,6 +38,21 @@ def _read_secret(env: str | None, file: str | None, what: str) -> SecretStr | No
     return None
 
 
+def _check_regexes(cls, value: list[str]) -> list[str]:
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+    return value
+
+
+def _check_qualified(cls, value: str) -> str:
+    if value.count(".") != 1:
+        raise ValueError("must be <database>.<table>")
+    return value
+
+
 class MySQLConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
@@ -131,23 +146,9 @@ class IngestConfig(_Model):
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
     state_name: str | None = Field(None, description="transactional.id suffix; default prefix")
 
-    @field_validator("database_include", "database_exclude", "table_include", "table_exclude",
-                     "column_exclude", "column_mask")
-    @classmethod
-    def _regexes(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
-        return value
-
-    @field_validator("watermark_table")
-    @classmethod
-    def _qualified(cls, value: str) -> str:
-        if value.count(".") != 1:
-            raise ValueError("must be <database>.<table>")
-        return value
+    _regexes = field_validator("database_include", "database_exclude", "table_include", "table_exclude",
+                               "column_exclude", "column_mask")(_check_regexes)
+    _qualified = field_validator("watermark_table")(_check_qualified)
 
     @field_validator("topic_prefix")
     @classmethod
@@ -257,19 +258,5 @@ class MergerConfig(_Model):
     on_bad_record: Literal["dead_letter", "stop"] = "dead_letter"
     metrics_port: int = Field(0, ge=0, le=65535)
 
-    @field_validator("table_include", "table_exclude")
-    @classmethod
-    def _regexes(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
-        return value
-
-    @field_validator("watermark_table")
-    @classmethod
-    def _qualified(cls, value: str) -> str:
-        if value.count(".") != 1:
-            raise ValueError("must be <database>.<table>")
-        return value
+    _regexes = field_validator("table_include", "table_exclude")(_check_regexes)
+    _qualified = field_validator("watermark_table")(_check_qualified)

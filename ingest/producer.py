@@ -161,19 +161,7 @@ def read_resume_point(client_config: dict, topic: str, source_key: bytes,
             return None
         consumer.assign([TopicPartition(topic, 0, max(lo, hi - tail))])
         last = None
-        deadline = time.monotonic() + timeout_s
-        quiet_since = None
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
-                # the local broker may under-report the end: wait for a quiet moment
-                quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since > 0.6:
-                    break
-                continue
-            quiet_since = None
-            if msg.error():
-                raise BrokerError(f"cannot read {topic}: {msg.error().str()}")
+        for msg in _until_quiet(consumer, topic, timeout_s):
             if msg.key() == source_key and msg.value():
                 last = msg.value()
         return ResumePoint.from_json(last) if last else None
@@ -184,6 +172,24 @@ def read_resume_point(client_config: dict, topic: str, source_key: bytes,
         raise BrokerError(f"cannot read {topic}: {_error_text(exc)}") from None
     finally:
         consumer.close()
+
+
+def _until_quiet(consumer, topic: str, timeout_s: float):
+    """The records of the assigned partition until nothing new came for 0.6 s (the local
+    broker may under-report a partition's end, so EOF alone is not trusted)."""
+    deadline = time.monotonic() + timeout_s
+    quiet_since = None
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 0.6:
+                return
+            continue
+        quiet_since = None
+        if msg.error():
+            raise BrokerError(f"cannot read {topic}: {msg.error().str()}")
+        yield msg
 
 
 def read_all_values(client_config: dict, topic: str, timeout_s: float = 60.0) -> Iterable[dict]:
@@ -204,17 +210,8 @@ def read_all_values(client_config: dict, topic: str, timeout_s: float = 60.0) ->
         if hi <= lo:
             return
         consumer.assign([TopicPartition(topic, 0, lo)])
-        deadline = time.monotonic() + timeout_s
-        quiet_since = None
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
-                quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since > 0.6:
-                    break
-                continue
-            quiet_since = None
-            if msg.error() or not msg.value():
+        for msg in _until_quiet(consumer, topic, timeout_s):
+            if not msg.value():
                 continue
             value = json.loads(msg.value())
             if isinstance(value, dict) and "payload" in value and "schema" in value:

@@ -30,14 +30,20 @@ def write_config(stack: local_stack.StackInfo, path: Path, prefix: str, database
         "database_include": databases,
         "heartbeat_interval_ms": 1000,
     }
-    for dotted, value in extra.items():
+    set_dotted(cfg, extra)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def set_dotted(cfg: dict, values: dict) -> dict:
+    """{"a.b": 1} -> cfg["a"]["b"] = 1"""
+    for dotted, value in values.items():
         node = cfg
         *parents, last = dotted.split(".")
         for p in parents:
             node = node.setdefault(p, {})
         node[last] = value
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return cfg
 
 
 class IngestProcess:

@@ -14,7 +14,7 @@ from merger.catalog import SourceCatalog
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
 from merger.verify import compare, source_table
-from tests.ingest_harness import IngestProcess
+from tests.ingest_harness import IngestProcess, set_dotted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,12 +36,7 @@ def write_merger_config(stack: local_stack.StackInfo, path: Path, prefix: str, d
         "trigger_interval_ms": 300,
         "spark_conf": {"spark.driver.memory": "1g"},
     }
-    for dotted, value in extra.items():
-        node = cfg
-        *parents, last = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
+    set_dotted(cfg, extra)
     path.write_text(yaml.safe_dump(cfg))
     return path
 
