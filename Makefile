@@ -13,7 +13,8 @@ test: bootstrap
 	./scripts/test.sh
 
 bench: bootstrap
-	.venv/bin/python -m bench.run_all
+	.venv/bin/python -m bench.ingest_throughput
+	.venv/bin/python bench/merger_bench.py
 
 stack-down:
 	.venv/bin/cdc stack down
