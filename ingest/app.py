@@ -93,7 +93,12 @@ class Ingest:
         self.topics.check_reachable()
         self.topics.partitions(self.offsets_topic, 1, compact=True)
         self.topics.partitions(self.prefix, 1)
-        self.committed = read_resume_point(self.kafka_conf, self.offsets_topic, self.source_key)
+        txn_id = f"cdc-ingest-{self.config.state_name or self.prefix}"
+        # fence the previous instance first: its transaction still open on the offsets
+        # partition is aborted, so that a read_committed read sees the last committed point
+        # (Tansu hides a partition's committed records while a transaction is open on it)
+        self.producer = TransactionalProducer(self.kafka_conf, txn_id)
+        self.committed = read_resume_point(self.kafka_conf, self.offsets_topic, self.source_key, settle_s=15)
         if self.committed is None:
             self.committed = ResumePoint(gtid_state=self._start_gtid(facts))
             log.info("no committed position: starting at GTID %s", self.committed.gtid_state or "<empty>")
@@ -101,8 +106,6 @@ class Ingest:
             log.info("resuming at GTID %s (+%d row events of %s)", self.committed.gtid_state,
                      self.committed.trx_events, self.committed.trx_gtid)
         self._load_ddl_history()
-        txn_id = f"cdc-ingest-{self.config.state_name or self.prefix}"
-        self.producer = TransactionalProducer(self.kafka_conf, txn_id)
         backoff = 1.0
         while not stop.is_set():
             try:

@@ -147,7 +147,7 @@ class TransactionalProducer:
 
 
 def read_resume_point(client_config: dict, topic: str, source_key: bytes,
-                      timeout_s: float = 10.0, tail: int = 500) -> ResumePoint | None:
+                      timeout_s: float = 10.0, tail: int = 500, settle_s: float = 0.0) -> ResumePoint | None:
     """The last committed position for ``source_key``, or None if there is none."""
     from confluent_kafka import Consumer
 
@@ -155,16 +155,30 @@ def read_resume_point(client_config: dict, topic: str, source_key: bytes,
     conf.update({"group.id": "cdc-ingest-offsets-reader", "enable.auto.commit": False,
                  "isolation.level": "read_committed", "enable.partition.eof": True})
     consumer = Consumer(conf)
+    probe = Consumer(dict(conf, **{"isolation.level": "read_uncommitted"}))
     try:
-        lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        # the end of the partition whatever is committed: is there anything at all?
+        lo, hi = probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
         if hi <= lo:
             return None
-        consumer.assign([TopicPartition(topic, 0, max(lo, hi - tail))])
-        last = None
-        for msg in _until_quiet(consumer, topic, timeout_s):
-            if msg.key() == source_key and msg.value():
-                last = msg.value()
-        return ResumePoint.from_json(last) if last else None
+        deadline = time.monotonic() + settle_s
+        while True:
+            consumer.assign([TopicPartition(topic, 0, max(lo, hi - tail))])
+            last = None
+            for msg in _until_quiet(consumer, topic, timeout_s):
+                if msg.key() == source_key and msg.value():
+                    last = msg.value()
+            if last or time.monotonic() > deadline:
+                break
+            # records exist but none is visible yet: on Tansu a transaction still open on
+            # the partition hides its committed records until it is aborted
+            consumer.unassign()
+            time.sleep(0.5)
+        if last is None:
+            if settle_s:
+                log.warning("%s has records but no committed position is readable", topic)
+            return None
+        return ResumePoint.from_json(last)
     except KafkaException as exc:
         text = _error_text(exc).upper()
         if "UNKNOWN_TOPIC" in text or "UNKNOWN PARTITION" in text:
@@ -172,6 +186,7 @@ def read_resume_point(client_config: dict, topic: str, source_key: bytes,
         raise BrokerError(f"cannot read {topic}: {_error_text(exc)}") from None
     finally:
         consumer.close()
+        probe.close()
 
 
 def _until_quiet(consumer, topic: str, timeout_s: float):
