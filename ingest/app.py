@@ -60,7 +60,6 @@ class _Trx:
     row_events: int = 0  # row events of this transaction seen so far
     skip_events: int = 0  # row events already committed by an earlier run
     events_written: int = 0
-    tables: dict | None = None
 
 
 class Ingest:
@@ -188,7 +187,7 @@ class Ingest:
                 end_pos = event.packet.log_pos
                 start_pos = end_pos - event.packet.event_size
                 if isinstance(event, MariadbGtidEvent):
-                    trx = _Trx(event.gtid, event.timestamp * 1000, tables={})
+                    trx = _Trx(event.gtid, event.timestamp * 1000)
                     if point.trx_gtid == event.gtid:
                         trx.skip_events = point.trx_events
                     continue

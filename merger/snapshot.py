@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
 
 import pymysql
 
