@@ -1,6 +1,8 @@
 """Shared fixtures. Integration tests run against the embedded local stack (real MariaDB,
 the Tansu broker, PostgreSQL), started once per test session under .cdc/test-stack
-(override with CDC_TEST_STATE_DIR) and stopped at the end if this session started it."""
+(override with CDC_TEST_STATE_DIR) and stopped at the end if this session started it.
+With ``--backend containers`` (or CDC_TEST_BACKEND=containers) the stack is MySQL 8.4, Apache
+Kafka and PostgreSQL in Docker containers instead (tests/container_stack.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,39 @@ from cdc import stack as local_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 IS_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+BACKENDS = ("local", "containers")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--backend", choices=BACKENDS, default=None,
+                     help="test stack: local processes (default) or Docker containers; env CDC_TEST_BACKEND")
+
+
+def _backend(config) -> str:
+    return config.getoption("--backend") or os.environ.get("CDC_TEST_BACKEND") or "local"
+
+
+def pytest_configure(config):
+    backend = _backend(config)
+    if backend not in BACKENDS:
+        pytest.exit(f"CDC_TEST_BACKEND={backend}: must be one of {', '.join(BACKENDS)}", returncode=4)
+    if backend == "containers":
+        from tests.container_stack import docker_problem
+
+        problem = docker_problem()
+        if problem:
+            pytest.exit(f"no Docker engine: {problem}", returncode=4)
 
 
 @pytest.fixture(scope="session")
-def stack() -> local_stack.StackInfo:
+def stack(request) -> local_stack.StackInfo:
+    if _backend(request.config) == "containers":
+        from tests.container_stack import ContainerStack
+
+        containers = ContainerStack(Path(os.environ.get("CDC_TEST_STATE_DIR", ROOT / ".cdc" / "test-containers")))
+        yield containers.start()
+        containers.stop()
+        return
     state_dir = Path(os.environ.get("CDC_TEST_STATE_DIR", ROOT / ".cdc" / "test-stack"))
     already = False
     try:
