@@ -554,3 +554,23 @@ def test_kafka_unreachable_is_sink_unavailable():
                            "x", timeout_s=2)
     with pytest.raises(SinkUnavailable, match="unreachable"):
         s.ensure_table(fresh(), SIMPLE, ["id"])
+
+
+def test_delta_string_key_deletes_over_several_batches(delta_sink):
+    """Tombstone files written by deltalake hold string_view columns; looking them up for a
+    string key used to fail in pyarrow ("no kernel matching (string, string_view)") when
+    a file's statistics could not rule it out."""
+    s, t = delta_sink, fresh()
+    schema = pa.schema([("region", pa.string()), ("code", pa.string()), ("n", pa.int64())])
+    s.ensure_table(t, schema, ["region", "code"])
+    keys = [(r, f"k{i}") for i, r in enumerate(["apac", "eu", "us", "latam"] * 3)]
+    s.apply(t, 1, batch(schema, [{"region": r, "code": c, "n": 1, "_cdc_op": "c", "_cdc_seq": i}
+                                 for i, (r, c) in enumerate(keys, 1)]))
+    s.apply(t, 2, batch(schema, [{"region": r, "code": c, "_cdc_op": "d", "_cdc_seq": 100}
+                                 for r, c in keys[:8]]))
+    s.apply(t, 3, batch(schema, [{"region": "eu", "code": "k1", "n": 2, "_cdc_op": "c", "_cdc_seq": 101},
+                                 {"region": "us", "code": "k2", "n": 3, "_cdc_op": "u", "_cdc_seq": 50}]))
+    assert sorted_rows(s.rows(t), ["region", "code"]) == [
+        {"region": "apac", "code": "k8", "n": 1}, {"region": "eu", "code": "k1", "n": 2},
+        {"region": "eu", "code": "k9", "n": 1}, {"region": "latam", "code": "k11", "n": 1},
+        {"region": "us", "code": "k10", "n": 1}]
