@@ -39,7 +39,6 @@ class Comparison:
 
 
 def source_table(conn: pymysql.Connection, spec: TableSpec, keys: list[str]) -> pa.Table:
-    schema = arrow_schema(spec)
     order = ", ".join(quote_ident(k) for k in keys)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
@@ -47,9 +46,14 @@ def source_table(conn: pymysql.Connection, spec: TableSpec, keys: list[str]) -> 
                     f"ORDER BY {order}")
         names = [d[0] for d in cur.description]
         rows = cur.fetchall()
+    return canonical_source_rows(spec, names, rows)
+
+
+def canonical_source_rows(spec: TableSpec, names: list[str], rows) -> pa.Table:
+    """Rows of a ``snapshot_select`` query (session time zone UTC) in the canonical schema."""
     columns = list(zip(*rows)) if rows else [[] for _ in names]
     raw = pa.table({n: pa.array(list(col)) if rows else pa.nulls(0) for n, col in zip(names, columns)})
-    return from_snapshot(spec, schema, raw)
+    return from_snapshot(spec, arrow_schema(spec), raw)
 
 
 def canonical_sink_rows(sink_rows: pa.Table, schema: pa.Schema) -> pa.Table:

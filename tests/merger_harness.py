@@ -11,6 +11,7 @@ import yaml
 
 from cdc import stack as local_stack
 from merger.catalog import SourceCatalog
+from merger.chunking import quote_ident
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
 from merger.verify import compare, source_table
@@ -85,6 +86,22 @@ class SinkChecker:
             out.append((name, compare(f"{db}.{table}", source, rows, keys), None))
         return out
 
+    def verify(self, db: str, table: str, keys: list[str] | None = None, chunk_size: int = 10_000,
+               retries: int = 0, retry_wait: float = 1.0) -> list:
+        """`cdc verify`'s chunked comparison (merger.verifier), both sinks: TableResults
+        (``.verdict``, ``.missing``, ``.extra``, ``.different``). Memory bounded by the
+        chunk size, so it suits large tables better than ``compare``."""
+        from merger.verifier import SourceReader, TableVerifier
+
+        spec = self.catalog.table_spec(db, table)
+        source = SourceReader(self.catalog.mysql)
+        try:
+            return TableVerifier(source, spec, keys or list(spec.primary_key),
+                                 {"delta": self.delta, "postgres": self.pg}, chunk_size,
+                                 retries=retries, retry_wait=retry_wait).run()
+        finally:
+            source.close()
+
     # sink objects cache table metadata (right for the one process that writes): a
     # reader in another process opens fresh ones to see columns added meanwhile
     @property
@@ -105,7 +122,7 @@ class SinkChecker:
                                password=self.stack.mariadb.root_password)
         try:
             with conn.cursor() as cur:
-                cur.execute(f"SELECT COUNT(*) FROM `{db}`.`{table}`")
+                cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(table)}")
                 out = {"source": cur.fetchone()[0]}
         finally:
             conn.close()

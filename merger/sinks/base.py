@@ -107,9 +107,33 @@ class Sink(abc.ABC):
     def count(self, table: TableId) -> int:
         return self.rows(table).num_rows
 
+    # Reads for `cdc verify` (merger/verifier.py). Keys and bounds are tuples of canonical
+    # values (merger.schema) of ``key_columns``, in that order.
+
+    def has_table(self, table: TableId) -> bool:
+        """Whether the sink table exists."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be verified by key range")
+
+    def rows_in_range(self, table: TableId, key_columns: Sequence[str], lo: tuple | None,
+                      hi: tuple | None) -> pa.Table:
+        """The user-visible rows whose key k has ``lo <= k < hi`` (None: unbounded), keys
+        compared as Python compares the values: code point order for strings, whatever
+        the sink's collation. Ranges cut at the same bounds therefore never overlap."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be verified by key range")
+
+    def rows_with_keys(self, table: TableId, key_columns: Sequence[str], keys: Sequence[tuple]) -> pa.Table:
+        """The user-visible rows with exactly these keys (equal values, not collation-equal)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be verified by key range")
+
     @abc.abstractmethod
     def applied_version(self, table: TableId) -> int | None:
         """The last applied version for the table, None if none yet."""
+
+    def drop_table(self, table: TableId) -> None:
+        """Remove the table and everything the sink keeps about it (tombstones, versions),
+        so that ``ensure_table`` creates it anew: ``cdc snapshot`` of a table paused by a
+        schema change the sink cannot follow. No-op if the table does not exist."""
+        raise SinkError(f"{type(self).__name__} cannot drop table {table}: drop it by hand, then `cdc resume`")
 
     def close(self) -> None:
         pass

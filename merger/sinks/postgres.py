@@ -60,6 +60,9 @@ except ImportError as _exc:  # pragma: no cover
     raise ImportError("the PostgreSQL sink needs psycopg 3: pip install 'psycopg[binary]'") from _exc
 
 MAX_IDENT_BYTES = 63
+# retried as SinkUnavailable: connection exception (08), transaction rollback such as a
+# deadlock (40), insufficient resources (53), operator intervention: shutdown, restart (57)
+_TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57")
 
 
 @dataclass
@@ -182,6 +185,8 @@ class PostgresSink(Sink):
             if conn.closed or conn.broken:
                 self._local.conn = None
                 raise SinkUnavailable(f"{self.settings.where()}: connection lost: {_first_line(exc)}") from None
+            if (exc.sqlstate or "")[:2] in _TRANSIENT_SQLSTATE_CLASSES:
+                raise SinkUnavailable(f"{self.settings.where()}: {_first_line(exc)}") from None
             raise SinkError(f"PostgreSQL error: {_first_line(exc)}") from None
         except psycopg.Error as exc:
             raise SinkError(f"PostgreSQL error: {_first_line(exc)}") from None
@@ -446,15 +451,16 @@ class PostgresSink(Sink):
         table = as_table_id(table)
         return self._run(self._rows, table)
 
-    def _rows(self, conn, table: TableId) -> pa.Table:
+    def _rows(self, conn, table: TableId, where: sql.Composable | None = None, params=()) -> pa.Table:
         m = self._meta_for(conn, table)
         names = list(m.columns)
         exprs = [sql.SQL("{}::text").format(sql.Identifier(c)) if T.is_json(m.columns[c]) or m.columns[c] is None
                  else sql.Identifier(c) for c in names]
         with conn.cursor() as cur:
-            cur.execute(sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
+            cur.execute(sql.SQL("SELECT {} FROM {}{} ORDER BY {}").format(
                 sql.SQL(", ").join(exprs), sql.Identifier(m.schema, m.name),
-                sql.SQL(", ").join(map(sql.Identifier, m.keys))))
+                sql.SQL(" WHERE ") + where if where is not None else sql.SQL(""),
+                sql.SQL(", ").join(map(sql.Identifier, m.keys))), list(params) or None)
             data = cur.fetchall()
         columns = list(zip(*data)) if data else [[] for _ in names]
         arrays = []
@@ -470,6 +476,82 @@ class PostgresSink(Sink):
         def q(conn):
             m = self._meta_for(conn, table)
             return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(m.schema, m.name))).fetchone()[0]
+        return self._run(q)
+
+    # ------------------------------------------------------------------ key-range reads (verify)
+
+    def has_table(self, table) -> bool:
+        table = as_table_id(table)
+        return self._run(lambda conn: self._load_meta(conn, table) is not None)
+
+    def drop_table(self, table) -> None:
+        table = as_table_id(table)
+        schema, name = self.target_name(table)
+        qualified = _quote(schema) + "." + _quote(name)
+
+        def drop(conn):
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified,))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(
+                sql.Identifier(schema, name), sql.Identifier(self.control_schema, self._tomb_name(schema, name))))
+            conn.execute(sql.SQL("DELETE FROM {} WHERE table_name = %s").format(
+                sql.Identifier(self.control_schema, "_cdc_applied")), (qualified,))
+        self._run(drop)
+        self._meta.pop(table, None)
+
+    def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
+        table = as_table_id(table)
+        cols = list(key_columns)
+
+        def q(conn):
+            m = self._meta_for(conn, table)
+            key = self._ordered_key(conn, m, cols)
+            conds, params = [], []
+            for bound, op in ((lo, ">="), (hi, "<")):
+                if bound is not None:
+                    conds.append(sql.SQL("{} {} ({})").format(key, sql.SQL(op),
+                                                              sql.SQL(", ").join(sql.Placeholder() * len(cols))))
+                    params += list(bound)
+            return self._rows(conn, table, sql.SQL(" AND ").join(conds) if conds else None, params)
+        return self._run(q)
+
+    def _ordered_key(self, conn, m: _Meta, cols: list[str]) -> sql.Composable:
+        """The key as a row value compared in code point order: text columns whose
+        collation is not byte order get COLLATE "C" (correct, but then the primary key
+        index is not used for the range)."""
+        rows = conn.execute(
+            "SELECT a.attname, c.collname, c.collprovider, d.datcollate, d.datlocprovider"
+            " FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation"
+            " JOIN pg_database d ON d.datname = current_database()"
+            " WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s)", (m.qualified, cols)).fetchall()
+        byte_order = {"C", "POSIX", "C.UTF-8", "C.utf8"}
+        needs = set()
+        for name, coll, provider, datcollate, datprovider in rows:
+            if coll is None or coll in ("C", "POSIX"):
+                continue
+            if coll == "default" and datprovider == "c" and datcollate in byte_order:
+                continue
+            if coll != "default" and provider == "c" and coll in byte_order:
+                continue
+            needs.add(name)
+        parts = [sql.SQL('({} COLLATE "C")').format(sql.Identifier(c)) if c in needs else sql.Identifier(c)
+                 for c in cols]
+        return sql.SQL("({})").format(sql.SQL(", ").join(parts)) if len(parts) > 1 else parts[0]
+
+    def rows_with_keys(self, table, key_columns: Sequence[str], keys) -> pa.Table:
+        table = as_table_id(table)
+        cols = list(key_columns)
+        keys = [tuple(k) for k in keys]
+
+        def q(conn):
+            key = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, cols)))
+            one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(cols)))
+            parts = []
+            for i in range(0, max(len(keys), 1), 500):
+                batch = keys[i:i + 500]
+                where = (sql.SQL("{} IN ({})").format(key, sql.SQL(", ").join([one] * len(batch)))
+                         if batch else sql.SQL("false"))
+                parts.append(self._rows(conn, table, where, [v for k in batch for v in k]))
+            return pa.concat_tables(parts)
         return self._run(q)
 
 
