@@ -11,9 +11,10 @@ started one with another classpath. Output::
      "connect": [...],     # Kafka Connect's source connector settings (name, tasks.max, ...)
      "converter": [...],   # JsonConverter settings (after "key.converter." / "value.converter.")
      "topic_creation": [...],  # after "topic.creation.<group>."
+     "worker": [...],      # a distributed worker's settings (bootstrap.servers, group.id, ...)
      "version": "3.6.3.Final",
      "errors": {name: [message, ...]}}  # with a config file: MySqlConnector.validate() of its
-                                        # "config"; the connector checks every value with its
+                                        # config; the connector checks every value with its
                                         # own validators, then tries to connect to the database
 """
 
@@ -60,6 +61,14 @@ def main() -> None:
             cls = cls.getSuperclass()
         return out
 
+    def worker_config_def():
+        """A distributed Kafka Connect worker's settings (DistributedConfig keeps its ConfigDef
+        behind a private factory)."""
+        cls = JClass("org.apache.kafka.connect.runtime.distributed.DistributedConfig").class_
+        factory = next(m for m in cls.getDeclaredMethods() if str(m.getName()) == "config")
+        factory.setAccessible(True)
+        return factory.invoke(None, JClass("org.apache.kafka.connect.runtime.distributed.Crypto").SYSTEM)
+
     connector = {str(n) for n in JClass("io.debezium.connector.mysql.MySqlConnector")().config().names()}
     for name in FIELD_CLASSES:
         connector |= fields_of(name)
@@ -72,11 +81,13 @@ def main() -> None:
         "topic_creation": sorted(str(n) for n in
                                  JClass("org.apache.kafka.connect.runtime.TopicCreationConfig")
                                  .defaultGroupConfigDef().names()),
+        "worker": sorted(str(n) for n in worker_config_def().names()),
         "version": str(JClass("io.debezium.connector.mysql.Module").version()),
     }
     if len(sys.argv) > 1:
         with open(sys.argv[1]) as f:
-            config = json.load(f)["config"]
+            config = json.load(f)
+        config = config.get("config", config)  # {"name", "config"} (POST) or the flat PUT body
         props = JClass("java.util.HashMap")()
         for k, v in config.items():
             props.put(k, str(v))
