@@ -97,6 +97,9 @@ def free_port(preferred: int = 0) -> int:
     """``preferred`` if it can be bound on loopback, else a free one from the OS."""
     for candidate in ([preferred] if preferred else []) + [0]:
         with socket.socket() as s:
+            # as the servers bind: a port whose old connections linger in TIME_WAIT (a
+            # server just stopped) is free, so a restarted server keeps its port
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", candidate))
             except OSError:
@@ -163,9 +166,9 @@ def _wait(predicate, timeout: float, what: str, log: Path | None = None) -> None
     raise StackError(f"{what} did not come up within {timeout:.0f}s{': ' + tail if tail else ''}")
 
 
-def _stop_pid(pid: int, timeout: float = 30.0) -> None:
+def _stop_pid(pid: int, timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, sig)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
@@ -433,9 +436,23 @@ def stop(info: StackInfo, name: str) -> bool:
     pid = running_pid(state, name, _markers(info)[name])
     if pid is None:
         return False
+    if name == "postgres":
+        # fast shutdown of the postmaster itself: a SIGTERM is a "smart" shutdown that
+        # waits for every client, and `runuser` (our pid when root) kills its child 2 s
+        # after forwarding one, leaving backends and a lock file behind
+        postmaster = _postmaster_pid(info)
+        if postmaster and info.postgres.datadir in _cmdline(postmaster):
+            _stop_pid(postmaster, timeout=60, sig=signal.SIGINT)
     _stop_pid(pid)
     _pid_file(state, name).unlink(missing_ok=True)
     return True
+
+
+def _postmaster_pid(info: StackInfo) -> int | None:
+    try:
+        return int((Path(info.postgres.datadir) / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR, components=COMPONENTS, purge: bool = False) -> list[str]:

@@ -35,7 +35,6 @@ from pymysqlreplication.binlogstream import MYSQL_EXPECTED_ERROR_CODES
 from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent,
                                       XidEvent)
-from pymysqlreplication.logger import logger
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
@@ -232,14 +231,11 @@ class IngestBinLogStreamReader(BinLogStreamReader):
             except pymysql.OperationalError as error:
                 code, message = error.args
                 if code in MYSQL_EXPECTED_ERROR_CODES:
+                    # no silent reconnect (the library's loop does one): it would start again
+                    # from the GTID state the reader was opened with and replay what ingest
+                    # already committed; ingest's loop restarts from its committed position
                     self._stream_connection.close()
                     sd[_CONNECTED_STREAM] = False
-                    logger.warning(
-                        """
-                          A pymysql.OperationalError error occurred, Re-request the connection.
-                        """,
-                    )
-                    continue
                 raise
 
             if data[0] == 0xFE and len(data) < 9:  # EOF packet
@@ -410,8 +406,9 @@ def open_reader(connect_kwargs: dict, server_id: int, gtid_state: str,
     settings = {"host": connect_kwargs["host"], "port": connect_kwargs["port"],
                 "user": connect_kwargs["user"], "passwd": connect_kwargs["password"],
                 "connect_timeout": connect_kwargs.get("connect_timeout", 10)}
-    if "ssl" in connect_kwargs:
-        settings["ssl"] = connect_kwargs["ssl"]
+    for tls in ("ssl", "ssl_disabled"):  # the TLS settings of MySQLConfig.connect_kwargs
+        if tls in connect_kwargs:
+            settings[tls] = connect_kwargs[tls]
     return IngestBinLogStreamReader(
         connection_settings=settings, server_id=server_id, is_mariadb=True,
         auto_position=gtid_state or "", blocking=blocking, resume_stream=True,

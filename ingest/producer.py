@@ -102,7 +102,10 @@ class TransactionalProducer:
 
     def begin(self) -> None:
         if not self._open:
-            self._producer.begin_transaction()
+            try:
+                self._producer.begin_transaction()
+            except KafkaException as exc:
+                raise BrokerError(f"cannot begin a Kafka transaction: {_error_text(exc)}") from None
             self._open = True
 
     @property
@@ -120,6 +123,8 @@ class TransactionalProducer:
                 return
             except BufferError:
                 self._producer.poll(0.05)
+            except KafkaException as exc:  # e.g. the transaction failed: retried with a new producer
+                raise BrokerError(f"cannot produce: {_error_text(exc)}") from None
 
     def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
         """Flush the events, then write the position and commit all of it at once."""
@@ -127,9 +132,12 @@ class TransactionalProducer:
         remaining = self._producer.flush(self._timeout)
         if remaining or self._errors:
             raise BrokerError(f"events not acknowledged: {self._errors[:1] or remaining}")
-        self._producer.produce(offsets_topic, value=point.to_json(), key=source_key,
-                               partition=0, on_delivery=self._on_delivery)
-        self._producer.commit_transaction(self._timeout)
+        try:
+            self._producer.produce(offsets_topic, value=point.to_json(), key=source_key,
+                                   partition=0, on_delivery=self._on_delivery)
+            self._producer.commit_transaction(self._timeout)
+        except KafkaException as exc:
+            raise BrokerError(f"cannot commit the Kafka transaction: {_error_text(exc)}") from None
         if self._errors:
             raise BrokerError(f"position not acknowledged: {self._errors[0]}")
         self._open = False
@@ -137,9 +145,14 @@ class TransactionalProducer:
     def abort(self) -> None:
         if self._open:
             try:
+                # deliver what is in flight first, then abort it: an abort purges undelivered
+                # events, which leaves the idempotent producer with a gap in its sequence
+                # numbers that fails the next transaction (OUT_OF_ORDER_SEQUENCE_NUMBER)
+                self._producer.flush(self._timeout)
                 self._producer.abort_transaction(self._timeout)
             except KafkaException:
                 pass
+            self._errors.clear()  # reports of the aborted events do not count any more
             self._open = False
 
     def poll(self) -> None:

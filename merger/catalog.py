@@ -4,13 +4,14 @@ or, for a table first seen in the stream, from the source's information_schema."
 from __future__ import annotations
 
 import re
+import threading
 
 import pymysql
 
 from cdc.config import MySQLConfig
 from ingest.codec import load_table_details, spec_from_information_schema
 from ingest.types import ColumnSpec, TableSpec
-from merger.errors import MergerError
+from merger.source import SourceGuard, connect
 
 _ID = re.compile(r'^"((?:[^"]|"")*)"\."((?:[^"]|"")*)"$')
 
@@ -52,36 +53,52 @@ def spec_from_table_change(change: dict) -> TableSpec | None:
 
 
 class SourceCatalog:
-    """Reads table definitions from the source database."""
+    """Reads table definitions from the source database, over one connection kept open
+    (a database of thousands of tables is read one table at a time as they appear).
+    Transient failures are retried by the guard (see merger.source)."""
 
-    def __init__(self, mysql: MySQLConfig):
+    def __init__(self, mysql: MySQLConfig, guard: SourceGuard | None = None):
         self.mysql = mysql
+        self.guard = guard or SourceGuard()
+        self._conn: pymysql.Connection | None = None
+        self._lock = threading.Lock()
 
     def connect(self) -> pymysql.Connection:
-        try:
-            return pymysql.connect(**self.mysql.connect_kwargs(), autocommit=True)
-        except pymysql.err.OperationalError as exc:
-            raise MergerError(f"cannot connect to the source MySQL at {self.mysql.host}:{self.mysql.port}: "
-                              f"{exc.args[-1]}") from None
+        return connect(self.mysql)
+
+    def _query(self, what: str, fn):
+        def attempt():
+            with self._lock:
+                if self._conn is None or not self._conn.open:
+                    self._conn = connect(self.mysql)
+                try:
+                    return fn(self._conn)
+                except BaseException:
+                    self.close()  # a fresh connection for the next attempt
+                    raise
+        return self.guard.call(what, attempt)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
 
     def table_spec(self, db: str, table: str) -> TableSpec | None:
-        conn = self.connect()
-        try:
-            details = load_table_details(conn, db, table)
-        finally:
-            conn.close()
+        details = self._query(f"reading the definition of {db}.{table}",
+                              lambda conn: load_table_details(conn, db, table))
         if not details.get("columns"):
             return None
         return spec_from_information_schema(db, table, details)
 
     def list_tables(self) -> list[str]:
         """Base tables of the source outside the system databases, as db.table."""
-        conn = self.connect()
-        try:
+        def query(conn):
             with conn.cursor() as cur:
                 cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE "
                             "TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
                             "('mysql', 'information_schema', 'performance_schema', 'sys')")
                 return [f"{db}.{t}" for db, t in cur.fetchall()]
-        finally:
-            conn.close()
+        return self._query("listing the source tables", query)

@@ -224,6 +224,12 @@ def snapshot_expression(c: ColumnSpec) -> str:
         return f"ST_AsBinary({q})"
     if t in ("enum", "set", "json"):
         return f"CAST({q} AS CHAR)"
+    if t == "float":
+        # exact: the text protocol rounds a FLOAT to 6 digits (16777217 -> 16777200),
+        # the binlog (and so the stream) carries the float itself
+        return f"CAST({q} AS DOUBLE)"
+    if t == "char":
+        return f"CAST({q} AS CHAR)"  # Spark JDBC pads CHAR(n) to n; the stream has it trimmed
     return q
 
 
