@@ -215,9 +215,16 @@ def snapshot(table: str = typer.Argument(..., help="<database>.<table>"),
              state_dir: Path = STATE_DIR_OPTION):
     """Snapshot a table while streaming continues (or pause/resume/cancel its snapshot)."""
     action = "pause" if pause else "resume" if resume_ else "cancel" if cancel else "snapshot"
-    store = _store(config, local, state_dir)
-    store.request(action, _check_table(table), where=where)
-    console.print(f"requested: {action} {table}")
+    cfg = load_merger_config(config, local, state_dir)
+    if cfg.source_connector == "debezium" and not cfg.signal_table:
+        # Debezium snapshots the table; the merger asks for it through the signal table
+        raise ConfigError("source_connector is debezium: set signal_table (Debezium's signal.data.collection) "
+                          "so that the merger can ask Debezium for snapshots")
+    from merger.state import StateStore
+
+    StateStore(cfg.state_dir).request(action, _check_table(table), where=where)
+    how = " (through Debezium's signal table)" if cfg.source_connector == "debezium" else ""
+    console.print(f"requested: {action} {table}{how}")
 
 
 @app.command()
@@ -253,9 +260,40 @@ def status(config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(Fa
         note = t.get("error") or t.get("blocked_on_sink") or ""
         offsets = ",".join(f"{p}:{o}" for p, o in sorted(t.get("last_offsets", {}).items()))
         lag = "-" if t.get("lag_ms") is None else f"{t['lag_ms']:.0f}"
-        table.add_row(name, phase, f"{t['chunks_done']}/{t['chunks_total']}", str(t["snapshot_rows"]),
+        chunks = f"{t['chunks_done']}/{t['chunks_total']}"
+        if t.get("snapshot") in ("paused", "cancelled"):
+            chunks += f" ({t['snapshot']})"
+        table.add_row(name, phase, chunks, str(t["snapshot_rows"]),
                       str(t["rows_applied"]), lag, offsets, note[:80])
-    Console().print(table)
+    out = Console(width=None if sys.stdout.isatty() else 200)  # piped: no wrapping at 80 columns
+    out.print(table)
+    down = st.get("source_unavailable")
+    if down:
+        Console().print(f"[yellow]waiting for the source[/yellow] ({down.get('what')}) since "
+                        f"{time.time() - down.get('since', time.time()):.0f}s, retry {down.get('retries')}: "
+                        f"{down.get('error')}", highlight=False)
+
+
+@app.command()
+def verify(tables: Optional[list[str]] = typer.Argument(
+               None, help="<database>.<table> ... (default: every table the merger handles)"),
+           config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(False, "--local"),
+           state_dir: Path = STATE_DIR_OPTION,
+           sink: Optional[str] = typer.Option(None, "--sink", help="verify only this sink: delta or postgres"),
+           chunk_size: Optional[int] = typer.Option(None, "--chunk-size", min=1,
+                                                    help="rows per chunk (default: snapshot.chunk_size)"),
+           retries: int = typer.Option(3, "--retries", min=0, help="re-checks of a differing chunk"),
+           retry_wait: str = typer.Option("2s", "--retry-wait", help="wait before a re-check (2s, 500ms)"),
+           limit: int = typer.Option(20, "--limit", min=1, help="differing keys listed per table and sink"),
+           as_json: bool = typer.Option(False, "--json")):
+    """Compare each sink table with its source in key-range chunks, without locking the
+    source. Exit code 0: all equal; 1: a difference; 2: a table could not be verified."""
+    from cdc.verify_cmd import parse_duration, run_verify
+
+    wait = parse_duration(retry_wait)
+    named = [_check_table(t) for t in tables or []]
+    cfg = load_merger_config(config, local, state_dir)
+    sys.exit(run_verify(cfg, named, sink, chunk_size, retries, wait, limit, as_json, console))
 
 
 # ------------------------------------------------------------------ entry point
@@ -271,14 +309,20 @@ def main() -> None:
     except typer.Abort:
         sys.exit(130)
     except USER_ERRORS as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        from rich.markup import escape
+
+        # one line, never wrapped; brackets in the message are text, not markup
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # click's usage errors
-        import click
+        try:
+            from click import ClickException
+        except ImportError:  # recent typer ships its own copy of click
+            from typer._click.exceptions import ClickException
 
-        if isinstance(exc, click.ClickException):
+        if isinstance(exc, ClickException):
             exc.show()
             sys.exit(exc.exit_code)
         raise

@@ -59,48 +59,139 @@ class MySQLConfig(_Model):
     user: str = "cdc"
     password_env: str | None = Field(None, description="environment variable holding the password")
     password_file: str | None = Field(None, description="file holding the password")
-    ssl_ca: str | None = Field(None, description="CA file; enables TLS to the server")
-    ssl_cert: str | None = None
-    ssl_key: str | None = None
+    ssl_mode: Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"] | None = Field(
+        None, description="TLS to the server, as MySQL's --ssl-mode; default: verify_ca with ssl_ca, "
+                          "required with only ssl_cert, else preferred (TLS if the server offers it, "
+                          "unverified; Spark JDBC: none)")
+    ssl_ca: str | None = Field(None, description="CA file (PEM) that signed the server's certificate")
+    ssl_cert: str | None = Field(None, description="client certificate (PEM), for pymysql and the binlog reader")
+    ssl_key: str | None = Field(None, description="client private key (PEM)")
+    ssl_key_password_env: str | None = Field(None, description="environment variable with the key's password")
+    ssl_key_password_file: str | None = None
+    ssl_keystore: str | None = Field(
+        None, description="client certificate and key as a PKCS12/JKS keystore, for Spark JDBC "
+                          "(MariaDB Connector/J does not read PEM keys)")
+    ssl_keystore_password_env: str | None = None
+    ssl_keystore_password_file: str | None = None
     connect_timeout_s: float = Field(10.0, gt=0)
 
     def password(self) -> SecretStr:
         return _read_secret(self.password_env, self.password_file, "mysql.password") or SecretStr("")
 
+    def effective_ssl_mode(self) -> str:
+        return self.ssl_mode or ("verify_ca" if self.ssl_ca else "required" if self.ssl_cert else "preferred")
+
     def ssl(self) -> dict | None:
-        if not self.ssl_ca:
+        """pymysql's ``ssl`` argument (None: pymysql's default, TLS if offered, unverified)."""
+        mode = self.effective_ssl_mode()
+        if mode in ("disabled", "preferred"):
             return None
-        out = {"ca": self.ssl_ca}
+        out: dict[str, Any] = {"verify_mode": mode != "required", "check_hostname": mode == "verify_identity"}
+        if self.ssl_ca:
+            out["ca"] = self.ssl_ca
         if self.ssl_cert:
             out["cert"] = self.ssl_cert
         if self.ssl_key:
             out["key"] = self.ssl_key
+        secret = _read_secret(self.ssl_key_password_env, self.ssl_key_password_file, "mysql.ssl_key_password")
+        if secret is not None:
+            out["password"] = secret.get_secret_value()
         return out
 
     def connect_kwargs(self) -> dict[str, Any]:
+        """pymysql.connect() arguments (also used for the binlog reader's connections)."""
         kw: dict[str, Any] = dict(host=self.host, port=self.port, user=self.user,
                                   password=self.password().get_secret_value(),
                                   connect_timeout=int(self.connect_timeout_s))
-        if self.ssl():
-            kw["ssl"] = self.ssl()
+        if self.effective_ssl_mode() == "disabled":
+            kw["ssl_disabled"] = True
+        ssl = self.ssl()
+        if ssl:
+            kw["ssl"] = ssl
         return kw
+
+    def jdbc_ssl_params(self) -> str:
+        """MariaDB Connector/J URL parameters for the TLS settings ("" without TLS)."""
+        mode = self.effective_ssl_mode()
+        if mode in ("disabled", "preferred"):
+            return ""
+        params = ["useSsl=true"]
+        if mode == "required":
+            params.append("trustServerCertificate=true")
+        else:
+            if self.ssl_ca:
+                params.append(f"serverSslCert={self.ssl_ca}")
+            if mode == "verify_ca":
+                params.append("disableSslHostnameVerification=true")
+        if self.ssl_keystore:
+            params.append(f"keyStore={self.ssl_keystore}")
+        return "&" + "&".join(params)
+
+    def jdbc_secret_properties(self) -> dict[str, str]:
+        """Secrets for Spark JDBC: passed as connection properties (Spark redacts keys named
+        like *password* in plans and logs), never in the URL."""
+        props = {"user": self.user, "password": self.password().get_secret_value()}
+        secret = _read_secret(self.ssl_keystore_password_env, self.ssl_keystore_password_file,
+                              "mysql.ssl_keystore_password")
+        if secret is not None:
+            props["keyStorePassword"] = secret.get_secret_value()
+        return props
+
+
+#: librdkafka properties that hold secrets: only from *_env / *_file keys, never from ``extra``
+KAFKA_SECRET_PROPERTIES = {
+    "sasl.password": "sasl_password",
+    "ssl.key.password": "ssl_key_password",
+    "ssl.keystore.password": "ssl_keystore_password",
+}
+_KAFKA_SECRET_WORDS = re.compile(r"password|secret|ssl\.key\.pem", re.I)
 
 
 class KafkaConfig(_Model):
     bootstrap_servers: str = "127.0.0.1:9092"
     extra: dict[str, str | int | bool] = Field(
         default_factory=dict,
-        description="librdkafka properties passed through (TLS/SASL: security.protocol, "
-                    "ssl.ca.location, sasl.mechanism, sasl.username, ...)")
+        description="librdkafka properties passed through to every Kafka client (TLS/SASL: "
+                    "security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, "
+                    "sasl.mechanism, sasl.username, ...); no secrets here")
     sasl_password_env: str | None = Field(None, description="environment variable with sasl.password")
-    sasl_password_file: str | None = None
+    sasl_password_file: str | None = Field(None, description="file holding sasl.password")
+    ssl_key_password_env: str | None = Field(None, description="environment variable with ssl.key.password")
+    ssl_key_password_file: str | None = None
+    ssl_keystore_password_env: str | None = Field(None, description="environment variable with ssl.keystore.password")
+    ssl_keystore_password_file: str | None = None
+
+    @field_validator("extra")
+    @classmethod
+    def _no_secrets(cls, value: dict) -> dict:
+        for key in value:
+            if _KAFKA_SECRET_WORDS.search(key):
+                field = KAFKA_SECRET_PROPERTIES.get(key.lower())
+                use = (f"kafka.{field}_env or kafka.{field}_file" if field else
+                       "a property file outside the config (not supported for this key)")
+                raise ValueError(f"{key} is a secret and is not read from the config file; use {use}")
+        return value
+
+    def secret_sources(self) -> dict[str, tuple[str, str]]:
+        """librdkafka property -> ("env", variable) or ("file", path), for clients built
+        elsewhere (the Spark data source reads them itself, so no secret is in its options)."""
+        out = {}
+        for prop, field in KAFKA_SECRET_PROPERTIES.items():
+            env, file = getattr(self, f"{field}_env"), getattr(self, f"{field}_file")
+            if env:
+                out[prop] = ("env", env)
+            elif file:
+                out[prop] = ("file", file)
+        return out
 
     def client_config(self) -> dict[str, Any]:
+        """Settings for every confluent-kafka client: bootstrap, ``extra``, and the secrets."""
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
         conf.update(self.extra)
-        secret = _read_secret(self.sasl_password_env, self.sasl_password_file, "kafka.sasl_password")
-        if secret is not None:
-            conf["sasl.password"] = secret.get_secret_value()
+        for prop, field in KAFKA_SECRET_PROPERTIES.items():
+            secret = _read_secret(getattr(self, f"{field}_env"), getattr(self, f"{field}_file"), f"kafka.{field}")
+            if secret is not None:
+                conf[prop] = secret.get_secret_value()
         return conf
 
 
@@ -144,6 +235,8 @@ class IngestConfig(_Model):
     commit_every_events: int = Field(5_000, ge=1, description="events per Kafka transaction, at most")
     commit_every_ms: int = Field(200, ge=1, description="Kafka transaction age, at most")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
+    metrics_address: str = Field("127.0.0.1", description="address the metrics port listens on "
+                                                          "(0.0.0.0: all, e.g. in a container)")
     state_name: str | None = Field(None, description="transactional.id suffix; default prefix")
 
     _regexes = field_validator("database_include", "database_exclude", "table_include", "table_exclude",
@@ -166,6 +259,8 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         msg = "unknown key"
     elif err["type"] == "literal_error":
         msg = f"must be one of {err['ctx']['expected']}"
+    elif err["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")
     more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return f"{source}: {key}: {msg}{more}"
 
@@ -233,6 +328,9 @@ class SnapshotConfig(_Model):
     chunks_per_window: int = Field(4, ge=1, description="chunks between one LOW and one HIGH watermark")
     window_timeout_s: float = Field(120.0, gt=0, description="retry a window whose markers do not arrive")
     fetch_size: int = Field(10_000, ge=1)
+    emit_rows_per_batch: int = Field(
+        200_000, ge=1, description="snapshot rows written to the sinks per micro-batch, about (at least one "
+                                   "window): bounds how long a batch, and so streaming latency, waits on a snapshot")
     chunk_keys: dict[str, list[str]] = Field(default_factory=dict,
                                              description="db.table -> columns, for tables without a primary key")
 
@@ -244,6 +342,13 @@ class MergerConfig(_Model):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     mysql: MySQLConfig = Field(default_factory=MySQLConfig, description="source, for snapshots and watermarks")
     watermark_table: str = "cdc.cdc_watermarks"
+    source_connector: Literal["ingest", "debezium"] = Field(
+        "ingest", description="what writes the topics: `ingest` (snapshots are the merger's DBLog "
+                              "watermark windows) or `debezium` (Debezium's MySQL connector / Kafka Connect: "
+                              "snapshots are Debezium's own, asked for through `signal_table`)")
+    signal_table: str | None = Field(
+        None, description="db.table of Debezium's signal table (its signal.data.collection); "
+                          "source_connector debezium: `cdc snapshot` and new tables insert execute-snapshot rows")
     table_include: list[str] = Field(default_factory=list, description="regexes on db.table; empty = all")
     table_exclude: list[str] = Field(default_factory=list)
     sinks: SinksConfig = Field(default_factory=SinksConfig)
@@ -256,7 +361,14 @@ class MergerConfig(_Model):
     end_probe: Literal["scan", "watermark"] = Field(
         "scan", description="scan: read the partition tail to find the end (needed on Tansu)")
     on_bad_record: Literal["dead_letter", "stop"] = "dead_letter"
-    metrics_port: int = Field(0, ge=0, le=65535)
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
+    metrics_address: str = Field("127.0.0.1", description="address the metrics port listens on "
+                                                          "(0.0.0.0: all, e.g. in a container)")
 
     _regexes = field_validator("table_include", "table_exclude")(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
+
+    @field_validator("signal_table")
+    @classmethod
+    def _signal_table(cls, value: str | None) -> str | None:
+        return None if value is None else _check_qualified(cls, value)

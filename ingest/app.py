@@ -26,7 +26,7 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 from cdc.config import IngestConfig
 from ingest import metrics
 from ingest.binlog import open_reader
-from ingest.checks import SourceError, check_source, connect, gtid_for_file_pos
+from ingest.checks import SourceError, check_source, gtid_for_file_pos
 from ingest.codec import (TableCodec, apply_column_filters, envelope_config, load_table_details,
                           spec_from_details)
 from ingest.envelope import (SourceInfo, TableEncoder, TransactionTracker, context_headers,
@@ -36,6 +36,7 @@ from ingest.ddl import parse_ddl
 from ingest.declared import DeclaredTypes
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
+from ingest.topics import table_topic
 from ingest.types import TableSpec
 from ingest.position import POSITION_HEADER, EventPosition, ResumePoint, advance_gtid_state
 from ingest.producer import (BrokerError, Topics, TransactionalProducer, read_all_values,
@@ -50,6 +51,16 @@ _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, Co
 
 class IngestError(RuntimeError):
     """Fatal, user-facing error (one line)."""
+
+
+def binlog_gone_message(prefix: str, committed: ResumePoint | None, exc: BaseException) -> str:
+    """What to do when the server no longer has the binlog at ingest's position."""
+    where = f"GTID {committed.gtid_state or '<empty>'}" if committed else "the requested position"
+    server = str(exc.args[1]).splitlines()[0][:200] if len(exc.args) > 1 else ""
+    return (f"the source no longer has the binlog at ingest's position ({where}; server: {server}): "
+            f"the changes since then cannot be read. Start afresh from the current position: delete "
+            f"topic {prefix}.offsets (or use a new topic_prefix), restart ingest with start.mode: current, "
+            f"then re-snapshot every table (cdc snapshot <db.table>, or a merger with a new state_dir)")
 
 
 @dataclass
@@ -81,13 +92,17 @@ class Ingest:
         self.declared = DeclaredTypes()
         self.committed: ResumePoint | None = None
         self.stats = {"events": 0, "kafka_transactions": 0, "source_transactions": 0}
+        self.backoff = 1.0  # seconds before the next retry; back to 1 once streaming again
+        self.unavailable_since: float | None = None  # first failure of the current outage
+        self.retries = 0
+        self._details_conn: pymysql.Connection | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def run(self, stop: threading.Event | None = None) -> None:
         stop = stop or threading.Event()
         facts = check_source(self.config)
-        metrics.serve(self.config.metrics_port)
+        metrics.serve(self.config.metrics_port, self.config.metrics_address)
         self.topics = Topics(self.kafka_conf)
         self.topics.check_reachable()
         self.topics.partitions(self.offsets_topic, 1, compact=True)
@@ -105,25 +120,29 @@ class Ingest:
             log.info("resuming at GTID %s (+%d row events of %s)", self.committed.gtid_state,
                      self.committed.trx_events, self.committed.trx_gtid)
         self._load_ddl_history()
-        backoff = 1.0
+        self.backoff = 1.0
         while not stop.is_set():
             try:
                 self._stream(stop)
-                backoff = 1.0
-            except _TRANSIENT_MYSQL as exc:
-                self._recover(f"source connection lost ({exc}); retrying in {backoff:.0f}s", "source")
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-            except pymysql.err.InternalError as exc:
+                self.backoff = 1.0
+            except (pymysql.err.OperationalError, pymysql.err.InternalError) as exc:
+                # 1236 (binlog purged past our position) arrives as an OperationalError:
+                # fatal, retrying cannot bring the binlog back
                 if exc.args and exc.args[0] == 1236:
-                    raise IngestError(
-                        f"the source no longer has the binlog for GTID {self.committed.gtid_state} "
-                        f"(purged?): re-snapshot, or start with start.mode=current") from None
-                raise
+                    raise IngestError(binlog_gone_message(self.prefix, self.committed, exc)) from None
+                if isinstance(exc, pymysql.err.InternalError):
+                    raise
+                self._recover(f"source connection lost ({exc}); retrying in {self.backoff:.0f}s", "source")
+                stop.wait(self.backoff)
+                self.backoff = min(self.backoff * 2, 30.0)
+            except _TRANSIENT_MYSQL as exc:
+                self._recover(f"source connection lost ({exc}); retrying in {self.backoff:.0f}s", "source")
+                stop.wait(self.backoff)
+                self.backoff = min(self.backoff * 2, 30.0)
             except BrokerError as exc:
-                self._recover(f"broker error ({exc}); retrying in {backoff:.0f}s", "broker")
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                self._recover(f"broker error ({exc}); retrying in {self.backoff:.0f}s", "broker")
+                stop.wait(self.backoff)
+                self.backoff = min(self.backoff * 2, 30.0)
                 self.producer = TransactionalProducer(self.kafka_conf, txn_id)
         self.producer.abort()
 
@@ -140,6 +159,12 @@ class Ingest:
         log.warning(message)
         metrics.ERRORS.labels(kind).inc()
         metrics.CONNECTED.set(0)
+        metrics.UNAVAILABLE.labels(kind).set(1)
+        metrics.RETRY_DELAY.set(self.backoff)
+        self.retries += 1
+        if self.unavailable_since is None:
+            self.unavailable_since = time.monotonic()
+        self._close_details_conn()
         try:
             self.producer.abort()
         except Exception:  # the producer may be unusable; it is recreated by the caller
@@ -177,6 +202,8 @@ class Ingest:
             for event in reader:
                 if stop.is_set():
                     break
+                if self.unavailable_since is not None:
+                    self._reconnected()
                 now = time.monotonic()
                 if isinstance(event, RotateEvent):
                     file = event.next_binlog
@@ -271,20 +298,41 @@ class Ingest:
     # ------------------------------------------------------------------ rows
 
     def _partitions(self, db: str, table: str) -> int:
-        topic = f"{self.prefix}.{db}.{table}"
+        topic = table_topic(self.prefix, db, table)
         return self.topics.partitions(
             topic, self.config.topic_partitions_per_table.get(f"{db}.{table}", self.config.topic_partitions))
 
     def _details(self, db: str, table: str) -> dict:
         details = self._table_details.get((db, table))
         if details is None:
-            conn = connect(self.config)
+            # one connection for every lookup (a database of thousands of tables is met
+            # one table at a time); a failure reaches the streaming loop, which retries
+            if self._details_conn is None or not self._details_conn.open:
+                self._details_conn = pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
             try:
-                details = load_table_details(conn, db, table)
-            finally:
-                conn.close()
+                details = load_table_details(self._details_conn, db, table)
+            except BaseException:
+                self._close_details_conn()
+                raise
             self._table_details[(db, table)] = details
         return details
+
+    def _close_details_conn(self) -> None:
+        conn, self._details_conn = self._details_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _reconnected(self) -> None:
+        """The first event after an outage: say so, and start the backoff again at 1 s."""
+        log.info("source and broker reachable again after %.0fs (%d retries); streaming from GTID %s",
+                 time.monotonic() - self.unavailable_since, self.retries, self.committed.gtid_state)
+        self.unavailable_since, self.retries, self.backoff = None, 0, 1.0
+        metrics.UNAVAILABLE.labels("source").set(0)
+        metrics.UNAVAILABLE.labels("broker").set(0)
+        metrics.RETRY_DELAY.set(0)
 
     def _codec(self, event) -> TableCodec:
         key = (event.schema, event.table, event.table_id)
@@ -381,7 +429,7 @@ class Ingest:
             if not self.filter.captures_table(db, table):
                 log.warning("watermark for %s ignored: table not captured", target)
                 continue
-            topic = f"{self.prefix}.{db}.{table}"
+            topic = table_topic(self.prefix, db, table)
             partitions = self._partitions(db, table)
             marker = {"table": target, "window": values.get("window_id"), "kind": values.get("kind")}
             payload = json.dumps(marker, separators=(",", ":"))

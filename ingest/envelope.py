@@ -51,6 +51,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ingest.topics import table_topic
 from ingest.types import (EMPTY_SET, ColumnCodec, ColumnSpec, ConverterConfig, TableSpec,
                           column_codec, dumps, json_str)
 
@@ -294,7 +295,7 @@ class TableEncoder:
     def __init__(self, spec: TableSpec, cfg: EnvelopeConfig) -> None:
         self.spec = spec
         self.cfg = cfg
-        self.topic = f"{cfg.topic_prefix}.{spec.db}.{spec.table}"
+        self.topic = table_topic(cfg.topic_prefix, spec.db, spec.table)
         self.data_collection = f"{spec.db}.{spec.table}"
         self.codecs = [column_codec(c, cfg.converter) for c in spec.columns]
         by_name = {c.name: c for c in self.codecs}
@@ -679,12 +680,22 @@ def column_change_json(col: ColumnSpec, table_charset: str | None) -> dict:
     }
 
 
+def _double_quoted(part: str) -> str:
+    """Debezium's ``TableId.quote(part, '"')``: embedded double quotes doubled, the whole in
+    double quotes; left as it is if it already starts or ends with a double quote."""
+    if not part:
+        return '""'
+    if part[0] == '"' or part[-1] == '"':
+        return part
+    return '"' + part.replace('"', '""') + '"'
+
+
 def table_change_json(change_type: str, spec: TableSpec | None, db: str | None = None,
                       table: str | None = None) -> dict:
     """A ``tableChanges`` entry: CREATE/ALTER with the table, DROP with table null."""
     db = db if db is not None else spec.db
     table = table if table is not None else spec.table
-    tid = f'"{db}"."{table}"'
+    tid = _double_quoted(db) + "." + _double_quoted(table)
     if spec is None or change_type == "DROP":
         return {"type": change_type, "id": tid, "table": None}
     charset = spec.default_charset

@@ -15,12 +15,15 @@ BINLOG_POSITION = Gauge("cdc_ingest_binlog_position", "Position in the current b
 GTID_SEQ = Gauge("cdc_ingest_gtid_sequence", "Sequence number of the last committed GTID", ["domain"])
 CONNECTED = Gauge("cdc_ingest_connected", "1 while connected to the source's binlog")
 MARKERS = Counter("cdc_ingest_watermark_markers", "Watermark markers written", ["table", "kind"])
+UNAVAILABLE = Gauge("cdc_ingest_unavailable",
+                    "1 while ingest waits for the source or the broker to come back, by kind", ["kind"])
+RETRY_DELAY = Gauge("cdc_ingest_retry_delay_seconds", "Backoff before the next retry (0 while streaming)")
 
 _started = False
 
 
-def serve(port: int) -> None:
+def serve(port: int, address: str = "127.0.0.1") -> None:
     global _started
     if port and not _started:
-        start_http_server(port, addr="127.0.0.1")
+        start_http_server(port, addr=address)
         _started = True

@@ -53,6 +53,7 @@ def make_spark(config: MergerConfig):
         "spark.driver.memory": "2g",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.python.worker.reuse": "true",
+        "spark.ui.showConsoleProgress": "false",  # progress bars would fill the merger log
     }
     if jars:
         conf["spark.jars"] = ",".join(jars)
@@ -79,11 +80,40 @@ def build_sinks(config: MergerConfig) -> list:
         from merger.sinks.kafka_changelog import KafkaChangelogSink
 
         kc = config.sinks.kafka_changelog
-        sinks.append(KafkaChangelogSink(config.kafka.bootstrap_servers, kc.topic_prefix,
+        sinks.append(KafkaChangelogSink(config.kafka.client_config(), kc.topic_prefix,
                                         partitions=kc.partitions))
     if not sinks:
         raise MergerError("sinks: configure at least one of sinks.delta, sinks.postgres, sinks.kafka_changelog")
     return sinks
+
+
+def subscribe_pattern(config: MergerConfig) -> str:
+    """The schema-change topic and every table topic ``<prefix>.<db>.<table>`` (dots are
+    allowed in the table part, not in the database part: Debezium does not escape them, so
+    ``<prefix>.a.b.c`` can only be read one way). Topics of the changelog sink are left
+    out when its prefix lies inside ours."""
+    prefix = re.escape(config.topic_prefix)
+    skip = ""
+    if config.sinks.kafka_changelog:
+        skip = rf"(?!{re.escape(config.sinks.kafka_changelog.topic_prefix)}\.)"
+    return rf"^{skip}{prefix}(\.[^.]+\..+)?$"
+
+
+def source_options(config: MergerConfig) -> dict[str, str]:
+    """Options of the ``cdc_kafka`` data source: every Kafka client setting of the config
+    (TLS/SASL included). Secrets are passed by reference (``kafkaSecretEnv.<property>`` /
+    ``kafkaSecretFile.<property>``): the data source reads them itself, so no secret is in
+    the options, the query plan or the checkpoint."""
+    opts = {"kafka.bootstrap.servers": config.kafka.bootstrap_servers,
+            "subscribePattern": subscribe_pattern(config),
+            "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": str(config.max_records_per_trigger),
+            "endProbe": config.end_probe}
+    for k, v in config.kafka.extra.items():
+        opts[f"kafka.{k}"] = str(v).lower() if isinstance(v, bool) else str(v)
+    for prop, (kind, ref) in config.kafka.secret_sources().items():
+        opts[f"kafkaSecret{kind.capitalize()}.{prop}"] = ref
+    return opts
 
 
 class Merger:
@@ -105,6 +135,11 @@ class Merger:
 
         cfg = self.config
         stop = stop or self.stop_event
+        # every secret first: a variable that is not set or a file that cannot be read is a
+        # one-line error before anything connects
+        cfg.mysql.jdbc_secret_properties(), cfg.mysql.ssl()
+        if cfg.sinks.postgres:
+            cfg.sinks.postgres.settings()
         store = StateStore(cfg.state_dir)
         kafka_conf = cfg.kafka.client_config()
         admin = AdminClient(kafka_conf)
@@ -127,12 +162,17 @@ class Merger:
         exclude = [re.compile(p) for p in cfg.table_exclude]
 
         def accepts(name: str) -> bool:
-            if name == cfg.watermark_table:
+            if name in (cfg.watermark_table, cfg.signal_table):  # our / Debezium's snapshot bookkeeping
                 return False
             if include and not any(p.fullmatch(name) for p in include):
                 return False
             return not any(p.fullmatch(name) for p in exclude)
 
+        from merger.checks import check_source
+        from merger.source import SourceGuard
+
+        # credentials and privileges, before Spark starts (a source that is down is waited for)
+        SourceGuard(stop).call("checking the source user's privileges", check_source, cfg, accepts)
         dead_letter = self._dead_letter_writer(kafka_conf)
         sinks = build_sinks(cfg)
         runner_box: list = []
@@ -141,14 +181,19 @@ class Merger:
             if cfg.snapshot.auto_new_tables and store.load_plan(name) is None:
                 store.request("snapshot", name, where=None, auto=True)
 
+        # one guard for every source access (catalog, planning, watermarks, chunk reads):
+        # retries with backoff while the source is down, shown in `cdc status`
+        source_guard = SourceGuard(stop)
         processor = BatchProcessor(
-            cfg.topic_prefix, store, sinks, SourceCatalog(cfg.mysql), partitions_of, SourceModes(),
+            cfg.topic_prefix, store, sinks, SourceCatalog(cfg.mysql, source_guard), partitions_of, SourceModes(),
             accepts=accepts, chunk_keys=cfg.snapshot.chunk_keys, on_bad_record=cfg.on_bad_record,
-            dead_letter=dead_letter, window_timeout_s=cfg.snapshot.window_timeout_s, on_new_table=on_new_table)
-        metrics.serve(cfg.metrics_port)
+            dead_letter=dead_letter, window_timeout_s=cfg.snapshot.window_timeout_s, on_new_table=on_new_table,
+            emit_rows_per_batch=cfg.snapshot.emit_rows_per_batch, source_connector=cfg.source_connector)
+        source_guard.on_change = lambda: _publish_if_idle(processor)
+        metrics.serve(cfg.metrics_port, cfg.metrics_address)
         spark = make_spark(cfg)
         spark.dataSource.register(CdcKafkaDataSource)
-        runner = SnapshotRunner(cfg, spark, store, processor)
+        runner = SnapshotRunner(cfg, spark, store, processor, source_guard)
         runner.ensure_watermark_table()
         runner_box.append(runner)
 
@@ -157,15 +202,10 @@ class Merger:
             for name in processor.catalog.list_tables():
                 if accepts(name) and store.load_plan(name) is None:
                     store.request("snapshot", name, where=None, auto=True)
-        pattern = rf"^{re.escape(cfg.topic_prefix)}(\.[^.]+\.[^.]+)?$"
-        reader = (spark.readStream.format("cdc_kafka")
-                  .option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
-                  .option("subscribePattern", pattern)
-                  .option("startingOffsets", "earliest")
-                  .option("maxOffsetsPerTrigger", str(cfg.max_records_per_trigger))
-                  .option("endProbe", cfg.end_probe))
-        for k, v in cfg.kafka.extra.items():
-            reader = reader.option(f"kafka.{k}", str(v))
+        pattern = subscribe_pattern(cfg)
+        reader = spark.readStream.format("cdc_kafka")
+        for k, v in source_options(cfg).items():
+            reader = reader.option(k, v)
         df = reader.load()
 
         def on_batch(batch_df, batch_id: int) -> None:
@@ -185,6 +225,8 @@ class Merger:
             last_status = 0.0
             while not stop.is_set():
                 if not self.query.isActive:
+                    if processor.fatal is not None:
+                        raise processor.fatal  # our own one-line reason, not Spark's wrapping
                     exc = self.query.exception()
                     raise MergerError(f"streaming query stopped: {_short(exc)}")
                 if runner.error is not None:
@@ -195,6 +237,7 @@ class Merger:
                     last_status = time.monotonic()
                 stop.wait(0.2)
         finally:
+            stop.set()  # ends the source guard's retries too
             runner.stop_event.set()
             try:
                 self.query.stop()
@@ -221,6 +264,15 @@ class Merger:
             producer.produce(topic, key=record.get("key"), value=record.get("value"), headers=headers)
             producer.flush(10)
         return write
+
+
+def _publish_if_idle(processor) -> None:
+    """Status now, unless a batch holds the processor (it publishes its own retries)."""
+    if processor.lock.acquire(blocking=False):
+        try:
+            processor.publish_status()
+        finally:
+            processor.lock.release()
 
 
 def _short(exc) -> str:

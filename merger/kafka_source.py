@@ -38,6 +38,10 @@ case-insensitively here):
 ``kafkaConfigFile``       optional path to a ``key=value`` file of librdkafka properties (keeps
                           secrets out of option strings and query plans); ``kafka.`` options
                           win over the file.
+``kafkaSecretEnv.<p>``    librdkafka property ``<p>`` (e.g. ``sasl.password``) from this
+                          environment variable; ``kafkaSecretFile.<p>``: from this file (first
+                          line). Read by the driver and the workers themselves, so the secret
+                          is in no option string, plan or checkpoint.
 ``startingOffsets``       ``earliest`` (default), ``latest``, or JSON
                           ``{"topic": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest; partitions
                           not named start at earliest). Only for a query without checkpoint.
@@ -112,10 +116,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -167,7 +172,7 @@ class KafkaSourceError(RuntimeError):
 
 @dataclass(frozen=True)
 class SourceOptions:
-    kafka_conf: Dict[str, str]
+    kafka_conf: Dict[str, str] = field(repr=False)  # may hold secrets
     pattern: Optional[str] = None
     topics: Tuple[str, ...] = ()
     starting_offsets: str = "earliest"
@@ -188,6 +193,7 @@ class SourceOptions:
         if path:
             conf.update(_read_properties(path))
         conf.update({k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")})
+        conf.update(_secret_options(opts))
         if not conf.get("bootstrap.servers"):
             raise KafkaSourceError("option kafka.bootstrap.servers is required")
         pattern = opts.get("subscribepattern") or None
@@ -253,6 +259,27 @@ class SourceOptions:
             "auto.offset.reset": "error" if self.fail_on_data_loss else "earliest",
         })
         return conf
+
+
+def _secret_options(opts: Mapping[str, str]) -> Dict[str, str]:
+    """``kafkaSecretEnv.<property>`` (an environment variable) and ``kafkaSecretFile.<property>``
+    (a file holding the value): secrets read where the client is built, so that neither
+    the options, the query plan nor the checkpoint ever holds them."""
+    out: Dict[str, str] = {}
+    for key, ref in opts.items():
+        if key.startswith("kafkasecretenv."):
+            prop = key[len("kafkasecretenv."):]
+            if ref not in os.environ:
+                raise KafkaSourceError(f"option {key}: environment variable {ref} is not set")
+            out[prop] = os.environ[ref]
+        elif key.startswith("kafkasecretfile."):
+            prop = key[len("kafkasecretfile."):]
+            try:
+                with open(ref, encoding="utf-8") as f:
+                    out[prop] = f.read().rstrip("\n")
+            except OSError as exc:
+                raise KafkaSourceError(f"option {key}: cannot read {ref}: {exc.strerror}") from None
+    return out
 
 
 def _read_properties(path: str) -> Dict[str, str]:

@@ -16,10 +16,10 @@ PHASES = ("snapshotting", "streaming", "paused", "failed")
 _started = False
 
 
-def serve(port: int) -> None:
+def serve(port: int, address: str = "127.0.0.1") -> None:
     global _started
     if port and not _started:
-        start_http_server(port)
+        start_http_server(port, addr=address)
         _started = True
 
 

@@ -16,7 +16,9 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 Sequences: a change's sequence is its binlog position (``EventPosition.sequence``),
 which orders the changes of a key across partitions, and lets a snapshot row carry the
 HIGH watermark's position. Sink writes carry ``version = batch_id * 1e6 + step``, so a
-re-run batch is skipped by every sink.
+re-run batch is skipped by every sink. Topics written by Debezium itself
+(``source_connector: debezium``) differ in two points, explained in ``merger.debezium``:
+their replay filter lets equal positions pass, and their sequence is the Kafka offset.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.position import POSITION_HEADER, EventPosition, ReplayFilter
@@ -40,7 +43,8 @@ from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.errors import MergerError
 from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
-from merger.sinks.base import IncompatibleSchemaChange, SinkUnavailable
+from ingest.topics import table_topic
+from merger.sinks.base import IncompatibleSchemaChange, SinkError, SinkUnavailable
 from merger.state import StateStore
 
 log = logging.getLogger("cdc.merger")
@@ -69,6 +73,7 @@ class TableRuntime:
     lag_ms: float | None = None
     blocked_on_sink: str | None = None
     truncated_through: int = 0
+    emitted: dict = field(default_factory=dict)  # window id -> staged rows already emitted
 
     def __post_init__(self):
         self.schema = arrow_schema(self.spec)
@@ -114,8 +119,13 @@ class BatchProcessor:
                  accepts: Callable[[str], bool] = lambda name: True,
                  chunk_keys: dict[str, list[str]] | None = None,
                  on_bad_record: str = "dead_letter", dead_letter: Callable | None = None,
-                 window_timeout_s: float = 120.0, on_new_table: Callable[[str], None] | None = None):
+                 window_timeout_s: float = 120.0, on_new_table: Callable[[str], None] | None = None,
+                 emit_rows_per_batch: int = 200_000,
+                 source_connector: str = "ingest"):
         self.prefix = prefix
+        # topics written by Debezium itself: its own replay rule and Kafka-offset
+        # sequences (merger/debezium.py explains both)
+        self.debezium = source_connector == "debezium"
         self.store = store
         self.sinks = sinks
         self.catalog = catalog
@@ -126,9 +136,10 @@ class BatchProcessor:
         self.on_bad_record = on_bad_record
         self.dead_letter = dead_letter
         self.window_timeout_s = window_timeout_s
+        self.emit_rows_per_batch = emit_rows_per_batch
         self.on_new_table = on_new_table
         self.tables: dict[str, TableRuntime] = {}
-        self.replay = ReplayFilter()
+        self.replay = self._new_replay_filter()
         self.lock = threading.RLock()
         self.restored = False
         self.bad_records = 0
@@ -137,6 +148,8 @@ class BatchProcessor:
         self._replaying: set = set()
         self._pool = None
         self._spill_done: list = []
+        self._staging_done: list = []
+        self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
 
     # ------------------------------------------------------------------ state
 
@@ -147,12 +160,18 @@ class BatchProcessor:
             "tables": {name: {"spec": _spec_to_dict(t.spec), "keys": t.keys, "partitions": t.partitions,
                               "reconciler": t.reconciler.to_dict(), "phase": t.phase, "error": t.error,
                               "rows_applied": t.rows_applied, "snapshot_rows": t.snapshot_rows,
-                              "last_offsets": t.last_offsets, "truncated_through": t.truncated_through}
+                              "last_offsets": t.last_offsets, "truncated_through": t.truncated_through,
+                              "emitted": {w: n for w, n in t.emitted.items() if w in t.reconciler.windows}}
                        for name, t in self.tables.items()},
         }
 
+    def _new_replay_filter(self) -> ReplayFilter:
+        from merger.debezium import DebeziumReplayFilter
+
+        return DebeziumReplayFilter() if self.debezium else ReplayFilter()
+
     def _restore(self, state: dict) -> None:
-        self.replay = ReplayFilter()
+        self.replay = self._new_replay_filter()
         for topic, part, pos, tomb in state.get("replay", []):
             self.replay.highest[(topic, int(part))] = (EventPosition.decode(pos), bool(tomb))
         self.bad_records = state.get("bad_records", 0)
@@ -163,6 +182,12 @@ class BatchProcessor:
                               t.get("rows_applied", 0), t.get("snapshot_rows", 0),
                               {int(k): v for k, v in t.get("last_offsets", {}).items()})
             rt.truncated_through = t.get("truncated_through", 0)
+            rt.emitted = dict(t.get("emitted", {}))
+            # "staged" is set in memory when the rows are on disk, maybe after this state was
+            # saved: the marker file beside the rows says so for a restarted merger
+            for wid, window in rt.reconciler.windows.items():
+                if not window.staged and self.store.is_staged(name, wid):
+                    rt.reconciler.mark_staged(wid)
             rt.set_spec(rt.spec, self.modes)
             self.tables[name] = rt
 
@@ -178,8 +203,8 @@ class BatchProcessor:
         if spec is None:
             return None
         keys = list(spec.primary_key) or list(self.chunk_keys.get(name, []))
-        rt = TableRuntime(name, spec, keys, self.partitions_of(f"{self.prefix}.{name}"),
-                          Reconciler(self.partitions_of(f"{self.prefix}.{name}")))
+        partitions = self.partitions_of(self.topic_of(name))
+        rt = TableRuntime(name, spec, keys, partitions, Reconciler(partitions))
         rt.set_spec(spec, self.modes)
         if not keys:
             rt.phase, rt.error = "failed", (f"{name} has no primary key: set snapshot.chunk_keys"
@@ -191,15 +216,67 @@ class BatchProcessor:
             self.on_new_table(name)
         return rt
 
-    def _ensure_sinks(self, rt: TableRuntime) -> None:
+    def topic_of(self, name: str) -> str:
+        """The topic of table ``db.table`` (names made topic-safe like Debezium does)."""
+        db, table = name.split(".", 1)
+        return table_topic(self.prefix, db, table)
+
+    def _table_name(self, topic: str, payload: dict) -> str:
+        """The table a record belongs to: its ``source.db``/``source.table`` when the
+        record sits on that table's topic (topic names are sanitized, so several tables
+        may share one), else the topic name without the prefix."""
+        src = payload.get("source")
+        if isinstance(src, dict) and src.get("db") and src.get("table"):
+            db, table = str(src["db"]), str(src["table"])
+            if table_topic(self.prefix, db, table) == topic:
+                return f"{db}.{table}"
+        return topic[len(self.prefix) + 1:]
+
+    def _ensure_sinks(self, rt: TableRuntime) -> bool:
+        """Create the sink tables or follow the schema; pauses the table on a change a sink
+        cannot follow. True if some sink created the table (it holds no rows yet)."""
         db, table = rt.name.split(".", 1)
+        created: list[bool] = []
         for sink in self.sinks:
             try:
-                sink.ensure_table((db, table), rt.schema, rt.keys)
+                self._with_retry(rt, sink, lambda s=sink: created.append(
+                    "created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])))
             except IncompatibleSchemaChange as exc:
                 rt.phase, rt.error = "paused", str(exc)
                 log.error("table %s paused: %s", rt.name, exc)
-                return
+                return any(created)
+        return any(created)
+
+    def resume_table(self, rt: TableRuntime) -> None:
+        """``cdc resume``: after an operator fixed the sink tables. The changes kept on
+        disk while the table was paused are applied first by the next batch; a sink table
+        the operator dropped is created again and filled by a new snapshot."""
+        rt.phase, rt.error = "streaming", None
+        if self._ensure_sinks(rt) and rt.phase != "paused":
+            log.info("table %s: a sink table was created again; re-snapshotting", rt.name)
+            self.store.request("snapshot", rt.name, where=None)
+        if rt.phase == "paused":
+            log.error("table %s is still paused: %s", rt.name, rt.error)
+        else:
+            log.info("table %s resumed", rt.name)
+
+    def rebuild_table(self, rt: TableRuntime) -> bool:
+        """``cdc snapshot`` of a paused table: drop its sink tables, create them with the
+        current schema, and forget the kept changes (the snapshot that follows covers them).
+        False (the table stays paused, the reason in its error) if a sink cannot drop."""
+        db, table = rt.name.split(".", 1)
+        try:
+            for sink in self.sinks:
+                self._with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
+        except SinkError as exc:
+            rt.error = f"{rt.error}; cannot rebuild: {exc}"
+            log.error("table %s stays paused: %s", rt.name, exc)
+            return False
+        shutil.rmtree(self._spill_dir(rt), ignore_errors=True)
+        rt.phase, rt.error = "streaming", None
+        self._ensure_sinks(rt)
+        log.info("table %s: sink tables dropped and created again for a new snapshot", rt.name)
+        return rt.phase != "paused"
 
     def refresh_spec(self, rt: TableRuntime, spec: TableSpec | None = None) -> None:
         if spec is None and self.catalog is not None:
@@ -237,26 +314,34 @@ class BatchProcessor:
                 except (BadRecord, ValueError) as exc:
                     self._bad(r, str(exc))
                     continue
-                if not self.replay.accept(topic, r["partition"], pos, value is None):
+                if not (self.replay.accept_record(topic, r["partition"], pos, payload) if self.debezium
+                        else self.replay.accept(topic, r["partition"], pos, value is None)):
                     continue
                 if value is None:
                     continue  # tombstone: the delete before it carries the change
                 if topic == self.prefix:
                     schema_records.append(payload)
                     continue
-                name = topic[len(self.prefix) + 1:]
+                name = self._table_name(topic, payload)
                 if not self.accepts(name):
                     continue
                 per_table.setdefault(name, []).append((r, headers, payload, pos))
             for payload in schema_records:
                 self._schema_change(payload)
+            for name, rt in list(self.tables.items()):
+                # a resumed table without new records: its kept changes are due now
+                if name not in per_table and rt.phase not in ("paused", "failed") \
+                        and self._spill_dir(rt).exists():
+                    self._replay_spill(batch_id, rt, step, now_ms)
             for name, items in per_table.items():
                 rt = self.table(name)
                 if rt is None:
                     for r, *_ in items:
-                        self._bad(r, f"table {name} not found in the source")
+                        self._bad(r, f"table {name} not found in the source (or the merger's user "
+                                     f"lacks SELECT on it)")
                     continue
                 self._table_batch(batch_id, rt, items, step, now_ms)
+            streamed_s = time.monotonic() - self.batch_started
             self._emit_ready(batch_id, step)
             for rt in self.tables.values():
                 for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
@@ -264,17 +349,24 @@ class BatchProcessor:
                     rt.reconciler.finish(wid)
                     shutil.rmtree(self.store.staging_dir(rt.name, wid), ignore_errors=True)
             self.store.save_batch(batch_id, self._state())
-            for spill in self._spill_done:
-                shutil.rmtree(spill, ignore_errors=True)
-            self._spill_done = []
+            # only now: a re-run of this batch (crash before save_batch) reads them again
+            for done in self._spill_done + self._staging_done:
+                shutil.rmtree(done, ignore_errors=True)
+            self._spill_done, self._staging_done = [], []
             self.last_batch = batch_id
+            took = time.monotonic() - self.batch_started
+            (log.info if took > 2.0 else log.debug)(
+                "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)", batch_id,
+                records.num_rows, took, streamed_s, took - streamed_s)
             self.batch_started = None
 
     def _bad(self, record: dict, reason: str) -> None:
         self.bad_records += 1
         if self.on_bad_record == "stop":
-            raise MergerError(f"bad record at {record['topic']}[{record['partition']}]@{record['offset']}: "
-                              f"{reason}")
+            self.fatal = MergerError(
+                f"bad record in topic {record['topic']} partition {record['partition']} offset "
+                f"{record['offset']}: {reason} (on_bad_record: stop; use dead_letter to skip such records)")
+            raise self.fatal from None
         log.warning("bad record at %s[%s]@%s: %s", record["topic"], record["partition"], record["offset"], reason)
         if self.dead_letter is not None:
             self.dead_letter(record, reason)
@@ -322,12 +414,18 @@ class BatchProcessor:
         needed = max(it[0]["partition"] for it in items) + 1
         if needed > rt.partitions:
             # the topic was created (by the first marker or event) after we first met the table
-            rt.partitions = max(needed, self.partitions_of(f"{self.prefix}.{rt.name}"))
+            rt.partitions = max(needed, self.partitions_of(self.topic_of(rt.name)))
             rt.reconciler.num_partitions = rt.partitions
         items.sort(key=lambda it: (it[3].sequence() if it[3] else 0, it[0]["partition"]))
-        events = []  # (partition, seq, op, image, marker)
+        events = []  # (partition, seq, op, image, marker, order)
         for r, headers, payload, pos in items:
-            seq = pos.sequence() if pos else r["offset"]
+            # order: binlog order across partitions (cuts at truncates); seq: the sink's
+            # sequence. They are the same for ingest's topics. On Debezium's topics many
+            # records share one position (snapshot rows; a snapshot and the first change
+            # after it), so seq is the Kafka offset: a key lives in one partition, where
+            # the offsets follow the binlog (merger/debezium.py).
+            order = pos.sequence() if pos else r["offset"]
+            seq = r["offset"] if self.debezium else order
             rt.last_offsets[r["partition"]] = r["offset"]
             marker = headers.get(WATERMARK_HEADER)
             if marker is not None or payload.get("op") == "m":
@@ -335,7 +433,7 @@ class BatchProcessor:
                     content = (payload.get("message") or {}).get("content")
                     marker = base64.b64decode(content) if content else b"{}"
                 m = json.loads(marker)
-                events.append((r["partition"], seq, "m", m, r))
+                events.append((r["partition"], seq, "m", m, r, order))
                 continue
             op = payload.get("op")
             if op in ("c", "u", "r"):
@@ -355,7 +453,9 @@ class BatchProcessor:
             src_ts = (payload.get("source") or {}).get("ts_ms")
             if src_ts:
                 rt.lag_ms = max(0.0, now_ms - src_ts)
-            events.append((r["partition"], seq, op, image, r))
+            if op == "r" and self.debezium:
+                rt.snapshot_rows += 1  # a row of Debezium's (initial or incremental) snapshot
+            events.append((r["partition"], seq, op, image, r, order))
         # decode every data event of the batch into the canonical schema at once
         data = self._decode([ev for ev in events if ev[2] not in ("m", "t")], rt)
         decoded = {id(ev): i for i, ev in enumerate(data[0])} if data else {}
@@ -365,7 +465,7 @@ class BatchProcessor:
         # decoded rows in slices cut at truncates
         start, taken = 0, []
         for ev in events:
-            partition, seq, op, image, r = ev
+            partition, seq, op, image, r, order = ev
             if op == "m":
                 kind = str(image.get("kind", "")).upper()
                 if image.get("window") and kind in ("LOW", "HIGH"):
@@ -373,20 +473,48 @@ class BatchProcessor:
                 continue
             if op == "t":
                 rt.reconciler.on_event(partition, seq, None, "t")
-                if seq > rt.truncated_through:  # one truncate record per partition
+                if order > rt.truncated_through:  # one truncate record per partition
                     self._apply_rows(batch_id, rt, data, taken, step)
                     taken = []
                     self._truncate(batch_id, rt, step)
-                    rt.truncated_through = seq
+                    rt.truncated_through = order
+                    if self.debezium:
+                        # Debezium writes one truncate record, into one partition: a change
+                        # committed after it but read from another partition in an earlier
+                        # batch was just wiped too. Debezium's snapshot brings such rows back.
+                        self.store.request("snapshot", rt.name, where=None)
                 continue
             i = decoded.get(id(ev))
             if i is None:
                 continue  # could not be decoded: sent to the dead-letter topic
             rt.reconciler.on_event(partition, seq, keys[i], op)
-            if seq < rt.truncated_through:
+            if order < rt.truncated_through:
                 continue  # older than a truncate already applied (a lagging partition)
             taken.append(i)
         self._apply_rows(batch_id, rt, data, taken, step)
+
+    def _replay_spill(self, batch_id: int, rt: TableRuntime, step: list, now_ms: float) -> None:
+        """Apply the changes a paused table kept on disk, in their order, before anything
+        newer. The files are deleted only after the batch's state is saved: a re-run batch
+        applies them again with the same versions, which the sinks skip."""
+        spill = self._spill_dir(rt)
+        self._replaying.add(spill)
+        try:
+            for f in sorted(spill.glob("batch-*.parquet")):
+                items = []
+                for r in pq.read_table(f).to_pylist():
+                    headers = _headers(r.get("headers"))
+                    payload = _payload(r["value"])  # only accepted non-tombstone records were kept
+                    items.append((r, headers, payload, _position(headers, payload)))
+                if items:
+                    log.info("table %s: applying %d changes kept while it was paused (%s)", rt.name,
+                             len(items), f.name)
+                    self._table_batch(batch_id, rt, items, step, now_ms)
+                if rt.phase == "paused":
+                    return  # paused again: what is left stays kept (re-applying is harmless)
+        finally:
+            self._replaying.discard(spill)
+        self._spill_done.append(spill)
 
     def _decode(self, evs: list, rt: TableRuntime):
         """(events that decoded, their Arrow table with _cdc_op/_cdc_seq, their keys)."""
@@ -447,16 +575,18 @@ class BatchProcessor:
 
     def _with_retry(self, rt: TableRuntime, sink, call) -> None:
         delay = 1.0
+        name = type(sink).__name__
         while True:
             try:
                 call()
-                if rt.blocked_on_sink:
-                    log.info("sink %s reachable again", type(sink).__name__)
-                rt.blocked_on_sink = None
+                # sinks are written in parallel: only the blocked one may clear the flag
+                if rt.blocked_on_sink and rt.blocked_on_sink.startswith(name + ":"):
+                    log.info("sink %s reachable again", name)
+                    rt.blocked_on_sink = None
                 return
             except SinkUnavailable as exc:
-                rt.blocked_on_sink = f"{type(sink).__name__}: {exc}"
-                log.warning("table %s blocked on sink: %s; retrying in %.0fs", rt.name, exc, delay)
+                rt.blocked_on_sink = f"{name}: {exc}"
+                log.warning("table %s blocked on sink %s: %s; retrying in %.0fs", rt.name, name, exc, delay)
                 self.publish_status()
                 time.sleep(delay)
                 delay = min(delay * 2, 30.0)
@@ -468,56 +598,77 @@ class BatchProcessor:
         if intent is None:
             ready = [[name, wid] for name, rt in sorted(self.tables.items()) if rt.phase != "paused"
                      for wid in rt.reconciler.ready_windows()]
-            intent = {"emit": ready}
-            if ready:
+            ready.sort(key=lambda nw: self.tables[nw[0]].reconciler.windows[nw[1]].opened_at)
+            # a batch that writes a lot of snapshot rows holds back the streamed changes
+            # behind it: emit about emit_rows_per_batch rows (whole windows or slices of
+            # one), the rest in the next batches. Written down first: a re-run does the same.
+            budget, emit = self.emit_rows_per_batch, []
+            for name, wid in ready:
+                if budget <= 0:
+                    break
+                start = self.tables[name].emitted.get(wid, 0)
+                count = min(_staged_rows(self.store.staging_dir(name, wid)) - start, budget)
+                emit.append([name, wid, start, max(count, 0)])
+                budget -= max(count, 1)
+            intent = {"emit": emit}
+            if emit:
                 self.store.save_intent(batch_id, intent)
-        for name, wid in intent["emit"]:
+        for name, wid, *part in intent["emit"]:
             rt = self.tables.get(name)
             if rt is None or wid not in rt.reconciler.windows:
                 continue
-            self._emit_window(batch_id, rt, wid, step)
+            start, count = part if part else (0, None)  # an intent of an older version: all of it
+            self._emit_window(batch_id, rt, wid, step, start, count)
 
-    def _emit_window(self, batch_id: int, rt: TableRuntime, wid: str, step: list) -> None:
+    def _emit_window(self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int,
+                     count: int | None) -> None:
+        """Emit staged rows [start, start + count) of a ready window; finish the window
+        when that reaches its end."""
         window = rt.reconciler.window(wid)
+        if not rt.reconciler.is_ready(wid):
+            # never the case when the intent was made; stay open (emitted later, or read again)
+            log.warning("snapshot window %s of %s is not ready after a restart; not emitted now", wid, rt.name)
+            return
         path = self.store.staging_dir(rt.name, wid)
+        files = sorted(path.glob("*.parquet")) if path.exists() else []
+        total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        end = total if count is None else min(total, start + count)
         emitted = 0
-        if rt.reconciler.is_ready(wid):
-            files = sorted(path.glob("*.parquet")) if path.exists() else []
-            for batch in _staged_batches(files):
-                if True:
-                    table = from_snapshot(rt.spec, rt.schema, _fill_missing(batch, rt.spec))
-                    keys = list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
-                    keep = [False] * len(keys)
-                    seqs = [0] * len(keys)
-                    for (i, _), seq in rt.reconciler.emit(wid, enumerate(keys), key_of=lambda r: r[1],
-                                                          partition_of=lambda k: next(iter(window.high))):
-                        keep[i] = True
-                        seqs[i] = seq
-                    mask = pa.array(keep)
-                    table = table.filter(mask)
-                    if table.num_rows == 0:
-                        continue
-                    kept_seqs = [s for s, k in zip(seqs, keep) if k]
-                    if kept_seqs and kept_seqs[0] < rt.truncated_through:
-                        continue  # the window predates a truncate: nothing of it survives
-                    table = table.append_column("_cdc_op", pa.array(["r"] * table.num_rows)) \
-                        .append_column("_cdc_seq", pa.array(kept_seqs, pa.int64()))
-                    self._apply(batch_id, rt, table, step)
-                    emitted += table.num_rows
+        # every HIGH marker of a window carries the binlog position of the one HIGH write
+        seq = window.high[next(iter(window.high))]
+        for batch in _staged_slice(files, start, end - start):
+            if window.truncated or seq < rt.truncated_through:
+                break  # a truncate came after LOW: nothing of the window survives
+            table = from_snapshot(rt.spec, rt.schema, _fill_missing(batch, rt.spec))
+            table = table.filter(_unseen_mask(table, rt.keys, window.seen))
+            if table.num_rows == 0:
+                continue
+            table = table.append_column("_cdc_op", pa.repeat(pa.scalar("r"), table.num_rows)) \
+                .append_column("_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), table.num_rows))
+            self._apply(batch_id, rt, table, step)
+            emitted += table.num_rows
         rt.snapshot_rows += emitted
+        finished = end >= total
         plan = self.store.load_plan(rt.name)
         if plan is not None:
-            done = set(plan.get("done", []))
-            done.update(window.chunk_ids)
-            plan["done"] = sorted(done)
             plan["rows"] = plan.get("rows", 0) + emitted
-            if len(done) >= len(plan.get("chunks", [])):
-                plan["finished_at"] = time.time()
-                if rt.phase == "snapshotting":
-                    rt.phase = "streaming"
+            if finished:
+                done = set(plan.get("done", []))
+                done.update(window.chunk_ids)
+                plan["done"] = sorted(done)
+                if len(done) >= len(plan.get("chunks", [])):
+                    plan["finished_at"] = time.time()
+                    if rt.phase == "snapshotting":
+                        rt.phase = "streaming"
             self.store.save_plan(rt.name, plan)
+        if not finished:
+            rt.emitted[wid] = end
+            log.info("snapshot window %s of %s: rows %d..%d of %d emitted (%d after reconciliation)",
+                     wid, rt.name, start, end, total, emitted)
+            return
+        rt.emitted.pop(wid, None)
         rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again
-        shutil.rmtree(path, ignore_errors=True)
+        self._staging_done.append(path)
         log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
 
     # ------------------------------------------------------------------ status
@@ -529,16 +680,63 @@ class BatchProcessor:
             plan = plans.get(name) or {}
             tables[name] = {
                 "phase": rt.phase, "error": rt.error, "blocked_on_sink": rt.blocked_on_sink,
+                "snapshot": _snapshot_state(plan),
                 "chunks_done": len(plan.get("done", [])), "chunks_total": len(plan.get("chunks", [])),
                 "snapshot_rows": rt.snapshot_rows, "rows_applied": rt.rows_applied,
                 "lag_ms": rt.lag_ms, "last_offsets": rt.last_offsets,
                 "open_windows": len(rt.reconciler.windows),
             }
+        guard = getattr(self.catalog, "guard", None)
         return {"updated_at": time.time(), "last_batch": self.last_batch, "bad_records": self.bad_records,
+                # set while a source access waits for the database to come back
+                "source_unavailable": guard.status() if guard is not None else None,
                 "tables": tables}
 
     def publish_status(self) -> None:
         self.store.write_status(self.status())
+
+
+def _staged_rows(path: Path) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in path.glob("*.parquet")) if path.exists() else 0
+
+
+def _unseen_mask(table: pa.Table, keys: list[str], seen: set) -> pa.Array:
+    """True for the staged rows whose key was not changed since LOW (``Reconciler.emit``,
+    in bulk: a snapshot window is often large and ``seen`` small)."""
+    if not seen:
+        return pa.repeat(pa.scalar(True), table.num_rows)
+    if len(keys) == 1:
+        col = table.column(keys[0])
+        values = pa.array([k[0] for k in seen], col.type)
+        return pc.invert(pc.is_in(col, value_set=values))
+    rows = zip(*[table.column(k).to_pylist() for k in keys])
+    return pa.array([key not in seen for key in rows])
+
+
+def _snapshot_state(plan: dict) -> str | None:
+    """none | running | paused | cancelled | finished: the table's latest snapshot plan."""
+    if not plan:
+        return None
+    if plan.get("cancelled"):
+        return "cancelled"
+    if plan.get("finished_at"):
+        return "finished"
+    return "paused" if plan.get("paused") else "running"
+
+
+def _staged_slice(files: list[Path], start: int, count: int):
+    """Staged rows [start, start + count), in the files' order, in pieces (see
+    ``_staged_batches``)."""
+    if count <= 0:
+        return
+    pos = 0
+    for batch in _staged_batches(files):
+        lo, hi = max(start - pos, 0), min(start + count - pos, batch.num_rows)
+        pos += batch.num_rows
+        if hi > lo:
+            yield batch.slice(lo, hi - lo)
+        if pos >= start + count:
+            return
 
 
 def _staged_batches(files: list[Path]):

@@ -10,6 +10,7 @@ first unfinished chunk.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 import uuid
@@ -23,6 +24,8 @@ from merger.dblog import decode_key, encode_key
 from merger.errors import MergerError
 from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
+from merger.direct_read import is_whole_table, stage_table
+from merger.source import SourceGuard, connect
 from merger.state import StateStore
 
 log = logging.getLogger("cdc.snapshot")
@@ -39,19 +42,30 @@ def watermark_ddl(table: str) -> str:
 
 
 class SnapshotRunner(threading.Thread):
-    def __init__(self, config: MergerConfig, spark, store: StateStore, processor: BatchProcessor):
+    def __init__(self, config: MergerConfig, spark, store: StateStore, processor: BatchProcessor,
+                 guard: SourceGuard | None = None):
         super().__init__(name="snapshots", daemon=True)
         self.config = config
         self.spark = spark
         self.store = store
         self.processor = processor
         self.stop_event = threading.Event()
+        # every source access (planning, watermarks, chunk reads) is retried by the guard
+        self.guard = guard or SourceGuard(self.stop_event)
+        # topics written by Debezium: its incremental snapshots, asked for through its
+        # signal table, replace our watermark windows (merger/debezium.py)
+        self.signals = None
+        if config.source_connector == "debezium":
+            from merger.debezium import SignalWriter
+
+            self.signals = SignalWriter(config.mysql, config.signal_table, store, self.guard)
         self.error: BaseException | None = None
         self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
         db, name = config.watermark_table.split(".", 1)
-        self.watermark_sql = (f"INSERT INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) "
-                              "VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE window_id = VALUES(window_id), "
-                              "kind = VALUES(kind)")
+        # REPLACE needs INSERT and DELETE only; INSERT ... ON DUPLICATE KEY UPDATE col =
+        # VALUES(col) also needs SELECT on the watermark table (MariaDB checks it per column)
+        self.watermark_sql = (f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) "
+                              "VALUES (%s, %s, %s)")
 
     # ------------------------------------------------------------------ requests
 
@@ -60,16 +74,25 @@ class SnapshotRunner(threading.Thread):
         self.store.request("snapshot", table, where=where)
 
     def _connect(self) -> pymysql.Connection:
-        try:
-            return pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
-        except pymysql.err.OperationalError as exc:
-            raise MergerError(f"cannot connect to the source MySQL: {exc.args[-1]}") from None
+        return connect(self.config.mysql)
 
     def ensure_watermark_table(self) -> None:
+        if self.signals is not None:
+            self.signals.check()  # Debezium mode: no watermark table, its signal table instead
+            return
+        self.guard.call("creating the watermark table", self._ensure_watermark_table)
+
+    def _ensure_watermark_table(self) -> None:
         conn = self._connect()
         try:
             with conn.cursor() as cur:
-                db = self.config.watermark_table.split(".", 1)[0]
+                db, name = self.config.watermark_table.split(".", 1)
+                # a least-privileged merger user may not CREATE (MySQL and MariaDB check the
+                # privilege before IF NOT EXISTS): an existing table is all we need
+                cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                            (db, name))
+                if cur.fetchone():
+                    return
                 try:
                     cur.execute(f"CREATE DATABASE IF NOT EXISTS {quote_ident(db)}")
                     cur.execute(watermark_ddl(self.config.watermark_table))
@@ -86,6 +109,7 @@ class SnapshotRunner(threading.Thread):
 
     def run(self) -> None:
         try:
+            self._warm_up()
             while not self.stop_event.is_set():
                 self._handle_requests()
                 progressed = False
@@ -98,6 +122,8 @@ class SnapshotRunner(threading.Thread):
                 if not progressed:
                     self.stop_event.wait(0.2)
         except BaseException as exc:  # reported by the app's main loop
+            if self.stop_event.is_set():
+                return  # stopping: a retry given up is no failure
             self.error = exc
             log.exception("snapshot runner failed")
 
@@ -106,12 +132,20 @@ class SnapshotRunner(threading.Thread):
             table, action = req["table"], req["action"]
             plan = self.store.load_plan(table)
             rt = self.processor.tables.get(table)
-            if action == "snapshot":
+            if self.signals is not None:
+                self.signals.handle(req)  # Debezium snapshots the table; we only ask
+            elif action == "snapshot":
                 args = req.get("args", {})
                 if args.get("auto") and plan is not None:
                     continue  # a table seen again after a restart: its plan is already there
                 if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
                     self._drop_open_windows(table)
+                if rt is not None and rt.phase == "paused" and not args.get("auto"):
+                    # paused by a change its sink tables cannot follow: rebuild them
+                    self._drop_open_windows(table)
+                    with self.processor.lock:
+                        if not self.processor.rebuild_table(rt):
+                            continue
                 self._plan(table, args.get("where"))
             elif action in ("pause", "resume", "cancel") and plan is not None:
                 if action == "pause":
@@ -121,6 +155,11 @@ class SnapshotRunner(threading.Thread):
                 else:
                     plan["cancelled"] = time.time()
                 self.store.save_plan(table, plan)
+                if action == "cancel":
+                    self._drop_open_windows(table)
+                    with self.processor.lock:
+                        if rt is not None and rt.phase == "snapshotting":
+                            rt.phase = "streaming"
                 log.info("snapshot of %s: %s", table, action)
             if action == "resume" and rt is not None and rt.phase == "paused":
                 with self.processor.lock:
@@ -130,8 +169,6 @@ class SnapshotRunner(threading.Thread):
     def _drop_open_windows(self, table: str) -> None:
         """A new plan replaces a running one: forget its open windows (their late markers
         are ignored, their staged rows deleted)."""
-        import shutil
-
         with self.processor.lock:
             rt = self.processor.tables.get(table)
             if rt is None:
@@ -140,6 +177,15 @@ class SnapshotRunner(threading.Thread):
                 rt.reconciler.finish(wid)
                 shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
         self.pending_windows.pop(table, None)
+
+    def _abandon(self, table: str, rt, wid: str) -> None:
+        """Give up one window (a source failure in the middle of it): its late markers are
+        ignored, its staged rows deleted, its chunks read again in a new window."""
+        with self.processor.lock:
+            rt.reconciler.finish(wid)
+            shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
+        if wid in self.pending_windows.get(table, []):
+            self.pending_windows[table].remove(wid)
 
     # ------------------------------------------------------------------ planning
 
@@ -153,18 +199,21 @@ class SnapshotRunner(threading.Thread):
             log.error("snapshot of %s: %s", table, rt.error)
             return None
         db, name = table.split(".", 1)
-        conn = self._connect()
         chunk_size = self.config.snapshot.chunk_size
-        try:
-            with conn.cursor() as cur:
-                def next_boundary(lo, hi=None):
-                    sql, params = boundary_sql((db, name), rt.keys, lo, chunk_size, hi)
-                    cur.execute(sql, params)
-                    row = cur.fetchone()
-                    return None if row is None else tuple(row)
-                ranges = list(plan_by_boundaries(next_boundary))
-        finally:
-            conn.close()
+
+        def plan_ranges():
+            conn = self._connect()
+            try:
+                with conn.cursor() as cur:
+                    def next_boundary(lo, hi=None):
+                        sql, params = boundary_sql((db, name), rt.keys, lo, chunk_size, hi)
+                        cur.execute(sql, params)
+                        row = cur.fetchone()
+                        return None if row is None else tuple(row)
+                    return list(plan_by_boundaries(next_boundary))
+            finally:
+                conn.close()
+        ranges = self.guard.call(f"planning the snapshot of {table}", plan_ranges)
         chunks = make_chunks(table, ranges)
         plan = {"table": table, "where": where, "created_at": time.time(), "rows": 0, "done": [],
                 "chunks": [{"id": c.id, "lo": encode_key(c.range.lo), "hi": encode_key(c.range.hi)}
@@ -200,49 +249,75 @@ class SnapshotRunner(threading.Thread):
         # one Spark JDBC partition per chunk: a window holds at least `parallelism` chunks
         per_window = max(self.config.snapshot.chunks_per_window, self.config.snapshot.parallelism)
         chunks = todo[:per_window]
+        self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, plan.get("where"))
+        return True
+
+    def _window(self, table: str, rt, chunks: list[dict], where: str | None) -> None:
+        """One window: open it, write LOW, read its chunks, write HIGH. If the source
+        fails on the way the window is abandoned and the guard retries the chunks in a
+        new window with new watermarks (a read must start after its LOW committed and end
+        before its HIGH: a half-read window cannot be continued)."""
         wid = uuid.uuid4().hex[:16]
         with self.processor.lock:
             rt.reconciler.open_window(wid, [c["id"] for c in chunks], time.time())
         self.pending_windows.setdefault(table, []).append(wid)
         started = time.monotonic()
-        self._watermark(table, wid, "LOW")
-        rows = self._read_chunks(table, rt, chunks, plan.get("where"), wid)
-        self._watermark(table, wid, "HIGH")
+        try:
+            self._watermark(table, wid, "LOW")
+            rows = self._read_chunks(table, rt, chunks, where, wid)
+            self._watermark(table, wid, "HIGH")
+        except BaseException:
+            self._abandon(table, rt, wid)
+            raise
         with self.processor.lock:
             if wid in rt.reconciler.windows:
                 rt.reconciler.mark_staged(wid)
+            else:  # expired meanwhile (markers too late): its chunks are read again
+                shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
         log.info("snapshot window %s of %s: %d chunks, %d rows staged in %.1fs", wid, table, len(chunks),
                  rows, time.monotonic() - started)
-        return True
 
     def _watermark(self, table: str, wid: str, kind: str) -> None:
-        delay = 1.0
-        while True:
-            try:
-                conn = self._connect()
-                try:
-                    with conn.cursor() as cur:
-                        cur.execute(self.watermark_sql, (table, wid, kind))
-                finally:
-                    conn.close()
-                return
-            except (MergerError, pymysql.err.OperationalError) as exc:
-                if self.stop_event.is_set():
-                    raise
-                log.warning("watermark write failed (%s); retrying in %.0fs", exc, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 30)
+        conn = self._connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self.watermark_sql, (table, wid, kind))
+        finally:
+            conn.close()
 
     def jdbc_url(self) -> str:
         m = self.config.mysql
         # jdbc:mysql with permitMysqlScheme: Spark then quotes identifiers with backticks
         url = (f"jdbc:mysql://{m.host}:{m.port}/?permitMysqlScheme&sessionVariables=time_zone='+00:00'"
                f"&connectTimeout={int(m.connect_timeout_s * 1000)}&useCompression=false")
-        if m.ssl_ca:
-            url += f"&useSsl=true&serverSslCert={m.ssl_ca}"
-        return url
+        return url + m.jdbc_ssl_params()  # TLS settings; their secrets go in the properties
+
+    def _warm_up(self) -> None:
+        """A first Spark JDBC read costs seconds (class loading, JIT, the first job): pay
+        them at start, not inside the first window, which holds its watermarks open."""
+        if self.signals is not None:
+            return
+        started = time.monotonic()
+        try:
+            props = {**self.config.mysql.jdbc_secret_properties(), "driver": "org.mariadb.jdbc.Driver"}
+            self.spark.read.jdbc(self.jdbc_url(), "(SELECT 1 AS x) AS cdc_warm_up", properties=props).collect()
+        except Exception as exc:  # the first window says what is wrong, with retries
+            log.debug("JDBC warm-up failed: %s", exc)
+            return
+        log.info("Spark JDBC ready in %.1fs", time.monotonic() - started)
 
     def _read_chunks(self, table: str, rt, chunks: list[dict], where: str | None, wid: str) -> int:
+        if is_whole_table(chunks):
+            # a table smaller than one chunk: one streamed SELECT in the driver (a Spark
+            # job per small table would cost more than the read, see merger.direct_read)
+            conn = self._connect()
+            try:
+                rows = stage_table(conn, rt.spec, where, self.store.staging_dir(table, wid),
+                                   self.config.snapshot.fetch_size)
+            finally:
+                conn.close()
+            self.store.mark_staged(table, wid)
+            return rows
         db, name = table.split(".", 1)
         key_alias = [f"__cdc_k{i}" for i in range(len(rt.keys))]
         select = snapshot_select(rt.spec)
@@ -254,13 +329,14 @@ class SnapshotRunner(threading.Thread):
             rng = KeyRange(decode_key(c["lo"]), decode_key(c["hi"]))
             predicates.append(sql_predicate_literal(key_alias, rng.lo, rng.hi))
         m = self.config.mysql
-        props = {"user": m.user, "password": m.password().get_secret_value(),
+        props = {**m.jdbc_secret_properties(),  # user, password, keyStorePassword
                  "driver": "org.mariadb.jdbc.Driver", "fetchsize": str(self.config.snapshot.fetch_size)}
         path = self.store.staging_dir(table, wid)
         df = self.spark.read.jdbc(self.jdbc_url(), source, predicates=predicates, properties=props)
         df = df.drop(*key_alias)
         self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
         df.write.mode("overwrite").parquet(str(path))
+        self.store.mark_staged(table, wid)  # before HIGH: a restarted merger knows the rows are complete
         import pyarrow.parquet as pq
 
         return sum(pq.ParquetFile(p).metadata.num_rows for p in path.glob("*.parquet"))

@@ -95,6 +95,15 @@ class StateStore:
     def staging_dir(self, table: str, window_id: str) -> Path:
         return self.staging / safe_name(table) / window_id
 
+    STAGED = "_cdc_staged"
+
+    def mark_staged(self, table: str, window_id: str) -> None:
+        """The window's rows are completely on disk (a restarted merger trusts them)."""
+        (self.staging_dir(table, window_id) / self.STAGED).touch()
+
+    def is_staged(self, table: str, window_id: str) -> bool:
+        return (self.staging_dir(table, window_id) / self.STAGED).exists()
+
     # -- status and control ------------------------------------------------------------
 
     def write_status(self, status: dict) -> None:

@@ -532,6 +532,34 @@ class KafkaChangelogSink(Sink):
             st.seqs, st.live, st.version = {}, set(), version
             return True
 
+    def drop_table(self, table) -> None:
+        """Deletes (and tombstones) for every key the changelog holds, then forget the
+        table's control record: ``ensure_table`` starts it anew with its current schema."""
+        table = as_table_id(table)
+        with self._lock:
+            states = self._all_states()
+            st = states.get(table)
+            if st is None:
+                return
+            if st.seqs is None:
+                self._load_seqs(st)
+            now = int(time.time() * 1000)
+            held, live = list(st.seqs.items()), set(st.live)
+
+            def produce(p):
+                for key, seq in held:
+                    part = partition_for(key, st.partitions)
+                    headers = [(SEQ_HEADER, str(seq).encode()), (TRUNCATE_HEADER, b"1")]
+                    if key in live:
+                        value = {"before": json.loads(key), "after": None, "source": self._source(table, "d", now),
+                                 "op": DELETE_OP, "ts_ms": now, "transaction": None}
+                        self._send(p, st.topic, key, _DUMPS(value).encode(), part, headers)
+                    self._send(p, st.topic, key, None, part, headers)
+                self._send(p, self.control_topic, self._table_key(table), None, 0)
+
+            self._transaction(produce, [])
+            del states[table]
+
     # ------------------------------------------------------------------ read back
 
     def rows(self, table) -> pa.Table:

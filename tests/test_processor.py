@@ -1,0 +1,296 @@
+"""BatchProcessor without Spark or servers: Kafka-shaped records in, an in-memory sink out.
+
+Checks the parts around the pure reconciler: markers and events in binlog order across
+partitions, window emission (bulk filtering of staged rows, at the HIGH sequence), the
+per-batch emission budget, and the re-run of a batch after a crash."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.position import POSITION_HEADER
+from ingest.types import ColumnSpec, TableSpec
+from merger.processor import WATERMARK_HEADER, BatchProcessor
+from merger.state import StateStore
+
+PREFIX = "p"
+RECORD_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+
+
+class MemorySink:
+    """The sink contract in a dict: newest sequence per key wins, deletes leave a
+    tombstone, a version already applied is skipped."""
+
+    def __init__(self):
+        self.tables: dict = {}
+        self.tombs: dict = {}
+        self.applied: dict = {}
+        self.writes = 0
+
+    def ensure_table(self, table, schema, keys):
+        self.tables.setdefault(tuple(table), {})
+        self.tombs.setdefault(tuple(table), {})
+        self.keys = keys
+
+    def _claim(self, table, version) -> bool:
+        if version <= self.applied.get(table, -1):
+            return False
+        self.applied[table] = version
+        self.writes += 1
+        return True
+
+    def apply(self, table, version, changes: pa.Table) -> bool:
+        table = tuple(table)
+        if not self._claim(table, version):
+            return False
+        rows, tombs = self.tables[table], self.tombs[table]
+        for r in changes.to_pylist():
+            key = tuple(r[k] for k in self.keys)
+            held = rows.get(key, {}).get("_cdc_seq", tombs.get(key, -1))
+            if r["_cdc_seq"] <= held:
+                continue
+            if r["_cdc_op"] == "d":
+                rows.pop(key, None)
+                tombs[key] = r["_cdc_seq"]
+            else:
+                rows[key] = {k: v for k, v in r.items() if k != "_cdc_op"}
+        return True
+
+    def truncate(self, table, version) -> bool:
+        table = tuple(table)
+        if self._claim(table, version):
+            self.tables[table].clear()
+        return True
+
+    def state(self, table=("db", "t")) -> dict:
+        return {k: {c: v for c, v in r.items() if c != "_cdc_seq"} for k, r in self.tables[table].items()}
+
+    def close(self):
+        pass
+
+
+SPEC = TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("v", "varchar", 2, length=20)),
+                 ("id",))
+COMPOSITE = TableSpec("db", "c", (ColumnSpec("a", "int", 1, nullable=False),
+                                  ColumnSpec("b", "varchar", 2, length=10, nullable=False),
+                                  ColumnSpec("v", "int", 3)), ("a", "b"))
+
+
+class Stream:
+    """Records of one table topic with 2 partitions, as the Kafka source delivers them."""
+
+    def __init__(self, table: str = "db.t", partitions: int = 2):
+        self.topic = f"{PREFIX}.{table}"
+        self.partitions = partitions
+        self.offsets = [0] * partitions
+        self.pending: list = []
+        self.pos = 1000
+
+    def _add(self, partition: int, key, value, pos: int):
+        headers = [{"key": POSITION_HEADER, "value": f"bin.000001:{pos}:0".encode()}]
+        if isinstance(value, dict) and value.get("op") == "m":
+            headers.append({"key": WATERMARK_HEADER, "value": json.dumps(value["marker"]).encode()})
+            value = {"op": "m"}
+        self.pending.append({"key": json.dumps(key).encode(), "value": json.dumps(value).encode(),
+                             "topic": self.topic, "partition": partition, "offset": self.offsets[partition],
+                             "headers": headers})
+        self.offsets[partition] += 1
+
+    def change(self, op: str, key: dict, before=None, after=None):
+        self.pos += 100
+        partition = hash(json.dumps(key, sort_keys=True)) % self.partitions
+        self._add(partition, key, {"op": op, "before": before, "after": after,
+                                   "source": {"ts_ms": 1}}, self.pos)
+
+    def marker(self, window: str, kind: str):
+        self.pos += 100
+        for p in range(self.partitions):
+            self._add(p, None, {"op": "m", "marker": {"window": window, "kind": kind}}, self.pos)
+
+    def batch(self) -> pa.Table:
+        out, self.pending = pa.Table.from_pylist(self.pending, schema=RECORD_SCHEMA), []
+        return out
+
+
+def _processor(tmp_path, sink, **kw) -> BatchProcessor:
+    store = StateStore(tmp_path / "state")
+    proc = BatchProcessor(PREFIX, store, [sink], None, lambda topic: 2, **kw)
+    proc.restored = True
+    return proc
+
+
+def _open_window(proc: BatchProcessor, table: str, wid: str, rows: list[dict], spec=SPEC):
+    rt = proc.table(table, spec)
+    path = proc.store.staging_dir(table, wid)
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path / "part-0.parquet")
+    proc.store.mark_staged(table, wid)  # as the snapshot runner does once Spark wrote them
+    rt.reconciler.open_window(wid, [wid], time.time())
+    plan = proc.store.load_plan(table) or {"table": table, "chunks": [], "done": [], "rows": 0}
+    plan["chunks"].append({"id": wid})
+    proc.store.save_plan(table, plan)
+    return rt
+
+
+def test_window_rows_lose_to_changes_seen_after_low_and_carry_the_high_sequence(tmp_path):
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    s = Stream()
+    for i in (1, 2, 3):
+        s.change("c", {"id": i}, after={"id": i, "v": "old"})
+    proc.process(0, s.batch())
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": f"snap{i}"} for i in range(1, 11)])
+    s.marker("w1", "LOW")
+    s.change("u", {"id": 3}, before={"id": 3, "v": "old"}, after={"id": 3, "v": "new"})
+    s.change("d", {"id": 4}, before={"id": 4, "v": "snap4"})
+    rt.reconciler.mark_staged("w1")
+    s.marker("w1", "HIGH")
+    s.change("u", {"id": 5}, before={"id": 5, "v": "snap5"}, after={"id": 5, "v": "after-high"})
+    proc.process(1, s.batch())
+    expected = {(i,): {"id": i, "v": f"snap{i}"} for i in range(1, 11) if i != 4}
+    expected[(3,)] = {"id": 3, "v": "new"}
+    expected[(5,)] = {"id": 5, "v": "after-high"}
+    assert sink.state() == expected
+    assert "w1" not in rt.reconciler.windows
+    assert proc.store.load_plan("db.t")["done"] == ["w1"]
+    assert proc.status()["tables"]["db.t"]["snapshot"] == "finished"
+    seqs = {r["id"]: r["_cdc_seq"] for r in sink.tables[("db", "t")].values()}
+    assert len({seqs[i] for i in (1, 2, 6, 7, 8, 9, 10)}) == 1
+
+
+def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink, emit_rows_per_batch=50)
+    s = Stream()
+    proc.process(0, s.batch())
+    rts = [_open_window(proc, "db.t", w, [{"id": i, "v": w} for i in range(lo, lo + 40)])
+           for w, lo in (("wa", 0), ("wb", 100), ("wc", 200))]
+    for w in ("wa", "wb", "wc"):
+        s.marker(w, "LOW")
+        rts[0].reconciler.mark_staged(w)
+        s.marker(w, "HIGH")
+    proc.process(1, s.batch())
+    assert len(sink.state()) == 50  # window wa whole, 10 rows of wb
+    assert set(rts[0].reconciler.windows) == {"wb", "wc"}
+    # a change after HIGH of wb's key not yet emitted: that staged row must not come back
+    s.change("u", {"id": 135}, before={"id": 135, "v": "wb"}, after={"id": 135, "v": "live"})
+    s.change("d", {"id": 136}, before={"id": 136, "v": "wb"})
+    proc.process(2, s.batch())
+    assert len(sink.state()) == 99  # 30 more of wb (one deleted), 20 of wc
+    assert proc.status()["tables"]["db.t"]["snapshot"] == "running"
+    before = sink.state()
+    again = BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2, emit_rows_per_batch=50)
+    again.process(2, pa.Table.from_pylist([], schema=RECORD_SCHEMA))  # batch 2 once more, after a crash
+    assert sink.state() == before
+    again.process(3, s.batch())
+    state = sink.state()
+    assert len(state) == 119 and state[(135,)] == {"id": 135, "v": "live"} and (136,) not in state
+    assert again.status()["tables"]["db.t"]["snapshot"] == "finished"
+    assert not again.tables["db.t"].reconciler.windows and not again.tables["db.t"].emitted
+    assert not (tmp_path / "state" / "staging").exists() or not any((tmp_path / "state" / "staging").rglob("*.parquet"))
+
+
+def test_a_batch_run_again_after_a_crash_changes_nothing(tmp_path):
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    s = Stream()
+    proc.process(0, s.batch())
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in range(1, 6)])
+    s.marker("w1", "LOW")
+    s.change("u", {"id": 2}, before={"id": 2, "v": "snap"}, after={"id": 2, "v": "live"})
+    rt.reconciler.mark_staged("w1")
+    s.marker("w1", "HIGH")
+    batch = s.batch()
+    proc.process(1, batch)
+    state, writes = sink.state(), sink.writes
+    # a new process (the merger restarted) gets batch 1 again from Spark
+    again = BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2)
+    again.process(1, batch)
+    assert sink.state() == state and sink.writes == writes
+    assert state[(2,)] == {"id": 2, "v": "live"}
+
+
+def test_composite_keys_are_filtered_row_by_row(tmp_path):
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    s = Stream("db.c")
+    proc.process(0, s.batch())
+    rows = [{"a": a, "b": b, "v": 0} for a in range(3) for b in ("x", "y")]
+    rt = _open_window(proc, "db.c", "w", rows, COMPOSITE)
+    s.marker("w", "LOW")
+    s.change("u", {"a": 1, "b": "y"}, before={"a": 1, "b": "y", "v": 0}, after={"a": 1, "b": "y", "v": 9})
+    s.change("d", {"a": 2, "b": "x"}, before={"a": 2, "b": "x", "v": 0})
+    rt.reconciler.mark_staged("w")
+    s.marker("w", "HIGH")
+    proc.process(1, s.batch())
+    got = sink.state(("db", "c"))
+    assert (2, "x") not in got and got[(1, "y")]["v"] == 9
+    assert len(got) == 5 and all(r["v"] == 0 for k, r in got.items() if k != (1, "y"))
+
+
+@pytest.mark.parametrize("truncate_after_low", [True, False])
+def test_truncate_inside_a_window_drops_its_rows(tmp_path, truncate_after_low):
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    s = Stream()
+    proc.process(0, s.batch())
+    rt = _open_window(proc, "db.t", "w", [{"id": i, "v": "snap"} for i in range(1, 4)])
+    if not truncate_after_low:
+        for p in range(2):  # a truncate record goes to every partition
+            s.pos += 1
+            s._add(p, None, {"op": "t", "source": {"ts_ms": 1}}, s.pos)
+    s.marker("w", "LOW")
+    if truncate_after_low:
+        for p in range(2):
+            s._add(p, None, {"op": "t", "source": {"ts_ms": 1}}, s.pos + 1)
+        s.pos += 1
+    s.change("c", {"id": 7}, after={"id": 7, "v": "live"})
+    rt.reconciler.mark_staged("w")
+    s.marker("w", "HIGH")
+    proc.process(1, s.batch())
+    if truncate_after_low:
+        assert sink.state() == {(7,): {"id": 7, "v": "live"}}
+    else:
+        assert set(sink.state()) == {(1,), (2,), (3,), (7,)}
+
+
+def test_a_crash_between_two_windows_of_one_batch_loses_nothing(tmp_path):
+    """Window A is written, the process dies before window B: the re-run of the batch must
+    write B (its sink versions follow A's, so A's staged rows must still be there)."""
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    s = Stream()
+    proc.process(0, s.batch())
+    rts = [_open_window(proc, "db.t", w, [{"id": i, "v": w} for i in range(lo, lo + 5)])
+           for w, lo in (("wa", 0), ("wb", 100))]
+    for w in ("wa", "wb"):
+        s.marker(w, "LOW")
+    proc.process(1, s.batch())  # the windows are in the saved state from here on
+    for w in ("wa", "wb"):
+        rts[0].reconciler.mark_staged(w)
+        s.marker(w, "HIGH")
+    batch = s.batch()
+    real_apply = sink.apply
+    calls = []
+
+    def dying_apply(table, version, changes):
+        calls.append(version)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")  # the second window's write never happens
+        return real_apply(table, version, changes)
+    sink.apply = dying_apply
+    with pytest.raises(KeyboardInterrupt):
+        proc.process(2, batch)
+    sink.apply = real_apply
+    assert len(sink.state()) == 5
+    BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2).process(2, batch)
+    assert len(sink.state()) == 10
