@@ -149,6 +149,8 @@ class BatchProcessor:
         self._pool = None
         self._spill_done: list = []
         self._staging_done: list = []
+        self.emission_pending: str | None = None  # a table with ready windows left after the last batch
+        self.batch_finished_at = 0.0
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
 
     # ------------------------------------------------------------------ state
@@ -354,7 +356,11 @@ class BatchProcessor:
                 shutil.rmtree(done, ignore_errors=True)
             self._spill_done, self._staging_done = [], []
             self.last_batch = batch_id
-            took = time.monotonic() - self.batch_started
+            # windows still to emit (over the batch's budget): they need another batch
+            self.emission_pending = next((name for name, rt in sorted(self.tables.items())
+                                          if rt.phase != "paused" and rt.reconciler.ready_windows()), None)
+            self.batch_finished_at = time.monotonic()
+            took = self.batch_finished_at - self.batch_started
             (log.info if took > 2.0 else log.debug)(
                 "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)", batch_id,
                 records.num_rows, took, streamed_s, took - streamed_s)

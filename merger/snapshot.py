@@ -61,6 +61,7 @@ class SnapshotRunner(threading.Thread):
             self.signals = SignalWriter(config.mysql, config.signal_table, store, self.guard)
         self.error: BaseException | None = None
         self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
+        self._last_tick = 0.0
         db, name = config.watermark_table.split(".", 1)
         # REPLACE needs INSERT and DELETE only; INSERT ... ON DUPLICATE KEY UPDATE col =
         # VALUES(col) also needs SELECT on the watermark table (MariaDB checks it per column)
@@ -119,6 +120,7 @@ class SnapshotRunner(threading.Thread):
                     if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):
                         continue
                     progressed |= self._step(table, plan)
+                self._tick_if_idle()
                 if not progressed:
                     self.stop_event.wait(0.2)
         except BaseException as exc:  # reported by the app's main loop
@@ -126,6 +128,21 @@ class SnapshotRunner(threading.Thread):
                 return  # stopping: a retry given up is no failure
             self.error = exc
             log.exception("snapshot runner failed")
+
+    def _tick_if_idle(self) -> None:
+        """Spark runs a micro-batch only when records arrive. Windows left over by the
+        emission budget need one more: on an idle source, a TICK write to the watermark
+        table brings a marker (ignored by the reconciler) and so a batch."""
+        table = self.processor.emission_pending
+        now = time.monotonic()
+        if (table is None or self.processor.batch_started is not None
+                or now - self.processor.batch_finished_at < 1.0 or now - self._last_tick < 1.0):
+            return
+        self._last_tick = now
+        try:
+            self._watermark(table, "tick", "TICK")
+        except Exception as exc:  # the next tick tries again
+            log.warning("watermark tick for %s failed: %s", table, exc)
 
     def _handle_requests(self) -> None:
         for req in self.store.take_requests():
@@ -265,15 +282,19 @@ class SnapshotRunner(threading.Thread):
         try:
             self._watermark(table, wid, "LOW")
             rows = self._read_chunks(table, rt, chunks, where, wid)
-            self._watermark(table, wid, "HIGH")
+            # staged before HIGH is written: the batch that reads HIGH must find the window
+            # ready, for on an idle source no other batch may follow
+            with self.processor.lock:
+                expired = wid not in rt.reconciler.windows
+                if not expired:
+                    rt.reconciler.mark_staged(wid)
+            if not expired:
+                self._watermark(table, wid, "HIGH")
         except BaseException:
             self._abandon(table, rt, wid)
             raise
-        with self.processor.lock:
-            if wid in rt.reconciler.windows:
-                rt.reconciler.mark_staged(wid)
-            else:  # expired meanwhile (markers too late): its chunks are read again
-                shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
+        if expired:  # markers too late: its chunks are read again
+            shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
         log.info("snapshot window %s of %s: %d chunks, %d rows staged in %.1fs", wid, table, len(chunks),
                  rows, time.monotonic() - started)
 

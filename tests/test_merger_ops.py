@@ -90,7 +90,8 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **{
         "snapshot.chunk_size": 1000, "snapshot.chunks_per_window": 1, "snapshot.parallelism": 1,
-        "metrics_port": metrics_port})
+        # windows emitted in slices over several batches, on an idle source (needs the ticks)
+        "snapshot.emit_rows_per_batch": 600, "metrics_port": metrics_port})
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)

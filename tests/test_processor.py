@@ -180,6 +180,7 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
         s.marker(w, "HIGH")
     proc.process(1, s.batch())
     assert len(sink.state()) == 50  # window wa whole, 10 rows of wb
+    assert proc.emission_pending == "db.t"  # the runner must bring another batch
     assert set(rts[0].reconciler.windows) == {"wb", "wc"}
     # a change after HIGH of wb's key not yet emitted: that staged row must not come back
     s.change("u", {"id": 135}, before={"id": 135, "v": "wb"}, after={"id": 135, "v": "live"})
@@ -195,6 +196,7 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
     state = sink.state()
     assert len(state) == 119 and state[(135,)] == {"id": 135, "v": "live"} and (136,) not in state
     assert again.status()["tables"]["db.t"]["snapshot"] == "finished"
+    assert again.emission_pending is None
     assert not again.tables["db.t"].reconciler.windows and not again.tables["db.t"].emitted
     assert not (tmp_path / "state" / "staging").exists() or not any((tmp_path / "state" / "staging").rglob("*.parquet"))
 
