@@ -286,9 +286,17 @@ class BatchProcessor:
             spec = self.catalog.table_spec(db, table)
         if spec is None:
             return
+        before = {c.name for c in rt.spec.columns}
         rt.set_spec(spec, self.modes)
         if rt.phase != "paused":
             self._ensure_sinks(rt)
+        added = [c for c in spec.columns if c.name not in before]
+        if any(c.default is not None for c in added) and self.on_new_table is not None:
+            # existing rows got the new column's DEFAULT without any row event: read the
+            # table again so that the sinks have it too. Here, not at the schema-change
+            # record only: a row event with the new column may arrive first (another topic)
+            log.info("%s: column(s) %s added with a default; re-snapshotting", rt.name, [c.name for c in added])
+            self.store.request("snapshot", rt.name, where=None)
 
     # ------------------------------------------------------------------ the batch
 
@@ -387,15 +395,7 @@ class BatchProcessor:
             if change.get("type") in ("CREATE", "ALTER"):
                 spec = spec_from_table_change(change)
                 if rt is not None and spec is not None:
-                    before = {c.name for c in rt.spec.columns}
-                    self.refresh_spec(rt, spec)
-                    added = [c for c in spec.columns if c.name not in before]
-                    if any(c.default is not None for c in added) and self.on_new_table is not None:
-                        # existing rows got the new column's DEFAULT without any row event:
-                        # read the table again so that the sink has it too
-                        log.info("%s: column(s) %s added with a default; re-snapshotting", name,
-                                 [c.name for c in added])
-                        self.store.request("snapshot", name, where=None)
+                    self.refresh_spec(rt, spec)  # re-snapshots when a column came with a default
                 elif rt is None and spec is not None and self.on_new_table is not None:
                     self.table(name, spec)
 
