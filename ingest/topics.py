@@ -14,6 +14,8 @@ by that, so tables that share a topic are still merged apart.
 
 from __future__ import annotations
 
+import functools
+
 MAX_TOPIC_LENGTH = 249
 REPLACEMENT = "_"
 
@@ -38,6 +40,7 @@ def topic_safe(name: str) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=65536)  # called per record by the merger's routing
 def table_topic(prefix: str, db: str, table: str) -> str:
     """The topic of a table's change events: ``<prefix>.<db>.<table>``, made legal."""
     return topic_safe(f"{prefix}.{db}.{table}")

@@ -154,3 +154,21 @@ class SinkChecker:
     def close(self):
         if self._pg is not None:
             self._pg.close()
+
+
+def create_mixed_tables(conn: pymysql.Connection, db: str, big_rows: int) -> None:
+    """(Re)creates database ``db`` with three tables: num (integer key, ``big_rows`` rows),
+    skey (string key in a case-insensitive collation), comp (composite key)."""
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"USE {db}")
+        cur.execute("CREATE TABLE num (id INT PRIMARY KEY, v VARCHAR(30), n BIGINT, d DECIMAL(12,2), "
+                    "ts DATETIME(3))")
+        cur.execute(f"INSERT INTO num SELECT seq, CONCAT('v', seq), seq * 7, seq / 100, "
+                    f"'2024-01-01 00:00:00' + INTERVAL seq SECOND FROM seq_1_to_{big_rows}")
+        cur.execute("CREATE TABLE skey (code VARCHAR(40) PRIMARY KEY, v INT) "
+                    "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+        cur.execute("INSERT INTO skey SELECT CONCAT(CHAR(65 + seq % 26), 'é-', seq), seq FROM seq_1_to_20000")
+        cur.execute("CREATE TABLE comp (a INT, b VARCHAR(10), c BIGINT, PRIMARY KEY (a, b))")
+        cur.execute("INSERT INTO comp SELECT seq % 100, CONCAT('b', seq), seq FROM seq_1_to_20000")

@@ -32,7 +32,7 @@ from cdc import stack as local_stack
 from merger.state import StateStore
 from tests.conftest import IS_CI, ROOT
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config, create_mixed_tables
 
 pytestmark = pytest.mark.integration
 
@@ -50,23 +50,11 @@ def _conn(stack, db=None):
 
 
 def _create(stack, db: str, big_rows: int) -> None:
-    """num: integer key, `big_rows` rows; skey: string key (a case-insensitive collation);
-    comp: composite key."""
     conn = _conn(stack)
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {db}")
-        cur.execute(f"CREATE DATABASE {db}")
-        cur.execute(f"USE {db}")
-        cur.execute("CREATE TABLE num (id INT PRIMARY KEY, v VARCHAR(30), n BIGINT, d DECIMAL(12,2), "
-                    "ts DATETIME(3))")
-        cur.execute(f"INSERT INTO num SELECT seq, CONCAT('v', seq), seq * 7, seq / 100, "
-                    f"'2024-01-01 00:00:00' + INTERVAL seq SECOND FROM seq_1_to_{big_rows}")
-        cur.execute("CREATE TABLE skey (code VARCHAR(40) PRIMARY KEY, v INT) "
-                    "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
-        cur.execute("INSERT INTO skey SELECT CONCAT(CHAR(65 + seq % 26), 'é-', seq), seq FROM seq_1_to_20000")
-        cur.execute("CREATE TABLE comp (a INT, b VARCHAR(10), c BIGINT, PRIMARY KEY (a, b))")
-        cur.execute("INSERT INTO comp SELECT seq % 100, CONCAT('b', seq), seq FROM seq_1_to_20000")
-    conn.close()
+    try:
+        create_mixed_tables(conn, db, big_rows)
+    finally:
+        conn.close()
 
 
 class Workload(threading.Thread):
