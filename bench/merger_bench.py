@@ -4,7 +4,7 @@ merger's process tree, with the real processes (ingest, `cdc merge`) on a local 
 1. Snapshot rows/s: a table of --rows rows (id INT PK, a INT, b VARCHAR(40),
    c DECIMAL(10,2), d DATETIME(3), e BIGINT) is snapshotted by a fresh merger (fresh
    state dir, fresh sink: its own Delta path / its own PostgreSQL schema) into each sink
-   alone, at each --parallelism P (snapshot.parallelism = chunks_per_window = P,
+   alone, at each --parallelism P (snapshot.parallelism = P, chunks_per_window = max(4, P),
    chunk_size --chunk-size). Time = the snapshot plan's created_at -> finished_at, and
    wall time from the merger's start -> finished_at. Each run gets its own ingest (new
    topic prefix, started at the current binlog position): the table's topic carries only
@@ -67,6 +67,7 @@ from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E40
 DB = "bench_merger"
 BIG = "big"
 LAT = "lat"
+WARM = "warm"
 LAT_PRELOAD = 20_000          # rows the UPDATEs cycle through (each revisited every 40 s at 1000/s)
 LAT_INSERT_BASE = 10_000_000  # ids of the INSERTed rows start here
 
@@ -178,12 +179,29 @@ def pymysql_scan(info, table: str) -> dict:
 
 def _stat(pid: int) -> tuple[int, int] | None:
     """(ppid, starttime) of a process, None if gone."""
+    full = _stat_full(pid)
+    return None if full is None else full[:2]
+
+
+def _stat_full(pid: int) -> tuple[int, int, int, str] | None:
+    """(ppid, starttime, utime + stime in clock ticks, comm) of a process, None if gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
+    comm = raw[raw.index("(") + 1:raw.rindex(")")]
     rest = raw[raw.rindex(")") + 2:].split()
-    return int(rest[1]), int(rest[19])
+    return int(rest[1]), int(rest[19]), int(rest[11]) + int(rest[12]), comm
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot (/proc/stat)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + (f[4] if len(f) > 4 else 0)
+    return (sum(f) - idle) / CLK_TCK, sum(f) / CLK_TCK
 
 
 def _rss_kb(pid: int) -> int:
@@ -217,6 +235,13 @@ class TreeSampler(threading.Thread):
         self.max_count: dict[str, int] = {}
         self.peak_total = 0
         self.samples = 0
+        # CPU seconds per process (pid, starttime): first and last value seen, and a label
+        # (the merger tree's kinds; other processes of the machine by command name)
+        self.cpu_first: dict[tuple[int, int], int] = {}
+        self.cpu_last: dict[tuple[int, int], int] = {}
+        self.cpu_label: dict[tuple[int, int], str] = {}
+        self.machine_first: tuple[float, float] | None = None
+        self.machine_last: tuple[float, float] | None = None
 
     def _kind(self, pid: int, ppid: int, kinds: dict[int, str]) -> str:
         if pid == self.root:
@@ -225,7 +250,7 @@ class TreeSampler(threading.Thread):
         exe = cmd.split(" ", 1)[0]
         if not cmd:
             return "exited"  # a zombie or a process gone between the reads
-        if os.path.basename(exe) == "java":
+        if os.path.basename(exe) == "java" or "org.apache.spark" in cmd:
             return "JVM (spark)"
         if "pyspark.daemon" in cmd:
             if kinds.get(ppid, "").startswith("pyspark daemon") or kinds.get(ppid, "").startswith("pyspark worker"):
@@ -241,13 +266,26 @@ class TreeSampler(threading.Thread):
     def sample(self) -> None:
         parents: dict[int, int] = {}
         starts: dict[int, int] = {}
+        cpu: dict[int, tuple[int, str]] = {}
         for entry in os.scandir("/proc"):
             if entry.name.isdigit():
-                st = _stat(int(entry.name))
+                st = _stat_full(int(entry.name))
                 if st:
-                    parents[int(entry.name)], starts[int(entry.name)] = st
+                    parents[int(entry.name)], starts[int(entry.name)] = st[:2]
+                    cpu[int(entry.name)] = st[2], st[3]
         if self.root not in parents:
             return
+        busy = _machine_busy()
+        self.machine_first = self.machine_first or busy
+        self.machine_last = busy
+        first = self.samples == 0
+        for pid, (ticks, comm) in cpu.items():
+            k = (pid, starts[pid])
+            if k not in self.cpu_first:
+                # a process there at the first sample counts from then; a later one from 0
+                self.cpu_first[k] = ticks if first else 0
+                self.cpu_label[k] = "machine: " + comm
+            self.cpu_last[k] = ticks
         children: dict[int, list[int]] = {}
         for pid, ppid in parents.items():
             children.setdefault(ppid, []).append(pid)
@@ -273,6 +311,7 @@ class TreeSampler(threading.Thread):
             if kind == "exited":
                 continue
             self.seen[pid] = (starts[pid], kind)
+            self.cpu_label[(pid, starts[pid])] = "merger: " + kind
             rss = _rss_kb(pid)
             total += rss
             sums[kind] = sums.get(kind, 0) + rss
@@ -322,8 +361,28 @@ class TreeSampler(threading.Thread):
             except OSError:
                 pass
 
+    def mark(self) -> None:
+        """CPU figures count from now on (e.g. from the snapshot's start, not the merger's)."""
+        self.sample()
+        self.cpu_first = dict(self.cpu_last)
+        self.machine_first = self.machine_last
+
+    def cpu_report(self) -> dict:
+        """CPU seconds used between the first and the last sample, per label."""
+        out: dict[str, float] = {}
+        for k, last in self.cpu_last.items():
+            used = (last - self.cpu_first.get(k, 0)) / CLK_TCK
+            if used > 0:
+                out[self.cpu_label[k]] = out.get(self.cpu_label[k], 0.0) + used
+        wall = busy = 0.0
+        if self.machine_first and self.machine_last:
+            busy = self.machine_last[0] - self.machine_first[0]
+            wall = (self.machine_last[1] - self.machine_first[1]) / (os.cpu_count() or 1)
+        return {"by_label": dict(sorted(out.items(), key=lambda kv: -kv[1])),
+                "machine_busy_s": busy, "wall_s": wall}
+
     def report(self) -> dict:
-        return {"peak_total_mb": self.peak_total / 1024, "samples": self.samples,
+        return {"peak_total_mb": self.peak_total / 1024, "samples": self.samples, "cpu": self.cpu_report(),
                 "kinds": {k: {"peak_proc_mb": self.peak_proc[k] / 1024, "peak_sum_mb": self.peak_sum.get(k, 0) / 1024,
                               "max_count": self.max_count.get(k, 0)} for k in sorted(self.peak_proc)}}
 
@@ -476,28 +535,68 @@ def drop_pg_schema(info, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         exists = conn.execute("SELECT to_regclass('_cdc._cdc_applied')").fetchone()[0]
         if exists:
-            for table in (BIG, LAT):
+            for table in (BIG, LAT, WARM):
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
                     sql.Identifier("_cdc", helper._tomb_name(schema, table))))
             conn.execute("DELETE FROM _cdc._cdc_applied WHERE table_name LIKE %s",
                          ('"' + schema.replace('"', '""') + '".%',))
 
 
+def spark_conf(args) -> dict:
+    out = {}
+    for item in args.spark_conf:
+        k, _, v = item.partition("=")
+        out[k] = v
+    return out
+
+
 def snapshot_settings(parallelism: int, chunk_size: int, **extra) -> dict:
-    return {"parallelism": parallelism, "chunks_per_window": parallelism, "chunk_size": chunk_size,
+    # chunks_per_window: the product default (4), at least one chunk per parallel read
+    return {"parallelism": parallelism, "chunks_per_window": max(4, parallelism), "chunk_size": chunk_size,
             "window_timeout_s": 900, **extra}
 
 
 # ----------------------------------------------------------------------------- figure 1
 
 
-def run_snapshot(info, args, work: Path, sink: str, parallelism: int) -> dict:
-    run = Run(info, work, f"snap-{sink}-p{parallelism}", [sink], [rf"{DB}\.{BIG}"],
-              snapshot_settings(parallelism, args.chunk_size), args.trigger_ms, {})
+def ensure_warm_table(info) -> None:
+    """A 100,000-row copy of the start of the big table (two chunks): the warm runs
+    snapshot it first, so that the merger has run a snapshot before the measured one."""
+    conn = root_conn(info)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
+                        (DB, WARM))
+            if not cur.fetchone()[0]:
+                cur.execute(f"CREATE TABLE {DB}.{WARM} LIKE {DB}.{BIG}")
+                cur.execute(f"INSERT INTO {DB}.{WARM} SELECT * FROM {DB}.{BIG} WHERE id <= 100000")
+    finally:
+        conn.close()
+
+
+def run_snapshot(info, args, work: Path, sink: str, parallelism: int, warm: bool = False) -> dict:
+    """One snapshot of the big table by a fresh merger: at its start (cold), or (warm)
+    requested once the merger has snapshotted the small table (JVM, Python workers, sink
+    connections started: a merger that is already running)."""
+    from merger.state import StateStore
+
+    settings = snapshot_settings(parallelism, args.chunk_size, **({"auto_new_tables": False} if warm else {}))
+    tables = [rf"{DB}\.{BIG}"] + ([rf"{DB}\.{WARM}"] if warm else [])
+    run = Run(info, work, f"snap-{sink}-p{parallelism}{'-warm' if warm else ''}", [sink], tables,
+              settings, args.trigger_ms, spark_conf(args))
     timeout = args.snapshot_timeout or (300 + args.rows / 2000)
     try:
-        log(f"snapshot {sink} p={parallelism}: starting ingest ({run.prefix}) and merger")
+        log(f"snapshot {sink} p={parallelism}{' warm' if warm else ''}: starting ingest ({run.prefix}) and merger")
         run.start()
+        if warm:
+            wait_for(run.status, 240, "the merger's first status.json", alive=run.check_alive)
+            StateStore(run.state).request("snapshot", f"{DB}.{WARM}", where=None)
+            wait_for(lambda: (p := run.plan(WARM)) and p.get("finished_at"), timeout,
+                     f"the warm-up snapshot of {DB}.{WARM}", alive=run.check_alive)
+            StateStore(run.state).request("snapshot", f"{DB}.{BIG}", where=None)
+        wait_for(lambda: run.plan(BIG), timeout, f"the snapshot plan of {DB}.{BIG}", interval=0.1,
+                 alive=run.check_alive)
+        run.sampler.mark()
         plan = wait_for(lambda: (p := run.plan(BIG)) and p.get("finished_at") and p, timeout,
                         f"the snapshot of {DB}.{BIG} into {sink} (p={parallelism})", alive=run.check_alive)
         count = run.sink_count(sink, BIG)
@@ -509,7 +608,7 @@ def run_snapshot(info, args, work: Path, sink: str, parallelism: int) -> dict:
     snap_s = plan["finished_at"] - plan["created_at"]
     wall_s = plan["finished_at"] - run.started_at
     rows = plan.get("rows") or args.rows
-    res = {"sink": sink, "parallelism": parallelism, "rows": rows, "chunks": len(plan.get("chunks", [])),
+    res = {"sink": sink, "parallelism": parallelism, "warm": warm, "rows": rows, "chunks": len(plan.get("chunks", [])),
            "snapshot_s": snap_s, "rows_per_s": rows / snap_s if snap_s > 0 else 0.0,
            "wall_s": wall_s, "wall_rows_per_s": rows / wall_s if wall_s > 0 else 0.0,
            "startup_s": plan["created_at"] - run.started_at, "sink_count": count, "windows": windows, "rss": rss}
@@ -722,7 +821,7 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
     reset_lat_table(info)
     run = Run(info, work, "latency", sinks, [rf"{DB}\.{LAT}", rf"{DB}\.{BIG}"],
               snapshot_settings(args.latency_parallelism, args.chunk_size, auto_new_tables=False),
-              args.trigger_ms, {})
+              args.trigger_ms, spark_conf(args))
     writer = PacedWriter(info, args.rate)
     pollers: list[SinkPoller] = []
     if "postgres" in sinks:
@@ -813,7 +912,8 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
     """Markdown lines (printed, and appended to RESULTS.md with --record)."""
     L = []
     L.append(f"Machine: {env['cpus']} CPUs, {env['mem_gb']:.0f} GB; load average at start {env['load']}; "
-             f"merger trigger {args.trigger_ms} ms, Spark conf: product defaults (local mode, driver 2g)")
+             f"merger trigger {args.trigger_ms} ms, Spark conf: product defaults (local mode, driver 2g)"
+             + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else ""))
     if baseline:
         L += ["", f"Source table `{DB}.{BIG}`: {baseline['rows']:,} rows (id INT PK, a INT, b VARCHAR(40), "
                   "c DECIMAL(10,2), d DATETIME(3), e BIGINT).",
@@ -821,25 +921,54 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
               f"{baseline['seconds']:.2f} s = {baseline['rows_per_s']:,.0f} rows/s."]
     if snaps:
         L += ["", f"Snapshot throughput (one sink per run; chunk_size {args.chunk_size:,}, chunks_per_window = "
-                  "parallelism; time = plan created_at -> finished_at; wall = merger start -> finished_at):", "",
+                  "max(4, parallelism); time = plan created_at -> finished_at; wall = merger start -> finished_at):", "",
               "| sink | parallelism | rows | chunks | snapshot s | rows/s | wall s | rows/s (wall) | "
               "vs pymysql SELECT * | target | windows read s (sum/max) | peak RSS tree MB |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in snaps:
             if "error" in s:
-                L.append(f"| {s['sink']} | {s['parallelism']} | FAILED: {s['error']} |||||||||||")
+                L.append(f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | FAILED: {s['error']} |||||||||||")
                 continue
             target = ""
             if s["sink"] == "postgres" and s["parallelism"] == 2:
                 target = (f">= {TARGET_PG_ROWS_S:,}: " + ("met" if s["rows_per_s"] >= TARGET_PG_ROWS_S else "NOT met"))
             vs = f"{s['rows_per_s'] / baseline['rows_per_s']:.2f}x" if baseline and baseline["rows_per_s"] else "-"
             w = s["windows"]
-            L.append(f"| {s['sink']} | {s['parallelism']} | {s['rows']:,} | {s['chunks']} | {s['snapshot_s']:.1f} | "
+            L.append(f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | {s['rows']:,} | {s['chunks']} | {s['snapshot_s']:.1f} | "
                      f"{s['rows_per_s']:,.0f} | {s['wall_s']:.1f} | {s['wall_rows_per_s']:,.0f} | {vs} | {target} | "
                      f"{w['read_s_sum']:.1f}/{w['read_s_max']:.1f} ({w['windows']} windows"
                      f"{', %d expired' % w['expired'] if w['expired'] else ''}) | {s['rss']['peak_total_mb']:.0f} |")
             if s.get("sink_count") != s["rows"]:
                 L.append(f"|  |  | ^ sink count {s.get('sink_count')} != {s['rows']:,} |||||||||||")
+        cpu_runs = [s for s in snaps if "error" not in s and s["rss"].get("cpu")]
+        if cpu_runs:
+            L += ["", "CPU seconds per process group while the snapshot ran (plan created -> finished, sampled every 0.5 s; "
+                      "`machine` = the busy CPU seconds of the whole machine and its wall time per core):", "",
+                  "| sink | p | machine busy s / wall s | merger JVM | merger driver | pyspark workers | mariadbd | "
+                  "postgres | ingest + broker | other |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for s in cpu_runs:
+                c = s["rss"]["cpu"]
+                g = {"jvm": 0.0, "driver": 0.0, "workers": 0.0, "mariadbd": 0.0, "postgres": 0.0, "ingest": 0.0,
+                     "other": 0.0}
+                for label, v in c["by_label"].items():
+                    if label == "merger: JVM (spark)":
+                        g["jvm"] += v
+                    elif label == "merger: driver (python)":
+                        g["driver"] += v
+                    elif label.startswith("merger: pyspark"):
+                        g["workers"] += v
+                    elif label.startswith("machine: mariadb") or label.startswith("machine: mysqld"):
+                        g["mariadbd"] += v
+                    elif label.startswith("machine: postgres"):
+                        g["postgres"] += v
+                    elif label.startswith("machine: python") or label.startswith("machine: cdc") \
+                            or "tansu" in label or "broker" in label:
+                        g["ingest"] += v
+                    else:
+                        g["other"] += v
+                L.append(f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | {c['machine_busy_s']:.1f} / {c['wall_s']:.1f} | "
+                         + " | ".join(f"{g[k]:.1f}" for k in ("jvm", "driver", "workers", "mariadbd", "postgres",
+                                                             "ingest", "other")) + " |")
     if lat:
         L += ["", f"Commit -> visible latency at {args.rate:,.0f} changes/s (method: a paced writer thread does "
                   "single-row autocommit UPDATEs of pre-loaded rows and INSERTs of new rows, alternately, each "
@@ -904,6 +1033,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-size", type=int, default=50_000)
     ap.add_argument("--trigger-ms", type=int, default=500, help="merger trigger_interval_ms (product default 500)")
     ap.add_argument("--snapshot-timeout", type=float, default=0, help="seconds; default 300 + rows/2000")
+    ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra spark_conf of the merger (repeatable)")
+    ap.add_argument("--snapshot-start", choices=["cold", "warm", "both"], default="both",
+                    help="cold: the snapshot starts with the merger; warm: requested after the merger has "
+                         "snapshotted a small table")
     ap.add_argument("--skip-snapshots", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-latency-snapshot", action="store_true", help="latency: idle phase only")
@@ -946,15 +1080,20 @@ def main(argv: list[str] | None = None) -> int:
         log(f"pymysql SSCursor SELECT *: {baseline['rows']:,} rows in {baseline['seconds']:.2f}s = "
             f"{baseline['rows_per_s']:,.0f} rows/s")
         if not args.skip_snapshots:
+            modes = {"cold": [False], "warm": [True], "both": [False, True]}[args.snapshot_start]
+            if True in modes:
+                ensure_warm_table(info)
             for sink in sinks:
                 for p in par:
-                    try:
-                        snaps.append(run_snapshot(info, args, work, sink, p))
-                    except Exception as exc:
-                        failed = True
-                        log(f"snapshot {sink} p={p} FAILED: {exc}")
-                        traceback.print_exc()
-                        snaps.append({"sink": sink, "parallelism": p, "error": str(exc).splitlines()[0][:200]})
+                    for warm in modes:
+                        try:
+                            snaps.append(run_snapshot(info, args, work, sink, p, warm))
+                        except Exception as exc:
+                            failed = True
+                            log(f"snapshot {sink} p={p} FAILED: {exc}")
+                            traceback.print_exc()
+                            snaps.append({"sink": sink, "parallelism": p, "warm": warm,
+                                          "error": str(exc).splitlines()[0][:200]})
         if not args.skip_latency:
             try:
                 lat = run_latency(info, args, work, lat_sinks)

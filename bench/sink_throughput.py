@@ -93,6 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--updates", type=int, default=200_000)
     ap.add_argument("--sinks", default="postgres,delta,kafka")
     ap.add_argument("--state-dir", default="/tmp/cdc-bench-stack")
+    ap.add_argument("--pg-merge-only", action="store_true",
+                    help="PostgreSQL: MERGE snapshot rows too (no direct COPY into the target)")
     args = ap.parse_args(argv)
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
     print(f"building {args.rows:,d} load rows + {args.updates:,d} update rows "
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
     for name in sinks:
         if name == "postgres":
             from merger.sinks import PostgresSink
-            sink = PostgresSink(info.postgres)
+            sink = PostgresSink(info.postgres, fast_snapshot=not args.pg_merge_only)
             try:
                 run(sink, name, load, upd)
             finally:

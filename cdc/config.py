@@ -324,9 +324,14 @@ class SnapshotConfig(_Model):
     auto_new_tables: bool = Field(True, description="snapshot a table when it is seen for the first time")
     chunk_size: int = Field(50_000, ge=100, description="rows per chunk, at most")
     parallelism: int = Field(2, ge=1, le=64,
-                             description="chunks read at once (Spark JDBC partitions; bounded by Spark's cores)")
+                             description="reads at once: a window's chunks are split into this many runs, one "
+                                         "Spark JDBC partition (one source connection) each; in local mode the "
+                                         "default spark_master gets parallelism + 2 task slots")
     chunks_per_window: int = Field(4, ge=1, description="chunks between one LOW and one HIGH watermark")
     window_timeout_s: float = Field(120.0, gt=0, description="retry a window whose markers do not arrive")
+    reader: Literal["connectorx", "jdbc"] = Field(
+        "connectorx", description="how Spark tasks read chunks: connectorx (Arrow, fast) or jdbc (Spark JDBC with "
+                                  "the MariaDB driver; used anyway when mysql.ssl_mode asks for TLS)")
     fetch_size: int = Field(10_000, ge=1)
     emit_rows_per_batch: int = Field(
         200_000, ge=1, description="snapshot rows written to the sinks per micro-batch, about (at least one "
@@ -354,7 +359,8 @@ class MergerConfig(_Model):
     sinks: SinksConfig = Field(default_factory=SinksConfig)
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     state_dir: str = Field("./.cdc/merger", description="Spark checkpoint, reconciliation state, staging")
-    spark_master: str = Field("local[2]", description="used when not started by spark-submit")
+    spark_master: str = Field("local[2]", description="used when not started by spark-submit; the default "
+                                                      "local[2] becomes local[snapshot.parallelism + 2]")
     spark_conf: dict[str, str] = Field(default_factory=dict)
     trigger_interval_ms: int = Field(500, ge=0)
     max_records_per_trigger: int = Field(200_000, ge=1)

@@ -42,8 +42,10 @@ def make_spark(config: MergerConfig):
     builder = SparkSession.builder.appName("cdc-merger")
     if "SPARK_SUBMIT" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
         master = config.spark_master
-        if master == "local[2]" and config.snapshot.parallelism > 2:
-            master = f"local[{config.snapshot.parallelism}]"  # enough task slots for the reads
+        if master == "local[2]":
+            # task slots (threads) for the snapshot's reads plus the stream's Kafka tasks: a
+            # read must not queue behind a micro-batch (measured: the first window took 6 s)
+            master = f"local[{config.snapshot.parallelism + 2}]"
         builder = builder.master(master)
     conf = {
         "spark.sql.session.timeZone": "UTC",
@@ -222,7 +224,7 @@ class Merger:
         runner.start()
         log.info("merger running: topics %s, state in %s", pattern, cfg.state_dir)
         try:
-            last_status = 0.0
+            last_status, logged_batch = 0.0, -1
             while not stop.is_set():
                 if not self.query.isActive:
                     if processor.fatal is not None:
@@ -235,6 +237,7 @@ class Merger:
                     with processor.lock:
                         processor.publish_status()
                     last_status = time.monotonic()
+                    logged_batch = _log_slow_batch(self.query, logged_batch)
                 stop.wait(0.2)
         finally:
             stop.set()  # ends the source guard's retries too
@@ -264,6 +267,22 @@ class Merger:
             producer.produce(topic, key=record.get("key"), value=record.get("value"), headers=headers)
             producer.flush(10)
         return write
+
+
+def _log_slow_batch(query, logged: int) -> int:
+    """Spark's time split of the last micro-batch, when it was slow (> 2 s): where a
+    batch's time goes outside our own processing (planning, reading Kafka, Arrow)."""
+    try:
+        progress = query.lastProgress
+    except Exception:
+        return logged
+    if not progress or progress.get("batchId", -1) == logged:
+        return logged
+    took = progress.get("durationMs") or {}
+    if took.get("triggerExecution", 0) > 2000:
+        log.info("slow micro-batch %s: %s", progress.get("batchId"),
+                 ", ".join(f"{k} {v} ms" for k, v in sorted(took.items(), key=lambda kv: -kv[1])))
+    return progress.get("batchId", logged)
 
 
 def _publish_if_idle(processor) -> None:

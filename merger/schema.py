@@ -224,9 +224,10 @@ def snapshot_expression(c: ColumnSpec) -> str:
         return f"ST_AsBinary({q})"
     if t in ("enum", "set", "json"):
         return f"CAST({q} AS CHAR)"
-    if t == "float":
-        # exact: the text protocol rounds a FLOAT to 6 digits (16777217 -> 16777200),
-        # the binlog (and so the stream) carries the float itself
+    if t in ("float", "double"):
+        # exact: the text protocol rounds a FLOAT to 6 digits (16777217 -> 16777200) and
+        # a DOUBLE(M,D) to D decimals (-9.999999999998899e-05 -> -0.0001); the binlog (and
+        # so the stream) carries the value itself
         return f"CAST({q} AS DOUBLE)"
     if t == "char":
         return f"CAST({q} AS CHAR)"  # Spark JDBC pads CHAR(n) to n; the stream has it trimmed

@@ -18,12 +18,13 @@ import uuid
 import pymysql
 
 from cdc.config import MergerConfig
-from merger.chunking import KeyRange, make_chunks, plan_by_boundaries, quote_ident, sql_predicate_literal
+from merger.chunking import make_chunks, plan_by_boundaries, quote_ident, sql_predicate_literal
 from merger.chunking import boundary_sql
 from merger.dblog import decode_key, encode_key
 from merger.errors import MergerError
 from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
+from merger.chunk_read import chunk_query, stage_window
 from merger.direct_read import is_whole_table, stage_table
 from merger.source import SourceGuard, connect
 from merger.state import StateStore
@@ -39,6 +40,18 @@ def watermark_ddl(table: str) -> str:
             "table_name VARCHAR(512) NOT NULL PRIMARY KEY, window_id VARCHAR(64) NOT NULL, "
             "kind VARCHAR(8) NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) "
             "ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
+
+
+def split_evenly(items: list, parts: int) -> list[list]:
+    """``items`` in at most ``parts`` consecutive runs whose lengths differ by one at most."""
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 class SnapshotRunner(threading.Thread):
@@ -60,8 +73,18 @@ class SnapshotRunner(threading.Thread):
 
             self.signals = SignalWriter(config.mysql, config.signal_table, store, self.guard)
         self.error: BaseException | None = None
+        m = config.mysql
+        # ConnectorX has no TLS settings here: TLS asked for -> Spark JDBC
+        self.reader = config.snapshot.reader
+        if self.reader == "connectorx" and m.effective_ssl_mode() not in ("disabled", "preferred"):
+            log.info("snapshot reads through Spark JDBC: mysql.ssl_mode %s", m.effective_ssl_mode())
+            self.reader = "jdbc"
+        self.source = {"host": m.host, "port": m.port, "user": m.user, "password": m.password().get_secret_value(),
+                       "connect_timeout_s": m.connect_timeout_s}
         self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
         self._last_tick = 0.0
+        self._wm_conn: pymysql.Connection | None = None
+        self._ticked_batch = None
         db, name = config.watermark_table.split(".", 1)
         # REPLACE needs INSERT and DELETE only; INSERT ... ON DUPLICATE KEY UPDATE col =
         # VALUES(col) also needs SELECT on the watermark table (MariaDB checks it per column)
@@ -128,6 +151,12 @@ class SnapshotRunner(threading.Thread):
                 return  # stopping: a retry given up is no failure
             self.error = exc
             log.exception("snapshot runner failed")
+        finally:
+            if self._wm_conn is not None:
+                try:
+                    self._wm_conn.close()
+                except Exception:
+                    pass
 
     def _tick_if_idle(self) -> None:
         """Spark runs a micro-batch only when records arrive. Windows left over by the
@@ -135,10 +164,13 @@ class SnapshotRunner(threading.Thread):
         table brings a marker (ignored by the reconciler) and so a batch."""
         table = self.processor.emission_pending
         now = time.monotonic()
-        if (table is None or self.processor.batch_started is not None
-                or now - self.processor.batch_finished_at < 1.0 or now - self._last_tick < 1.0):
+        if table is None or self.processor.batch_started is not None:
             return
-        self._last_tick = now
+        # at once after a batch that left windows over, then every 2 s if no batch came
+        batch = self.processor.last_batch
+        if batch == self._ticked_batch and now - self._last_tick < 2.0:
+            return
+        self._last_tick, self._ticked_batch = now, batch
         try:
             self._watermark(table, "tick", "TICK")
         except Exception as exc:  # the next tick tries again
@@ -263,7 +295,7 @@ class SnapshotRunner(threading.Thread):
         todo = [c for c in plan["chunks"] if c["id"] not in done and c["id"] not in busy]
         if not todo:
             return False
-        # one Spark JDBC partition per chunk: a window holds at least `parallelism` chunks
+        # a window holds at least `parallelism` chunks, one read each at least
         per_window = max(self.config.snapshot.chunks_per_window, self.config.snapshot.parallelism)
         chunks = todo[:per_window]
         self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, plan.get("where"))
@@ -299,12 +331,20 @@ class SnapshotRunner(threading.Thread):
                  rows, time.monotonic() - started)
 
     def _watermark(self, table: str, wid: str, kind: str) -> None:
-        conn = self._connect()
+        # one connection kept for the watermark writes: a new one per write cost ~40 ms
+        # of CPU (TLS context) and its round trips sat inside every window
+        if self._wm_conn is None:
+            self._wm_conn = self._connect()
         try:
-            with conn.cursor() as cur:
+            with self._wm_conn.cursor() as cur:
                 cur.execute(self.watermark_sql, (table, wid, kind))
-        finally:
-            conn.close()
+        except BaseException:
+            conn, self._wm_conn = self._wm_conn, None
+            try:
+                conn.close()
+            except Exception:
+                pass
+            raise
 
     def jdbc_url(self) -> str:
         m = self.config.mysql
@@ -319,13 +359,21 @@ class SnapshotRunner(threading.Thread):
         if self.signals is not None:
             return
         started = time.monotonic()
+        path = self.store.root / "warm-up"
         try:
-            props = {**self.config.mysql.jdbc_secret_properties(), "driver": "org.mariadb.jdbc.Driver"}
-            self.spark.read.jdbc(self.jdbc_url(), "(SELECT 1 AS x) AS cdc_warm_up", properties=props).collect()
+            if self.reader == "connectorx":  # starts the Python workers, loads ConnectorX
+                n = self.config.snapshot.parallelism
+                stage_window(self.spark, self.source, ["SELECT 1 AS x"] * n, path, 10)
+            else:
+                props = {**self.config.mysql.jdbc_secret_properties(), "driver": "org.mariadb.jdbc.Driver"}
+                df = self.spark.read.jdbc(self.jdbc_url(), "(SELECT 1 AS x) AS cdc_warm_up", properties=props)
+                df.write.mode("overwrite").option("compression", "none").parquet(str(path))  # as a window does
         except Exception as exc:  # the first window says what is wrong, with retries
-            log.debug("JDBC warm-up failed: %s", exc)
+            log.debug("snapshot reader warm-up failed: %s", exc)
             return
-        log.info("Spark JDBC ready in %.1fs", time.monotonic() - started)
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+        log.info("snapshot reader (%s) ready in %.1fs", self.reader, time.monotonic() - started)
 
     def _read_chunks(self, table: str, rt, chunks: list[dict], where: str | None, wid: str) -> int:
         if is_whole_table(chunks):
@@ -339,24 +387,36 @@ class SnapshotRunner(threading.Thread):
                 conn.close()
             self.store.mark_staged(table, wid)
             return rows
+        path = self.store.staging_dir(table, wid)
+        groups = split_evenly(chunks, self.config.snapshot.parallelism)
+        if self.reader == "connectorx":
+            ranges = [" OR ".join(f"({sql_predicate_literal(rt.keys, decode_key(c['lo']), decode_key(c['hi']))})"
+                                  for c in group) for group in groups]
+            self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
+            rows = stage_window(self.spark, self.source, [chunk_query(rt.spec, where, r) for r in ranges],
+                                path, self.config.snapshot.fetch_size)
+            self.store.mark_staged(table, wid)
+            return rows
         db, name = table.split(".", 1)
         key_alias = [f"__cdc_k{i}" for i in range(len(rt.keys))]
         select = snapshot_select(rt.spec)
         raw_keys = ", ".join(f"{quote_ident(k)} AS {a}" for k, a in zip(rt.keys, key_alias))
         source = (f"(SELECT {select}, {raw_keys} FROM {quote_ident(db)}.{quote_ident(name)}"
                   f"{' WHERE ' + where if where else ''}) AS cdc_snapshot")
+        # exactly `parallelism` reads (Spark partitions, source connections) per window,
+        # each over a run of the window's chunks
         predicates = []
-        for c in chunks:
-            rng = KeyRange(decode_key(c["lo"]), decode_key(c["hi"]))
-            predicates.append(sql_predicate_literal(key_alias, rng.lo, rng.hi))
+        for group in groups:
+            ranges = [sql_predicate_literal(key_alias, decode_key(c["lo"]), decode_key(c["hi"])) for c in group]
+            predicates.append(ranges[0] if len(ranges) == 1 else " OR ".join(f"({r})" for r in ranges))
         m = self.config.mysql
         props = {**m.jdbc_secret_properties(),  # user, password, keyStorePassword
                  "driver": "org.mariadb.jdbc.Driver", "fetchsize": str(self.config.snapshot.fetch_size)}
-        path = self.store.staging_dir(table, wid)
         df = self.spark.read.jdbc(self.jdbc_url(), source, predicates=predicates, properties=props)
         df = df.drop(*key_alias)
         self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
-        df.write.mode("overwrite").parquet(str(path))
+        # uncompressed: the files live for seconds, and both ends spend less CPU
+        df.write.mode("overwrite").option("compression", "none").parquet(str(path))
         self.store.mark_staged(table, wid)  # before HIGH: a restarted merger knows the rows are complete
         import pyarrow.parquet as pq
 

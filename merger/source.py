@@ -40,7 +40,8 @@ _JDBC_UNAVAILABLE = ("SQLNonTransientConnectionException", "SQLTransientConnecti
                      "FAILED_JDBC.CONNECTION", "Communications link failure", "Connection refused",
                      "socket was closed", "Connection reset", "Could not connect", "Socket fail",
                      "Server has closed the connection", "Server shutdown in progress",
-                     "Connection was killed", "unexpected end of stream")
+                     "Connection was killed", "unexpected end of stream",
+                     "cdc-source-unavailable")  # merger.chunk_read's tasks
 _JDBC_FATAL = ("Access denied", "SQLInvalidAuthorizationSpecException", "Unknown database",
                "SQLSyntaxErrorException")
 

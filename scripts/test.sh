@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
-exec .venv/bin/python -m pytest -q -ra --timeout=900 "$@"
+exec .venv/bin/python -m pytest -q -ra --durations=25 --timeout=900 "$@"

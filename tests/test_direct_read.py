@@ -1,5 +1,5 @@
-"""The two ways a snapshot window is staged give the same rows: Spark JDBC (large tables)
-and the direct streamed SELECT of a table smaller than one chunk (merger.direct_read),
+"""The ways a snapshot window is staged give the same rows: Spark tasks reading with
+JDBC or with ConnectorX (large tables) and the direct streamed SELECT of a table smaller than one chunk (merger.direct_read),
 for every MariaDB column type, on the real server and a real Spark session."""
 
 from __future__ import annotations
@@ -70,12 +70,27 @@ def test_direct_read_stages_what_spark_jdbc_stages(stack, tmp_path, unique_name)
             chunks = [{"lo": encode_key(None), "hi": encode_key(split)},
                       {"lo": encode_key(split), "hi": encode_key(None)}]
             assert not is_whole_table(chunks)
-            spark_rows = runner._read_chunks(f"{db}.{name}", rt, chunks, None, f"w-{name}")
-            assert rows == spark_rows > 1
-            a, b = _staged(direct, rt), _staged(store.staging_dir(f"{db}.{name}", f"w-{name}"), rt)
-            assert a.schema == b.schema
-            differ = [c for c in a.column_names if not a.column(c).equals(b.column(c))]
-            assert not differ, {c: (a.column(c).to_pylist(), b.column(c).to_pylist()) for c in differ}
+            for reader in ("jdbc", "connectorx"):  # Spark tasks: JDBC, or ConnectorX + pyarrow
+                runner.reader = reader
+                wid = f"w-{name}-{reader}"
+                spark_rows = runner._read_chunks(f"{db}.{name}", rt, chunks, None, wid)
+                assert rows == spark_rows > 1, reader
+                a, b = _staged(direct, rt), _staged(store.staging_dir(f"{db}.{name}", wid), rt)
+                assert a.schema == b.schema, reader
+                differ = [c for c in a.column_names if not a.column(c).equals(b.column(c))]
+                assert not differ, (reader, {c: (a.column(c).to_pylist(), b.column(c).to_pylist()) for c in differ})
     finally:
         spark.stop()
         conn.close()
+
+
+def test_split_evenly_gives_consecutive_runs_of_near_equal_length():
+    from merger.snapshot import split_evenly
+
+    items = list(range(10))
+    for parts in range(1, 14):
+        runs = split_evenly(items, parts)
+        assert [x for r in runs for x in r] == items  # consecutive, nothing lost or repeated
+        assert len(runs) == min(parts, len(items))
+        assert max(map(len, runs)) - min(map(len, runs)) <= 1
+    assert split_evenly([], 3) == [[]]

@@ -18,6 +18,9 @@ apply(table, version, changes), all in ONE transaction:
   table; drop staged changes not newer than a tombstone; MERGE into the target with the
   sequence guard; insert/raise tombstones for deletes whose key is now absent; remove
   tombstones of keys upserted again; record the version; COMMIT.
+  Snapshot rows (op ``r``) of an integer-keyed table whose key range the target barely
+  holds yet skip the staging: the few rows and tombstones in the range are read, the
+  sequence rule applied to them in Arrow, and the rest COPYed into the target directly.
   The MERGE probes the target's primary key per staged row (nested loop, forced with
   SET LOCAL): its cost follows the batch, not the table. Measured here (2 cores, shared):
   1M rows of a 6-column table in batches of 100k: 260-285k rows/s; random updates of
@@ -60,6 +63,8 @@ except ImportError as _exc:  # pragma: no cover
     raise ImportError("the PostgreSQL sink needs psycopg 3: pip install 'psycopg[binary]'") from _exc
 
 MAX_IDENT_BYTES = 63
+# snapshot batches from this size on try the direct COPY (``_insert_snapshot_rows``)
+FAST_MIN_ROWS = 1000
 # retried as SinkUnavailable: connection exception (08), transaction rollback such as a
 # deadlock (40), insufficient resources (53), operator intervention: shutdown, restart (57)
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57")
@@ -120,7 +125,7 @@ def _first_line(exc: BaseException) -> str:
 class PostgresSink(Sink):
     def __init__(self, settings: "PgSettings | Mapping[str, Any]", schema: str | None = None,
                  control_schema: str = "_cdc", json_as_jsonb: bool = True,
-                 work_mem: str | None = "256MB", merge_join: str = "index"):
+                 work_mem: str | None = "256MB", merge_join: str = "index", fast_snapshot: bool = True):
         """``schema``: fixed target schema (default: one schema per source database).
         ``merge_join``: "index" makes the MERGE probe the target's primary key for each
         staged row (nested loop; cost follows the batch, not the table; measured 3x faster
@@ -134,6 +139,7 @@ class PostgresSink(Sink):
         self.json_as_jsonb = json_as_jsonb
         self.work_mem = work_mem
         self.merge_join = merge_join
+        self.fast_snapshot = fast_snapshot
         self._local = threading.local()
         self._conns: list[psycopg.Connection] = []
         self._lock = threading.Lock()
@@ -367,7 +373,8 @@ class PostgresSink(Sink):
                 raise SinkError(f"table {table}: column(s) {unknown} not in the sink table; "
                                 f"call ensure_table with the new schema first")
             cols = [c for c in src.column_names if c in m.columns]
-            self._merge(conn, m, src, cols, target, tomb)
+            if not self._insert_snapshot_rows(conn, m, src, cols, target, tomb):
+                self._merge(conn, m, src, cols, target, tomb)
         self._record(conn, m, version)
         return True
 
@@ -422,11 +429,59 @@ class PostgresSink(Sink):
                          .format(tomb, on("d", "s"), ident[OP], ident[SEQ], ident[SEQ]))
         conn.execute("DROP TABLE pg_temp._cdc_stage")
 
-    def _csv(self, m: _Meta, src: pa.Table, cols: list[str]) -> memoryview:
+    def _insert_snapshot_rows(self, conn, m: _Meta, src: pa.Table, cols: list[str], target, tomb) -> bool:
+        """Snapshot rows (op ``r`` only) over a key range the target barely holds yet: COPY
+        them straight into the target instead of staging + MERGE (measured ~2x faster for
+        an initial load). The few rows and tombstones already in the range are read first
+        and the sequence rule is applied to them here; more than a few: False (MERGE).
+        Integer keys only (at most bigint), where PostgreSQL's order is the batch's order."""
+        if not self.fast_snapshot or src.num_rows < FAST_MIN_ROWS:
+            return False
+        if not all(pa.types.is_integer(t) and t != pa.uint64() for t in (src.schema.field(k).type for k in m.keys)):
+            return False
+        if not pc.all(pc.equal(src[OP], "r")).as_py():
+            return False
+        limit = max(FAST_MIN_ROWS, src.num_rows // 20)
+        ident = {c: sql.Identifier(c) for c in cols + [SEQ]}
+        key = sql.SQL(", ").join(ident[k] for k in m.keys)
+        row = sql.SQL("({})").format(key)
+        lo = [src[k][0].as_py() for k in m.keys]  # src is sorted by key (latest_per_key)
+        hi = [src[k][src.num_rows - 1].as_py() for k in m.keys]
+        bound = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(m.keys)))
+        existing = {}
+        for rel in (target, tomb):
+            found = conn.execute(sql.SQL("SELECT {}, {} FROM {} WHERE {} >= {} AND {} <= {} LIMIT {}").format(
+                key, ident[SEQ], rel, row, bound, row, bound, sql.Literal(limit + 1)), lo + hi).fetchall()
+            if len(found) > limit:
+                return False
+            for r in found:  # target rows and tombstones: the highest sequence per key
+                k = tuple(r[:-1])
+                existing[k] = max(existing.get(k, r[-1]), r[-1])
+        if existing:
+            # the sequence rule for the keys the sink holds: newer staged rows replace them
+            seqs = src[SEQ].to_pylist()
+            keys = list(zip(*[src[k].to_pylist() for k in m.keys]))
+            keep = [existing.get(k, -1) < q for k, q in zip(keys, seqs)]
+            stale = [k for k, ok in zip(keys, keep) if ok and k in existing]
+            src = src.filter(pa.array(keep))
+            if stale:
+                arrays = sql.SQL(", ").join(sql.SQL("%s::bigint[]") for _ in m.keys)
+                for rel in (target, tomb):
+                    conn.execute(sql.SQL("DELETE FROM {} WHERE {} IN (SELECT * FROM unnest({}))").format(
+                        rel, row, arrays), [list(col) for col in zip(*stale)])
+        if src.num_rows:
+            data = self._csv(m, src, cols, with_op=False)
+            with conn.cursor() as cur:
+                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+                        target, sql.SQL(", ").join(ident[c] for c in cols + [SEQ]))) as cp:
+                    cp.write(data)
+        return True
+
+    def _csv(self, m: _Meta, src: pa.Table, cols: list[str], with_op: bool = True) -> memoryview:
         arrays = []
         for c in cols:
             arrays.append(_pg_text(src[c], m.columns[c], c))
-        arrays += [src[SEQ], src[OP]]
+        arrays += [src[SEQ], src[OP]] if with_op else [src[SEQ]]
         out = pa.table(arrays, names=[f"c{i}" for i in range(len(arrays))])
         sink = pa.BufferOutputStream()
         pacsv.write_csv(out, sink, pacsv.WriteOptions(include_header=False, batch_size=65536))

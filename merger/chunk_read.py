@@ -1,0 +1,96 @@
+"""Snapshot chunk reads as Spark tasks that fetch with ConnectorX and write Parquet.
+
+The default reader of a window (``snapshot.reader: connectorx``). Spark still schedules
+the reads: one task per run of chunks (``parallelism`` per window), so they spread over
+a cluster's executors like the JDBC reads. Inside a task, ConnectorX (Rust) fetches the
+rows straight into Arrow and pyarrow writes them to the window's staging directory; the
+JVM only sees the row counts. Measured here: 1,000,000 rows of the benchmark table in
+0.64 s over one connection, where Spark JDBC spent ~7 CPU seconds on them (row by row
+through the JVM, plus JIT compilation).
+
+The columns are ``snapshot_expression`` of each column (as for JDBC), except that values
+MariaDB returns as DECIMAL are fetched as text: ConnectorX would hand them over as
+decimal(38, 10), which can't hold every scale. ``merger.schema.from_snapshot`` casts
+them back exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow.parquet as pq
+
+from ingest.types import ColumnSpec, TableSpec
+from merger.schema import quote_ident, snapshot_expression
+
+# the text a task's error carries when the source is unreachable: merger.source retries it
+UNAVAILABLE_MARK = "cdc-source-unavailable"
+
+
+def select_expression(c: ColumnSpec) -> str:
+    expr = snapshot_expression(c)
+    t = c.type_name
+    if t in ("decimal", "numeric") or (t == "bigint" and c.unsigned) or t == "bit":
+        return f"CAST({expr} AS CHAR)"
+    return expr
+
+
+def chunk_query(spec: TableSpec, where: str | None, ranges: str) -> str:
+    """The SELECT of one read: ``ranges`` is the SQL predicate on the key columns."""
+    select = ", ".join(f"{select_expression(c)} AS {quote_ident(c.name)}" for c in spec.columns)
+    cond = f"({where}) AND ({ranges})" if where else ranges
+    return f"SELECT {select} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)} WHERE {cond}"
+
+
+def source_url(host: str, port: int, user: str, password: str) -> str:
+    return f"mysql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}"
+
+
+def stage_query(source: dict, query: str, path: str, batch_rows: int) -> int:
+    """Run ``query`` and write its rows to the Parquet file ``path``; the row count.
+    ``source``: host, port, user, password, connect_timeout_s. Runs in a Spark task."""
+    import connectorx as cx
+    import pymysql
+
+    from merger.source import UNAVAILABLE_CODES, is_transient
+
+    # ConnectorX's pool retries a refused or denied connection for 30 s before it says
+    # so: a plain connection first fails at once, and says which it is
+    try:
+        pymysql.connect(host=source["host"], port=source["port"], user=source["user"],
+                        password=source["password"], connect_timeout=source["connect_timeout_s"]).close()
+    except Exception as exc:
+        mark = UNAVAILABLE_MARK if is_transient(exc) else "cdc-source-error"
+        raise RuntimeError(f"{mark}: {exc}") from None
+    url = source_url(source["host"], source["port"], source["user"], source["password"])
+    try:
+        reader = cx.read_sql(url, query, return_type="arrow_stream", batch_size=batch_rows,
+                             pre_execution_query=["SET time_zone = '+00:00'"])
+        rows, writer = 0, None
+        try:
+            for batch in reader:
+                if writer is None:
+                    writer = pq.ParquetWriter(path, batch.schema, compression="none")
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+    except RuntimeError as exc:
+        text = str(exc)
+        code = re.search(r"ERROR (\d+)", text)
+        if code and int(code.group(1)) not in UNAVAILABLE_CODES:
+            raise  # a server error to fix (privilege, SQL): not retried
+        raise RuntimeError(f"{UNAVAILABLE_MARK}: {text}") from None  # connection trouble
+    return rows
+
+
+def stage_window(spark, source: dict, queries: list[str], directory: Path, batch_rows: int) -> int:
+    """The window's reads as one Spark job, a task per query; the rows staged."""
+    directory.mkdir(parents=True, exist_ok=True)
+    jobs = [(query, str(directory / f"part-{i:05d}.parquet")) for i, query in enumerate(queries)]
+    counts = (spark.sparkContext.parallelize(jobs, len(jobs))
+              .map(lambda job: stage_query(source, job[0], job[1], batch_rows)).collect())
+    return sum(counts)
