@@ -27,6 +27,9 @@ from merger.schema import quote_ident, snapshot_expression
 
 # the text a task's error carries when the source is unreachable: merger.source retries it
 UNAVAILABLE_MARK = "cdc-source-unavailable"
+# what ConnectorX says when the connection fails or breaks (no server error code)
+CONNECTION_TROUBLE = ("IO error", "IoError", "DriverError", "os error", "bytes remaining on stream",
+                      "timed out waiting for connection", "Connection", "connection", "Broken pipe")
 
 
 def select_expression(c: ColumnSpec) -> str:
@@ -41,7 +44,8 @@ def chunk_query(spec: TableSpec, where: str | None, ranges: str) -> str:
     """The SELECT of one read: ``ranges`` is the SQL predicate on the key columns."""
     select = ", ".join(f"{select_expression(c)} AS {quote_ident(c.name)}" for c in spec.columns)
     cond = f"({where}) AND ({ranges})" if where else ranges
-    return f"SELECT {select} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)} WHERE {cond}"
+    # the comment names the read in the server's process list
+    return f"SELECT /* cdc_snapshot */ {select} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)} WHERE {cond}"
 
 
 def source_url(host: str, port: int, user: str, password: str) -> str:
@@ -78,12 +82,15 @@ def stage_query(source: dict, query: str, path: str, batch_rows: int) -> int:
         finally:
             if writer is not None:
                 writer.close()
-    except RuntimeError as exc:
-        text = str(exc)
+    except BaseException as exc:  # ConnectorX fails mid-stream with a pyo3 PanicException
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        text = f"{type(exc).__name__}: {exc}"
         code = re.search(r"ERROR (\d+)", text)
-        if code and int(code.group(1)) not in UNAVAILABLE_CODES:
-            raise  # a server error to fix (privilege, SQL): not retried
-        raise RuntimeError(f"{UNAVAILABLE_MARK}: {text}") from None  # connection trouble
+        lost = (int(code.group(1)) in UNAVAILABLE_CODES) if code else any(s in text for s in CONNECTION_TROUBLE)
+        if lost:
+            raise RuntimeError(f"{UNAVAILABLE_MARK}: {text}") from None  # retried
+        raise RuntimeError(f"cdc-source-error: {text}") from None  # to fix (privilege, SQL, a type): no retry
     return rows
 
 

@@ -94,3 +94,30 @@ def test_split_evenly_gives_consecutive_runs_of_near_equal_length():
         assert len(runs) == min(parts, len(items))
         assert max(map(len, runs)) - min(map(len, runs)) <= 1
     assert split_evenly([], 3) == [[]]
+
+
+def test_connectorx_read_errors_say_whether_to_retry(stack, tmp_path):
+    """A read task's error carries the mark merger.source retries on (server unreachable)
+    or the one it stops on (a server error to fix), at once."""
+    from merger.chunk_read import UNAVAILABLE_MARK, stage_query
+    from merger.source import is_transient
+
+    source = {"host": stack.mariadb.host, "port": stack.mariadb.port, "user": "root",
+              "password": stack.mariadb.root_password, "connect_timeout_s": 5}
+    out = str(tmp_path / "part.parquet")
+    with pytest.raises(RuntimeError) as down:
+        stage_query({**source, "port": local_stack.free_port()}, "SELECT 1", out, 10)
+    assert UNAVAILABLE_MARK in str(down.value)
+    with pytest.raises(RuntimeError) as missing:
+        stage_query(source, "SELECT * FROM cdc.no_such_table_here", out, 10)
+    assert "cdc-source-error" in str(missing.value) and "1146" in str(missing.value)
+    with pytest.raises(RuntimeError) as denied:
+        stage_query({**source, "password": "wrong"}, "SELECT 1", out, 10)
+    assert "Access denied" in str(denied.value)
+
+    class PythonException(Exception):  # as Spark hands a task's error to the driver
+        __module__ = "pyspark.errors"
+    assert is_transient(PythonException(str(down.value)))
+    assert not is_transient(PythonException(str(missing.value)))
+    assert not is_transient(PythonException(str(denied.value)))
+    assert stage_query(source, "SELECT 1 AS x UNION ALL SELECT 2", out, 10) == 2

@@ -385,11 +385,11 @@ class PostgresSink(Sink):
         conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp._cdc_stage"))
         conn.execute(sql.SQL("CREATE TEMP TABLE _cdc_stage ON COMMIT DROP AS SELECT {}, NULL::text AS {} FROM {} WITH NO DATA")
                      .format(sql.SQL(", ").join(ident[c] for c in cols + [SEQ]), ident[OP], target))
-        data = self._csv(m, src, cols)
         with conn.cursor() as cur:
             with cur.copy(sql.SQL("COPY _cdc_stage ({}) FROM STDIN (FORMAT csv)").format(
                     sql.SQL(", ").join(ident[c] for c in cols + [SEQ, OP]))) as cp:
-                cp.write(data)
+                for piece in _pieces(src):
+                    cp.write(self._csv(m, piece, cols))
         on = lambda a, b: sql.SQL(" AND ").join(  # noqa: E731
             sql.SQL("{}.{} = {}.{}").format(sql.Identifier(a), ident[k], sql.Identifier(b), ident[k]) for k in m.keys)
         had_tombs = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(tomb)).fetchone()[0]
@@ -470,11 +470,11 @@ class PostgresSink(Sink):
                     conn.execute(sql.SQL("DELETE FROM {} WHERE {} IN (SELECT * FROM unnest({}))").format(
                         rel, row, arrays), [list(col) for col in zip(*stale)])
         if src.num_rows:
-            data = self._csv(m, src, cols, with_op=False)
             with conn.cursor() as cur:
                 with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
                         target, sql.SQL(", ").join(ident[c] for c in cols + [SEQ]))) as cp:
-                    cp.write(data)
+                    for piece in _pieces(src):
+                        cp.write(self._csv(m, piece, cols, with_op=False))
         return True
 
     def _csv(self, m: _Meta, src: pa.Table, cols: list[str], with_op: bool = True) -> memoryview:
@@ -608,6 +608,12 @@ class PostgresSink(Sink):
                 parts.append(self._rows(conn, table, where, [v for k in batch for v in k]))
             return pa.concat_tables(parts)
         return self._run(q)
+
+
+def _pieces(table: pa.Table, rows: int = 32768):
+    """The rows in pieces: PostgreSQL parses one piece of the COPY while the next is encoded."""
+    for start in range(0, table.num_rows, rows):
+        yield table.slice(start, rows)
 
 
 def _pg_text(col: pa.ChunkedArray, storage: pa.DataType | None, name: str) -> pa.ChunkedArray | pa.Array:
