@@ -334,7 +334,7 @@ class SnapshotConfig(_Model):
                                   "the MariaDB driver; used anyway when mysql.ssl_mode asks for TLS)")
     fetch_size: int = Field(10_000, ge=1)
     emit_rows_per_batch: int = Field(
-        200_000, ge=1, description="snapshot rows written to the sinks per micro-batch, about (at least one "
+        100_000, ge=1, description="snapshot rows written to the sinks per micro-batch, about (at least one "
                                    "window): bounds how long a batch, and so streaming latency, waits on a snapshot")
     chunk_keys: dict[str, list[str]] = Field(default_factory=dict,
                                              description="db.table -> columns, for tables without a primary key")
