@@ -352,7 +352,10 @@ class BatchProcessor:
                     continue
                 self._table_batch(batch_id, rt, items, step, now_ms)
             streamed_s = time.monotonic() - self.batch_started
-            self._emit_ready(batch_id, step)
+            # no streamed change in this batch: nobody waits behind the emission, and a
+            # batch of an idle source costs a watermark tick round trip: emit twice as much
+            changes = any(WATERMARK_HEADER not in headers for items in per_table.values() for _, headers, *_ in items)
+            self._emit_ready(batch_id, step, 1 if changes else 2)
             for rt in self.tables.values():
                 for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
                     log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)
@@ -599,7 +602,7 @@ class BatchProcessor:
 
     # ------------------------------------------------------------------ snapshot windows
 
-    def _emit_ready(self, batch_id: int, step: list) -> None:
+    def _emit_ready(self, batch_id: int, step: list, budget_factor: int = 1) -> None:
         intent = self.store.intent(batch_id)
         if intent is None:
             ready = [[name, wid] for name, rt in sorted(self.tables.items()) if rt.phase != "paused"
@@ -608,7 +611,7 @@ class BatchProcessor:
             # a batch that writes a lot of snapshot rows holds back the streamed changes
             # behind it: emit about emit_rows_per_batch rows (whole windows or slices of
             # one), the rest in the next batches. Written down first: a re-run does the same.
-            budget, emit = self.emit_rows_per_batch, []
+            budget, emit = self.emit_rows_per_batch * budget_factor, []
             for name, wid in ready:
                 if budget <= 0:
                     break

@@ -228,7 +228,8 @@ def test_source_restart_during_snapshot_and_streaming(stack, tmp_path, unique_na
     _create(stack, db, rows)
     port = local_stack.free_port()
     p = Pipeline(stack, tmp_path, unique_name, db, ingest_extra={"metrics_port": port},
-                 merger_extra={"snapshot.chunk_size": 10_000, "snapshot.chunks_per_window": 2}).start()
+                 merger_extra={"snapshot.chunk_size": 10_000, "snapshot.chunks_per_window": 2,
+                               "snapshot.emit_rows_per_batch": 10_000}).start()
     work = Workload(stack, db, rows, seed=5)
     timings = {}
     try:
@@ -474,17 +475,18 @@ def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name)
 @pytest.mark.soak
 @pytest.mark.timeout(int(max(30, SOAK_MINUTES * 2 + 20) * 60))
 def test_kill9_ingest_and_merger_repeatedly_during_snapshot_and_workload(stack, tmp_path, unique_name):
-    """Bounded under CI (2 minutes of workload, 3 kills of each process); with
+    """Bounded under CI (1.5 minutes of workload, 3 kills of each process); with
     CDC_SOAK_MINUTES=<n> a soak of n minutes with a kill every ~45 s. A snapshot of `num`
     runs for most of the time (re-requested whenever one finishes), so kills land in
     snapshots and in streaming alike. At the end the sinks equal the source."""
     db = f"fk_{unique_name}"
     rows = 100_000
-    minutes = SOAK_MINUTES or 2.0
+    minutes = SOAK_MINUTES or 1.5
     kills_each = 3 if not SOAK_MINUTES else max(3, int(minutes * 60 / 90))
     _create(stack, db, rows)
     p = Pipeline(stack, tmp_path, unique_name, db, ingest_extra={"commit_every_ms": 100},
-                 merger_extra={"snapshot.chunk_size": 10_000, "snapshot.chunks_per_window": 2}).start()
+                 merger_extra={"snapshot.chunk_size": 10_000, "snapshot.chunks_per_window": 2,
+                               "snapshot.emit_rows_per_batch": 10_000}).start()
     work = Workload(stack, db, rows, seed=11)
     rnd = random.Random(29)
     events = []

@@ -11,6 +11,7 @@ import time
 import pymysql
 import pytest
 
+from merger.state import StateStore
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config, create_mixed_tables
@@ -77,10 +78,10 @@ class Writer(threading.Thread):
             self.error = exc
 
 
-def _start(stack, tmp_path, unique_name, db):
+def _start(stack, tmp_path, unique_name, db, **merger_extra):
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=3)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **merger_extra)
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     return ingest, merger
 
@@ -140,16 +141,31 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
     db = f"mk_{unique_name}"
     rows = 60_000 if IS_CI else BIG_ROWS
     _create(stack, db, rows)
-    ingest, merger = _start(stack, tmp_path, unique_name, db)
+    # small windows, one emitted per batch: the snapshot of `num` lasts many batches
+    ingest, merger = _start(stack, tmp_path, unique_name, db, **{
+        "snapshot.chunk_size": rows // 20, "snapshot.chunks_per_window": 1,
+        "snapshot.emit_rows_per_batch": rows // 20})
     checker = SinkChecker(stack, tmp_path)
     writer = Writer(stack, db, rows, seed=9)
     rnd = random.Random(17)
+    store = StateStore(tmp_path / "state")
+
+    def snapshot_running():
+        plan = store.load_plan(f"{db}.num") or {}
+        return bool(plan.get("done")) and not plan.get("finished_at")
     try:
         writer.start()
         kills = 5
         for i in range(kills):
-            # kill at random moments: early ones fall into the snapshot, later ones into streaming
-            time.sleep(rnd.uniform(12, 30))
+            if i < 2:  # the first two in the middle of the snapshot (chunks done, not all)
+                deadline = time.monotonic() + 180
+                while not snapshot_running():
+                    assert time.monotonic() < deadline and not (store.load_plan(f"{db}.num") or {}).get(
+                        "finished_at"), "the snapshot ended before the merger could be killed in it"
+                    time.sleep(0.1)
+                time.sleep(rnd.uniform(0, 1.5))
+            else:  # later ones at random moments: start-up, streaming
+                time.sleep(rnd.uniform(6, 15))
             merger.kill9()
             merger.start()
         time.sleep(5)

@@ -178,15 +178,16 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
         s.marker(w, "LOW")
         rts[0].reconciler.mark_staged(w)
         s.marker(w, "HIGH")
+    s.change("c", {"id": 900}, after={"id": 900, "v": "live"})  # a streamed change: the budget is 50
     proc.process(1, s.batch())
-    assert len(sink.state()) == 50  # window wa whole, 10 rows of wb
+    assert len(sink.state()) == 51  # window wa whole, 10 rows of wb, and the change
     assert proc.emission_pending == "db.t"  # the runner must bring another batch
     assert set(rts[0].reconciler.windows) == {"wb", "wc"}
     # a change after HIGH of wb's key not yet emitted: that staged row must not come back
     s.change("u", {"id": 135}, before={"id": 135, "v": "wb"}, after={"id": 135, "v": "live"})
     s.change("d", {"id": 136}, before={"id": 136, "v": "wb"})
     proc.process(2, s.batch())
-    assert len(sink.state()) == 99  # 30 more of wb (one deleted), 20 of wc
+    assert len(sink.state()) == 100  # 30 more of wb (one deleted), 20 of wc
     assert proc.status()["tables"]["db.t"]["snapshot"] == "running"
     before = sink.state()
     again = BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2, emit_rows_per_batch=50)
@@ -194,11 +195,31 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
     assert sink.state() == before
     again.process(3, s.batch())
     state = sink.state()
-    assert len(state) == 119 and state[(135,)] == {"id": 135, "v": "live"} and (136,) not in state
+    assert len(state) == 120 and state[(135,)] == {"id": 135, "v": "live"} and (136,) not in state
     assert again.status()["tables"]["db.t"]["snapshot"] == "finished"
     assert again.emission_pending is None
     assert not again.tables["db.t"].reconciler.windows and not again.tables["db.t"].emitted
     assert not (tmp_path / "state" / "staging").exists() or not any((tmp_path / "state" / "staging").rglob("*.parquet"))
+
+
+def test_a_batch_without_streamed_changes_emits_twice_the_budget(tmp_path):
+    """Nobody waits behind the emission of a batch that brought only markers (an idle
+    source, whose every batch costs a watermark tick): it emits 2 x emit_rows_per_batch."""
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink, emit_rows_per_batch=30)
+    s = Stream()
+    proc.process(0, s.batch())
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in range(100)])
+    s.marker("w1", "LOW")
+    rt.reconciler.mark_staged("w1")
+    s.marker("w1", "HIGH")
+    proc.process(1, s.batch())
+    assert len(sink.state()) == 60
+    s.change("c", {"id": 500}, after={"id": 500, "v": "live"})
+    proc.process(2, s.batch())
+    assert len(sink.state()) == 91  # 30 more snapshot rows, and the change
+    proc.process(3, s.batch())
+    assert len(sink.state()) == 101 and not rt.reconciler.windows
 
 
 def test_a_batch_run_again_after_a_crash_changes_nothing(tmp_path):
