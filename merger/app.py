@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model
 from merger.errors import MergerError
+from merger.processor import TICK_FILE
 
 log = logging.getLogger("cdc.merger")
 
@@ -110,7 +111,10 @@ def source_options(config: MergerConfig) -> dict[str, str]:
             "subscribePattern": subscribe_pattern(config),
             "startingOffsets": "earliest",
             "maxOffsetsPerTrigger": str(config.max_records_per_trigger),
-            "endProbe": config.end_probe}
+            "endProbe": config.end_probe,
+            # the processor raises the number in this file when snapshot rows are left
+            # to emit: the source then gives Spark a reason for another micro-batch
+            "tickFile": str(Path(config.state_dir).resolve() / TICK_FILE)}
     for k, v in config.kafka.extra.items():
         opts[f"kafka.{k}"] = str(v).lower() if isinstance(v, bool) else str(v)
     for prop, (kind, ref) in config.kafka.secret_sources().items():

@@ -184,6 +184,7 @@ class SourceOptions:
     read_timeout_s: float = 120.0
     probe_timeout_s: float = 15.0
     arrow_batch_size: int = 10_000
+    tick_file: Optional[str] = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> "SourceOptions":
@@ -234,6 +235,7 @@ class SourceOptions:
             read_timeout_s=pos_int("readTimeoutMs", 120_000) / 1000.0,
             probe_timeout_s=pos_int("probeTimeoutMs", 15_000) / 1000.0,
             arrow_batch_size=pos_int("arrowBatchSize", 10_000),
+            tick_file=opts.get("tickfile") or None,
         )
 
     def matches(self, topic: str) -> bool:
@@ -299,6 +301,28 @@ def _read_properties(path: str) -> Dict[str, str]:
 
 
 # --------------------------------------------------------------------------- offsets
+
+
+# a pseudo-partition in the offsets, never read from Kafka: see ``latestOffset``
+TICK_TP: TP = ("__cdc_tick__", 0)
+
+
+def read_tick(path: Optional[str]) -> int:
+    """The number in the tick file (0: no file, or not written completely)."""
+    if not path:
+        return 0
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def write_tick(path: str, value: int) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(int(value)))
+    os.replace(tmp, path)
 
 
 def parse_offsets(offsets: Optional[Mapping[str, Mapping[str, Any]]]) -> Dict[TP, int]:
@@ -599,6 +623,18 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         known = parse_offsets(start)
+        tick = known.pop(TICK_TP, None)
+        out = self._latest(known, limit)
+        # the consumer asks for a micro-batch without new records (tickFile holds a number
+        # it raises): a higher offset of the pseudo-partition makes Spark run one
+        wanted = read_tick(self.opts.tick_file)
+        if tick is not None or wanted:
+            out = parse_offsets(out)
+            out[TICK_TP] = max(tick or 0, wanted)
+            out = format_offsets(out)
+        return out
+
+    def _latest(self, known: Dict[TP, int], limit: ReadLimit) -> dict:
         if self._available_now and self._target is None:
             base, latest = self._snapshot(known, None)
             self._target = dict(latest)
@@ -623,8 +659,10 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._last_latest is None else format_offsets(self._last_latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return plan_ranges(parse_offsets(start), parse_offsets(end),
-                           self.opts.max_records_per_partition)
+        begin, stop = parse_offsets(start), parse_offsets(end)
+        begin.pop(TICK_TP, None)
+        stop.pop(TICK_TP, None)
+        return plan_ranges(begin, stop, self.opts.max_records_per_partition)
 
     def commit(self, end: dict) -> None:
         # the Spark checkpoint is the position; nothing is committed to Kafka

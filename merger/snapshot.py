@@ -84,7 +84,6 @@ class SnapshotRunner(threading.Thread):
         self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
         self._last_tick = 0.0
         self._wm_conn: pymysql.Connection | None = None
-        self._ticked_batch = None
         db, name = config.watermark_table.split(".", 1)
         # REPLACE needs INSERT and DELETE only; INSERT ... ON DUPLICATE KEY UPDATE col =
         # VALUES(col) also needs SELECT on the watermark table (MariaDB checks it per column)
@@ -159,18 +158,19 @@ class SnapshotRunner(threading.Thread):
                     pass
 
     def _tick_if_idle(self) -> None:
-        """Spark runs a micro-batch only when records arrive. Windows left over by the
-        emission budget need one more: on an idle source, a TICK write to the watermark
-        table brings a marker (ignored by the reconciler) and so a batch."""
+        """Spark runs a micro-batch only for new offsets. Windows left over by the emission
+        budget need one more: the processor's tick file normally brings it (see
+        ``BatchProcessor._ask_for_batch``); if no batch came for 2 s, a TICK write to the
+        watermark table brings a marker (ignored by the reconciler) and so a batch."""
         table = self.processor.emission_pending
         now = time.monotonic()
         if table is None or self.processor.batch_started is not None:
             return
-        # at once after a batch that left windows over, then every 2 s if no batch came
-        batch = self.processor.last_batch
-        if batch == self._ticked_batch and now - self._last_tick < 2.0:
+        # the processor's tick file brings the next batch; this watermark tick is the
+        # fallback when none came (a source without the tick option)
+        if now - self.processor.batch_finished_at < 2.0 or now - self._last_tick < 2.0:
             return
-        self._last_tick, self._ticked_batch = now, batch
+        self._last_tick = now
         try:
             self._watermark(table, "tick", "TICK")
         except Exception as exc:  # the next tick tries again

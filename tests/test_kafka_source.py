@@ -542,3 +542,35 @@ def test_transaction_markers_and_read_timeout(bootstrap, unique_name):
         for _ in read_range(opts, KafkaRange(topic, 0, 0, 9)):
             pass
     assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_tick_file_brings_a_batch_without_records(bootstrap, unique_name, tmp_path):
+    """A raised tick file moves the pseudo-partition's offset (Spark then runs a batch),
+    which is never read from Kafka; the real partitions are unaffected."""
+    from merger.kafka_source import TICK_TP, write_tick
+
+    topic = f"{unique_name}.db.t"
+    create_topics(bootstrap, [topic], partitions=1)
+    sent, p = Sent(), producer(bootstrap)
+    produce(p, sent, topic, 3, "t", partition=0)
+    p.flush(15)
+    tick = str(tmp_path / "emission.tick")
+    reader = CdcKafkaStreamReader(source_options(bootstrap, subscribe=topic, tickFile=tick), SCHEMA)
+    try:
+        start = reader.initialOffset()
+        end, rows = drain(reader, start)
+        assert parse_offsets(end) == {(topic, 0): 3} and len(rows) == 3  # no tick yet: no pseudo-partition
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # nothing new: no batch
+        write_tick(tick, 7)
+        ticked = reader.latestOffset(end, ReadAllAvailable())
+        assert parse_offsets(ticked) == {(topic, 0): 3, TICK_TP: 7}
+        assert list(reader.partitions(end, ticked)) == []  # nothing to read
+        assert reader.latestOffset(ticked, ReadAllAvailable()) == ticked  # not raised again: no batch
+        produce(p, sent, topic, 2, "u", partition=0)
+        p.flush(15)
+        more, rows = drain(reader, ticked)
+        assert parse_offsets(more) == {(topic, 0): 5, TICK_TP: 7} and len(rows) == 2
+    finally:
+        reader.stop()
