@@ -352,7 +352,8 @@ def _scan_tree(needles: dict[str, str], root: Path, skip: set[Path]) -> list[str
 
 @pytest.mark.integration
 @pytest.mark.timeout(900)
-def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_root, tmp_path, unique_name):
+@pytest.mark.parametrize("reader", ["connectorx", "jdbc"])
+def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_root, tmp_path, unique_name, reader):
     import psycopg
 
     tag = unique_name
@@ -388,9 +389,10 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
                                **{"mysql.user": mrg_user, "mysql.password_file": files["merger-mysql"],
                                   "sinks.postgres.user": pg_user, "sinks.postgres.dbname": pg_db,
                                   "sinks.postgres.password_file": files["postgres"],
-                                  # several chunks: read through Spark JDBC (one small chunk is
-                                  # read in the driver), so JDBC's password is in play
-                                  "snapshot.chunk_size": 200,
+                                  # several chunks: read by Spark tasks (one small chunk is read
+                                  # in the driver), so the reader's password is in play: inside
+                                  # ConnectorX tasks' functions, or JDBC's properties
+                                  "snapshot.chunk_size": 200, "snapshot.reader": reader,
                                   "spark_conf": {"spark.driver.memory": "1g", "spark.eventLog.enabled": "true",
                                                  "spark.eventLog.compress": "false",
                                                  "spark.eventLog.dir": events.as_uri()}},
@@ -445,7 +447,10 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
     found += _scan(passwords, "ingest log", ingest.log_text())
     found += _scan(passwords, "merger log (with Spark's)", merger.log_text())
     event_text = "".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
-    assert "cdc_snapshot" in event_text, "the Spark event log has no snapshot (JDBC) query to look at"
+    # the snapshot's Spark jobs are in the event log (JDBC: its query too)
+    assert f"snapshot {db}." in event_text, "the Spark event log has no snapshot job to look at"
+    if reader == "jdbc":
+        assert "cdc_snapshot" in event_text, "the Spark event log has no snapshot (JDBC) query to look at"
     found += _scan_tree(passwords, events, set())
     found += _scan_tree(passwords, tmp_path / "state", set())
     found += _scan_tree(passwords, tmp_path / "delta", set())
