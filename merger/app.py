@@ -147,6 +147,9 @@ class Merger:
         if cfg.sinks.postgres:
             cfg.sinks.postgres.settings()
         store = StateStore(cfg.state_dir)
+        store.lock()
+        for leftover in store.clear_interrupted_checkpoint_writes():
+            log.info("removed %s from the checkpoint (a write interrupted by a crash)", leftover)
         kafka_conf = cfg.kafka.client_config()
         admin = AdminClient(kafka_conf)
         try:

@@ -8,6 +8,7 @@ leaves either the old or the new file.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -47,6 +48,50 @@ class StateStore:
         self.checkpoint = self.root / "checkpoint"
         for d in (self.batches, self.plans, self.staging, self.control):
             d.mkdir(parents=True, exist_ok=True)
+
+    # -- one merger per state directory ---------------------------------------------
+
+    def lock(self) -> None:
+        """Hold ``state_dir/merger.lock`` for the life of the process: a second merger on
+        the same state would interleave batches and checkpoint writes. The kernel drops
+        the lock when the process dies, kill -9 included."""
+        from merger.errors import MergerError
+
+        f = open(self.root / "merger.lock", "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise MergerError(f"another merger is running on state_dir {self.root} (pid {holder}); "
+                              "stop it first, or give this one its own state_dir") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self._lock_file = f
+
+    # -- Spark checkpoint ----------------------------------------------------------
+
+    def clear_interrupted_checkpoint_writes(self) -> list[str]:
+        """Remove what a kill -9 in the middle of a checkpoint write leaves behind.
+
+        Spark writes ``offsets/N`` and ``commits/N`` as ``.N.<uuid>.tmp`` (plus its
+        ``.crc``) and renames it. A leftover temp file is never read back, but before the
+        first batch Spark requires ``offsets`` and ``commits`` to be empty and refuses to
+        start (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) for ever. Only called while this
+        merger holds the state directory, so no Spark write is under way."""
+        removed = []
+        for sub in ("offsets", "commits"):
+            d = self.checkpoint / sub
+            if not d.is_dir():
+                continue
+            for p in d.iterdir():
+                if p.name.startswith(".") and (p.name.endswith(".tmp") or p.name.endswith(".tmp.crc")):
+                    p.unlink(missing_ok=True)
+                    removed.append(f"{sub}/{p.name}")
+        return removed
 
     # -- batch state ---------------------------------------------------------------
 

@@ -5,6 +5,8 @@ sinks must end equal to the source row for row."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -90,7 +92,23 @@ def _start(stack, tmp_path, unique_name, db, **merger_extra):
 def test_snapshot_under_concurrent_writes_then_truncate_add_column_new_table(stack, tmp_path, unique_name):
     db = f"mg_{unique_name}"
     _create(stack, db, BIG_ROWS)
+    # as if an earlier merger had been killed while it wrote its first offsets: Spark
+    # refuses a first batch next to a leftover temp file, the merger must clear it
+    offsets = tmp_path / "state" / "checkpoint" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.5c1f1a3e-0d7b-4f59-9a2e-3b7f0c4d2e11.tmp").write_text("v1\n{")
+    (offsets / "..0.5c1f1a3e-0d7b-4f59-9a2e-3b7f0c4d2e11.tmp.crc").write_bytes(b"crc")
     ingest, merger = _start(stack, tmp_path, unique_name, db)
+    # a second merger on the same state_dir is refused with a one-line reason
+    lock = tmp_path / "state" / "merger.lock"
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and lock.read_text().strip() == str(merger.proc.pid)):
+        assert time.monotonic() < deadline and merger.alive(), merger.log_text()[-3000:]
+        time.sleep(0.2)
+    second = subprocess.run([sys.executable, "-m", "cdc.cli", "merge", "-c", str(tmp_path / "merger.yaml")],
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode != 0 and "another merger is running" in second.stderr, second.stderr[-2000:]
+    assert "Traceback" not in second.stderr, second.stderr[-2000:]
     checker = SinkChecker(stack, tmp_path)
     writer = Writer(stack, db, BIG_ROWS)
     try:
