@@ -496,16 +496,22 @@ class _Broker:
         deadline = time.monotonic() + self.opts.probe_timeout_s
         # A partition with an open transaction never reaches EOF for a read_committed
         # consumer (Tansu): what is committed has arrived once nothing came for a moment.
-        idle_s = 0.3
+        # One fetch response carries every partition of the broker, so after the first
+        # answer (a record or an EOF) a short pause means the end (fetch.wait.max.ms is
+        # 10); before it, allow for the connection and the first fetch. Stopping early
+        # only leaves records for the next trigger.
+        idle_first_s, idle_after_s = 0.3, 0.06
+        idle_s = idle_first_s
         last_activity = time.monotonic()
         try:
             while (len(done) < len(froms) and time.monotonic() < deadline
                    and time.monotonic() - last_activity < idle_s):
                 msgs = c.consume(num_messages=5000, timeout=0)
                 if not msgs:
-                    msgs = c.consume(num_messages=1, timeout=0.05)
+                    msgs = c.consume(num_messages=1, timeout=0.02)
                 if msgs:
                     last_activity = time.monotonic()
+                    idle_s = idle_after_s
                 for m in msgs:
                     tp = (m.topic(), m.partition())
                     if tp not in froms or tp in done:
