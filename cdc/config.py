@@ -362,8 +362,7 @@ class MergerConfig(_Model):
     spark_master: str = Field("local[2]", description="used when not started by spark-submit; the default "
                                                       "local[2] becomes local[snapshot.parallelism + 2]")
     spark_conf: dict[str, str] = Field(default_factory=dict, description=(
-        "extra Spark settings, over the merger's own; not started by spark-submit, the merger sets "
-        "spark.driver.extraJavaOptions to -XX:TieredStopAtLevel=1 (less JIT CPU) unless given here"))
+        "extra Spark settings, over the merger's own"))
     trigger_interval_ms: int = Field(500, ge=0)
     max_records_per_trigger: int = Field(200_000, ge=1)
     end_probe: Literal["scan", "watermark"] = Field(

@@ -30,9 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 JDBC_JARS = ["/usr/share/java/mariadb-java-client.jar"]
 
 
-LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-
-
 def make_spark(config: MergerConfig):
     """A SparkSession; local mode unless started by spark-submit. The project must be
     importable by Spark's Python workers (PYTHONPATH is set before the JVM starts)."""
@@ -44,8 +41,7 @@ def make_spark(config: MergerConfig):
 
     jars = [j for j in JDBC_JARS if Path(j).exists()]
     builder = SparkSession.builder.appName("cdc-merger")
-    local = "SPARK_SUBMIT" not in os.environ and not os.environ.get("SPARK_ENV_LOADED")
-    if local:
+    if "SPARK_SUBMIT" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
         master = config.spark_master
         if master == "local[2]":
             # task slots (threads) for the snapshot's reads plus the stream's Kafka tasks: a
@@ -62,11 +58,6 @@ def make_spark(config: MergerConfig):
         "spark.python.worker.reuse": "true",
         "spark.ui.showConsoleProgress": "false",  # progress bars would fill the merger log
     }
-    if local:
-        # the JVM here only plans and moves small batches (Python does the heavy work): the
-        # C2 compiler cost more CPU than it saved. Measured on 2 cores: JVM 3.3 -> 1.8 CPU-s
-        # per 1M-row snapshot, warm snapshot 138k -> 148-172k rows/s, latency unchanged.
-        conf["spark.driver.extraJavaOptions"] = LOCAL_JVM_OPTIONS
     if jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(config.spark_conf)
