@@ -115,6 +115,10 @@ def _position(headers: dict, payload: dict | None) -> EventPosition | None:
     return None
 
 
+# a source counts as busy for this long after a batch with a streamed change
+STREAMING_RECENT_S = 5.0
+
+
 class BatchProcessor:
     def __init__(self, prefix: str, store: StateStore, sinks: list, catalog: SourceCatalog | None,
                  partitions_of: Callable[[str], int], modes: SourceModes = SourceModes(),
@@ -153,6 +157,7 @@ class BatchProcessor:
         self._staging_done: list = []
         self.emission_pending: str | None = None  # a table with ready windows left after the last batch
         self.batch_finished_at = 0.0
+        self.last_change_at = 0.0  # monotonic time of the last batch with a streamed change
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
 
     # ------------------------------------------------------------------ state
@@ -357,7 +362,12 @@ class BatchProcessor:
             # no streamed change in this batch: nobody waits behind the emission, and a
             # batch of an idle source costs a watermark tick round trip: emit twice as much
             changes = any(WATERMARK_HEADER not in headers for items in per_table.values() for _, headers, *_ in items)
-            self._emit_ready(batch_id, step, 1 if changes else 2)
+            if changes:
+                self.last_change_at = time.monotonic()
+            # a batch that the tick brought while changes stream in may hold none of them:
+            # it only counts as idle when no change came for a few seconds
+            idle = not changes and time.monotonic() - self.last_change_at >= STREAMING_RECENT_S
+            self._emit_ready(batch_id, step, 2 if idle else 1)
             for rt in self.tables.values():
                 for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
                     log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)

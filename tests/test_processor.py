@@ -15,7 +15,7 @@ import pytest
 
 from ingest.position import POSITION_HEADER
 from ingest.types import ColumnSpec, TableSpec
-from merger.processor import WATERMARK_HEADER, BatchProcessor
+from merger.processor import STREAMING_RECENT_S, WATERMARK_HEADER, BatchProcessor
 from merger.state import StateStore
 
 PREFIX = "p"
@@ -204,12 +204,14 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
 
 def test_a_batch_without_streamed_changes_emits_twice_the_budget(tmp_path):
     """Nobody waits behind the emission of a batch that brought only markers (an idle
-    source, whose every batch costs a watermark tick): it emits 2 x emit_rows_per_batch."""
+    source, whose every batch costs a watermark tick): it emits 2 x emit_rows_per_batch.
+    A batch without changes while changes stream in (one within STREAMING_RECENT_S) is
+    not idle: the next change waits behind it."""
     sink = MemorySink()
     proc = _processor(tmp_path, sink, emit_rows_per_batch=30)
     s = Stream()
     proc.process(0, s.batch())
-    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in range(100)])
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in range(200)])
     s.marker("w1", "LOW")
     rt.reconciler.mark_staged("w1")
     s.marker("w1", "HIGH")
@@ -219,7 +221,12 @@ def test_a_batch_without_streamed_changes_emits_twice_the_budget(tmp_path):
     proc.process(2, s.batch())
     assert len(sink.state()) == 91  # 30 more snapshot rows, and the change
     proc.process(3, s.batch())
-    assert len(sink.state()) == 101 and not rt.reconciler.windows
+    assert len(sink.state()) == 121  # no change in it, but one a moment ago: 30
+    proc.last_change_at -= STREAMING_RECENT_S  # quiet for a while: idle again
+    proc.process(4, s.batch())
+    assert len(sink.state()) == 181
+    proc.process(5, s.batch())
+    assert len(sink.state()) == 201 and not rt.reconciler.windows
 
 
 def test_a_batch_run_again_after_a_crash_changes_nothing(tmp_path):
