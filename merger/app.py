@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model
 from merger.errors import MergerError
-from merger.processor import TICK_FILE
+from merger.state import TICK_FILE
 
 log = logging.getLogger("cdc.merger")
 

@@ -308,7 +308,9 @@ TICK_TP: TP = ("__cdc_tick__", 0)
 
 
 def read_tick(path: Optional[str]) -> int:
-    """The number in the tick file (0: no file, or not written completely)."""
+    """The number in the tick file (0: no file, or not written completely). Written by
+    ``merger.state.StateStore.raise_tick``; this module reads it without importing the
+    merger."""
     if not path:
         return 0
     try:
@@ -316,13 +318,6 @@ def read_tick(path: Optional[str]) -> int:
             return int(f.read().strip() or 0)
     except (OSError, ValueError):
         return 0
-
-
-def write_tick(path: str, value: int) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(str(int(value)))
-    os.replace(tmp, path)
 
 
 def parse_offsets(offsets: Optional[Mapping[str, Mapping[str, Any]]]) -> Dict[TP, int]:

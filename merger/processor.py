@@ -52,8 +52,8 @@ log = logging.getLogger("cdc.merger")
 WATERMARK_HEADER = "cdc.watermark"
 STEP = 1_000_000
 EMIT_BATCH_ROWS = 200_000
-# in state_dir: raised when windows are left to emit (see merger.kafka_source.latestOffset)
-TICK_FILE = "emission.tick"
+# a source counts as busy for this long after a batch with a streamed change
+STREAMING_RECENT_S = 5.0
 
 
 class BadRecord(ValueError):
@@ -113,10 +113,6 @@ def _position(headers: dict, payload: dict | None) -> EventPosition | None:
     if "file" in src and "pos" in src:  # topics written by Debezium itself
         return EventPosition(src["file"], int(src["pos"]), int(src.get("row") or 0))
     return None
-
-
-# a source counts as busy for this long after a batch with a streamed change
-STREAMING_RECENT_S = 5.0
 
 
 class BatchProcessor:
@@ -393,10 +389,8 @@ class BatchProcessor:
 
     def _ask_for_batch(self, batch_id: int) -> None:
         """Spark runs a micro-batch only for new offsets: raise the tick pseudo-partition's."""
-        from merger.kafka_source import write_tick
-
         try:
-            write_tick(str(self.store.root.resolve() / TICK_FILE), batch_id + 1)
+            self.store.raise_tick(batch_id + 1)
         except OSError as exc:  # the runner's watermark tick remains
             log.warning("cannot write the emission tick: %s", exc)
 

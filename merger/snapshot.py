@@ -58,6 +58,12 @@ def split_evenly(items: list, parts: int) -> list[list]:
     return out
 
 
+def _ranges_predicate(key_columns: list[str], chunks: list[dict]) -> str:
+    """The SQL predicate of a run of chunks: the OR of their key ranges."""
+    ranges = [sql_predicate_literal(key_columns, decode_key(c["lo"]), decode_key(c["hi"])) for c in chunks]
+    return ranges[0] if len(ranges) == 1 else " OR ".join(f"({r})" for r in ranges)
+
+
 class SnapshotRunner(threading.Thread):
     def __init__(self, config: MergerConfig, spark, store: StateStore, processor: BatchProcessor,
                  guard: SourceGuard | None = None):
@@ -170,8 +176,6 @@ class SnapshotRunner(threading.Thread):
         now = time.monotonic()
         if table is None or self.processor.batch_started is not None:
             return
-        # the processor's tick file brings the next batch; this watermark tick is the
-        # fallback when none came (a source without the tick option)
         if now - self.processor.batch_finished_at < 2.0 or now - self._last_tick < 2.0:
             return
         self._last_tick = now
@@ -395,8 +399,7 @@ class SnapshotRunner(threading.Thread):
         path = self.store.staging_dir(table, wid)
         groups = split_evenly(chunks, self.config.snapshot.parallelism)
         if self.reader == "connectorx":
-            ranges = [" OR ".join(f"({sql_predicate_literal(rt.keys, decode_key(c['lo']), decode_key(c['hi']))})"
-                                  for c in group) for group in groups]
+            ranges = [_ranges_predicate(rt.keys, group) for group in groups]
             self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
             rows = stage_window(self.spark, self.source, [chunk_query(rt.spec, where, r) for r in ranges],
                                 path, self.config.snapshot.fetch_size)
@@ -410,10 +413,7 @@ class SnapshotRunner(threading.Thread):
                   f"{' WHERE ' + where if where else ''}) AS cdc_snapshot")
         # exactly `parallelism` reads (Spark partitions, source connections) per window,
         # each over a run of the window's chunks
-        predicates = []
-        for group in groups:
-            ranges = [sql_predicate_literal(key_alias, decode_key(c["lo"]), decode_key(c["hi"])) for c in group]
-            predicates.append(ranges[0] if len(ranges) == 1 else " OR ".join(f"({r})" for r in ranges))
+        predicates = [_ranges_predicate(key_alias, group) for group in groups]
         m = self.config.mysql
         props = {**m.jdbc_secret_properties(),  # user, password, keyStorePassword
                  "driver": "org.mariadb.jdbc.Driver", "fetchsize": str(self.config.snapshot.fetch_size)}

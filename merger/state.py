@@ -16,6 +16,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from merger.errors import MergerError
+
+# raised by the processor when snapshot windows are left to emit; the Kafka source
+# reports it as the offset of a pseudo-partition (merger.kafka_source.read_tick)
+TICK_FILE = "emission.tick"
+
 
 def atomic_write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,8 +61,6 @@ class StateStore:
         """Hold ``state_dir/merger.lock`` for the life of the process: a second merger on
         the same state would interleave batches and checkpoint writes. The kernel drops
         the lock when the process dies, kill -9 included."""
-        from merger.errors import MergerError
-
         f = open(self.root / "merger.lock", "a+")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -71,6 +75,19 @@ class StateStore:
         f.write(str(os.getpid()))
         f.flush()
         self._lock_file = f
+
+    # -- emission tick ---------------------------------------------------------------
+
+    @property
+    def tick_path(self) -> Path:
+        return self.root.resolve() / TICK_FILE
+
+    def raise_tick(self, value: int) -> None:
+        """A new number in the tick file: the Kafka source then gives Spark a reason for
+        another micro-batch. No fsync: a tick lost in a crash is asked for again."""
+        tmp = self.tick_path.with_name(TICK_FILE + ".tmp")
+        tmp.write_text(str(int(value)))
+        os.replace(tmp, self.tick_path)
 
     # -- Spark checkpoint ----------------------------------------------------------
 

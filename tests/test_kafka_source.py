@@ -549,21 +549,23 @@ def test_transaction_markers_and_read_timeout(bootstrap, unique_name):
 def test_tick_file_brings_a_batch_without_records(bootstrap, unique_name, tmp_path):
     """A raised tick file moves the pseudo-partition's offset (Spark then runs a batch),
     which is never read from Kafka; the real partitions are unaffected."""
-    from merger.kafka_source import TICK_TP, write_tick
+    from merger.kafka_source import TICK_TP
+    from merger.state import StateStore
 
     topic = f"{unique_name}.db.t"
     create_topics(bootstrap, [topic], partitions=1)
     sent, p = Sent(), producer(bootstrap)
     produce(p, sent, topic, 3, "t", partition=0)
     p.flush(15)
-    tick = str(tmp_path / "emission.tick")
+    store = StateStore(tmp_path / "state")
+    tick = str(store.tick_path)
     reader = CdcKafkaStreamReader(source_options(bootstrap, subscribe=topic, tickFile=tick), SCHEMA)
     try:
         start = reader.initialOffset()
         end, rows = drain(reader, start)
         assert parse_offsets(end) == {(topic, 0): 3} and len(rows) == 3  # no tick yet: no pseudo-partition
         assert reader.latestOffset(end, ReadAllAvailable()) == end  # nothing new: no batch
-        write_tick(tick, 7)
+        store.raise_tick(7)
         ticked = reader.latestOffset(end, ReadAllAvailable())
         assert parse_offsets(ticked) == {(topic, 0): 3, TICK_TP: 7}
         assert list(reader.partitions(end, ticked)) == []  # nothing to read
