@@ -48,6 +48,8 @@ def make_spark(config: MergerConfig):
             # read must not queue behind a micro-batch (measured: the first window took 6 s)
             master = f"local[{config.snapshot.parallelism + 2}]"
         builder = builder.master(master)
+        # workers import the installed pyspark (cached bytecode), not the bundled zip
+        builder = builder.config("spark.python.daemon.module", "merger.spark_daemon")
     conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "2",
@@ -228,6 +230,15 @@ class Merger:
         if cfg.trigger_interval_ms:
             writer = writer.trigger(processingTime=f"{cfg.trigger_interval_ms} milliseconds")
         self.query = writer.start()
+        query = self.query
+
+        def stream_ready() -> bool:
+            if processor.last_batch is not None:
+                return True
+            status = query.status  # no data at all: no batch, but the trigger waits
+            return not status["isTriggerActive"] and status["message"].startswith("Waiting")
+
+        runner.stream_ready = stream_ready
         runner.start()
         log.info("merger running: topics %s, state in %s", pattern, cfg.state_dir)
         try:

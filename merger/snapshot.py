@@ -36,6 +36,8 @@ MAX_OPEN_WINDOWS = 3
 # previous one is emitted: reading ahead takes the CPU the streamed changes wait for
 # (measured on 2 cores: p99 commit -> sink 6.5 s with 3 windows read ahead, see bench/RESULTS.md)
 MAX_OPEN_WINDOWS_STREAMING = 1
+# snapshots start once the stream has finished its first trigger, or after this long
+STREAM_READY_WAIT_S = 30
 
 
 def watermark_ddl(table: str) -> str:
@@ -92,6 +94,8 @@ class SnapshotRunner(threading.Thread):
         self.source = {"host": m.host, "port": m.port, "user": m.user, "password": m.password().get_secret_value(),
                        "connect_timeout_s": m.connect_timeout_s}
         self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
+        # set by the app: True once the streaming query has finished its first trigger
+        self.stream_ready = lambda: True
         self._last_tick = 0.0
         self._wm_conn: pymysql.Connection | None = None
         db, name = config.watermark_table.split(".", 1)
@@ -143,6 +147,7 @@ class SnapshotRunner(threading.Thread):
     def run(self) -> None:
         try:
             self._warm_up()
+            self._wait_for_stream()
             while not self.stop_event.is_set():
                 self._handle_requests()
                 progressed = False
@@ -166,6 +171,23 @@ class SnapshotRunner(threading.Thread):
                     self._wm_conn.close()
                 except Exception:
                     pass
+
+    def _wait_for_stream(self) -> None:
+        """The stream's first micro-batch costs seconds (query planning, Python workers,
+        the first sink writes): windows opened before it ends would wait for it with their
+        watermarks open and their rows staged. Waited for at most STREAM_READY_WAIT_S."""
+        deadline = time.monotonic() + STREAM_READY_WAIT_S
+        while not self.stop_event.is_set() and time.monotonic() < deadline:
+            try:
+                if self.stream_ready():
+                    return
+            except Exception as exc:  # the query's own failure is reported by the app
+                log.debug("stream readiness unknown: %s", exc)
+                return
+            self.stop_event.wait(0.1)
+        if not self.stop_event.is_set():
+            log.info("the stream's first micro-batch takes over %ds: snapshots start anyway",
+                     STREAM_READY_WAIT_S)
 
     def _tick_if_idle(self) -> None:
         """Spark runs a micro-batch only for new offsets. Windows left over by the emission

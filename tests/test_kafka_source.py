@@ -9,8 +9,6 @@ records only: downstream consumers drop replays by source position, not this sou
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +36,6 @@ from merger.kafka_source import (
     read_range,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 WAIT = 90  # seconds: upper bound of every wait on a query in this file
 
 
@@ -165,22 +162,19 @@ def bootstrap(stack) -> str:
 
 
 @pytest.fixture(scope="module")
-def spark():
-    # the Python workers import merger.kafka_source by name: PYTHONPATH must be set
-    # before the JVM starts; the workers must run this interpreter (pyarrow etc.)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(ROOT) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *paths])
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def spark(tmp_path_factory):
+    # the merger's own session settings (JDBC jar, the Python daemon, PYTHONPATH for the
+    # workers): a later test module that asks for a session through getOrCreate gets one
+    # it can use, whichever module ran first
     from pyspark.sql import SparkSession
 
+    from cdc.config import MergerConfig
+    from merger.app import make_spark
+
     existing = SparkSession.getActiveSession()
-    session = existing or (
-        SparkSession.builder.master("local[2]").appName("test_kafka_source")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate())
+    session = existing or make_spark(MergerConfig(
+        state_dir=str(tmp_path_factory.mktemp("spark-state")),
+        spark_conf={"spark.sql.streaming.stopTimeout": "30s", "spark.driver.memory": "1g"}))
     session.dataSource.register(CdcKafkaDataSource)
     yield session
     if existing is None:
@@ -312,6 +306,20 @@ def assert_exactly(records: list[tuple], expected: dict) -> None:
 
 @pytest.mark.integration
 @pytest.mark.timeout(240)
+def test_python_workers_import_the_installed_pyspark(spark):
+    """Through the merger's daemon (merger.spark_daemon), a worker finds pyspark in its
+    installed package, whose bytecode is cached, not in the bundled zip."""
+    import pyspark
+
+    def where(_):
+        import pyspark as worker_pyspark
+
+        return worker_pyspark.__file__
+
+    files = set(spark.sparkContext.parallelize(range(2), 2).map(where).collect())
+    assert files == {pyspark.__file__}
+
+
 def test_available_now_reads_every_committed_record_once(spark, bootstrap, unique_name, tmp_path):
     """Two table topics x 3 partitions, plain and transactional records, tombstones and
     headers; non-matching topics of the same prefix are left alone; an open transaction's

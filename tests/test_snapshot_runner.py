@@ -1,0 +1,60 @@
+"""The snapshot runner's wait for the stream's first micro-batch (no Spark needed)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from cdc.config import MergerConfig
+from merger import snapshot
+from merger.snapshot import SnapshotRunner
+from merger.state import StateStore
+
+
+def _runner(tmp_path) -> SnapshotRunner:
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"))
+    return SnapshotRunner(cfg, None, StateStore(cfg.state_dir), processor=None)
+
+
+def test_snapshots_wait_for_the_first_micro_batch(tmp_path):
+    runner = _runner(tmp_path)
+    answers = iter([False, False, False, True])
+    asked = []
+    runner.stream_ready = lambda: asked.append(1) or next(answers)
+    started = time.monotonic()
+    runner._wait_for_stream()
+    assert len(asked) == 4
+    assert 0.25 <= time.monotonic() - started < 5
+
+
+def test_the_wait_is_bounded(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(snapshot, "STREAM_READY_WAIT_S", 0.5)
+    runner = _runner(tmp_path)
+    runner.stream_ready = lambda: False
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="cdc.snapshot"):
+        runner._wait_for_stream()
+    assert 0.5 <= time.monotonic() - started < 5
+    assert "snapshots start anyway" in caplog.text
+
+
+def test_stopping_ends_the_wait(tmp_path):
+    runner = _runner(tmp_path)
+    runner.stream_ready = lambda: False
+    threading.Timer(0.3, runner.stop_event.set).start()
+    started = time.monotonic()
+    runner._wait_for_stream()
+    assert time.monotonic() - started < 5
+
+
+def test_an_unknown_stream_state_does_not_hold_snapshots(tmp_path):
+    runner = _runner(tmp_path)
+
+    def broken():
+        raise RuntimeError("py4j: the query is gone")
+
+    runner.stream_ready = broken
+    started = time.monotonic()
+    runner._wait_for_stream()
+    assert time.monotonic() - started < 1
