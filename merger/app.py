@@ -59,6 +59,10 @@ def make_spark(config: MergerConfig):
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         "spark.python.worker.reuse": "true",
         "spark.ui.showConsoleProgress": "false",  # progress bars would fill the merger log
+        # Spark keeps a pool of Python workers per environment; SQL tasks (the Kafka
+        # source) add this variable, RDD tasks (chunk reads) do not: with it in both, both
+        # share one pool, and the workers the start-up read spawned serve the stream too
+        "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
     }
     if jars:
         conf["spark.jars"] = ",".join(jars)

@@ -94,6 +94,25 @@ def stage_query(source: dict, query: str, path: str, batch_rows: int) -> int:
     return rows
 
 
+def warm_up_workers(spark, source: dict, directory: Path) -> int:
+    """One task per task slot, at the merger's start: each starts a Python worker (they are
+    reused), loads ConnectorX with a one-row read, and imports what the stream's Kafka
+    reads need, so that neither the first window nor the first micro-batches pay for it."""
+    slots = max(1, spark.sparkContext.defaultParallelism)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def warm(i: int) -> int:
+        import confluent_kafka  # noqa: F401
+        import pyarrow.compute  # noqa: F401
+        import pyspark.sql.pandas.types  # noqa: F401
+
+        import merger.kafka_source  # noqa: F401
+
+        return stage_query(source, "SELECT 1 AS x", str(directory / f"part-{i:05d}.parquet"), 10)
+
+    return sum(spark.sparkContext.parallelize(range(slots), slots).map(warm).collect())
+
+
 def stage_window(spark, source: dict, queries: list[str], directory: Path, batch_rows: int) -> int:
     """The window's reads as one Spark job, a task per query; the rows staged."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -721,12 +721,18 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
         return pa.RecordBatch.from_arrays([cols[name] for name in names], schema=arrow_schema)
 
     consumer = Consumer(opts.consumer_conf())
-    tpl = [TopicPartition(r.topic, r.partition, r.start)]
     try:
+        start = r.start
+        if start < 0:
+            # a partition new in this batch: its earliest offset, asked for directly
+            # (assigning OFFSET_EARLIEST cost every such read 500 ms in librdkafka)
+            start, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
+                                                      timeout=opts.probe_timeout_s, cached=False)
+        tpl = [TopicPartition(r.topic, r.partition, start)]
         consumer.assign(tpl)
         end = r.end
         last_progress = time.monotonic()
-        position = r.start
+        position = start
         batch_size = opts.arrow_batch_size
         eof_code = KafkaError._PARTITION_EOF
         keep = kept.append

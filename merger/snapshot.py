@@ -24,7 +24,7 @@ from merger.dblog import decode_key, encode_key
 from merger.errors import MergerError
 from merger.processor import STREAMING_RECENT_S, BatchProcessor
 from merger.schema import snapshot_select
-from merger.chunk_read import chunk_query, stage_window
+from merger.chunk_read import chunk_query, stage_window, warm_up_workers
 from merger.direct_read import is_whole_table, stage_table
 from merger.source import SourceGuard, connect
 from merger.state import StateStore
@@ -393,8 +393,7 @@ class SnapshotRunner(threading.Thread):
         path = self.store.root / "warm-up"
         try:
             if self.reader == "connectorx":  # starts the Python workers, loads ConnectorX
-                n = self.config.snapshot.parallelism
-                stage_window(self.spark, self.source, ["SELECT 1 AS x"] * n, path, 10)
+                warm_up_workers(self.spark, self.source, path)
             else:
                 props = {**self.config.mysql.jdbc_secret_properties(), "driver": "org.mariadb.jdbc.Driver"}
                 df = self.spark.read.jdbc(self.jdbc_url(), "(SELECT 1 AS x) AS cdc_warm_up", properties=props)
