@@ -36,6 +36,8 @@ MAX_OPEN_WINDOWS = 3
 # previous one is emitted: reading ahead takes the CPU the streamed changes wait for
 # (measured on 2 cores: p99 commit -> sink 6.5 s with 3 windows read ahead, see bench/RESULTS.md)
 MAX_OPEN_WINDOWS_STREAMING = 1
+# and read each window with one task (one source connection) instead of `parallelism`
+STREAMING_READ_TASKS = 1
 # snapshots start once the stream has finished its first trigger, or after this long
 STREAM_READY_WAIT_S = 30
 
@@ -329,10 +331,12 @@ class SnapshotRunner(threading.Thread):
         # a window holds at least `parallelism` chunks, one read each at least
         per_window = max(self.config.snapshot.chunks_per_window, self.config.snapshot.parallelism)
         chunks = todo[:per_window]
-        self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, plan.get("where"))
+        # while changes stream in, one read task: the other core serves the stream
+        tasks = STREAMING_READ_TASKS if streaming else self.config.snapshot.parallelism
+        self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, plan.get("where"), tasks)
         return True
 
-    def _window(self, table: str, rt, chunks: list[dict], where: str | None) -> None:
+    def _window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int | None = None) -> None:
         """One window: open it, write LOW, read its chunks, write HIGH. If the source
         fails on the way the window is abandoned and the guard retries the chunks in a
         new window with new watermarks (a read must start after its LOW committed and end
@@ -344,7 +348,7 @@ class SnapshotRunner(threading.Thread):
         started = time.monotonic()
         try:
             self._watermark(table, wid, "LOW")
-            rows = self._read_chunks(table, rt, chunks, where, wid)
+            rows = self._read_chunks(table, rt, chunks, where, wid, tasks)
             # staged before HIGH is written: the batch that reads HIGH must find the window
             # ready, for on an idle source no other batch may follow
             with self.processor.lock:
@@ -405,7 +409,8 @@ class SnapshotRunner(threading.Thread):
             shutil.rmtree(path, ignore_errors=True)
         log.info("snapshot reader (%s) ready in %.1fs", self.reader, time.monotonic() - started)
 
-    def _read_chunks(self, table: str, rt, chunks: list[dict], where: str | None, wid: str) -> int:
+    def _read_chunks(self, table: str, rt, chunks: list[dict], where: str | None, wid: str,
+                     tasks: int | None = None) -> int:
         if is_whole_table(chunks):
             # a table smaller than one chunk: one streamed SELECT in the driver (a Spark
             # job per small table would cost more than the read, see merger.direct_read)
@@ -418,7 +423,7 @@ class SnapshotRunner(threading.Thread):
             self.store.mark_staged(table, wid)
             return rows
         path = self.store.staging_dir(table, wid)
-        groups = split_evenly(chunks, self.config.snapshot.parallelism)
+        groups = split_evenly(chunks, tasks or self.config.snapshot.parallelism)
         if self.reader == "connectorx":
             ranges = [_ranges_predicate(rt.keys, group) for group in groups]
             self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
