@@ -455,6 +455,41 @@ def drain(reader: CdcKafkaStreamReader, start: dict) -> tuple[dict, list]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
+def test_end_probe_stays_assigned_across_triggers(bootstrap, unique_name):
+    """The scan keeps its partitions assigned between calls: each call finds what was
+    committed since the last one, under an open transaction too, skips ahead when the
+    start moves past what it read, and lets go of a partition no longer asked for."""
+    from merger.kafka_source import _Broker
+
+    topic = f"{unique_name}.db.t"
+    create_topics(bootstrap, [topic], partitions=2)
+    tx = producer(bootstrap, transactional=True)
+    broker = _Broker(SourceOptions.parse(source_options(bootstrap, subscribe=topic)))
+    p0, p1 = (topic, 0), (topic, 1)
+    try:
+        assert broker.scan({p0: 0, p1: 0}, None) == {p0: 0, p1: 0}
+        ends = {p0: 0, p1: 0}
+        for round_ in range(3):
+            tx.begin_transaction()
+            produce(tx, Sent(), topic, 3, f"r{round_}", partition=0)
+            produce(tx, Sent(), topic, 2, f"r{round_}", partition=1)
+            tx.commit_transaction(15)  # 3 + marker on p0, 2 + marker on p1
+            tx.begin_transaction()  # open while the probe looks
+            produce(tx, Sent(), topic, 1, f"open{round_}", partition=0)
+            tx.flush(15)
+            ends = broker.scan(ends, None)
+            assert ends == {p0: 4 + 6 * round_, p1: 3 * (round_ + 1)}, round_
+            tx.abort_transaction(15)  # 1 record + abort marker on p0: 6 offsets a round
+        # the start moved past what the probe read: it skips ahead
+        assert broker.scan({p0: ends[p0] + 2}, None)[p0] >= ends[p0] + 2
+        assert set(broker._scan_next) == {p0}  # p1 given up
+        assert {(tp.topic, tp.partition) for tp in broker.consumer.assignment()} == {p0}
+    finally:
+        broker.close()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("probe", [
     "scan",
     pytest.param("watermark", marks=pytest.mark.xfail(
