@@ -349,12 +349,12 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
             time.sleep(8)
             _start(stack, "mariadb")
 
-        def read_then_stop_the_source(*args):
-            reads.append(args[-1])
+        def read_then_stop_the_source(table, rt, chunks, where, wid, *rest):
+            reads.append(wid)
             if len(reads) == 1:
                 timers.append(threading.Thread(target=stop_when_reading, daemon=True))
                 timers[0].start()
-            return read(*args)
+            return read(table, rt, chunks, where, wid, *rest)
         runner._read_chunks = read_then_stop_the_source
         with caplog.at_level(logging.INFO, logger="cdc.source"):
             runner._step(table, plan)  # returns once a window of these chunks is staged
