@@ -520,7 +520,8 @@ class _Broker:
         # After the first answer (a record or an EOF) a short pause means the end
         # (fetch.wait.max.ms is 10); before it, allow for the first fetch. Stopping early
         # only leaves records for the next trigger.
-        idle_s = 0.06 if not fresh else 0.3
+        idle_first_s, idle_after_s = 0.3, 0.06
+        idle_s = idle_first_s if fresh else idle_after_s
         last_activity = time.monotonic()
         paused: List[Any] = []
         try:
@@ -531,7 +532,7 @@ class _Broker:
                     msgs = c.consume(num_messages=1, timeout=0.02)
                 if msgs:
                     last_activity = time.monotonic()
-                    idle_s = 0.06
+                    idle_s = idle_after_s
                 for m in msgs:
                     tp = (m.topic(), m.partition())
                     if tp not in froms or tp in done:

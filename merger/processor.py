@@ -362,8 +362,7 @@ class BatchProcessor:
                 self.last_change_at = time.monotonic()
             # a batch that the tick brought while changes stream in may hold none of them:
             # it only counts as idle when no change came for a few seconds
-            idle = not changes and time.monotonic() - self.last_change_at >= STREAMING_RECENT_S
-            self._emit_ready(batch_id, step, 2 if idle else 1)
+            self._emit_ready(batch_id, step, 1 if self.changes_streaming() else 2)
             for rt in self.tables.values():
                 for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
                     log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)
@@ -386,6 +385,10 @@ class BatchProcessor:
                 "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)", batch_id,
                 records.num_rows, took, streamed_s, took - streamed_s)
             self.batch_started = None
+
+    def changes_streaming(self) -> bool:
+        """A batch with a streamed change came within the last STREAMING_RECENT_S."""
+        return time.monotonic() - self.last_change_at < STREAMING_RECENT_S
 
     def _ask_for_batch(self, batch_id: int) -> None:
         """Spark runs a micro-batch only for new offsets: raise the tick pseudo-partition's."""

@@ -22,7 +22,7 @@ from merger.chunking import make_chunks, plan_by_boundaries, quote_ident, sql_pr
 from merger.chunking import boundary_sql
 from merger.dblog import decode_key, encode_key
 from merger.errors import MergerError
-from merger.processor import STREAMING_RECENT_S, BatchProcessor
+from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
 from merger.chunk_read import chunk_query, stage_window, warm_up_workers
 from merger.direct_read import is_whole_table, stage_table
@@ -321,7 +321,7 @@ class SnapshotRunner(threading.Thread):
             busy = {c for w in open_ids for c in rt.reconciler.windows[w].chunk_ids}
             if rt.phase == "streaming":
                 rt.phase = "snapshotting"
-        streaming = time.monotonic() - self.processor.last_change_at < STREAMING_RECENT_S
+        streaming = self.processor.changes_streaming()
         if len(open_ids) >= (MAX_OPEN_WINDOWS_STREAMING if streaming else MAX_OPEN_WINDOWS):
             return False
         done = set(plan["done"])
