@@ -565,7 +565,7 @@ def ensure_warm_table(info) -> None:
     conn = root_conn(info)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
+            cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
                         (DB, WARM))
             if not cur.fetchone()[0]:
                 cur.execute(f"CREATE TABLE {DB}.{WARM} LIKE {DB}.{BIG}")
@@ -800,6 +800,47 @@ class DeltaPoller(SinkPoller):
         return list(zip(t.column("id").to_pylist(), t.column("w").to_pylist()))
 
 
+class KafkaPoller(SinkPoller):
+    """When each write is readable (read_committed) on the table's topic: the ingest part
+    of the latency; the merger's part is the sink's figure minus this one."""
+
+    def __init__(self, bootstrap: str, topic: str, writer: PacedWriter):
+        super().__init__("kafka", writer, 0.0)
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+        self.subscribed = False
+
+    def ready(self) -> bool:
+        if not self.subscribed:
+            from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+            meta = self.consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                return False
+            self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+            self.subscribed = True
+        return True
+
+    def fetch(self, lo: int) -> list[tuple[int, int]]:
+        rows = []
+        for m in self.consumer.consume(1000, 0.05):
+            if m.error() or m.value() is None:
+                continue
+            v = json.loads(m.value())
+            after = (v.get("payload", v) or {}).get("after") or {}
+            if "w" in after and after["w"] is not None:
+                rows.append((after["id"], after["w"]))
+        return rows
+
+    def stop(self) -> None:
+        super().stop()
+        self.consumer.close()
+
+
 def percentile(sorted_values: list[float], q: float) -> float | None:
     if not sorted_values:
         return None
@@ -817,6 +858,15 @@ def phase_stats(writer: PacedWriter, poller: SinkPoller, t0: float, t1: float) -
             "max_s": lat[-1] if lat else None, "seconds": t1 - t0}
 
 
+def merger_part(writer: PacedWriter, kafka: SinkPoller, sink: SinkPoller, t0: float, t1: float) -> dict:
+    """Topic -> sink: for the writes both saw, the sink's first sight minus the topic's."""
+    ws = [w for w, t in writer.committed.items() if t0 <= t < t1 and w in kafka.seen and w in sink.seen]
+    lat = sorted(sink.seen[w] - kafka.seen[w] for w in ws)
+    return {"writes": len(ws), "rate": len(ws) / (t1 - t0) if t1 > t0 else 0.0, "measured": len(lat),
+            "superseded": 0, "unseen": 0, "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
+            "max_s": lat[-1] if lat else None, "seconds": t1 - t0, "part": True}
+
+
 def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
     reset_lat_table(info)
     run = Run(info, work, "latency", sinks, [rf"{DB}\.{LAT}", rf"{DB}\.{BIG}"],
@@ -828,6 +878,10 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
         pollers.append(PgPoller(info, run.pg_schema, writer, args.pg_poll_ms / 1000))
     if "delta" in sinks:
         pollers.append(DeltaPoller(run.delta_base, writer, args.delta_poll_ms / 1000))
+    if args.kafka_probe:
+        from ingest.topics import table_topic
+
+        pollers.append(KafkaPoller(info.kafka.bootstrap, table_topic(run.prefix, DB, LAT), writer))
     marks: dict[str, float] = {}
     snap_plan = None
     try:
@@ -875,6 +929,13 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
         except TimeoutError as exc:
             log(f"latency: {exc} (counted as unseen)")
         counts = {s: run.sink_count(s, BIG) for s in sinks} if snap_plan else {}
+        if args.keep:  # per write: commit and first sight in each poller (for timelines)
+            with open(run.dir / "writes.csv", "w") as f:
+                f.write("w,id,committed," + ",".join(p.sink for p in pollers) + "\n")
+                for w, t in sorted(writer.committed.items()):
+                    f.write(f"{w},{writer.ids.get(w)},{t:.4f}," + ",".join(
+                        f"{p.seen[w]:.4f}" if w in p.seen else "" for p in pollers) + "\n")
+            (run.dir / "marks.json").write_text(json.dumps(marks))
         rss = run.sampler.report()
         windows = run.window_stats()
         status = run.status() or {}
@@ -896,8 +957,12 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
         out["snapshot"] = {"rows": snap_plan.get("rows"), "snapshot_s": snap_s,
                            "rows_per_s": (snap_plan.get("rows") or 0) / snap_s if snap_s > 0 else 0.0,
                            "sink_counts": counts}
+    kafka = next((p for p in pollers if p.sink == "kafka"), None)
     for name, t0, t1 in phases:
         out["phases"][name] = {p.sink: phase_stats(writer, p, t0, t1) for p in pollers}
+        for p in pollers:
+            if kafka is not None and p is not kafka:
+                out["phases"][name][f"{p.sink} - kafka"] = merger_part(writer, kafka, p, t0, t1)
     return out
 
 
@@ -982,12 +1047,15 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
               "|---|---|---|---|---|---|---|---|---|---|"]
         for phase, per_sink in lat["phases"].items():
             for sink, st in per_sink.items():
-                met = "-" if st["p99_s"] is None else ("met" if st["p99_s"] <= TARGET_P99_S and not st["unseen"]
+                met = "-" if st["p99_s"] is None or sink == "kafka" or st.get("part") else ("met" if st["p99_s"] <= TARGET_P99_S and not st["unseen"]
                                                         else "NOT met")
                 L.append(f"| {phase} | {sink} | {st['seconds']:.0f} | {st['measured']:,} | {st['rate']:,.0f} | "
                          f"{fmt_s(st['p50_s'])} | {fmt_s(st['p99_s'])} | {fmt_s(st['max_s'])} | "
                          f"{st['unseen']}{' (+%d overwritten)' % st['superseded'] if st['superseded'] else ''} | "
                          f"{met} |")
+        if any("kafka" in per_sink for per_sink in lat["phases"].values()):
+            L.append("\n`kafka`: the write readable (read_committed) on its topic, i.e. the ingest part; "
+                     "`<sink> - kafka`: per write, the sink's first sight minus the topic's (the merger's part).")
         if lat.get("snapshot"):
             s = lat["snapshot"]
             L.append(f"\nSnapshot during phase 2: {s['rows']:,} rows in {s['snapshot_s']:.1f} s = "
@@ -1048,6 +1116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-parallelism", type=int, default=2, help="parallelism of the phase-2 snapshot")
     ap.add_argument("--rate", type=float, default=1000, help="changes/s of the paced writer")
     ap.add_argument("--pg-poll-ms", type=int, default=100)
+    ap.add_argument("--kafka-probe", action="store_true",
+                    help="latency: also time each write's arrival on its topic (splits ingest from merger)")
     ap.add_argument("--delta-poll-ms", type=int, default=250)
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
     ap.add_argument("--keep", action="store_true", help="keep work dirs (logs, state, Delta tables)")

@@ -12,6 +12,7 @@ windows and reads them through Spark JDBC.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -247,6 +248,8 @@ class Merger:
         log.info("merger running: topics %s, state in %s", pattern, cfg.state_dir)
         try:
             last_status, logged_batch = 0.0, -1
+            # diagnostics: every micro-batch's progress (Spark's time split) as JSON lines
+            progress_log, progress_seen = os.environ.get("CDC_MERGER_PROGRESS_LOG"), -1
             while not stop.is_set():
                 if not self.query.isActive:
                     if processor.fatal is not None:
@@ -260,6 +263,8 @@ class Merger:
                         processor.publish_status()
                     last_status = time.monotonic()
                     logged_batch = _log_slow_batch(self.query, logged_batch)
+                    if progress_log:
+                        progress_seen = _append_progress(self.query, progress_seen, progress_log)
                 stop.wait(0.2)
         finally:
             stop.set()  # ends the source guard's retries too
@@ -305,6 +310,21 @@ def _log_slow_batch(query, logged: int) -> int:
         log.info("slow micro-batch %s: %s", progress.get("batchId"),
                  ", ".join(f"{k} {v} ms" for k, v in sorted(took.items(), key=lambda kv: -kv[1])))
     return progress.get("batchId", logged)
+
+
+def _append_progress(query, seen: int, path: str) -> int:
+    try:
+        recent = query.recentProgress
+    except Exception:
+        return seen
+    with open(path, "a") as f:
+        for progress in recent:
+            if progress.get("batchId", -1) > seen:
+                f.write(json.dumps({"batchId": progress["batchId"], "timestamp": progress.get("timestamp"),
+                                    "numInputRows": progress.get("numInputRows"),
+                                    "durationMs": progress.get("durationMs")}) + "\n")
+                seen = progress["batchId"]
+    return seen
 
 
 def _publish_if_idle(processor) -> None:

@@ -53,6 +53,11 @@ case-insensitively here):
                           (default 50000).
 ``maxRecordsPerPartition`` optional: split an offset range into Spark input partitions of at
                           most this many offsets (default: one input partition per range).
+``recordsPerTask``        ranges are packed into Spark tasks of about this many offsets
+                          (default 100000): a micro-batch of a few thousand records over many
+                          partitions is one task with one consumer, not one task per
+                          partition (each task costs a broker round trip and a task slot).
+                          ``1``: one task per range.
 ``failOnDataLoss``        ``true`` (default): fail when a planned start offset no longer
                           exists (retention); ``false``: continue from the earliest offset.
 ``readTimeoutMs``         a reader task fails if it makes no progress towards the end of its
@@ -79,7 +84,9 @@ partitions in a canonical order.
 How it reads. Consumers use ``assign()`` with explicit offsets only (never a consumer-group
 subscription: a group join takes ~20 s on the local broker) and never commit offsets; the
 Spark checkpoint is the only position. ``isolation.level=read_committed`` by default.
-Each micro-batch becomes one Spark input partition per (topic, partition, start, end) range.
+Each micro-batch is planned as (topic, partition, start, end) ranges, packed into Spark
+input partitions of about ``recordsPerTask`` offsets; one consumer reads a task's ranges
+together (one fetch request covers all of them).
 Planning in the driver (``latestOffset``) lists the topics (metadata request), asks
 ListOffsets (read_committed) for the partitions' ends and earliest offsets of new
 partitions, optionally scans the partitions' tails, then applies Trigger.AvailableNow's
@@ -180,6 +187,7 @@ class SourceOptions:
     end_probe: str = "scan"
     scan_max_records: int = 50_000
     max_records_per_partition: Optional[int] = None
+    records_per_task: int = 100_000
     fail_on_data_loss: bool = True
     read_timeout_s: float = 120.0
     probe_timeout_s: float = 15.0
@@ -231,6 +239,7 @@ class SourceOptions:
             end_probe=probe,
             scan_max_records=pos_int("scanMaxRecords", 50_000),
             max_records_per_partition=pos_int("maxRecordsPerPartition", None),
+            records_per_task=pos_int("recordsPerTask", 100_000),
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             read_timeout_s=pos_int("readTimeoutMs", 120_000) / 1000.0,
             probe_timeout_s=pos_int("probeTimeoutMs", 15_000) / 1000.0,
@@ -415,6 +424,51 @@ def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int],
         for lo in range(s, e, step):
             out.append(KafkaRange(topic, part, lo, min(e, lo + step)))
     return out
+
+
+class KafkaRanges(InputPartition):
+    """One Spark input partition: several ranges (at most one per topic partition), read
+    together by one consumer."""
+
+    def __init__(self, ranges: Sequence[KafkaRange]) -> None:
+        self.ranges = tuple(ranges)
+
+    def __repr__(self) -> str:
+        return f"KafkaRanges({', '.join(map(repr, self.ranges))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KafkaRanges) and self.ranges == other.ranges
+
+    def __hash__(self) -> int:
+        return hash(self.ranges)
+
+
+def _size(r: KafkaRange) -> int:
+    # a new partition's start is unknown here: its end bounds the count
+    return r.end - max(r.start, 0)
+
+
+def pack_ranges(ranges: Sequence[KafkaRange], records_per_task: int) -> List[KafkaRanges]:
+    """Ranges into about ``ceil(total / records_per_task)`` tasks (never more than there are
+    ranges), balanced by offsets, largest range first. Slices of one topic partition
+    (``maxRecordsPerPartition``) go to different tasks: a consumer holds a partition once."""
+    if not ranges:
+        return []
+    total = sum(_size(r) for r in ranges)
+    count = max(1, min(len(ranges), -(-total // max(records_per_task, 1))))
+    groups: List[List[KafkaRange]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for r in sorted(ranges, key=lambda r: (-_size(r), r.topic, r.partition, r.start)):
+        free = [i for i in range(len(groups))
+                if all((g.topic, g.partition) != (r.topic, r.partition) for g in groups[i])]
+        if not free:
+            groups.append([])
+            loads.append(0)
+            free = [len(groups) - 1]
+        i = min(free, key=lambda i: (loads[i], i))
+        groups[i].append(r)
+        loads[i] += _size(r)
+    return [KafkaRanges(sorted(g, key=lambda r: (r.topic, r.partition, r.start))) for g in groups if g]
 
 
 # --------------------------------------------------------------------------- driver side
@@ -702,7 +756,8 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = parse_offsets(start), parse_offsets(end)
         begin.pop(TICK_TP, None)
         stop.pop(TICK_TP, None)
-        return plan_ranges(begin, stop, self.opts.max_records_per_partition)
+        return pack_ranges(plan_ranges(begin, stop, self.opts.max_records_per_partition),
+                           self.opts.records_per_task)
 
     def commit(self, end: dict) -> None:
         # the Spark checkpoint is the position; nothing is committed to Kafka
@@ -716,40 +771,47 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------ reading (executors)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, KafkaRange)
-        return read_range(self.opts, partition, self.schema)
+        if isinstance(partition, KafkaRange):
+            return read_ranges(self.opts, [partition], self.schema)
+        assert isinstance(partition, KafkaRanges)
+        return read_ranges(self.opts, partition.ranges, self.schema)
 
 
 def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) -> Iterator[Any]:
-    """Yield pyarrow RecordBatches with the records of ``[r.start, r.end)``. Done when
-    offset ``end-1`` was delivered or the consumer position reached ``end`` (transaction
-    markers occupy offsets that are never delivered). Fails after ``read_timeout_s`` without
-    progress."""
+    """The records of one range (``read_ranges`` of one)."""
+    return read_ranges(opts, [r], schema)
+
+
+def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange],
+                schema: StructType = SCHEMA) -> Iterator[Any]:
+    """Yield pyarrow RecordBatches with the records of ranges ``[r.start, r.end)`` (at most
+    one per topic partition), all assigned to one consumer. A range is done when offset
+    ``end-1`` was delivered or the consumer position reached ``end`` (transaction markers
+    occupy offsets that are never delivered); it is then unassigned. Fails after
+    ``read_timeout_s`` without progress on any unfinished range."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from confluent_kafka import Consumer, KafkaError, TopicPartition
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    if r.start >= 0 and r.start >= r.end:
+    ranges = [r for r in ranges if not (r.start >= 0 and r.start >= r.end)]
+    if not ranges:
         return
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     ts_type = arrow_schema.field("timestamp").type
     headers_type = arrow_schema.field("headers").type
     names = [f.name for f in schema.fields]
-    topic_v = r.topic
-    part_v = r.partition
 
     kept: List[Any] = []  # confluent_kafka Messages of the current Arrow batch
 
     def flush() -> "pa.RecordBatch":
-        n = len(kept)
         stamps = [m.timestamp() for m in kept]  # (type, ms); type 0 = not available
         ts_ms = pa.array([ts if tt else None for tt, ts in stamps], pa.int64())
         cols = {
             "key": pa.array([m.key() for m in kept], pa.binary()),
             "value": pa.array([m.value() for m in kept], pa.binary()),
-            "topic": pa.array([topic_v] * n, pa.string()),
-            "partition": pa.array([part_v] * n, pa.int32()),
+            "topic": pa.array([m.topic() for m in kept], pa.string()),
+            "partition": pa.array([m.partition() for m in kept], pa.int32()),
             "offset": pa.array([m.offset() for m in kept], pa.int64()),
             "timestamp": pc.multiply(ts_ms, 1000).cast(ts_type),
             # librdkafka's 1 (CreateTime) / 2 (LogAppendTime) -> Kafka's ids 0 / 1
@@ -761,22 +823,33 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
 
     consumer = Consumer(opts.consumer_conf())
     try:
-        start = r.start
-        if start < 0:
-            # a partition new in this batch: its earliest offset, asked for directly
-            # (assigning OFFSET_EARLIEST cost every such read 500 ms in librdkafka)
-            start, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
-                                                      timeout=opts.probe_timeout_s, cached=False)
-        tpl = [TopicPartition(r.topic, r.partition, start)]
-        consumer.assign(tpl)
-        end = r.end
+        by_tp: Dict[TP, KafkaRange] = {}
+        position: Dict[TP, int] = {}
+        for r in ranges:
+            start = r.start
+            if start < 0:
+                # a partition new in this batch: its earliest offset, asked for directly
+                # (assigning OFFSET_EARLIEST cost every such read 500 ms in librdkafka)
+                start, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
+                                                          timeout=opts.probe_timeout_s, cached=False)
+            if start < r.end:
+                by_tp[(r.topic, r.partition)] = r
+                position[(r.topic, r.partition)] = start
+        if not by_tp:
+            return
+        consumer.incremental_assign([TopicPartition(t, p, position[(t, p)]) for t, p in by_tp])
+        unfinished = set(by_tp)
+
+        def finish(tp: TP) -> None:
+            unfinished.discard(tp)
+            if unfinished:  # stop fetching past its end while the others go on
+                consumer.incremental_unassign([TopicPartition(*tp)])
+
         last_progress = time.monotonic()
-        position = start
         batch_size = opts.arrow_batch_size
         eof_code = KafkaError._PARTITION_EOF
         keep = kept.append
-        done = False
-        while not done:
+        while unfinished:
             # drain what is queued without waiting; block briefly only on an empty queue
             # (consume() waits for num_messages or the timeout, whichever comes first)
             msgs = consumer.consume(num_messages=batch_size, timeout=0)
@@ -788,38 +861,46 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
                 if err is not None:
                     if err.code() == eof_code:
                         continue
+                    where = by_tp.get((m.topic(), m.partition()), f"{m.topic()}[{m.partition()}]")
                     if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        at = position.get((m.topic(), m.partition()), "?")
                         raise KafkaSourceError(
-                            f"{r}: offset {position} is no longer available ({err}); records "
+                            f"{where}: offset {at} is no longer available ({err}); records "
                             f"were deleted before they were read (set failOnDataLoss=false to "
                             f"continue from the earliest offset)")
                     if err.fatal():
-                        raise KafkaSourceError(f"{r}: {err}")
-                    log.warning("%s: %s", r, err)
+                        raise KafkaSourceError(f"{where}: {err}")
+                    log.warning("%s: %s", where, err)
                     continue
+                tp = (m.topic(), m.partition())
+                if tp not in unfinished:
+                    continue  # fetched before its range was done and unassigned
                 off = m.offset()
-                if off >= end:
-                    done = True
-                    break
+                if off >= by_tp[tp].end:
+                    finish(tp)
+                    continue
                 keep(m)
-                position = off + 1
+                position[tp] = off + 1
                 moved = True
-            if position >= end:
-                done = True
-            if not done:
-                pos = consumer.position(tpl)[0].offset
-                if pos > position:
-                    position = pos
-                    moved = True
-                    done = pos >= end
-            if len(kept) >= batch_size or (done and kept):
+                if off + 1 >= by_tp[tp].end:
+                    finish(tp)
+            if unfinished:
+                for tpo in consumer.position([TopicPartition(t, p) for t, p in unfinished]):
+                    tp = (tpo.topic, tpo.partition)
+                    if tpo.offset > position[tp]:
+                        position[tp] = tpo.offset
+                        moved = True
+                        if tpo.offset >= by_tp[tp].end:
+                            finish(tp)
+            if len(kept) >= batch_size or (not unfinished and kept):
                 yield flush()
             if moved:
                 last_progress = time.monotonic()
-            elif not done and time.monotonic() - last_progress > opts.read_timeout_s:
+            elif unfinished and time.monotonic() - last_progress > opts.read_timeout_s:
+                tp = min(unfinished)
                 raise KafkaSourceError(
-                    f"{r}: no progress for {opts.read_timeout_s:.0f}s at offset {position}; the "
-                    f"broker does not serve the offsets up to {end} (readTimeoutMs)")
+                    f"{by_tp[tp]}: no progress for {opts.read_timeout_s:.0f}s at offset {position[tp]}; "
+                    f"the broker does not serve the offsets up to {by_tp[tp].end} (readTimeoutMs)")
     finally:
         consumer.close()
 

@@ -25,6 +25,7 @@ from merger.kafka_source import (
     CdcKafkaDataSource,
     CdcKafkaStreamReader,
     KafkaRange,
+    KafkaRanges,
     KafkaSourceError,
     SCHEMA,
     SourceOptions,
@@ -32,8 +33,10 @@ from merger.kafka_source import (
     format_offsets,
     parse_offsets,
     plan_end,
+    pack_ranges,
     plan_ranges,
     read_range,
+    read_ranges,
 )
 
 WAIT = 90  # seconds: upper bound of every wait on a query in this file
@@ -106,6 +109,40 @@ def test_plan_ranges():
         KafkaRange("u", 0, OFFSET_EARLIEST, 4),
     ]
     assert plan_ranges(end, end) == []
+
+
+def test_pack_ranges_makes_few_tasks_of_a_small_batch():
+    ranges = [KafkaRange("t", p, 100, 400) for p in range(3)] + [KafkaRange("u", 0, OFFSET_EARLIEST, 50)]
+    assert pack_ranges(ranges, 100_000) == [KafkaRanges(sorted(ranges, key=lambda r: (r.topic, r.partition)))]
+    # a backlog: about total / records_per_task tasks, balanced
+    big = [KafkaRange("t", p, 0, 1000) for p in range(4)]
+    tasks = pack_ranges(big, 2000)
+    assert sorted(sum(r.end - r.start for r in t.ranges) for t in tasks) == [2000, 2000]
+    # one task per range, as before packing
+    assert len(pack_ranges(big, 1)) == 4
+    assert pack_ranges([], 10) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("xy"), st.integers(0, 3), st.integers(-2, 500), st.integers(1, 800)),
+                max_size=14),
+       st.integers(1, 3000))
+def test_pack_ranges_properties(raw, records_per_task):
+    ranges = []
+    for topic, part, start, size in raw:
+        start = OFFSET_EARLIEST if start < 0 else start
+        ranges.append(KafkaRange(topic, part, start, max(start, 0) + size))
+    tasks = pack_ranges(ranges, records_per_task)
+    packed = [r for t in tasks for r in t.ranges]
+    assert sorted(packed, key=repr) == sorted(ranges, key=repr)  # each range once
+    for t in tasks:
+        tps = [(r.topic, r.partition) for r in t.ranges]
+        assert len(tps) == len(set(tps)), "a consumer holds a partition once"
+    if ranges:
+        total = sum(r.end - max(r.start, 0) for r in ranges)
+        most_per_tp = max(sum(1 for q in ranges if (q.topic, q.partition) == (r.topic, r.partition))
+                          for r in ranges)
+        assert 1 <= len(tasks) <= max(min(len(ranges), -(-total // records_per_task)), most_per_tp)
 
 
 def test_options_parse():
@@ -585,6 +622,43 @@ def test_transaction_markers_and_read_timeout(bootstrap, unique_name):
         for _ in read_range(opts, KafkaRange(topic, 0, 0, 9)):
             pass
     assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_one_consumer_reads_ranges_of_several_partitions(bootstrap, unique_name):
+    """A packed task: ranges of three partitions of two topics (two plain ones, one new in the
+    batch that ends on a transaction marker) read together, every record once, with its own
+    topic and partition. A range past what the broker serves still fails after the timeout."""
+    a, b = f"{unique_name}.db.a", f"{unique_name}.db.b"
+    create_topics(bootstrap, [a], partitions=2)
+    create_topics(bootstrap, [b], partitions=1)
+    sent = Sent()
+    p = producer(bootstrap)
+    produce(p, sent, a, 30, "a0", partition=0)
+    produce(p, sent, a, 7, "a1", partition=1)
+    p.flush(15)
+    tx = producer(bootstrap, transactional=True)
+    tx.begin_transaction()
+    produce(tx, sent, b, 12, "b", partition=0)
+    tx.commit_transaction(15)  # offsets 0..11, the marker at 12
+    opts = SourceOptions.parse(source_options(bootstrap, subscribe=f"{a},{b}", readTimeoutMs="5000"))
+    ranges = [KafkaRange(a, 0, 10, 30), KafkaRange(a, 1, 2, 5), KafkaRange(b, 0, OFFSET_EARLIEST, 13)]
+    t0 = time.monotonic()
+    rows = [r for batch in read_ranges(opts, ranges) for r in batch.to_pylist()]
+    took = time.monotonic() - t0
+    got = sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
+    expected = sorted([(a, 0, o) for o in range(10, 30)] + [(a, 1, o) for o in range(2, 5)]
+                      + [(b, 0, o) for o in range(12)])
+    assert got == expected
+    for r in rows:
+        key, value, _ = sent.records[(r["topic"], r["partition"], r["offset"])]
+        assert (r["key"], r["value"]) == (key, value)
+    assert took < 3, f"the reader waited {took:.1f}s (for the marker, or a finished partition)"
+    assert list(read_ranges(opts, [KafkaRange(a, 1, 7, 7)])) == []
+    with pytest.raises(KafkaSourceError, match="no progress"):
+        for _ in read_ranges(opts, [KafkaRange(a, 1, 0, 7), KafkaRange(a, 0, 25, 40)]):
+            pass
 
 
 @pytest.mark.integration
