@@ -811,7 +811,7 @@ class KafkaPoller(SinkPoller):
         self.topic = topic
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                                   "isolation.level": "read_committed", "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+                                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
         self.subscribed = False
 
     def ready(self) -> bool:
@@ -904,21 +904,25 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
             f"warm-up {args.warmup_seconds:.0f}s, then idle phase {args.latency_seconds:.0f}s")
         time.sleep(args.warmup_seconds)
         marks["idle_start"] = time.time()
+        run.sampler.mark()
         end = time.monotonic() + args.latency_seconds
         while time.monotonic() < end:
             writer_ok()
             time.sleep(0.5)
         marks["idle_end"] = time.time()
+        cpu = {"idle": run.sampler.cpu_report()}
         if not args.skip_latency_snapshot:
             from merger.state import StateStore
 
             log(f"latency: requesting a snapshot of {DB}.{BIG} ({args.rows:,} rows) while writing")
             StateStore(run.state).request("snapshot", f"{DB}.{BIG}", where=None)
             marks["snap_start"] = time.time()
+            run.sampler.mark()
             timeout = args.snapshot_timeout or (300 + args.rows / 2000)
             snap_plan = wait_for(lambda: (p := run.plan(BIG)) and p.get("finished_at") and p, timeout,
                                  f"the snapshot of {DB}.{BIG} during the latency phase", alive=writer_ok)
             marks["snap_end"] = time.time()
+            cpu["during snapshot"] = run.sampler.cpu_report()
         writer.stop()
         if writer.error is not None:
             raise RuntimeError(f"writer failed: {writer.error!r}")
@@ -945,7 +949,7 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
             p.stop()
         run.stop()
         run.cleanup(args.keep)
-    out = {"sinks": sinks, "rate_target": args.rate, "rss": rss, "windows": windows, "phases": {},
+    out = {"sinks": sinks, "rate_target": args.rate, "rss": rss, "windows": windows, "phases": {}, "cpu": cpu,
            "pollers": {p.sink: {"polls": p.polls, "avg_poll_ms": 1000 * p.poll_s / p.polls if p.polls else None,
                                 "errors": p.errors, "last_error": p.last_error} for p in pollers},
            "first_visible_s": marks["first_visible"] - marks["writer_start"],
@@ -1056,6 +1060,10 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
         if any("kafka" in per_sink for per_sink in lat["phases"].values()):
             L.append("\n`kafka`: the write readable (read_committed) on its topic, i.e. the ingest part; "
                      "`<sink> - kafka`: per write, the sink's first sight minus the topic's (the merger's part).")
+        for phase, c in (lat.get("cpu") or {}).items():
+            top = ", ".join(f"{k} {v:.1f}" for k, v in list(c["by_label"].items())[:8])
+            L.append(f"\nCPU s in phase '{phase}' (machine busy {c['machine_busy_s']:.1f} of "
+                     f"{c['wall_s'] * (os.cpu_count() or 1):.1f} core-s): {top}.")
         if lat.get("snapshot"):
             s = lat["snapshot"]
             L.append(f"\nSnapshot during phase 2: {s['rows']:,} rows in {s['snapshot_s']:.1f} s = "

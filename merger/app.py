@@ -224,10 +224,18 @@ class Merger:
             reader = reader.option(k, v)
         df = reader.load()
 
+        batch_times: dict = {}  # batch id -> our own split of addBatch (progress log)
+
         def on_batch(batch_df, batch_id: int) -> None:
+            t0 = time.monotonic()
             records = batch_df.toArrow()
+            t1 = time.monotonic()
             processor.process(batch_id, records)
+            t2 = time.monotonic()
             metrics.observe(processor.status())
+            batch_times[batch_id] = {"readMs": int(1000 * (t1 - t0)), "processMs": int(1000 * (t2 - t1)),
+                                     "statusMs": int(1000 * (time.monotonic() - t2)), **processor.last_timing}
+            batch_times.pop(batch_id - 200, None)
 
         writer = (df.writeStream.foreachBatch(on_batch)
                   .option("checkpointLocation", str(store.checkpoint))
@@ -264,7 +272,7 @@ class Merger:
                     last_status = time.monotonic()
                     logged_batch = _log_slow_batch(self.query, logged_batch)
                     if progress_log:
-                        progress_seen = _append_progress(self.query, progress_seen, progress_log)
+                        progress_seen = _append_progress(self.query, progress_seen, progress_log, batch_times)
                 stop.wait(0.2)
         finally:
             stop.set()  # ends the source guard's retries too
@@ -312,7 +320,7 @@ def _log_slow_batch(query, logged: int) -> int:
     return progress.get("batchId", logged)
 
 
-def _append_progress(query, seen: int, path: str) -> int:
+def _append_progress(query, seen: int, path: str, ours: dict) -> int:
     try:
         recent = query.recentProgress
     except Exception:
@@ -322,7 +330,8 @@ def _append_progress(query, seen: int, path: str) -> int:
             if progress.get("batchId", -1) > seen:
                 f.write(json.dumps({"batchId": progress["batchId"], "timestamp": progress.get("timestamp"),
                                     "numInputRows": progress.get("numInputRows"),
-                                    "durationMs": progress.get("durationMs")}) + "\n")
+                                    "durationMs": progress.get("durationMs"),
+                                    "addBatchSplit": ours.get(progress["batchId"])}) + "\n")
                 seen = progress["batchId"]
     return seen
 

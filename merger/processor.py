@@ -153,6 +153,7 @@ class BatchProcessor:
         self._staging_done: list = []
         self.emission_pending: str | None = None  # a table with ready windows left after the last batch
         self.batch_finished_at = 0.0
+        self.last_timing: dict = {}  # the last batch's time split (diagnostics)
         self.last_change_at = 0.0  # monotonic time of the last batch with a streamed change
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
 
@@ -381,6 +382,7 @@ class BatchProcessor:
                 self._ask_for_batch(batch_id)
             self.batch_finished_at = time.monotonic()
             took = self.batch_finished_at - self.batch_started
+            self.last_timing = {"changesMs": int(1000 * streamed_s), "windowsMs": int(1000 * (took - streamed_s))}
             (log.info if took > 2.0 else log.debug)(
                 "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)", batch_id,
                 records.num_rows, took, streamed_s, took - streamed_s)
