@@ -468,7 +468,8 @@ class Run:
                                  "password_file": str(local_stack.secret_file(info, "postgres_password"))}
         mcfg = write_merger_config(info, self.dir / "merger.yaml", self.prefix, [DB], self.dir,
                                    table_include=self.table_include, sinks=sinks, snapshot=self.snapshot,
-                                   trigger_interval_ms=self.trigger_ms, spark_conf=self.spark_conf)
+                                   trigger_interval_ms=self.trigger_ms, spark_conf=self.spark_conf,
+                                   **MERGER_SETTINGS)
         self.started_at = time.time()
         self.merger = MergerProcess(mcfg, self.dir / "merger.log").start()
         self.sampler = TreeSampler(self.merger.proc.pid)
@@ -540,6 +541,9 @@ def drop_pg_schema(info, schema: str) -> None:
                     sql.Identifier("_cdc", helper._tomb_name(schema, table))))
             conn.execute("DELETE FROM _cdc._cdc_applied WHERE table_name LIKE %s",
                          ('"' + schema.replace('"', '""') + '".%',))
+
+
+MERGER_SETTINGS: dict = {}  # --merger-set KEY=VALUE (dotted config keys)
 
 
 def spark_conf(args) -> dict:
@@ -1124,6 +1128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-parallelism", type=int, default=2, help="parallelism of the phase-2 snapshot")
     ap.add_argument("--rate", type=float, default=1000, help="changes/s of the paced writer")
     ap.add_argument("--pg-poll-ms", type=int, default=100)
+    ap.add_argument("--merger-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a merger config key (dotted, e.g. records_per_task=1) for every run")
     ap.add_argument("--kafka-probe", action="store_true",
                     help="latency: also time each write's arrival on its topic (splits ingest from merger)")
     ap.add_argument("--delta-poll-ms", type=int, default=250)
@@ -1133,6 +1139,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
     args = ap.parse_args(argv)
+    for kv in args.merger_set:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            ap.error(f"--merger-set wants KEY=VALUE, not {kv!r}")
+        import yaml
+
+        MERGER_SETTINGS[key] = yaml.safe_load(value)
 
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
     bad = [s for s in sinks if s not in ("delta", "postgres")]

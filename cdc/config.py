@@ -365,6 +365,10 @@ class MergerConfig(_Model):
         "extra Spark settings, over the merger's own"))
     trigger_interval_ms: int = Field(500, ge=0)
     max_records_per_trigger: int = Field(200_000, ge=1)
+    records_per_task: int = Field(
+        100_000, ge=1, description="Kafka offsets per Spark read task, about: a micro-batch's partition ranges are "
+                                   "packed into tasks of this size, each read by one consumer; 1 = one task per "
+                                   "partition and offset range")
     end_probe: Literal["scan", "watermark"] = Field(
         "scan", description="scan: read the partition tail to find the end (needed on Tansu)")
     on_bad_record: Literal["dead_letter", "stop"] = "dead_letter"

@@ -118,6 +118,7 @@ def source_options(config: MergerConfig) -> dict[str, str]:
             "subscribePattern": subscribe_pattern(config),
             "startingOffsets": "earliest",
             "maxOffsetsPerTrigger": str(config.max_records_per_trigger),
+            "recordsPerTask": str(config.records_per_task),
             "endProbe": config.end_probe,
             # the processor raises the number in this file when snapshot rows are left
             # to emit: the source then gives Spark a reason for another micro-batch
