@@ -256,7 +256,9 @@ def test_one_million_row_transaction_memory_stays_flat(stack, mysql_root, unique
         # flat: the peak stays within a fixed allowance over the idle process, far below
         # what holding the transaction would need (~1M decoded rows is several hundred MB)
         assert peak - baseline < 200 * 1024, (baseline, peak)
+        t0 = time.monotonic()
         records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.big"], idle_s=10, timeout_s=300)
+        print(f"read {len(records)} records back in {time.monotonic() - t0:.1f}s")
         creates = [r for r in records if r.value is not None]
         assert len(creates) == rows
         assert len({r.key for r in creates}) == rows
