@@ -257,7 +257,9 @@ def test_one_million_row_transaction_memory_stays_flat(stack, mysql_root, unique
         # what holding the transaction would need (~1M decoded rows is several hundred MB)
         assert peak - baseline < 200 * 1024, (baseline, peak)
         t0 = time.monotonic()
-        records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.big"], idle_s=10, timeout_s=300)
+        # late in the suite the local broker serves this read far slower than alone (82 s
+        # for the whole test alone, 250-340 s in the suite): a generous bound, same check
+        records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.big"], idle_s=10, timeout_s=500)
         print(f"read {len(records)} records back in {time.monotonic() - t0:.1f}s")
         creates = [r for r in records if r.value is not None]
         assert len(creates) == rows
