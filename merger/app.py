@@ -225,7 +225,9 @@ class Merger:
             reader = reader.option(k, v)
         df = reader.load()
 
-        batch_times: dict = {}  # batch id -> our own split of addBatch (progress log)
+        # diagnostics: every micro-batch's progress (Spark's time split) as JSON lines
+        progress_log = os.environ.get("CDC_MERGER_PROGRESS_LOG")
+        batch_times: dict = {}  # batch id -> our own split of addBatch (only for the progress log)
 
         def on_batch(batch_df, batch_id: int) -> None:
             t0 = time.monotonic()
@@ -234,6 +236,8 @@ class Merger:
             processor.process(batch_id, records)
             t2 = time.monotonic()
             metrics.observe(processor.status())
+            if not progress_log:
+                return
             batch_times[batch_id] = {"readMs": int(1000 * (t1 - t0)), "processMs": int(1000 * (t2 - t1)),
                                      "statusMs": int(1000 * (time.monotonic() - t2)), **processor.last_timing}
             batch_times.pop(batch_id - 200, None)
@@ -257,8 +261,7 @@ class Merger:
         log.info("merger running: topics %s, state in %s", pattern, cfg.state_dir)
         try:
             last_status, logged_batch = 0.0, -1
-            # diagnostics: every micro-batch's progress (Spark's time split) as JSON lines
-            progress_log, progress_seen = os.environ.get("CDC_MERGER_PROGRESS_LOG"), -1
+            progress_seen = -1
             while not stop.is_set():
                 if not self.query.isActive:
                     if processor.fatal is not None:

@@ -771,8 +771,6 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------ reading (executors)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition, KafkaRange):
-            return read_ranges(self.opts, [partition], self.schema)
         assert isinstance(partition, KafkaRanges)
         return read_ranges(self.opts, partition.ranges, self.schema)
 
