@@ -607,21 +607,21 @@ def test_transaction_markers_and_read_timeout(bootstrap, unique_name):
                              isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
     assert [f.result(10).offset for f in res.values()] == [6]  # 0..4 + marker at 5
 
-    opts = SourceOptions.parse(source_options(bootstrap, subscribe=topic, readTimeoutMs="2000"))
+    # a long timeout: a reader that waited for the marker's offset would take it whole
+    patient = SourceOptions.parse(source_options(bootstrap, subscribe=topic, readTimeoutMs="60000"))
     t0 = time.monotonic()
-    rows = [r for b in read_range(opts, KafkaRange(topic, 0, 0, 6)) for r in b.to_pylist()]
+    rows = [r for b in read_range(patient, KafkaRange(topic, 0, 0, 6)) for r in b.to_pylist()]
     assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4]
-    assert time.monotonic() - t0 < 1.5, "the reader waited for the marker's offset"
+    assert time.monotonic() - t0 < 30, "the reader waited for the marker's offset"
+    opts = SourceOptions.parse(source_options(bootstrap, subscribe=topic, readTimeoutMs="2000"))
     assert [r["offset"] for b in read_range(opts, KafkaRange(topic, 0, 5, 6))
             for r in b.to_pylist()] == []
     assert [r["offset"] for b in read_range(opts, KafkaRange(topic, 0, OFFSET_EARLIEST, 3))
             for r in b.to_pylist()] == [0, 1, 2]
 
-    t0 = time.monotonic()
     with pytest.raises(KafkaSourceError, match="no progress"):
         for _ in read_range(opts, KafkaRange(topic, 0, 0, 9)):
             pass
-    assert time.monotonic() - t0 < 10
 
 
 @pytest.mark.integration
@@ -642,10 +642,12 @@ def test_one_consumer_reads_ranges_of_several_partitions(bootstrap, unique_name)
     tx.begin_transaction()
     produce(tx, sent, b, 12, "b", partition=0)
     tx.commit_transaction(15)  # offsets 0..11, the marker at 12
+    # a long timeout: a reader that waited for the marker or a finished partition takes it whole
+    patient = SourceOptions.parse(source_options(bootstrap, subscribe=f"{a},{b}", readTimeoutMs="60000"))
     opts = SourceOptions.parse(source_options(bootstrap, subscribe=f"{a},{b}", readTimeoutMs="5000"))
     ranges = [KafkaRange(a, 0, 10, 30), KafkaRange(a, 1, 2, 5), KafkaRange(b, 0, OFFSET_EARLIEST, 13)]
     t0 = time.monotonic()
-    rows = [r for batch in read_ranges(opts, ranges) for r in batch.to_pylist()]
+    rows = [r for batch in read_ranges(patient, ranges) for r in batch.to_pylist()]
     took = time.monotonic() - t0
     got = sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
     expected = sorted([(a, 0, o) for o in range(10, 30)] + [(a, 1, o) for o in range(2, 5)]
@@ -654,7 +656,7 @@ def test_one_consumer_reads_ranges_of_several_partitions(bootstrap, unique_name)
     for r in rows:
         key, value, _ = sent.records[(r["topic"], r["partition"], r["offset"])]
         assert (r["key"], r["value"]) == (key, value)
-    assert took < 3, f"the reader waited {took:.1f}s (for the marker, or a finished partition)"
+    assert took < 30, f"the reader waited {took:.1f}s (for the marker, or a finished partition)"
     assert list(read_ranges(opts, [KafkaRange(a, 1, 7, 7)])) == []
     with pytest.raises(KafkaSourceError, match="no progress"):
         for _ in read_ranges(opts, [KafkaRange(a, 1, 0, 7), KafkaRange(a, 0, 25, 40)]):

@@ -262,9 +262,7 @@ def test_merger_checks_credentials_and_privileges_at_start(stack, mysql_root, tm
         cfg["sinks"] = {"delta": {"path": str(tmp_path / "delta")}}
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(cfg))
-        started = time.monotonic()
-        res = _cli("merge", "-c", str(path))
-        assert time.monotonic() - started < 120
+        res = _cli("merge", "-c", str(path))  # a hang fails by _cli's timeout
         return _error_line(res)
 
     try:
