@@ -154,6 +154,11 @@ class KafkaConfig(_Model):
         description="librdkafka properties passed through to every Kafka client (TLS/SASL: "
                     "security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, "
                     "sasl.mechanism, sasl.username, ...); no secrets here")
+    max_message_bytes: int | None = Field(
+        None, ge=1000, le=1_000_000_000,
+        description="ingest: the largest record it may write; default: what the broker reports as "
+                    "message.max.bytes, else 100 MiB. A larger record stops ingest with an error naming "
+                    "table, key and size")
     sasl_password_env: str | None = Field(None, description="environment variable with sasl.password")
     sasl_password_file: str | None = Field(None, description="file holding sasl.password")
     ssl_key_password_env: str | None = Field(None, description="environment variable with ssl.key.password")
@@ -234,6 +239,10 @@ class IngestConfig(_Model):
     watermark_table: str = Field("cdc.cdc_watermarks", description="db.table of DBLog watermarks")
     commit_every_events: int = Field(5_000, ge=1, description="events per Kafka transaction, at most")
     commit_every_ms: int = Field(200, ge=1, description="Kafka transaction age, at most")
+    on_xa_rollback: Literal["fail", "warn"] = Field(
+        "fail", description="an XA transaction rolled back after XA PREPARE, whose changes were written "
+                            "at the PREPARE: fail = stop with an error naming the tables to re-snapshot; "
+                            "warn = log that error and go on")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
     metrics_address: str = Field("127.0.0.1", description="address the metrics port listens on "
                                                           "(0.0.0.0: all, e.g. in a container)")

@@ -16,10 +16,10 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pymysql
-from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
@@ -33,20 +33,24 @@ from ingest.envelope import (SourceInfo, TableEncoder, TransactionTracker, conte
                              heartbeat_record, message_record, schema_change_record, source_json,
                              table_change_json)
 from ingest.ddl import parse_ddl
+from ingest import statements
 from ingest.declared import DeclaredTypes
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
 from ingest.topics import table_topic
 from ingest.types import TableSpec
 from ingest.position import POSITION_HEADER, EventPosition, ResumePoint, advance_gtid_state
-from ingest.producer import (BrokerError, Topics, TransactionalProducer, read_all_values,
-                             read_resume_point)
+from ingest.producer import (DEFAULT_MAX_MESSAGE_BYTES, BrokerError, RecordTooLarge, Topics,
+                             TransactionalProducer, read_all_values, read_resume_point)
 
 log = logging.getLogger("cdc.ingest")
 
 WATERMARK_HEADER = "cdc.watermark"
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError,
                     OSError, EOFError)
+
+
+_FL_STANDALONE = 1  # MariaDB GTID event flag: a group of one statement (DDL), no BEGIN/COMMIT
 
 
 class IngestError(RuntimeError):
@@ -71,6 +75,15 @@ class _Trx:
     row_events: int = 0  # row events of this transaction seen so far
     skip_events: int = 0  # row events already committed by an earlier run
     events_written: int = 0
+    began: bool = False  # a BEGIN / XA START opened the group (else: one standalone statement)
+    # the group's records not sent yet (args of producer.send), so that a ROLLBACK or
+    # ROLLBACK TO later in the group can drop them; sent when the group ends or when
+    # commit_every_events of them are held (a large transaction, cut in pieces)
+    held: list = field(default_factory=list)
+    released: int = 0  # records of the group sent already (the first ones)
+    savepoints: dict = field(default_factory=dict)  # name -> records of the group before it
+    xid: str | None = None  # XA transaction id (XA START ... XA PREPARE)
+    tables: set = field(default_factory=set)  # db.table of the changes written
 
 
 class Ingest:
@@ -96,6 +109,7 @@ class Ingest:
         self.unavailable_since: float | None = None  # first failure of the current outage
         self.retries = 0
         self._details_conn: pymysql.Connection | None = None
+        self._prepared_xa: dict[str, list[str]] = {}  # XA PREPAREd xid -> captured tables it changed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -111,7 +125,9 @@ class Ingest:
         # fence the previous instance first: its transaction still open on the offsets
         # partition is aborted, so that a read_committed read sees the last committed point
         # (Tansu hides a partition's committed records while a transaction is open on it)
-        self.producer = TransactionalProducer(self.kafka_conf, txn_id)
+        self.max_message_bytes = (self.config.kafka.max_message_bytes or self.topics.broker_max_message_bytes()
+                                  or DEFAULT_MAX_MESSAGE_BYTES)
+        self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
         self.committed = read_resume_point(self.kafka_conf, self.offsets_topic, self.source_key, settle_s=15)
         if self.committed is None:
             self.committed = ResumePoint(gtid_state=self._start_gtid(facts))
@@ -143,8 +159,30 @@ class Ingest:
                 self._recover(f"broker error ({exc}); retrying in {self.backoff:.0f}s", "broker")
                 stop.wait(self.backoff)
                 self.backoff = min(self.backoff * 2, 30.0)
-                self.producer = TransactionalProducer(self.kafka_conf, txn_id)
+                self.producer = TransactionalProducer(self.kafka_conf, txn_id,
+                                                      max_message_bytes=self.max_message_bytes)
+            except RecordTooLarge as exc:
+                self.producer.abort()
+                raise IngestError(self._too_large_message(exc)) from None
         self.producer.abort()
+
+    def _too_large_message(self, exc: RecordTooLarge) -> str:
+        where = ""
+        if exc.position:
+            pos = EventPosition.decode(exc.position)
+            where = f" at binlog {pos.file}:{pos.pos} (row {pos.row})"
+        key = (exc.key or b"").decode("utf-8", "replace")
+        key = key if len(key) <= 200 else key[:200] + "..."
+        table = exc.topic[len(self.prefix) + 1:] if exc.topic.startswith(self.prefix + ".") else exc.topic
+        if exc.by_broker:
+            limit = (f"the broker refused it (its message.max.bytes, or the topic's max.message.bytes, is "
+                     f"below that): raise those, and kafka.max_message_bytes ({exc.limit:,}) with them")
+        else:
+            limit = (f"more than kafka.max_message_bytes ({exc.limit:,}): raise it, and the broker's "
+                     f"message.max.bytes and the topic's max.message.bytes if they are lower")
+        return (f"the change of {table} with key {key}{where} is a record of {exc.size:,} bytes, {limit}; "
+                f"or leave the large column out (column_exclude). Ingest stopped before this change and "
+                f"resumes at it when restarted")
 
     def _load_ddl_history(self) -> None:
         """Declared column types from the schema-change topic (our DDL history)."""
@@ -214,7 +252,8 @@ class Ingest:
                 end_pos = event.packet.log_pos
                 start_pos = end_pos - event.packet.event_size
                 if isinstance(event, MariadbGtidEvent):
-                    trx = _Trx(event.gtid, event.timestamp * 1000)
+                    # MariaDB writes no BEGIN: a GTID without FL_STANDALONE opens a transaction
+                    trx = _Trx(event.gtid, event.timestamp * 1000, began=not event.flags & _FL_STANDALONE)
                     if point.trx_gtid == event.gtid:
                         trx.skip_events = point.trx_events
                     continue
@@ -227,8 +266,9 @@ class Ingest:
                     if not pending:
                         txn_started = now
                     n = self._rows(event, trx, EventPosition(file, start_pos))
+                    if len(trx.held) >= cfg.commit_every_events:
+                        n += self._release_held(trx)
                     pending += n
-                    trx.events_written += n
                     if pending >= cfg.commit_every_events:
                         # a large source transaction: commit at this row-event boundary
                         self._commit(ResumePoint(gtid_state, file, end_pos, trx.gtid, trx.row_events,
@@ -236,17 +276,30 @@ class Ingest:
                         pending, last_commit = 0, now
                     continue
                 if isinstance(event, QueryEvent):
-                    query = event.query.strip()
-                    upper = query[:10].upper()
-                    if upper.startswith("BEGIN") or upper.startswith("XA "):
+                    if trx is None:  # cannot happen with GTIDs on
                         continue
-                    if trx is not None and not upper.startswith("COMMIT"):
+                    stmt = statements.classify(event.query)
+                    if stmt.kind == statements.STATEMENT:
                         if not pending:
                             txn_started = now
-                        pending += self._ddl(event, query, trx, EventPosition(file, start_pos))
+                        pending += self._ddl(event, event.query.strip(), trx, EventPosition(file, start_pos))
+                        if trx.began:
+                            continue  # a statement inside a transaction does not end it
+                    else:
+                        self._transaction_control(stmt, trx, EventPosition(file, start_pos))
+                        if not stmt.ends_group:
+                            continue
+                    event = "commit"
+                elif isinstance(event, XAPrepareEvent):  # ends the group of an XA transaction's rows
+                    if trx is not None and event.one_phase:
+                        trx.xid = None  # XA COMMIT ... ONE PHASE: committed, not prepared
                     event = "commit"
                 if isinstance(event, XidEvent) or event == "commit":
                     if trx is not None:
+                        if trx.held:
+                            pending += self._release_held(trx)
+                        if trx.xid is not None and trx.tables:
+                            self._prepared_xa[trx.xid] = sorted(trx.tables)
                         gtid_state = advance_gtid_state(gtid_state, trx.gtid)
                         metrics.TRANSACTIONS.inc()
                         self.stats["source_transactions"] += 1
@@ -368,7 +421,7 @@ class Ingest:
             return 0
         enc = codec.encoder
         mask = codec.mask if codec.masked else None
-        send = self.producer.send
+        hold = trx.held.append
         tracker = self._tracker if self.config.provide_transaction_metadata else None
         if tracker is not None and trx.events_written == 0 and tracker.tx_id != trx.gtid:
             self._send_record(tracker.begin(trx.gtid, trx.ts_ms), 0)
@@ -398,12 +451,90 @@ class Ingest:
                 key = rec.key.encode() if rec.key is not None else None
                 part = partition_for(key, partitions) if key is not None else (row_index % partitions)
                 headers = [(POSITION_HEADER, pb)] + [(k, v.encode()) for k, v in rec.headers] + self._context
-                send(codec.topic, key, rec.value.encode() if rec.value is not None else None, part, headers)
+                hold((codec.topic, key, rec.value.encode() if rec.value is not None else None, part, headers))
             written += len(records)
             metrics.EVENTS.labels(codec.name, op).inc()
-        trx.events_written += written
-        self.stats["events"] += written
-        return written
+        trx.tables.add(codec.name)
+        return 0  # held: counted when sent
+
+    def _release_held(self, trx: _Trx) -> int:
+        """Send the group's held records (at its end, or a large group's first pieces)."""
+        send = self.producer.send
+        for args in trx.held:
+            send(*args)
+        n = len(trx.held)
+        trx.held = []
+        trx.released += n
+        trx.events_written += n
+        self.stats["events"] += n
+        return n
+
+    def _transaction_control(self, stmt: statements.Statement, trx: _Trx, position: EventPosition) -> None:
+        """BEGIN, savepoints, ROLLBACK and XA statements inside the binlog (ingest/statements.py
+        says what MariaDB writes and when)."""
+        kind, where = stmt.kind, f"GTID {trx.gtid} at {position.file}:{position.pos}"
+        if kind in (statements.BEGIN, statements.XA_START, statements.XA_END):
+            # MariaDB keeps XA START in the GTID event; XA END names the xid in the binlog
+            trx.began = True
+            trx.xid = stmt.name if kind != statements.BEGIN else None
+        elif kind == statements.SAVEPOINT:
+            trx.savepoints.pop(stmt.name, None)  # a savepoint set again moves
+            trx.savepoints[stmt.name] = trx.released + len(trx.held)
+        elif kind == statements.RELEASE:
+            trx.savepoints.pop(stmt.name, None)
+        elif kind == statements.ROLLBACK_TO:
+            if stmt.name not in trx.savepoints:
+                raise IngestError(
+                    f"transaction {where}: ROLLBACK TO SAVEPOINT {stmt.name} without its SAVEPOINT in the "
+                    f"binlog, so ingest cannot tell which row changes were rolled back. Please report this "
+                    f"with the output of mariadb-binlog for that transaction")
+            names = list(trx.savepoints)
+            mark = trx.savepoints[stmt.name]
+            if mark < trx.released:
+                raise IngestError(self._exposed(trx, where, f"ROLLBACK TO {stmt.name}"))
+            dropped = len(trx.held) - (mark - trx.released)
+            del trx.held[mark - trx.released:]
+            # savepoints set after this one are gone, this one stays (SQL semantics)
+            trx.savepoints = {n: trx.savepoints[n] for n in names[:names.index(stmt.name) + 1]}
+            log.debug("transaction %s: ROLLBACK TO %s drops %d records", where, stmt.name, dropped)
+        elif kind == statements.ROLLBACK:
+            # e.g. the changes after a SAVEPOINT at the start of a transaction, kept in the
+            # binlog by a non-transactional change and then rolled back
+            if trx.released:
+                raise IngestError(self._exposed(trx, where, "ROLLBACK"))
+            log.debug("transaction %s: ROLLBACK drops %d records", where, len(trx.held))
+            trx.held = []
+        elif kind == statements.XA_COMMIT:
+            if trx.began:
+                trx.xid = None  # XA COMMIT ... ONE PHASE closing its own group: committed
+            else:
+                self._prepared_xa.pop(stmt.name, None)
+        elif kind == statements.XA_ROLLBACK:
+            tables = self._prepared_xa.pop(stmt.name, None)
+            if tables is None or tables:
+                self._xa_rolled_back(stmt.name, tables, where)
+
+    def _exposed(self, trx: _Trx, where: str, what: str) -> str:
+        return (f"transaction {where}: {what} rolls back row changes of {', '.join(sorted(trx.tables))} that "
+                f"ingest already wrote to Kafka, because the transaction had more than commit_every_events "
+                f"({self.config.commit_every_events}) changes before it. Set commit_every_events above the "
+                f"size of such transactions, delete topic {self.prefix}.offsets and the table topics (or use "
+                f"a new topic_prefix), restart ingest with start.mode: current and re-snapshot")
+
+    def _xa_rolled_back(self, xid: str, tables: list[str] | None, where: str) -> None:
+        """An XA transaction rolled back after XA PREPARE. Its row changes are in the binlog
+        at the PREPARE and were written to Kafka there (as Debezium does): they never
+        happened in the source."""
+        changed = (f"its changes to {', '.join(tables)} were written to Kafka at its XA PREPARE" if tables
+                   else "it was prepared before this ingest process started, so ingest cannot tell whether "
+                        "its changes to captured tables were written to Kafka at its XA PREPARE")
+        message = (f"XA ROLLBACK {xid} ({where}): {changed}, and the source rolled them back. Re-snapshot "
+                   f"the tables it changed (cdc snapshot <db.table>)")
+        if self.config.on_xa_rollback == "warn":
+            log.error("%s; going on (on_xa_rollback: warn)", message)
+            metrics.ERRORS.labels("xa_rollback").inc()
+            return
+        raise IngestError(f"{message}, then restart ingest with on_xa_rollback: warn to go past it")
 
     def _send_record(self, rec, partition: int, position: bytes | None = None) -> None:
         headers = [(k, v.encode()) for k, v in rec.headers] + self._context
@@ -462,8 +593,10 @@ class Ingest:
         pos = EventPosition(position.file, position.pos, 0).encode()
         written = 0
         if ddl.kind == "TRUNCATE":
+            # a truncate record per partition, and no schema change: Debezium writes none
             for db, table in captured:
                 written += self._truncate(db, table, trx, position, event, thread)
+            return written
         changes = []
         if ddl.kind in ("CREATE", "ALTER", "RENAME"):
             for db, table in captured:

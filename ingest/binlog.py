@@ -33,7 +33,7 @@ from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.binlogstream import MYSQL_EXPECTED_ERROR_CODES
 from pymysqlreplication.constants import BINLOG
-from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent,
+from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent,
                                       XidEvent)
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
@@ -87,7 +87,7 @@ class _PacketWrapper(BinLogPacketWrapper):
 
 
 ROW_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
-EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent, CachedTableMapEvent,
+EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, XAPrepareEvent, RotateEvent, HeartbeatLogEvent, CachedTableMapEvent,
           FastWriteRowsEvent, FastUpdateRowsEvent, FastDeleteRowsEvent]
 
 

@@ -24,6 +24,24 @@ class BrokerError(RuntimeError):
     """The broker is unreachable or refused something; the message is user-facing."""
 
 
+DEFAULT_MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # when neither the config nor the broker says
+
+
+class RecordTooLarge(RuntimeError):
+    """A record larger than the producer or the broker accepts: retrying cannot help."""
+
+    def __init__(self, topic: str, key: bytes | None, size: int, limit: int, position: bytes | None,
+                 by_broker: bool):
+        self.topic, self.key, self.size, self.limit, self.position = topic, key, size, limit, position
+        self.by_broker = by_broker
+        super().__init__(f"record of {size:,} bytes for {topic} refused by the "
+                         f"{'broker' if by_broker else 'producer'} (limit {limit:,})")
+
+
+def _size(key: bytes | None, value: bytes | None, headers) -> int:
+    return len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers or ())
+
+
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0].str()
@@ -37,6 +55,22 @@ class Topics:
         self._admin = AdminClient(client_config)
         self._partitions: dict[str, int] = {}
         self._timeout = timeout_s
+
+    def broker_max_message_bytes(self) -> int | None:
+        """The broker's ``message.max.bytes``, if it answers DescribeConfigs (Apache Kafka
+        does; the local Tansu broker does not, and accepts records of any size)."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        try:
+            brokers = self._admin.list_topics(timeout=self._timeout).brokers
+            if not brokers:
+                return None
+            resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+            configs = self._admin.describe_configs([resource])[resource].result(self._timeout)
+            entry = configs.get("message.max.bytes")
+            return int(entry.value) if entry is not None and entry.value else None
+        except Exception:  # not supported or not allowed: the caller falls back
+            return None
 
     def check_reachable(self) -> None:
         try:
@@ -74,9 +108,13 @@ class Topics:
 
 
 class TransactionalProducer:
-    def __init__(self, client_config: dict, transactional_id: str, timeout_s: float = 30.0):
+    def __init__(self, client_config: dict, transactional_id: str, timeout_s: float = 30.0,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         conf = dict(client_config)
+        self.max_message_bytes = max_message_bytes
         conf.update({
+            # librdkafka's own default (1 MB) would refuse large rows the broker accepts
+            "message.max.bytes": max_message_bytes,
             "transactional.id": transactional_id,
             "enable.idempotence": True,
             # nothing is visible before the commit, which sends at once (flush): waiting
@@ -93,15 +131,21 @@ class TransactionalProducer:
         self._producer = Producer(conf)
         self._open = False
         self._errors: list[str] = []
+        self._too_large: RecordTooLarge | None = None
         try:
             # fences any earlier instance with the same transactional.id
             self._producer.init_transactions(timeout_s)
         except KafkaException as exc:
             raise BrokerError(f"cannot initialise Kafka transactions: {_error_text(exc)}") from None
 
-    def _on_delivery(self, err, _msg) -> None:
-        if err is not None:
-            self._errors.append(err.str())
+    def _on_delivery(self, err, msg) -> None:
+        if err is None:
+            return
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE and self._too_large is None:
+            headers = dict(msg.headers() or [])
+            self._too_large = RecordTooLarge(msg.topic(), msg.key(), _size(msg.key(), msg.value(), msg.headers()),
+                                             self.max_message_bytes, headers.get("cdc.position"), True)
+        self._errors.append(err.str())
 
     def begin(self) -> None:
         if not self._open:
@@ -127,12 +171,18 @@ class TransactionalProducer:
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:  # e.g. the transaction failed: retried with a new producer
+                if exc.args and isinstance(exc.args[0], KafkaError) and \
+                        exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise RecordTooLarge(topic, key, _size(key, value, headers), self.max_message_bytes,
+                                         dict(headers or []).get("cdc.position"), False) from None
                 raise BrokerError(f"cannot produce: {_error_text(exc)}") from None
 
     def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
         """Flush the events, then write the position and commit all of it at once."""
         self.begin()  # a position alone (no events since the last commit) is a transaction too
         remaining = self._producer.flush(self._timeout)
+        if self._too_large is not None:
+            raise self._too_large
         if remaining or self._errors:
             raise BrokerError(f"events not acknowledged: {self._errors[:1] or remaining}")
         try:
@@ -156,6 +206,7 @@ class TransactionalProducer:
             except KafkaException:
                 pass
             self._errors.clear()  # reports of the aborted events do not count any more
+            self._too_large = None
             self._open = False
 
     def poll(self) -> None:
