@@ -192,6 +192,27 @@ def merge(config: Optional[Path] = CONFIG_OPTION,
     merger.run()
 
 
+STALE_STATUS_S = 30  # a running merger writes its status every second
+
+
+def merger_state(pid: int | None, exit_record: dict | None, age_s: float) -> dict:
+    """Is the merger behind a status file running, and if not, why did it end."""
+    if pid is not None:
+        stale = age_s > STALE_STATUS_S
+        summary = (f"merger running (pid {pid})" if not stale else
+                   f"merger running (pid {pid}) but its status is {age_s:.0f}s old: it may be stuck")
+        return {"running": True, "pid": pid, "stale": stale, "summary": summary}
+    if exit_record is None:
+        reason = "it ended without saying why (killed?)"
+    elif exit_record.get("reason") is None:
+        reason = "it was stopped"
+    else:
+        reason = f"it failed: {exit_record['reason']}"
+    ago = f" {time.time() - exit_record['at']:.0f}s ago" if exit_record else ""
+    return {"running": False, "exit": exit_record, "stale": True,
+            "summary": f"merger NOT RUNNING: {reason}{ago}; the table phases below are from when it ran"}
+
+
 def _store(config: Optional[Path], local: bool, state_dir: Path):
     from merger.state import StateStore
 
@@ -247,10 +268,11 @@ def status(config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(Fa
     st = store.read_status()
     if st is None:
         raise ConfigError(f"no merger status in {store.root}: has `cdc merge` run with this state_dir?")
+    age = time.time() - st.get("updated_at", 0)
+    st["merger"] = merger_state(store.running_merger(), store.read_exit(), age)
     if as_json:
         print(_json.dumps(st, indent=2))
-        return
-    age = time.time() - st.get("updated_at", 0)
+        raise typer.Exit(0 if st["merger"]["running"] else 3)
     table = Table(title=f"merger (status {age:.0f}s old, last batch {st.get('last_batch')}, "
                         f"bad records {st.get('bad_records', 0)})")
     for col in ("table", "phase", "chunks", "snapshot rows", "rows applied", "lag ms", "offsets", "note"):
@@ -267,7 +289,11 @@ def status(config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(Fa
                       str(t["rows_applied"]), lag, offsets, note[:80])
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: no wrapping at 80 columns
     out.print(table)
+    merger_line = st["merger"]["summary"]
+    out.print(merger_line if st["merger"]["running"] else f"[bold red]{merger_line}[/bold red]", highlight=False)
     down = st.get("source_unavailable")
+    if not st["merger"]["running"]:
+        raise typer.Exit(3)
     if down:
         Console().print(f"[yellow]waiting for the source[/yellow] ({down.get('what')}) since "
                         f"{time.time() - down.get('since', time.time()):.0f}s, retry {down.get('retries')}: "
@@ -303,7 +329,9 @@ def main() -> None:
     from cdc.errors import USER_ERRORS
 
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns a command's typer.Exit code here
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

@@ -137,6 +137,18 @@ class Merger:
         self.query = None
 
     def run(self, stop: threading.Event | None = None) -> None:
+        """Runs until stopped; records why it ended in state_dir (``cdc status`` shows it)."""
+        self.locked_store = None
+        try:
+            self._run(stop)
+        except BaseException as exc:
+            if self.locked_store is not None:
+                self.locked_store.write_exit(_short(exc) if not isinstance(exc, KeyboardInterrupt) else "interrupted")
+            raise
+        if self.locked_store is not None:
+            self.locked_store.write_exit(None)
+
+    def _run(self, stop: threading.Event | None = None) -> None:
         from confluent_kafka.admin import AdminClient
 
         from merger import metrics
@@ -156,6 +168,7 @@ class Merger:
             cfg.sinks.postgres.settings()
         store = StateStore(cfg.state_dir)
         store.lock()
+        self.locked_store = store
         for leftover in store.clear_interrupted_checkpoint_writes():
             log.info("removed %s from the checkpoint (a write interrupted by a crash)", leftover)
         kafka_conf = cfg.kafka.client_config()

@@ -75,6 +75,29 @@ class StateStore:
         f.write(str(os.getpid()))
         f.flush()
         self._lock_file = f
+        (self.root / "exit.json").unlink(missing_ok=True)
+
+    def running_merger(self) -> int | None:
+        """The pid of the merger that holds this state_dir, or None if none runs."""
+        path = self.root / "merger.lock"
+        if not path.exists():
+            return None
+        with open(path, "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                text = f.read().strip()
+                return int(text) if text.isdigit() else -1
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return None
+
+    def write_exit(self, reason: str | None) -> None:
+        """Why the merger ended (None: stopped on request), for ``cdc status``."""
+        atomic_write_json(self.root / "exit.json", {"at": time.time(), "pid": os.getpid(), "reason": reason})
+
+    def read_exit(self) -> dict | None:
+        return read_json(self.root / "exit.json")
 
     # -- emission tick ---------------------------------------------------------------
 
