@@ -39,7 +39,8 @@ from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
 from ingest.topics import table_topic
 from ingest.types import TableSpec
-from ingest.position import POSITION_HEADER, EventPosition, ResumePoint, advance_gtid_state
+from ingest.position import (POSITION_HEADER, EventPosition, ResumePoint, advance_gtid_state,
+                             backwards_reason, file_number)
 from ingest.producer import (DEFAULT_MAX_MESSAGE_BYTES, BrokerError, RecordTooLarge, Topics,
                              TransactionalProducer, read_all_values, read_resume_point)
 
@@ -50,6 +51,7 @@ _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, Co
                     OSError, EOFError)
 
 
+SOURCE_CHECK_S = 10.0  # while idle, how often ingest checks that the source's binlog did not go back
 _FL_STANDALONE = 1  # MariaDB GTID event flag: a group of one statement (DDL), no BEGIN/COMMIT
 
 
@@ -135,6 +137,8 @@ class Ingest:
         else:
             log.info("resuming at GTID %s (+%d row events of %s)", self.committed.gtid_state,
                      self.committed.trx_events, self.committed.trx_gtid)
+            self._check_not_backwards(facts)
+        self.server_id = facts["server_id"]
         self._load_ddl_history()
         self.backoff = 1.0
         while not stop.is_set():
@@ -165,6 +169,37 @@ class Ingest:
                 self.producer.abort()
                 raise IngestError(self._too_large_message(exc)) from None
         self.producer.abort()
+
+    def _check_not_backwards(self, facts: dict) -> None:
+        conn = pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW BINARY LOGS")
+                files = [row[0] for row in cur.fetchall()]
+        finally:
+            conn.close()
+        reason = backwards_reason(self.committed, facts["server_id"], facts["gtid_binlog_pos"], files)
+        if reason:
+            raise IngestError(self._backwards_message(reason))
+
+    def _check_source_still_ours(self, read: ResumePoint) -> None:
+        """While idle: the server's binlog has not gone behind what ingest has read."""
+        if self._details_conn is None or not self._details_conn.open:
+            self._details_conn = pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
+        with self._details_conn.cursor() as cur:
+            cur.execute("SELECT @@server_id, @@gtid_binlog_pos")
+            server_id, gtid_pos = cur.fetchone()
+            cur.execute("SHOW BINARY LOGS")
+            files = [row[0] for row in cur.fetchall()]
+        reason = backwards_reason(read, int(server_id), gtid_pos or "", files)
+        if reason:
+            raise IngestError(self._backwards_message(reason))
+
+    def _backwards_message(self, reason: str) -> str:
+        return (f"{reason}. Changes written from here would carry positions that consumers take for "
+                f"replays and drop. Start afresh: use a new topic_prefix (or delete topic {self.prefix}.offsets "
+                f"and the table topics), restart ingest with start.mode: current, and re-snapshot every table "
+                f"(a merger with a new state_dir and the new topic_prefix)")
 
     def _too_large_message(self, exc: RecordTooLarge) -> str:
         where = ""
@@ -235,7 +270,7 @@ class Ingest:
         file, trx = None, None
         pending, txn_started = 0, 0.0
         dirty = False  # the position moved past what is committed (even with no events)
-        last_heartbeat = last_commit = time.monotonic()
+        last_heartbeat = last_commit = last_source_check = time.monotonic()
         try:
             for event in reader:
                 if stop.is_set():
@@ -244,6 +279,9 @@ class Ingest:
                     self._reconnected()
                 now = time.monotonic()
                 if isinstance(event, RotateEvent):
+                    if file is not None and file_number(event.next_binlog) < file_number(file):
+                        raise IngestError(self._backwards_message(
+                            f"the source's binlog went from {file} back to {event.next_binlog} (RESET MASTER?)"))
                     file = event.next_binlog
                     continue
                 if isinstance(event, TableMapEvent):
@@ -322,6 +360,11 @@ class Ingest:
                         (now - max(txn_started if pending else 0.0, last_commit)) * 1000 >= cfg.commit_every_ms:
                     self._commit(point)
                     pending, dirty, last_commit = 0, False, now
+                if trx is None and now - last_source_check >= SOURCE_CHECK_S:
+                    # idle: is the source still the binlog we read? (after RESET MASTER the
+                    # server streams nothing more on this connection, and says nothing)
+                    last_source_check = now
+                    self._check_source_still_ours(ResumePoint(gtid_state, file, end_pos, server_id=self.server_id))
                 if cfg.heartbeat_interval_ms and trx is None and \
                         (now - last_heartbeat) * 1000 >= cfg.heartbeat_interval_ms:
                     self._heartbeat()
@@ -336,7 +379,7 @@ class Ingest:
 
     def _commit(self, point: ResumePoint) -> None:
         point = ResumePoint(point.gtid_state, point.file, point.pos, point.trx_gtid,
-                            point.trx_events, int(time.time() * 1000))
+                            point.trx_events, int(time.time() * 1000), self.server_id)
         self.producer.commit(self.offsets_topic, self.source_key, point)
         self.committed = point
         self.stats["kafka_transactions"] += 1
