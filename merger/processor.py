@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from ingest.position import POSITION_HEADER, EventPosition, ReplayFilter
 from ingest.types import TableSpec
+from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.errors import MergerError
@@ -369,6 +370,7 @@ class BatchProcessor:
                     log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)
                     rt.reconciler.finish(wid)
                     shutil.rmtree(self.store.staging_dir(rt.name, wid), ignore_errors=True)
+            crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())
             # only now: a re-run of this batch (crash before save_batch) reads them again
             for done in self._spill_done + self._staging_done:
@@ -438,6 +440,7 @@ class BatchProcessor:
             spill.mkdir(parents=True, exist_ok=True)
             rows = [{**r, "headers": r.get("headers")} for r, *_ in items]
             pq.write_table(pa.Table.from_pylist(rows), spill / f"batch-{batch_id:012d}.parquet")
+            crashpoints.reached("paused_spill")
             return
         spill = self._spill_dir(rt)
         if spill.exists() and spill not in self._replaying:
@@ -610,6 +613,7 @@ class BatchProcessor:
         while True:
             try:
                 call()
+                crashpoints.reached(f"after_write:{name}")
                 # sinks are written in parallel: only the blocked one may clear the flag
                 if rt.blocked_on_sink and rt.blocked_on_sink.startswith(name + ":"):
                     log.info("sink %s reachable again", name)
@@ -678,6 +682,7 @@ class BatchProcessor:
                 .append_column("_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), table.num_rows))
             self._apply(batch_id, rt, table, step)
             emitted += table.num_rows
+            crashpoints.reached("mid_emission")
         rt.snapshot_rows += emitted
         finished = end >= total
         plan = self.store.load_plan(rt.name)
