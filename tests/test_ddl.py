@@ -45,3 +45,61 @@ def test_declared_types_follow_create_alter_rename_drop():
     sql = "DROP TABLE u"
     d.observe(parse_ddl(sql, "db"), sql)
     assert d.get("db", "u") == {}
+
+
+@pytest.mark.parametrize("sql,effects", [
+    ("DROP TABLE a, b.c", [(("db", "a"), "DROP"), (("b", "c"), "DROP")]),
+    ("CREATE TABLE t LIKE u", [(("db", "t"), "CREATE")]),
+    ("CREATE OR REPLACE TABLE t AS SELECT * FROM u", [(("db", "t"), "CREATE")]),
+    ("RENAME TABLE a TO b", [(("db", "a"), "DROP"), (("db", "b"), "RENAME")]),
+    ("ALTER TABLE a RENAME TO x.b", [(("db", "a"), "DROP"), (("x", "b"), "RENAME")]),
+    # a swap: tmp existed neither before nor after the statement
+    ("RENAME TABLE a TO tmp, b TO a, tmp TO b", [(("db", "a"), "RENAME"), (("db", "b"), "RENAME")]),
+    # a rotation: a becomes old, new becomes a
+    ("RENAME TABLE a TO old, new TO a", [(("db", "a"), "RENAME"), (("db", "old"), "RENAME"),
+                                         (("db", "new"), "DROP")]),
+    ("ALTER TABLE t ADD COLUMN x INT", [(("db", "t"), "ALTER")]),
+    ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE s.u", [(("db", "t"), "ALTER"), (("s", "u"), "ALTER")]),
+    ("CREATE INDEX i ON t (a)", [(("db", "t"), "ALTER")]),
+    ("TRUNCATE t", []),
+    ("CREATE DATABASE x", []),
+])
+def test_table_effects(sql, effects):
+    from ingest.ddl import table_effects
+
+    assert table_effects(parse_ddl(sql, "db"), sql) == effects
+
+
+@pytest.mark.parametrize("sql,kinds", [
+    ("ALTER TABLE t ADD INDEX i (a), DROP KEY k, RENAME INDEX a TO b", ["index", "index", "index"]),
+    ("ALTER TABLE t ADD COLUMN x INT", ["add_plain_column"]),
+    ("ALTER TABLE t ADD x VARCHAR(5) DEFAULT NULL COMMENT 'a, b'", ["add_plain_column"]),
+    ("ALTER TABLE t ADD COLUMN `default` INT", ["add_plain_column"]),
+    ("ALTER TABLE t ADD COLUMN must INT NOT NULL", ["add_column"]),
+    ("ALTER TABLE t ADD COLUMN d INT DEFAULT 7", ["add_column"]),
+    ("ALTER TABLE t ADD COLUMN g INT AS (a + 1) VIRTUAL", ["add_column"]),
+    ("ALTER TABLE t ADD COLUMN g INT GENERATED ALWAYS AS (a * 2) STORED", ["add_column"]),
+    ("ALTER TABLE t ADD COLUMN ts TIMESTAMP", ["add_column"]),
+    ("ALTER TABLE t MODIFY v VARCHAR(5), CHANGE a b INT", ["column", "column"]),
+    ("ALTER TABLE t RENAME COLUMN a TO b", ["column"]),
+    ("ALTER TABLE t DROP COLUMN a, DROP b", ["column", "column"]),
+    ("ALTER TABLE t ALTER COLUMN a SET DEFAULT 5, ALTER b DROP DEFAULT", ["default", "default"]),
+    ("ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4", ["column"]),
+    ("ALTER TABLE t DEFAULT CHARSET = latin1, ENGINE = InnoDB, COMMENT 'x'", ["options", "options", "options"]),
+    ("ALTER TABLE t FORCE", ["options"]),
+    ("ALTER TABLE t DROP PARTITION p0", ["rows"]),
+    ("ALTER TABLE t TRUNCATE PARTITION p0, p1", ["rows"]),
+    ("ALTER TABLE t ADD COLUMN x INT, TRUNCATE PARTITION p0", ["add_plain_column", "rows"]),
+    ("ALTER TABLE t ADD PARTITION (PARTITION p9 VALUES LESS THAN (900))", ["options"]),
+    ("ALTER TABLE t PARTITION BY HASH (id) PARTITIONS 4", ["options"]),
+    ("ALTER IGNORE TABLE t ADD UNIQUE (v)", ["rows"]),
+    ("ALTER TABLE t ADD UNIQUE (v)", ["index"]),
+    ("ALTER TABLE t ADD SYSTEM VERSIONING", ["unknown"]),
+    ("ALTER TABLE t WHATEVER", ["unknown"]),
+    ("CREATE INDEX i ON t (a)", ["index"]),
+    ("ALTER TABLE t", ["options"]),
+])
+def test_alter_clause_kinds(sql, kinds):
+    from ingest.ddl import alter_clause_kinds
+
+    assert alter_clause_kinds(sql) == kinds
