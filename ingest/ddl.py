@@ -52,7 +52,8 @@ def parse_ddl(sql: str, default_db: str) -> DDL:
     m = re.match(r"ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?" + _NAME, text, flags)
     if m:
         tables = [_qualified(m, default_db)]
-        r = re.search(rf"\bRENAME\s+(?:TO\s+|AS\s+)?{_NAME}", text[m.end():], flags)
+        # RENAME [TO|AS] name renames the table; RENAME COLUMN / INDEX / KEY do not
+        r = re.search(rf"\bRENAME\s+(?!(?:COLUMN|INDEX|KEY)\b)(?:TO\s+|AS\s+)?{_NAME}", text[m.end():], flags)
         if r:
             tables.append(_qualified(r, default_db))
         return DDL("ALTER", tuple(tables))

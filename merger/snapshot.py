@@ -248,7 +248,7 @@ class SnapshotRunner(threading.Thread):
                     if not table_changed(exc):
                         raise
                     # dropped or renamed meanwhile: its DDL marker cancels, or asks again
-                    log.info("snapshot of %s not planned: the table changed (%s)", table, _first_line(exc))
+                    log.info("snapshot of %s not planned: the table changed (%s)", table, _changed_line(exc))
             elif action in ("pause", "resume", "cancel") and plan is not None:
                 if action == "pause":
                     plan["paused"] = True
@@ -384,9 +384,9 @@ class SnapshotRunner(threading.Thread):
         if now - first > self.config.snapshot.window_timeout_s:
             raise MergerError(f"snapshot of {table}: the table's definition changed and no schema change "
                               f"reached the merger within {self.config.snapshot.window_timeout_s:.0f}s "
-                              f"(is ingest running?): {_first_line(exc)}") from None
+                              f"(is ingest running?): {_changed_line(exc)}") from None
         log.info("snapshot of %s: the table changed under the read (%s); waiting for its schema change",
-                 table, _first_line(exc))
+                 table, _changed_line(exc))
 
     def _window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int | None = None) -> None:
         """One window: open it, write LOW, read its chunks, write HIGH. If the source
@@ -506,5 +506,7 @@ class SnapshotRunner(threading.Thread):
         return sum(pq.ParquetFile(p).metadata.num_rows for p in path.glob("*.parquet"))
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+def _changed_line(exc: BaseException) -> str:
+    """The line of an error (often a Spark worker's long traceback) that says what changed."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return next((line.strip() for line in lines if _TABLE_CHANGED.search(line)), lines[0])[:300]

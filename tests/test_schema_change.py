@@ -91,3 +91,16 @@ def test_lenient_decode_nulls_values_that_no_longer_fit_and_drops_keys_that_do_n
     table, kept = rows_to_arrow_lenient(schema, json_converters(spec, SourceModes()), rows, ["id"])
     assert kept == [0, 2]
     assert table.to_pylist() == [{"id": 1, "v": None, "s": 5}, {"id": 3, "v": 4, "s": None}]
+
+
+def test_a_read_that_met_a_changed_table_is_told_apart_from_real_errors():
+    import pymysql
+
+    from merger.snapshot import _changed_line, table_changed
+
+    assert table_changed(pymysql.err.OperationalError(1054, "Unknown column 'v' in 'field list'"))
+    assert table_changed(pymysql.err.ProgrammingError(1146, "Table 'db.t' doesn't exist"))
+    spark = RuntimeError("An exception was thrown from the Python worker:\n  File x\n"
+                         "RuntimeError: cdc-source-error: Unknown column 'v' in 'SELECT'")
+    assert table_changed(spark) and _changed_line(spark).startswith("RuntimeError: cdc-source-error: Unknown")
+    assert not table_changed(pymysql.err.OperationalError(1045, "Access denied for user 'cdc'"))
