@@ -350,9 +350,11 @@ class BatchProcessor:
                 return
             if not self._rebuild_sinks(rt):
                 return
-        elif action == RESET and not keep and batch_id is not None:
+        emptied = rebuild
+        if action == RESET and not rebuild and not keep and batch_id is not None:
             self._truncate(batch_id, rt, step)
-        if (rebuild or action == RESET) and order is not None:
+            emptied = True
+        if emptied and order is not None:
             rt.truncated_through = max(rt.truncated_through, order)  # older changes are void
         if rebuild or action in (RESNAPSHOT, RESET):
             if order is not None:

@@ -282,3 +282,17 @@ def test_a_batch_with_a_ddl_run_again_after_a_crash_changes_nothing(tmp_path):
     again = BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2)
     again.process(1, batch)
     assert sink.state() == state and again.tables["db.t"].spec.column_names == ("id",)
+
+
+def test_on_drop_keep_still_applies_older_changes_of_a_lagging_partition(tmp_path):
+    sink = Sink()
+    proc = _processor(tmp_path, sink, on_drop="keep")
+    s = DdlStream()
+    proc.table("db.t", SPEC)
+    p1 = _keys_in(s, 1, 1)[0]
+    s.change("c", {"id": p1}, after={"id": p1, "v": "before the drop"})
+    s.ddl("DROP", "DROP TABLE t", None)
+    s.ddl("CREATE", "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))", SPEC)
+    proc.process(0, s.batch_of(0))
+    proc.process(1, s.batch())
+    assert sink.state() == {(p1,): {"id": p1, "v": "before the drop"}}
