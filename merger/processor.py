@@ -45,6 +45,7 @@ from merger.errors import MergerError
 from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
 from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_arrow_lenient
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
+from ingest.envelope import table_change_json
 from ingest.topics import table_topic
 from merger.sinks.base import IncompatibleSchemaChange, SinkError, SinkUnavailable
 from merger.state import StateStore
@@ -305,13 +306,14 @@ class BatchProcessor:
     # ------------------------------------------------------------------ schema changes
 
     def apply_ddl(self, batch_id: int | None, rt: TableRuntime, kind: str, spec: TableSpec | None,
-                  sql: str | None, order: int | None, step: list) -> None:
+                  sql: str | None, order: int | None, step: list, old: TableSpec | None = None) -> None:
         """Make the sink tables follow a DDL (``merger.schema_change`` decides how). With
         ``order`` (the DDL marker's place in the stream) the sink tables are emptied exactly
         there, and changes older than it that a lagging partition brings later are void
-        (after a reset) or decoded leniently (after a re-snapshot)."""
-        decision = decide(kind, rt.spec, spec, sql)
-        if decision.action == NONE and not decision.rebuild and spec == rt.spec:
+        (after a reset) or decoded leniently (after a re-snapshot). ``old``: the definition
+        to compare with, in the same form as ``spec`` (default: the table's)."""
+        decision = decide(kind, old or rt.spec, spec, sql)
+        if decision.action == NONE and not decision.rebuild and spec == (old or rt.spec):
             return
         log.info("table %s: %s: %s", rt.name, kind, decision)
         if decision.action == DROP:
@@ -531,9 +533,14 @@ class BatchProcessor:
             if kind == "DROP":
                 self.apply_ddl(batch_id, rt, DROPPED, None, payload.get("ddl"), None, step)
             elif spec is not None:
-                # Debezium reports CREATE for a table created again after a DROP
+                # compared in the form of tableChanges (which lacks collations, generation, ...);
+                # Debezium reports CREATE for every table at its initial snapshot, and for a
+                # table created again after a DROP
+                same_form = spec_from_table_change(table_change_json("ALTER", rt.spec))
+                if spec == same_form:
+                    continue
                 self.apply_ddl(batch_id, rt, CREATED if rt.phase == "dropped" else ALTERED, spec,
-                               payload.get("ddl") if kind == "ALTER" else None, None, step)
+                               payload.get("ddl") if kind == "ALTER" else None, None, step, old=same_form)
 
     def _first_met(self, name: str, items: list) -> TableRuntime | None:
         """The runtime of a table met for the first time: with the definition of its first

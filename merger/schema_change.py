@@ -40,9 +40,15 @@ NONE, FOLLOW, RESNAPSHOT, RESET, DROP = "none", "follow", "resnapshot", "reset",
 _RANK = {NONE: 0, FOLLOW: 1, RESNAPSHOT: 2, RESET: 3}
 
 # what decides a column's stored values; not: position, comment, default (a DEFAULT
-# applies to rows written later, which come as row events), collation, zerofill (display)
+# applies to rows written later, which come as row events), collation, zerofill and an
+# integer's display width (display only)
 _VALUE_ATTRIBUTES = ("type_name", "unsigned", "length", "scale", "fsp", "charset", "nullable", "enum_values",
                      "generated")
+_INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint", "year")
+
+
+def _value_form(c: ColumnSpec) -> tuple:
+    return tuple(None if a == "length" and c.type_name in _INTEGERS else getattr(c, a) for a in _VALUE_ATTRIBUTES)
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,7 @@ def diff_specs(old: TableSpec, new: TableSpec) -> SpecDiff:
     before = {c.name: c for c in old.columns}
     after = {c.name: c for c in new.columns}
     added = [c for n, c in after.items() if n not in before]
-    changed = tuple(n for n, c in after.items() if n in before and any(
-        getattr(c, a) != getattr(before[n], a) for a in _VALUE_ATTRIBUTES))
+    changed = tuple(n for n, c in after.items() if n in before and _value_form(c) != _value_form(before[n]))
     return SpecDiff(removed=tuple(n for n in before if n not in after),
                     added_plain=tuple(c.name for c in added if not _valued(c)),
                     added_valued=tuple(c.name for c in added if _valued(c)),

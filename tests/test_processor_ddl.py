@@ -296,3 +296,44 @@ def test_on_drop_keep_still_applies_older_changes_of_a_lagging_partition(tmp_pat
     proc.process(0, s.batch_of(0))
     proc.process(1, s.batch())
     assert sink.state() == {(p1,): {"id": p1, "v": "before the drop"}}
+
+
+def test_debezium_schema_changes_are_judged_in_their_own_form(tmp_path):
+    """Topics written by Debezium carry no DDL markers: the schema-change record decides,
+    compared in the form of tableChanges (a CREATE for a table known already, as at
+    Debezium's initial snapshot, changes nothing)."""
+    import copy
+
+    from merger.state import StateStore
+    from tests.test_debezium_mode import _change, _Topics
+
+    sink = Sink()
+    proc = BatchProcessor("dbz", StateStore(tmp_path / "state"), [sink], None, lambda topic: 3,
+                          on_new_table=lambda name: None, source_connector="debezium")
+    proc.restored = True
+    k = _Topics("dbz")
+
+    def schema(ddl: str, change: dict, pos: int):
+        k.add("dbz", {"databaseName": "shop"}, {"source": {"file": "binlog.000001", "pos": pos, "row": 0},
+                                                "databaseName": "shop", "ddl": ddl, "tableChanges": [change]})
+    # met first through the source's information_schema (collations, display widths, ...)
+    proc.table("shop.t", TableSpec("shop", "t", (
+        ColumnSpec("id", "int", 1, length=11, nullable=False),
+        ColumnSpec("v", "varchar", 2, length=20, charset="utf8mb4", collation="utf8mb4_general_ci")),
+        ("id",), "utf8mb4"))
+    k.event("shop.t", "c", 1, None, {"id": 1, "v": "a"}, 200)
+    proc.process(0, k.take())
+    schema("CREATE TABLE t ...", _change("CREATE", "shop", "t"), 300)
+    proc.process(1, k.take())
+    assert _requests(proc) == []
+    alter = copy.deepcopy(_change("ALTER", "shop", "t"))
+    alter["table"]["columns"].append({"name": "must", "jdbcType": 4, "typeName": "INT", "typeExpression": "INT",
+                                      "position": 3, "optional": False, "autoIncremented": False,
+                                      "generated": False})
+    schema("ALTER TABLE t ADD COLUMN must INT NOT NULL", alter, 400)
+    k.event("shop.t", "c", 2, None, {"id": 2, "v": "b", "must": 3}, 450)
+    proc.process(2, k.take())
+    assert _requests(proc) == [("snapshot", "shop.t")] and "must" in sink.columns(("shop", "t"))
+    schema("DROP TABLE t", {"type": "DROP", "id": '"shop"."t"', "table": None}, 500)
+    proc.process(3, k.take())
+    assert sink.state(("shop", "t")) == {} and proc.tables["shop.t"].phase == "dropped"

@@ -104,3 +104,10 @@ def test_a_read_that_met_a_changed_table_is_told_apart_from_real_errors():
                          "RuntimeError: cdc-source-error: Unknown column 'v' in 'SELECT'")
     assert table_changed(spark) and _changed_line(spark).startswith("RuntimeError: cdc-source-error: Unknown")
     assert not table_changed(pymysql.err.OperationalError(1045, "Access denied for user 'cdc'"))
+
+
+def test_an_integer_display_width_is_no_change():
+    """information_schema shows int(11) where Debezium's tableChanges show INT."""
+    wide = _with(T, id={"length": 11})
+    assert decide("ALTER", wide, T).action == NONE
+    assert decide("ALTER", T, _with(T, v={"length": 21})).action == RESNAPSHOT
