@@ -545,8 +545,9 @@ class BatchProcessor:
     def _first_met(self, name: str, items: list) -> TableRuntime | None:
         """The runtime of a table met for the first time: with the definition of its first
         DDL marker in the batch (the table may be gone from the source by now), else from
-        the source. That marker counts as applied: the table starts with it."""
-        for r, headers, payload, pos in items:
+        the source. Changes before that marker (an earlier table under the name) decode
+        leniently; the marker counts as applied only if nothing came before it."""
+        for r, headers, payload, pos in sorted(items, key=lambda it: it[3].sequence() if it[3] else 0):
             raw = headers.get(DDL_HEADER)
             if raw is None:
                 continue
@@ -555,7 +556,10 @@ class BatchProcessor:
                 continue
             rt = self.table(name, spec)
             if rt is not None and pos is not None:
-                rt.ddl_through = rt.spec_since = pos.sequence()
+                order = pos.sequence()
+                rt.spec_since = order
+                if not any(p is not None and p.sequence() < order for *_, p in items):
+                    rt.ddl_through = order  # the table starts with it
             return rt
         if all(DDL_HEADER in headers for _, headers, *_ in items):
             return None  # only markers of a table that is gone: nothing to apply

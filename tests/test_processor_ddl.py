@@ -337,3 +337,19 @@ def test_debezium_schema_changes_are_judged_in_their_own_form(tmp_path):
     schema("DROP TABLE t", {"type": "DROP", "id": '"shop"."t"', "table": None}, 500)
     proc.process(3, k.take())
     assert sink.state(("shop", "t")) == {} and proc.tables["shop.t"].phase == "dropped"
+
+
+def test_a_history_of_two_tables_under_one_name_met_for_the_first_time(tmp_path):
+    """A new merger reads a topic from its start: rows of a table, its DROP, a CREATE with
+    another definition, rows of the new table. Only the new table's rows remain."""
+    sink = Sink()
+    proc = _processor(tmp_path, sink)
+    s = DdlStream()
+    for i in (1, 2, 3):  # the first table's CREATE is older than the topic's retention
+        s.change("c", {"id": i}, after={"id": i, "v": "first table"})
+    s.ddl("DROP", "DROP TABLE t", None)
+    s.ddl("CREATE", "CREATE TABLE t (id INT PRIMARY KEY, w INT)", V2)
+    s.change("c", {"id": 3}, after={"id": 3, "w": 3})
+    proc.process(0, s.batch())
+    assert sink.state() == {(3,): {"id": 3, "w": 3}} and proc.bad_records == 0
+    assert proc.tables["db.t"].phase == "streaming"
