@@ -4,10 +4,12 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 
 1. records of a partition are checked against the highest source position already taken
    from it (``ReplayFilter``): a replayed suffix after an ingest crash is dropped;
-2. schema changes (the ``<prefix>`` topic) update the table definitions and the sinks;
+2. schema changes of the ``<prefix>`` topic update the table definitions and the sinks
+   (topics written by Debezium only: ingest's DDL markers do that in order, step 3);
 3. each table's changes are decoded into the table's canonical Arrow schema, fed to the
    table's DBLog ``Reconciler`` (markers and keys) and applied to every sink in binlog
-   order; a truncate cuts the batch and empties the sink tables at its place;
+   order; a truncate cuts the batch and empties the sink tables at its place; a DDL
+   marker cuts it too, and the sink tables follow the DDL there (``apply_ddl``);
 4. snapshot windows that became ready are emitted: their staged rows minus the keys seen
    since LOW, as ``r`` changes at the HIGH watermark's sequence (decided once per batch
    and written down first, so a re-run of the batch emits exactly the same);
