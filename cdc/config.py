@@ -381,6 +381,11 @@ class MergerConfig(_Model):
     end_probe: Literal["scan", "watermark"] = Field(
         "scan", description="scan: read the partition tail to find the end (needed on Tansu)")
     on_bad_record: Literal["dead_letter", "stop"] = "dead_letter"
+    on_drop: Literal["truncate", "keep"] = Field(
+        "truncate", description="the sink tables of a table dropped (or renamed away) in the source: `truncate` "
+                                "empties them where the DROP falls in the stream, so a table created again under "
+                                "the name starts empty; `keep` leaves their rows (a table created again writes "
+                                "into them by key)")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
     metrics_address: str = Field("127.0.0.1", description="address the metrics port listens on "
                                                           "(0.0.0.0: all, e.g. in a container)")

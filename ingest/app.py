@@ -32,7 +32,7 @@ from ingest.codec import (TableCodec, apply_column_filters, envelope_config, loa
 from ingest.envelope import (SourceInfo, TableEncoder, TransactionTracker, context_headers,
                              heartbeat_record, message_record, schema_change_record, source_json,
                              table_change_json)
-from ingest.ddl import parse_ddl
+from ingest.ddl import DDL_HEADER, DROPPED, ddl_marker, parse_ddl, table_effects
 from ingest import statements
 from ingest.declared import DeclaredTypes
 from ingest.filters import CaptureFilter
@@ -654,7 +654,37 @@ class Ingest:
                             event.packet.server_id, position.file, position.pos, 0, trx.gtid, thread, query)
         rec = schema_change_record(self.env, source, query, changes, database=database)
         self._send_record(rec, 0, pos)
+        written += self._ddl_markers(ddl, query, trx, position, event)
         return written + 1
+
+    def _ddl_markers(self, ddl, query: str, trx: _Trx, position: EventPosition, event) -> int:
+        """A DDL marker into every partition of each captured table the statement dropped,
+        created, renamed or altered: the schema-change topic cannot be ordered against a
+        table's data events, the marker cuts each partition where the DDL fell, so the
+        merger knows which changes came before it (see ``merger.schema_change``)."""
+        written = 0
+        for row, ((db, table), kind) in enumerate(table_effects(ddl, query)):
+            if not self.filter.captures_table(db, table):
+                continue
+            spec = None
+            if kind != DROPPED:
+                spec = spec_from_details(db, table, self._details(db, table), None, self.declared.get(db, table))
+                if spec is not None:
+                    spec, _ = apply_column_filters(spec, self.filter)
+            marker = ddl_marker(db, table, kind, query, spec)
+            payload = json.dumps(marker, separators=(",", ":"))
+            source = source_json(self.env, SourceInfo(db, table, trx.ts_ms, event.packet.server_id, position.file,
+                                                      position.pos, row, trx.gtid))
+            rec = message_record(self.env, table_topic(self.prefix, db, table), source, DDL_HEADER, payload,
+                                 headers=[(DDL_HEADER, payload)])
+            # one row index per table: tables whose names share a topic keep distinct positions
+            pos = EventPosition(position.file, position.pos, row).encode()
+            partitions = self._partitions(db, table)
+            for p in range(partitions):
+                self._send_record(rec, p, pos)
+            written += partitions
+            log.info("%s %s.%s: DDL marker in %d partition(s)", kind, db, table, partitions)
+        return written
 
     def _truncate(self, db: str, table: str, trx: _Trx, position: EventPosition, event,
                   thread: int | None) -> int:

@@ -218,7 +218,8 @@ class Merger:
             cfg.topic_prefix, store, sinks, SourceCatalog(cfg.mysql, source_guard), partitions_of, SourceModes(),
             accepts=accepts, chunk_keys=cfg.snapshot.chunk_keys, on_bad_record=cfg.on_bad_record,
             dead_letter=dead_letter, window_timeout_s=cfg.snapshot.window_timeout_s, on_new_table=on_new_table,
-            emit_rows_per_batch=cfg.snapshot.emit_rows_per_batch, source_connector=cfg.source_connector)
+            emit_rows_per_batch=cfg.snapshot.emit_rows_per_batch, source_connector=cfg.source_connector,
+            on_drop=cfg.on_drop)
         source_guard.on_change = lambda: _publish_if_idle(processor)
         metrics.serve(cfg.metrics_port, cfg.metrics_address)
         spark = make_spark(cfg)

@@ -12,7 +12,7 @@ PHASE = Gauge("cdc_merger_table_phase", "1 for the table's current phase", ["tab
 BAD_RECORDS = Gauge("cdc_merger_bad_records", "Records sent to the dead-letter topic")
 LAST_BATCH = Gauge("cdc_merger_last_batch", "Id of the last micro-batch")
 
-PHASES = ("snapshotting", "streaming", "paused", "failed")
+PHASES = ("snapshotting", "streaming", "paused", "failed", "dropped")
 _started = False
 
 

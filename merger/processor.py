@@ -4,10 +4,12 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 
 1. records of a partition are checked against the highest source position already taken
    from it (``ReplayFilter``): a replayed suffix after an ingest crash is dropped;
-2. schema changes (the ``<prefix>`` topic) update the table definitions and the sinks;
+2. schema changes of the ``<prefix>`` topic update the table definitions and the sinks
+   (topics written by Debezium only: ingest's DDL markers do that in order, step 3);
 3. each table's changes are decoded into the table's canonical Arrow schema, fed to the
    table's DBLog ``Reconciler`` (markers and keys) and applied to every sink in binlog
-   order; a truncate cuts the batch and empties the sink tables at its place;
+   order; a truncate cuts the batch and empties the sink tables at its place; a DDL
+   marker cuts it too, and the sink tables follow the DDL there (``apply_ddl``);
 4. snapshot windows that became ready are emitted: their staged rows minus the keys seen
    since LOW, as ``r`` changes at the HIGH watermark's sequence (decided once per batch
    and written down first, so a re-run of the batch emits exactly the same);
@@ -44,6 +46,9 @@ from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.errors import MergerError
 from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
+from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_arrow_lenient
+from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
+from ingest.envelope import table_change_json
 from ingest.topics import table_topic
 from merger.sinks.base import IncompatibleSchemaChange, SinkError, SinkUnavailable
 from merger.state import StateStore
@@ -75,8 +80,10 @@ class TableRuntime:
     last_offsets: dict = field(default_factory=dict)
     lag_ms: float | None = None
     blocked_on_sink: str | None = None
-    truncated_through: int = 0
+    truncated_through: int = 0  # the order of the last cut (truncate, drop, reset): older changes are void
     emitted: dict = field(default_factory=dict)  # window id -> staged rows already emitted
+    ddl_through: int = 0  # the order of the last DDL marker applied (one per partition)
+    spec_since: int = 0  # the order of the DDL the spec comes from: older changes decode leniently
 
     def __post_init__(self):
         self.schema = arrow_schema(self.spec)
@@ -124,11 +131,12 @@ class BatchProcessor:
                  on_bad_record: str = "dead_letter", dead_letter: Callable | None = None,
                  window_timeout_s: float = 120.0, on_new_table: Callable[[str], None] | None = None,
                  emit_rows_per_batch: int = 200_000,
-                 source_connector: str = "ingest"):
+                 source_connector: str = "ingest", on_drop: str = "truncate"):
         self.prefix = prefix
         # topics written by Debezium itself: its own replay rule and Kafka-offset
         # sequences (merger/debezium.py explains both)
         self.debezium = source_connector == "debezium"
+        self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
         self.store = store
         self.sinks = sinks
         self.catalog = catalog
@@ -168,6 +176,7 @@ class BatchProcessor:
                               "reconciler": t.reconciler.to_dict(), "phase": t.phase, "error": t.error,
                               "rows_applied": t.rows_applied, "snapshot_rows": t.snapshot_rows,
                               "last_offsets": t.last_offsets, "truncated_through": t.truncated_through,
+                              "ddl_through": t.ddl_through, "spec_since": t.spec_since,
                               "emitted": {w: n for w, n in t.emitted.items() if w in t.reconciler.windows}}
                        for name, t in self.tables.items()},
         }
@@ -189,6 +198,7 @@ class BatchProcessor:
                               t.get("rows_applied", 0), t.get("snapshot_rows", 0),
                               {int(k): v for k, v in t.get("last_offsets", {}).items()})
             rt.truncated_through = t.get("truncated_through", 0)
+            rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
             rt.emitted = dict(t.get("emitted", {}))
             # "staged" is set in memory when the rows are on disk, maybe after this state was
             # saved: the marker file beside the rows says so for a restarted merger
@@ -285,23 +295,115 @@ class BatchProcessor:
         log.info("table %s: sink tables dropped and created again for a new snapshot", rt.name)
         return rt.phase != "paused"
 
-    def refresh_spec(self, rt: TableRuntime, spec: TableSpec | None = None) -> None:
+    def refresh_spec(self, rt: TableRuntime, spec: TableSpec | None = None, batch_id: int | None = None,
+                     step: list | None = None) -> None:
+        """A definition met outside the stream's order (a column no event had before, or
+        Debezium's schema-change topic): judged by the definitions alone."""
         if spec is None and self.catalog is not None:
             db, table = rt.name.split(".", 1)
             spec = self.catalog.table_spec(db, table)
         if spec is None:
             return
-        before = {c.name for c in rt.spec.columns}
+        self.apply_ddl(batch_id, rt, ALTERED, spec, None, None, step or [0])
+
+    # ------------------------------------------------------------------ schema changes
+
+    def apply_ddl(self, batch_id: int | None, rt: TableRuntime, kind: str, spec: TableSpec | None,
+                  sql: str | None, order: int | None, step: list, old: TableSpec | None = None) -> None:
+        """Make the sink tables follow a DDL (``merger.schema_change`` decides how). With
+        ``order`` (the DDL marker's place in the stream) the sink tables are emptied exactly
+        there, and changes older than it that a lagging partition brings later are void
+        (after a reset) or decoded leniently (after a re-snapshot). ``old``: the definition
+        to compare with, in the same form as ``spec`` (default: the table's)."""
+        decision = decide(kind, old or rt.spec, spec, sql)
+        if decision.action == NONE and not decision.rebuild and spec == (old or rt.spec):
+            return
+        log.info("table %s: %s: %s", rt.name, kind, decision)
+        if decision.action == DROP:
+            self._drop_windows(rt)
+            self._cancel_plan(rt)
+            if self.on_drop == "truncate" and batch_id is not None and rt.phase not in ("paused", "failed"):
+                self._truncate(batch_id, rt, step)
+                rt.truncated_through = max(rt.truncated_through, order or 0)
+            rt.phase, rt.error = "dropped", None
+            return
         rt.set_spec(spec, self.modes)
-        if rt.phase != "paused":
-            self._ensure_sinks(rt)
-        added = [c for c in spec.columns if c.name not in before]
-        if any(c.default is not None for c in added) and self.on_new_table is not None:
-            # existing rows got the new column's DEFAULT without any row event: read the
-            # table again so that the sinks have it too. Here, not at the schema-change
-            # record only: a row event with the new column may arrive first (another topic)
-            log.info("%s: column(s) %s added with a default; re-snapshotting", rt.name, [c.name for c in added])
+        keys = list(spec.primary_key) or list(self.chunk_keys.get(rt.name, []))
+        if not keys:
+            rt.phase, rt.error = "failed", (f"{rt.name} has no primary key: set snapshot.chunk_keys"
+                                            f"['{rt.name}'] to the columns that identify a row")
+            log.error("table %s: %s", rt.name, rt.error)
+            return
+        rt.keys = keys
+        if rt.phase in ("dropped", "failed"):
+            rt.phase, rt.error = "streaming", None
+        if rt.phase == "paused":
+            return  # `cdc snapshot` rebuilds it with the definition it has now
+        keep = self.on_drop == "keep" and kind in (CREATED, RENAMED)
+        rebuild, action = decision.rebuild, decision.action
+        if not rebuild:
+            incompatible = self._follow_schema(rt)
+            if incompatible is not None:
+                log.info("table %s: %s: the sink tables are rebuilt", rt.name, incompatible)
+                rebuild = True
+        if rebuild:
+            if keep:
+                rt.phase, rt.error = "paused", (
+                    f"{rt.name} was re-created with a definition its sink tables cannot hold, and on_drop is "
+                    f"keep: move the sink tables away (or set on_drop: truncate), then `cdc snapshot {rt.name}`")
+                log.error("table %s paused: %s", rt.name, rt.error)
+                return
+            if not self._rebuild_sinks(rt):
+                return
+        emptied = rebuild
+        if action == RESET and not rebuild and not keep and batch_id is not None:
+            self._truncate(batch_id, rt, step)
+            emptied = True
+        if emptied and order is not None:
+            rt.truncated_through = max(rt.truncated_through, order)  # older changes are void
+        if rebuild or action in (RESNAPSHOT, RESET):
+            if order is not None:
+                rt.spec_since = max(rt.spec_since, order)
+            self._drop_windows(rt)  # their rows were read with the old definition
             self.store.request("snapshot", rt.name, where=None)
+
+    def _follow_schema(self, rt: TableRuntime) -> IncompatibleSchemaChange | None:
+        """Every sink follows the table's definition; the first change one cannot follow."""
+        db, table = rt.name.split(".", 1)
+        for sink in self.sinks:
+            try:
+                self._with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
+            except IncompatibleSchemaChange as exc:
+                return exc
+        return None
+
+    def _rebuild_sinks(self, rt: TableRuntime) -> bool:
+        """Drop the sink tables and create them with the current definition (a snapshot
+        fills them). False, with the table paused, if a sink cannot drop tables."""
+        db, table = rt.name.split(".", 1)
+        try:
+            for sink in self.sinks:
+                self._with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
+                self._with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
+        except SinkError as exc:
+            rt.phase, rt.error = "paused", f"the sink tables must be rebuilt for a schema change: {exc}"
+            log.error("table %s paused: %s", rt.name, rt.error)
+            return False
+        return True
+
+    def _drop_windows(self, rt: TableRuntime) -> None:
+        """Forget the table's open snapshot windows: their late markers are ignored, their
+        staged rows deleted once the batch is saved, their chunks read again."""
+        for wid in list(rt.reconciler.windows):
+            rt.reconciler.finish(wid)
+            rt.emitted.pop(wid, None)
+            self._staging_done.append(self.store.staging_dir(rt.name, wid))
+
+    def _cancel_plan(self, rt: TableRuntime) -> None:
+        plan = self.store.load_plan(rt.name)
+        if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
+            plan["cancelled"] = time.time()
+            self.store.save_plan(rt.name, plan)
 
     # ------------------------------------------------------------------ the batch
 
@@ -342,18 +444,19 @@ class BatchProcessor:
                     continue
                 per_table.setdefault(name, []).append((r, headers, payload, pos))
             for payload in schema_records:
-                self._schema_change(payload)
+                self._schema_change(batch_id, payload, step)
             for name, rt in list(self.tables.items()):
                 # a resumed table without new records: its kept changes are due now
                 if name not in per_table and rt.phase not in ("paused", "failed") \
                         and self._spill_dir(rt).exists():
                     self._replay_spill(batch_id, rt, step, now_ms)
             for name, items in per_table.items():
-                rt = self.table(name)
+                rt = self.tables.get(name) or self._first_met(name, items)
                 if rt is None:
-                    for r, *_ in items:
-                        self._bad(r, f"table {name} not found in the source (or the merger's user "
-                                     f"lacks SELECT on it)")
+                    for r, headers, *_ in items:
+                        if DDL_HEADER not in headers:  # a DDL of a table that is gone: nothing to do
+                            self._bad(r, f"table {name} not found in the source (or the merger's user "
+                                         f"lacks SELECT on it)")
                     continue
                 self._table_batch(batch_id, rt, items, step, now_ms)
             streamed_s = time.monotonic() - self.batch_started
@@ -412,19 +515,59 @@ class BatchProcessor:
         if self.dead_letter is not None:
             self.dead_letter(record, reason)
 
-    def _schema_change(self, payload: dict) -> None:
+    def _schema_change(self, batch_id: int, payload: dict, step: list) -> None:
+        """A record of the schema-change topic. Ingest also writes each DDL as a marker
+        into the table's own topic, in order with its changes, and the merger acts on that
+        one (``_table_batch``); topics written by Debezium have only this record, acted on
+        where it is read (a truncate there is followed by a snapshot, see merger.debezium)."""
+        if not self.debezium:
+            return
         for change in payload.get("tableChanges") or []:
             db, table = parse_table_id(change.get("id", ""))
             name = f"{db}.{table}"
             if not self.accepts(name):
                 continue
             rt = self.tables.get(name)
-            if change.get("type") in ("CREATE", "ALTER"):
-                spec = spec_from_table_change(change)
-                if rt is not None and spec is not None:
-                    self.refresh_spec(rt, spec)  # re-snapshots when a column came with a default
-                elif rt is None and spec is not None and self.on_new_table is not None:
+            kind = str(change.get("type") or "")
+            spec = spec_from_table_change(change)
+            if rt is None:
+                if kind in ("CREATE", "ALTER") and spec is not None and self.on_new_table is not None:
                     self.table(name, spec)
+                continue
+            if kind == "DROP":
+                self.apply_ddl(batch_id, rt, DROPPED, None, payload.get("ddl"), None, step)
+            elif spec is not None:
+                # compared in the form of tableChanges (which lacks collations, generation, ...);
+                # Debezium reports CREATE for every table at its initial snapshot, and for a
+                # table created again after a DROP
+                same_form = spec_from_table_change(table_change_json("ALTER", rt.spec))
+                if spec == same_form:
+                    continue
+                self.apply_ddl(batch_id, rt, CREATED if rt.phase == "dropped" else ALTERED, spec,
+                               payload.get("ddl") if kind == "ALTER" else None, None, step, old=same_form)
+
+    def _first_met(self, name: str, items: list) -> TableRuntime | None:
+        """The runtime of a table met for the first time: with the definition of its first
+        DDL marker in the batch (the table may be gone from the source by now), else from
+        the source. Changes before that marker (an earlier table under the name) decode
+        leniently; the marker counts as applied only if nothing came before it."""
+        for r, headers, payload, pos in sorted(items, key=lambda it: it[3].sequence() if it[3] else 0):
+            raw = headers.get(DDL_HEADER)
+            if raw is None:
+                continue
+            spec = spec_from_marker(json.loads(raw))
+            if spec is None:
+                continue
+            rt = self.table(name, spec)
+            if rt is not None and pos is not None:
+                order = pos.sequence()
+                rt.spec_since = order
+                if not any(p is not None and p.sequence() < order for *_, p in items):
+                    rt.ddl_through = order  # the table starts with it
+            return rt
+        if all(DDL_HEADER in headers for _, headers, *_ in items):
+            return None  # only markers of a table that is gone: nothing to apply
+        return self.table(name)
 
     # ------------------------------------------------------------------ changes of one table
 
@@ -461,6 +604,10 @@ class BatchProcessor:
             order = pos.sequence() if pos else r["offset"]
             seq = r["offset"] if self.debezium else order
             rt.last_offsets[r["partition"]] = r["offset"]
+            ddl = headers.get(DDL_HEADER)
+            if ddl is not None:  # a DDL marker (ingest.ddl.ddl_marker)
+                events.append((r["partition"], seq, "s", json.loads(ddl), r, order))
+                continue
             marker = headers.get(WATERMARK_HEADER)
             if marker is not None or payload.get("op") == "m":
                 if marker is None:
@@ -482,15 +629,42 @@ class BatchProcessor:
             if op != "t" and not isinstance(image, dict):
                 self._bad(r, f"op {op} without an image")
                 continue
-            if image and any(k not in rt.converters for k in image):
-                self.refresh_spec(rt)  # a column we do not know yet: the schema changed
             src_ts = (payload.get("source") or {}).get("ts_ms")
             if src_ts:
                 rt.lag_ms = max(0.0, now_ms - src_ts)
             if op == "r" and self.debezium:
                 rt.snapshot_rows += 1  # a row of Debezium's (initial or incremental) snapshot
             events.append((r["partition"], seq, op, image, r, order))
-        # decode every data event of the batch into the canonical schema at once
+        # the events between two DDL markers are decoded with the definition in force there
+        start = 0
+        for i, ev in enumerate(events):
+            if ev[2] != "s":
+                continue
+            self._walk(batch_id, rt, events[start:i], step)
+            start = i + 1
+            order, marker = ev[5], ev[3]
+            if order <= rt.ddl_through:
+                continue  # the same statement, read from another partition
+            rt.ddl_through = order
+            self.apply_ddl(batch_id, rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"),
+                           order, step)
+            if rt.phase in ("paused", "failed"):  # what follows the DDL is kept until `cdc resume`
+                spill = self._spill_dir(rt)
+                spill.mkdir(parents=True, exist_ok=True)
+                rows = [{**ev[4], "headers": ev[4].get("headers")} for ev in events[start:]]
+                if rows:  # sorts before this batch's own file, which may follow
+                    pq.write_table(pa.Table.from_pylist(rows), spill / f"batch-{batch_id:012d}-ddl.parquet")
+                return
+        self._walk(batch_id, rt, events[start:], step)
+
+    def _walk(self, batch_id: int, rt: TableRuntime, events: list, step: list) -> None:
+        """Decode a run of events and apply them in binlog order: markers to the
+        reconciler, data events to the sinks, in slices cut at truncates."""
+        current = max(rt.truncated_through, rt.spec_since)
+        if any(ev[3] and ev[5] >= current and any(k not in rt.converters for k in ev[3])
+               for ev in events if ev[2] not in ("m", "t")):
+            self.refresh_spec(rt, batch_id=batch_id, step=step)  # a column we do not know: the schema changed
+        # decode every data event at once
         data = self._decode([ev for ev in events if ev[2] not in ("m", "t")], rt)
         decoded = {id(ev): i for i, ev in enumerate(data[0])} if data else {}
         keys = data[2] if data else []
@@ -554,6 +728,19 @@ class BatchProcessor:
         """(events that decoded, their Arrow table with _cdc_op/_cdc_seq, their keys)."""
         if not evs:
             return None
+        if rt.spec_since and any(ev[5] < rt.spec_since for ev in evs):
+            # older than the DDL the definition comes from (a lagging partition): leniently
+            old = [ev for ev in evs if ev[5] < rt.spec_since]
+            new = self._decode([ev for ev in evs if ev[5] >= rt.spec_since], rt)
+            table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev[3] for ev in old], rt.keys)
+            old = [old[i] for i in kept]
+            table = table.append_column("_cdc_op", pa.array([ev[2] for ev in old], pa.string())) \
+                .append_column("_cdc_seq", pa.array([ev[1] for ev in old], pa.int64()))
+            if new is not None:
+                old, table = old + new[0], pa.concat_tables([table, new[1]])
+            if not old:
+                return None
+            return old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
         try:
             table = rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev[3] for ev in evs], extra={
                 "_cdc_op": (pa.string(), [ev[2] for ev in evs]),

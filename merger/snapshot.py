@@ -10,6 +10,7 @@ first unfinished chunk.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import threading
 import time
@@ -48,6 +49,16 @@ def watermark_ddl(table: str) -> str:
             "table_name VARCHAR(512) NOT NULL PRIMARY KEY, window_id VARCHAR(64) NOT NULL, "
             "kind VARCHAR(8) NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) "
             "ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
+
+
+_TABLE_CHANGED = re.compile(r"Unknown column|doesn't exist|\(1054,|\(1146,|Unknown table")
+
+
+def table_changed(exc: BaseException) -> bool:
+    """The read failed because the table's definition changed under it (a column renamed
+    or dropped, the table dropped or renamed): the DDL reaches the merger through the
+    stream, which then replans or cancels the snapshot. Not an error to stop for."""
+    return bool(_TABLE_CHANGED.search(f"{type(exc).__name__}: {exc}"))
 
 
 def split_evenly(items: list, parts: int) -> list[list]:
@@ -100,6 +111,8 @@ class SnapshotRunner(threading.Thread):
         self.stream_ready = lambda: True
         self._last_tick = 0.0
         self._wm_conn: pymysql.Connection | None = None
+        self._changed: dict[str, float] = {}  # table -> when a read first met a changed definition
+        self._retries: dict[str, list] = {}
         db, name = config.watermark_table.split(".", 1)
         # REPLACE needs INSERT and DELETE only; INSERT ... ON DUPLICATE KEY UPDATE col =
         # VALUES(col) also needs SELECT on the watermark table (MariaDB checks it per column)
@@ -227,7 +240,15 @@ class SnapshotRunner(threading.Thread):
                     with self.processor.lock:
                         if not self.processor.rebuild_table(rt):
                             continue
-                self._plan(table, args.get("where"))
+                self._changed.pop(table, None)
+                self._retries.pop(table, None)
+                try:
+                    self._plan(table, args.get("where"))
+                except Exception as exc:
+                    if not table_changed(exc):
+                        raise
+                    # dropped or renamed meanwhile: its DDL marker cancels, or asks again
+                    log.info("snapshot of %s not planned: the table changed (%s)", table, _changed_line(exc))
             elif action in ("pause", "resume", "cancel") and plan is not None:
                 if action == "pause":
                     plan["paused"] = True
@@ -279,6 +300,9 @@ class SnapshotRunner(threading.Thread):
         if not rt.keys:
             log.error("snapshot of %s: %s", table, rt.error)
             return None
+        if rt.phase == "dropped":
+            log.info("snapshot of %s not planned: the table was dropped", table)
+            return None
         db, name = table.split(".", 1)
         chunk_size = self.config.snapshot.chunk_size
 
@@ -314,7 +338,7 @@ class SnapshotRunner(threading.Thread):
             if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):
                 return False
             rt = self.processor.tables.get(table)
-            if rt is None or rt.phase in ("paused", "failed"):
+            if rt is None or rt.phase in ("paused", "failed", "dropped"):
                 return False
             open_ids = [w for w in self.pending_windows.get(table, []) if w in rt.reconciler.windows]
             self.pending_windows[table] = open_ids
@@ -333,8 +357,36 @@ class SnapshotRunner(threading.Thread):
         chunks = todo[:per_window]
         # while changes stream in, one read task: the other core serves the stream
         tasks = STREAMING_READ_TASKS if streaming else self.config.snapshot.parallelism
-        self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, plan.get("where"), tasks)
+        since = self._changed.get(table)
+        if since is not None and time.monotonic() - since < 2.0 * len(self._changed_retries(table)):
+            return False
+        try:
+            self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, plan.get("where"), tasks)
+        except Exception as exc:
+            if not table_changed(exc):
+                raise
+            self._table_changed(table, exc)
+            return False
+        self._changed.pop(table, None)
+        self._retries.pop(table, None)
         return True
+
+    def _changed_retries(self, table: str) -> list:
+        return self._retries.setdefault(table, [])
+
+    def _table_changed(self, table: str, exc: BaseException) -> None:
+        """A window's read met a changed definition (the window is abandoned). Its DDL
+        marker is on its way and will replan or cancel the snapshot; until then the read is
+        tried again, less and less often, for at most ``window_timeout_s``."""
+        now = time.monotonic()
+        first = self._changed.setdefault(table, now)
+        self._changed_retries(table).append(now)
+        if now - first > self.config.snapshot.window_timeout_s:
+            raise MergerError(f"snapshot of {table}: the table's definition changed and no schema change "
+                              f"reached the merger within {self.config.snapshot.window_timeout_s:.0f}s "
+                              f"(is ingest running?): {_changed_line(exc)}") from None
+        log.info("snapshot of %s: the table changed under the read (%s); waiting for its schema change",
+                 table, _changed_line(exc))
 
     def _window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int | None = None) -> None:
         """One window: open it, write LOW, read its chunks, write HIGH. If the source
@@ -452,3 +504,9 @@ class SnapshotRunner(threading.Thread):
         import pyarrow.parquet as pq
 
         return sum(pq.ParquetFile(p).metadata.num_rows for p in path.glob("*.parquet"))
+
+
+def _changed_line(exc: BaseException) -> str:
+    """The line of an error (often a Spark worker's long traceback) that says what changed."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return next((line.strip() for line in lines if _TABLE_CHANGED.search(line)), lines[0])[:300]

@@ -43,10 +43,13 @@ def _ingest_settings(props: dict, schemas: bool) -> dict:
 
 def _in_binlog_order(records):
     """Our records of all partitions in binlog order (a delete before its tombstone, the
-    create half of a key change after both); one truncate record per partition -> one."""
+    create half of a key change after both); one truncate record per partition -> one; no
+    DDL markers."""
     seen_truncates = set()
     out = []
     for r in sorted(records, key=lambda r: (r.position.key(), r.value is None)):
+        if "cdc.ddl" in r.headers:
+            continue  # our DDL markers (docs/architecture.md): Debezium writes none
         if r.value is not None and '"op":"t"' in r.value.decode():
             if r.position in seen_truncates:
                 continue
