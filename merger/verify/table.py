@@ -53,37 +53,45 @@ def compare_table(source: SourceReader, reader, db: str, table: str, keys: Seque
     if cols is None:
         raise SinkReadError(f"the {reader.name} sink has no table {db}.{table}")
     side = SinkSide(reader, t, keys, cols)
-    src = side.source_rows(source.rows(t))
-    dst = side.sink_rows(reader.rows(db, table, t.column_names, cols))
-    return compare_rows(t.name, reader.name, t.column_names, keys, side.key_pos, src, dst, limit)
+    raw_src = source.rows(t)
+    raw_dst = reader.rows(db, table, t.column_names, cols)
+    return compare_rows(t.name, reader.name, t.column_names, side.key_pos, side.source_rows(raw_src),
+                        side.sink_rows(raw_dst), limit, shown=_shown(side.key_pos, raw_src, raw_dst))
 
 
-def compare_rows(name: str, sink: str, columns: Sequence[str], keys: Sequence[str], key_pos: Sequence[int],
-                 src: list[tuple], dst: list[tuple], limit: int = 20) -> Comparison:
-    """Canonical rows of both sides, compared by key."""
-    def index(rows):
+def _shown(key_pos: Sequence[int], *raw_sides: list[tuple]) -> list[list[tuple]]:
+    return [[tuple(r[i] for i in key_pos) for r in rows] for rows in raw_sides]
+
+
+def compare_rows(name: str, sink: str, columns: Sequence[str], key_pos: Sequence[int], src: list[tuple],
+                 dst: list[tuple], limit: int = 20, shown: list[list[tuple]] | None = None) -> Comparison:
+    """Canonical rows of both sides, compared by key. ``shown``: the keys as each side
+    returned them (source, sink), to report keys in their own values."""
+    def index(rows, raw_keys):
         out: dict[bytes, tuple] = {}
+        display: dict[bytes, tuple] = {}
         dup = 0
-        for r in rows:
-            k = encode_row(tuple(r[i] for i in key_pos))
+        for n, r in enumerate(rows):
+            key = tuple(r[i] for i in key_pos)
+            k = encode_row(key)
             dup += k in out
             out[k] = r
-        return out, dup
+            display[k] = raw_keys[n] if raw_keys is not None else key
+        return out, display, dup
 
-    src_rows, _ = index(src)
-    dst_rows, dst_dup = index(dst)
+    src_rows, src_keys, _ = index(src, shown[0] if shown else None)
+    dst_rows, dst_keys, dst_dup = index(dst, shown[1] if shown else None)
     result = Comparison(name, sink, len(src), len(dst))
     for ek, row in src_rows.items():
-        key = tuple(row[i] for i in key_pos)
         other = dst_rows.get(ek)
         if other is None:
             if len(result.missing) < limit:
-                result.missing.append(key)
+                result.missing.append(src_keys[ek])
             continue
         for col, a, b in zip(columns, row, other):
             if a != b and len(result.different) < limit:
-                result.different.append((key, col, a, b))
-    result.extra = [tuple(dst_rows[ek][i] for i in key_pos) for ek in dst_rows if ek not in src_rows][:limit]
+                result.different.append((src_keys[ek], col, a, b))
+    result.extra = [dst_keys[ek] for ek in dst_rows if ek not in src_rows][:limit]
     if dst_dup and not result.extra:
         result.extra.append(("<duplicate keys in sink>",))
     return result
