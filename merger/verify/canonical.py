@@ -218,9 +218,15 @@ def decimal(v: Any) -> str | tuple:
             return unexpected(v)
     if not isinstance(v, Decimal) or not v.is_finite():
         return unexpected(v)
-    if v == 0:
-        return "0"
-    return format(v.normalize(_EXACT), "f")
+    return _plain_number(v)
+
+
+def _plain_number(v: Decimal) -> str:
+    """The exact number in plain notation without trailing zeros ('f' never rounds)."""
+    s = format(v, "f")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "0", "") else s
 
 
 def _float32(x: float) -> float:
@@ -438,12 +444,13 @@ def zero_date_value(col: Column) -> _dt.datetime | None:
 
 
 def _date_text(d: _dt.date) -> str:
-    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
+    if isinstance(d, _dt.datetime):
+        d = d.date()
+    return d.isoformat()  # YYYY-MM-DD, the year always 4 digits
 
 
 def _datetime_text(v: _dt.datetime) -> str:
-    return (f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}"
-            f".{v.microsecond:06d}")
+    return v.isoformat(" ", "microseconds")  # naive: YYYY-MM-DD HH:MM:SS.ffffff
 
 
 def _source_datetime(col: Column, v: Any) -> _dt.datetime | None | tuple:
@@ -601,10 +608,16 @@ class ColumnCanon:
 
     def sources(self, values: Sequence[Any]) -> list:
         f = self._src
+        if f is integer:  # the common case without a call per value
+            return [str(v) if type(v) is int else None if v is None else f(v) for v in values]
         return [None if v is None else f(v) for v in values]
 
     def sinks(self, values: Sequence[Any]) -> list:
         f = self._dst
+        if f is integer:
+            return [str(v) if type(v) is int else None if v is None else f(v) for v in values]
+        if f is string_sink:
+            return [v if type(v) is str or v is None else f(v) for v in values]
         return [None if v is None else f(v) for v in values]
 
 

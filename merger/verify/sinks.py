@@ -48,6 +48,7 @@ class PostgresReader:
         self.fixed_schema = schema
         self.rules = SinkRules("postgres", nul_policy)
         self._conn = None
+        self._key_exprs: dict = {}
 
     def where(self) -> str:
         s = self.settings
@@ -118,6 +119,9 @@ class PostgresReader:
         order get COLLATE "C" (then the primary key index is not used for the range)."""
         from psycopg import sql
 
+        cached = self._key_exprs.get((db, table, tuple(keys)))
+        if cached is not None:
+            return cached
         rows = self._run(
             "SELECT a.attname, c.collname, c.collprovider, d.datcollate, d.datlocprovider"
             " FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation"
@@ -136,7 +140,8 @@ class PostgresReader:
             needs.add(name)
         parts = [sql.SQL('({} COLLATE "C")').format(sql.Identifier(k)) if k in needs else sql.Identifier(k)
                  for k in keys]
-        return sql.SQL("({})").format(sql.SQL(", ").join(parts))
+        expr = self._key_exprs[(db, table, tuple(keys))] = sql.SQL("({})").format(sql.SQL(", ").join(parts))
+        return expr
 
     def _select(self, db, table, names, sink_cols, where=None, params=()) -> list[tuple]:
         from psycopg import sql
