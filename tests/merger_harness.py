@@ -14,9 +14,9 @@ from merger.catalog import SourceCatalog
 from merger.chunking import quote_ident
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
-from merger.verify.sinks import DeltaReader, PostgresReader, SinkReadError
+from merger.verify.sinks import DeltaReader, PostgresReader
 from merger.verify.source import SourceReader
-from merger.verify.table import compare_table
+from merger.verify.table import compare_tables
 from tests.ingest_harness import IngestProcess, set_dotted
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,18 +89,14 @@ class SinkChecker:
     def compare(self, db: str, table: str, keys: list[str] | None = None) -> list:
         """[(sink name, Comparison or None, error text or None)] for both sinks."""
         source = self._source()
-        out = []
+        readers = self.readers()
         try:
-            for name, reader in self.readers().items():
-                try:
-                    out.append((name, compare_table(source, reader, db, table, keys), None))
-                except SinkReadError as exc:  # table not created yet
-                    out.append((name, None, str(exc)))
-                finally:
-                    reader.close()
+            found = compare_tables(source, readers, db, table, keys)
         finally:
             source.close()
-        return out
+            for r in readers.values():
+                r.close()
+        return [(n, None, c) if isinstance(c, str) else (n, c, None) for n, c in found.items()]
 
     def verify(self, db: str, table: str, keys: list[str] | None = None, chunk_size: int = 10_000,
                retries: int = 0, retry_wait: float = 1.0) -> list:

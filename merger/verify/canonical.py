@@ -207,6 +207,8 @@ def boolean_of_int(v: Any) -> str | tuple:
 
 
 def decimal(v: Any) -> str | tuple:
+    if type(v) is Decimal and v.is_finite():
+        return _plain_number(v)
     if isinstance(v, bool) or isinstance(v, float):
         return unexpected(v)  # a float is not an exact decimal
     if isinstance(v, int):

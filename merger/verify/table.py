@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from merger.chunk_digest import encode_row
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError
 from merger.verify.source import SourceReader
@@ -43,20 +42,39 @@ def compare_table(source: SourceReader, reader, db: str, table: str, keys: Seque
                   limit: int = 20) -> Comparison:
     """One sink table (``reader``: a ``merger.verify.sinks`` reader) against its source.
     Raises ``SinkReadError`` when the sink has no such table."""
+    out = compare_tables(source, {reader.name: reader}, db, table, keys, limit)[reader.name]
+    if isinstance(out, str):
+        raise SinkReadError(out)
+    return out
+
+
+def compare_tables(source: SourceReader, readers: dict, db: str, table: str, keys: Sequence[str] | None = None,
+                   limit: int = 20) -> dict:
+    """Several sinks against one read of the source: {sink name: Comparison, or the error
+    text when that sink's table cannot be read}."""
     t = source.describe(db, table)
     if t is None:
         raise SinkReadError(f"the source has no table {db}.{table}")
     keys = list(keys or t.primary_key)
     if not keys:
         raise SinkReadError(f"{db}.{table} has no primary key: name its key columns")
-    cols = reader.columns(db, table)
-    if cols is None:
-        raise SinkReadError(f"the {reader.name} sink has no table {db}.{table}")
-    side = SinkSide(reader, t, keys, cols)
-    raw_src = source.rows(t)
-    raw_dst = reader.rows(db, table, t.column_names, cols)
-    return compare_rows(t.name, reader.name, t.column_names, side.key_pos, side.source_rows(raw_src),
-                        side.sink_rows(raw_dst), limit, shown=_shown(side.key_pos, raw_src, raw_dst))
+    raw_src = None
+    out: dict = {}
+    for name, reader in readers.items():
+        try:
+            cols = reader.columns(db, table)
+            if cols is None:
+                raise SinkReadError(f"the {reader.name} sink has no table {db}.{table}")
+            side = SinkSide(reader, t, keys, cols)
+            raw_dst = reader.rows(db, table, t.column_names, cols)
+        except SinkReadError as exc:
+            out[name] = str(exc)
+            continue
+        if raw_src is None:
+            raw_src = source.rows(t)
+        out[name] = compare_rows(t.name, reader.name, t.column_names, side.key_pos, side.source_rows(raw_src),
+                                 side.sink_rows(raw_dst), limit, shown=_shown(side.key_pos, raw_src, raw_dst))
+    return out
 
 
 def _shown(key_pos: Sequence[int], *raw_sides: list[tuple]) -> list[list[tuple]]:
@@ -73,7 +91,7 @@ def compare_rows(name: str, sink: str, columns: Sequence[str], key_pos: Sequence
         dup = 0
         for n, r in enumerate(rows):
             key = tuple(r[i] for i in key_pos)
-            k = encode_row(key)
+            k = key  # canonical values (str, None, tuples) are hashable and exact
             dup += k in out
             out[k] = r
             display[k] = raw_keys[n] if raw_keys is not None else key
