@@ -187,14 +187,18 @@ def run(stack, tmp_path, unique_name, db, tables: dict) -> None:
                       + ", ".join(f"`{c}`" for c in _columns(conn, db, t)[1:]) + f" FROM {db}.{t}"
                       for t in tables])
         expected = {t: 2 * len(ROWS[t]) for t in tables}
+        # wait for the streamed rows; rows the pipeline loses never come: stop waiting when
+        # the counts stood still for 90 s (reported below)
         deadline = time.monotonic() + 400
-        while True:
-            counts = {t: checker.counts(db, t) for t in tables}
-            if all(c["delta"] == c["postgres"] == expected[t] for t, c in counts.items()):
+        counts, since = None, time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - since < 90:
+            now = {t: checker.counts(db, t) for t in tables}
+            if all(c["delta"] == c["postgres"] == expected[t] for t, c in now.items()):
+                counts = now
                 break
+            if now != counts:
+                counts, since = now, time.monotonic()
             assert merger.alive(), merger.log_text()[-4000:]
-            if time.monotonic() > deadline:
-                break  # report what differs below
             time.sleep(3)
         # a value that differs now may still be in flight: compare until the differences stand still
         previous, found = None, _differences(checker, db, tables)
