@@ -37,7 +37,8 @@ def write_merger_config(stack: local_stack.StackInfo, path: Path, prefix: str, d
                                "password_file": str(local_stack.secret_file(stack, "postgres_password"))}},
         "snapshot": {"chunk_size": 20000, "chunks_per_window": 2, "window_timeout_s": 180},
         "trigger_interval_ms": 300,
-        "spark_conf": {"spark.driver.memory": "1g"},
+        # a loaded machine can take more than Spark's 15 s to start a Python worker
+        "spark_conf": {"spark.driver.memory": "1g", "spark.python.authenticate.socketTimeout": "120s"},
     }
     set_dotted(cfg, extra)
     path.write_text(yaml.safe_dump(cfg))

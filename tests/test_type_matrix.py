@@ -169,10 +169,7 @@ def run(stack, tmp_path, unique_name, db, tables: dict) -> None:
            + [f"INSERT INTO {db}.{t} VALUES {', '.join(ROWS[t])}" for t in tables])
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    # a loaded machine can take more than Spark's 15 s to start a Python worker
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path,
-                               spark_conf={"spark.driver.memory": "1g",
-                                           "spark.python.authenticate.socketTimeout": "120s"})
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
     try:
