@@ -214,7 +214,22 @@ def run(stack, tmp_path, unique_name, db, tables: dict) -> None:
         merger.stop()
         ingest.stop()
         checker.close()
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {db}")
         conn.close()
+        _drop_postgres_schema(stack, db)
+
+
+def _drop_postgres_schema(stack, schema: str) -> None:
+    """The sink tables (schema = database) and their tombstones, by the sink's own rule."""
+    from merger.sinks.postgres import PostgresSink
+
+    sink = PostgresSink(stack.postgres)
+    try:
+        for table in TABLES:
+            sink.drop_table((schema, table))
+    finally:
+        sink.close()
 
 
 def _columns(conn, db: str, table: str) -> list[str]:
