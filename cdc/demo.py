@@ -227,14 +227,10 @@ def _show_events(bootstrap: str, topic: str, console: Console, n: int) -> None:
 
 
 def _compare(info, work: Path, tables: list[str], console: Console) -> None:
-    from cdc.config import MySQLConfig
-    from merger.catalog import SourceCatalog
-    from merger.sinks.delta import DeltaSink
-    from merger.sinks.postgres import PostgresSink
-    from merger.verify import compare, source_table
+    from merger.verify.sinks import DeltaReader, PostgresReader, SinkReadError
+    from merger.verify.source import SourceReader
+    from merger.verify.table import compare_table
 
-    catalog = SourceCatalog(MySQLConfig(host=info.mariadb.host, port=info.mariadb.port, user="root",
-                                        password_file=str(local_stack.secret_file(info, "mysql_root_password"))))
     result = Table()
     for col in ("table", "sink", "source rows", "sink rows", "result"):
         result.add_column(col)
@@ -244,28 +240,33 @@ def _compare(info, work: Path, tables: list[str], console: Console) -> None:
     while pending and time.monotonic() < deadline:
         for t in list(pending):
             db, name = t.split(".", 1)
-            spec = catalog.table_spec(db, name)
-            conn = _root(info)
-            try:
-                source = source_table(conn, spec, list(spec.primary_key))
-            finally:
-                conn.close()
+            source = SourceReader(lambda: _root(info))
             outcome = []
-            for sink_name, sink in (("delta", DeltaSink(str(work / "delta"))),
-                                    ("postgres", PostgresSink({"host": info.postgres.host, "port": info.postgres.port,
-                                                               "user": info.postgres.user,
-                                                               "dbname": info.postgres.database,
-                                                               "password": info.postgres.password}))):
-                c = compare(t, source, sink.rows((db, name)), list(spec.primary_key))
-                outcome.append((sink_name, c))
-                sink.close()
+            try:
+                for sink_name, reader in (("delta", DeltaReader(str(work / "delta"))),
+                                          ("postgres", PostgresReader({"host": info.postgres.host,
+                                                                       "port": info.postgres.port,
+                                                                       "user": info.postgres.user,
+                                                                       "dbname": info.postgres.database,
+                                                                       "password": info.postgres.password}))):
+                    try:
+                        outcome.append((sink_name, compare_table(source, reader, db, name)))
+                    except SinkReadError:  # not created yet
+                        outcome.append((sink_name, None))
+                    finally:
+                        reader.close()
+            finally:
+                source.close()
             rows_out[t] = outcome
-            if all(c.ok for _, c in outcome):
+            if all(c is not None and c.ok for _, c in outcome):
                 pending.remove(t)
         if pending:
             time.sleep(2)
     for t, outcome in rows_out.items():
         for sink_name, c in outcome:
+            if c is None:
+                result.add_row(t, sink_name, "-", "-", "[red]no sink table")
+                continue
             result.add_row(t, sink_name, f"{c.source_rows:,}", f"{c.sink_rows:,}",
                            "[green]equal" if c.ok else f"[red]{c.summary()[:80]}")
     console.print(result)

@@ -33,7 +33,8 @@ def parse_duration(text: str) -> float:
 
 
 def open_sinks(cfg: MergerConfig, only: str | None) -> dict[str, Any]:
-    """The configured sinks by name; None for a sink that cannot be read by key range."""
+    """Readers of the configured sinks by name (``merger.verify.sinks``: each sink's own
+    client); None for a sink that cannot be read by key range."""
     configured = [n for n in ("delta", "postgres", "kafka_changelog") if getattr(cfg.sinks, n) is not None]
     if only is not None:
         if only not in SINK_NAMES:
@@ -43,17 +44,17 @@ def open_sinks(cfg: MergerConfig, only: str | None) -> dict[str, Any]:
         configured = [only]
     if not configured:
         raise ConfigError("sinks: the config names no sink to verify")
+    from merger.verify.sinks import DeltaReader, PostgresReader
+
     sinks: dict[str, Any] = {}
     for name in configured:
         if name == "delta":
-            from merger.sinks.delta import DeltaSink
-
-            sinks[name] = DeltaSink(cfg.sinks.delta.path)
+            sinks[name] = DeltaReader(cfg.sinks.delta.path)
         elif name == "postgres":
-            from merger.sinks.postgres import PostgresSink
-
             pg = cfg.sinks.postgres
-            sinks[name] = PostgresSink(pg.settings(), schema=pg.schema_)
+            # the sink's rule for NUL characters decides what the source's strings become
+            sinks[name] = PostgresReader(pg.settings(), schema=pg.schema_,
+                                         nul_policy=getattr(pg, "nul_policy", None) or "strip")
         else:
             sinks[name] = None  # changelog topics are read whole: not verified here
     return sinks
@@ -87,7 +88,8 @@ def exit_code(results) -> int:
 def run_verify(cfg: MergerConfig, named: Sequence[str], sink: str | None, chunk_size: int | None,
                retries: int, retry_wait: float, limit: int, as_json: bool, err: Console) -> int:
     from merger.catalog import SourceCatalog
-    from merger.verifier import SourceReader, TableResult, TableVerifier
+    from merger.verifier import TableResult, TableVerifier
+    from merger.verify.source import SourceReader
 
     catalog = SourceCatalog(cfg.mysql, guard=_no_retries())
     tables = resolve_tables(cfg, catalog.list_tables(), named)
@@ -107,24 +109,24 @@ def run_verify(cfg: MergerConfig, named: Sequence[str], sink: str | None, chunk_
                     progress.update(task, description=table, completed=done, total=total, rows=rows)
 
                 db, tname = name.split(".", 1)
-                spec = catalog.table_spec(db, tname)
-                keys = list(spec.primary_key) if spec else []
-                if spec is not None and not keys:
+                table = source.describe(db, tname)
+                keys = list(table.primary_key) if table else []
+                if table is not None and not keys:
                     keys = list(cfg.snapshot.chunk_keys.get(name, []))
                 error = None
-                if spec is None:
+                if table is None:
                     error = "the table disappeared from the source"
                 elif not keys:
                     error = (f"{name} has no primary key: set snapshot.chunk_keys "
                              f'{{"{name}": [columns]}} (NOT NULL columns, unique together)')
                 else:
-                    unknown = [k for k in keys if k not in {c.name for c in spec.columns}]
+                    unknown = [k for k in keys if k not in table.column_names]
                     if unknown:
                         error = f"snapshot.chunk_keys of {name}: no column(s) {unknown} in the source table"
                 if error:
                     results += [TableResult(name, n, error=error) for n in readable]
                 else:
-                    verifier = TableVerifier(source, spec, keys, readable, chunk_size or cfg.snapshot.chunk_size,
+                    verifier = TableVerifier(source, table, keys, readable, chunk_size or cfg.snapshot.chunk_size,
                                              retries=retries, retry_wait=retry_wait, limit=limit,
                                              on_progress=advance)
                     results += verifier.run() if readable else []

@@ -1,7 +1,7 @@
 """Order-independent digests of one chunk's rows, and the diff of two chunks.
 
-Pure: no I/O. Rows are tuples of canonical Python values (what ``to_pylist`` gives for a
-table in the canonical Arrow schema of ``merger.schema``), in any order.
+Pure: no I/O. Rows are tuples of canonical values (``merger.verify.canonical``: strings,
+None, or an "unexpected" tuple), in any order; other Python values are encoded too.
 
 * ``row_hash``: 64 bits of BLAKE2b over a stable, type-tagged, length-prefixed encoding of
   the row's values, so the same values give the same hash in every process and version.

@@ -13,19 +13,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pymysql
 
 from ingest.types import TableSpec
 from merger.dblog import decode_key
-from merger.schema import quote_ident, snapshot_select
-from merger.verify import canonical_source_rows
+from merger.schema import arrow_schema, from_snapshot, quote_ident, snapshot_select
 
 
 def is_whole_table(chunks: list[dict]) -> bool:
     """One chunk, open at both ends: the plan found fewer rows than one chunk."""
     return (len(chunks) == 1 and decode_key(chunks[0]["lo"]) is None
             and decode_key(chunks[0]["hi"]) is None)
+
+
+def canonical_source_rows(spec: TableSpec, names: list[str], rows) -> pa.Table:
+    """Rows of a ``snapshot_select`` query (session time zone UTC) in the canonical schema."""
+    columns = list(zip(*rows)) if rows else [[] for _ in names]
+    raw = pa.table({n: pa.array(list(col)) if rows else pa.nulls(0) for n, col in zip(names, columns)})
+    return from_snapshot(spec, arrow_schema(spec), raw)
 
 
 def stage_table(conn: pymysql.Connection, spec: TableSpec, where: str | None, path: Path,

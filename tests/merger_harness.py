@@ -14,7 +14,9 @@ from merger.catalog import SourceCatalog
 from merger.chunking import quote_ident
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
-from merger.verify import compare, source_table
+from merger.verify.sinks import DeltaReader, PostgresReader
+from merger.verify.source import SourceReader
+from merger.verify.table import compare_tables
 from tests.ingest_harness import IngestProcess, set_dotted
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +37,8 @@ def write_merger_config(stack: local_stack.StackInfo, path: Path, prefix: str, d
                                "password_file": str(local_stack.secret_file(stack, "postgres_password"))}},
         "snapshot": {"chunk_size": 20000, "chunks_per_window": 2, "window_timeout_s": 180},
         "trigger_interval_ms": 300,
-        "spark_conf": {"spark.driver.memory": "1g"},
+        # a loaded machine can take more than Spark's 15 s to start a Python worker
+        "spark_conf": {"spark.driver.memory": "1g", "spark.python.authenticate.socketTimeout": "120s"},
     }
     set_dotted(cfg, extra)
     path.write_text(yaml.safe_dump(cfg))
@@ -58,49 +61,61 @@ class MergerProcess(IngestProcess):
 
 
 class SinkChecker:
-    def __init__(self, stack: local_stack.StackInfo, work: Path):
+    """The tests' oracle: the sinks compared with the source independently of the
+    pipeline (plain SELECTs, each sink's own client, one canonical form:
+    ``merger.verify``)."""
+
+    def __init__(self, stack: local_stack.StackInfo, work: Path, nul_policy: str = "strip"):
         self.stack = stack
         self.work = work
+        self.nul_policy = nul_policy
         self._pg = None
         from cdc.config import MySQLConfig
 
         self.catalog = SourceCatalog(MySQLConfig(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
                                                  password_file=str(local_stack.secret_file(stack, "mysql_root_password"))))
 
+    def _source(self) -> SourceReader:
+        m = self.stack.mariadb
+        return SourceReader(lambda: pymysql.connect(host=m.host, port=m.port, user="root",
+                                                    password=m.root_password, autocommit=True))
+
+    def readers(self) -> dict:
+        pg = self.stack.postgres
+        return {"delta": DeltaReader(str(self.work / "delta")),
+                "postgres": PostgresReader({"host": pg.host, "port": pg.port, "user": pg.user,
+                                            "dbname": pg.database, "password": pg.password},
+                                           nul_policy=self.nul_policy)}
+
     def compare(self, db: str, table: str, keys: list[str] | None = None) -> list:
-        spec = self.catalog.table_spec(db, table)
-        keys = keys or list(spec.primary_key)
-        conn = pymysql.connect(host=self.stack.mariadb.host, port=self.stack.mariadb.port, user="root",
-                               password=self.stack.mariadb.root_password)
+        """[(sink name, Comparison or None, error text or None)] for both sinks."""
+        source = self._source()
+        readers = self.readers()
         try:
-            source = source_table(conn, spec, keys)
+            found = compare_tables(source, readers, db, table, keys)
         finally:
-            conn.close()
-        out = []
-        for name, sink in (("delta", self.delta), ("postgres", self.pg)):
-            try:
-                rows = sink.rows((db, table))
-            except Exception as exc:  # table not created yet
-                out.append((name, None, str(exc)))
-                continue
-            out.append((name, compare(f"{db}.{table}", source, rows, keys), None))
-        return out
+            source.close()
+            for r in readers.values():
+                r.close()
+        return [(n, None, c) if isinstance(c, str) else (n, c, None) for n, c in found.items()]
 
     def verify(self, db: str, table: str, keys: list[str] | None = None, chunk_size: int = 10_000,
                retries: int = 0, retry_wait: float = 1.0) -> list:
         """`cdc verify`'s chunked comparison (merger.verifier), both sinks: TableResults
         (``.verdict``, ``.missing``, ``.extra``, ``.different``). Memory bounded by the
         chunk size, so it suits large tables better than ``compare``."""
-        from merger.verifier import SourceReader, TableVerifier
+        from merger.verifier import TableVerifier
 
-        spec = self.catalog.table_spec(db, table)
-        source = SourceReader(self.catalog.mysql)
+        source = self._source()
+        readers = self.readers()
         try:
-            return TableVerifier(source, spec, keys or list(spec.primary_key),
-                                 {"delta": self.delta, "postgres": self.pg}, chunk_size,
+            t = source.describe(db, table)
+            return TableVerifier(source, t, keys or list(t.primary_key), readers, chunk_size,
                                  retries=retries, retry_wait=retry_wait).run()
         finally:
             source.close()
+            for r in readers.values():
+                r.close()
 
     # sink objects cache table metadata (right for the one process that writes): a
     # reader in another process opens fresh ones to see columns added meanwhile

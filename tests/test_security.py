@@ -398,29 +398,28 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     try:
-        from merger.catalog import SourceCatalog
-        from merger.sinks.delta import DeltaSink
-        from merger.sinks.postgres import PostgresSink
-        from merger.verify import compare, source_table
+        from merger.verify.sinks import DeltaReader, PostgresReader
+        from merger.verify.source import SourceReader
+        from merger.verify.table import compare_table
 
-        catalog = SourceCatalog(MySQLConfig(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                                            password_file=str(local_stack.secret_file(stack, "mysql_root_password"))))
         with mysql_root.cursor() as cur:
             cur.execute(f"UPDATE {db}.t SET v = 'changed' WHERE id % 10 = 0")
             cur.execute(f"DELETE FROM {db}.t WHERE id % 25 = 0")
 
         def equal() -> bool:
-            spec = catalog.table_spec(db, "t")
-            source = source_table(mysql_root, spec, ["id"])
-            pg_sink = PostgresSink({"host": stack.postgres.host, "port": stack.postgres.port, "user": pg_user,
-                                    "password": passwords["postgres"], "dbname": pg_db})
+            source = SourceReader(lambda: pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port,
+                                                          user="root", password=stack.mariadb.root_password))
+            readers = [DeltaReader(str(tmp_path / "delta")),
+                       PostgresReader({"host": stack.postgres.host, "port": stack.postgres.port, "user": pg_user,
+                                       "password": passwords["postgres"], "dbname": pg_db})]
             try:
-                sinks = [DeltaSink(str(tmp_path / "delta")), pg_sink]
-                return all(compare(f"{db}.t", source, s.rows((db, "t")), ["id"]).ok for s in sinks)
+                return all(compare_table(source, r, db, "t", ["id"]).ok for r in readers)
             except Exception:
                 return False
             finally:
-                pg_sink.close()
+                source.close()
+                for r in readers:
+                    r.close()
 
         deadline = time.monotonic() + 400
         while not equal():

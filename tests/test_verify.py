@@ -24,10 +24,12 @@ import yaml
 from cdc import stack as local_stack
 from cdc.config import MySQLConfig
 from merger.catalog import SourceCatalog
-from merger.schema import arrow_schema
+from merger.direct_read import canonical_source_rows
+from merger.schema import arrow_schema, quote_ident, snapshot_select
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
-from merger.verify import source_table
+from merger.verify.sinks import DeltaReader
+from merger.verify.source import SourceReader
 from tests.merger_harness import SinkChecker, write_merger_config
 
 pytestmark = pytest.mark.integration
@@ -57,6 +59,16 @@ def changes(rows: pa.Table, op: str, seq: int) -> pa.Table:
     n = rows.num_rows
     return rows.append_column("_cdc_op", pa.array([op] * n, pa.string())).append_column(
         "_cdc_seq", pa.array([seq] * n, pa.int64()))
+
+
+def pipeline_rows(conn, spec, keys) -> pa.Table:
+    """The source rows as the pipeline's snapshot reads them (to write the sinks with)."""
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(f"SELECT {snapshot_select(spec)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)} "
+                    f"ORDER BY {', '.join(quote_ident(k) for k in keys)}")
+        names = [d[0] for d in cur.description]
+        return canonical_source_rows(spec, names, cur.fetchall())
 
 
 def one_row(schema: pa.Schema, **values) -> pa.Table:
@@ -100,7 +112,7 @@ def world(stack, tmp_path_factory):
         schemas[name] = arrow_schema(spec)
         conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
                                password=stack.mariadb.root_password)
-        rows = source_table(conn, spec, keys[name])
+        rows = pipeline_rows(conn, spec, keys[name])
         conn.close()
         for sink in (delta, pg):
             sink.ensure_table((db, name), schemas[name], keys[name])
@@ -190,7 +202,7 @@ def test_differences_are_found_with_their_keys(world):
 def test_rows_in_flight_are_not_reported(world):
     """A chunk that differs at first and is equal on re-check is equal (the sink caught up)."""
     from cdc.config import load_model, MergerConfig
-    from merger.verifier import SourceReader, TableVerifier
+    from merger.verifier import TableVerifier
 
     db, delta = world["db"], world["delta"]
     items = (db, "items")
@@ -203,10 +215,10 @@ def test_rows_in_flight_are_not_reported(world):
         waits.append(seconds)
         delta.apply(items, 11, changes(held, "u", 11))
 
-    spec = SourceCatalog(cfg.mysql).table_spec(db, "items")
     source = SourceReader(cfg.mysql)
     try:
-        [res] = TableVerifier(source, spec, ["id"], {"delta": DeltaSink(world["work"] / "delta")}, 100,
+        table = source.describe(db, "items")
+        [res] = TableVerifier(source, table, ["id"], {"delta": DeltaReader(str(world["work"] / "delta"))}, 100,
                               retries=3, retry_wait=0.5, sleep=catch_up).run()
     finally:
         source.close()

@@ -1,0 +1,11 @@
+"""Verify: compare sink tables with their source, independently of the pipeline.
+
+* ``canonical``: the one canonical form of a value (source and sink side), pure, no
+  pipeline code;
+* ``source``: the source's columns (information_schema) and plain ``SELECT`` reads;
+* ``sinks``: each sink read with its own client, in its own types;
+* ``keys``: key values for range reads and key lookups;
+* ``side``: one sink table with its canonical functions;
+* ``table``: a whole-table comparison (tests, demo); ``merger.verifier`` is the chunked
+  one behind ``cdc verify``.
+"""

@@ -1,0 +1,71 @@
+"""One sink table as verify sees it: the sink's reader, the sink table's columns, and the
+canonical functions of every column under that sink's rules (NUL policy, boolean and
+jsonb columns). Both sides' raw rows become canonical rows here."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from merger.verify.canonical import ColumnCanon, row_canons
+from merger.verify.keys import ALIGNED_KINDS, key_kind, order_key
+from merger.verify.source import SourceTable
+
+
+def canonical_rows(canons: Sequence[ColumnCanon], rows: Sequence[tuple], side: str) -> list[tuple]:
+    """Raw rows of one side -> canonical rows (column by column)."""
+    if not rows:
+        return []
+    cols = list(zip(*rows))
+    if side == "source":
+        out = [c.sources(col) for c, col in zip(canons, cols)]
+    else:
+        out = [c.sinks(col) for c, col in zip(canons, cols)]
+    return list(zip(*out))
+
+
+class SinkSide:
+    """One sink table of one source table."""
+
+    def __init__(self, reader, table: SourceTable, keys: Sequence[str], sink_cols: dict[str, str]):
+        self.reader = reader
+        self.table = table
+        self.names = table.column_names
+        self.keys = list(keys)
+        self.sink_cols = sink_cols
+        self.canons = row_canons(table.columns, reader.rules, sink_cols)
+        by_name = dict(zip(self.names, self.canons))
+        self.key_canons = [by_name[k] for k in self.keys]
+        self.kinds = [key_kind(c.kind) for c in self.key_canons]
+        self.key_pos = [self.names.index(k) for k in self.keys]
+        self.aligned = all(k in ALIGNED_KINDS for k in self.kinds)
+
+    def source_rows(self, raw: Sequence[tuple]) -> list[tuple]:
+        return canonical_rows(self.canons, raw, "source")
+
+    def canon_key(self, raw_key: tuple) -> tuple:
+        return tuple(c.source(v) for c, v in zip(self.key_canons, raw_key))
+
+    def _read_kwargs(self) -> dict:
+        return {"key_canons": self.key_canons} if self.reader.name == "delta" else {}
+
+    def rows_in_range(self, lo, hi) -> list[tuple]:
+        t = self.table
+        return self.reader.rows_in_range(t.db, t.table, self.names, self.sink_cols, self.keys, self.kinds, lo, hi,
+                                         **self._read_kwargs())
+
+    def rows_with_keys(self, canon_keys) -> list[tuple]:
+        t = self.table
+        return self.reader.rows_with_keys(t.db, t.table, self.names, self.sink_cols, self.keys, self.kinds,
+                                          list(canon_keys), **self._read_kwargs())
+
+    def sink_rows(self, raw: Sequence[tuple]) -> list[tuple]:
+        return canonical_rows(self.canons, raw, "sink")
+
+    def ranges(self, raw_bounds: list[tuple]) -> list[tuple]:
+        """(lo, hi) canonical bounds for the sink: the source's boundaries in the sink's
+        order, so the ranges partition the sink whatever the collations."""
+        bounds = [self.canon_key(b) for b in raw_bounds]
+        if not self.aligned:
+            bounds.sort(key=lambda b: order_key(self.kinds, b))
+        edges = [None, *bounds, None]
+        return list(zip(edges, edges[1:]))

@@ -1,0 +1,380 @@
+"""The sink side of verify: each sink table read with the sink's own client, values in
+that client's native Python types (psycopg for PostgreSQL; deltalake -> pyarrow ->
+``to_pylist`` for Delta). Nothing of the merger's conversion code is used; only where the
+sinks keep a table (schema = database, ``<base>/<db>/<table>``) is shared knowledge.
+
+A reader returns rows as tuples in the order of the column names asked for; a column the
+sink table lacks reads as NULL. Key ranges and key lookups take canonical key values
+(``keys``) and are applied in each sink's order: numbers by value, text by code point
+(PostgreSQL ``COLLATE "C"`` where the column's collation is another one).
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from functools import partial
+from typing import Any, Sequence
+
+from merger.errors import MergerError
+from merger.verify.canonical import ColumnCanon, SinkRules
+from merger.verify.keys import delta_value, order_key, postgres_param
+
+LOOKUP_BATCH = 500
+SEQ = "_cdc_seq"  # the sinks' own bookkeeping column: not a source column
+
+
+class SinkReadError(MergerError):
+    """A sink table could not be read (reported for that table)."""
+
+
+class SinkUnreachable(SinkReadError):
+    """The sink's server or storage does not answer (verify stops with one line)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+# ------------------------------------------------------------------ PostgreSQL
+
+
+class PostgresReader:
+    name = "postgres"
+
+    def __init__(self, settings: dict, schema: str | None = None, nul_policy: str = "strip"):
+        self.settings = dict(settings)
+        self.fixed_schema = schema
+        self.rules = SinkRules("postgres", nul_policy)
+        self._conn = None
+        self._key_exprs: dict = {}
+
+    def where(self) -> str:
+        s = self.settings
+        return f"PostgreSQL at {s.get('host')}:{s.get('port')} (database {s.get('dbname')!r})"
+
+    def _connection(self):
+        import psycopg
+        from psycopg.types.json import set_json_loads
+
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        s = self.settings
+        try:
+            conn = psycopg.connect(host=s.get("host"), port=s.get("port"), user=s.get("user"),
+                                   password=s.get("password") or "", dbname=s.get("dbname"),
+                                   connect_timeout=int(s.get("connect_timeout", 10)),
+                                   application_name="cdc-verify", autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise SinkUnreachable(f"{self.where()} is unreachable: {_first_line(exc)}") from None
+        conn.execute("SET TimeZone = 'UTC'")
+        # jsonb values parsed exactly: numbers as Decimal, never rounded through a float
+        set_json_loads(partial(json.loads, parse_float=Decimal), conn)
+        self._conn = conn
+        return conn
+
+    def _run(self, sql, params=None) -> list[tuple]:
+        import psycopg
+
+        conn = self._connection()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                return cur.fetchall() if cur.description else []
+        except psycopg.OperationalError as exc:
+            if conn.closed or conn.broken:
+                self._conn = None
+                raise SinkUnreachable(f"{self.where()}: connection lost: {_first_line(exc)}") from None
+            raise SinkReadError(f"PostgreSQL error: {_first_line(exc)}") from None
+        except psycopg.Error as exc:
+            raise SinkReadError(f"PostgreSQL error: {_first_line(exc)}") from None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+            self._conn = None
+
+    def target(self, db: str, table: str) -> tuple[str, str]:
+        return (self.fixed_schema or db, table)
+
+    def _qualified(self, db: str, table: str) -> str:
+        return ".".join('"' + n.replace('"', '""') + '"' for n in self.target(db, table))
+
+    def columns(self, db: str, table: str) -> dict[str, str] | None:
+        """The sink table's columns and their types (``format_type``); None: no table."""
+        rows = self._run(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
+            " WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            (self._qualified(db, table),))
+        if not rows:
+            return None
+        return {n: t for n, t in rows if n != SEQ}
+
+    def _key_expr(self, db: str, table: str, keys: Sequence[str]):
+        """The key as a row value in code point order: text keys whose collation is not byte
+        order get COLLATE "C" (then the primary key index is not used for the range)."""
+        from psycopg import sql
+
+        cached = self._key_exprs.get((db, table, tuple(keys)))
+        if cached is not None:
+            return cached
+        rows = self._run(
+            "SELECT a.attname, c.collname, c.collprovider, d.datcollate, d.datlocprovider"
+            " FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation"
+            " JOIN pg_database d ON d.datname = current_database()"
+            " WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s)",
+            (self._qualified(db, table), list(keys)))
+        byte_order = {"C", "POSIX", "C.UTF-8", "C.utf8"}
+        needs = set()
+        for name, coll, provider, datcollate, datprovider in rows:
+            if coll is None or coll in ("C", "POSIX"):
+                continue
+            if coll == "default" and datprovider == "c" and datcollate in byte_order:
+                continue
+            if coll != "default" and provider == "c" and coll in byte_order:
+                continue
+            needs.add(name)
+        parts = [sql.SQL('({} COLLATE "C")').format(sql.Identifier(k)) if k in needs else sql.Identifier(k)
+                 for k in keys]
+        expr = self._key_exprs[(db, table, tuple(keys))] = sql.SQL("({})").format(sql.SQL(", ").join(parts))
+        return expr
+
+    def _select(self, db, table, names, sink_cols, where=None, params=()) -> list[tuple]:
+        from psycopg import sql
+
+        present = [n for n in names if n in sink_cols]
+        if not present:
+            raise SinkReadError(f"the sink table {self._qualified(db, table)} has none of the source's columns")
+        q = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, present)),
+                                                 sql.Identifier(*self.target(db, table)))
+        if where is not None:
+            q = q + sql.SQL(" WHERE ") + where
+        rows = self._run(q, list(params) or None)
+        if len(present) == len(names):
+            return rows
+        pos = {n: i for i, n in enumerate(present)}
+        return [tuple(r[pos[n]] if n in pos else None for n in names) for r in rows]
+
+    def rows(self, db, table, names, sink_cols) -> list[tuple]:
+        return self._select(db, table, names, sink_cols)
+
+    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi) -> list[tuple]:
+        from psycopg import sql
+
+        key = self._key_expr(db, table, keys)
+        conds, params = [], []
+        for bound, op in ((lo, ">="), (hi, "<")):
+            if bound is not None:
+                conds.append(sql.SQL("{} {} ({})").format(key, sql.SQL(op),
+                                                          sql.SQL(", ").join(sql.Placeholder() * len(keys))))
+                params += [postgres_param(k, v, sink_cols.get(c)) for c, k, v in zip(keys, kinds, bound)]
+        where = sql.SQL(" AND ").join(conds) if conds else None
+        return self._select(db, table, names, sink_cols, where, params)
+
+    def rows_with_keys(self, db, table, names, sink_cols, keys, kinds, canon_keys) -> list[tuple]:
+        from psycopg import sql
+
+        key = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, keys)))
+        one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(keys)))
+        out: list[tuple] = []
+        for i in range(0, len(canon_keys), LOOKUP_BATCH):
+            batch = canon_keys[i:i + LOOKUP_BATCH]
+            where = sql.SQL("{} IN ({})").format(key, sql.SQL(", ").join([one] * len(batch)))
+            params = [postgres_param(k, v, sink_cols.get(c)) for kv in batch for c, k, v in zip(keys, kinds, kv)]
+            out += self._select(db, table, names, sink_cols, where, params)
+        return out
+
+
+# ------------------------------------------------------------------ Delta Lake
+
+
+class DeltaReader:
+    name = "delta"
+
+    def __init__(self, base: str, storage_options: dict | None = None):
+        self.base = str(base).rstrip("/")
+        self.storage_options = storage_options
+        self.rules = SinkRules("delta")
+
+    def where(self) -> str:
+        return f"Delta Lake at {self.base}"
+
+    def close(self) -> None:
+        pass
+
+    def path(self, db: str, table: str) -> str:
+        # where the sink keeps a table (its path rule only needs ``base``; no values)
+        from merger.sinks.delta import DeltaSink
+
+        return DeltaSink.table_path(self, (db, table))
+
+    def _open(self, db: str, table: str):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        path = self.path(db, table)
+        try:
+            return DeltaTable(path, storage_options=self.storage_options)
+        except TableNotFoundError:
+            return None
+        except (OSError, DeltaError) as exc:
+            raise SinkReadError(f"Delta table {path}: {_first_line(exc)}") from None
+
+    def columns(self, db: str, table: str) -> dict[str, str] | None:
+        import pyarrow as pa
+
+        dt = self._open(db, table)
+        if dt is None:
+            return None
+        return {f.name: str(_plain_type(f.type)) for f in pa.schema(dt.schema().to_arrow()) if f.name != SEQ}
+
+    def _scan(self, db, table, names, sink_cols, keep, prune=None) -> list[tuple]:
+        """Rows of the table's files (pruned by ``prune`` where delta-rs can), filtered
+        per batch by ``keep(arrow table) -> arrow table``."""
+        import pyarrow as pa
+        from deltalake.exceptions import DeltaError
+
+        dt = self._open(db, table)
+        if dt is None:
+            raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
+        present = [n for n in names if n in sink_cols]
+        try:
+            try:
+                dataset = dt.to_pyarrow_dataset(file_pruning_predicate=prune or None)
+            except (DeltaError, ValueError, TypeError):
+                dataset = dt.to_pyarrow_dataset()
+            rows: list[tuple] = []
+            for batch in dataset.to_batches(columns=present):
+                t = _plain(pa.Table.from_batches([batch]))
+                t = keep(t)
+                if t.num_rows:
+                    rows += zip(*(t.column(n).to_pylist() for n in present))
+        except (OSError, DeltaError) as exc:
+            raise SinkReadError(f"Delta table {self.path(db, table)}: {_first_line(exc)}") from None
+        if len(present) == len(names):
+            return rows
+        pos = {n: i for i, n in enumerate(present)}
+        return [tuple(r[pos[n]] if n in pos else None for n in names) for r in rows]
+
+    def rows(self, db, table, names, sink_cols) -> list[tuple]:
+        return self._scan(db, table, names, sink_cols, lambda t: t)
+
+    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi,
+                      key_canons: Sequence[ColumnCanon] = ()) -> list[tuple]:
+        import pyarrow as pa
+
+        types = {k: _arrow_type(sink_cols[k]) for k in keys if k in sink_cols}
+        if len(types) < len(keys):
+            raise SinkReadError(f"the Delta table has no key column(s) {[k for k in keys if k not in types]}")
+        bounds = [(b, lower) for b, lower in ((lo, True), (hi, False)) if b is not None]
+        stored = [[delta_value(kind, v, types[k]) for k, kind, v in zip(keys, kinds, b)] for b, _ in bounds]
+        exact = all(v is not None for s in stored for v in s)
+        prune = []
+        for (b, lower), s in zip(bounds, stored):
+            if exact and _prunable(s[0]):
+                prune.append((keys[0], ">=" if lower else "<=", s[0]))
+        if exact:
+            expr = None
+            for (b, lower), s in zip(bounds, stored):
+                scalars = [pa.scalar(v).cast(types[k]) if not isinstance(v, pa.Scalar) else v
+                           for k, v in zip(keys, s)]
+                e = _bound_filter(keys, scalars, lower)
+                expr = e if expr is None else expr & e
+
+            def keep(t):
+                return t if expr is None else t.filter(expr)
+        else:  # compare canonical keys in Python
+            lo_k = order_key(kinds, lo) if lo is not None else None
+            hi_k = order_key(kinds, hi) if hi is not None else None
+
+            def keep(t):
+                cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
+                mask = []
+                for key in zip(*cols):
+                    try:
+                        o = order_key(kinds, key)
+                    except (ValueError, TypeError):
+                        mask.append(lo is None)  # a key with no canonical form: the first chunk
+                        continue
+                    mask.append((lo_k is None or o >= lo_k) and (hi_k is None or o < hi_k))
+                return t.filter(pa.array(mask, pa.bool_())) if mask else t
+        return self._scan(db, table, names, sink_cols, keep, prune)
+
+    def rows_with_keys(self, db, table, names, sink_cols, keys, kinds, canon_keys,
+                       key_canons: Sequence[ColumnCanon] = ()) -> list[tuple]:
+        """Rows whose canonical key is one of ``canon_keys`` (compared in Python)."""
+        import pyarrow as pa
+
+        wanted = set(map(tuple, canon_keys))
+        if not wanted:
+            return []
+
+        def keep(t):
+            cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
+            mask = [key in wanted for key in zip(*cols)]
+            return t.filter(pa.array(mask, pa.bool_())) if mask else t
+        return self._scan(db, table, names, sink_cols, keep)
+
+
+def _plain_type(typ):
+    import pyarrow as pa
+
+    if pa.types.is_string_view(typ) or pa.types.is_large_string(typ):
+        return pa.string()
+    if pa.types.is_binary_view(typ) or pa.types.is_large_binary(typ):
+        return pa.binary()
+    return typ
+
+
+def _plain(t):
+    """View/large types as their plain equivalents (what delta-rs returns varies);
+    the values are the same."""
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in t.schema])
+    return t if schema == t.schema else t.cast(schema)
+
+
+_ARROW_NAMES = {}
+
+
+def _arrow_type(name: str):
+    """An Arrow type from its ``str()`` (the types Delta tables hold)."""
+    import re
+
+    import pyarrow as pa
+
+    if not _ARROW_NAMES:
+        for t in (pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64(),
+                  pa.string(), pa.binary(), pa.date32(), pa.timestamp("us"), pa.timestamp("us", tz="UTC")):
+            _ARROW_NAMES[str(t)] = t
+    if name in _ARROW_NAMES:
+        return _ARROW_NAMES[name]
+    m = re.fullmatch(r"decimal(128|256)\((\d+), (\d+)\)", name)
+    if m:
+        ctor = pa.decimal128 if m.group(1) == "128" else pa.decimal256
+        return ctor(int(m.group(2)), int(m.group(3)))
+    raise SinkReadError(f"Delta column type {name} cannot be a verify key")
+
+
+def _prunable(v: Any) -> bool:
+    """Values delta-rs file pruning parses reliably."""
+    return isinstance(v, (int, str)) and not isinstance(v, bool)
+
+
+def _bound_filter(cols: list[str], values: list, lower: bool):
+    """``key >= bound`` (lower) or ``key < bound``, lexicographic over the columns."""
+    import pyarrow.dataset as ds
+
+    last = len(values) - 1
+
+    def level(i: int):
+        f, v = ds.field(cols[i]), values[i]
+        if i == last:
+            return f >= v if lower else f < v
+        return (f > v if lower else f < v) | ((f == v) & level(i + 1))
+    return level(0)
