@@ -232,6 +232,10 @@ class IngestConfig(_Model):
     time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"
     bigint_unsigned_handling_mode: Literal["long", "precise"] = "long"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+    enable_time_adjuster: bool = Field(
+        False, description="Debezium's enable.time.adjuster: years 0-69 of DATE/DATETIME/TIMESTAMP become "
+                           "2000-2069, 70-99 become 1970-1999. Off: the sinks hold the source's years "
+                           "(Debezium's default is on)")
     provide_transaction_metadata: bool = False
     topic_partitions: int = Field(3, ge=1, le=1000)
     topic_partitions_per_table: dict[str, int] = Field(default_factory=dict)

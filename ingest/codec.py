@@ -28,6 +28,7 @@ def envelope_config(config: IngestConfig) -> EnvelopeConfig:
             bigint_unsigned_handling_mode=config.bigint_unsigned_handling_mode,
             time_precision_mode=config.time_precision_mode,
             binary_handling_mode=config.binary_handling_mode,
+            enable_time_adjuster=config.enable_time_adjuster,
         ),
         tombstones_on_delete=config.tombstones_on_delete,
         provide_transaction_metadata=config.provide_transaction_metadata,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -104,14 +104,17 @@ def _b64(v: str) -> bytes:
     return base64.b64decode(v)
 
 
+_EXACT = Context(prec=200)  # DECIMAL(65,30) and more, never rounded (the default context keeps 28 digits)
+
+
 def _decimal_from(modes: SourceModes, scale: int) -> Callable[[Any], Any]:
     if modes.decimal_handling_mode == "precise":
         def conv(v):
             raw = _b64(v) if isinstance(v, str) else v
-            return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+            return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale, context=_EXACT)
         return conv
     q = Decimal(1).scaleb(-scale)
-    return lambda v: Decimal(str(v)).quantize(q)
+    return lambda v: Decimal(str(v)).quantize(q, context=_EXACT)
 
 
 def _timestamp_iso(v: str) -> int:
@@ -131,7 +134,10 @@ def json_converter(c: ColumnSpec, modes: SourceModes) -> Callable[[Any], Any]:
             return _decimal_from(modes if modes.decimal_handling_mode == "precise" else
                                  SourceModes(decimal_handling_mode="precise"), 0)
         return lambda v: Decimal(v + (1 << 64) if v < 0 else v)
-    if pa.types.is_integer(typ) or t == "year":
+    if t == "year":
+        # YEAR holds 1901..2155 and 0000; Debezium (reading the binlog) writes 1900 for 0000
+        return lambda v: 0 if v == 1900 else int(v)
+    if pa.types.is_integer(typ):
         return int
     if t == "boolean":
         return lambda v: bool(v)
@@ -207,9 +213,10 @@ def snapshot_expression(c: ColumnSpec) -> str:
     q = quote_ident(c.name)
     t = c.type_name
     if t == "date":
-        return f"(TO_DAYS({q}) - 719528)"
+        return _zero_date_rule(c, f"(TO_DAYS({q}) - 719528)", "(TO_DAYS({}) - 719528)")
     if t in ("datetime", "timestamp"):
-        return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q})"
+        return _zero_date_rule(c, f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q})",
+                               "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {})")
     if t == "time":
         return f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)"
     if t in ("tinyint", "smallint", "mediumint", "int", "year", "boolean"):
@@ -232,6 +239,18 @@ def snapshot_expression(c: ColumnSpec) -> str:
     if t == "char":
         return f"CAST({q} AS CHAR)"  # Spark JDBC pads CHAR(n) to n; the stream has it trimmed
     return q
+
+
+def _zero_date_rule(c: ColumnSpec, expression: str, of_literal: str) -> str:
+    """A zero or invalid date ('0000-00-00', '2020-00-10') reads as NULL in SQL. The stream
+    follows Debezium's rule: NULL in a nullable column; in a NOT NULL one the column's
+    DEFAULT if that is a valid date, else the epoch. The snapshot says the same."""
+    if c.nullable:
+        return expression
+    fallbacks = [expression]
+    if c.default and c.default[:1].isdigit():
+        fallbacks.append(of_literal.format("'" + c.default.replace("'", "''") + "'"))
+    return f"COALESCE({', '.join(fallbacks)}, 0)"
 
 
 def snapshot_select(spec: TableSpec) -> str:

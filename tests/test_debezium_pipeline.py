@@ -36,6 +36,8 @@ def _ingest_settings(props: dict, schemas: bool) -> dict:
         "bigint_unsigned_handling_mode": props.get("bigint.unsigned.handling.mode", "long"),
         "time_precision_mode": props.get("time.precision.mode", "adaptive_time_microseconds"),
         "binary_handling_mode": props.get("binary.handling.mode", "bytes"),
+        # Debezium's default is on, ours off (the sinks hold the source's years)
+        "enable_time_adjuster": props.get("enable.time.adjuster", "true") == "true",
         # Debezium writes no transaction metadata on MariaDB; compared separately in test_types
         "provide_transaction_metadata": False,
     }
