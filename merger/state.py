@@ -135,6 +135,18 @@ class StateStore:
     def save_intent(self, batch_id: int, intent: dict) -> None:
         atomic_write_json(self.batches / f"intent-{batch_id:012d}.json", intent)
 
+    # -- sink versions -------------------------------------------------------------------
+
+    def version_base(self, table: str, compute) -> int:
+        """The table's sink version base (``BatchProcessor._version_base``): the stored
+        one, or ``compute()`` stored now, before the table's first write of this state."""
+        path = self.root / "version_bases.json"
+        bases = read_json(path, {})
+        if table not in bases:
+            bases[table] = int(compute())
+            atomic_write_json(path, bases)
+        return int(bases[table])
+
     # -- snapshot plans --------------------------------------------------------------
 
     def plan_path(self, table: str) -> Path:

@@ -65,6 +65,9 @@ class MemorySink:
                 rows[key] = {k: v for k, v in r.items() if k != "_cdc_op"}
         return True
 
+    def applied_version(self, table) -> int | None:
+        return self.applied.get(tuple(table))
+
     def truncate(self, table, version) -> bool:
         table = tuple(table)
         if self._claim(table, version):
