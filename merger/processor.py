@@ -267,6 +267,11 @@ class BatchProcessor:
             log.error("table %s is still paused: %s", rt.name, rt.error)
         else:
             log.info("table %s resumed", rt.name)
+            if self._spill_dir(rt).exists():  # the kept changes are applied by the next batch: ask for one
+                try:
+                    self.store.raise_tick(self.store.tick() + 1)
+                except OSError as exc:
+                    log.warning("cannot write the emission tick: %s", exc)
 
     def rebuild_table(self, rt: TableRuntime) -> bool:
         """``cdc snapshot`` of a paused table: drop its sink tables, create them with the

@@ -82,6 +82,13 @@ class StateStore:
     def tick_path(self) -> Path:
         return self.root.resolve() / TICK_FILE
 
+    def tick(self) -> int:
+        """The number in the tick file (0: none yet)."""
+        try:
+            return int(self.tick_path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
     def raise_tick(self, value: int) -> None:
         """A new number in the tick file: the Kafka source then gives Spark a reason for
         another micro-batch. No fsync: a tick lost in a crash is asked for again."""
