@@ -152,11 +152,6 @@ def bits_to_big_endian(values: pa.Array | pa.ChunkedArray, n_bits: int) -> pa.Ar
     return pc.cast(pc.binary_slice(raw.view(pa.binary(8)), start, start + width), pa.binary())
 
 
-def bits_to_little_endian(value: bytes, n_bits: int) -> bytes:
-    """Big-endian BIT(n) bytes (as the sinks hold them) -> Debezium's little-endian form."""
-    return int.from_bytes(value, "big").to_bytes((n_bits + 7) // 8, "little")
-
-
 # ------------------------------------------------------------------ Debezium JSON -> Arrow values
 
 

@@ -17,10 +17,10 @@ Records
 * values use Debezium's default encodings: decimal = base64 of the unscaled big-endian
   two's-complement bytes (``decimal_handling="precise"``; or ``"string"``, ``"double"``),
   binary = base64, BIT(n>1) = base64 of the little-endian bytes (``io.debezium.data.Bits``;
-  the other sinks hold them big-endian, see ``types.BIT_WIDTH``), date = days since epoch, timestamp (no tz) = microseconds since epoch
-  (MicroTimestamp), timestamp with tz = ISO-8601 UTC string (ZonedTimestamp), time and
-  duration = microseconds (MicroTime), JSON = the JSON text, floats NaN/Infinity as
-  strings (Jackson's default).
+  the other sinks hold them big-endian, see ``types.BIT_WIDTH``), date = days since epoch,
+  timestamp (no tz) = microseconds since epoch (MicroTimestamp), timestamp with tz =
+  ISO-8601 UTC string (ZonedTimestamp), time and duration = microseconds (MicroTime),
+  JSON = the JSON text, floats NaN/Infinity as strings (Jackson's default).
 * table and database names are made topic-safe like Debezium does (characters outside
   ``[A-Za-z0-9._-]`` become ``_``); two tables mapping to the same topic are refused.
 
