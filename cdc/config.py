@@ -311,6 +311,11 @@ class PostgresSinkConfig(_Model):
     password_file: str | None = None
     schema_: str | None = Field(None, alias="schema",
                                 description="target schema; default: one schema per source database")
+    nul_policy: Literal["strip", "replace", "pause"] = Field(
+        "strip", description="NUL characters (U+0000) in text and JSON values, which PostgreSQL text and jsonb "
+                             "cannot store: strip (remove them), replace (with U+FFFD) or pause (pause that "
+                             "table with an error naming table, key and column); a NUL in a key column always "
+                             "pauses. See docs/values.md")
 
     def settings(self) -> dict:
         secret = _read_secret(self.password_env, self.password_file, "sinks.postgres.password")

@@ -85,7 +85,7 @@ def build_sinks(config: MergerConfig) -> list:
         from merger.sinks.postgres import PostgresSink
 
         pg = config.sinks.postgres
-        sinks.append(PostgresSink(pg.settings(), schema=pg.schema_))
+        sinks.append(PostgresSink(pg.settings(), schema=pg.schema_, nul_policy=pg.nul_policy))
     if config.sinks.kafka_changelog:
         from merger.sinks.kafka_changelog import KafkaChangelogSink
 

@@ -17,10 +17,11 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 
 Sequences: a change's sequence is its binlog position (``EventPosition.sequence``),
 which orders the changes of a key across partitions, and lets a snapshot row carry the
-HIGH watermark's position. Sink writes carry ``version = batch_id * 1e6 + step``, so a
-re-run batch is skipped by every sink. Topics written by Debezium itself
-(``source_connector: debezium``) differ in two points, explained in ``merger.debezium``:
-their replay filter lets equal positions pass, and their sequence is the Kafka offset.
+HIGH watermark's position. Sink writes carry ``version = base + batch_id * 1e6 + step``,
+so a re-run batch is skipped by every sink (``base``: see ``_version_base``). Topics
+written by Debezium itself (``source_connector: debezium``) differ in two points,
+explained in ``merger.debezium``: their replay filter lets equal positions pass, and
+their sequence is the Kafka offset.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
 from ingest.envelope import table_change_json
 from ingest.topics import table_topic
-from merger.sinks.base import IncompatibleSchemaChange, SinkError, SinkUnavailable
+from merger.sinks.base import IncompatibleSchemaChange, SinkError, SinkUnavailable, UnstorableValue
 from merger.state import StateStore
 
 log = logging.getLogger("cdc.merger")
@@ -165,6 +166,7 @@ class BatchProcessor:
         self.last_timing: dict = {}  # the last batch's time split (diagnostics)
         self.last_change_at = 0.0  # monotonic time of the last batch with a streamed change
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
+        self._version_bases: dict[str, int] = {}
 
     # ------------------------------------------------------------------ state
 
@@ -276,6 +278,11 @@ class BatchProcessor:
             log.error("table %s is still paused: %s", rt.name, rt.error)
         else:
             log.info("table %s resumed", rt.name)
+            if self._spill_dir(rt).exists():  # the kept changes are applied by the next batch: ask for one
+                try:
+                    self.store.raise_tick(self.store.tick() + 1)
+                except OSError as exc:
+                    log.warning("cannot write the emission tick: %s", exc)
 
     def rebuild_table(self, rt: TableRuntime) -> bool:
         """``cdc snapshot`` of a paused table: drop its sink tables, create them with the
@@ -449,7 +456,10 @@ class BatchProcessor:
                 # a resumed table without new records: its kept changes are due now
                 if name not in per_table and rt.phase not in ("paused", "failed") \
                         and self._spill_dir(rt).exists():
-                    self._replay_spill(batch_id, rt, step, now_ms)
+                    try:
+                        self._replay_spill(batch_id, rt, step, now_ms)
+                    except UnstorableValue as exc:
+                        self._pause_unstorable(batch_id, rt, exc, [], step, now_ms)
             for name, items in per_table.items():
                 rt = self.tables.get(name) or self._first_met(name, items)
                 if rt is None:
@@ -458,7 +468,10 @@ class BatchProcessor:
                             self._bad(r, f"table {name} not found in the source (or the merger's user "
                                          f"lacks SELECT on it)")
                     continue
-                self._table_batch(batch_id, rt, items, step, now_ms)
+                try:
+                    self._table_batch(batch_id, rt, items, step, now_ms)
+                except UnstorableValue as exc:
+                    self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
             streamed_s = time.monotonic() - self.batch_started
             # no streamed change in this batch: nobody waits behind the emission, and a
             # batch of an idle source costs a watermark tick round trip: emit twice as much
@@ -575,6 +588,17 @@ class BatchProcessor:
         from merger.state import safe_name
 
         return self.store.root / "paused" / safe_name(rt.name)
+
+    def _pause_unstorable(self, batch_id: int, rt: TableRuntime, exc: UnstorableValue, items: list,
+                          step: list, now_ms: float) -> None:
+        """A sink cannot store a value of the table (e.g. a NUL with ``nul_policy: pause``):
+        pause the table, and keep its records of this batch on disk like those of any
+        paused table. Some of them may be applied already (by another sink, or before the
+        failing write): applying them again on `cdc resume` changes nothing."""
+        rt.phase, rt.error = "paused", str(exc)
+        log.error("table %s paused: %s", rt.name, exc)
+        if items:
+            self._table_batch(batch_id, rt, items, step, now_ms)
 
     def _table_batch(self, batch_id: int, rt: TableRuntime, items: list, step: list, now_ms: float) -> None:
         if rt.phase in ("paused", "failed"):
@@ -770,10 +794,37 @@ class BatchProcessor:
         rt.rows_applied += table.num_rows
 
     def _apply(self, batch_id: int, rt: TableRuntime, table: pa.Table, step: list) -> None:
-        version = batch_id * STEP + step[0]
-        step[0] += 1
+        version = self._version(batch_id, rt, step)
         db, name = rt.name.split(".", 1)
         self._each_sink(rt, lambda s: s.apply((db, name), version, table))
+
+    def _version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
+        version = self._version_base(rt) + batch_id * STEP + step[0]
+        step[0] += 1
+        return version
+
+    def _version_base(self, rt: TableRuntime) -> int:
+        """Added to every sink version of the table. Sinks skip a write whose version is
+        at or below the one they recorded, and batch ids start again at 0 with a new
+        state_dir (a new Spark checkpoint): a merger started with a new state_dir against
+        existing sink tables would have its writes skipped until its batch ids caught up.
+        So the first write of a table in a state_dir starts above what the sinks recorded
+        for it. The base is fixed in state_dir before that write, so a re-run batch gets
+        the same versions and is still skipped. (Scoping the sinks' records by a run id
+        would need a new record format in all three sinks; a base needs none.)"""
+        base = self._version_bases.get(rt.name)
+        if base is None:
+            base = self._version_bases[rt.name] = self.store.version_base(
+                rt.name, lambda: self._recorded_version(rt) + 1)
+        return base
+
+    def _recorded_version(self, rt: TableRuntime) -> int:
+        """The highest version any sink recorded for the table (-1: none)."""
+        db, name = rt.name.split(".", 1)
+        held = [-1]
+        for sink in self.sinks:
+            self._with_retry(rt, sink, lambda s=sink: held.append(s.applied_version((db, name))))
+        return max(v for v in held if v is not None)
 
     def _each_sink(self, rt: TableRuntime, call) -> None:
         """The same write to every sink, at the same time (they wait on I/O, not the GIL)."""
@@ -785,12 +836,13 @@ class BatchProcessor:
 
             self._pool = ThreadPoolExecutor(len(self.sinks), thread_name_prefix="sink")
         futures = [self._pool.submit(self._with_retry, rt, s, lambda s=s: call(s)) for s in self.sinks]
-        for f in futures:
-            f.result()
+        errors = [f.exception() for f in futures]  # every sink done before an error goes up
+        for exc in errors:
+            if exc is not None:
+                raise exc
 
     def _truncate(self, batch_id: int, rt: TableRuntime, step: list) -> None:
-        version = batch_id * STEP + step[0]
-        step[0] += 1
+        version = self._version(batch_id, rt, step)
         db, name = rt.name.split(".", 1)
         self._each_sink(rt, lambda s: s.truncate((db, name), version))
 
@@ -837,10 +889,13 @@ class BatchProcessor:
                 self.store.save_intent(batch_id, intent)
         for name, wid, *part in intent["emit"]:
             rt = self.tables.get(name)
-            if rt is None or wid not in rt.reconciler.windows:
+            if rt is None or wid not in rt.reconciler.windows or rt.phase == "paused":
                 continue
             start, count = part if part else (0, None)  # an intent of an older version: all of it
-            self._emit_window(batch_id, rt, wid, step, start, count)
+            try:
+                self._emit_window(batch_id, rt, wid, step, start, count)
+            except UnstorableValue as exc:  # the window stays, to be emitted after `cdc resume`
+                self._pause_unstorable(batch_id, rt, exc, [], step, 0.0)
 
     def _emit_window(self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int,
                      count: int | None) -> None:

@@ -6,10 +6,16 @@ the table's ``TableSpec`` (the same spec ingest encodes with):
 
 * ``arrow_schema(spec)``: the canonical types (Debezium's own mapping, as Arrow types);
 * ``json_converters(spec, modes)``: per column, Debezium JSON value -> Arrow-ready Python
-  value (timestamps as epoch microseconds, dates as epoch days, TIME as microseconds);
+  value (timestamps as epoch microseconds, dates as epoch days, TIME as microseconds,
+  BIT(n>1) as big-endian bytes: Debezium's ``io.debezium.data.Bits`` is little-endian);
 * ``snapshot_select(spec)``: per column, a SQL expression that makes MariaDB return a
   plain type JDBC cannot get wrong (temporal values as integers computed in SQL, large
   decimals as text), and ``from_snapshot`` to cast those to the canonical types.
+
+BIT(n>1) is held as the big-endian bytes of its value, ceil(n/8) of them: what MySQL
+returns for ``SELECT bitcol`` (b'110001100001' in BIT(12) -> 0C 61). The Arrow field
+carries its width in the metadata (``merger.sinks.types.BIT_WIDTH``), so that the Kafka
+changelog sink can write Debezium's little-endian form again. BIT(1) is a boolean.
 
 Pure: no Spark, no Kafka, no database.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import sys
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from typing import Any, Callable
@@ -26,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.types import ColumnSpec, TableSpec
+from merger.sinks.types import BIT_WIDTH
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -93,8 +101,55 @@ GEOMETRY = ("geometry", "point", "linestring", "polygon", "multipoint", "multili
 
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:
-    return pa.schema([pa.field(c.name, column_type(c), nullable=c.nullable or c.name not in spec.primary_key)
+    return pa.schema([pa.field(c.name, column_type(c), nullable=c.nullable or c.name not in spec.primary_key,
+                               metadata=_field_metadata(c))
                       for c in spec.columns])
+
+
+def _field_metadata(c: ColumnSpec) -> dict | None:
+    if c.type_name == "bit" and (c.length or 1) > 1:
+        return {BIT_WIDTH: str(c.length).encode()}
+    return None
+
+
+# ------------------------------------------------------------------ BIT(n>1)
+
+
+def bits_from_debezium(n_bits: int) -> Callable[[str], bytes]:
+    """Debezium's ``io.debezium.data.Bits`` (base64 of the little-endian bytes, whatever
+    ``binary.handling.mode`` says) -> the big-endian bytes of BIT(n), ceil(n/8) of them."""
+    width = (n_bits + 7) // 8
+
+    def conv(v) -> bytes:
+        value = int.from_bytes(_b64(v) if isinstance(v, str) else bytes(v), "little")
+        if value >> n_bits:
+            raise ValueError(f"BIT({n_bits}) value {value:#x} has more than {n_bits} bits")
+        return value.to_bytes(width, "big")
+    return conv
+
+
+def bits_to_big_endian(values: pa.Array | pa.ChunkedArray, n_bits: int) -> pa.Array:
+    """Unsigned integer values of BIT(n) (integers, decimals or digit strings, as the
+    snapshot SELECT returns them) -> their big-endian bytes, ceil(n/8) of them. Vectorised:
+    the bytes are put in place as an integer whose native 8 bytes start with them."""
+    width = (n_bits + 7) // 8
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], values.type)
+    u = pc.cast(values, pa.uint64())
+    if n_bits < 64:
+        top = pc.max(u).as_py()
+        if top is not None and top >> n_bits:
+            raise ValueError(f"BIT({n_bits}) value {top:#x} has more than {n_bits} bits")
+    if sys.byteorder == "little":
+        swapped = None
+        for k in range(width):  # byte k (least significant first) goes to offset width-1-k
+            byte = pc.bit_wise_and(pc.shift_right(u, pa.scalar(8 * k, pa.uint64())), pa.scalar(0xFF, pa.uint64()))
+            part = pc.shift_left(byte, pa.scalar(8 * (width - 1 - k), pa.uint64()))
+            swapped = part if swapped is None else pc.bit_wise_or(swapped, part)
+        raw, start = swapped, 0
+    else:
+        raw, start = u, 8 - width
+    return pc.cast(pc.binary_slice(raw.view(pa.binary(8)), start, start + width), pa.binary())
 
 
 # ------------------------------------------------------------------ Debezium JSON -> Arrow values
@@ -160,7 +215,7 @@ def json_converter(c: ColumnSpec, modes: SourceModes) -> Callable[[Any], Any]:
     if t == "bit":
         if (c.length or 1) == 1:
             return bool
-        return _binary(modes)
+        return bits_from_debezium(c.length)
     if t in GEOMETRY:
         return lambda v: _b64(v["wkb"]) if isinstance(v, dict) else _b64(v)
     if pa.types.is_binary(typ):
@@ -194,11 +249,11 @@ def rows_to_arrow(spec: TableSpec, schema: pa.Schema, converters: dict, rows: li
             v = None if r is None else r.get(name)
             append(None if v is None else conv(v))
         arrays.append(pa.array(values, type=f.type))
-    names = list(schema.names)
+    fields = [pa.field(f.name, f.type, metadata=f.metadata) for f in schema]  # the BIT width
     for name, (typ, values) in (extra or {}).items():
         arrays.append(pa.array(values, type=typ))
-        names.append(name)
-    return pa.Table.from_arrays(arrays, names=names)
+        fields.append(pa.field(name, typ))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 # ------------------------------------------------------------------ snapshot SELECT -> Arrow
@@ -257,14 +312,6 @@ def snapshot_select(spec: TableSpec) -> str:
     return ", ".join(f"{snapshot_expression(c)} AS {quote_ident(c.name)}" for c in spec.columns)
 
 
-def _bit_bytes(n_bits: int) -> Callable[[Any], bytes | None]:
-    width = (n_bits + 7) // 8
-
-    def conv(v):
-        return None if v is None else int(v).to_bytes(width, "little")
-    return conv
-
-
 def from_snapshot(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch | pa.Table) -> pa.Table:
     """Cast a staged snapshot batch (columns as ``snapshot_expression`` returned them) to
     the canonical schema."""
@@ -276,7 +323,7 @@ def from_snapshot(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch | pa
         if col.type == typ:
             arrays.append(col)
         elif c.type_name == "bit" and pa.types.is_binary(typ):
-            arrays.append(pa.array([_bit_bytes(c.length or 1)(v) for v in col.to_pylist()], pa.binary()))
+            arrays.append(bits_to_big_endian(col, c.length or 1))
         elif pa.types.is_boolean(typ):
             arrays.append(pc.not_equal(pc.cast(col, pa.int64()), 0))
         elif pa.types.is_date32(typ):

@@ -110,6 +110,7 @@ class SnapshotRunner(threading.Thread):
         # set by the app: True once the streaming query has finished its first trigger
         self.stream_ready = lambda: True
         self._last_tick = 0.0
+        self._deferred: list[dict] = []  # resume requests waiting for the processor's tables
         self._wm_conn: pymysql.Connection | None = None
         self._changed: dict[str, float] = {}  # table -> when a read first met a changed definition
         self._retries: dict[str, list] = {}
@@ -222,7 +223,19 @@ class SnapshotRunner(threading.Thread):
             log.warning("watermark tick for %s failed: %s", table, exc)
 
     def _handle_requests(self) -> None:
-        for req in self.store.take_requests():
+        requests = self.store.take_requests()
+        if not self.processor.restored:
+            # the processor restores its tables (paused ones too) in its first micro-batch:
+            # a resume handled before would find no table and be lost. It waits for that
+            # batch, which a tick brings (Spark runs none without new offsets)
+            waiting = [r for r in requests if r["action"] == "resume"]
+            if waiting:
+                self._deferred += waiting
+                self.store.raise_tick(self.store.tick() + 1)
+            requests = [r for r in requests if r["action"] != "resume"]
+        elif self._deferred:
+            requests, self._deferred = self._deferred + requests, []
+        for req in requests:
             table, action = req["table"], req["action"]
             plan = self.store.load_plan(table)
             rt = self.processor.tables.get(table)

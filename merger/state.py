@@ -105,6 +105,13 @@ class StateStore:
     def tick_path(self) -> Path:
         return self.root.resolve() / TICK_FILE
 
+    def tick(self) -> int:
+        """The number in the tick file (0: none yet)."""
+        try:
+            return int(self.tick_path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
     def raise_tick(self, value: int) -> None:
         """A new number in the tick file: the Kafka source then gives Spark a reason for
         another micro-batch. No fsync: a tick lost in a crash is asked for again."""
@@ -157,6 +164,18 @@ class StateStore:
 
     def save_intent(self, batch_id: int, intent: dict) -> None:
         atomic_write_json(self.batches / f"intent-{batch_id:012d}.json", intent)
+
+    # -- sink versions -------------------------------------------------------------------
+
+    def version_base(self, table: str, compute) -> int:
+        """The table's sink version base (``BatchProcessor._version_base``): the stored
+        one, or ``compute()`` stored now, before the table's first write of this state."""
+        path = self.root / "version_bases.json"
+        bases = read_json(path, {})
+        if table not in bases:
+            bases[table] = int(compute())
+            atomic_write_json(path, bases)
+        return int(bases[table])
 
     # -- snapshot plans --------------------------------------------------------------
 

@@ -65,6 +65,9 @@ class MemorySink:
                 rows[key] = {k: v for k, v in r.items() if k != "_cdc_op"}
         return True
 
+    def applied_version(self, table) -> int | None:
+        return self.applied.get(tuple(table))
+
     def truncate(self, table, version) -> bool:
         table = tuple(table)
         if self._claim(table, version):
@@ -324,3 +327,99 @@ def test_a_crash_between_two_windows_of_one_batch_loses_nothing(tmp_path):
     assert len(sink.state()) == 5
     BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2).process(2, batch)
     assert len(sink.state()) == 10
+
+
+class NulSink(MemorySink):
+    """Stores text like the PostgreSQL sink does: a NUL character follows ``policy``."""
+
+    def __init__(self, policy: str):
+        super().__init__()
+        self.policy = policy
+
+    def apply(self, table, version, changes: pa.Table) -> bool:
+        from merger.sinks.nul import apply_nul_policy
+
+        if version <= self.applied.get(tuple(table), -1):
+            return False
+        return super().apply(table, version, apply_nul_policy(".".join(table), changes, ["id"], ["v"], [],
+                                                              self.policy))
+
+
+def _records(*streams) -> pa.Table:
+    return pa.concat_tables([s.batch() for s in streams])
+
+
+def test_a_value_a_sink_cannot_store_pauses_only_its_table(tmp_path):
+    import dataclasses
+
+    sink = NulSink("pause")
+    proc = _processor(tmp_path, sink)
+    proc.table("db.t", SPEC)
+    proc.table("db.u", dataclasses.replace(SPEC, table="u"))
+    t, u = Stream("db.t"), Stream("db.u")
+    t.change("c", {"id": 1}, after={"id": 1, "v": "fine"})
+    t.change("c", {"id": 2}, after={"id": 2, "v": "nul\x00here"})
+    u.change("c", {"id": 1}, after={"id": 1, "v": "other"})
+    proc.process(0, _records(t, u))
+    rt = proc.tables["db.t"]
+    assert rt.phase == "paused"
+    assert "db.t" in rt.error and "{'id': 2}" in rt.error and "'v'" in rt.error and "U+0000" in rt.error
+    assert sink.state(("db", "u")) == {(1,): {"id": 1, "v": "other"}}
+    # the paused table's changes are kept on disk, the other table flows on
+    t.change("u", {"id": 1}, before={"id": 1, "v": "fine"}, after={"id": 1, "v": "later"})
+    u.change("c", {"id": 2}, after={"id": 2, "v": "more"})
+    proc.process(1, _records(t, u))
+    assert len(sink.state(("db", "u"))) == 2
+    assert proc.status()["tables"]["db.t"]["phase"] == "paused"
+    # the operator sets nul_policy: strip and resumes: every kept change is applied, in order
+    sink.policy = "strip"
+    tick = proc.store.tick()
+    proc.resume_table(rt)
+    assert proc.store.tick() > tick  # a batch for the kept changes, even if no record comes
+    proc.process(2, _records(t, u))
+    assert rt.phase == "streaming"
+    assert sink.state() == {(1,): {"id": 1, "v": "later"}, (2,): {"id": 2, "v": "nulhere"}}
+
+
+def test_a_snapshot_row_a_sink_cannot_store_pauses_its_table_and_keeps_the_window(tmp_path):
+    sink = NulSink("pause")
+    proc = _processor(tmp_path, sink)
+    s = Stream()
+    proc.process(0, s.batch())
+    rt = _open_window(proc, "db.t", "w1", [{"id": 1, "v": "ok"}, {"id": 2, "v": "bad\x00"}])
+    s.marker("w1", "LOW")
+    rt.reconciler.mark_staged("w1")
+    s.marker("w1", "HIGH")
+    proc.process(1, s.batch())
+    assert rt.phase == "paused" and "{'id': 2}" in rt.error
+    assert "w1" in rt.reconciler.windows  # not emitted: it will be after `cdc resume`
+    sink.policy = "replace"
+    proc.resume_table(rt)
+    proc.process(2, s.batch())
+    assert sink.state() == {(1,): {"id": 1, "v": "ok"}, (2,): {"id": 2, "v": "bad\ufffd"}}
+    assert "w1" not in rt.reconciler.windows
+
+
+def test_a_new_state_dir_writes_above_the_versions_the_sinks_recorded(tmp_path):
+    """A merger started with a new state_dir against sink tables an earlier merger wrote:
+    its batch ids start at 0 again, its writes must not be skipped."""
+    from merger.processor import STEP
+
+    sink = MemorySink()
+    sink.ensure_table(("db", "t"), None, ["id"])
+    sink.applied[("db", "t")] = 57 * STEP + 3  # recorded by the earlier merger
+    proc = _processor(tmp_path, sink)
+    proc.table("db.t", SPEC)
+    s = Stream()
+    proc.process(0, s.batch())
+    s.change("c", {"id": 1}, after={"id": 1, "v": "a"})
+    batch = s.batch()
+    proc.process(1, batch)
+    assert sink.state() == {(1,): {"id": 1, "v": "a"}}
+    # the batch run again after a crash (a new process, same state_dir): still skipped
+    writes = sink.writes
+    BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2).process(1, batch)
+    assert sink.writes == writes
+    s.change("u", {"id": 1}, before={"id": 1, "v": "a"}, after={"id": 1, "v": "b"})
+    proc.process(2, s.batch())
+    assert sink.state() == {(1,): {"id": 1, "v": "b"}}

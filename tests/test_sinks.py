@@ -521,20 +521,67 @@ def test_delta_layout_and_log(delta_sink):
 
 
 @pytest.mark.integration
-def test_postgres_failed_batch_rolls_back_everything(pg_sink):
-    s, t = pg_sink, fresh()
+def test_postgres_failed_batch_rolls_back_everything(pg_sink, stack):
+    from merger.sinks import PostgresSink, UnstorableValue
+    s, t = PostgresSink(stack.postgres, nul_policy="pause"), fresh()
     s.ensure_table(t, SIMPLE, ["id"])
     s.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "_cdc_op": "c", "_cdc_seq": 1}]))
     bad = batch(SIMPLE, [{"id": 2, "v": "fine", "_cdc_op": "c", "_cdc_seq": 2},
                          {"id": 3, "v": "nul \x00 inside", "_cdc_op": "c", "_cdc_seq": 3}])
-    with pytest.raises(SinkError, match="NUL"):
+    with pytest.raises(UnstorableValue, match="NUL"):
         s.apply(t, 2, bad)
+    s.close()
+    s = pg_sink
     overflow = batch(pa.schema([("id", pa.int64()), ("n", pa.int64())]),
                      [{"id": 4, "n": 2**40, "_cdc_op": "c", "_cdc_seq": 4}])
     with pytest.raises(SinkError):
         s.apply(t, 2, overflow)  # does not fit the integer column
     assert s.applied_version(t) == 1
     assert sorted_rows(s.rows(t), ["id"]) == [{"id": 1, "v": "a", "n": None}]
+
+
+NUL_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("j", pa.json_())])
+NUL_ROWS = [{"id": 1, "v": "a\x00b", "j": '{"k": "x\\u0000y", "raw": "\\\\u0000"}', "_cdc_op": "c", "_cdc_seq": 1},
+            {"id": 2, "v": "\x00", "j": '["\\u0000\\u0000"]', "_cdc_op": "c", "_cdc_seq": 2},
+            {"id": 3, "v": "plain", "j": '{"k": 1}', "_cdc_op": "c", "_cdc_seq": 3}]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("policy, char", [("strip", ""), ("replace", "\ufffd")])
+@pytest.mark.parametrize("fast", [False, True])
+def test_postgres_nul_policy_strips_or_replaces_text_and_jsonb(stack, policy, char, fast, monkeypatch):
+    """PostgreSQL text refuses U+0000 and jsonb also its escape: both paths (MERGE and the
+    snapshot COPY) store the value by the rule; the batch is not refused."""
+    from merger.sinks import PostgresSink
+    from merger.sinks import postgres as pg
+    monkeypatch.setattr(pg, "FAST_MIN_ROWS", 1 if fast else 10**9)
+    s, t = PostgresSink(stack.postgres, nul_policy=policy), fresh()
+    try:
+        s.ensure_table(t, NUL_SCHEMA, ["id"])
+        rows = [dict(r, _cdc_op="r") for r in NUL_ROWS] if fast else NUL_ROWS
+        assert s.apply(t, 1, batch(NUL_SCHEMA, rows))
+        got = {r["id"]: r for r in s.rows(t).to_pylist()}
+    finally:
+        s.close()
+    assert got[1]["v"] == f"a{char}b" and got[2]["v"] == char and got[3]["v"] == "plain"
+    assert json.loads(got[1]["j"]) == {"k": f"x{char}y", "raw": "\\u0000"}  # an escaped backslash stays
+    assert json.loads(got[2]["j"]) == [char * 2]
+
+
+@pytest.mark.integration
+def test_postgres_nul_policy_pause_refuses_the_batch(stack):
+    from merger.sinks import PostgresSink, UnstorableValue
+    s, t = PostgresSink(stack.postgres, nul_policy="pause"), fresh()
+    try:
+        s.ensure_table(t, NUL_SCHEMA, ["id"])
+        with pytest.raises(UnstorableValue) as e:
+            s.apply(t, 1, batch(NUL_SCHEMA, NUL_ROWS))
+        assert f"table {t}: key {{'id': 1}}: column 'v'" in str(e.value)
+        assert s.applied_version(t) is None and s.count(t) == 0
+        # the delete of a row whose before image holds a NUL is stored (only its key is)
+        assert s.apply(t, 2, batch(NUL_SCHEMA, [{"id": 1, "v": "a\x00", "_cdc_op": "d", "_cdc_seq": 5}]))
+    finally:
+        s.close()
 
 
 @pytest.mark.integration
@@ -617,6 +664,28 @@ def test_kafka_changelog_records_restart_and_partitioning(kafka_sink, stack):
     snap = next(v for v in values if v["op"] == "r")
     assert snap["source"]["snapshot"] == "true" and snap["before"] is None and snap["after"]["v"].startswith("r")
     assert set(snap) == {"before", "after", "source", "op", "ts_ms", "transaction"}
+
+
+@pytest.mark.integration
+def test_kafka_changelog_writes_bits_as_debezium_does(stack):
+    """The sinks get BIT(n>1) big-endian (merger.schema); the changelog writes Debezium's
+    little-endian Bits again, also after a restart (the width is in its control record)."""
+    import base64
+    from merger.sinks import KafkaChangelogSink
+    s, t = KafkaChangelogSink(stack.kafka.bootstrap, "bits" + uuid.uuid4().hex[:6]), fresh()
+    schema = pa.schema([pa.field("id", pa.int64()),
+                        pa.field("b", pa.binary(), metadata={T.BIT_WIDTH: b"12"}), pa.field("raw", pa.binary())])
+    s.ensure_table(t, schema, ["id"])
+    s.apply(t, 1, batch(schema, [{"id": 1, "b": b"\x0c\x61", "raw": b"\x0c\x61", "_cdc_op": "c", "_cdc_seq": 1}]))
+    got = {}
+    s._read_topic(s._all_states()[t].topic, lambda m: got.update(json.loads(m.value())["after"]))
+    assert got == {"id": 1, "b": base64.b64encode(b"\x61\x0c").decode(), "raw": base64.b64encode(b"\x0c\x61").decode()}
+    s.close()
+    s2 = KafkaChangelogSink(stack.kafka.bootstrap, s.prefix)
+    try:
+        assert s2.rows(t).to_pylist() == [{"id": 1, "b": b"\x0c\x61", "raw": b"\x0c\x61"}]
+    finally:
+        s2.close()
 
 
 @pytest.mark.integration

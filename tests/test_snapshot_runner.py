@@ -58,3 +58,24 @@ def test_an_unknown_stream_state_does_not_hold_snapshots(tmp_path):
     started = time.monotonic()
     runner._wait_for_stream()
     assert time.monotonic() - started < 25  # not the whole 30 s bound
+
+
+def test_a_resume_before_the_first_micro_batch_waits_for_the_restored_tables(tmp_path):
+    """A restarted merger knows its (paused) tables only once its first micro-batch has
+    restored them: a `cdc resume` asked for before must not be lost."""
+    from ingest.types import ColumnSpec, TableSpec
+    from merger.processor import BatchProcessor
+
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"))
+    store = StateStore(cfg.state_dir)
+    processor = BatchProcessor("p", store, [], None, lambda topic: 1)
+    runner = SnapshotRunner(cfg, None, store, processor=processor)
+    store.request("resume", "db.t")
+    runner._handle_requests()
+    assert store.tick() == 1  # a micro-batch is asked for, to restore the tables
+    # that batch restores the paused table
+    rt = processor.table("db.t", TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False),), ("id",)))
+    rt.phase, rt.error = "paused", "why"
+    processor.restored = True
+    runner._handle_requests()
+    assert rt.phase == "streaming" and rt.error is None

@@ -5,10 +5,10 @@ confluent-kafka) only when that sink is used.
 """
 
 from merger.sinks.base import (
-    IncompatibleSchemaChange, Sink, SinkError, SinkUnavailable, TableId,
+    IncompatibleSchemaChange, Sink, SinkError, SinkUnavailable, TableId, UnstorableValue,
 )
 
-__all__ = ["Sink", "TableId", "SinkError", "SinkUnavailable", "IncompatibleSchemaChange",
+__all__ = ["Sink", "TableId", "SinkError", "SinkUnavailable", "IncompatibleSchemaChange", "UnstorableValue",
            "DeltaSink", "PostgresSink", "PgSettings", "KafkaChangelogSink"]
 
 

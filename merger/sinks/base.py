@@ -32,6 +32,8 @@ Rules every sink follows
   that table). Columns that disappear from the source schema are kept in the sink (no
   longer written: null for new rows, unchanged on update).
 * Transient failures raise :class:`SinkUnavailable`; retrying is the caller's job.
+* A value the sink cannot store by its rules raises :class:`UnstorableValue` (the merger
+  pauses that table); nothing of the batch is written by that sink.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ class SinkUnavailable(SinkError):
 
 class IncompatibleSchemaChange(SinkError):
     """A schema change the sink cannot follow; the merger pauses the table."""
+
+
+class UnstorableValue(SinkError):
+    """A value the sink cannot store under its configured rule (a NUL character in
+    PostgreSQL text with ``nul_policy: pause``, see ``merger.sinks.nul``); the message
+    names the table, key and column. The merger pauses that table."""
 
 
 class TableId(NamedTuple):

@@ -16,10 +16,11 @@ Records
 * headers: ``cdc.seq`` (the change's sequence) and ``cdc.version`` (the batch version).
 * values use Debezium's default encodings: decimal = base64 of the unscaled big-endian
   two's-complement bytes (``decimal_handling="precise"``; or ``"string"``, ``"double"``),
-  binary = base64, date = days since epoch, timestamp (no tz) = microseconds since epoch
-  (MicroTimestamp), timestamp with tz = ISO-8601 UTC string (ZonedTimestamp), time and
-  duration = microseconds (MicroTime), JSON = the JSON text, floats NaN/Infinity as
-  strings (Jackson's default).
+  binary = base64, BIT(n>1) = base64 of the little-endian bytes (``io.debezium.data.Bits``;
+  the other sinks hold them big-endian, see ``types.BIT_WIDTH``), date = days since epoch,
+  timestamp (no tz) = microseconds since epoch (MicroTimestamp), timestamp with tz =
+  ISO-8601 UTC string (ZonedTimestamp), time and duration = microseconds (MicroTime),
+  JSON = the JSON text, floats NaN/Infinity as strings (Jackson's default).
 * table and database names are made topic-safe like Debezium does (characters outside
   ``[A-Za-z0-9._-]`` become ``_``); two tables mapping to the same topic are refused.
 
@@ -101,9 +102,11 @@ class _State:
     partitions: int = 0
     seqs: dict[bytes, int] | None = None  # key bytes -> sequence held (deleted keys included)
     live: set[bytes] = field(default_factory=set)
+    bits: dict[str, int] = field(default_factory=dict)  # BIT(n>1) column -> n
 
     def control_value(self) -> bytes:
-        schema = pa.schema([pa.field(c, t) for c, t in self.columns.items()])
+        schema = pa.schema([pa.field(c, t, metadata={T.BIT_WIDTH: str(self.bits[c]).encode()} if c in self.bits
+                                     else None) for c, t in self.columns.items()])
         return json.dumps({"version": self.version, "keys": self.keys, "topic": self.topic,
                            "schema": base64.b64encode(schema.serialize().to_pybytes()).decode()}).encode()
 
@@ -252,7 +255,8 @@ class KafkaChangelogSink(Sink):
                 schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
                 tid = TableId(db, name)
                 states[tid] = _State(tid, d["topic"], d["keys"], {f.name: f.type for f in schema},
-                                     version=d["version"])
+                                     version=d["version"],
+                                     bits={f.name: T.bit_width(f) for f in schema if T.bit_width(f)})
             self._states = states
         return self._states
 
@@ -347,6 +351,7 @@ class KafkaChangelogSink(Sink):
                 wanted[f.name] = T.kafka_storage_type(f.type)
             except T.UnsupportedType as exc:
                 raise SinkError(f"table {table}, column {f.name!r}: {exc}") from None
+        bits = {f.name: T.bit_width(f) for f in user_fields(arrow_schema) if T.bit_width(f)}
         with self._lock:
             states = self._all_states()
             st = states.get(table)
@@ -356,7 +361,7 @@ class KafkaChangelogSink(Sink):
                 clash = [s.table for s in states.values() if s.topic == topic]
                 if clash:
                     raise SinkError(f"table {table}: topic {topic} is already used by table {clash[0]}")
-                st = _State(table, topic, keys, dict(wanted))
+                st = _State(table, topic, keys, dict(wanted), bits=bits)
                 done.append("created")
             else:
                 if set(st.keys) != set(keys):
@@ -382,11 +387,13 @@ class KafkaChangelogSink(Sink):
                     if verdict == T.WIDEN:
                         done.append(f"widened {c} {columns[c]} -> {new}")
                         columns[c] = new
-                if not done:
+                # BIT widths as the schema says now (columns no longer in it keep theirs)
+                bits = {**{c: n for c, n in st.bits.items() if c not in wanted}, **bits}
+                if not done and bits == st.bits:
                     if st.seqs is None:
                         self._load_seqs(st)
                     return []
-                st = _State(table, st.topic, st.keys, columns, st.version, st.partitions, st.seqs, st.live)
+                st = _State(table, st.topic, st.keys, columns, st.version, st.partitions, st.seqs, st.live, bits)
             st.partitions = self._topic_partitions(st.topic, self.partitions, self.compact)
             self._transaction(lambda p: None, [st])
             states[table] = st
@@ -415,7 +422,7 @@ class KafkaChangelogSink(Sink):
                 raise SinkError(f"table {table}: column(s) {unknown} not in the changelog schema; "
                                 f"call ensure_table with the new schema first")
             records = self._records(st, src, version)
-            new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions)
+            new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
 
             def produce(p):
                 for topic_key, value, part, headers, is_delete in records:
@@ -438,7 +445,9 @@ class KafkaChangelogSink(Sink):
             return []
         dumps = _DUMPS
         cols = [c for c in src.column_names if c in st.columns]
-        enc = {c: self._encoded_column(src[c], st.columns[c]) for c in cols}
+        # a BIT(n>1) column: known from ensure_table, or from the batch's field metadata
+        enc = {c: self._encoded_column(src[c], st.columns[c], st.bits.get(c) or T.bit_width(src.schema.field(c)))
+               for c in cols}
         key_parts = [(dumps(k) + ":", enc[k]) for k in st.keys]
         seqs = src[SEQ].to_pylist()
         ops = src[OP].to_pylist()
@@ -472,7 +481,7 @@ class KafkaChangelogSink(Sink):
                 "table": table.table, "server_id": 0, "gtid": None, "file": "", "pos": 0, "row": 0,
                 "thread": None, "query": None}
 
-    def _encoded_column(self, col: pa.ChunkedArray, storage: pa.DataType) -> list:
+    def _encoded_column(self, col: pa.ChunkedArray, storage: pa.DataType, bit_width: int | None = None) -> list:
         typ = col.type
         if isinstance(typ, pa.BaseExtensionType):
             col = pa.chunked_array([c.storage for c in col.chunks], type=typ.storage_type)
@@ -491,6 +500,10 @@ class KafkaChangelogSink(Sink):
             return pc.cast(pc.cast(col, pa.time64("us")), pa.int64()).to_pylist()
         if pa.types.is_duration(storage):
             return pc.cast(pc.cast(col, pa.duration("us")), pa.int64()).to_pylist()
+        if pa.types.is_binary(storage) and bit_width:
+            width = (bit_width + 7) // 8  # big-endian -> Debezium's little-endian
+            return [None if v is None else base64.b64encode(int.from_bytes(v, "big").to_bytes(width, "little")).decode()
+                    for v in pc.cast(col, pa.binary()).to_pylist()]
         if pa.types.is_binary(storage):
             return [None if v is None else base64.b64encode(v).decode() for v in pc.cast(col, pa.binary()).to_pylist()]
         if pa.types.is_decimal(storage):
@@ -516,7 +529,7 @@ class KafkaChangelogSink(Sink):
             now = int(time.time() * 1000)
             held = list(st.seqs.items())
             live = set(st.live)
-            new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions)
+            new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
 
             def produce(p):
                 for key, seq in held:
@@ -584,13 +597,13 @@ class KafkaChangelogSink(Sink):
             self._read_topic(st.topic, handle)
             names = list(st.columns)
             rows = sorted(latest.values(), key=lambda r: json.dumps([r.get(k) for k in st.keys]))
-            arrays = [self._decoded_column([r.get(c) for r in rows], st.columns[c]) for c in names]
+            arrays = [self._decoded_column([r.get(c) for r in rows], st.columns[c], st.bits.get(c)) for c in names]
             return pa.table(arrays, names=names)
 
     def count(self, table) -> int:
         return self.rows(table).num_rows
 
-    def _decoded_column(self, values: list, storage: pa.DataType) -> pa.Array:
+    def _decoded_column(self, values: list, storage: pa.DataType, bit_width: int | None = None) -> pa.Array:
         if pa.types.is_date(storage):
             return pc.cast(pa.array(values, pa.int32()), pa.date32())
         if pa.types.is_timestamp(storage):
@@ -600,6 +613,10 @@ class KafkaChangelogSink(Sink):
                              for v in values], storage)
         if pa.types.is_time(storage) or pa.types.is_duration(storage):
             return pc.cast(pa.array(values, pa.int64()), storage)
+        if pa.types.is_binary(storage) and bit_width:
+            width = (bit_width + 7) // 8  # Debezium's little-endian -> big-endian, as the other sinks
+            return pa.array([None if v is None else int.from_bytes(base64.b64decode(v), "little").to_bytes(width, "big")
+                             for v in values], pa.binary())
         if pa.types.is_binary(storage):
             return pa.array([None if v is None else base64.b64decode(v) for v in values], pa.binary())
         if pa.types.is_decimal(storage):

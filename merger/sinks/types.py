@@ -47,6 +47,18 @@ import pyarrow as pa
 
 SAME, WIDEN = "same", "widen"
 
+#: Arrow field metadata of a MySQL BIT(n>1) column (``merger.schema``): its width n. The
+#: values are the big-endian bytes of the bits, ceil(n/8) of them, which Delta and
+#: PostgreSQL store as they are (binary / bytea); the Kafka changelog sink writes them in
+#: Debezium's little-endian ``io.debezium.data.Bits`` form.
+BIT_WIDTH = b"cdc.bit_width"
+
+
+def bit_width(field: pa.Field) -> int | None:
+    """n for a BIT(n>1) field (see ``BIT_WIDTH``), else None."""
+    raw = (field.metadata or {}).get(BIT_WIDTH)
+    return int(raw) if raw else None
+
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 
 
