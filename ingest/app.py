@@ -199,7 +199,8 @@ class Ingest:
         return (f"{reason}. Changes written from here would carry positions that consumers take for "
                 f"replays and drop. Start afresh: use a new topic_prefix (or delete topic {self.prefix}.offsets "
                 f"and the table topics), restart ingest with start.mode: current, and re-snapshot every table "
-                f"(a merger with a new state_dir and the new topic_prefix)")
+                f"into emptied sinks (a merger with a new state_dir and the new topic_prefix, after dropping its "
+                f"sink tables: their rows carry positions of the old binlog, which new ones never overwrite)")
 
     def _too_large_message(self, exc: RecordTooLarge) -> str:
         where = ""
