@@ -389,7 +389,10 @@ class MergerConfig(_Model):
                                    "partition and offset range")
     end_probe: Literal["scan", "watermark"] = Field(
         "scan", description="scan: read the partition tail to find the end (needed on Tansu)")
-    on_bad_record: Literal["dead_letter", "stop"] = "dead_letter"
+    on_bad_record: Literal["pause", "dead_letter", "stop"] = Field(
+        "pause", description="a record the merger cannot apply: `pause` pauses its table (its changes kept on disk; "
+                             "records of no known table go to the dead-letter topic), `dead_letter` writes it to "
+                             "<prefix>.dlq and goes on, `stop` stops the merger")
     on_drop: Literal["truncate", "keep"] = Field(
         "truncate", description="the sink tables of a table dropped (or renamed away) in the source: `truncate` "
                                 "empties them where the DROP falls in the stream, so a table created again under "

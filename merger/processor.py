@@ -67,6 +67,10 @@ class BadRecord(ValueError):
     pass
 
 
+class BadChange(Exception):
+    """A change of a known table that cannot be applied (``on_bad_record: pause``)."""
+
+
 @dataclass
 class TableRuntime:
     name: str
@@ -129,7 +133,7 @@ class BatchProcessor:
                  partitions_of: Callable[[str], int], modes: SourceModes = SourceModes(),
                  accepts: Callable[[str], bool] = lambda name: True,
                  chunk_keys: dict[str, list[str]] | None = None,
-                 on_bad_record: str = "dead_letter", dead_letter: Callable | None = None,
+                 on_bad_record: str = "pause", dead_letter: Callable | None = None,
                  window_timeout_s: float = 120.0, on_new_table: Callable[[str], None] | None = None,
                  emit_rows_per_batch: int = 200_000,
                  source_connector: str = "ingest", on_drop: str = "truncate"):
@@ -458,7 +462,7 @@ class BatchProcessor:
                         and self._spill_dir(rt).exists():
                     try:
                         self._replay_spill(batch_id, rt, step, now_ms)
-                    except UnstorableValue as exc:
+                    except (UnstorableValue, BadChange) as exc:
                         self._pause_unstorable(batch_id, rt, exc, [], step, now_ms)
             for name, items in per_table.items():
                 rt = self.tables.get(name) or self._first_met(name, items)
@@ -470,7 +474,7 @@ class BatchProcessor:
                     continue
                 try:
                     self._table_batch(batch_id, rt, items, step, now_ms)
-                except UnstorableValue as exc:
+                except (UnstorableValue, BadChange) as exc:
                     self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
             streamed_s = time.monotonic() - self.batch_started
             # no streamed change in this batch: nobody waits behind the emission, and a
@@ -517,8 +521,16 @@ class BatchProcessor:
         except OSError as exc:  # the runner's watermark tick remains
             log.warning("cannot write the emission tick: %s", exc)
 
-    def _bad(self, record: dict, reason: str) -> None:
+    def _bad(self, record: dict, reason: str, rt: TableRuntime | None = None) -> None:
         self.bad_records += 1
+        if self.on_bad_record == "pause" and rt is not None:
+            # a change of a captured table that cannot be applied: the table stops here,
+            # its changes kept on disk in order, rather than lose this one
+            raise BadChange(
+                f"the change at topic {record['topic']} partition {record['partition']} offset "
+                f"{record['offset']} cannot be applied: {reason}. The table's changes are kept; `cdc snapshot "
+                f"{rt.name}` reads the table again (or on_bad_record: dead_letter, then `cdc resume "
+                f"{rt.name}`, moves this change to the dead-letter topic)")
         if self.on_bad_record == "stop":
             self.fatal = MergerError(
                 f"bad record in topic {record['topic']} partition {record['partition']} offset "
@@ -589,9 +601,10 @@ class BatchProcessor:
 
         return self.store.root / "paused" / safe_name(rt.name)
 
-    def _pause_unstorable(self, batch_id: int, rt: TableRuntime, exc: UnstorableValue, items: list,
+    def _pause_unstorable(self, batch_id: int, rt: TableRuntime, exc: Exception, items: list,
                           step: list, now_ms: float) -> None:
-        """A sink cannot store a value of the table (e.g. a NUL with ``nul_policy: pause``):
+        """A sink cannot store a value of the table (e.g. a NUL with ``nul_policy: pause``), or
+        a change cannot be applied (``on_bad_record: pause``):
         pause the table, and keep its records of this batch on disk like those of any
         paused table. Some of them may be applied already (by another sink, or before the
         failing write): applying them again on `cdc resume` changes nothing."""
@@ -648,10 +661,10 @@ class BatchProcessor:
             elif op == "t":
                 image = None
             else:
-                self._bad(r, f"unknown op {op!r}")
+                self._bad(r, f"unknown op {op!r}", rt)
                 continue
             if op != "t" and not isinstance(image, dict):
-                self._bad(r, f"op {op} without an image")
+                self._bad(r, f"op {op} without an image", rt)
                 continue
             src_ts = (payload.get("source") or {}).get("ts_ms")
             if src_ts:
@@ -777,7 +790,7 @@ class BatchProcessor:
                     rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev[3]])
                     good.append(ev)
                 except (ValueError, TypeError, pa.ArrowException) as one:
-                    self._bad(ev[4], f"cannot decode for {rt.name}: {one}")
+                    self._bad(ev[4], f"cannot decode for {rt.name}: {one}", rt)
             if len(good) == len(evs):
                 raise MergerError(f"cannot decode a batch of {rt.name}: {exc}") from None
             return self._decode(good, rt)

@@ -142,7 +142,7 @@ def test_dead_letters_and_incompatible_ddl_pause_resume_snapshot(stack, tmp_path
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path,
-                               metrics_port=metrics_port)
+                               metrics_port=metrics_port, on_bad_record="dead_letter")  # the default pauses
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
     topic = f"{unique_name}.{db}.good"

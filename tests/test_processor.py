@@ -423,3 +423,31 @@ def test_a_new_state_dir_writes_above_the_versions_the_sinks_recorded(tmp_path):
     s.change("u", {"id": 1}, before={"id": 1, "v": "a"}, after={"id": 1, "v": "b"})
     proc.process(2, s.batch())
     assert sink.state() == {(1,): {"id": 1, "v": "b"}}
+
+
+@pytest.mark.parametrize("policy", ["pause", "dead_letter"])
+def test_a_change_that_cannot_be_decoded_pauses_its_table_by_default(tmp_path, policy):
+    """on_bad_record: pause (the default) stops only that table, its changes kept, never
+    dropped with a warning; dead_letter writes it to the dead-letter topic and goes on."""
+    import dataclasses
+
+    letters = []
+    sink = MemorySink()
+    kw = {} if policy == "pause" else {"on_bad_record": "dead_letter"}
+    proc = _processor(tmp_path, sink, dead_letter=lambda record, why: letters.append(why), **kw)
+    proc.table("db.t", SPEC)
+    proc.table("db.u", dataclasses.replace(SPEC, table="u"))
+    t, u = Stream("db.t"), Stream("db.u")
+    t.change("c", {"id": 1}, after={"id": 1, "v": "fine"})
+    t.change("c", {"id": "x"}, after={"id": "not-a-number", "v": "bad"})
+    u.change("c", {"id": 1}, after={"id": 1, "v": "other"})
+    proc.process(0, _records(t, u))
+    assert sink.state(("db", "u")) == {(1,): {"id": 1, "v": "other"}}
+    rt = proc.tables["db.t"]
+    if policy == "dead_letter":
+        assert rt.phase == "streaming" and len(letters) == 1 and sink.state() == {(1,): {"id": 1, "v": "fine"}}
+        return
+    assert rt.phase == "paused" and not letters
+    assert "offset" in rt.error and "cannot decode" in rt.error and "cdc snapshot db.t" in rt.error, rt.error
+    assert (proc.store.root / "paused").exists()  # the changes are kept
+    assert proc.status()["tables"]["db.t"]["phase"] == "paused"
