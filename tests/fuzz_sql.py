@@ -116,7 +116,25 @@ class Table:
                 f"DEFAULT CHARSET=utf8mb4")
 
 
-BASE_VALUES = ("i", "d", "s", "dt", "tx")  # never dropped: multi-table statements use them
+BASE_VALUES = ("i", "d", "s", "dt", "tx")
+BULK_ROWS = 300
+BULK_BASE = 1000  # cold numeric keys: BULK_BASE + 1 .. BULK_BASE + BULK_ROWS
+
+
+def _bulk_key(c: "Col") -> str:
+    """The SQL expression (of MariaDB's sequence table's ``seq``) of a cold key."""
+    if c.name == "a":
+        return "seq % 6"
+    if c.kind == "varchar":
+        return "CONCAT(IF(seq % 2, 'k', 'K'), seq)"
+    return f"{BULK_BASE} + seq"
+
+
+def _bulk_key_value(c: "Col", r: random.Random) -> str:
+    n = r.randint(1, BULK_ROWS)
+    if c.kind == "varchar":
+        return sql_str(r.choice("kK") + str(n))  # either case: the same key
+    return str(BULK_BASE + n)  # never dropped: multi-table statements use them
 
 
 def _base_values(extra: list[Col] | None = None) -> list[Col]:
@@ -171,12 +189,20 @@ class Workload:
 
     # ------------------------------------------------------------------ public
 
-    def setup(self, rows_per_table: int = 40) -> list[str]:
-        """CREATE TABLE statements and initial rows (run in the target database)."""
+    def setup(self, rows_per_table: int = 40, bulk_rows: int = BULK_ROWS) -> list[str]:
+        """CREATE TABLE statements and initial rows (run in the target database): random
+        rows in the hot key range, and ``bulk_rows`` rows in a cold range next to it (so a
+        snapshot has several chunks; statements reach it now and then)."""
         out = [t.create_sql() for t in self.tables]
         for t in self.tables:
             for _ in range(max(1, rows_per_table // 5)):
                 out.append(self._insert(t, rows=5, verb="INSERT IGNORE"))
+            if bulk_rows:
+                keys = ", ".join(_bulk_key(c) for c in t.keys)
+                names = ", ".join(f"`{c.name}`" for c in t.keys)
+                out.append(f"INSERT IGNORE INTO `{t.name}` ({names}, `i`, `s`, `dt`) SELECT {keys}, seq, "
+                           f"CONCAT('bulk ', seq), '2024-01-01 00:00:00' + INTERVAL seq SECOND "
+                           f"FROM seq_1_to_{bulk_rows}")
         return out
 
     def statements(self, n: int) -> Iterator[str]:
@@ -299,9 +325,11 @@ class Workload:
 
     def key_value(self, c: Col) -> str:
         r = self.r
+        if c.name == "a":  # t_comp's first key column: few values
+            return str(r.randint(0, 5))
+        if r.random() < 0.08:
+            return _bulk_key_value(c, r)
         if c.kind in ("int", "bigint"):
-            if c.name == "a":  # t_comp's first key column: few values
-                return str(r.randint(0, 5))
             y = r.random()
             if y < 0.9:
                 return str(r.randint(-3, 60))
@@ -318,10 +346,19 @@ class Workload:
         return " AND ".join(f"`{c.name}` = {self.key_value(c)}" for c in t.keys)
 
     def key_range(self, t: Table) -> str:
+        """A short range of the first key column (a few rows of the hot or the cold keys)."""
+        r = self.r
         c = t.keys[0]
-        a, b = self.key_value(c), self.key_value(c)
-        if c.kind != "varchar":
-            a, b = sorted((a, b), key=int)
+        if c.kind == "varchar":
+            if r.random() < 0.1:
+                n = r.randint(1, BULK_ROWS)
+                return f"`{c.name}` BETWEEN {sql_str(r.choice('kK') + str(n))} AND {sql_str('k' + str(n + 9))}"
+            a, b = self.key_value(c), self.key_value(c)
+        else:
+            a = int(self.key_value(c))
+            b = a + r.choice([0, 1, 3, 8, 20])
+            if c.kind == "ubig" and b > 2**64 - 1:
+                a, b = a - 20, a
         return f"`{c.name}` BETWEEN {a} AND {b}"
 
     # ------------------------------------------------------------------ DML

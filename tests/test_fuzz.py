@@ -379,9 +379,9 @@ def test_fuzz_pipeline_sinks_equal_source(stack, tmp_path, unique_name):
     pattern = f"{unique_name}_s\\d+"
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [pattern, "cdc"], topic_partitions=3)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    # small chunks: the snapshot of a few dozen rows is several windows
+    # small chunks (the least allowed): a table of a few hundred rows is several windows
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [pattern], tmp_path,
-                               **{"snapshot.chunk_size": 16, "snapshot.chunks_per_window": 2})
+                               **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 2})
     merger = MergerProcess(mcfg, tmp_path / "merger.log")
     checker = SinkChecker(stack, tmp_path)
     started = time.monotonic()
@@ -451,3 +451,41 @@ def test_row_source_ts_is_the_row_events_own_time(stack, tmp_path, unique_name):
     stamps = [(r.payload["op"], r.payload["source"]["ts_ms"]) for r in records if r.value]
     assert stamps == [("c", 1000000000000), ("u", 1000000005000), ("t", 1000000020000)], stamps
     _root(stack).cursor().execute(f"DROP DATABASE `{db}`")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_rows_read_after_a_later_alter_keep_their_versions_types(stack, tmp_path, unique_name):
+    """Found by the Debezium comparison without waiting before DDL: ingest met a table
+    version after the source had been altered again and took information_schema's (later)
+    types: the DATETIME(3) value went out as microseconds, DECIMAL(8,3) with precision 14."""
+    from tests.ingest_harness import IngestProcess, source_gtid, wait_caught_up, write_config
+    from tests.kafka_util import read_records
+
+    db = f"{unique_name}_v"
+    conn = _root(stack)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}`")
+            cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, x DECIMAL(8,3), y DATETIME(3), z INT)")
+            gtid = source_gtid(stack)
+            cur.execute(f"INSERT INTO `{db}`.t VALUES (1, 1.5, '2024-01-02 03:04:05.678', 7)")
+            cur.execute(f"ALTER TABLE `{db}`.t MODIFY x DECIMAL(14,3), MODIFY y DATETIME(6), MODIFY z BIGINT")
+        # ingest reads the INSERT only now, after the ALTER
+        cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], topic_partitions=1,
+                           schemas_enable=True, **{"start.mode": "gtid", "start.gtid": gtid})
+        proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
+        try:
+            wait_caught_up(stack, unique_name, proc=proc)
+            records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.t"])
+        finally:
+            proc.stop()
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE `{db}`")
+    finally:
+        conn.close()
+    value = json.loads(records[0].value)
+    fields = {f["field"]: f for f in value["schema"]["fields"][1]["fields"]}
+    assert fields["x"]["parameters"]["connect.decimal.precision"] == "8"
+    assert fields["y"]["name"] == "io.debezium.time.Timestamp" and fields["z"]["type"] == "int32"
+    assert value["payload"]["after"]["y"] == 1704164645678  # milliseconds, as Debezium
