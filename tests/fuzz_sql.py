@@ -547,6 +547,11 @@ class Workload:
 
     def _default(self, c: Col) -> str:
         v = self.value(c, null_ok=False)
+        if c.kind == "varchar":
+            # MariaDB shows a DEFAULT's characters beyond U+FFFF as '?' in information_schema
+            # and SHOW CREATE TABLE (rows get the right value): ingest's Kafka Connect
+            # schema default then differs from Debezium's, which parses the DDL. Known limit.
+            v = "".join(ch for ch in v if ord(ch) <= 0xFFFF)
         if c.kind == "datetime" and "." in v:
             # at the column's precision: Debezium takes a DEFAULT as written in the DDL
             # (DATETIME(0) DEFAULT '... 58.353' -> .353), the server keeps it truncated

@@ -135,6 +135,19 @@ def test_transaction_model_never_names_an_unknown_savepoint():
                 sps = sps[:sps.index(m.group(1))]
 
 
+def test_minimise_finds_the_statements_that_matter():
+    from tests.fuzz_sql import minimise
+
+    calls = []
+
+    def fails(candidate):
+        calls.append(len(candidate))
+        return 17 in candidate and 63 in candidate and candidate.index(17) < candidate.index(63)
+
+    assert minimise(list(range(100)), fails, log=lambda _: None) == [17, 63]
+    assert len(calls) < 100
+
+
 # ----------------------------------------------------------------------------- running a seed
 
 
@@ -230,14 +243,16 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
     if features.myisam:
         pytest.skip("MyISAM: Debezium emits the rows a ROLLBACK TO in the binlog rolled back "
                     "(ingest/statements.py); compare MyISAM workloads in the pipeline test")
-    props = {"skipped.operations": "none"}
+    # the server is shared: DDL of other databases that Debezium's parser cannot read must not
+    # stop it (ours would show as differences anyway)
+    props = {"skipped.operations": "none", "schema.history.internal.skip.unparseable.ddl": "true"}
     ours_prefix = f"{unique_name}o"
     cfg = write_config(stack, tmp_path / "ingest.yaml", ours_prefix, [f"{unique_name}_s\\d+"],
                        topic_partitions=2, **_ingest_settings(props, True))
     proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
     ref = DebeziumRef(stack.mariadb, tmp_path / "dbz")
     started = time.monotonic()
-    runs, divergences, compared, null_defaults = [], [], 0, 0
+    runs, divergences, compared, null_defaults, missing_defaults = [], [], 0, 0, 0
     try:
         wait_caught_up(stack, ours_prefix, proc=proc)
         for seed in SEEDS:
@@ -262,6 +277,8 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
             compared += len(theirs)
             null_defaults += _null_as_default(ours, theirs)
             _truncate_row(theirs)
+            if not DDL_SYNC:
+                missing_defaults += _tolerate_missing_defaults(ours, theirs)
             try:
                 assert_same_records(ours, theirs, f"seed {seed}")
                 _same_ddl(cap, dbz_prefix, db, stack, ours_prefix)
@@ -274,7 +291,9 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
     finally:
         proc.stop()
     line = _report("ingest vs Debezium", SEEDS, runs, divergences, started,
-                   f", {compared} records compared ({null_defaults} NULLs Debezium wrote as the default)")
+                   f", {compared} records compared ({null_defaults} NULLs Debezium wrote as the default"
+                   + ("" if DDL_SYNC else f", {missing_defaults} column defaults of older table versions "
+                                          "ingest could not know") + ")")
     assert not divergences, f"{line}\n" + "\n".join(f"seed {s} ({p}): {e}" for s, e, p in divergences)
 
 
@@ -304,6 +323,31 @@ def _null_as_default(ours, theirs) -> int:
                     fixed = True
                     n += 1
         if fixed:
+            t["value_text"] = json.dumps(tv, separators=(",", ":"), ensure_ascii=False)
+            o.value = json.dumps(ov, separators=(",", ":"), ensure_ascii=False)
+    return n
+
+
+def _tolerate_missing_defaults(ours, theirs) -> int:
+    """Without waiting before DDL: the documented limit (docs/architecture.md, Schema) that
+    a table version ingest meets only after a later ALTER (or DROP COLUMN) lacks the column
+    defaults information_schema no longer shows. Where ours has no default and Debezium's
+    field has one, drop Debezium's; returns how many."""
+    n = 0
+    for o, t in zip(ours, theirs):
+        if not (o.value and t["value_text"]) or o.topic != t["topic"]:
+            continue
+        ov, tv = json.loads(o.value), json.loads(t["value_text"])
+        if "schema" not in tv:
+            continue
+        changed = False
+        for of, tf in zip(ov["schema"]["fields"][:2], tv["schema"]["fields"][:2]):
+            for oc, tc in zip(of.get("fields", []), tf.get("fields", [])):
+                if oc.get("field") == tc.get("field") and "default" not in oc and "default" in tc:
+                    del tc["default"]
+                    changed = True
+                    n += 1
+        if changed:
             t["value_text"] = json.dumps(tv, separators=(",", ":"), ensure_ascii=False)
             o.value = json.dumps(ov, separators=(",", ":"), ensure_ascii=False)
     return n
