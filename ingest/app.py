@@ -470,6 +470,9 @@ class Ingest:
         if tracker is not None and trx.events_written == 0 and tracker.tx_id != trx.gtid:
             self._send_record(tracker.begin(trx.gtid, trx.ts_ms), 0)
         server_id = event.packet.server_id
+        # the row event's own time (its statement's), as Debezium: the GTID event of a
+        # transaction is stamped at commit, which may be seconds later
+        ts_ms = event.timestamp * 1000 if event.timestamp else trx.ts_ms
         written = 0
         for row_index, row in enumerate(event.rows):
             if op == "u":
@@ -481,7 +484,7 @@ class Ingest:
                 before, after, bns, ans = row["values"], None, row.get("none_sources"), None
             if mask is not None:
                 before, after = mask(before), mask(after)
-            source = enc.source_json(trx.ts_ms, server_id, position.file, position.pos, row_index,
+            source = enc.source_json(ts_ms, server_id, position.file, position.pos, row_index,
                                      trx.gtid, trx.thread)
             transaction = tracker.event(codec.name) if tracker is not None else "null"
             records = enc.change(op, before, after, source, transaction=transaction,
@@ -699,7 +702,8 @@ class Ingest:
         spec = self._last_spec.get((db, table)) or spec_from_details(db, table, self._details(db, table)) \
             or TableSpec(db, table, ())
         enc = TableEncoder(spec, self.env)
-        rec = enc.truncate(SourceInfo(db, table, trx.ts_ms, event.packet.server_id, position.file,
+        ts_ms = event.timestamp * 1000 if event.timestamp else trx.ts_ms  # the statement's, as Debezium
+        rec = enc.truncate(SourceInfo(db, table, ts_ms, event.packet.server_id, position.file,
                                       position.pos, 0, trx.gtid, thread))
         pos = EventPosition(position.file, position.pos, 0).encode()
         for p in range(partitions):

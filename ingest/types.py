@@ -317,7 +317,11 @@ def table_spec_from_binlog(event_or_table, extra: Iterable[Mapping[str, Any]] | 
                      default_charset=default_charset)
     if extra:
         # information_schema describes the table as it is now; the table map describes it
-        # as it was when the row was written: keep the binlog's nullability
+        # as it was when the row was written: keep the binlog's nullability, and refine
+        # only columns whose types agree with the table map (an ALTER since then, not yet
+        # read, may have changed them: DATETIME(3) -> (6) would encode values as micros)
+        by_name = {c.name: c for c in specs}
+        extra = [r for r in extra if _describes(by_name.get(_row_name(r)), r)]
         binlog_nullable = {c.name: c.nullable for c in specs}
         spec = enrich_table_spec(spec, extra)
         spec = replace(spec, columns=tuple(replace(c, nullable=binlog_nullable.get(c.name, c.nullable))
@@ -427,6 +431,42 @@ def _info_default(raw: Any, is_mariadb_quoting: bool = True) -> str | None:
     if len(s) >= 2 and s[0] == "'" and s[-1] == "'":
         return s[1:-1].replace("''", "'").replace("\\\\", "\\")
     return s
+
+
+_INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint")
+_FAMILIES = [set(_INTEGERS), {"decimal"}, {"float", "double"}, {"date"}, {"year"}, {"bit"},
+             set(TEMPORAL_FSP_TYPES)]
+
+
+def _row_name(row: Mapping[str, Any]) -> str | None:
+    return next((str(v) for k, v in row.items() if str(k).upper() == "COLUMN_NAME"), None)
+
+
+def _describes(column: ColumnSpec | None, row: Mapping[str, Any]) -> bool:
+    """Whether an information_schema.COLUMNS row can describe ``column`` as the binlog's
+    table map shows it: what the table map knows exactly (integer size and sign, DECIMAL
+    precision and scale, temporal type and fractional digits, the type family) agrees."""
+    if column is None:
+        return True  # nothing to refine
+    ctype = next((v for k, v in row.items() if str(k).upper() == "COLUMN_TYPE"), None)
+    if isinstance(ctype, bytes):
+        ctype = ctype.decode()
+    if not ctype:
+        return True
+    info = parse_column_type(str(ctype))
+    base, t = info.get("type_name"), column.type_name
+    family = next((f for f in _FAMILIES if t in f), None)
+    if family is None:  # strings, blobs, enums, JSON, geometry: the table map tells less
+        return not any(base in f for f in _FAMILIES)
+    if base not in family:
+        return False
+    if t in _INTEGERS:
+        return base == t and bool(info.get("unsigned")) == bool(column.unsigned)
+    if t == "decimal":
+        return (info.get("length"), info.get("scale") or 0) == (column.length, column.scale or 0)
+    if t in TEMPORAL_FSP_TYPES:
+        return base == t and (info.get("fsp") or 0) == (column.fsp or 0)
+    return base == t
 
 
 def enrich_table_spec(spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> TableSpec:

@@ -691,6 +691,8 @@ def test_connect_config_produces_the_topics_the_merger_consumes():
     for side in ("key", "value"):
         assert c[f"{side}.converter"] == "org.apache.kafka.connect.json.JsonConverter"
         assert c[f"{side}.converter.schemas.enable"] == str(INGEST.schemas_enable).lower() == "false"
+    # else the JsonConverter writes a column's DEFAULT where the value is NULL
+    assert c["value.converter.replace.null.with.default"] == "false"
     # the schema history topic is not one the merger reads (merger/app.py's subscribe pattern)
     assert not re.match(subscribe_pattern(MERGER_DEBEZIUM), c["schema.history.internal.kafka.topic"])
 
