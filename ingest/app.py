@@ -337,7 +337,7 @@ class Ingest:
                     if trx is not None:
                         if trx.held:
                             pending += self._release_held(trx)
-                        if trx.xid is not None and trx.tables:
+                        if trx.xid is not None:  # prepared: known, with the captured tables it changed (maybe none)
                             self._prepared_xa[trx.xid] = sorted(trx.tables)
                         gtid_state = advance_gtid_state(gtid_state, trx.gtid)
                         metrics.TRANSACTIONS.inc()
