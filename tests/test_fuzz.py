@@ -29,6 +29,7 @@ import pytest
 
 from tests.conftest import IS_CI
 from tests.fuzz_sql import Features, RunStats, Workload, execute, is_ddl, opens_transaction
+from tests.test_types import norm_ts
 
 # ----------------------------------------------------------------------------- settings
 
@@ -257,7 +258,7 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
     proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
     ref = DebeziumRef(stack.mariadb, tmp_path / "dbz")
     started = time.monotonic()
-    runs, divergences, compared, null_defaults, missing_defaults = [], [], 0, 0, 0
+    runs, divergences, compared, null_defaults, missing_defaults, truncate_schemas = [], [], 0, 0, 0, 0
     try:
         wait_caught_up(stack, ours_prefix, proc=proc)
         for seed in SEEDS:
@@ -281,7 +282,7 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
             ours = [_Ours(r) for r in _in_binlog_order(records)]
             compared += len(theirs)
             null_defaults += _null_as_default(ours, theirs)
-            _truncate_row(theirs)
+            truncate_schemas += _truncates(ours, theirs)
             if not DDL_SYNC:
                 missing_defaults += _tolerate_missing_defaults(ours, theirs)
             try:
@@ -298,7 +299,8 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
     line = _report("ingest vs Debezium", SEEDS, runs, divergences, started,
                    f", {compared} records compared ({null_defaults} NULLs Debezium wrote as the default"
                    + ("" if DDL_SYNC else f", {missing_defaults} column defaults of older table versions "
-                                          "ingest could not know") + ")")
+                                          "ingest could not know")
+                   + f", {truncate_schemas} truncate records with the schema before an ALTER)")
     assert not divergences, f"{line}\n" + "\n".join(f"seed {s} ({p}): {e}" for s, e, p in divergences)
 
 
@@ -358,15 +360,28 @@ def _tolerate_missing_defaults(ours, theirs) -> int:
     return n
 
 
-def _truncate_row(theirs) -> None:
-    """Debezium's truncate record carries the ``source.row`` of the row event before it
-    (its row counter is not reset for a QUERY event); ingest writes 0."""
-    for t in theirs:
+def _truncates(ours, theirs) -> int:
+    """Truncate records. Debezium's carries the ``source.row`` of the row event before it
+    (its row counter is not reset for a QUERY event); ingest writes 0: taken as 0. And an
+    open ingest difference (test_truncate_after_an_alter_carries_the_altered_schema): after
+    an ALTER with no row of the table before the TRUNCATE, ingest's record has the schema
+    of the version before the ALTER; where only that schema differs, counted and taken as
+    ours. Returns how many."""
+    n = 0
+    for o, t in zip(ours, theirs):
         v = t["value_text"]
-        if v and '"op":"t"' in v:
-            doc = json.loads(v)
-            doc["payload"]["source"]["row"] = 0
-            t["value_text"] = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+        if not (v and '"op":"t"' in v):
+            continue
+        doc = json.loads(v)
+        doc["payload"]["source"]["row"] = 0
+        if o.value and '"op":"t"' in o.value and o.topic == t["topic"]:
+            mine = json.loads(o.value)
+            if mine.get("schema") != doc.get("schema") and norm_ts(json.dumps(mine["payload"])) == \
+                    norm_ts(json.dumps(doc["payload"])):
+                doc["schema"] = mine["schema"]
+                n += 1
+        t["value_text"] = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    return n
 
 
 def _dump_records(stem: Path, ours, theirs) -> None:
@@ -561,6 +576,40 @@ def test_rows_read_after_a_later_alter_keep_their_versions_types(stack, tmp_path
     assert fields["x"]["parameters"]["connect.decimal.precision"] == "8"
     assert fields["y"]["name"] == "io.debezium.time.Timestamp" and fields["z"]["type"] == "int32"
     assert value["payload"]["after"]["y"] == 1704164645678  # milliseconds, as Debezium
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.xfail(strict=True, reason="open: ingest's truncate record takes the schema of the last rows it "
+                                       "encoded; ingest/app.py _ddl keeps it across an ALTER")
+def test_truncate_after_an_alter_carries_the_altered_schema(stack, tmp_path, unique_name):
+    """Found by the Debezium comparison (seed 7, without waiting before DDL): ALTER TABLE t_str
+    ADD COLUMN x8, no row of t_str in between (the transaction rolled back), TRUNCATE: ingest's
+    truncate record's schema lacks x8, Debezium's has it."""
+    from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+    from tests.kafka_util import read_records
+
+    db = f"{unique_name}_tr"
+    cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], topic_partitions=1, schemas_enable=True)
+    proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    conn = _root(stack)
+    try:
+        wait_caught_up(stack, unique_name, proc=proc)
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}`")
+            cur.execute(f"USE `{db}`")
+            cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+            cur.execute("INSERT INTO t VALUES (1, 1)")
+            cur.execute("ALTER TABLE t ADD COLUMN x BIGINT")
+            cur.execute("TRUNCATE TABLE t")
+            cur.execute(f"DROP DATABASE `{db}`")
+        wait_caught_up(stack, unique_name, proc=proc)
+        records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.t"])
+    finally:
+        conn.close()
+        proc.stop()
+    truncate = next(json.loads(r.value) for r in records if r.value and b'"op":"t"' in r.value)
+    assert [f["field"] for f in truncate["schema"]["fields"][0]["fields"]] == ["id", "v", "x"]
 
 
 # the snapshot reads with the columns the merger knows, which lag the source's
