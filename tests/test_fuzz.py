@@ -64,6 +64,7 @@ STATEMENTS = int(os.environ.get("CDC_FUZZ_STATEMENTS") or (250 if IS_CI else 400
 SEEDS = parse_seeds(os.environ.get("CDC_FUZZ_SEEDS"), [1, 2])
 FEATURES = os.environ.get("CDC_FUZZ_FEATURES")
 PACE_S = float(os.environ.get("CDC_FUZZ_PACE_MS", "2")) / 1000
+WAIT_S = float(os.environ.get("CDC_FUZZ_WAIT_S", "300"))  # for the sinks to equal the source
 # Debezium comparison: wait before each DDL until ingest has read everything before it.
 # ingest refines a table version's Kafka Connect schema from information_schema when it
 # first meets the version; if the source has been altered again meanwhile, that schema can
@@ -463,7 +464,7 @@ def test_fuzz_pipeline_sinks_equal_source(stack, tmp_path, unique_name):
         if not (sql.startswith("ALTER TABLE") and (PIPELINE_SYNC == "alter" or " DROP COLUMN " in sql)):
             return
         table = sql.split("`")[1]
-        checker.wait_equal(run.db, table, timeout_s=300, proc=merger)
+        checker.wait_equal(run.db, table, timeout_s=WAIT_S, proc=merger)
         deadline = time.monotonic() + 300
         while _table_status(state, f"{run.db}.{table}").get("snapshot") == "running":
             assert time.monotonic() < deadline, f"snapshot of {run.db}.{table} still running after 300s"
@@ -483,7 +484,7 @@ def test_fuzz_pipeline_sinks_equal_source(stack, tmp_path, unique_name):
                         (lambda sql, run=run: before_ddl(run, sql)))
                 for table in run.workload.tables:
                     try:
-                        checker.wait_equal(run.db, table.name, timeout_s=300, proc=merger)
+                        checker.wait_equal(run.db, table.name, timeout_s=WAIT_S, proc=merger)
                     except AssertionError as exc:
                         if not merger.alive():
                             raise
