@@ -77,7 +77,6 @@ DDL_SYNC = os.environ.get("CDC_FUZZ_DDL_SYNC", "1") != "0"
 # read yet makes the window stop the merger or write NULL over a new column's values
 # (test_a_snapshot_behind_a_schema_change_reads_the_sources_columns, open)
 PIPELINE_SYNC = os.environ.get("CDC_FUZZ_PIPELINE_SYNC", "alter")
-LONG = bool(os.environ.get("CDC_FUZZ_STATEMENTS") or os.environ.get("CDC_FUZZ_SEEDS"))
 
 
 # (ingest runs with on_xa_rollback: warn: the server is shared, and an XA transaction other
