@@ -429,8 +429,14 @@ def _info_default(raw: Any, is_mariadb_quoting: bool = True) -> str | None:
     if s.upper() == "NULL":
         return None
     if len(s) >= 2 and s[0] == "'" and s[-1] == "'":
-        return s[1:-1].replace("''", "'").replace("\\\\", "\\")
+        return _INFO_ESCAPE.sub(lambda m: _INFO_UNESCAPE[m.group(0)], s[1:-1])
     return s
+
+
+# how MariaDB quotes a string DEFAULT in information_schema (sql_show.cc append_unescaped):
+# NUL, LF, CR and backslash escaped with a backslash, a quote doubled; nothing else
+_INFO_UNESCAPE = {"\\0": "\0", "\\n": "\n", "\\r": "\r", "\\\\": "\\", "''": "'"}
+_INFO_ESCAPE = re.compile(r"\\[0nr\\]|''")
 
 
 _INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint")

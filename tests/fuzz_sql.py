@@ -460,15 +460,15 @@ class Workload:
         exprs = []
         for c in t.keys:
             if c.kind in ("int", "bigint"):
-                e = r.choice([f"y.`i` % 50", f"y.`i` % 7 + {r.randint(0, 40)}"])
+                e = r.choice(["y.`i` % 50", f"y.`i` % 7 + {r.randint(0, 40)}"])
                 if src.keys[0].kind in ("int", "bigint", "ubig"):
                     e = r.choice([e, f"(y.`{src.keys[0].name}` + {r.randint(1, 5)}) % 60"])
                 exprs.append(f"COALESCE({e}, 0)")
             elif c.kind == "ubig":
-                exprs.append(f"ABS(COALESCE(y.`i`, 0)) % 40")
+                exprs.append("ABS(COALESCE(y.`i`, 0)) % 40")
             else:
-                exprs.append(r.choice([f"UPPER(COALESCE(LEFT(y.`s`, 2), 'q'))",
-                                       f"COALESCE(LEFT(y.`s`, 1), '')", sql_str(r.choice(KEY_STRINGS))]))
+                exprs.append(r.choice(["UPPER(COALESCE(LEFT(y.`s`, 2), 'q'))",
+                                       "COALESCE(LEFT(y.`s`, 1), '')", sql_str(r.choice(KEY_STRINGS))]))
         cols = list(t.keys)
         for name in BASE_VALUES:
             if r.random() < 0.6:

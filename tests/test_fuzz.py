@@ -63,16 +63,19 @@ STATEMENTS = int(os.environ.get("CDC_FUZZ_STATEMENTS") or (250 if IS_CI else 400
 SEEDS = parse_seeds(os.environ.get("CDC_FUZZ_SEEDS"), [1, 2])
 FEATURES = os.environ.get("CDC_FUZZ_FEATURES")
 PACE_S = float(os.environ.get("CDC_FUZZ_PACE_MS", "2")) / 1000
+WAIT_S = float(os.environ.get("CDC_FUZZ_WAIT_S", "300"))  # for the sinks to equal the source
 # Debezium comparison: wait before each DDL until ingest has read everything before it.
 # ingest refines a table version's Kafka Connect schema from information_schema when it
 # first meets the version; if the source has been altered again meanwhile, that schema can
 # be the later one's (a documented limit for defaults; see the report in docs/testing.md).
 # CDC_FUZZ_DDL_SYNC=0 runs the workload without waiting, to show it.
 DDL_SYNC = os.environ.get("CDC_FUZZ_DDL_SYNC", "1") != "0"
-# pipeline: "drop" (default) waits before each DROP COLUMN until the table's sinks are
-# equal and no snapshot of it runs; "none" does not wait
-PIPELINE_SYNC = os.environ.get("CDC_FUZZ_PIPELINE_SYNC", "drop")
-LONG = bool(os.environ.get("CDC_FUZZ_STATEMENTS") or os.environ.get("CDC_FUZZ_SEEDS"))
+# pipeline: "alter" (default) waits before each ALTER TABLE until the table's sinks are
+# equal and no snapshot of it runs, "drop" only before DROP COLUMN, "none" never. A snapshot
+# window reads the columns the merger knows, which lag the source's: an ALTER it has not
+# read yet makes the window stop the merger or write NULL over a new column's values
+# (test_a_snapshot_behind_a_schema_change_reads_the_sources_columns, open)
+PIPELINE_SYNC = os.environ.get("CDC_FUZZ_PIPELINE_SYNC", "alter")
 
 
 # (ingest runs with on_xa_rollback: warn: the server is shared, and an XA transaction other
@@ -257,7 +260,7 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
     proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
     ref = DebeziumRef(stack.mariadb, tmp_path / "dbz")
     started = time.monotonic()
-    runs, divergences, compared, null_defaults, missing_defaults = [], [], 0, 0, 0
+    runs, divergences, compared, null_defaults, missing_defaults, truncate_schemas = [], [], 0, 0, 0, 0
     try:
         wait_caught_up(stack, ours_prefix, proc=proc)
         for seed in SEEDS:
@@ -281,7 +284,7 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
             ours = [_Ours(r) for r in _in_binlog_order(records)]
             compared += len(theirs)
             null_defaults += _null_as_default(ours, theirs)
-            _truncate_row(theirs)
+            truncate_schemas += _truncates(ours, theirs)
             if not DDL_SYNC:
                 missing_defaults += _tolerate_missing_defaults(ours, theirs)
             try:
@@ -298,7 +301,8 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
     line = _report("ingest vs Debezium", SEEDS, runs, divergences, started,
                    f", {compared} records compared ({null_defaults} NULLs Debezium wrote as the default"
                    + ("" if DDL_SYNC else f", {missing_defaults} column defaults of older table versions "
-                                          "ingest could not know") + ")")
+                                          "ingest could not know")
+                   + f", {truncate_schemas} truncate records with the schema before an ALTER)")
     assert not divergences, f"{line}\n" + "\n".join(f"seed {s} ({p}): {e}" for s, e, p in divergences)
 
 
@@ -358,15 +362,34 @@ def _tolerate_missing_defaults(ours, theirs) -> int:
     return n
 
 
-def _truncate_row(theirs) -> None:
-    """Debezium's truncate record carries the ``source.row`` of the row event before it
-    (its row counter is not reset for a QUERY event); ingest writes 0."""
-    for t in theirs:
+def _comparable(payload: dict) -> dict:
+    """A payload without what assert_same_records ignores (processing time, gtid, thread)."""
+    out = {k: v for k, v in payload.items() if k not in ("ts_ms", "ts_us", "ts_ns")}
+    out["source"] = {**payload["source"], "gtid": None, "thread": None}
+    return out
+
+
+def _truncates(ours, theirs) -> int:
+    """Truncate records. Debezium's carries the ``source.row`` of the row event before it
+    (its row counter is not reset for a QUERY event); ingest writes 0: taken as 0. And an
+    open ingest difference (test_truncate_after_an_alter_carries_the_altered_schema): after
+    an ALTER with no row of the table before the TRUNCATE, ingest's record has the schema
+    of the version before the ALTER; where only that schema differs, counted and taken as
+    ours. Returns how many."""
+    n = 0
+    for o, t in zip(ours, theirs):
         v = t["value_text"]
-        if v and '"op":"t"' in v:
-            doc = json.loads(v)
-            doc["payload"]["source"]["row"] = 0
-            t["value_text"] = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+        if not (v and '"op":"t"' in v):
+            continue
+        doc = json.loads(v)
+        doc["payload"]["source"]["row"] = 0
+        if o.value and '"op":"t"' in o.value and o.topic == t["topic"]:
+            mine = json.loads(o.value)
+            if mine.get("schema") != doc.get("schema") and _comparable(mine["payload"]) == _comparable(doc["payload"]):
+                doc["schema"] = mine["schema"]
+                n += 1
+        t["value_text"] = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    return n
 
 
 def _dump_records(stem: Path, ours, theirs) -> None:
@@ -442,11 +465,10 @@ def test_fuzz_pipeline_sinks_equal_source(stack, tmp_path, unique_name):
     state = tmp_path / "state"
 
     def before_ddl(run: SeedRun, sql: str) -> None:
-        # the merger stops when a snapshot SELECT names a column dropped meanwhile (see
-        # docs/testing.md): unless CDC_FUZZ_PIPELINE_SYNC=none, a DROP COLUMN waits until
-        # the table's sinks equal the source and no snapshot of it runs
+        if not (sql.startswith("ALTER TABLE") and (PIPELINE_SYNC == "alter" or " DROP COLUMN " in sql)):
+            return
         table = sql.split("`")[1]
-        checker.wait_equal(run.db, table, timeout_s=300, proc=merger)
+        checker.wait_equal(run.db, table, timeout_s=WAIT_S, proc=merger)
         deadline = time.monotonic() + 300
         while _table_status(state, f"{run.db}.{table}").get("snapshot") == "running":
             assert time.monotonic() < deadline, f"snapshot of {run.db}.{table} still running after 300s"
@@ -463,10 +485,10 @@ def test_fuzz_pipeline_sinks_equal_source(stack, tmp_path, unique_name):
                 if i == 0:
                     merger.start()  # the first seed's rows are snapshotted while its statements run
                 run.run(PACE_S, before_ddl=None if PIPELINE_SYNC == "none" else
-                        (lambda sql, run=run: before_ddl(run, sql) if " DROP COLUMN " in sql else None))
+                        (lambda sql, run=run: before_ddl(run, sql)))
                 for table in run.workload.tables:
                     try:
-                        checker.wait_equal(run.db, table.name, timeout_s=300, proc=merger)
+                        checker.wait_equal(run.db, table.name, timeout_s=WAIT_S, proc=merger)
                     except AssertionError as exc:
                         if not merger.alive():
                             raise
@@ -565,6 +587,53 @@ def test_rows_read_after_a_later_alter_keep_their_versions_types(stack, tmp_path
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.xfail(strict=True, reason="open: ingest's truncate record takes the schema of the last rows it "
+                                       "encoded; ingest/app.py _ddl keeps it across an ALTER")
+def test_truncate_after_an_alter_carries_the_altered_schema(stack, tmp_path, unique_name):
+    """Found by the Debezium comparison (seed 7, without waiting before DDL): ALTER TABLE t_str
+    ADD COLUMN x8, no row of t_str in between (the transaction rolled back), TRUNCATE: ingest's
+    truncate record's schema lacks x8, Debezium's has it."""
+    from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+    from tests.kafka_util import read_records
+
+    db = f"{unique_name}_tr"
+    cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], topic_partitions=1, schemas_enable=True)
+    proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    conn = _root(stack)
+    try:
+        wait_caught_up(stack, unique_name, proc=proc)
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{db}`")
+            cur.execute(f"USE `{db}`")
+            cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+            cur.execute("INSERT INTO t VALUES (1, 1)")
+            cur.execute("ALTER TABLE t ADD COLUMN x BIGINT")
+            cur.execute("TRUNCATE TABLE t")
+            cur.execute(f"DROP DATABASE `{db}`")
+        wait_caught_up(stack, unique_name, proc=proc)
+        records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.t"])
+    finally:
+        conn.close()
+        proc.stop()
+    truncate = next(json.loads(r.value) for r in records if r.value and b'"op":"t"' in r.value)
+    assert [f["field"] for f in truncate["schema"]["fields"][0]["fields"]] == ["id", "v", "x"]
+
+
+# the snapshot reads with the columns the merger knows, which lag the source's
+SNAPSHOT_BEHIND_DDL = {
+    # seed 8 (pipeline): a column added since is missing from the window's rows; emitted at
+    # HIGH with a batch whose other changes have it, they write NULL over its values: silent
+    "add_column": ["ALTER TABLE t ADD COLUMN x TEXT", "UPDATE t SET x = CONCAT('value', id)"],
+    # seed 10: DECIMAL(10,2) widened to (13,2) and a value of 11 digits: the window's rows are
+    # cast to DECIMAL(10,2), 'Decimal value does not fit in precision 10', the merger stops
+    "widen_decimal": ["ALTER TABLE t MODIFY d DECIMAL(13,2)", "UPDATE t SET d = 12345678901.23 WHERE id = 1"],
+    # seed 2: the SELECT names a dropped column, 'Unknown column', the merger stops
+    "drop_column": ["ALTER TABLE t DROP COLUMN y"],
+}
+
+
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_drop_column_during_a_resnapshot_does_not_stop_the_merger(stack, tmp_path, unique_name):
@@ -602,6 +671,65 @@ def test_drop_column_during_a_resnapshot_does_not_stop_the_merger(stack, tmp_pat
             cur.execute(f"ALTER TABLE `{db}`.t DROP COLUMN x")
             cur.execute(f"UPDATE `{db}`.t SET v = v + 1 WHERE id <= 10")
         checker.wait_equal(db, "t", proc=merger, timeout_s=300)
+    finally:
+        merger.stop()
+        ingest.stop()
+        checker.close()
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+        conn.close()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(IS_CI, reason="open merger bug, reproduced here; 2-4 minutes each")
+@pytest.mark.xfail(strict=True, reason="open: a snapshot window selects the columns the merger knows, not the "
+                                       "source's (see docs/testing.md)")
+@pytest.mark.parametrize("case", sorted(SNAPSHOT_BEHIND_DDL))
+def test_a_snapshot_behind_a_schema_change_reads_the_sources_columns(stack, tmp_path, unique_name, case):
+    """Found by the pipeline fuzzer. A window's chunk SELECT lists the columns of the
+    merger's table definition, which follows the schema-change events and so lags the
+    source: an ALTER the merger has not read yet when a window reads (a new table altered
+    before its first snapshot; ADD COLUMN ... DEFAULT re-snapshots under a stream of DDL)
+    makes the window read the old columns. Kept deterministic here: ingest is stopped
+    (the merger cannot read the ALTER) while a requested snapshot window reads."""
+    import subprocess
+    import sys
+
+    from tests.ingest_harness import IngestProcess, write_config
+    from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+
+    db = f"{unique_name}_sb"
+    conn = _root(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute(f"USE `{db}`")
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT, d DECIMAL(10,2), y INT)")
+        cur.execute("INSERT INTO t VALUES (1, 1, 1.5, 1), (2, 2, 2.5, 2), (3, 3, 3.5, 3)")
+    ingest = IngestProcess(write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"],
+                                        topic_partitions=3), tmp_path / "ingest.log").start()
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    checker = SinkChecker(stack, tmp_path)
+    try:
+        checker.wait_equal(db, "t", proc=merger)
+        ingest.stop()
+        with conn.cursor() as cur:
+            for sql in SNAPSHOT_BEHIND_DDL[case]:
+                cur.execute(sql)
+        before = set((tmp_path / "state").rglob("_cdc_staged"))
+        subprocess.run([sys.executable, "-m", "cdc.cli", "snapshot", f"{db}.t", "-c", str(mcfg)], check=True,
+                       capture_output=True, timeout=120)
+        # the window reads now (its watermarks wait for ingest), or the merger stops
+        deadline = time.monotonic() + 120
+        while not set((tmp_path / "state").rglob("_cdc_staged")) - before and merger.alive():
+            assert time.monotonic() < deadline, "the snapshot window did not read"
+            time.sleep(0.2)
+        with conn.cursor() as cur:  # a change after HIGH: the window's emission batch has every column
+            cur.execute("UPDATE t SET v = v + 10 WHERE id = 3")
+        ingest.start()
+        checker.wait_equal(db, "t", proc=merger, timeout_s=180)
     finally:
         merger.stop()
         ingest.stop()

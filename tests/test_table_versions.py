@@ -56,3 +56,15 @@ def test_a_column_dropped_and_added_again_with_another_type():
     spec = _spec([_row("z", "varchar(10)", "'a'"), _row("s", "int(11)", "3")])
     assert spec.column("z").type_name == "int" and spec.column("z").default is None
     assert spec.column("s").type_name == "varchar" and spec.column("s").default is None
+
+
+def test_string_defaults_are_unescaped_as_mariadb_quotes_them():
+    """Found by the Debezium comparison (seed 13): a DEFAULT with a line feed. MariaDB's
+    information_schema writes NUL, LF, CR and backslash escaped and a quote doubled; tab
+    and other characters as they are (read from MariaDB 10.11)."""
+    from ingest.types import _info_default
+
+    raw = "'a\\nb\\rc\td\\\\e''f\x1ag\x01h\\\\nI\\0'"
+    assert _info_default(raw) == "a\nb\rc\td\\e'f\x1ag\x01h\\nI\0"
+    assert _info_default("'it''s'") == "it's" and _info_default("NULL") is None
+    assert _info_default("42") == "42" and _info_default("current_timestamp()") == "current_timestamp()"
