@@ -920,6 +920,17 @@ class BatchProcessor:
             log.warning("snapshot window %s of %s is not ready after a restart; not emitted now", wid, rt.name)
             return
         path = self.store.staging_dir(rt.name, wid)
+        read_with = self.store.staged_columns(rt.name, wid)
+        if read_with is not None and read_with != [(f.name, str(f.type)) for f in rt.schema]:
+            # read with another definition than the one in force here (an ALTER the reader
+            # had not seen yet, or one since): a column added before the read would be
+            # written as NULL over its values. Read again, in a new window.
+            log.info("snapshot window %s of %s was read with another definition of the table; "
+                     "its chunks are read again", wid, rt.name)
+            rt.reconciler.finish(wid)
+            rt.emitted.pop(wid, None)
+            self._staging_done.append(path)
+            return
         files = sorted(path.glob("*.parquet")) if path.exists() else []
         total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
         end = total if count is None else min(total, start + count)

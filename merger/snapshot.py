@@ -51,13 +51,19 @@ def watermark_ddl(table: str) -> str:
             "ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
 
 
-_TABLE_CHANGED = re.compile(r"Unknown column|doesn't exist|\(1054,|\(1146,|Unknown table")
+_TABLE_CHANGED = re.compile(r"Unknown column|doesn't exist|\(1054,|\(1146,|Unknown table"
+                            # a value wider than the column type the merger knows: the column was
+                            # widened (MODIFY d DECIMAL(13,2), INT to BIGINT) and the ALTER has not
+                            # reached the merger yet
+                            r"|Decimal value does not fit in precision|Integer value .{1,80} not in range"
+                            r"|Rescaling Decimal value would cause data loss")
 
 
 def table_changed(exc: BaseException) -> bool:
-    """The read failed because the table's definition changed under it (a column renamed
-    or dropped, the table dropped or renamed): the DDL reaches the merger through the
-    stream, which then replans or cancels the snapshot. Not an error to stop for."""
+    """The read failed because the table's definition changed under it (a column renamed,
+    dropped or widened, the table dropped or renamed): the DDL reaches the merger through
+    the stream, which then replans or cancels the snapshot. Not an error to stop for, as
+    long as that DDL arrives (else `_table_changed` stops the merger after a while)."""
     return bool(_TABLE_CHANGED.search(f"{type(exc).__name__}: {exc}"))
 
 
@@ -395,9 +401,10 @@ class SnapshotRunner(threading.Thread):
         first = self._changed.setdefault(table, now)
         self._changed_retries(table).append(now)
         if now - first > self.config.snapshot.window_timeout_s:
-            raise MergerError(f"snapshot of {table}: the table's definition changed and no schema change "
-                              f"reached the merger within {self.config.snapshot.window_timeout_s:.0f}s "
-                              f"(is ingest running?): {_changed_line(exc)}") from None
+            raise MergerError(f"snapshot of {table}: the source's rows do not fit the table definition the "
+                              f"merger knows, and no schema change reached it within "
+                              f"{self.config.snapshot.window_timeout_s:.0f}s (is ingest running? does the "
+                              f"table's topic carry its DDL?): {_changed_line(exc)}") from None
         log.info("snapshot of %s: the table changed under the read (%s); waiting for its schema change",
                  table, _changed_line(exc))
 
@@ -476,29 +483,32 @@ class SnapshotRunner(threading.Thread):
 
     def _read_chunks(self, table: str, rt, chunks: list[dict], where: str | None, wid: str,
                      tasks: int | None = None) -> int:
+        with self.processor.lock:  # one definition for the whole read, recorded with the rows
+            spec = rt.spec
+            read_with = [(f.name, str(f.type)) for f in rt.schema]
         if is_whole_table(chunks):
             # a table smaller than one chunk: one streamed SELECT in the driver (a Spark
             # job per small table would cost more than the read, see merger.direct_read)
             conn = self._connect()
             try:
-                rows = stage_table(conn, rt.spec, where, self.store.staging_dir(table, wid),
+                rows = stage_table(conn, spec, where, self.store.staging_dir(table, wid),
                                    self.config.snapshot.fetch_size)
             finally:
                 conn.close()
-            self.store.mark_staged(table, wid)
+            self.store.mark_staged(table, wid, read_with)
             return rows
         path = self.store.staging_dir(table, wid)
         groups = split_evenly(chunks, tasks or self.config.snapshot.parallelism)
         if self.reader == "connectorx":
             ranges = [_ranges_predicate(rt.keys, group) for group in groups]
             self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
-            rows = stage_window(self.spark, self.source, [chunk_query(rt.spec, where, r) for r in ranges],
+            rows = stage_window(self.spark, self.source, [chunk_query(spec, where, r) for r in ranges],
                                 path, self.config.snapshot.fetch_size)
-            self.store.mark_staged(table, wid)
+            self.store.mark_staged(table, wid, read_with)
             return rows
         db, name = table.split(".", 1)
         key_alias = [f"__cdc_k{i}" for i in range(len(rt.keys))]
-        select = snapshot_select(rt.spec)
+        select = snapshot_select(spec)
         raw_keys = ", ".join(f"{quote_ident(k)} AS {a}" for k, a in zip(rt.keys, key_alias))
         source = (f"(SELECT {select}, {raw_keys} FROM {quote_ident(db)}.{quote_ident(name)}"
                   f"{' WHERE ' + where if where else ''}) AS cdc_snapshot")
@@ -513,7 +523,7 @@ class SnapshotRunner(threading.Thread):
         self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
         # uncompressed: the files live for seconds, and both ends spend less CPU
         df.write.mode("overwrite").option("compression", "none").parquet(str(path))
-        self.store.mark_staged(table, wid)  # before HIGH: a restarted merger knows the rows are complete
+        self.store.mark_staged(table, wid, read_with)  # before HIGH: a restarted merger knows the rows are complete
         import pyarrow.parquet as pq
 
         return sum(pq.ParquetFile(p).metadata.num_rows for p in path.glob("*.parquet"))

@@ -201,9 +201,19 @@ class StateStore:
 
     STAGED = "_cdc_staged"
 
-    def mark_staged(self, table: str, window_id: str) -> None:
-        """The window's rows are completely on disk (a restarted merger trusts them)."""
-        (self.staging_dir(table, window_id) / self.STAGED).touch()
+    def mark_staged(self, table: str, window_id: str, columns: list[tuple[str, str]] | None = None) -> None:
+        """The window's rows are completely on disk (a restarted merger trusts them).
+        ``columns``: the (name, Arrow type) the rows were read with, which the emission
+        checks against the table's definition then."""
+        (self.staging_dir(table, window_id) / self.STAGED).write_text(json.dumps(columns or []))
+
+    def staged_columns(self, table: str, window_id: str) -> list[tuple[str, str]] | None:
+        """The columns a staged window was read with; None when not recorded."""
+        try:
+            columns = json.loads((self.staging_dir(table, window_id) / self.STAGED).read_text() or "[]")
+        except (OSError, ValueError):
+            return None
+        return [tuple(c) for c in columns] or None
 
     def is_staged(self, table: str, window_id: str) -> bool:
         return (self.staging_dir(table, window_id) / self.STAGED).exists()

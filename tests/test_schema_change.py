@@ -104,6 +104,18 @@ def test_a_read_that_met_a_changed_table_is_told_apart_from_real_errors():
                          "RuntimeError: cdc-source-error: Unknown column 'v' in 'SELECT'")
     assert table_changed(spark) and _changed_line(spark).startswith("RuntimeError: cdc-source-error: Unknown")
     assert not table_changed(pymysql.err.OperationalError(1045, "Access denied for user 'cdc'"))
+    # a widened column read with the merger's older type (the ALTER has not reached it yet)
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    for value, narrower in [(decimal.Decimal("12345678901.23"), pa.decimal128(10, 2)),
+                            (decimal.Decimal("1.234"), pa.decimal128(10, 2)),
+                            (3_000_000_000, pa.int32()), (300, pa.uint8())]:
+        with pytest.raises(pa.ArrowInvalid) as caught:
+            pc.cast(pa.array([value]), narrower)
+        assert table_changed(caught.value), caught.value
+    assert not table_changed(pa.ArrowInvalid("Failed to parse string: 'x' as a scalar of type int32"))
 
 
 def test_an_integer_display_width_is_no_change():

@@ -46,3 +46,16 @@ def test_interrupted_checkpoint_writes_are_cleared_and_batches_kept(tmp_path):
     assert sorted(removed) == sorted(f"{p.parent.name}/{p.name}" for p in leftovers)
     assert all(p.exists() for p in keep) and not any(p.exists() for p in leftovers)
     assert StateStore(tmp_path / "fresh").clear_interrupted_checkpoint_writes() == []
+
+
+def test_a_staged_window_records_the_columns_it_was_read_with(tmp_path):
+    store = StateStore(tmp_path)
+    store.staging_dir("db.t", "w1").mkdir(parents=True)
+    store.mark_staged("db.t", "w1", [("id", "int32"), ("x", "string")])
+    assert store.is_staged("db.t", "w1")
+    assert store.staged_columns("db.t", "w1") == [("id", "int32"), ("x", "string")]
+    # a window staged by an older merger (an empty marker) is emitted as before
+    store.staging_dir("db.t", "w0").mkdir(parents=True)
+    (store.staging_dir("db.t", "w0") / StateStore.STAGED).touch()
+    assert store.is_staged("db.t", "w0") and store.staged_columns("db.t", "w0") is None
+    assert store.staged_columns("db.t", "missing") is None
