@@ -38,7 +38,7 @@ from ingest.declared import DeclaredTypes
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
 from ingest.topics import table_topic
-from ingest.types import TableSpec
+from ingest.tablespec import TableSpec
 from ingest.position import (POSITION_HEADER, EventPosition, ResumePoint, advance_gtid_state,
                              backwards_reason, file_number)
 from ingest.producer import (DEFAULT_MAX_MESSAGE_BYTES, BrokerError, RecordTooLarge, Topics,

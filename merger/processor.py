@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.position import POSITION_HEADER, EventPosition, ReplayFilter
-from ingest.types import TableSpec
+from ingest.tablespec import TableSpec
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
@@ -1071,7 +1071,7 @@ def _spec_to_dict(spec: TableSpec) -> dict:
 
 
 def _spec_from_dict(d: dict) -> TableSpec:
-    from ingest.types import ColumnSpec
+    from ingest.tablespec import ColumnSpec
 
     cols = tuple(ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c.get("enum_values") else
                                c.get("enum_values")}) for c in d["columns"])

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from ingest.ddl import (ADD_COLUMN, ADD_PLAIN_COLUMN, COLUMN, CREATED, DROPPED, RENAMED, ROWS, UNKNOWN,
                         alter_clause_kinds)
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 
 NONE, FOLLOW, RESNAPSHOT, RESET, DROP = "none", "follow", "resnapshot", "reset", "drop"
 _RANK = {NONE: 0, FOLLOW: 1, RESNAPSHOT: 2, RESET: 3}

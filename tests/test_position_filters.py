@@ -83,7 +83,7 @@ def test_column_exclude_and_mask_in_the_encoded_rows():
     import json
 
     from ingest.codec import MASK, TableCodec, apply_column_filters, envelope_config
-    from ingest.types import ColumnSpec, TableSpec
+    from ingest.tablespec import ColumnSpec, TableSpec
 
     spec = TableSpec("crm", "users", (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("ssn", "varchar", 2, length=11),
                                       ColumnSpec("email", "varchar", 3, length=100), ColumnSpec("age", "int", 4)), ("id",))

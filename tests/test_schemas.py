@@ -12,7 +12,7 @@ from cdc.config import IngestConfig, MergerConfig
 from ingest.envelope import (EnvelopeConfig, SourceInfo, TableEncoder, TransactionTracker, context_headers,
                              heartbeat_record, schema_change_record, source_json, table_change_json)
 from ingest.position import POSITION_HEADER, EventPosition, ResumePoint
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 
