@@ -99,18 +99,28 @@ def _with_nulls(col: ColumnSpec, t: str, cfg: ConverterConfig, c: Converter) -> 
         return _null if r is None else r
 
     if c.may_be_none:
+
         def to_json(v, _frag=frag, _null=null_json):
             if v is None:
                 return _null
             r = _frag(v)
             return _null if r is None else r
     else:
+
         def to_json(v, _frag=frag, _null=null_json):
             return _null if v is None else _frag(v)
 
-    return ColumnCodec(column=col, schema=schema, to_value=to_value, to_json=to_json,
-                       null_value=null_value, null_json=null_json, empty_set_json=c.empty_set_json,
-                       frag=frag, frag_may_return_none=c.may_be_none)
+    return ColumnCodec(
+        column=col,
+        schema=schema,
+        to_value=to_value,
+        to_json=to_json,
+        null_value=null_value,
+        null_json=null_json,
+        empty_set_json=c.empty_set_json,
+        frag=frag,
+        frag_may_return_none=c.may_be_none,
+    )
 
 
 @dataclass
@@ -137,8 +147,7 @@ class TableCodecs:
         out = {}
         for c in self.columns:
             v = row.get(c.name)
-            if v is None and none_sources and c.empty_set_json is not None \
-                    and none_sources.get(c.name) == EMPTY_SET:
+            if v is None and none_sources and c.empty_set_json is not None and none_sources.get(c.name) == EMPTY_SET:
                 out[c.name] = ""
             else:
                 out[c.name] = c.to_value(v)

@@ -79,8 +79,12 @@ class ConverterConfig:
     def from_properties(cls, props: Mapping[str, Any]) -> "ConverterConfig":
         """From Debezium-style properties ('decimal.handling.mode', ...)."""
         kw = {}
-        for f in ("decimal_handling_mode", "bigint_unsigned_handling_mode", "time_precision_mode",
-                  "binary_handling_mode"):
+        for f in (
+            "decimal_handling_mode",
+            "bigint_unsigned_handling_mode",
+            "time_precision_mode",
+            "binary_handling_mode",
+        ):
             key = f.replace("_", ".")
             if key in props:
                 kw[f] = str(props[key]).lower()
@@ -128,7 +132,7 @@ def decimal_unscaled(d: Decimal, scale: int) -> int:
     n = int("".join(map(str, digits)) or "0")
     shift = exp + scale
     if shift >= 0:
-        n *= 10 ** shift
+        n *= 10**shift
     else:
         n = int((Decimal(n).scaleb(shift)).to_integral_value(rounding=ROUND_HALF_UP))
     return -n if sign else n
@@ -161,17 +165,35 @@ def _num_or_null(v):
     return None if v is None else str(v)
 
 
-_PY_ENCODINGS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": "cp1252",
-                 "ascii": "ascii", "binary": "latin-1", "ucs2": "utf-16-be", "utf16": "utf-16-be",
-                 "utf16le": "utf-16-le", "utf32": "utf-32-be", "koi8r": "koi8_r", "koi8u": "koi8_u"}
+_PY_ENCODINGS = {
+    "utf8mb4": "utf-8",
+    "utf8mb3": "utf-8",
+    "utf8": "utf-8",
+    "latin1": "cp1252",
+    "ascii": "ascii",
+    "binary": "latin-1",
+    "ucs2": "utf-16-be",
+    "utf16": "utf-16-be",
+    "utf16le": "utf-16-le",
+    "utf32": "utf-32-be",
+    "koi8r": "koi8_r",
+    "koi8u": "koi8_u",
+}
 
 
 def _py_encoding(charset: str | None) -> str:
     return _PY_ENCODINGS.get(charset or "utf8mb4", charset or "utf-8")
 
 
-def _schema(type_: str, optional: bool, name: str | None = None, version: int | None = None,
-            parameters: dict | None = None, doc: str | None = None, fields: list | None = None) -> dict:
+def _schema(
+    type_: str,
+    optional: bool,
+    name: str | None = None,
+    version: int | None = None,
+    parameters: dict | None = None,
+    doc: str | None = None,
+    fields: list | None = None,
+) -> dict:
     s: dict[str, Any] = {"type": type_}
     if fields is not None:
         s["fields"] = fields
@@ -221,13 +243,17 @@ Builder = Callable[[ColumnSpec, str, ConverterConfig], Converter]
 
 
 def _boolean(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
-    return Converter(_schema("boolean", col.nullable), lambda v: bool(v), lambda v: "true" if v else "false",
-                     False)
+    return Converter(_schema("boolean", col.nullable), lambda v: bool(v), lambda v: "true" if v else "false", False)
 
 
 #: Kafka Connect type of an integer column: (signed, unsigned)
-_INT_SCHEMA = {"tinyint": ("int16", "int16"), "smallint": ("int16", "int32"), "mediumint": ("int32", "int32"),
-               "int": ("int32", "int64"), "bigint": ("int64", "int64")}
+_INT_SCHEMA = {
+    "tinyint": ("int16", "int16"),
+    "smallint": ("int16", "int32"),
+    "mediumint": ("int32", "int32"),
+    "int": ("int32", "int64"),
+    "bigint": ("int64", "int64"),
+}
 
 
 def _java_long(v):
@@ -245,10 +271,20 @@ def _integer(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
     else:
         unsigned = col.unsigned
     if t == "bigint" and unsigned and cfg.bigint_unsigned_handling_mode == "precise":
-        schema = _schema("bytes", col.nullable, "org.apache.kafka.connect.data.Decimal", 1,
-                         {"scale": "0", "connect.decimal.precision": "20"})
-        return Converter(schema, lambda v: _b64(twos_complement_bytes(int(v))),
-                         lambda v: '"' + _b64(twos_complement_bytes(int(v))) + '"', 0, fallback_raw=True)
+        schema = _schema(
+            "bytes",
+            col.nullable,
+            "org.apache.kafka.connect.data.Decimal",
+            1,
+            {"scale": "0", "connect.decimal.precision": "20"},
+        )
+        return Converter(
+            schema,
+            lambda v: _b64(twos_complement_bytes(int(v))),
+            lambda v: '"' + _b64(twos_complement_bytes(int(v))) + '"',
+            0,
+            fallback_raw=True,
+        )
     schema = _schema(_INT_SCHEMA[t][1 if unsigned else 0], col.nullable)
     if t == "bigint" and unsigned:  # long mode: Java long wrap-around
         return Converter(schema, _java_long, _java_long_text, 0)
@@ -263,15 +299,25 @@ def _decimal(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
         return _decimal_precise(col, precision, scale)
     if mode == "string":
         return _decimal_string(col, scale)
-    return Converter(_schema("double", col.nullable), lambda v: float(v), lambda v: java_double_str(float(v)),
-                     Decimal(0), fallback_raw=True)
+    return Converter(
+        _schema("double", col.nullable),
+        lambda v: float(v),
+        lambda v: java_double_str(float(v)),
+        Decimal(0),
+        fallback_raw=True,
+    )
 
 
 def _decimal_precise(col: ColumnSpec, precision: int, scale: int) -> Converter:
-    schema = _schema("bytes", col.nullable, "org.apache.kafka.connect.data.Decimal", 1,
-                     {"scale": str(scale), "connect.decimal.precision": str(precision)})
+    schema = _schema(
+        "bytes",
+        col.nullable,
+        "org.apache.kafka.connect.data.Decimal",
+        1,
+        {"scale": str(scale), "connect.decimal.precision": str(precision)},
+    )
 
-    def conv(v, _s=scale, _p=10 ** scale):
+    def conv(v, _s=scale, _p=10**scale):
         if not isinstance(v, Decimal):
             v = Decimal(str(v))
         n, d = v.as_integer_ratio()
@@ -279,11 +325,13 @@ def _decimal_precise(col: ColumnSpec, precision: int, scale: int) -> Converter:
             n = decimal_unscaled(v, _s)
         else:
             n = n * (_p // d)
-        return _b2a(n.to_bytes(((n if n >= 0 else ~n).bit_length() + 8) // 8, "big", signed=True),
-                    newline=False).decode("ascii")
+        return _b2a(
+            n.to_bytes(((n if n >= 0 else ~n).bit_length() + 8) // 8, "big", signed=True), newline=False
+        ).decode("ascii")
 
     def frag(v, _conv=conv):
         return '"' + _conv(v) + '"'
+
     return Converter(schema, conv, frag, Decimal(0).scaleb(-scale), fallback_raw=True)
 
 
@@ -296,19 +344,24 @@ def _decimal_string(col: ColumnSpec, scale: int) -> Converter:
         s = format(v, "f")
         return s[1:] if s.startswith("-") and v == 0 else s
 
-    return Converter(_schema("string", col.nullable), conv, lambda v: json_str(conv(v)),
-                     Decimal(0).scaleb(-scale), fallback_raw=True)
+    return Converter(
+        _schema("string", col.nullable), conv, lambda v: json_str(conv(v)), Decimal(0).scaleb(-scale), fallback_raw=True
+    )
 
 
 def _floating(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
-    as_float32 = t == "real" or (t == "float" and col.scale is None
-                                 and (col.length is None or col.length <= 24))
+    as_float32 = t == "real" or (t == "float" and col.scale is None and (col.length is None or col.length <= 24))
     if as_float32:
-        return Converter(_schema("float", col.nullable),
-                         lambda v: JavaFloat(struct.unpack("<f", struct.pack("<f", float(v)))[0]),
-                         lambda v: java_float_str(float(v)), 0.0, fallback_raw=True)
-    return Converter(_schema("double", col.nullable), float, lambda v: java_double_str(float(v)), 0.0,
-                     fallback_raw=True)
+        return Converter(
+            _schema("float", col.nullable),
+            lambda v: JavaFloat(struct.unpack("<f", struct.pack("<f", float(v)))[0]),
+            lambda v: java_float_str(float(v)),
+            0.0,
+            fallback_raw=True,
+        )
+    return Converter(
+        _schema("double", col.nullable), float, lambda v: java_double_str(float(v)), 0.0, fallback_raw=True
+    )
 
 
 def _string(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
@@ -319,11 +372,13 @@ def _string(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
 
     def frag(v, _conv=conv):
         return json_str(v if type(v) is str else _conv(v))
+
     return Converter(_schema("string", col.nullable), conv, frag, "")
 
 
 _BINARY_ENCODERS: dict[str, Callable[[bytes], str]] = {
-    "bytes": _b64, "base64": _b64,
+    "bytes": _b64,
+    "base64": _b64,
     "base64-url-safe": lambda b: base64.urlsafe_b64encode(b).decode("ascii"),
     "hex": lambda b: b.hex(),
 }
@@ -340,14 +395,16 @@ def _binary(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
         if _pad and len(v) < _pad:
             v = bytes(v) + b"\x00" * (_pad - len(v))
         return _enc(bytes(v))
+
     return Converter(schema, conv, lambda v: '"' + conv(v) + '"', b"", fallback_raw=True)
 
 
 def _date(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
     connect_time = cfg.time_precision_mode == "connect"
     adjust = cfg.enable_time_adjuster
-    schema = _schema("int32", col.nullable,
-                     "org.apache.kafka.connect.data.Date" if connect_time else "io.debezium.time.Date", 1)
+    schema = _schema(
+        "int32", col.nullable, "org.apache.kafka.connect.data.Date" if connect_time else "io.debezium.time.Date", 1
+    )
 
     def conv(v):
         if isinstance(v, _dt.datetime):
@@ -355,6 +412,7 @@ def _date(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
         if adjust and v.year < 100:
             v = _adj_date(v)
         return v.toordinal() - _EPOCH_ORD
+
     return Converter(schema, conv, lambda v: str(conv(v)), 0)
 
 
@@ -388,17 +446,20 @@ def _datetime(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
         millis = False
 
     if millis:
+
         def conv(v):
             if adjust and v.year < 100:
                 v = v.replace(year=_adjust_year(v.year))
             d = v - _EPOCH_DT
             return (d.days * 86400 + d.seconds) * 1000 + d.microseconds // 1000
     else:
+
         def conv(v):
             if adjust and v.year < 100:
                 v = v.replace(year=_adjust_year(v.year))
             d = v - _EPOCH_DT
             return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+
     return Converter(schema, conv, lambda v: str(conv(v)), 0)
 
 
@@ -413,14 +474,15 @@ def _timestamp(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
         if len(s) == 19:
             if s == "1970-01-01T00:00:00":
                 return None  # the zero TIMESTAMP ('0000-00-00 00:00:00' is stored as 0)
-            return s + "Z" if _fsp <= 0 else s + ".000000"[:_fsp + 1] + "Z"
+            return s + "Z" if _fsp <= 0 else s + ".000000"[: _fsp + 1] + "Z"
         if _fsp > 0:
-            return s[:20 + _fsp] + "Z"
+            return s[: 20 + _fsp] + "Z"
         return s.rstrip("0") + "Z"  # fraction in a TIMESTAMP(0): not from the binlog
 
     def frag(v, _conv=conv):
         r = _conv(v)
         return None if r is None else '"' + r + '"'
+
     return Converter(schema, conv, frag, "1970-01-01T00:00:00Z", may_be_none=True)
 
 
@@ -435,20 +497,30 @@ def _json(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
         if isinstance(v, (bytes, bytearray)):
             return bytes(v).decode("utf-8")
         return mysql_json_text(v)
-    return Converter(_schema("string", col.nullable, "io.debezium.data.Json", 1), conv,
-                     lambda v: json_str(v if type(v) is str else conv(v)), "{}")
+
+    return Converter(
+        _schema("string", col.nullable, "io.debezium.data.Json", 1),
+        conv,
+        lambda v: json_str(v if type(v) is str else conv(v)),
+        "{}",
+    )
 
 
 def _bit(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
     nbits = col.length or 1
     if nbits <= 1:
-        return Converter(_schema("boolean", col.nullable), lambda v: _bits_int(v) != 0,
-                         lambda v: "true" if _bits_int(v) else "false", False)
+        return Converter(
+            _schema("boolean", col.nullable),
+            lambda v: _bits_int(v) != 0,
+            lambda v: "true" if _bits_int(v) else "false",
+            False,
+        )
     nbytes = (nbits + 7) // 8
     schema = _schema("bytes", col.nullable, "io.debezium.data.Bits", 1, {"length": str(nbits)})
 
     def conv(v, _n=nbytes):
         return _b64(_bits_int(v).to_bytes(_n, "little"))
+
     return Converter(schema, conv, lambda v: '"' + conv(v) + '"', b"", fallback_raw=True)
 
 
@@ -463,6 +535,7 @@ def _enum(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
 
     def frag(v, _conv=conv):
         return json_str(v if type(v) is str else _conv(v))
+
     return Converter(schema, conv, frag, "")
 
 
@@ -476,32 +549,51 @@ def _set(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
         if isinstance(v, int):
             return ",".join(o for i, o in enumerate(_opts) if v >> i & 1)
         return ",".join(o for o in _opts if o in v)  # definition order, as MySQL
+
     return Converter(schema, conv, lambda v: json_str(conv(v)), "", empty_set_json='""')
 
 
 def _point(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
-    schema = _schema("struct", col.nullable, "io.debezium.data.geometry.Point", 1, doc="Geometry (POINT)",
-                     fields=[{"type": "double", "optional": False, "field": "x"},
-                             {"type": "double", "optional": False, "field": "y"},
-                             {"type": "bytes", "optional": True, "field": "wkb"},
-                             {"type": "int32", "optional": True, "field": "srid"}])
+    schema = _schema(
+        "struct",
+        col.nullable,
+        "io.debezium.data.geometry.Point",
+        1,
+        doc="Geometry (POINT)",
+        fields=[
+            {"type": "double", "optional": False, "field": "x"},
+            {"type": "double", "optional": False, "field": "y"},
+            {"type": "bytes", "optional": True, "field": "wkb"},
+            {"type": "int32", "optional": True, "field": "srid"},
+        ],
+    )
 
     def conv(v):
         wkb, srid = _geometry_parts(v)
         order = "<" if wkb[:1] == b"\x01" else ">"
         x, y = struct.unpack(order + "dd", wkb[5:21])
         return {"x": x, "y": y, "wkb": _b64(wkb), "srid": srid}
+
     return Converter(schema, conv, lambda v: dumps(conv(v)), _empty_geometry())
 
 
 def _geometry(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Converter:
-    schema = _schema("struct", col.nullable, "io.debezium.data.geometry.Geometry", 1, doc="Geometry",
-                     fields=[{"type": "bytes", "optional": False, "field": "wkb"},
-                             {"type": "int32", "optional": True, "field": "srid"}])
+    schema = _schema(
+        "struct",
+        col.nullable,
+        "io.debezium.data.geometry.Geometry",
+        1,
+        doc="Geometry",
+        fields=[
+            {"type": "bytes", "optional": False, "field": "wkb"},
+            {"type": "int32", "optional": True, "field": "srid"},
+        ],
+    )
 
     def conv(v):
         wkb, srid = _geometry_parts(v)
         return {"wkb": _b64(wkb), "srid": srid}
+
     return Converter(schema, conv, lambda v: dumps(conv(v)), _empty_geometry())
 
 
@@ -514,12 +606,22 @@ def _empty_geometry() -> dict:
 CONVERTERS: Mapping[str, Builder] = {
     "boolean": _boolean,
     **{t: _integer for t in INTEGER_TYPES + ("serial",)},
-    "decimal": _decimal, "numeric": _decimal,
-    "float": _floating, "double": _floating, "real": _floating,
+    "decimal": _decimal,
+    "numeric": _decimal,
+    "float": _floating,
+    "double": _floating,
+    "real": _floating,
     **{t: _string for t in STRING_TYPES},
     **{t: _binary for t in BINARY_TYPES},
-    "date": _date, "time": _time, "datetime": _datetime, "timestamp": _timestamp, "year": _year,
-    "json": _json, "bit": _bit, "enum": _enum, "set": _set,
+    "date": _date,
+    "time": _time,
+    "datetime": _datetime,
+    "timestamp": _timestamp,
+    "year": _year,
+    "json": _json,
+    "bit": _bit,
+    "enum": _enum,
+    "set": _set,
     **{t: _geometry for t in GEOMETRY_TYPES},
     "point": _point,
 }

@@ -21,19 +21,31 @@ _IDENT = r"(`(?:[^`]|``)+`|[\w$\u0080-\uffff]+)"
 _ALTER_COLUMN = re.compile(
     rf"\b(?:ADD|MODIFY)\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?{_IDENT}\s+([a-zA-Z]+)"
     rf"|\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_IDENT}\s+{_IDENT}\s+([a-zA-Z]+)"
-    rf"|\bDROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_IDENT}", re.I)
-_NOT_COLUMNS = {"index", "key", "primary", "unique", "constraint", "foreign", "fulltext", "spatial",
-                "partition", "check", "period", "system"}
+    rf"|\bDROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_IDENT}",
+    re.I,
+)
+_NOT_COLUMNS = {
+    "index",
+    "key",
+    "primary",
+    "unique",
+    "constraint",
+    "foreign",
+    "fulltext",
+    "spatial",
+    "partition",
+    "check",
+    "period",
+    "system",
+}
 
 
 def _name(ident: str) -> str:
     return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident
 
 
-_DDL_TYPE_RE = re.compile(r"^\s*(`(?:[^`]|``)+`|[\w$]+)\s+([a-zA-Z][a-zA-Z0-9]*(?:\s+(?:precision|varying))?)",
-                          re.S)
-_NON_COLUMN = {"primary", "key", "index", "unique", "constraint", "foreign", "fulltext", "spatial",
-               "check", "period"}
+_DDL_TYPE_RE = re.compile(r"^\s*(`(?:[^`]|``)+`|[\w$]+)\s+([a-zA-Z][a-zA-Z0-9]*(?:\s+(?:precision|varying))?)", re.S)
+_NON_COLUMN = {"primary", "key", "index", "unique", "constraint", "foreign", "fulltext", "spatial", "check", "period"}
 
 
 def declared_types_from_ddl(create_table_sql: str) -> dict[str, str]:
@@ -43,7 +55,7 @@ def declared_types_from_ddl(create_table_sql: str) -> dict[str, str]:
     start = create_table_sql.find("(")
     if start < 0:
         return {}
-    body, depth, quote, parts, cur = create_table_sql[start + 1:], 0, None, [], []
+    body, depth, quote, parts, cur = create_table_sql[start + 1 :], 0, None, [], []
     for ch in body:
         if quote:
             cur.append(ch)

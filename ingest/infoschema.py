@@ -11,8 +11,9 @@ from typing import Any, Iterable, Mapping
 
 from ingest.tablespec import TEMPORAL_FSP_TYPES, TYPE_SYNONYMS, ColumnSpec, TableSpec
 
-_COLTYPE_RE = re.compile(r"^\s*([a-z][a-z0-9 ]*?)\s*(?:\((.*)\))?\s*((?:unsigned|signed|zerofill|\s)*)\s*$",
-                         re.I | re.S)
+_COLTYPE_RE = re.compile(
+    r"^\s*([a-z][a-z0-9 ]*?)\s*(?:\((.*)\))?\s*((?:unsigned|signed|zerofill|\s)*)\s*$", re.I | re.S
+)
 
 
 def parse_column_type(column_type: str) -> dict[str, Any]:
@@ -100,8 +101,7 @@ _INFO_ESCAPE = re.compile(r"\\[0nr\\]|''")
 
 
 _INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint")
-_FAMILIES = [set(_INTEGERS), {"decimal"}, {"float", "double"}, {"date"}, {"year"}, {"bit"},
-             set(TEMPORAL_FSP_TYPES)]
+_FAMILIES = [set(_INTEGERS), {"decimal"}, {"float", "double"}, {"date"}, {"year"}, {"bit"}, set(TEMPORAL_FSP_TYPES)]
 
 
 def row_name(row: Mapping[str, Any]) -> str | None:
@@ -180,8 +180,12 @@ def enrich_table_spec(spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> Tab
             kw["position"] = int(d["ORDINAL_POSITION"])
         extra = str(d.get("EXTRA") or "").lower()
         kw["auto_increment"] = "auto_increment" in extra
-        kw["generated"] = ("generated" in extra or "virtual" in extra or "stored" in extra
-                           or str(d.get("IS_GENERATED") or "NEVER").upper() == "ALWAYS")
+        kw["generated"] = (
+            "generated" in extra
+            or "virtual" in extra
+            or "stored" in extra
+            or str(d.get("IS_GENERATED") or "NEVER").upper() == "ALWAYS"
+        )
         if "on update" in extra:
             # Debezium marks ON UPDATE CURRENT_TIMESTAMP columns as auto-incremented/generated
             kw["auto_increment"] = kw["generated"] = True

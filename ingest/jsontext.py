@@ -22,8 +22,7 @@ from decimal import Decimal
 from json.encoder import encode_basestring as _py_encode_basestring
 from typing import Any, Mapping
 
-_JSON_ESCAPES = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r",
-                 0x22: '\\"', 0x5C: "\\\\"}
+_JSON_ESCAPES = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}
 
 
 def _slow_json_str(s: str) -> str:
@@ -41,7 +40,7 @@ def _slow_json_str(s: str) -> str:
     return "".join(out)
 
 
-_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 
 
 def _surrogates(m: re.Match) -> str:

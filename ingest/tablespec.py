@@ -8,18 +8,43 @@ from dataclasses import dataclass
 
 #: canonical lower-case type names (synonyms map onto these)
 TYPE_SYNONYMS = {
-    "integer": "int", "int4": "int", "int1": "tinyint", "int2": "smallint", "int3": "mediumint",
-    "middleint": "mediumint", "int8": "bigint", "bool": "boolean", "dec": "decimal",
-    "fixed": "decimal", "double precision": "double", "float4": "float", "float8": "double",
-    "character": "char", "character varying": "varchar", "nchar": "char", "nvarchar": "varchar",
-    "national char": "char", "national varchar": "varchar", "long": "mediumtext",
-    "long varchar": "mediumtext", "long varbinary": "mediumblob", "geomcollection": "geometrycollection",
+    "integer": "int",
+    "int4": "int",
+    "int1": "tinyint",
+    "int2": "smallint",
+    "int3": "mediumint",
+    "middleint": "mediumint",
+    "int8": "bigint",
+    "bool": "boolean",
+    "dec": "decimal",
+    "fixed": "decimal",
+    "double precision": "double",
+    "float4": "float",
+    "float8": "double",
+    "character": "char",
+    "character varying": "varchar",
+    "nchar": "char",
+    "nvarchar": "varchar",
+    "national char": "char",
+    "national varchar": "varchar",
+    "long": "mediumtext",
+    "long varchar": "mediumtext",
+    "long varbinary": "mediumblob",
+    "geomcollection": "geometrycollection",
 }
 INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
 STRING_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext")
 BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
-GEOMETRY_TYPES = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-                  "multipolygon", "geometrycollection")
+GEOMETRY_TYPES = (
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+)
 TEMPORAL_FSP_TYPES = ("time", "datetime", "timestamp")
 
 

@@ -119,12 +119,12 @@ class Window:
     window_id: str
     chunk_ids: tuple[str, ...]
     opened_at: float
-    low: dict[int, int] = field(default_factory=dict)   # partition -> LOW marker offset
+    low: dict[int, int] = field(default_factory=dict)  # partition -> LOW marker offset
     high: dict[int, int] = field(default_factory=dict)  # partition -> HIGH marker offset
-    seen: set = field(default_factory=set)              # keys changed since LOW
-    truncated: bool = False                             # a truncate came after LOW
-    staged: bool = False                                # chunk rows are staged
-    problem: str | None = None                          # why it can't be reconciled
+    seen: set = field(default_factory=set)  # keys changed since LOW
+    truncated: bool = False  # a truncate came after LOW
+    staged: bool = False  # chunk rows are staged
+    problem: str | None = None  # why it can't be reconciled
 
 
 class Reconciler:
@@ -161,8 +161,7 @@ class Reconciler:
 
     def is_ready(self, window_id: str) -> bool:
         w = self.windows.get(window_id)
-        return (w is not None and w.staged and w.problem is None
-                and len(w.high) == self.num_partitions)
+        return w is not None and w.staged and w.problem is None and len(w.high) == self.num_partitions
 
     def ready_windows(self) -> list[str]:
         """Ids of the windows that can be emitted now, oldest first."""
@@ -170,8 +169,13 @@ class Reconciler:
         ready.sort(key=lambda w: (w.opened_at, w.window_id))
         return [w.window_id for w in ready]
 
-    def emit(self, window_id: str, staged_rows: Iterable[Row], key_of: Callable[[Row], Key],
-             partition_of: Callable[[Key], int]) -> Iterator[tuple[Row, int]]:
+    def emit(
+        self,
+        window_id: str,
+        staged_rows: Iterable[Row],
+        key_of: Callable[[Row], Key],
+        partition_of: Callable[[Key], int],
+    ) -> Iterator[tuple[Row, int]]:
         """Stream ``(row, sequence)`` for the staged rows whose key was not seen.
 
         ``staged_rows`` is consumed lazily, one row at a time. The window stays open (and
@@ -194,9 +198,11 @@ class Reconciler:
         A window expires when its HIGH marker has not been read in every partition
         ``timeout`` after it was opened, or at once when it has a ``problem``.
         """
-        out = [w for w in self.windows.values()
-               if w.problem is not None
-               or (len(w.high) < self.num_partitions and now - w.opened_at > timeout)]
+        out = [
+            w
+            for w in self.windows.values()
+            if w.problem is not None or (len(w.high) < self.num_partitions and now - w.opened_at > timeout)
+        ]
         out.sort(key=lambda w: (w.opened_at, w.window_id))
         return [w.window_id for w in out]
 
@@ -225,8 +231,7 @@ class Reconciler:
         if kind == LOW:
             window.low.setdefault(partition, offset)
         elif partition not in window.low:
-            window.problem = (f"HIGH marker at offset {offset} of partition {partition} "
-                              "without a LOW marker before it")
+            window.problem = f"HIGH marker at offset {offset} of partition {partition} without a LOW marker before it"
             window.seen.clear()
         else:
             window.high.setdefault(partition, offset)
@@ -312,6 +317,7 @@ def _window_to_dict(w: Window) -> dict:
 # Every value becomes [tag, payload]; tuples nest. Ints are written as strings so that
 # readers with 64-bit floats for JSON numbers can't round them.
 
+
 def encode_key(value: Any) -> list:
     """A key (tuple of int/str/bytes/float/Decimal/None/bool/date/time...) as JSON data."""
     if value is None:
@@ -373,6 +379,7 @@ def decode_key(data: list) -> Any:
 
 # -- the reference sink: key -> (sequence, row or DELETED) -----------------------------
 
+
 def apply_change(state: dict, key: Key, sequence: int, row: Row) -> bool:
     """Apply one change (``row`` is DELETED for a delete) if it is newer than the held one."""
     held = state.get(key)
@@ -382,8 +389,7 @@ def apply_change(state: dict, key: Key, sequence: int, row: Row) -> bool:
     return True
 
 
-def apply_truncate(state: dict, partition: int, sequence: int,
-                   partition_of: Callable[[Key], int]) -> int:
+def apply_truncate(state: dict, partition: int, sequence: int, partition_of: Callable[[Key], int]) -> int:
     """A truncate at ``sequence`` in ``partition``: older keys of that partition become
     tombstones at ``sequence``. Returns how many live rows it deleted."""
     changed = 0

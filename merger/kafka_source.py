@@ -153,16 +153,18 @@ log = logging.getLogger("cdc.merger.kafka_source")
 FORMAT_NAME = "cdc_kafka"
 
 HEADER_TYPE = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-SCHEMA = StructType([
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()),
-    StructField("timestampType", IntegerType()),
-    StructField("headers", ArrayType(HEADER_TYPE)),
-])
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField("headers", ArrayType(HEADER_TYPE)),
+    ]
+)
 
 OFFSET_EARLIEST = -2  # as in Kafka/Spark JSON offsets
 OFFSET_LATEST = -1
@@ -201,7 +203,7 @@ class SourceOptions:
         path = opts.get("kafkaconfigfile")
         if path:
             conf.update(_read_properties(path))
-        conf.update({k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")})
+        conf.update({k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")})
         conf.update(_secret_options(opts))
         if not conf.get("bootstrap.servers"):
             raise KafkaSourceError("option kafka.bootstrap.servers is required")
@@ -263,12 +265,14 @@ class SourceOptions:
             **defaults,
         }
         conf.update(self.kafka_conf)
-        conf.update({
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error" if self.fail_on_data_loss else "earliest",
-        })
+        conf.update(
+            {
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error" if self.fail_on_data_loss else "earliest",
+            }
+        )
         return conf
 
 
@@ -279,12 +283,12 @@ def _secret_options(opts: Mapping[str, str]) -> Dict[str, str]:
     out: Dict[str, str] = {}
     for key, ref in opts.items():
         if key.startswith("kafkasecretenv."):
-            prop = key[len("kafkasecretenv."):]
+            prop = key[len("kafkasecretenv.") :]
             if ref not in os.environ:
                 raise KafkaSourceError(f"option {key}: environment variable {ref} is not set")
             out[prop] = os.environ[ref]
         elif key.startswith("kafkasecretfile."):
-            prop = key[len("kafkasecretfile."):]
+            prop = key[len("kafkasecretfile.") :]
             try:
                 with open(ref, encoding="utf-8") as f:
                     out[prop] = f.read().rstrip("\n")
@@ -375,8 +379,7 @@ def allocate_limit(available: Mapping[TP, int], max_rows: int, rotate: int = 0) 
     return alloc
 
 
-def plan_end(base: Mapping[TP, int], latest: Mapping[TP, int],
-             max_rows: Optional[int]) -> Dict[TP, int]:
+def plan_end(base: Mapping[TP, int], latest: Mapping[TP, int], max_rows: Optional[int]) -> Dict[TP, int]:
     """End offsets of the next micro-batch: ``latest`` (never below ``base``), cut to
     ``max_rows`` offsets in total by :func:`allocate_limit` if given."""
     avail = {tp: max(0, latest.get(tp, b) - b) for tp, b in base.items()}
@@ -404,8 +407,9 @@ class KafkaRange(InputPartition):
         return hash((self.topic, self.partition, self.start, self.end))
 
 
-def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int],
-                max_records_per_partition: Optional[int] = None) -> List[KafkaRange]:
+def plan_ranges(
+    start: Mapping[TP, int], end: Mapping[TP, int], max_records_per_partition: Optional[int] = None
+) -> List[KafkaRange]:
     """Input partitions for the offsets between two checkpointed offsets. Partitions absent
     from ``start`` are new: read from their earliest offset. Partitions absent from ``end``
     (cannot happen with offsets of this source) are not read."""
@@ -459,8 +463,9 @@ def pack_ranges(ranges: Sequence[KafkaRange], records_per_task: int) -> List[Kaf
     groups: List[List[KafkaRange]] = [[] for _ in range(count)]
     loads = [0] * count
     for r in sorted(ranges, key=lambda r: (-_size(r), r.topic, r.partition, r.start)):
-        free = [i for i in range(len(groups))
-                if all((g.topic, g.partition) != (r.topic, r.partition) for g in groups[i])]
+        free = [
+            i for i in range(len(groups)) if all((g.topic, g.partition) != (r.topic, r.partition) for g in groups[i])
+        ]
         if not free:
             groups.append([])
             loads.append(0)
@@ -513,17 +518,18 @@ class _Broker:
         from confluent_kafka.admin import OffsetSpec
 
         spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()
-        iso = (IsolationLevel.READ_UNCOMMITTED
-               if self._consumer_conf.get("isolation.level") == "read_uncommitted"
-               else IsolationLevel.READ_COMMITTED)
+        iso = (
+            IsolationLevel.READ_UNCOMMITTED
+            if self._consumer_conf.get("isolation.level") == "read_uncommitted"
+            else IsolationLevel.READ_COMMITTED
+        )
         futures = self.admin.list_offsets(
-            {TopicPartition(t, p): spec for t, p in tps}, isolation_level=iso,
-            request_timeout=self.opts.probe_timeout_s)
+            {TopicPartition(t, p): spec for t, p in tps}, isolation_level=iso, request_timeout=self.opts.probe_timeout_s
+        )
         out = {}
         for tp, fut in futures.items():
             try:
-                out[(tp.topic, tp.partition)] = fut.result(
-                    timeout=self.opts.probe_timeout_s + 5).offset
+                out[(tp.topic, tp.partition)] = fut.result(timeout=self.opts.probe_timeout_s + 5).offset
             except Exception as exc:  # noqa: BLE001 - e.g. a topic still being created
                 # skipped for this trigger: a new partition is found again next time, a
                 # known one keeps its offset (no progress) until the broker answers
@@ -579,8 +585,7 @@ class _Broker:
         last_activity = time.monotonic()
         paused: List[Any] = []
         try:
-            while (len(done) < len(froms) and time.monotonic() < deadline
-                   and time.monotonic() - last_activity < idle_s):
+            while len(done) < len(froms) and time.monotonic() < deadline and time.monotonic() - last_activity < idle_s:
                 msgs = c.consume(num_messages=5000, timeout=0)
                 if not msgs:
                     msgs = c.consume(num_messages=1, timeout=0.02)
@@ -599,8 +604,7 @@ class _Broker:
                             raise KafkaSourceError(f"end probe of {tp}: {err}")
                         else:
                             log.warning("end probe of %s: %s", tp, err)
-                            if err.code() in (KafkaError._AUTO_OFFSET_RESET,
-                                              KafkaError.OFFSET_OUT_OF_RANGE):
+                            if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                                 done.add(tp)
                         continue
                     out[tp] = max(out[tp], m.offset() + 1)
@@ -610,8 +614,11 @@ class _Broker:
                         c.pause([paused[-1]])
                         done.add(tp)
             if len(done) < len(froms) and time.monotonic() >= deadline:
-                log.warning("end probe: no partition EOF within %.1fs for %s",
-                            self.opts.probe_timeout_s, sorted(set(froms) - done))
+                log.warning(
+                    "end probe: no partition EOF within %.1fs for %s",
+                    self.opts.probe_timeout_s,
+                    sorted(set(froms) - done),
+                )
             for pos in c.position([TopicPartition(t, p) for t, p in froms]):
                 tp = (pos.topic, pos.partition)
                 if pos.offset >= 0 and pos.error is None:
@@ -661,8 +668,9 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------ planning (driver)
 
-    def _snapshot(self, known: Mapping[TP, int], scan_cap: Optional[int],
-                  probe_end: bool = True) -> Tuple[Dict[TP, int], Dict[TP, int]]:
+    def _snapshot(
+        self, known: Mapping[TP, int], scan_cap: Optional[int], probe_end: bool = True
+    ) -> Tuple[Dict[TP, int], Dict[TP, int]]:
         """``(base, latest)`` for every known or currently matching partition: ``base`` is
         where the next batch starts (the known offset, or the earliest offset of a new
         partition), ``latest`` the end of what is readable now (never below ``base``)."""
@@ -693,8 +701,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             wanted = parse_offsets(json.loads(spec))
         except (ValueError, AttributeError, TypeError) as exc:
-            raise KafkaSourceError(
-                f"startingOffsets is not earliest, latest or JSON: {exc}") from None
+            raise KafkaSourceError(f"startingOffsets is not earliest, latest or JSON: {exc}") from None
         earliest, latest = self._snapshot({}, None)
         out = dict(earliest)
         for tp, o in wanted.items():
@@ -737,8 +744,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             base, latest = self._snapshot(known, self.opts.scan_max_records)
         self._last_latest = dict(latest)
         if self._target is not None:
-            latest = {tp: max(base[tp], min(latest[tp], self._target.get(tp, base[tp])))
-                      for tp in base}
+            latest = {tp: max(base[tp], min(latest[tp], self._target.get(tp, base[tp]))) for tp in base}
         if isinstance(limit, ReadMaxRows):
             end = plan_end(base, latest, limit.max_rows)
         elif isinstance(limit, ReadAllAvailable):
@@ -756,8 +762,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = parse_offsets(start), parse_offsets(end)
         begin.pop(TICK_TP, None)
         stop.pop(TICK_TP, None)
-        return pack_ranges(plan_ranges(begin, stop, self.opts.max_records_per_partition),
-                           self.opts.records_per_task)
+        return pack_ranges(plan_ranges(begin, stop, self.opts.max_records_per_partition), self.opts.records_per_task)
 
     def commit(self, end: dict) -> None:
         # the Spark checkpoint is the position; nothing is committed to Kafka
@@ -789,8 +794,7 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
     return read_ranges(opts, [r], schema)
 
 
-def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange],
-                schema: StructType = SCHEMA) -> Iterator[Any]:
+def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: StructType = SCHEMA) -> Iterator[Any]:
     """Yield pyarrow RecordBatches with the records of ranges ``[r.start, r.end)`` (at most
     one per topic partition), all assigned to one consumer. A range is done when offset
     ``end-1`` was delivered or the consumer position reached ``end`` (transaction markers
@@ -837,8 +841,9 @@ def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange],
             if start < 0:
                 # a partition new in this batch: its earliest offset, asked for directly
                 # (assigning OFFSET_EARLIEST cost every such read 500 ms in librdkafka)
-                start, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
-                                                          timeout=opts.probe_timeout_s, cached=False)
+                start, _ = consumer.get_watermark_offsets(
+                    TopicPartition(r.topic, r.partition), timeout=opts.probe_timeout_s, cached=False
+                )
             if start < r.end:
                 by_tp[(r.topic, r.partition)] = r
                 position[(r.topic, r.partition)] = start
@@ -874,7 +879,8 @@ def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange],
                         raise KafkaSourceError(
                             f"{where}: offset {at} is no longer available ({err}); records "
                             f"were deleted before they were read (set failOnDataLoss=false to "
-                            f"continue from the earliest offset)")
+                            f"continue from the earliest offset)"
+                        )
                     if err.fatal():
                         raise KafkaSourceError(f"{where}: {err}")
                     log.warning("%s: %s", where, err)
@@ -907,7 +913,8 @@ def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange],
                 tp = min(unfinished)
                 raise KafkaSourceError(
                     f"{by_tp[tp]}: no progress for {opts.read_timeout_s:.0f}s at offset {position[tp]}; "
-                    f"the broker does not serve the offsets up to {by_tp[tp].end} (readTimeoutMs)")
+                    f"the broker does not serve the offsets up to {by_tp[tp].end} (readTimeoutMs)"
+                )
     finally:
         consumer.close()
 

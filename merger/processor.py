@@ -34,23 +34,23 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
+from ingest.envelope import table_change_json
 from ingest.position import POSITION_HEADER, EventPosition, ReplayFilter
 from ingest.tablespec import TableSpec
+from ingest.topics import table_topic
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.errors import MergerError
 from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
 from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_arrow_lenient
-from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
-from ingest.envelope import table_change_json
-from ingest.topics import table_topic
 from merger.sinks.base import IncompatibleSchemaChange, SinkError, SinkUnavailable, UnstorableValue
 from merger.state import StateStore
 
@@ -129,14 +129,24 @@ def _position(headers: dict, payload: dict | None) -> EventPosition | None:
 
 
 class BatchProcessor:
-    def __init__(self, prefix: str, store: StateStore, sinks: list, catalog: SourceCatalog | None,
-                 partitions_of: Callable[[str], int], modes: SourceModes = SourceModes(),
-                 accepts: Callable[[str], bool] = lambda name: True,
-                 chunk_keys: dict[str, list[str]] | None = None,
-                 on_bad_record: str = "pause", dead_letter: Callable | None = None,
-                 window_timeout_s: float = 120.0, on_new_table: Callable[[str], None] | None = None,
-                 emit_rows_per_batch: int = 200_000,
-                 source_connector: str = "ingest", on_drop: str = "truncate"):
+    def __init__(
+        self,
+        prefix: str,
+        store: StateStore,
+        sinks: list,
+        catalog: SourceCatalog | None,
+        partitions_of: Callable[[str], int],
+        modes: SourceModes = SourceModes(),
+        accepts: Callable[[str], bool] = lambda name: True,
+        chunk_keys: dict[str, list[str]] | None = None,
+        on_bad_record: str = "pause",
+        dead_letter: Callable | None = None,
+        window_timeout_s: float = 120.0,
+        on_new_table: Callable[[str], None] | None = None,
+        emit_rows_per_batch: int = 200_000,
+        source_connector: str = "ingest",
+        on_drop: str = "truncate",
+    ):
         self.prefix = prefix
         # topics written by Debezium itself: its own replay rule and Kafka-offset
         # sequences (merger/debezium.py explains both)
@@ -178,13 +188,24 @@ class BatchProcessor:
         return {
             "replay": [[t, p, pos.encode().decode(), tomb] for (t, p), (pos, tomb) in self.replay.highest.items()],
             "bad_records": self.bad_records,
-            "tables": {name: {"spec": _spec_to_dict(t.spec), "keys": t.keys, "partitions": t.partitions,
-                              "reconciler": t.reconciler.to_dict(), "phase": t.phase, "error": t.error,
-                              "rows_applied": t.rows_applied, "snapshot_rows": t.snapshot_rows,
-                              "last_offsets": t.last_offsets, "truncated_through": t.truncated_through,
-                              "ddl_through": t.ddl_through, "spec_since": t.spec_since,
-                              "emitted": {w: n for w, n in t.emitted.items() if w in t.reconciler.windows}}
-                       for name, t in self.tables.items()},
+            "tables": {
+                name: {
+                    "spec": _spec_to_dict(t.spec),
+                    "keys": t.keys,
+                    "partitions": t.partitions,
+                    "reconciler": t.reconciler.to_dict(),
+                    "phase": t.phase,
+                    "error": t.error,
+                    "rows_applied": t.rows_applied,
+                    "snapshot_rows": t.snapshot_rows,
+                    "last_offsets": t.last_offsets,
+                    "truncated_through": t.truncated_through,
+                    "ddl_through": t.ddl_through,
+                    "spec_since": t.spec_since,
+                    "emitted": {w: n for w, n in t.emitted.items() if w in t.reconciler.windows},
+                }
+                for name, t in self.tables.items()
+            },
         }
 
     def _new_replay_filter(self) -> ReplayFilter:
@@ -199,10 +220,18 @@ class BatchProcessor:
         self.bad_records = state.get("bad_records", 0)
         self.tables = {}
         for name, t in state.get("tables", {}).items():
-            rt = TableRuntime(name, _spec_from_dict(t["spec"]), t["keys"], t["partitions"],
-                              Reconciler.from_dict(t["reconciler"]), t["phase"], t.get("error"),
-                              t.get("rows_applied", 0), t.get("snapshot_rows", 0),
-                              {int(k): v for k, v in t.get("last_offsets", {}).items()})
+            rt = TableRuntime(
+                name,
+                _spec_from_dict(t["spec"]),
+                t["keys"],
+                t["partitions"],
+                Reconciler.from_dict(t["reconciler"]),
+                t["phase"],
+                t.get("error"),
+                t.get("rows_applied", 0),
+                t.get("snapshot_rows", 0),
+                {int(k): v for k, v in t.get("last_offsets", {}).items()},
+            )
             rt.truncated_through = t.get("truncated_through", 0)
             rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
             rt.emitted = dict(t.get("emitted", {}))
@@ -230,8 +259,10 @@ class BatchProcessor:
         rt = TableRuntime(name, spec, keys, partitions, Reconciler(partitions))
         rt.set_spec(spec, self.modes)
         if not keys:
-            rt.phase, rt.error = "failed", (f"{name} has no primary key: set snapshot.chunk_keys"
-                                            f"['{name}'] to the columns that identify a row")
+            rt.phase, rt.error = (
+                "failed",
+                (f"{name} has no primary key: set snapshot.chunk_keys['{name}'] to the columns that identify a row"),
+            )
         else:
             self._ensure_sinks(rt)
         self.tables[name] = rt
@@ -253,7 +284,7 @@ class BatchProcessor:
             db, table = str(src["db"]), str(src["table"])
             if table_topic(self.prefix, db, table) == topic:
                 return f"{db}.{table}"
-        return topic[len(self.prefix) + 1:]
+        return topic[len(self.prefix) + 1 :]
 
     def _ensure_sinks(self, rt: TableRuntime) -> bool:
         """Create the sink tables or follow the schema; pauses the table on a change a sink
@@ -262,8 +293,11 @@ class BatchProcessor:
         created: list[bool] = []
         for sink in self.sinks:
             try:
-                self._with_retry(rt, sink, lambda s=sink: created.append(
-                    "created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])))
+                self._with_retry(
+                    rt,
+                    sink,
+                    lambda s=sink: created.append("created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])),
+                )
             except IncompatibleSchemaChange as exc:
                 rt.phase, rt.error = "paused", str(exc)
                 log.error("table %s paused: %s", rt.name, exc)
@@ -306,8 +340,9 @@ class BatchProcessor:
         log.info("table %s: sink tables dropped and created again for a new snapshot", rt.name)
         return rt.phase != "paused"
 
-    def refresh_spec(self, rt: TableRuntime, spec: TableSpec | None = None, batch_id: int | None = None,
-                     step: list | None = None) -> None:
+    def refresh_spec(
+        self, rt: TableRuntime, spec: TableSpec | None = None, batch_id: int | None = None, step: list | None = None
+    ) -> None:
         """A definition met outside the stream's order (a column no event had before, or
         Debezium's schema-change topic): judged by the definitions alone."""
         if spec is None and self.catalog is not None:
@@ -319,8 +354,17 @@ class BatchProcessor:
 
     # ------------------------------------------------------------------ schema changes
 
-    def apply_ddl(self, batch_id: int | None, rt: TableRuntime, kind: str, spec: TableSpec | None,
-                  sql: str | None, order: int | None, step: list, old: TableSpec | None = None) -> None:
+    def apply_ddl(
+        self,
+        batch_id: int | None,
+        rt: TableRuntime,
+        kind: str,
+        spec: TableSpec | None,
+        sql: str | None,
+        order: int | None,
+        step: list,
+        old: TableSpec | None = None,
+    ) -> None:
         """Make the sink tables follow a DDL (``merger.schema_change`` decides how). With
         ``order`` (the DDL marker's place in the stream) the sink tables are emptied exactly
         there, and changes older than it that a lagging partition brings later are void
@@ -341,8 +385,13 @@ class BatchProcessor:
         rt.set_spec(spec, self.modes)
         keys = list(spec.primary_key) or list(self.chunk_keys.get(rt.name, []))
         if not keys:
-            rt.phase, rt.error = "failed", (f"{rt.name} has no primary key: set snapshot.chunk_keys"
-                                            f"['{rt.name}'] to the columns that identify a row")
+            rt.phase, rt.error = (
+                "failed",
+                (
+                    f"{rt.name} has no primary key: set snapshot.chunk_keys"
+                    f"['{rt.name}'] to the columns that identify a row"
+                ),
+            )
             log.error("table %s: %s", rt.name, rt.error)
             return
         rt.keys = keys
@@ -359,9 +408,13 @@ class BatchProcessor:
                 rebuild = True
         if rebuild:
             if keep:
-                rt.phase, rt.error = "paused", (
-                    f"{rt.name} was re-created with a definition its sink tables cannot hold, and on_drop is "
-                    f"keep: move the sink tables away (or set on_drop: truncate), then `cdc snapshot {rt.name}`")
+                rt.phase, rt.error = (
+                    "paused",
+                    (
+                        f"{rt.name} was re-created with a definition its sink tables cannot hold, and on_drop is "
+                        f"keep: move the sink tables away (or set on_drop: truncate), then `cdc snapshot {rt.name}`"
+                    ),
+                )
                 log.error("table %s paused: %s", rt.name, rt.error)
                 return
             if not self._rebuild_sinks(rt):
@@ -427,8 +480,13 @@ class BatchProcessor:
                     self._restore(state)
                 self.restored = True
             step = [0]
-            rows = records.sort_by([("topic", "ascending"), ("partition", "ascending"),
-                                    ("offset", "ascending")]).to_pylist() if records.num_rows else []
+            rows = (
+                records.sort_by(
+                    [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
+                ).to_pylist()
+                if records.num_rows
+                else []
+            )
             per_table: dict[str, list] = {}
             schema_records = []
             now_ms = time.time() * 1000
@@ -442,8 +500,11 @@ class BatchProcessor:
                 except (BadRecord, ValueError) as exc:
                     self._bad(r, str(exc))
                     continue
-                if not (self.replay.accept_record(topic, r["partition"], pos, payload) if self.debezium
-                        else self.replay.accept(topic, r["partition"], pos, value is None)):
+                if not (
+                    self.replay.accept_record(topic, r["partition"], pos, payload)
+                    if self.debezium
+                    else self.replay.accept(topic, r["partition"], pos, value is None)
+                ):
                     continue
                 if value is None:
                     continue  # tombstone: the delete before it carries the change
@@ -458,8 +519,7 @@ class BatchProcessor:
                 self._schema_change(batch_id, payload, step)
             for name, rt in list(self.tables.items()):
                 # a resumed table without new records: its kept changes are due now
-                if name not in per_table and rt.phase not in ("paused", "failed") \
-                        and self._spill_dir(rt).exists():
+                if name not in per_table and rt.phase not in ("paused", "failed") and self._spill_dir(rt).exists():
                     try:
                         self._replay_spill(batch_id, rt, step, now_ms)
                     except (UnstorableValue, BadChange) as exc:
@@ -469,8 +529,9 @@ class BatchProcessor:
                 if rt is None:
                     for r, headers, *_ in items:
                         if DDL_HEADER not in headers:  # a DDL of a table that is gone: nothing to do
-                            self._bad(r, f"table {name} not found in the source (or the merger's user "
-                                         f"lacks SELECT on it)")
+                            self._bad(
+                                r, f"table {name} not found in the source (or the merger's user lacks SELECT on it)"
+                            )
                     continue
                 try:
                     self._table_batch(batch_id, rt, items, step, now_ms)
@@ -498,16 +559,27 @@ class BatchProcessor:
             self._spill_done, self._staging_done = [], []
             self.last_batch = batch_id
             # windows still to emit (over the batch's budget): they need another batch
-            self.emission_pending = next((name for name, rt in sorted(self.tables.items())
-                                          if rt.phase != "paused" and rt.reconciler.ready_windows()), None)
+            self.emission_pending = next(
+                (
+                    name
+                    for name, rt in sorted(self.tables.items())
+                    if rt.phase != "paused" and rt.reconciler.ready_windows()
+                ),
+                None,
+            )
             if self.emission_pending is not None:
                 self._ask_for_batch(batch_id)
             self.batch_finished_at = time.monotonic()
             took = self.batch_finished_at - self.batch_started
             self.last_timing = {"changesMs": int(1000 * streamed_s), "windowsMs": int(1000 * (took - streamed_s))}
             (log.info if took > 2.0 else log.debug)(
-                "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)", batch_id,
-                records.num_rows, took, streamed_s, took - streamed_s)
+                "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)",
+                batch_id,
+                records.num_rows,
+                took,
+                streamed_s,
+                took - streamed_s,
+            )
             self.batch_started = None
 
     def changes_streaming(self) -> bool:
@@ -530,11 +602,13 @@ class BatchProcessor:
                 f"the change at topic {record['topic']} partition {record['partition']} offset "
                 f"{record['offset']} cannot be applied: {reason}. The table's changes are kept; `cdc snapshot "
                 f"{rt.name}` reads the table again (or on_bad_record: dead_letter, then `cdc resume "
-                f"{rt.name}`, moves this change to the dead-letter topic)")
+                f"{rt.name}`, moves this change to the dead-letter topic)"
+            )
         if self.on_bad_record == "stop":
             self.fatal = MergerError(
                 f"bad record in topic {record['topic']} partition {record['partition']} offset "
-                f"{record['offset']}: {reason} (on_bad_record: stop; use dead_letter to skip such records)")
+                f"{record['offset']}: {reason} (on_bad_record: stop; use dead_letter to skip such records)"
+            )
             raise self.fatal from None
         log.warning("bad record at %s[%s]@%s: %s", record["topic"], record["partition"], record["offset"], reason)
         if self.dead_letter is not None:
@@ -568,8 +642,16 @@ class BatchProcessor:
                 same_form = spec_from_table_change(table_change_json("ALTER", rt.spec))
                 if spec == same_form:
                     continue
-                self.apply_ddl(batch_id, rt, CREATED if rt.phase == "dropped" else ALTERED, spec,
-                               payload.get("ddl") if kind == "ALTER" else None, None, step, old=same_form)
+                self.apply_ddl(
+                    batch_id,
+                    rt,
+                    CREATED if rt.phase == "dropped" else ALTERED,
+                    spec,
+                    payload.get("ddl") if kind == "ALTER" else None,
+                    None,
+                    step,
+                    old=same_form,
+                )
 
     def _first_met(self, name: str, items: list) -> TableRuntime | None:
         """The runtime of a table met for the first time: with the definition of its first
@@ -601,8 +683,9 @@ class BatchProcessor:
 
         return self.store.root / "paused" / safe_name(rt.name)
 
-    def _pause_unstorable(self, batch_id: int, rt: TableRuntime, exc: Exception, items: list,
-                          step: list, now_ms: float) -> None:
+    def _pause_unstorable(
+        self, batch_id: int, rt: TableRuntime, exc: Exception, items: list, step: list, now_ms: float
+    ) -> None:
         """A sink cannot store a value of the table (e.g. a NUL with ``nul_policy: pause``), or
         a change cannot be applied (``on_bad_record: pause``):
         pause the table, and keep its records of this batch on disk like those of any
@@ -683,8 +766,9 @@ class BatchProcessor:
             if order <= rt.ddl_through:
                 continue  # the same statement, read from another partition
             rt.ddl_through = order
-            self.apply_ddl(batch_id, rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"),
-                           order, step)
+            self.apply_ddl(
+                batch_id, rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"), order, step
+            )
             if rt.phase in ("paused", "failed"):  # what follows the DDL is kept until `cdc resume`
                 spill = self._spill_dir(rt)
                 spill.mkdir(parents=True, exist_ok=True)
@@ -698,8 +782,11 @@ class BatchProcessor:
         """Decode a run of events and apply them in binlog order: markers to the
         reconciler, data events to the sinks, in slices cut at truncates."""
         current = max(rt.truncated_through, rt.spec_since)
-        if any(ev[3] and ev[5] >= current and any(k not in rt.converters for k in ev[3])
-               for ev in events if ev[2] not in ("m", "t")):
+        if any(
+            ev[3] and ev[5] >= current and any(k not in rt.converters for k in ev[3])
+            for ev in events
+            if ev[2] not in ("m", "t")
+        ):
             self.refresh_spec(rt, batch_id=batch_id, step=step)  # a column we do not know: the schema changed
         # decode every data event at once
         data = self._decode([ev for ev in events if ev[2] not in ("m", "t")], rt)
@@ -752,8 +839,7 @@ class BatchProcessor:
                     payload = _payload(r["value"])  # only accepted non-tombstone records were kept
                     items.append((r, headers, payload, _position(headers, payload)))
                 if items:
-                    log.info("table %s: applying %d changes kept while it was paused (%s)", rt.name,
-                             len(items), f.name)
+                    log.info("table %s: applying %d changes kept while it was paused (%s)", rt.name, len(items), f.name)
                     self._table_batch(batch_id, rt, items, step, now_ms)
                 if rt.phase == "paused":
                     return  # paused again: what is left stays kept (re-applying is harmless)
@@ -771,18 +857,25 @@ class BatchProcessor:
             new = self._decode([ev for ev in evs if ev[5] >= rt.spec_since], rt)
             table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev[3] for ev in old], rt.keys)
             old = [old[i] for i in kept]
-            table = table.append_column("_cdc_op", pa.array([ev[2] for ev in old], pa.string())) \
-                .append_column("_cdc_seq", pa.array([ev[1] for ev in old], pa.int64()))
+            table = table.append_column("_cdc_op", pa.array([ev[2] for ev in old], pa.string())).append_column(
+                "_cdc_seq", pa.array([ev[1] for ev in old], pa.int64())
+            )
             if new is not None:
                 old, table = old + new[0], pa.concat_tables([table, new[1]])
             if not old:
                 return None
             return old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
         try:
-            table = rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev[3] for ev in evs], extra={
-                "_cdc_op": (pa.string(), [ev[2] for ev in evs]),
-                "_cdc_seq": (pa.int64(), [ev[1] for ev in evs]),
-            })
+            table = rows_to_arrow(
+                rt.spec,
+                rt.schema,
+                rt.converters,
+                [ev[3] for ev in evs],
+                extra={
+                    "_cdc_op": (pa.string(), [ev[2] for ev in evs]),
+                    "_cdc_seq": (pa.int64(), [ev[1] for ev in evs]),
+                },
+            )
         except (ValueError, TypeError, pa.ArrowException) as exc:
             good = []
             for ev in evs:  # find the bad ones
@@ -828,7 +921,8 @@ class BatchProcessor:
         base = self._version_bases.get(rt.name)
         if base is None:
             base = self._version_bases[rt.name] = self.store.version_base(
-                rt.name, lambda: self._recorded_version(rt) + 1)
+                rt.name, lambda: self._recorded_version(rt) + 1
+            )
         return base
 
     def _recorded_version(self, rt: TableRuntime) -> int:
@@ -883,8 +977,12 @@ class BatchProcessor:
     def _emit_ready(self, batch_id: int, step: list, budget_factor: int = 1) -> None:
         intent = self.store.intent(batch_id)
         if intent is None:
-            ready = [[name, wid] for name, rt in sorted(self.tables.items()) if rt.phase != "paused"
-                     for wid in rt.reconciler.ready_windows()]
+            ready = [
+                [name, wid]
+                for name, rt in sorted(self.tables.items())
+                if rt.phase != "paused"
+                for wid in rt.reconciler.ready_windows()
+            ]
             ready.sort(key=lambda nw: self.tables[nw[0]].reconciler.windows[nw[1]].opened_at)
             # a batch that writes a lot of snapshot rows holds back the streamed changes
             # behind it: emit about emit_rows_per_batch rows (whole windows or slices of
@@ -910,8 +1008,9 @@ class BatchProcessor:
             except UnstorableValue as exc:  # the window stays, to be emitted after `cdc resume`
                 self._pause_unstorable(batch_id, rt, exc, [], step, 0.0)
 
-    def _emit_window(self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int,
-                     count: int | None) -> None:
+    def _emit_window(
+        self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int, count: int | None
+    ) -> None:
         """Emit staged rows [start, start + count) of a ready window; finish the window
         when that reaches its end."""
         window = rt.reconciler.window(wid)
@@ -925,8 +1024,11 @@ class BatchProcessor:
             # read with another definition than the one in force here (an ALTER the reader
             # had not seen yet, or one since): a column added before the read would be
             # written as NULL over its values. Read again, in a new window.
-            log.info("snapshot window %s of %s was read with another definition of the table; "
-                     "its chunks are read again", wid, rt.name)
+            log.info(
+                "snapshot window %s of %s was read with another definition of the table; its chunks are read again",
+                wid,
+                rt.name,
+            )
             rt.reconciler.finish(wid)
             rt.emitted.pop(wid, None)
             self._staging_done.append(path)
@@ -944,8 +1046,9 @@ class BatchProcessor:
             table = table.filter(_unseen_mask(table, rt.keys, window.seen))
             if table.num_rows == 0:
                 continue
-            table = table.append_column("_cdc_op", pa.repeat(pa.scalar("r"), table.num_rows)) \
-                .append_column("_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), table.num_rows))
+            table = table.append_column("_cdc_op", pa.repeat(pa.scalar("r"), table.num_rows)).append_column(
+                "_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), table.num_rows)
+            )
             self._apply(batch_id, rt, table, step)
             emitted += table.num_rows
             crashpoints.reached("mid_emission")
@@ -965,8 +1068,15 @@ class BatchProcessor:
             self.store.save_plan(rt.name, plan)
         if not finished:
             rt.emitted[wid] = end
-            log.info("snapshot window %s of %s: rows %d..%d of %d emitted (%d after reconciliation)",
-                     wid, rt.name, start, end, total, emitted)
+            log.info(
+                "snapshot window %s of %s: rows %d..%d of %d emitted (%d after reconciliation)",
+                wid,
+                rt.name,
+                start,
+                end,
+                total,
+                emitted,
+            )
             return
         rt.emitted.pop(wid, None)
         rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again
@@ -981,18 +1091,27 @@ class BatchProcessor:
         for name, rt in sorted(self.tables.items()):
             plan = plans.get(name) or {}
             tables[name] = {
-                "phase": rt.phase, "error": rt.error, "blocked_on_sink": rt.blocked_on_sink,
+                "phase": rt.phase,
+                "error": rt.error,
+                "blocked_on_sink": rt.blocked_on_sink,
                 "snapshot": _snapshot_state(plan),
-                "chunks_done": len(plan.get("done", [])), "chunks_total": len(plan.get("chunks", [])),
-                "snapshot_rows": rt.snapshot_rows, "rows_applied": rt.rows_applied,
-                "lag_ms": rt.lag_ms, "last_offsets": rt.last_offsets,
+                "chunks_done": len(plan.get("done", [])),
+                "chunks_total": len(plan.get("chunks", [])),
+                "snapshot_rows": rt.snapshot_rows,
+                "rows_applied": rt.rows_applied,
+                "lag_ms": rt.lag_ms,
+                "last_offsets": rt.last_offsets,
                 "open_windows": len(rt.reconciler.windows),
             }
         guard = getattr(self.catalog, "guard", None)
-        return {"updated_at": time.time(), "last_batch": self.last_batch, "bad_records": self.bad_records,
-                # set while a source access waits for the database to come back
-                "source_unavailable": guard.status() if guard is not None else None,
-                "tables": tables}
+        return {
+            "updated_at": time.time(),
+            "last_batch": self.last_batch,
+            "bad_records": self.bad_records,
+            # set while a source access waits for the database to come back
+            "source_unavailable": guard.status() if guard is not None else None,
+            "tables": tables,
+        }
 
     def publish_status(self) -> None:
         self.store.write_status(self.status())
@@ -1073,6 +1192,8 @@ def _spec_to_dict(spec: TableSpec) -> dict:
 def _spec_from_dict(d: dict) -> TableSpec:
     from ingest.tablespec import ColumnSpec
 
-    cols = tuple(ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c.get("enum_values") else
-                               c.get("enum_values")}) for c in d["columns"])
+    cols = tuple(
+        ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c.get("enum_values") else c.get("enum_values")})
+        for c in d["columns"]
+    )
     return TableSpec(d["db"], d["table"], cols, tuple(d["primary_key"]), d.get("default_charset"), d.get("comment"))
