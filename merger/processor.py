@@ -11,8 +11,9 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
    order; a truncate cuts the batch and empties the sink tables at its place; a DDL
    marker cuts it too, and the sink tables follow the DDL there (``apply_ddl``);
 4. snapshot windows that became ready are emitted: their staged rows minus the keys seen
-   since LOW, as ``r`` changes at the HIGH watermark's sequence (decided once per batch
-   and written down first, so a re-run of the batch emits exactly the same);
+   since LOW, as ``r`` changes at the HIGH watermark's sequence (``dblog.emitted_rows``;
+   which windows, decided once per batch and written down first, so a re-run of the
+   batch emits exactly the same);
 5. the state (reconcilers, replay filter, phases) is saved under the batch id.
 
 Sequences: a change's sequence is its binlog position (``EventPosition.sequence``),
@@ -26,106 +27,44 @@ their sequence is the Kafka offset.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import shutil
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ingest.position import POSITION_HEADER, EventPosition, ReplayFilter
+from ingest.position import EventPosition, ReplayFilter
 from ingest.types import TableSpec
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
-from merger.dblog import Reconciler
+from merger.dblog import Reconciler, emitted_rows, window_survives
 from merger.errors import MergerError
-from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
+from merger.records import (MARKER, SCHEMA, WATERMARK_HEADER, BadRecord, ChangeEvent, ParsedRecord, change_event,
+                            headers_of, parse, payload_of, position_of)
+from merger.schema import SourceModes, from_snapshot, rows_to_arrow
 from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_arrow_lenient
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
 from ingest.envelope import table_change_json
 from ingest.topics import table_topic
-from merger.sinks.base import IncompatibleSchemaChange, SinkError, SinkUnavailable, UnstorableValue
+from merger.sinks.base import IncompatibleSchemaChange, SinkError, UnstorableValue
+from merger.sinks.fanout import SinkFanout
+from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
 from merger.state import StateStore
+from merger.tables import TableRegistry, TableRuntime
 
 log = logging.getLogger("cdc.merger")
 
-WATERMARK_HEADER = "cdc.watermark"
 STEP = 1_000_000
-EMIT_BATCH_ROWS = 200_000
 # a source counts as busy for this long after a batch with a streamed change
 STREAMING_RECENT_S = 5.0
 
 
-class BadRecord(ValueError):
-    pass
-
-
 class BadChange(Exception):
     """A change of a known table that cannot be applied (``on_bad_record: pause``)."""
-
-
-@dataclass
-class TableRuntime:
-    name: str
-    spec: TableSpec
-    keys: list[str]
-    partitions: int
-    reconciler: Reconciler
-    phase: str = "streaming"  # snapshotting | streaming | paused | failed
-    error: str | None = None
-    rows_applied: int = 0
-    snapshot_rows: int = 0
-    last_offsets: dict = field(default_factory=dict)
-    lag_ms: float | None = None
-    blocked_on_sink: str | None = None
-    truncated_through: int = 0  # the order of the last cut (truncate, drop, reset): older changes are void
-    emitted: dict = field(default_factory=dict)  # window id -> staged rows already emitted
-    ddl_through: int = 0  # the order of the last DDL marker applied (one per partition)
-    spec_since: int = 0  # the order of the DDL the spec comes from: older changes decode leniently
-
-    def __post_init__(self):
-        self.schema = arrow_schema(self.spec)
-        self.converters = None
-
-    def set_spec(self, spec: TableSpec, modes: SourceModes) -> None:
-        self.spec = spec
-        self.schema = arrow_schema(spec)
-        self.converters = json_converters(spec, modes)
-
-
-def _headers(raw) -> dict[str, bytes]:
-    if not raw:
-        return {}
-    return {h["key"]: h["value"] for h in raw}
-
-
-def _payload(value: bytes) -> dict:
-    try:
-        v = json.loads(value)
-    except ValueError as exc:
-        raise BadRecord(f"value is not JSON: {exc}") from None
-    if isinstance(v, dict) and "schema" in v and "payload" in v:
-        v = v["payload"]
-    if not isinstance(v, dict):
-        raise BadRecord("value is not a JSON object")
-    return v
-
-
-def _position(headers: dict, payload: dict | None) -> EventPosition | None:
-    raw = headers.get(POSITION_HEADER)
-    if raw is not None:
-        return EventPosition.decode(raw)
-    src = (payload or {}).get("source") or {}
-    if "file" in src and "pos" in src:  # topics written by Debezium itself
-        return EventPosition(src["file"], int(src["pos"]), int(src.get("row") or 0))
-    return None
 
 
 class BatchProcessor:
@@ -154,15 +93,15 @@ class BatchProcessor:
         self.window_timeout_s = window_timeout_s
         self.emit_rows_per_batch = emit_rows_per_batch
         self.on_new_table = on_new_table
-        self.tables: dict[str, TableRuntime] = {}
+        # the tables' runtimes; its lock serialises a batch against the snapshot runner
+        self.tables = TableRegistry()
         self.replay = self._new_replay_filter()
-        self.lock = threading.RLock()
         self.restored = False
         self.bad_records = 0
         self.last_batch: int | None = None
         self.batch_started: float | None = None
         self._replaying: set = set()
-        self._pool = None
+        self.fanout = SinkFanout(sinks, on_blocked=self.publish_status)
         self._spill_done: list = []
         self._staging_done: list = []
         self.emission_pending: str | None = None  # a table with ready windows left after the last batch
@@ -178,13 +117,7 @@ class BatchProcessor:
         return {
             "replay": [[t, p, pos.encode().decode(), tomb] for (t, p), (pos, tomb) in self.replay.highest.items()],
             "bad_records": self.bad_records,
-            "tables": {name: {"spec": _spec_to_dict(t.spec), "keys": t.keys, "partitions": t.partitions,
-                              "reconciler": t.reconciler.to_dict(), "phase": t.phase, "error": t.error,
-                              "rows_applied": t.rows_applied, "snapshot_rows": t.snapshot_rows,
-                              "last_offsets": t.last_offsets, "truncated_through": t.truncated_through,
-                              "ddl_through": t.ddl_through, "spec_since": t.spec_since,
-                              "emitted": {w: n for w, n in t.emitted.items() if w in t.reconciler.windows}}
-                       for name, t in self.tables.items()},
+            "tables": {name: t.to_dict() for name, t in self.tables.items()},
         }
 
     def _new_replay_filter(self) -> ReplayFilter:
@@ -197,22 +130,16 @@ class BatchProcessor:
         for topic, part, pos, tomb in state.get("replay", []):
             self.replay.highest[(topic, int(part))] = (EventPosition.decode(pos), bool(tomb))
         self.bad_records = state.get("bad_records", 0)
-        self.tables = {}
+        tables = {}
         for name, t in state.get("tables", {}).items():
-            rt = TableRuntime(name, _spec_from_dict(t["spec"]), t["keys"], t["partitions"],
-                              Reconciler.from_dict(t["reconciler"]), t["phase"], t.get("error"),
-                              t.get("rows_applied", 0), t.get("snapshot_rows", 0),
-                              {int(k): v for k, v in t.get("last_offsets", {}).items()})
-            rt.truncated_through = t.get("truncated_through", 0)
-            rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
-            rt.emitted = dict(t.get("emitted", {}))
+            rt = TableRuntime.from_dict(name, t, self.modes)
             # "staged" is set in memory when the rows are on disk, maybe after this state was
             # saved: the marker file beside the rows says so for a restarted merger
             for wid, window in rt.reconciler.windows.items():
                 if not window.staged and self.store.is_staged(name, wid):
                     rt.reconciler.mark_staged(wid)
-            rt.set_spec(rt.spec, self.modes)
-            self.tables[name] = rt
+            tables[name] = rt
+        self.tables.replace(tables)
 
     # ------------------------------------------------------------------ tables
 
@@ -234,7 +161,7 @@ class BatchProcessor:
                                             f"['{name}'] to the columns that identify a row")
         else:
             self._ensure_sinks(rt)
-        self.tables[name] = rt
+        self.tables.add(rt)
         if self.on_new_table and rt.phase != "failed":
             self.on_new_table(name)
         return rt
@@ -262,7 +189,7 @@ class BatchProcessor:
         created: list[bool] = []
         for sink in self.sinks:
             try:
-                self._with_retry(rt, sink, lambda s=sink: created.append(
+                self.fanout.with_retry(rt, sink, lambda s=sink: created.append(
                     "created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])))
             except IncompatibleSchemaChange as exc:
                 rt.phase, rt.error = "paused", str(exc)
@@ -295,7 +222,7 @@ class BatchProcessor:
         db, table = rt.name.split(".", 1)
         try:
             for sink in self.sinks:
-                self._with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
+                self.fanout.with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
         except SinkError as exc:
             rt.error = f"{rt.error}; cannot rebuild: {exc}"
             log.error("table %s stays paused: %s", rt.name, exc)
@@ -383,7 +310,7 @@ class BatchProcessor:
         db, table = rt.name.split(".", 1)
         for sink in self.sinks:
             try:
-                self._with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
+                self.fanout.with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
             except IncompatibleSchemaChange as exc:
                 return exc
         return None
@@ -394,8 +321,8 @@ class BatchProcessor:
         db, table = rt.name.split(".", 1)
         try:
             for sink in self.sinks:
-                self._with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
-                self._with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
+                self.fanout.with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
+                self.fanout.with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
         except SinkError as exc:
             rt.phase, rt.error = "paused", f"the sink tables must be rebuilt for a schema change: {exc}"
             log.error("table %s paused: %s", rt.name, rt.error)
@@ -419,7 +346,7 @@ class BatchProcessor:
     # ------------------------------------------------------------------ the batch
 
     def process(self, batch_id: int, records: pa.Table) -> None:
-        with self.lock:
+        with self.tables.locked():
             self.batch_started = time.monotonic()
             if not self.restored:
                 state = self.store.load_before(batch_id)
@@ -427,88 +354,107 @@ class BatchProcessor:
                     self._restore(state)
                 self.restored = True
             step = [0]
-            rows = records.sort_by([("topic", "ascending"), ("partition", "ascending"),
-                                    ("offset", "ascending")]).to_pylist() if records.num_rows else []
-            per_table: dict[str, list] = {}
-            schema_records = []
             now_ms = time.time() * 1000
-            for r in rows:
-                topic = r["topic"]
-                headers = _headers(r.get("headers"))
-                value = r.get("value")
-                try:
-                    payload = _payload(value) if value is not None else None
-                    pos = _position(headers, payload)
-                except (BadRecord, ValueError) as exc:
-                    self._bad(r, str(exc))
-                    continue
-                if not (self.replay.accept_record(topic, r["partition"], pos, payload) if self.debezium
-                        else self.replay.accept(topic, r["partition"], pos, value is None)):
-                    continue
-                if value is None:
-                    continue  # tombstone: the delete before it carries the change
-                if topic == self.prefix:
-                    schema_records.append(payload)
-                    continue
-                name = self._table_name(topic, payload)
-                if not self.accepts(name):
-                    continue
-                per_table.setdefault(name, []).append((r, headers, payload, pos))
+            per_table, schema_records = self._route(records)
             for payload in schema_records:
                 self._schema_change(batch_id, payload, step)
-            for name, rt in list(self.tables.items()):
-                # a resumed table without new records: its kept changes are due now
-                if name not in per_table and rt.phase not in ("paused", "failed") \
-                        and self._spill_dir(rt).exists():
-                    try:
-                        self._replay_spill(batch_id, rt, step, now_ms)
-                    except (UnstorableValue, BadChange) as exc:
-                        self._pause_unstorable(batch_id, rt, exc, [], step, now_ms)
-            for name, items in per_table.items():
-                rt = self.tables.get(name) or self._first_met(name, items)
-                if rt is None:
-                    for r, headers, *_ in items:
-                        if DDL_HEADER not in headers:  # a DDL of a table that is gone: nothing to do
-                            self._bad(r, f"table {name} not found in the source (or the merger's user "
-                                         f"lacks SELECT on it)")
-                    continue
-                try:
-                    self._table_batch(batch_id, rt, items, step, now_ms)
-                except (UnstorableValue, BadChange) as exc:
-                    self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
+            self._apply_kept(batch_id, per_table, step, now_ms)
+            self._apply_changes(batch_id, per_table, step, now_ms)
             streamed_s = time.monotonic() - self.batch_started
             # no streamed change in this batch: nobody waits behind the emission, and a
             # batch of an idle source costs a watermark tick round trip: emit twice as much
-            changes = any(WATERMARK_HEADER not in headers for items in per_table.values() for _, headers, *_ in items)
-            if changes:
+            if any(WATERMARK_HEADER not in it.headers for items in per_table.values() for it in items):
                 self.last_change_at = time.monotonic()
             # a batch that the tick brought while changes stream in may hold none of them:
             # it only counts as idle when no change came for a few seconds
             self._emit_ready(batch_id, step, 1 if self.changes_streaming() else 2)
-            for rt in self.tables.values():
-                for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
-                    log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)
-                    rt.reconciler.finish(wid)
-                    shutil.rmtree(self.store.staging_dir(rt.name, wid), ignore_errors=True)
+            self._expire_windows()
             crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())
-            # only now: a re-run of this batch (crash before save_batch) reads them again
-            for done in self._spill_done + self._staging_done:
-                shutil.rmtree(done, ignore_errors=True)
-            self._spill_done, self._staging_done = [], []
-            self.last_batch = batch_id
-            # windows still to emit (over the batch's budget): they need another batch
-            self.emission_pending = next((name for name, rt in sorted(self.tables.items())
-                                          if rt.phase != "paused" and rt.reconciler.ready_windows()), None)
-            if self.emission_pending is not None:
-                self._ask_for_batch(batch_id)
-            self.batch_finished_at = time.monotonic()
-            took = self.batch_finished_at - self.batch_started
-            self.last_timing = {"changesMs": int(1000 * streamed_s), "windowsMs": int(1000 * (took - streamed_s))}
-            (log.info if took > 2.0 else log.debug)(
-                "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)", batch_id,
-                records.num_rows, took, streamed_s, took - streamed_s)
-            self.batch_started = None
+            self._finish_batch(batch_id, records.num_rows, streamed_s)
+
+    def _route(self, records: pa.Table) -> tuple[dict[str, list[ParsedRecord]], list[dict]]:
+        """The batch's records, parsed, without replays and tombstones: per table (in
+        offset order per partition), and the schema-change topic's payloads."""
+        rows = records.sort_by([("topic", "ascending"), ("partition", "ascending"),
+                                ("offset", "ascending")]).to_pylist() if records.num_rows else []
+        per_table: dict[str, list[ParsedRecord]] = {}
+        schema_records = []
+        for r in rows:
+            topic = r["topic"]
+            headers = headers_of(r.get("headers"))
+            value = r.get("value")
+            try:
+                payload = payload_of(value) if value is not None else None
+                pos = position_of(headers, payload)
+            except (BadRecord, ValueError) as exc:
+                self._bad(r, str(exc))
+                continue
+            if not (self.replay.accept_record(topic, r["partition"], pos, payload) if self.debezium
+                    else self.replay.accept(topic, r["partition"], pos, value is None)):
+                continue
+            if value is None:
+                continue  # tombstone: the delete before it carries the change
+            if topic == self.prefix:
+                schema_records.append(payload)
+                continue
+            name = self._table_name(topic, payload)
+            if not self.accepts(name):
+                continue
+            per_table.setdefault(name, []).append(ParsedRecord(r, headers, payload, pos))
+        return per_table, schema_records
+
+    def _apply_kept(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
+        """A resumed table without new records: its kept changes are due now."""
+        for name, rt in list(self.tables.items()):
+            if name not in per_table and rt.phase not in ("paused", "failed") \
+                    and self._spill_dir(rt).exists():
+                try:
+                    self._replay_spill(batch_id, rt, step, now_ms)
+                except (UnstorableValue, BadChange) as exc:
+                    self._pause_unstorable(batch_id, rt, exc, [], step, now_ms)
+
+    def _apply_changes(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
+        for name, items in per_table.items():
+            rt = self.tables.get(name) or self._first_met(name, items)
+            if rt is None:
+                for it in items:
+                    if DDL_HEADER not in it.headers:  # a DDL of a table that is gone: nothing to do
+                        self._bad(it.record, f"table {name} not found in the source (or the merger's user "
+                                             f"lacks SELECT on it)")
+                continue
+            try:
+                self._table_batch(batch_id, rt, items, step, now_ms)
+            except (UnstorableValue, BadChange) as exc:
+                self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
+
+    def _expire_windows(self) -> None:
+        for rt in self.tables.values():
+            for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
+                log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)
+                rt.reconciler.finish(wid)
+                shutil.rmtree(self.store.staging_dir(rt.name, wid), ignore_errors=True)
+
+    def _finish_batch(self, batch_id: int, num_records: int, streamed_s: float) -> None:
+        """After the batch's state is saved: delete what it consumed, ask for the next
+        batch if windows wait, record the timing."""
+        # only now: a re-run of this batch (crash before save_batch) reads them again
+        for done in self._spill_done + self._staging_done:
+            shutil.rmtree(done, ignore_errors=True)
+        self._spill_done, self._staging_done = [], []
+        self.last_batch = batch_id
+        # windows still to emit (over the batch's budget): they need another batch
+        self.emission_pending = next((name for name, rt in sorted(self.tables.items())
+                                      if rt.phase != "paused" and rt.reconciler.ready_windows()), None)
+        if self.emission_pending is not None:
+            self._ask_for_batch(batch_id)
+        self.batch_finished_at = time.monotonic()
+        took = self.batch_finished_at - self.batch_started
+        self.last_timing = {"changesMs": int(1000 * streamed_s), "windowsMs": int(1000 * (took - streamed_s))}
+        (log.info if took > 2.0 else log.debug)(
+            "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)", batch_id,
+            num_records, took, streamed_s, took - streamed_s)
+        self.batch_started = None
 
     def changes_streaming(self) -> bool:
         """A batch with a streamed change came within the last STREAMING_RECENT_S."""
@@ -613,96 +559,79 @@ class BatchProcessor:
         if items:
             self._table_batch(batch_id, rt, items, step, now_ms)
 
-    def _table_batch(self, batch_id: int, rt: TableRuntime, items: list, step: list, now_ms: float) -> None:
+    def _table_batch(self, batch_id: int, rt: TableRuntime, items: list[ParsedRecord], step: list,
+                     now_ms: float) -> None:
         if rt.phase in ("paused", "failed"):
             # a paused table keeps its changes on disk, in order, until `cdc resume`
-            spill = self._spill_dir(rt)
-            spill.mkdir(parents=True, exist_ok=True)
-            rows = [{**r, "headers": r.get("headers")} for r, *_ in items]
-            pq.write_table(pa.Table.from_pylist(rows), spill / f"batch-{batch_id:012d}.parquet")
+            self._keep(batch_id, rt, [it.record for it in items], "")
             crashpoints.reached("paused_spill")
             return
         spill = self._spill_dir(rt)
         if spill.exists() and spill not in self._replaying:
             self._replay_spill(batch_id, rt, step, now_ms)
-        needed = max(it[0]["partition"] for it in items) + 1
+        needed = max(it.record["partition"] for it in items) + 1
         if needed > rt.partitions:
             # the topic was created (by the first marker or event) after we first met the table
             rt.partitions = max(needed, self.partitions_of(self.topic_of(rt.name)))
             rt.reconciler.num_partitions = rt.partitions
-        items.sort(key=lambda it: (it[3].sequence() if it[3] else 0, it[0]["partition"]))
-        events = []  # (partition, seq, op, image, marker, order)
-        for r, headers, payload, pos in items:
-            # order: binlog order across partitions (cuts at truncates); seq: the sink's
-            # sequence. They are the same for ingest's topics. On Debezium's topics many
-            # records share one position (snapshot rows; a snapshot and the first change
-            # after it), so seq is the Kafka offset: a key lives in one partition, where
-            # the offsets follow the binlog (merger/debezium.py).
-            order = pos.sequence() if pos else r["offset"]
-            seq = r["offset"] if self.debezium else order
-            rt.last_offsets[r["partition"]] = r["offset"]
-            ddl = headers.get(DDL_HEADER)
-            if ddl is not None:  # a DDL marker (ingest.ddl.ddl_marker)
-                events.append((r["partition"], seq, "s", json.loads(ddl), r, order))
-                continue
-            marker = headers.get(WATERMARK_HEADER)
-            if marker is not None or payload.get("op") == "m":
-                if marker is None:
-                    content = (payload.get("message") or {}).get("content")
-                    marker = base64.b64decode(content) if content else b"{}"
-                m = json.loads(marker)
-                events.append((r["partition"], seq, "m", m, r, order))
-                continue
-            op = payload.get("op")
-            if op in ("c", "u", "r"):
-                image = payload.get("after")
-            elif op == "d":
-                image = payload.get("before")
-            elif op == "t":
-                image = None
-            else:
-                self._bad(r, f"unknown op {op!r}", rt)
-                continue
-            if op != "t" and not isinstance(image, dict):
-                self._bad(r, f"op {op} without an image", rt)
-                continue
-            src_ts = (payload.get("source") or {}).get("ts_ms")
-            if src_ts:
-                rt.lag_ms = max(0.0, now_ms - src_ts)
-            if op == "r" and self.debezium:
-                rt.snapshot_rows += 1  # a row of Debezium's (initial or incremental) snapshot
-            events.append((r["partition"], seq, op, image, r, order))
+        items.sort(key=lambda it: (it.position.sequence() if it.position else 0, it.record["partition"]))
+        events = self._events(rt, items, now_ms)
         # the events between two DDL markers are decoded with the definition in force there
         start = 0
         for i, ev in enumerate(events):
-            if ev[2] != "s":
+            if ev.op != SCHEMA:
                 continue
             self._walk(batch_id, rt, events[start:i], step)
             start = i + 1
-            order, marker = ev[5], ev[3]
+            order, marker = ev.order, ev.image
             if order <= rt.ddl_through:
                 continue  # the same statement, read from another partition
             rt.ddl_through = order
             self.apply_ddl(batch_id, rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"),
                            order, step)
             if rt.phase in ("paused", "failed"):  # what follows the DDL is kept until `cdc resume`
-                spill = self._spill_dir(rt)
-                spill.mkdir(parents=True, exist_ok=True)
-                rows = [{**ev[4], "headers": ev[4].get("headers")} for ev in events[start:]]
-                if rows:  # sorts before this batch's own file, which may follow
-                    pq.write_table(pa.Table.from_pylist(rows), spill / f"batch-{batch_id:012d}-ddl.parquet")
+                # sorts before this batch's own file, which may follow
+                self._keep(batch_id, rt, [ev.record for ev in events[start:]], "-ddl")
                 return
         self._walk(batch_id, rt, events[start:], step)
+
+    def _keep(self, batch_id: int, rt: TableRuntime, records: list[dict], suffix: str) -> None:
+        """Records of a paused table, kept on disk in order until `cdc resume`."""
+        spill = self._spill_dir(rt)
+        spill.mkdir(parents=True, exist_ok=True)
+        rows = [{**r, "headers": r.get("headers")} for r in records]
+        if rows or not suffix:
+            pq.write_table(pa.Table.from_pylist(rows), spill / f"batch-{batch_id:012d}{suffix}.parquet")
+
+    def _events(self, rt: TableRuntime, items: list[ParsedRecord], now_ms: float) -> list[ChangeEvent]:
+        """The changes of the table's records, in their order (a bad one: ``_bad``)."""
+        events = []
+        for item in items:
+            r, payload = item.record, item.payload
+            rt.last_offsets[r["partition"]] = r["offset"]
+            try:
+                ev = change_event(item, self.debezium)
+            except BadRecord as exc:
+                self._bad(r, str(exc), rt)
+                continue
+            if ev.op not in (SCHEMA, MARKER):
+                src_ts = (payload.get("source") or {}).get("ts_ms")
+                if src_ts:
+                    rt.lag_ms = max(0.0, now_ms - src_ts)
+                if ev.op == "r" and self.debezium:
+                    rt.snapshot_rows += 1  # a row of Debezium's (initial or incremental) snapshot
+            events.append(ev)
+        return events
 
     def _walk(self, batch_id: int, rt: TableRuntime, events: list, step: list) -> None:
         """Decode a run of events and apply them in binlog order: markers to the
         reconciler, data events to the sinks, in slices cut at truncates."""
         current = max(rt.truncated_through, rt.spec_since)
-        if any(ev[3] and ev[5] >= current and any(k not in rt.converters for k in ev[3])
-               for ev in events if ev[2] not in ("m", "t")):
+        if any(ev.image and ev.order >= current and any(k not in rt.converters for k in ev.image)
+               for ev in events if ev.op not in (MARKER, "t")):
             self.refresh_spec(rt, batch_id=batch_id, step=step)  # a column we do not know: the schema changed
         # decode every data event at once
-        data = self._decode([ev for ev in events if ev[2] not in ("m", "t")], rt)
+        data = self._decode([ev for ev in events if ev.op not in (MARKER, "t")], rt)
         decoded = {id(ev): i for i, ev in enumerate(data[0])} if data else {}
         keys = data[2] if data else []
         # then feed the reconciler in binlog order (markers, events, truncates interleaved:
@@ -710,8 +639,8 @@ class BatchProcessor:
         # decoded rows in slices cut at truncates
         start, taken = 0, []
         for ev in events:
-            partition, seq, op, image, r, order = ev
-            if op == "m":
+            partition, seq, op, image, _, order = ev
+            if op == MARKER:
                 kind = str(image.get("kind", "")).upper()
                 if image.get("window") and kind in ("LOW", "HIGH"):
                     rt.reconciler.on_marker(partition, seq, image["window"], kind)
@@ -746,11 +675,8 @@ class BatchProcessor:
         self._replaying.add(spill)
         try:
             for f in sorted(spill.glob("batch-*.parquet")):
-                items = []
-                for r in pq.read_table(f).to_pylist():
-                    headers = _headers(r.get("headers"))
-                    payload = _payload(r["value"])  # only accepted non-tombstone records were kept
-                    items.append((r, headers, payload, _position(headers, payload)))
+                # only accepted non-tombstone records were kept
+                items = [parse(r) for r in pq.read_table(f).to_pylist()]
                 if items:
                     log.info("table %s: applying %d changes kept while it was paused (%s)", rt.name,
                              len(items), f.name)
@@ -765,32 +691,32 @@ class BatchProcessor:
         """(events that decoded, their Arrow table with _cdc_op/_cdc_seq, their keys)."""
         if not evs:
             return None
-        if rt.spec_since and any(ev[5] < rt.spec_since for ev in evs):
+        if rt.spec_since and any(ev.order < rt.spec_since for ev in evs):
             # older than the DDL the definition comes from (a lagging partition): leniently
-            old = [ev for ev in evs if ev[5] < rt.spec_since]
-            new = self._decode([ev for ev in evs if ev[5] >= rt.spec_since], rt)
-            table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev[3] for ev in old], rt.keys)
+            old = [ev for ev in evs if ev.order < rt.spec_since]
+            new = self._decode([ev for ev in evs if ev.order >= rt.spec_since], rt)
+            table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev.image for ev in old], rt.keys)
             old = [old[i] for i in kept]
-            table = table.append_column("_cdc_op", pa.array([ev[2] for ev in old], pa.string())) \
-                .append_column("_cdc_seq", pa.array([ev[1] for ev in old], pa.int64()))
+            table = table.append_column("_cdc_op", pa.array([ev.op for ev in old], pa.string())) \
+                .append_column("_cdc_seq", pa.array([ev.seq for ev in old], pa.int64()))
             if new is not None:
                 old, table = old + new[0], pa.concat_tables([table, new[1]])
             if not old:
                 return None
             return old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
         try:
-            table = rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev[3] for ev in evs], extra={
-                "_cdc_op": (pa.string(), [ev[2] for ev in evs]),
-                "_cdc_seq": (pa.int64(), [ev[1] for ev in evs]),
+            table = rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image for ev in evs], extra={
+                "_cdc_op": (pa.string(), [ev.op for ev in evs]),
+                "_cdc_seq": (pa.int64(), [ev.seq for ev in evs]),
             })
         except (ValueError, TypeError, pa.ArrowException) as exc:
             good = []
             for ev in evs:  # find the bad ones
                 try:
-                    rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev[3]])
+                    rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image])
                     good.append(ev)
                 except (ValueError, TypeError, pa.ArrowException) as one:
-                    self._bad(ev[4], f"cannot decode for {rt.name}: {one}", rt)
+                    self._bad(ev.record, f"cannot decode for {rt.name}: {one}", rt)
             if len(good) == len(evs):
                 raise MergerError(f"cannot decode a batch of {rt.name}: {exc}") from None
             return self._decode(good, rt)
@@ -809,7 +735,7 @@ class BatchProcessor:
     def _apply(self, batch_id: int, rt: TableRuntime, table: pa.Table, step: list) -> None:
         version = self._version(batch_id, rt, step)
         db, name = rt.name.split(".", 1)
-        self._each_sink(rt, lambda s: s.apply((db, name), version, table))
+        self.fanout.each(rt, lambda s: s.apply((db, name), version, table))
 
     def _version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
         version = self._version_base(rt) + batch_id * STEP + step[0]
@@ -836,47 +762,13 @@ class BatchProcessor:
         db, name = rt.name.split(".", 1)
         held = [-1]
         for sink in self.sinks:
-            self._with_retry(rt, sink, lambda s=sink: held.append(s.applied_version((db, name))))
+            self.fanout.with_retry(rt, sink, lambda s=sink: held.append(s.applied_version((db, name))))
         return max(v for v in held if v is not None)
-
-    def _each_sink(self, rt: TableRuntime, call) -> None:
-        """The same write to every sink, at the same time (they wait on I/O, not the GIL)."""
-        if len(self.sinks) == 1:
-            self._with_retry(rt, self.sinks[0], lambda: call(self.sinks[0]))
-            return
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(len(self.sinks), thread_name_prefix="sink")
-        futures = [self._pool.submit(self._with_retry, rt, s, lambda s=s: call(s)) for s in self.sinks]
-        errors = [f.exception() for f in futures]  # every sink done before an error goes up
-        for exc in errors:
-            if exc is not None:
-                raise exc
 
     def _truncate(self, batch_id: int, rt: TableRuntime, step: list) -> None:
         version = self._version(batch_id, rt, step)
         db, name = rt.name.split(".", 1)
-        self._each_sink(rt, lambda s: s.truncate((db, name), version))
-
-    def _with_retry(self, rt: TableRuntime, sink, call) -> None:
-        delay = 1.0
-        name = type(sink).__name__
-        while True:
-            try:
-                call()
-                crashpoints.reached(f"after_write:{name}")
-                # sinks are written in parallel: only the blocked one may clear the flag
-                if rt.blocked_on_sink and rt.blocked_on_sink.startswith(name + ":"):
-                    log.info("sink %s reachable again", name)
-                    rt.blocked_on_sink = None
-                return
-            except SinkUnavailable as exc:
-                rt.blocked_on_sink = f"{name}: {exc}"
-                log.warning("table %s blocked on sink %s: %s; retrying in %.0fs", rt.name, name, exc, delay)
-                self.publish_status()
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
+        self.fanout.each(rt, lambda s: s.truncate((db, name), version))
 
     # ------------------------------------------------------------------ snapshot windows
 
@@ -894,7 +786,7 @@ class BatchProcessor:
                 if budget <= 0:
                     break
                 start = self.tables[name].emitted.get(wid, 0)
-                count = min(_staged_rows(self.store.staging_dir(name, wid)) - start, budget)
+                count = min(staged_rows(self.store.staging_dir(name, wid)) - start, budget)
                 emit.append([name, wid, start, max(count, 0)])
                 budget -= max(count, 1)
             intent = {"emit": emit}
@@ -931,21 +823,17 @@ class BatchProcessor:
             rt.emitted.pop(wid, None)
             self._staging_done.append(path)
             return
-        files = sorted(path.glob("*.parquet")) if path.exists() else []
-        total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+        files = staged_files(path)
+        total = count_rows(files)
         end = total if count is None else min(total, start + count)
         emitted = 0
-        # every HIGH marker of a window carries the binlog position of the one HIGH write
-        seq = window.high[next(iter(window.high))]
-        for batch in _staged_slice(files, start, end - start):
-            if window.truncated or seq < rt.truncated_through:
+        for batch in staged_slice(files, start, end - start):
+            if not window_survives(window, rt.truncated_through):
                 break  # a truncate came after LOW: nothing of the window survives
-            table = from_snapshot(rt.spec, rt.schema, _fill_missing(batch, rt.spec))
-            table = table.filter(_unseen_mask(table, rt.keys, window.seen))
+            table = emitted_rows(window, from_snapshot(rt.spec, rt.schema, fill_missing(batch, rt.spec)), rt.keys,
+                                 rt.truncated_through)
             if table.num_rows == 0:
                 continue
-            table = table.append_column("_cdc_op", pa.repeat(pa.scalar("r"), table.num_rows)) \
-                .append_column("_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), table.num_rows))
             self._apply(batch_id, rt, table, step)
             emitted += table.num_rows
             crashpoints.reached("mid_emission")
@@ -998,23 +886,6 @@ class BatchProcessor:
         self.store.write_status(self.status())
 
 
-def _staged_rows(path: Path) -> int:
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in path.glob("*.parquet")) if path.exists() else 0
-
-
-def _unseen_mask(table: pa.Table, keys: list[str], seen: set) -> pa.Array:
-    """True for the staged rows whose key was not changed since LOW (``Reconciler.emit``,
-    in bulk: a snapshot window is often large and ``seen`` small)."""
-    if not seen:
-        return pa.repeat(pa.scalar(True), table.num_rows)
-    if len(keys) == 1:
-        col = table.column(keys[0])
-        values = pa.array([k[0] for k in seen], col.type)
-        return pc.invert(pc.is_in(col, value_set=values))
-    rows = zip(*[table.column(k).to_pylist() for k in keys])
-    return pa.array([key not in seen for key in rows])
-
-
 def _snapshot_state(plan: dict) -> str | None:
     """none | running | paused | cancelled | finished: the table's latest snapshot plan."""
     if not plan:
@@ -1024,55 +895,3 @@ def _snapshot_state(plan: dict) -> str | None:
     if plan.get("finished_at"):
         return "finished"
     return "paused" if plan.get("paused") else "running"
-
-
-def _staged_slice(files: list[Path], start: int, count: int):
-    """Staged rows [start, start + count), in the files' order, in pieces (see
-    ``_staged_batches``)."""
-    if count <= 0:
-        return
-    pos = 0
-    for batch in _staged_batches(files):
-        lo, hi = max(start - pos, 0), min(start + count - pos, batch.num_rows)
-        pos += batch.num_rows
-        if hi > lo:
-            yield batch.slice(lo, hi - lo)
-        if pos >= start + count:
-            return
-
-
-def _staged_batches(files: list[Path]):
-    """The staged rows in pieces of about EMIT_BATCH_ROWS (few, large sink writes; the
-    driver never holds more than one piece)."""
-    pending, count = [], 0
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=EMIT_BATCH_ROWS):
-            pending.append(batch)
-            count += batch.num_rows
-            if count >= EMIT_BATCH_ROWS:
-                yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
-                pending, count = [], 0
-    if count:
-        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
-
-
-def _fill_missing(batch: pa.RecordBatch, spec: TableSpec) -> pa.Table:
-    t = pa.Table.from_batches([batch])
-    for c in spec.columns:
-        if c.name not in t.column_names:
-            t = t.append_column(c.name, pa.nulls(t.num_rows))
-    return t
-
-
-def _spec_to_dict(spec: TableSpec) -> dict:
-    from dataclasses import asdict
-
-    return asdict(spec)
-
-
-def _spec_from_dict(d: dict) -> TableSpec:
-    from ingest.types import ColumnSpec
-
-    cols = tuple(ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c.get("enum_values") else
-                               c.get("enum_values")}) for c in d["columns"])
-    return TableSpec(d["db"], d["table"], cols, tuple(d["primary_key"]), d.get("default_charset"), d.get("comment"))

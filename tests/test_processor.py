@@ -15,7 +15,8 @@ import pytest
 
 from ingest.position import POSITION_HEADER
 from ingest.types import ColumnSpec, TableSpec
-from merger.processor import STREAMING_RECENT_S, WATERMARK_HEADER, BatchProcessor
+from merger.processor import STREAMING_RECENT_S, BatchProcessor
+from merger.records import WATERMARK_HEADER
 from merger.state import StateStore
 
 PREFIX = "p"
