@@ -50,15 +50,14 @@ from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
 from ingest.envelope import table_change_json
 from ingest.topics import table_topic
-from merger.sinks.base import IncompatibleSchemaChange, SinkError, UnstorableValue
-from merger.sinks.fanout import SinkFanout
+from merger.sinks.base import SinkError, UnstorableValue
+from merger.sink_writer import SinkWriter
 from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
 from merger.state import StateStore
 from merger.tables import TableRegistry, TableRuntime
 
 log = logging.getLogger("cdc.merger")
 
-STEP = 1_000_000
 # a source counts as busy for this long after a batch with a streamed change
 STREAMING_RECENT_S = 5.0
 
@@ -101,7 +100,7 @@ class BatchProcessor:
         self.last_batch: int | None = None
         self.batch_started: float | None = None
         self._replaying: set = set()
-        self.fanout = SinkFanout(sinks, on_blocked=self.publish_status)
+        self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
         self._spill_done: list = []
         self._staging_done: list = []
         self.emission_pending: str | None = None  # a table with ready windows left after the last batch
@@ -109,7 +108,6 @@ class BatchProcessor:
         self.last_timing: dict = {}  # the last batch's time split (diagnostics)
         self.last_change_at = 0.0  # monotonic time of the last batch with a streamed change
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
-        self._version_bases: dict[str, int] = {}
 
     # ------------------------------------------------------------------ state
 
@@ -160,7 +158,7 @@ class BatchProcessor:
             rt.phase, rt.error = "failed", (f"{name} has no primary key: set snapshot.chunk_keys"
                                             f"['{name}'] to the columns that identify a row")
         else:
-            self._ensure_sinks(rt)
+            self.writer.ensure_tables(rt)
         self.tables.add(rt)
         if self.on_new_table and rt.phase != "failed":
             self.on_new_table(name)
@@ -182,27 +180,12 @@ class BatchProcessor:
                 return f"{db}.{table}"
         return topic[len(self.prefix) + 1:]
 
-    def _ensure_sinks(self, rt: TableRuntime) -> bool:
-        """Create the sink tables or follow the schema; pauses the table on a change a sink
-        cannot follow. True if some sink created the table (it holds no rows yet)."""
-        db, table = rt.name.split(".", 1)
-        created: list[bool] = []
-        for sink in self.sinks:
-            try:
-                self.fanout.with_retry(rt, sink, lambda s=sink: created.append(
-                    "created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])))
-            except IncompatibleSchemaChange as exc:
-                rt.phase, rt.error = "paused", str(exc)
-                log.error("table %s paused: %s", rt.name, exc)
-                return any(created)
-        return any(created)
-
     def resume_table(self, rt: TableRuntime) -> None:
         """``cdc resume``: after an operator fixed the sink tables. The changes kept on
         disk while the table was paused are applied first by the next batch; a sink table
         the operator dropped is created again and filled by a new snapshot."""
         rt.phase, rt.error = "streaming", None
-        if self._ensure_sinks(rt) and rt.phase != "paused":
+        if self.writer.ensure_tables(rt) and rt.phase != "paused":
             log.info("table %s: a sink table was created again; re-snapshotting", rt.name)
             self.store.request("snapshot", rt.name, where=None)
         if rt.phase == "paused":
@@ -219,17 +202,15 @@ class BatchProcessor:
         """``cdc snapshot`` of a paused table: drop its sink tables, create them with the
         current schema, and forget the kept changes (the snapshot that follows covers them).
         False (the table stays paused, the reason in its error) if a sink cannot drop."""
-        db, table = rt.name.split(".", 1)
         try:
-            for sink in self.sinks:
-                self.fanout.with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
+            self.writer.drop_tables(rt)
         except SinkError as exc:
             rt.error = f"{rt.error}; cannot rebuild: {exc}"
             log.error("table %s stays paused: %s", rt.name, exc)
             return False
         shutil.rmtree(self._spill_dir(rt), ignore_errors=True)
         rt.phase, rt.error = "streaming", None
-        self._ensure_sinks(rt)
+        self.writer.ensure_tables(rt)
         log.info("table %s: sink tables dropped and created again for a new snapshot", rt.name)
         return rt.phase != "paused"
 
@@ -261,7 +242,7 @@ class BatchProcessor:
             self._drop_windows(rt)
             self._cancel_plan(rt)
             if self.on_drop == "truncate" and batch_id is not None and rt.phase not in ("paused", "failed"):
-                self._truncate(batch_id, rt, step)
+                self.writer.truncate(batch_id, rt, step)
                 rt.truncated_through = max(rt.truncated_through, order or 0)
             rt.phase, rt.error = "dropped", None
             return
@@ -280,7 +261,7 @@ class BatchProcessor:
         keep = self.on_drop == "keep" and kind in (CREATED, RENAMED)
         rebuild, action = decision.rebuild, decision.action
         if not rebuild:
-            incompatible = self._follow_schema(rt)
+            incompatible = self.writer.follow_schema(rt)
             if incompatible is not None:
                 log.info("table %s: %s: the sink tables are rebuilt", rt.name, incompatible)
                 rebuild = True
@@ -291,11 +272,11 @@ class BatchProcessor:
                     f"keep: move the sink tables away (or set on_drop: truncate), then `cdc snapshot {rt.name}`")
                 log.error("table %s paused: %s", rt.name, rt.error)
                 return
-            if not self._rebuild_sinks(rt):
+            if not self.writer.rebuild_tables(rt):
                 return
         emptied = rebuild
         if action == RESET and not rebuild and not keep and batch_id is not None:
-            self._truncate(batch_id, rt, step)
+            self.writer.truncate(batch_id, rt, step)
             emptied = True
         if emptied and order is not None:
             rt.truncated_through = max(rt.truncated_through, order)  # older changes are void
@@ -304,30 +285,6 @@ class BatchProcessor:
                 rt.spec_since = max(rt.spec_since, order)
             self._drop_windows(rt)  # their rows were read with the old definition
             self.store.request("snapshot", rt.name, where=None)
-
-    def _follow_schema(self, rt: TableRuntime) -> IncompatibleSchemaChange | None:
-        """Every sink follows the table's definition; the first change one cannot follow."""
-        db, table = rt.name.split(".", 1)
-        for sink in self.sinks:
-            try:
-                self.fanout.with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
-            except IncompatibleSchemaChange as exc:
-                return exc
-        return None
-
-    def _rebuild_sinks(self, rt: TableRuntime) -> bool:
-        """Drop the sink tables and create them with the current definition (a snapshot
-        fills them). False, with the table paused, if a sink cannot drop tables."""
-        db, table = rt.name.split(".", 1)
-        try:
-            for sink in self.sinks:
-                self.fanout.with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
-                self.fanout.with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
-        except SinkError as exc:
-            rt.phase, rt.error = "paused", f"the sink tables must be rebuilt for a schema change: {exc}"
-            log.error("table %s paused: %s", rt.name, rt.error)
-            return False
-        return True
 
     def _drop_windows(self, rt: TableRuntime) -> None:
         """Forget the table's open snapshot windows: their late markers are ignored, their
@@ -650,7 +607,7 @@ class BatchProcessor:
                 if order > rt.truncated_through:  # one truncate record per partition
                     self._apply_rows(batch_id, rt, data, taken, step)
                     taken = []
-                    self._truncate(batch_id, rt, step)
+                    self.writer.truncate(batch_id, rt, step)
                     rt.truncated_through = order
                     if self.debezium:
                         # Debezium writes one truncate record, into one partition: a change
@@ -729,46 +686,8 @@ class BatchProcessor:
         table = data[1]
         if len(taken) != table.num_rows:
             table = table.take(pa.array(taken, pa.int64()))
-        self._apply(batch_id, rt, table, step)
+        self.writer.apply(batch_id, rt, table, step)
         rt.rows_applied += table.num_rows
-
-    def _apply(self, batch_id: int, rt: TableRuntime, table: pa.Table, step: list) -> None:
-        version = self._version(batch_id, rt, step)
-        db, name = rt.name.split(".", 1)
-        self.fanout.each(rt, lambda s: s.apply((db, name), version, table))
-
-    def _version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
-        version = self._version_base(rt) + batch_id * STEP + step[0]
-        step[0] += 1
-        return version
-
-    def _version_base(self, rt: TableRuntime) -> int:
-        """Added to every sink version of the table. Sinks skip a write whose version is
-        at or below the one they recorded, and batch ids start again at 0 with a new
-        state_dir (a new Spark checkpoint): a merger started with a new state_dir against
-        existing sink tables would have its writes skipped until its batch ids caught up.
-        So the first write of a table in a state_dir starts above what the sinks recorded
-        for it. The base is fixed in state_dir before that write, so a re-run batch gets
-        the same versions and is still skipped. (Scoping the sinks' records by a run id
-        would need a new record format in all three sinks; a base needs none.)"""
-        base = self._version_bases.get(rt.name)
-        if base is None:
-            base = self._version_bases[rt.name] = self.store.version_base(
-                rt.name, lambda: self._recorded_version(rt) + 1)
-        return base
-
-    def _recorded_version(self, rt: TableRuntime) -> int:
-        """The highest version any sink recorded for the table (-1: none)."""
-        db, name = rt.name.split(".", 1)
-        held = [-1]
-        for sink in self.sinks:
-            self.fanout.with_retry(rt, sink, lambda s=sink: held.append(s.applied_version((db, name))))
-        return max(v for v in held if v is not None)
-
-    def _truncate(self, batch_id: int, rt: TableRuntime, step: list) -> None:
-        version = self._version(batch_id, rt, step)
-        db, name = rt.name.split(".", 1)
-        self.fanout.each(rt, lambda s: s.truncate((db, name), version))
 
     # ------------------------------------------------------------------ snapshot windows
 
@@ -834,7 +753,7 @@ class BatchProcessor:
                                  rt.truncated_through)
             if table.num_rows == 0:
                 continue
-            self._apply(batch_id, rt, table, step)
+            self.writer.apply(batch_id, rt, table, step)
             emitted += table.num_rows
             crashpoints.reached("mid_emission")
         rt.snapshot_rows += emitted
