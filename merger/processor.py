@@ -41,18 +41,18 @@ from ingest.position import EventPosition, ReplayFilter
 from ingest.types import TableSpec
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
-from merger.dblog import Reconciler, emitted_rows, window_survives
+from merger.dblog import Reconciler
+from merger.emission import WindowEmitter
 from merger.errors import MergerError
 from merger.records import (MARKER, SCHEMA, WATERMARK_HEADER, BadRecord, ChangeEvent, ParsedRecord, change_event,
                             headers_of, parse, payload_of, position_of)
-from merger.schema import SourceModes, from_snapshot, rows_to_arrow
+from merger.schema import SourceModes, rows_to_arrow
 from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_arrow_lenient
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
 from ingest.envelope import table_change_json
 from ingest.topics import table_topic
 from merger.sinks.base import SinkError, UnstorableValue
 from merger.sink_writer import SinkWriter
-from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
 from merger.state import StateStore
 from merger.tables import TableRegistry, TableRuntime
 
@@ -101,6 +101,7 @@ class BatchProcessor:
         self.batch_started: float | None = None
         self._replaying: set = set()
         self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
+        self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
         self._spill_done: list = []
         self._staging_done: list = []
         self.emission_pending: str | None = None  # a table with ready windows left after the last batch
@@ -594,7 +595,7 @@ class BatchProcessor:
         # then feed the reconciler in binlog order (markers, events, truncates interleaved:
         # a key counts as seen only for windows whose LOW came before it) and apply the
         # decoded rows in slices cut at truncates
-        start, taken = 0, []
+        taken = []
         for ev in events:
             partition, seq, op, image, _, order = ev
             if op == MARKER:
@@ -692,93 +693,10 @@ class BatchProcessor:
     # ------------------------------------------------------------------ snapshot windows
 
     def _emit_ready(self, batch_id: int, step: list, budget_factor: int = 1) -> None:
-        intent = self.store.intent(batch_id)
-        if intent is None:
-            ready = [[name, wid] for name, rt in sorted(self.tables.items()) if rt.phase != "paused"
-                     for wid in rt.reconciler.ready_windows()]
-            ready.sort(key=lambda nw: self.tables[nw[0]].reconciler.windows[nw[1]].opened_at)
-            # a batch that writes a lot of snapshot rows holds back the streamed changes
-            # behind it: emit about emit_rows_per_batch rows (whole windows or slices of
-            # one), the rest in the next batches. Written down first: a re-run does the same.
-            budget, emit = self.emit_rows_per_batch * budget_factor, []
-            for name, wid in ready:
-                if budget <= 0:
-                    break
-                start = self.tables[name].emitted.get(wid, 0)
-                count = min(staged_rows(self.store.staging_dir(name, wid)) - start, budget)
-                emit.append([name, wid, start, max(count, 0)])
-                budget -= max(count, 1)
-            intent = {"emit": emit}
-            if emit:
-                self.store.save_intent(batch_id, intent)
-        for name, wid, *part in intent["emit"]:
-            rt = self.tables.get(name)
-            if rt is None or wid not in rt.reconciler.windows or rt.phase == "paused":
-                continue
-            start, count = part if part else (0, None)  # an intent of an older version: all of it
-            try:
-                self._emit_window(batch_id, rt, wid, step, start, count)
-            except UnstorableValue as exc:  # the window stays, to be emitted after `cdc resume`
-                self._pause_unstorable(batch_id, rt, exc, [], step, 0.0)
+        def pause(rt: TableRuntime, exc: UnstorableValue) -> None:  # the window stays, emitted after `cdc resume`
+            self._pause_unstorable(batch_id, rt, exc, [], step, 0.0)
 
-    def _emit_window(self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int,
-                     count: int | None) -> None:
-        """Emit staged rows [start, start + count) of a ready window; finish the window
-        when that reaches its end."""
-        window = rt.reconciler.window(wid)
-        if not rt.reconciler.is_ready(wid):
-            # never the case when the intent was made; stay open (emitted later, or read again)
-            log.warning("snapshot window %s of %s is not ready after a restart; not emitted now", wid, rt.name)
-            return
-        path = self.store.staging_dir(rt.name, wid)
-        read_with = self.store.staged_columns(rt.name, wid)
-        if read_with is not None and read_with != [(f.name, str(f.type)) for f in rt.schema]:
-            # read with another definition than the one in force here (an ALTER the reader
-            # had not seen yet, or one since): a column added before the read would be
-            # written as NULL over its values. Read again, in a new window.
-            log.info("snapshot window %s of %s was read with another definition of the table; "
-                     "its chunks are read again", wid, rt.name)
-            rt.reconciler.finish(wid)
-            rt.emitted.pop(wid, None)
-            self._staging_done.append(path)
-            return
-        files = staged_files(path)
-        total = count_rows(files)
-        end = total if count is None else min(total, start + count)
-        emitted = 0
-        for batch in staged_slice(files, start, end - start):
-            if not window_survives(window, rt.truncated_through):
-                break  # a truncate came after LOW: nothing of the window survives
-            table = emitted_rows(window, from_snapshot(rt.spec, rt.schema, fill_missing(batch, rt.spec)), rt.keys,
-                                 rt.truncated_through)
-            if table.num_rows == 0:
-                continue
-            self.writer.apply(batch_id, rt, table, step)
-            emitted += table.num_rows
-            crashpoints.reached("mid_emission")
-        rt.snapshot_rows += emitted
-        finished = end >= total
-        plan = self.store.load_plan(rt.name)
-        if plan is not None:
-            plan["rows"] = plan.get("rows", 0) + emitted
-            if finished:
-                done = set(plan.get("done", []))
-                done.update(window.chunk_ids)
-                plan["done"] = sorted(done)
-                if len(done) >= len(plan.get("chunks", [])):
-                    plan["finished_at"] = time.time()
-                    if rt.phase == "snapshotting":
-                        rt.phase = "streaming"
-            self.store.save_plan(rt.name, plan)
-        if not finished:
-            rt.emitted[wid] = end
-            log.info("snapshot window %s of %s: rows %d..%d of %d emitted (%d after reconciliation)",
-                     wid, rt.name, start, end, total, emitted)
-            return
-        rt.emitted.pop(wid, None)
-        rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again
-        self._staging_done.append(path)
-        log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
+        self.emitter.emit_ready(batch_id, step, budget_factor, self._staging_done, pause)
 
     # ------------------------------------------------------------------ status
 
