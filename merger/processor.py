@@ -9,7 +9,7 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 3. each table's changes are decoded into the table's canonical Arrow schema, fed to the
    table's DBLog ``Reconciler`` (markers and keys) and applied to every sink in binlog
    order; a truncate cuts the batch and empties the sink tables at its place; a DDL
-   marker cuts it too, and the sink tables follow the DDL there (``apply_ddl``);
+   marker cuts it too, and the sink tables follow the DDL there (``merger.table_ddl``);
 4. snapshot windows that became ready are emitted: their staged rows minus the keys seen
    since LOW, as ``r`` changes at the HIGH watermark's sequence (``dblog.emitted_rows``;
    which windows, decided once per batch and written down first, so a re-run of the
@@ -43,12 +43,13 @@ from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.emission import WindowEmitter
+from merger.table_ddl import DdlFollower
 from merger.errors import MergerError
 from merger.records import (MARKER, SCHEMA, WATERMARK_HEADER, BadRecord, ChangeEvent, ParsedRecord, change_event,
                             headers_of, parse, payload_of, position_of)
 from merger.schema import SourceModes, rows_to_arrow
-from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_arrow_lenient
-from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
+from merger.schema_change import rows_to_arrow_lenient
+from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
 from ingest.envelope import table_change_json
 from ingest.topics import table_topic
 from merger.sinks.base import SinkError, UnstorableValue
@@ -102,6 +103,7 @@ class BatchProcessor:
         self._replaying: set = set()
         self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
         self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
+        self.ddl = DdlFollower(store, self.writer, self.chunk_keys, modes, on_drop)
         self._spill_done: list = []
         self._staging_done: list = []
         self.emission_pending: str | None = None  # a table with ready windows left after the last batch
@@ -224,82 +226,7 @@ class BatchProcessor:
             spec = self.catalog.table_spec(db, table)
         if spec is None:
             return
-        self.apply_ddl(batch_id, rt, ALTERED, spec, None, None, step or [0])
-
-    # ------------------------------------------------------------------ schema changes
-
-    def apply_ddl(self, batch_id: int | None, rt: TableRuntime, kind: str, spec: TableSpec | None,
-                  sql: str | None, order: int | None, step: list, old: TableSpec | None = None) -> None:
-        """Make the sink tables follow a DDL (``merger.schema_change`` decides how). With
-        ``order`` (the DDL marker's place in the stream) the sink tables are emptied exactly
-        there, and changes older than it that a lagging partition brings later are void
-        (after a reset) or decoded leniently (after a re-snapshot). ``old``: the definition
-        to compare with, in the same form as ``spec`` (default: the table's)."""
-        decision = decide(kind, old or rt.spec, spec, sql)
-        if decision.action == NONE and not decision.rebuild and spec == (old or rt.spec):
-            return
-        log.info("table %s: %s: %s", rt.name, kind, decision)
-        if decision.action == DROP:
-            self._drop_windows(rt)
-            self._cancel_plan(rt)
-            if self.on_drop == "truncate" and batch_id is not None and rt.phase not in ("paused", "failed"):
-                self.writer.truncate(batch_id, rt, step)
-                rt.truncated_through = max(rt.truncated_through, order or 0)
-            rt.phase, rt.error = "dropped", None
-            return
-        rt.set_spec(spec, self.modes)
-        keys = list(spec.primary_key) or list(self.chunk_keys.get(rt.name, []))
-        if not keys:
-            rt.phase, rt.error = "failed", (f"{rt.name} has no primary key: set snapshot.chunk_keys"
-                                            f"['{rt.name}'] to the columns that identify a row")
-            log.error("table %s: %s", rt.name, rt.error)
-            return
-        rt.keys = keys
-        if rt.phase in ("dropped", "failed"):
-            rt.phase, rt.error = "streaming", None
-        if rt.phase == "paused":
-            return  # `cdc snapshot` rebuilds it with the definition it has now
-        keep = self.on_drop == "keep" and kind in (CREATED, RENAMED)
-        rebuild, action = decision.rebuild, decision.action
-        if not rebuild:
-            incompatible = self.writer.follow_schema(rt)
-            if incompatible is not None:
-                log.info("table %s: %s: the sink tables are rebuilt", rt.name, incompatible)
-                rebuild = True
-        if rebuild:
-            if keep:
-                rt.phase, rt.error = "paused", (
-                    f"{rt.name} was re-created with a definition its sink tables cannot hold, and on_drop is "
-                    f"keep: move the sink tables away (or set on_drop: truncate), then `cdc snapshot {rt.name}`")
-                log.error("table %s paused: %s", rt.name, rt.error)
-                return
-            if not self.writer.rebuild_tables(rt):
-                return
-        emptied = rebuild
-        if action == RESET and not rebuild and not keep and batch_id is not None:
-            self.writer.truncate(batch_id, rt, step)
-            emptied = True
-        if emptied and order is not None:
-            rt.truncated_through = max(rt.truncated_through, order)  # older changes are void
-        if rebuild or action in (RESNAPSHOT, RESET):
-            if order is not None:
-                rt.spec_since = max(rt.spec_since, order)
-            self._drop_windows(rt)  # their rows were read with the old definition
-            self.store.request("snapshot", rt.name, where=None)
-
-    def _drop_windows(self, rt: TableRuntime) -> None:
-        """Forget the table's open snapshot windows: their late markers are ignored, their
-        staged rows deleted once the batch is saved, their chunks read again."""
-        for wid in list(rt.reconciler.windows):
-            rt.reconciler.finish(wid)
-            rt.emitted.pop(wid, None)
-            self._staging_done.append(self.store.staging_dir(rt.name, wid))
-
-    def _cancel_plan(self, rt: TableRuntime) -> None:
-        plan = self.store.load_plan(rt.name)
-        if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
-            plan["cancelled"] = time.time()
-            self.store.save_plan(rt.name, plan)
+        self.ddl.apply(batch_id, rt, ALTERED, spec, None, None, step or [0], self._staging_done)
 
     # ------------------------------------------------------------------ the batch
 
@@ -464,7 +391,7 @@ class BatchProcessor:
                     self.table(name, spec)
                 continue
             if kind == "DROP":
-                self.apply_ddl(batch_id, rt, DROPPED, None, payload.get("ddl"), None, step)
+                self.ddl.apply(batch_id, rt, DROPPED, None, payload.get("ddl"), None, step, self._staging_done)
             elif spec is not None:
                 # compared in the form of tableChanges (which lacks collations, generation, ...);
                 # Debezium reports CREATE for every table at its initial snapshot, and for a
@@ -472,8 +399,9 @@ class BatchProcessor:
                 same_form = spec_from_table_change(table_change_json("ALTER", rt.spec))
                 if spec == same_form:
                     continue
-                self.apply_ddl(batch_id, rt, CREATED if rt.phase == "dropped" else ALTERED, spec,
-                               payload.get("ddl") if kind == "ALTER" else None, None, step, old=same_form)
+                self.ddl.apply(batch_id, rt, CREATED if rt.phase == "dropped" else ALTERED, spec,
+                               payload.get("ddl") if kind == "ALTER" else None, None, step, self._staging_done,
+                               old=same_form)
 
     def _first_met(self, name: str, items: list) -> TableRuntime | None:
         """The runtime of a table met for the first time: with the definition of its first
@@ -545,8 +473,8 @@ class BatchProcessor:
             if order <= rt.ddl_through:
                 continue  # the same statement, read from another partition
             rt.ddl_through = order
-            self.apply_ddl(batch_id, rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"),
-                           order, step)
+            self.ddl.apply(batch_id, rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"),
+                           order, step, self._staging_done)
             if rt.phase in ("paused", "failed"):  # what follows the DDL is kept until `cdc resume`
                 # sorts before this batch's own file, which may follow
                 self._keep(batch_id, rt, [ev.record for ev in events[start:]], "-ddl")
