@@ -46,9 +46,8 @@ from merger.emission import WindowEmitter
 from merger.table_ddl import DdlFollower
 from merger.errors import MergerError
 from merger.records import (MARKER, SCHEMA, WATERMARK_HEADER, BadRecord, ChangeEvent, ParsedRecord, change_event,
-                            headers_of, parse, payload_of, position_of)
-from merger.schema import SourceModes, rows_to_arrow
-from merger.schema_change import rows_to_arrow_lenient
+                            decode, headers_of, parse, payload_of, position_of)
+from merger.schema import SourceModes
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
 from ingest.envelope import table_change_json
 from ingest.topics import table_topic
@@ -517,7 +516,8 @@ class BatchProcessor:
                for ev in events if ev.op not in (MARKER, "t")):
             self.refresh_spec(rt, batch_id=batch_id, step=step)  # a column we do not know: the schema changed
         # decode every data event at once
-        data = self._decode([ev for ev in events if ev.op not in (MARKER, "t")], rt)
+        data = decode([ev for ev in events if ev.op not in (MARKER, "t")], rt,
+                      lambda ev, reason: self._bad(ev.record, reason, rt))
         decoded = {id(ev): i for i, ev in enumerate(data[0])} if data else {}
         keys = data[2] if data else []
         # then feed the reconciler in binlog order (markers, events, truncates interleaved:
@@ -572,42 +572,6 @@ class BatchProcessor:
         finally:
             self._replaying.discard(spill)
         self._spill_done.append(spill)
-
-    def _decode(self, evs: list, rt: TableRuntime):
-        """(events that decoded, their Arrow table with _cdc_op/_cdc_seq, their keys)."""
-        if not evs:
-            return None
-        if rt.spec_since and any(ev.order < rt.spec_since for ev in evs):
-            # older than the DDL the definition comes from (a lagging partition): leniently
-            old = [ev for ev in evs if ev.order < rt.spec_since]
-            new = self._decode([ev for ev in evs if ev.order >= rt.spec_since], rt)
-            table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev.image for ev in old], rt.keys)
-            old = [old[i] for i in kept]
-            table = table.append_column("_cdc_op", pa.array([ev.op for ev in old], pa.string())) \
-                .append_column("_cdc_seq", pa.array([ev.seq for ev in old], pa.int64()))
-            if new is not None:
-                old, table = old + new[0], pa.concat_tables([table, new[1]])
-            if not old:
-                return None
-            return old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
-        try:
-            table = rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image for ev in evs], extra={
-                "_cdc_op": (pa.string(), [ev.op for ev in evs]),
-                "_cdc_seq": (pa.int64(), [ev.seq for ev in evs]),
-            })
-        except (ValueError, TypeError, pa.ArrowException) as exc:
-            good = []
-            for ev in evs:  # find the bad ones
-                try:
-                    rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image])
-                    good.append(ev)
-                except (ValueError, TypeError, pa.ArrowException) as one:
-                    self._bad(ev.record, f"cannot decode for {rt.name}: {one}", rt)
-            if len(good) == len(evs):
-                raise MergerError(f"cannot decode a batch of {rt.name}: {exc}") from None
-            return self._decode(good, rt)
-        keys = list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
-        return evs, table, keys
 
     def _apply_rows(self, batch_id: int, rt: TableRuntime, data, taken: list, step: list) -> None:
         if not taken:

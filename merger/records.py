@@ -3,17 +3,23 @@
 A record is parsed once (``parse``: headers, JSON payload, source position) and then
 turned into a ``ChangeEvent`` (``change_event``): a data change, a truncate, a DBLog
 watermark marker or a DDL marker, with the two orders the merger needs (see
-``ChangeEvent``). No I/O here.
+``ChangeEvent``); the data changes of a table are decoded into its Arrow schema
+(``decode``). No I/O here.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
+
+import pyarrow as pa
 
 from ingest.ddl import DDL_HEADER
 from ingest.position import POSITION_HEADER, EventPosition
+from merger.errors import MergerError
+from merger.schema import rows_to_arrow
+from merger.schema_change import rows_to_arrow_lenient
 
 WATERMARK_HEADER = "cdc.watermark"
 MARKER = "m"  # op of a watermark marker
@@ -40,6 +46,12 @@ class ChangeEvent(NamedTuple):
     image: Any    # the row (after; before for d), the marker's JSON, or None for a truncate
     record: dict  # the Kafka record it came from (dead-letter, spill files)
     order: int    # binlog order across partitions (cuts at truncates and DDL)
+
+
+class Decoded(NamedTuple):
+    events: list  # the events that decoded, in their order
+    table: pa.Table  # their rows, with _cdc_op and _cdc_seq
+    keys: list  # their keys (tuples of the key columns' values)
 
 
 def headers_of(raw) -> dict[str, bytes]:
@@ -110,3 +122,42 @@ def change_event(item: ParsedRecord, debezium: bool) -> ChangeEvent:
     if op != "t" and not isinstance(image, dict):
         raise BadRecord(f"op {op} without an image")
     return ChangeEvent(r["partition"], seq, op, image, r, order)
+
+
+def decode(evs: list[ChangeEvent], rt, bad: Callable[[ChangeEvent, str], None]) -> Decoded | None:
+    """The data events (no markers, no truncates) of table ``rt`` (a ``TableRuntime``)
+    decoded into its Arrow schema, with ``_cdc_op``/``_cdc_seq``. An event that does not
+    decode goes to ``bad(ev, reason)`` (which may raise) and is left out."""
+    if not evs:
+        return None
+    if rt.spec_since and any(ev.order < rt.spec_since for ev in evs):
+        # older than the DDL the definition comes from (a lagging partition): leniently
+        old = [ev for ev in evs if ev.order < rt.spec_since]
+        new = decode([ev for ev in evs if ev.order >= rt.spec_since], rt, bad)
+        table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev.image for ev in old], rt.keys)
+        old = [old[i] for i in kept]
+        table = table.append_column("_cdc_op", pa.array([ev.op for ev in old], pa.string())) \
+            .append_column("_cdc_seq", pa.array([ev.seq for ev in old], pa.int64()))
+        if new is not None:
+            old, table = old + new[0], pa.concat_tables([table, new[1]])
+        if not old:
+            return None
+        return Decoded(old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys])))
+    try:
+        table = rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image for ev in evs], extra={
+            "_cdc_op": (pa.string(), [ev.op for ev in evs]),
+            "_cdc_seq": (pa.int64(), [ev.seq for ev in evs]),
+        })
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        good = []
+        for ev in evs:  # find the bad ones
+            try:
+                rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image])
+                good.append(ev)
+            except (ValueError, TypeError, pa.ArrowException) as one:
+                bad(ev, f"cannot decode for {rt.name}: {one}")
+        if len(good) == len(evs):
+            raise MergerError(f"cannot decode a batch of {rt.name}: {exc}") from None
+        return decode(good, rt, bad)
+    keys = list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
+    return Decoded(evs, table, keys)
