@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ingest.position import EventPosition, ReplayFilter
 from ingest.types import TableSpec
@@ -43,10 +42,11 @@ from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.emission import WindowEmitter
+from merger.kept import keep, kept_batches, kept_dir
 from merger.table_ddl import DdlFollower
 from merger.errors import MergerError
 from merger.records import (MARKER, SCHEMA, WATERMARK_HEADER, BadRecord, ChangeEvent, ParsedRecord, change_event,
-                            decode, headers_of, parse, payload_of, position_of)
+                            decode, headers_of, payload_of, position_of)
 from merger.schema import SourceModes
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
 from ingest.envelope import table_change_json
@@ -428,9 +428,7 @@ class BatchProcessor:
     # ------------------------------------------------------------------ changes of one table
 
     def _spill_dir(self, rt: TableRuntime) -> Path:
-        from merger.state import safe_name
-
-        return self.store.root / "paused" / safe_name(rt.name)
+        return kept_dir(self.store, rt.name)
 
     def _pause_unstorable(self, batch_id: int, rt: TableRuntime, exc: Exception, items: list,
                           step: list, now_ms: float) -> None:
@@ -448,7 +446,7 @@ class BatchProcessor:
                      now_ms: float) -> None:
         if rt.phase in ("paused", "failed"):
             # a paused table keeps its changes on disk, in order, until `cdc resume`
-            self._keep(batch_id, rt, [it.record for it in items], "")
+            keep(self.store, batch_id, rt.name, [it.record for it in items])
             crashpoints.reached("paused_spill")
             return
         spill = self._spill_dir(rt)
@@ -476,17 +474,9 @@ class BatchProcessor:
                            order, step, self._staging_done)
             if rt.phase in ("paused", "failed"):  # what follows the DDL is kept until `cdc resume`
                 # sorts before this batch's own file, which may follow
-                self._keep(batch_id, rt, [ev.record for ev in events[start:]], "-ddl")
+                keep(self.store, batch_id, rt.name, [ev.record for ev in events[start:]], "-ddl")
                 return
         self._walk(batch_id, rt, events[start:], step)
-
-    def _keep(self, batch_id: int, rt: TableRuntime, records: list[dict], suffix: str) -> None:
-        """Records of a paused table, kept on disk in order until `cdc resume`."""
-        spill = self._spill_dir(rt)
-        spill.mkdir(parents=True, exist_ok=True)
-        rows = [{**r, "headers": r.get("headers")} for r in records]
-        if rows or not suffix:
-            pq.write_table(pa.Table.from_pylist(rows), spill / f"batch-{batch_id:012d}{suffix}.parquet")
 
     def _events(self, rt: TableRuntime, items: list[ParsedRecord], now_ms: float) -> list[ChangeEvent]:
         """The changes of the table's records, in their order (a bad one: ``_bad``)."""
@@ -560,12 +550,10 @@ class BatchProcessor:
         spill = self._spill_dir(rt)
         self._replaying.add(spill)
         try:
-            for f in sorted(spill.glob("batch-*.parquet")):
-                # only accepted non-tombstone records were kept
-                items = [parse(r) for r in pq.read_table(f).to_pylist()]
+            for file_name, items in kept_batches(spill):
                 if items:
                     log.info("table %s: applying %d changes kept while it was paused (%s)", rt.name,
-                             len(items), f.name)
+                             len(items), file_name)
                     self._table_batch(batch_id, rt, items, step, now_ms)
                 if rt.phase == "paused":
                     return  # paused again: what is left stays kept (re-applying is harmless)
@@ -593,34 +581,11 @@ class BatchProcessor:
     # ------------------------------------------------------------------ status
 
     def status(self) -> dict:
-        plans = self.store.all_plans()
-        tables = {}
-        for name, rt in sorted(self.tables.items()):
-            plan = plans.get(name) or {}
-            tables[name] = {
-                "phase": rt.phase, "error": rt.error, "blocked_on_sink": rt.blocked_on_sink,
-                "snapshot": _snapshot_state(plan),
-                "chunks_done": len(plan.get("done", [])), "chunks_total": len(plan.get("chunks", [])),
-                "snapshot_rows": rt.snapshot_rows, "rows_applied": rt.rows_applied,
-                "lag_ms": rt.lag_ms, "last_offsets": rt.last_offsets,
-                "open_windows": len(rt.reconciler.windows),
-            }
         guard = getattr(self.catalog, "guard", None)
         return {"updated_at": time.time(), "last_batch": self.last_batch, "bad_records": self.bad_records,
                 # set while a source access waits for the database to come back
                 "source_unavailable": guard.status() if guard is not None else None,
-                "tables": tables}
+                "tables": self.tables.status(self.store.all_plans())}
 
     def publish_status(self) -> None:
         self.store.write_status(self.status())
-
-
-def _snapshot_state(plan: dict) -> str | None:
-    """none | running | paused | cancelled | finished: the table's latest snapshot plan."""
-    if not plan:
-        return None
-    if plan.get("cancelled"):
-        return "cancelled"
-    if plan.get("finished_at"):
-        return "finished"
-    return "paused" if plan.get("paused") else "running"

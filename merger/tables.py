@@ -116,6 +116,21 @@ class TableRegistry:
         """All runtimes at once (a restored state)."""
         self._tables = dict(tables)
 
+    def status(self, plans: dict[str, dict]) -> dict:
+        """Every table's status (``plans``: table -> its latest snapshot plan)."""
+        tables = {}
+        for name, rt in sorted(self._tables.items()):
+            plan = plans.get(name) or {}
+            tables[name] = {
+                "phase": rt.phase, "error": rt.error, "blocked_on_sink": rt.blocked_on_sink,
+                "snapshot": snapshot_state(plan),
+                "chunks_done": len(plan.get("done", [])), "chunks_total": len(plan.get("chunks", [])),
+                "snapshot_rows": rt.snapshot_rows, "rows_applied": rt.rows_applied,
+                "lag_ms": rt.lag_ms, "last_offsets": rt.last_offsets,
+                "open_windows": len(rt.reconciler.windows),
+            }
+        return tables
+
     # -- the snapshot runner's steps (each one critical section)
 
     def lookup(self, name: str) -> TableRuntime | None:
@@ -160,6 +175,17 @@ class TableRegistry:
         with self._lock:
             if rt is not None and rt.phase == when:
                 rt.phase = phase
+
+
+def snapshot_state(plan: dict) -> str | None:
+    """none | running | paused | cancelled | finished: the table's latest snapshot plan."""
+    if not plan:
+        return None
+    if plan.get("cancelled"):
+        return "cancelled"
+    if plan.get("finished_at"):
+        return "finished"
+    return "paused" if plan.get("paused") else "running"
 
 
 def spec_to_dict(spec: TableSpec) -> dict:
