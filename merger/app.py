@@ -285,7 +285,7 @@ class Merger:
                 if runner.error is not None:
                     raise MergerError(f"snapshot failed: {_short(runner.error)}")
                 if time.monotonic() - last_status > 1.0:
-                    with processor.lock:
+                    with processor.tables.locked():
                         processor.publish_status()
                     last_status = time.monotonic()
                     logged_batch = _log_slow_batch(self.query, logged_batch)
@@ -356,11 +356,11 @@ def _append_progress(query, seen: int, path: str, ours: dict) -> int:
 
 def _publish_if_idle(processor) -> None:
     """Status now, unless a batch holds the processor (it publishes its own retries)."""
-    if processor.lock.acquire(blocking=False):
+    if processor.tables.try_lock():
         try:
             processor.publish_status()
         finally:
-            processor.lock.release()
+            processor.tables.unlock()
 
 
 def _short(exc) -> str:
