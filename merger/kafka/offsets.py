@@ -18,7 +18,7 @@ OFFSET_LATEST = -1
 TP = tuple[str, int]
 
 
-# a pseudo-partition in the offsets, never read from Kafka: see ``latestOffset``
+# a pseudo-partition in the offsets, never read from Kafka: see ``CdcKafkaStreamReader.latestOffset``
 TICK_TP: TP = ("__cdc_tick__", 0)
 
 
