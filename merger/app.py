@@ -153,7 +153,7 @@ class Merger:
 
         from merger import metrics
         from merger.catalog import SourceCatalog
-        from merger.kafka_source import CdcKafkaDataSource
+        from merger.kafka import CdcKafkaDataSource
         from merger.processor import BatchProcessor
         from merger.schema import SourceModes
         from merger.snapshot import SnapshotRunner
