@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" build' EXIT  # build/: what pip leaves after a non-editable install
 "$PY" -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install -q --upgrade pip >/dev/null
 "$tmp/venv/bin/pip" install -q '.[merger,test]'
