@@ -44,13 +44,17 @@ sys.path.insert(0, str(ROOT))
 from cdc import stack as local_stack  # noqa: E402
 
 DB = "bench_rowdecode"
-DDL = ("CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), "
-       "d DATETIME(3))")
+DDL = "CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), d DATETIME(3))"
 
 
 def _root(info):
-    return pymysql.connect(host=info.mariadb.host, port=info.mariadb.port, user="root",
-                           password=info.mariadb.root_password, autocommit=True)
+    return pymysql.connect(
+        host=info.mariadb.host,
+        port=info.mariadb.port,
+        user="root",
+        password=info.mariadb.root_password,
+        autocommit=True,
+    )
 
 
 def make_backlog(info, mode: str, rows: int, trx_size: int = 1000) -> dict:
@@ -67,11 +71,12 @@ def make_backlog(info, mode: str, rows: int, trx_size: int = 1000) -> dict:
             cur.execute("BEGIN")
             if mode == "single":
                 for i in range(trx_size):
-                    cur.execute(f"INSERT INTO {table} VALUES (%s, %s, 'some text value', 12.34, NOW(3))",
-                                (base + i, i))
+                    cur.execute(f"INSERT INTO {table} VALUES (%s, %s, 'some text value', 12.34, NOW(3))", (base + i, i))
             else:
-                cur.execute(f"INSERT INTO {table} VALUES " + ",".join(
-                    f"({base + i},{i},'some text value',12.34,NOW(3))" for i in range(trx_size)))
+                cur.execute(
+                    f"INSERT INTO {table} VALUES "
+                    + ",".join(f"({base + i},{i},'some text value',12.34,NOW(3))" for i in range(trx_size))
+                )
             cur.execute("COMMIT")
         cur.execute("SELECT @@gtid_binlog_pos")
         end = cur.fetchone()[0]
@@ -80,8 +85,12 @@ def make_backlog(info, mode: str, rows: int, trx_size: int = 1000) -> dict:
 
 
 def _settings(info) -> dict:
-    return {"host": info.mariadb.host, "port": info.mariadb.port, "user": "root",
-            "password": info.mariadb.root_password}
+    return {
+        "host": info.mariadb.host,
+        "port": info.mariadb.port,
+        "user": "root",
+        "password": info.mariadb.root_password,
+    }
 
 
 @contextlib.contextmanager
@@ -119,8 +128,7 @@ def read_backlog(info, backlog: dict, variant: str, timeout_s: float = 600) -> t
     """Decode every row of the backlog (from its GTID start up to the end GTID's commit).
     Returns (rows, wall seconds, CPU seconds of this process)."""
     from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
-    from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
-                                              WriteRowsEvent)
+    from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
     from ingest import binlog
 
@@ -129,15 +137,36 @@ def read_backlog(info, backlog: dict, variant: str, timeout_s: float = 600) -> t
     with contextlib.ExitStack() as stack:
         if variant == "fast":
             reader = binlog.open_reader(
-                {"host": info.mariadb.host, "port": info.mariadb.port, "user": "root",
-                 "password": info.mariadb.root_password}, 7301, backlog["gtid_start"], blocking=False)
+                {
+                    "host": info.mariadb.host,
+                    "port": info.mariadb.port,
+                    "user": "root",
+                    "password": info.mariadb.root_password,
+                },
+                7301,
+                backlog["gtid_start"],
+                blocking=False,
+            )
         else:
             table_map_cls = stack.enter_context(_cached_table_maps()) if variant == "cached" else TableMapEvent
             reader = _fixed_reader_class()(
-                connection_settings=_settings(info), server_id=7302, is_mariadb=True,
-                auto_position=backlog["gtid_start"], blocking=False, resume_stream=True,
-                only_events=[MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, table_map_cls,
-                             WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+                connection_settings=_settings(info),
+                server_id=7302,
+                is_mariadb=True,
+                auto_position=backlog["gtid_start"],
+                blocking=False,
+                resume_stream=True,
+                only_events=[
+                    MariadbGtidEvent,
+                    QueryEvent,
+                    XidEvent,
+                    RotateEvent,
+                    table_map_cls,
+                    WriteRowsEvent,
+                    UpdateRowsEvent,
+                    DeleteRowsEvent,
+                ],
+            )
         stack.callback(reader.close)
         n = 0
         gtid = None
@@ -196,9 +225,11 @@ def main(argv=None) -> int:
                     raise SystemExit(f"{variant}/{mode}: decoded {n} rows, expected {b['rows']}")
                 best = (took, cpu) if best is None else (min(best[0], took), min(best[1], cpu))
             results[(mode, variant)] = (b["rows"] / best[0], b["rows"] / best[1])
-            print(f"{mode:6s} {variant:6s} {b['rows']:>8d} rows  wall {best[0]:7.2f}s "
-                  f"{b['rows'] / best[0]:>9,.0f} rows/s   cpu {best[1]:7.2f}s {b['rows'] / best[1]:>9,.0f} rows/s",
-                  flush=True)
+            print(
+                f"{mode:6s} {variant:6s} {b['rows']:>8d} rows  wall {best[0]:7.2f}s "
+                f"{b['rows'] / best[0]:>9,.0f} rows/s   cpu {best[1]:7.2f}s {b['rows'] / best[1]:>9,.0f} rows/s",
+                flush=True,
+            )
     print()
     print(f"rows/s, best of {args.repeat} (wall clock / CPU time of the reading process)")
     print(f"| workload ({args.rows:,} rows) | " + " | ".join(variants) + " | fast/stock | fast/cached |")

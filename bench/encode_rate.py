@@ -26,15 +26,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=20_000)
     args = parser.parse_args()
-    cols = (col("id", "bigint", nullable=False), col("name", "varchar", position=2, length=100),
-            col("qty", "int", position=3), col("price", "decimal", position=4, length=10, scale=2),
-            col("created", "datetime", position=5), col("updated", "timestamp", position=6, fsp=6),
-            col("status", "enum", position=7, enum_values=("new", "paid")), col("score", "double", position=8),
-            col("note", "text", position=9), col("flag", "tinyint", position=10))
+    cols = (
+        col("id", "bigint", nullable=False),
+        col("name", "varchar", position=2, length=100),
+        col("qty", "int", position=3),
+        col("price", "decimal", position=4, length=10, scale=2),
+        col("created", "datetime", position=5),
+        col("updated", "timestamp", position=6, fsp=6),
+        col("status", "enum", position=7, enum_values=("new", "paid")),
+        col("score", "double", position=8),
+        col("note", "text", position=9),
+        col("flag", "tinyint", position=10),
+    )
     enc = TableEncoder(TableSpec("shop", "orders", cols, ("id",)), EnvelopeConfig("app"))
-    row = dict(id=1, name="Widget deluxe", qty=3, price=Decimal("19.99"), created=dt.datetime(2024, 5, 6, 7, 8, 9),
-               updated=dt.datetime(2024, 5, 6, 7, 8, 9, 123456), status="paid", score=4.25,
-               note="fast delivery please", flag=1)
+    row = dict(
+        id=1,
+        name="Widget deluxe",
+        qty=3,
+        price=Decimal("19.99"),
+        created=dt.datetime(2024, 5, 6, 7, 8, 9),
+        updated=dt.datetime(2024, 5, 6, 7, 8, 9, 123456),
+        status="paid",
+        score=4.25,
+        note="fast delivery please",
+        flag=1,
+    )
     t0 = time.perf_counter()
     for i in range(args.rows):
         row["id"] = i

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -38,13 +37,17 @@ sys.path.insert(0, str(ROOT))
 from cdc import stack as local_stack  # noqa: E402
 
 DB = "bench_ingest"
-DDL = ("CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), "
-       "d DATETIME(3))")
+DDL = "CREATE TABLE {t} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), d DATETIME(3))"
 
 
 def _root(info):
-    return pymysql.connect(host=info.mariadb.host, port=info.mariadb.port, user="root",
-                           password=info.mariadb.root_password, autocommit=True)
+    return pymysql.connect(
+        host=info.mariadb.host,
+        port=info.mariadb.port,
+        user="root",
+        password=info.mariadb.root_password,
+        autocommit=True,
+    )
 
 
 def make_backlog(info, mode: str, rows: int, trx_size: int = 1000) -> dict:
@@ -65,19 +68,27 @@ def make_backlog(info, mode: str, rows: int, trx_size: int = 1000) -> dict:
             cur.execute("BEGIN")
             if mode == "single":
                 for i in range(trx_size):
-                    cur.execute(f"INSERT INTO {table} VALUES (%s, %s, 'some text value', 12.34, NOW(3))",
-                                (base + i, i))
+                    cur.execute(f"INSERT INTO {table} VALUES (%s, %s, 'some text value', 12.34, NOW(3))", (base + i, i))
             else:
-                cur.execute(f"INSERT INTO {table} VALUES " + ",".join(
-                    f"({base + i},{i},'some text value',12.34,NOW(3))" for i in range(trx_size)))
+                cur.execute(
+                    f"INSERT INTO {table} VALUES "
+                    + ",".join(f"({base + i},{i},'some text value',12.34,NOW(3))" for i in range(trx_size))
+                )
             cur.execute("COMMIT")
         took = time.monotonic() - t0
         cur.execute("SELECT @@gtid_binlog_pos")
         end = cur.fetchone()[0]
         cur.execute("FLUSH BINARY LOGS")
     conn.close()
-    return {"mode": mode, "rows": rows, "table": table, "gtid_start": start, "gtid_end": end,
-            "binlog_file": file, "write_s": took}
+    return {
+        "mode": mode,
+        "rows": rows,
+        "table": table,
+        "gtid_start": start,
+        "gtid_end": end,
+        "binlog_file": file,
+        "write_s": took,
+    }
 
 
 # ------------------------------------------------------------------------------- ours
@@ -90,13 +101,23 @@ def run_ours(state_dir: str, backlog: dict) -> dict:
 
     info = local_stack.StackInfo.load(state_dir)
     prefix = f"bench{int(time.time() * 1000) % 10**9}"
-    cfg = load_model(IngestConfig, None, {
-        "topic_prefix": prefix, "server_id": 7100,
-        "mysql.host": info.mariadb.host, "mysql.port": info.mariadb.port, "mysql.user": info.mariadb.user,
-        "mysql.password_file": str(local_stack.secret_file(info, "mysql_password")),
-        "kafka.bootstrap_servers": info.kafka.bootstrap, "database_include": [DB],
-        "start.mode": "gtid", "start.gtid": backlog["gtid_start"], "heartbeat_interval_ms": 0,
-    })
+    cfg = load_model(
+        IngestConfig,
+        None,
+        {
+            "topic_prefix": prefix,
+            "server_id": 7100,
+            "mysql.host": info.mariadb.host,
+            "mysql.port": info.mariadb.port,
+            "mysql.user": info.mariadb.user,
+            "mysql.password_file": str(local_stack.secret_file(info, "mysql_password")),
+            "kafka.bootstrap_servers": info.kafka.bootstrap,
+            "database_include": [DB],
+            "start.mode": "gtid",
+            "start.gtid": backlog["gtid_start"],
+            "heartbeat_interval_ms": 0,
+        },
+    )
     ing = Ingest(cfg)
     stop = threading.Event()
     end_seq = int(backlog["gtid_end"].split("-")[-1])
@@ -122,10 +143,14 @@ def run_ours(state_dir: str, backlog: dict) -> dict:
     ing.run(stop)
     t_first, ev_first = marks["first"]
     events = ing.stats["events"]
-    return {"tool": "ingest (ours)", "events": events,
-            "seconds": marks["last"] - t_first, "events_per_s": (events - ev_first) / (marks["last"] - t_first),
-            "seconds_incl_startup": marks["last"] - t0,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "tool": "ingest (ours)",
+        "events": events,
+        "seconds": marks["last"] - t_first,
+        "events_per_s": (events - ev_first) / (marks["last"] - t_first),
+        "seconds_incl_startup": marks["last"] - t0,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 # ------------------------------------------------------------------------------- Debezium
@@ -172,14 +197,14 @@ def run_debezium(state_dir: str, mode: str, rows: int, work: str) -> dict:
     info = local_stack.StackInfo.load(state_dir)
     ref = DebeziumRef(info.mariadb, Path(work), log_level="WARN")
     prefix = f"dbz{int(time.time() * 1000) % 10**9}"
-    props = ref.properties(prefix, [DB], schemas_enable=False, extra={"max.queue.size": "8192",
-                                                                       "max.batch.size": "2048"})
+    props = ref.properties(
+        prefix, [DB], schemas_enable=False, extra={"max.queue.size": "8192", "max.batch.size": "2048"}
+    )
     from tests.debezium_ref import PROBE_DB, PROBE_TABLE
 
     counter = _GatedCounter(f"{prefix}.{DB}.t_{mode}", f"{prefix}.{PROBE_DB}.{PROBE_TABLE}", rows)
     ref._ensure_probe()
-    engine = DebeziumEngine(properties=props, handler=counter, format=ref._engine_format(),
-                            jvm_opts=ref.jvm_opts)
+    engine = DebeziumEngine(properties=props, handler=counter, format=ref._engine_format(), jvm_opts=ref.jvm_opts)
     thread = threading.Thread(target=engine.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 180
@@ -195,9 +220,14 @@ def run_debezium(state_dir: str, mode: str, rows: int, work: str) -> dict:
     took = counter.last - t0
     engine.close()
     thread.join(30)
-    return {"tool": "Debezium 3.6 embedded", "events": counter.count, "seconds": took,
-            "events_per_s": counter.count / took, "backlog": backlog,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "tool": "Debezium 3.6 embedded",
+        "events": counter.count,
+        "seconds": took,
+        "events_per_s": counter.count / took,
+        "backlog": backlog,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 # ------------------------------------------------------------------------------- mariadb-binlog
@@ -206,22 +236,31 @@ def run_debezium(state_dir: str, mode: str, rows: int, work: str) -> dict:
 def run_mariadb_binlog(info, backlog: dict) -> dict:
     path = Path(info.mariadb.datadir) / backlog["binlog_file"]
     t0 = time.monotonic()
-    res = subprocess.run(["mariadb-binlog", "--base64-output=decode-rows", "-v", str(path)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    res = subprocess.run(
+        ["mariadb-binlog", "--base64-output=decode-rows", "-v", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     took = time.monotonic() - t0
     if res.returncode:
         raise RuntimeError(res.stderr.decode()[-500:])
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"tool": "mariadb-binlog (decode only)", "events": backlog["rows"], "seconds": took,
-            "events_per_s": backlog["rows"] / took, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {
+        "tool": "mariadb-binlog (decode only)",
+        "events": backlog["rows"],
+        "seconds": took,
+        "events_per_s": backlog["rows"] / took,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+    }
 
 
 # ------------------------------------------------------------------------------- driver
 
 
 def _child(args: list[str]) -> dict:
-    out = subprocess.run([sys.executable, "-m", "bench.ingest_throughput", *args], cwd=ROOT,
-                         capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.ingest_throughput", *args], cwd=ROOT, capture_output=True, text=True, timeout=1800
+    )
     if out.returncode:
         raise RuntimeError(f"child {args} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -242,8 +281,7 @@ def main() -> None:
         print(json.dumps(run_ours(args.state_dir, json.loads(args.backlog))))
         return
     if args.child == "debezium":
-        print(json.dumps(run_debezium(args.state_dir, args.mode, args.rows,
-                                      str(Path(args.state_dir) / "dbz-work"))))
+        print(json.dumps(run_debezium(args.state_dir, args.mode, args.rows, str(Path(args.state_dir) / "dbz-work"))))
         return
 
     info = local_stack.up(Path(args.state_dir))
@@ -252,24 +290,33 @@ def main() -> None:
         if args.skip_debezium:
             backlog = make_backlog(info, mode, args.rows)
         else:
-            dbz = _child(["--child", "debezium", "--mode", mode, "--rows", str(args.rows),
-                          "--state-dir", args.state_dir])
+            dbz = _child(
+                ["--child", "debezium", "--mode", mode, "--rows", str(args.rows), "--state-dir", args.state_dir]
+            )
             backlog = dbz.pop("backlog")
         ours = _child(["--child", "ours", "--backlog", json.dumps(backlog), "--state-dir", args.state_dir])
         binlog = run_mariadb_binlog(info, backlog)
-        for r in ([ours] + ([] if args.skip_debezium else [dbz]) + [binlog]):
+        for r in [ours] + ([] if args.skip_debezium else [dbz]) + [binlog]:
             r["mode"] = mode
             results.append(r)
-            print(f"{mode:6s} {r['tool']:30s} {r['events']:>8d} events {r['seconds']:7.2f} s "
-                  f"{r['events_per_s']:>10,.0f} events/s  peak RSS {r['peak_rss_mb']:6.0f} MB", flush=True)
+            print(
+                f"{mode:6s} {r['tool']:30s} {r['events']:>8d} events {r['seconds']:7.2f} s "
+                f"{r['events_per_s']:>10,.0f} events/s  peak RSS {r['peak_rss_mb']:6.0f} MB",
+                flush=True,
+            )
     if args.record:
-        lines = [f"\n### ingest streaming throughput — {time.strftime('%Y-%m-%d')}, 2 cores / 24 GB, "
-                 f"{args.rows:,} rows in transactions of 1,000\n",
-                 "| workload | tool | events | seconds | events/s | peak RSS MB |", "|---|---|---|---|---|---|"]
+        lines = [
+            f"\n### ingest streaming throughput — {time.strftime('%Y-%m-%d')}, 2 cores / 24 GB, "
+            f"{args.rows:,} rows in transactions of 1,000\n",
+            "| workload | tool | events | seconds | events/s | peak RSS MB |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in results:
             wl = "one-row INSERTs" if r["mode"] == "single" else "multi-row INSERTs"
-            lines.append(f"| {wl} | {r['tool']} | {r['events']:,} | {r['seconds']:.2f} | "
-                         f"{r['events_per_s']:,.0f} | {r['peak_rss_mb']:.0f} |")
+            lines.append(
+                f"| {wl} | {r['tool']} | {r['events']:,} | {r['seconds']:.2f} | "
+                f"{r['events_per_s']:,.0f} | {r['peak_rss_mb']:.0f} |"
+            )
         with open(ROOT / "bench" / "RESULTS.md", "a") as f:
             f.write("\n".join(lines) + "\n")
 

@@ -68,7 +68,7 @@ DB = "bench_merger"
 BIG = "big"
 LAT = "lat"
 WARM = "warm"
-LAT_PRELOAD = 20_000          # rows the UPDATEs cycle through (each revisited every 40 s at 1000/s)
+LAT_PRELOAD = 20_000  # rows the UPDATEs cycle through (each revisited every 40 s at 1000/s)
 LAT_INSERT_BASE = 10_000_000  # ids of the INSERTed rows start here
 
 TARGET_PG_ROWS_S = 150_000
@@ -80,17 +80,32 @@ def log(msg: str) -> None:
 
 
 def root_conn(info, db: str | None = None, **kw) -> pymysql.Connection:
-    return pymysql.connect(host=info.mariadb.host, port=info.mariadb.port, user="root",
-                           password=info.mariadb.root_password, database=db, autocommit=True,
-                           connect_timeout=10, **kw)
+    return pymysql.connect(
+        host=info.mariadb.host,
+        port=info.mariadb.port,
+        user="root",
+        password=info.mariadb.root_password,
+        database=db,
+        autocommit=True,
+        connect_timeout=10,
+        **kw,
+    )
 
 
 def pg_conn(info):
     import psycopg
 
     p = info.postgres
-    return psycopg.connect(host=p.host, port=p.port, user=p.user, password=p.password, dbname=p.database,
-                           autocommit=True, connect_timeout=10, application_name="merger-bench")
+    return psycopg.connect(
+        host=p.host,
+        port=p.port,
+        user=p.user,
+        password=p.password,
+        dbname=p.database,
+        autocommit=True,
+        connect_timeout=10,
+        application_name="merger-bench",
+    )
 
 
 def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5, alive=None):
@@ -117,8 +132,9 @@ def ensure_big_table(info, rows: int) -> float | None:
     try:
         with conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
-            cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
-                        (DB, BIG))
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s", (DB, BIG)
+            )
             if cur.fetchone()[0]:
                 cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM {DB}.{BIG}")
                 n, top = cur.fetchone()
@@ -126,16 +142,20 @@ def ensure_big_table(info, rows: int) -> float | None:
                     return None
             t0 = time.monotonic()
             cur.execute(f"DROP TABLE IF EXISTS {DB}.{BIG}")
-            cur.execute(f"CREATE TABLE {DB}.{BIG} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), "
-                        "d DATETIME(3), e BIGINT) ENGINE=InnoDB")
+            cur.execute(
+                f"CREATE TABLE {DB}.{BIG} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), "
+                "d DATETIME(3), e BIGINT) ENGINE=InnoDB"
+            )
             step = 200_000
             for lo in range(1, rows + 1, step):
                 hi = min(lo + step - 1, rows)
                 # the sequence engine needs the database prefix
-                cur.execute(f"INSERT INTO {DB}.{BIG} SELECT seq, seq % 1000, "
-                            f"CONCAT('row-', seq, '-', LEFT(MD5(seq), 24)), (seq % 100000) / 100, "
-                            f"TIMESTAMP'2024-01-01 00:00:00' + INTERVAL seq SECOND + INTERVAL (seq % 1000) * 1000 "
-                            f"MICROSECOND, seq * 1000003 FROM {DB}.seq_{lo}_to_{hi}")
+                cur.execute(
+                    f"INSERT INTO {DB}.{BIG} SELECT seq, seq % 1000, "
+                    f"CONCAT('row-', seq, '-', LEFT(MD5(seq), 24)), (seq % 100000) / 100, "
+                    f"TIMESTAMP'2024-01-01 00:00:00' + INTERVAL seq SECOND + INTERVAL (seq % 1000) * 1000 "
+                    f"MICROSECOND, seq * 1000003 FROM {DB}.seq_{lo}_to_{hi}"
+                )
             cur.execute(f"ANALYZE TABLE {DB}.{BIG}")
             return time.monotonic() - t0
     finally:
@@ -148,9 +168,13 @@ def reset_lat_table(info) -> None:
         with conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
             cur.execute(f"DROP TABLE IF EXISTS {DB}.{LAT}")
-            cur.execute(f"CREATE TABLE {DB}.{LAT} (id INT PRIMARY KEY, w BIGINT NOT NULL, v INT NOT NULL, "
-                        "ts DATETIME(6) NOT NULL, pad VARCHAR(40)) ENGINE=InnoDB")
-            cur.execute(f"INSERT INTO {DB}.{LAT} SELECT seq, 0, 0, NOW(6), 'preloaded' FROM {DB}.seq_1_to_{LAT_PRELOAD}")
+            cur.execute(
+                f"CREATE TABLE {DB}.{LAT} (id INT PRIMARY KEY, w BIGINT NOT NULL, v INT NOT NULL, "
+                "ts DATETIME(6) NOT NULL, pad VARCHAR(40)) ENGINE=InnoDB"
+            )
+            cur.execute(
+                f"INSERT INTO {DB}.{LAT} SELECT seq, 0, 0, NOW(6), 'preloaded' FROM {DB}.seq_1_to_{LAT_PRELOAD}"
+            )
     finally:
         conn.close()
 
@@ -189,8 +213,8 @@ def _stat_full(pid: int) -> tuple[int, int, int, str] | None:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    comm = raw[raw.index("(") + 1:raw.rindex(")")]
-    rest = raw[raw.rindex(")") + 2:].split()
+    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+    rest = raw[raw.rindex(")") + 2 :].split()
     return int(rest[1]), int(rest[19]), int(rest[11]) + int(rest[12]), comm
 
 
@@ -230,8 +254,8 @@ class TreeSampler(threading.Thread):
         self.interval = interval
         self.stop_event = threading.Event()
         self.seen: dict[int, tuple[int, str]] = {}  # pid -> (starttime, kind)
-        self.peak_proc: dict[str, int] = {}         # kind -> largest single process
-        self.peak_sum: dict[str, int] = {}          # kind -> largest sum of one sample
+        self.peak_proc: dict[str, int] = {}  # kind -> largest single process
+        self.peak_sum: dict[str, int] = {}  # kind -> largest sum of one sample
         self.max_count: dict[str, int] = {}
         self.peak_total = 0
         self.samples = 0
@@ -378,13 +402,22 @@ class TreeSampler(threading.Thread):
         if self.machine_first and self.machine_last:
             busy = self.machine_last[0] - self.machine_first[0]
             wall = (self.machine_last[1] - self.machine_first[1]) / (os.cpu_count() or 1)
-        return {"by_label": dict(sorted(out.items(), key=lambda kv: -kv[1])),
-                "machine_busy_s": busy, "wall_s": wall}
+        return {"by_label": dict(sorted(out.items(), key=lambda kv: -kv[1])), "machine_busy_s": busy, "wall_s": wall}
 
     def report(self) -> dict:
-        return {"peak_total_mb": self.peak_total / 1024, "samples": self.samples, "cpu": self.cpu_report(),
-                "kinds": {k: {"peak_proc_mb": self.peak_proc[k] / 1024, "peak_sum_mb": self.peak_sum.get(k, 0) / 1024,
-                              "max_count": self.max_count.get(k, 0)} for k in sorted(self.peak_proc)}}
+        return {
+            "peak_total_mb": self.peak_total / 1024,
+            "samples": self.samples,
+            "cpu": self.cpu_report(),
+            "kinds": {
+                k: {
+                    "peak_proc_mb": self.peak_proc[k] / 1024,
+                    "peak_sum_mb": self.peak_sum.get(k, 0) / 1024,
+                    "max_count": self.max_count.get(k, 0),
+                }
+                for k in sorted(self.peak_proc)
+            },
+        }
 
 
 def merge_rss(reports: list[dict]) -> dict:
@@ -404,8 +437,17 @@ def merge_rss(reports: list[dict]) -> dict:
 class Run:
     """An ingest + merger pair with a fresh topic prefix, state dir and sink."""
 
-    def __init__(self, info, work: Path, name: str, sinks: list[str], table_include: list[str],
-                 snapshot: dict, trigger_ms: int, spark_conf: dict):
+    def __init__(
+        self,
+        info,
+        work: Path,
+        name: str,
+        sinks: list[str],
+        table_include: list[str],
+        snapshot: dict,
+        trigger_ms: int,
+        spark_conf: dict,
+    ):
         self.info = info
         self.name = name
         self.dir = work / name
@@ -463,13 +505,27 @@ class Run:
         if "delta" in self.sinks:
             sinks["delta"] = {"path": str(self.delta_base)}
         if "postgres" in self.sinks:
-            sinks["postgres"] = {"host": info.postgres.host, "port": info.postgres.port, "user": info.postgres.user,
-                                 "dbname": info.postgres.database, "schema": self.pg_schema,
-                                 "password_file": str(local_stack.secret_file(info, "postgres_password"))}
-        mcfg = write_merger_config(info, self.dir / "merger.yaml", self.prefix, [DB], self.dir,
-                                   table_include=self.table_include, sinks=sinks, snapshot=self.snapshot,
-                                   trigger_interval_ms=self.trigger_ms, spark_conf=self.spark_conf,
-                                   **MERGER_SETTINGS)
+            sinks["postgres"] = {
+                "host": info.postgres.host,
+                "port": info.postgres.port,
+                "user": info.postgres.user,
+                "dbname": info.postgres.database,
+                "schema": self.pg_schema,
+                "password_file": str(local_stack.secret_file(info, "postgres_password")),
+            }
+        mcfg = write_merger_config(
+            info,
+            self.dir / "merger.yaml",
+            self.prefix,
+            [DB],
+            self.dir,
+            table_include=self.table_include,
+            sinks=sinks,
+            snapshot=self.snapshot,
+            trigger_interval_ms=self.trigger_ms,
+            spark_conf=self.spark_conf,
+            **MERGER_SETTINGS,
+        )
         self.started_at = time.time()
         self.merger = MergerProcess(mcfg, self.dir / "merger.log").start()
         self.sampler = TreeSampler(self.merger.proc.pid)
@@ -499,8 +555,9 @@ class Run:
                 from psycopg import sql
 
                 with pg_conn(self.info) as conn:
-                    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
-                        sql.Identifier(self.pg_schema, table))).fetchone()[0]
+                    return conn.execute(
+                        sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.pg_schema, table))
+                    ).fetchone()[0]
             from merger.sinks.delta import DeltaSink
 
             return DeltaSink(str(self.delta_base)).count((DB, table))
@@ -522,8 +579,13 @@ class Run:
         reads = [float(x) for x in re.findall(r"rows staged in ([0-9.]+)s", text)]
         emitted = len(re.findall(r"emitted: \d+ rows", text))
         expired = len(re.findall(r"expired; its chunks will be read again", text))
-        return {"windows": len(reads), "read_s_sum": sum(reads), "read_s_max": max(reads, default=0.0),
-                "emitted": emitted, "expired": expired}
+        return {
+            "windows": len(reads),
+            "read_s_sum": sum(reads),
+            "read_s_max": max(reads, default=0.0),
+            "emitted": emitted,
+            "expired": expired,
+        }
 
 
 def drop_pg_schema(info, schema: str) -> None:
@@ -537,10 +599,12 @@ def drop_pg_schema(info, schema: str) -> None:
         exists = conn.execute("SELECT to_regclass('_cdc._cdc_applied')").fetchone()[0]
         if exists:
             for table in (BIG, LAT, WARM):
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
-                    sql.Identifier("_cdc", helper._tomb_name(schema, table))))
-            conn.execute("DELETE FROM _cdc._cdc_applied WHERE table_name LIKE %s",
-                         ('"' + schema.replace('"', '""') + '".%',))
+                conn.execute(
+                    sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier("_cdc", helper._tomb_name(schema, table)))
+                )
+            conn.execute(
+                "DELETE FROM _cdc._cdc_applied WHERE table_name LIKE %s", ('"' + schema.replace('"', '""') + '".%',)
+            )
 
 
 MERGER_SETTINGS: dict = {}  # --merger-set KEY=VALUE (dotted config keys)
@@ -556,8 +620,13 @@ def spark_conf(args) -> dict:
 
 def snapshot_settings(parallelism: int, chunk_size: int, **extra) -> dict:
     # chunks_per_window: the product default (4), at least one chunk per parallel read
-    return {"parallelism": parallelism, "chunks_per_window": max(4, parallelism), "chunk_size": chunk_size,
-            "window_timeout_s": 900, **extra}
+    return {
+        "parallelism": parallelism,
+        "chunks_per_window": max(4, parallelism),
+        "chunk_size": chunk_size,
+        "window_timeout_s": 900,
+        **extra,
+    }
 
 
 # ----------------------------------------------------------------------------- figure 1
@@ -569,8 +638,9 @@ def ensure_warm_table(info) -> None:
     conn = root_conn(info)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
-                        (DB, WARM))
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s", (DB, WARM)
+            )
             if not cur.fetchone()[0]:
                 cur.execute(f"CREATE TABLE {DB}.{WARM} LIKE {DB}.{BIG}")
                 cur.execute(f"INSERT INTO {DB}.{WARM} SELECT * FROM {DB}.{BIG} WHERE id <= 100000")
@@ -586,8 +656,16 @@ def run_snapshot(info, args, work: Path, sink: str, parallelism: int, warm: bool
 
     settings = snapshot_settings(parallelism, args.chunk_size, **({"auto_new_tables": False} if warm else {}))
     tables = [rf"{DB}\.{BIG}"] + ([rf"{DB}\.{WARM}"] if warm else [])
-    run = Run(info, work, f"snap-{sink}-p{parallelism}{'-warm' if warm else ''}", [sink], tables,
-              settings, args.trigger_ms, spark_conf(args))
+    run = Run(
+        info,
+        work,
+        f"snap-{sink}-p{parallelism}{'-warm' if warm else ''}",
+        [sink],
+        tables,
+        settings,
+        args.trigger_ms,
+        spark_conf(args),
+    )
     timeout = args.snapshot_timeout or (300 + args.rows / 2000)
     try:
         log(f"snapshot {sink} p={parallelism}{' warm' if warm else ''}: starting ingest ({run.prefix}) and merger")
@@ -595,14 +673,23 @@ def run_snapshot(info, args, work: Path, sink: str, parallelism: int, warm: bool
         if warm:
             wait_for(run.status, 240, "the merger's first status.json", alive=run.check_alive)
             StateStore(run.state).request("snapshot", f"{DB}.{WARM}", where=None)
-            wait_for(lambda: (p := run.plan(WARM)) and p.get("finished_at"), timeout,
-                     f"the warm-up snapshot of {DB}.{WARM}", alive=run.check_alive)
+            wait_for(
+                lambda: (p := run.plan(WARM)) and p.get("finished_at"),
+                timeout,
+                f"the warm-up snapshot of {DB}.{WARM}",
+                alive=run.check_alive,
+            )
             StateStore(run.state).request("snapshot", f"{DB}.{BIG}", where=None)
-        wait_for(lambda: run.plan(BIG), timeout, f"the snapshot plan of {DB}.{BIG}", interval=0.1,
-                 alive=run.check_alive)
+        wait_for(
+            lambda: run.plan(BIG), timeout, f"the snapshot plan of {DB}.{BIG}", interval=0.1, alive=run.check_alive
+        )
         run.sampler.mark()
-        plan = wait_for(lambda: (p := run.plan(BIG)) and p.get("finished_at") and p, timeout,
-                        f"the snapshot of {DB}.{BIG} into {sink} (p={parallelism})", alive=run.check_alive)
+        plan = wait_for(
+            lambda: (p := run.plan(BIG)) and p.get("finished_at") and p,
+            timeout,
+            f"the snapshot of {DB}.{BIG} into {sink} (p={parallelism})",
+            alive=run.check_alive,
+        )
         count = run.sink_count(sink, BIG)
         windows = run.window_stats()
         rss = run.sampler.report()
@@ -612,13 +699,26 @@ def run_snapshot(info, args, work: Path, sink: str, parallelism: int, warm: bool
     snap_s = plan["finished_at"] - plan["created_at"]
     wall_s = plan["finished_at"] - run.started_at
     rows = plan.get("rows") or args.rows
-    res = {"sink": sink, "parallelism": parallelism, "warm": warm, "rows": rows, "chunks": len(plan.get("chunks", [])),
-           "snapshot_s": snap_s, "rows_per_s": rows / snap_s if snap_s > 0 else 0.0,
-           "wall_s": wall_s, "wall_rows_per_s": rows / wall_s if wall_s > 0 else 0.0,
-           "startup_s": plan["created_at"] - run.started_at, "sink_count": count, "windows": windows, "rss": rss}
+    res = {
+        "sink": sink,
+        "parallelism": parallelism,
+        "warm": warm,
+        "rows": rows,
+        "chunks": len(plan.get("chunks", [])),
+        "snapshot_s": snap_s,
+        "rows_per_s": rows / snap_s if snap_s > 0 else 0.0,
+        "wall_s": wall_s,
+        "wall_rows_per_s": rows / wall_s if wall_s > 0 else 0.0,
+        "startup_s": plan["created_at"] - run.started_at,
+        "sink_count": count,
+        "windows": windows,
+        "rss": rss,
+    }
     ok = "ok" if count == args.rows else f"MISMATCH: sink has {count}"
-    log(f"snapshot {sink} p={parallelism}: {rows:,} rows in {snap_s:.1f}s = {res['rows_per_s']:,.0f} rows/s "
-        f"(wall {wall_s:.1f}s) [{ok}]")
+    log(
+        f"snapshot {sink} p={parallelism}: {rows:,} rows in {snap_s:.1f}s = {res['rows_per_s']:,.0f} rows/s "
+        f"(wall {wall_s:.1f}s) [{ok}]"
+    )
     return res
 
 
@@ -633,7 +733,7 @@ class PacedWriter(threading.Thread):
         self.conn = root_conn(info, DB)
         self.rate = rate
         self.stop_event = threading.Event()
-        self.ids: dict[int, int] = {}        # w -> id
+        self.ids: dict[int, int] = {}  # w -> id
         self.committed: dict[int, float] = {}  # w -> commit time (time.time())
         self.next_w = 1
         self.error: BaseException | None = None
@@ -661,8 +761,9 @@ class PacedWriter(threading.Thread):
                         row_id = LAT_INSERT_BASE + ins
                         ins += 1
                         self.ids[w] = row_id
-                        cur.execute(f"INSERT INTO {LAT} (id, w, v, ts, pad) VALUES (%s, %s, 0, NOW(6), 'inserted')",
-                                    (row_id, w))
+                        cur.execute(
+                            f"INSERT INTO {LAT} (id, w, v, ts, pad) VALUES (%s, %s, 0, NOW(6), 'inserted')", (row_id, w)
+                        )
                     self.committed[w] = time.time()
                     self.next_w = w + 1
         except BaseException as exc:  # reported by the caller
@@ -759,16 +860,18 @@ class PgPoller(SinkPoller):
             if self.conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone()[0] is None:
                 return False
             # the poll looks up recent writes by w: an index keeps it cheap as the table grows
-            self.conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS bench_lat_w ON {} (w)").format(
-                sql.Identifier(self.schema, LAT)))
+            self.conn.execute(
+                sql.SQL("CREATE INDEX IF NOT EXISTS bench_lat_w ON {} (w)").format(sql.Identifier(self.schema, LAT))
+            )
             self.indexed = True
         return True
 
     def fetch(self, lo: int) -> list[tuple[int, int]]:
         from psycopg import sql
 
-        return self.conn.execute(sql.SQL("SELECT id, w FROM {} WHERE w >= %s").format(
-            sql.Identifier(self.schema, LAT)), (lo,)).fetchall()
+        return self.conn.execute(
+            sql.SQL("SELECT id, w FROM {} WHERE w >= %s").format(sql.Identifier(self.schema, LAT)), (lo,)
+        ).fetchall()
 
     def stop(self) -> None:
         super().stop()
@@ -813,9 +916,16 @@ class KafkaPoller(SinkPoller):
         from confluent_kafka import Consumer
 
         self.topic = topic
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 100,
+            }
+        )
         self.subscribed = False
 
     def ready(self) -> bool:
@@ -857,25 +967,49 @@ def phase_stats(writer: PacedWriter, poller: SinkPoller, t0: float, t1: float) -
     lat = sorted(poller.seen[w] - writer.committed[w] for w in ws if w in poller.seen)
     superseded = sum(1 for w in ws if w in poller.superseded)
     unseen = len(ws) - len(lat) - superseded
-    return {"writes": len(ws), "rate": len(ws) / (t1 - t0) if t1 > t0 else 0.0, "measured": len(lat),
-            "superseded": superseded, "unseen": unseen, "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
-            "max_s": lat[-1] if lat else None, "seconds": t1 - t0}
+    return {
+        "writes": len(ws),
+        "rate": len(ws) / (t1 - t0) if t1 > t0 else 0.0,
+        "measured": len(lat),
+        "superseded": superseded,
+        "unseen": unseen,
+        "p50_s": percentile(lat, 50),
+        "p99_s": percentile(lat, 99),
+        "max_s": lat[-1] if lat else None,
+        "seconds": t1 - t0,
+    }
 
 
 def merger_part(writer: PacedWriter, kafka: SinkPoller, sink: SinkPoller, t0: float, t1: float) -> dict:
     """Topic -> sink: for the writes both saw, the sink's first sight minus the topic's."""
     ws = [w for w, t in writer.committed.items() if t0 <= t < t1 and w in kafka.seen and w in sink.seen]
     lat = sorted(sink.seen[w] - kafka.seen[w] for w in ws)
-    return {"writes": len(ws), "rate": len(ws) / (t1 - t0) if t1 > t0 else 0.0, "measured": len(lat),
-            "superseded": 0, "unseen": 0, "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
-            "max_s": lat[-1] if lat else None, "seconds": t1 - t0, "part": True}
+    return {
+        "writes": len(ws),
+        "rate": len(ws) / (t1 - t0) if t1 > t0 else 0.0,
+        "measured": len(lat),
+        "superseded": 0,
+        "unseen": 0,
+        "p50_s": percentile(lat, 50),
+        "p99_s": percentile(lat, 99),
+        "max_s": lat[-1] if lat else None,
+        "seconds": t1 - t0,
+        "part": True,
+    }
 
 
 def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
     reset_lat_table(info)
-    run = Run(info, work, "latency", sinks, [rf"{DB}\.{LAT}", rf"{DB}\.{BIG}"],
-              snapshot_settings(args.latency_parallelism, args.chunk_size, auto_new_tables=False),
-              args.trigger_ms, spark_conf(args))
+    run = Run(
+        info,
+        work,
+        "latency",
+        sinks,
+        [rf"{DB}\.{LAT}", rf"{DB}\.{BIG}"],
+        snapshot_settings(args.latency_parallelism, args.chunk_size, auto_new_tables=False),
+        args.trigger_ms,
+        spark_conf(args),
+    )
     writer = PacedWriter(info, args.rate)
     pollers: list[SinkPoller] = []
     if "postgres" in sinks:
@@ -904,8 +1038,10 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
 
         wait_for(lambda: all(p.seen for p in pollers), 240, "the first write to reach every sink", alive=writer_ok)
         marks["first_visible"] = time.time()
-        log(f"latency: first write visible after {marks['first_visible'] - marks['writer_start']:.1f}s; "
-            f"warm-up {args.warmup_seconds:.0f}s, then idle phase {args.latency_seconds:.0f}s")
+        log(
+            f"latency: first write visible after {marks['first_visible'] - marks['writer_start']:.1f}s; "
+            f"warm-up {args.warmup_seconds:.0f}s, then idle phase {args.latency_seconds:.0f}s"
+        )
         time.sleep(args.warmup_seconds)
         marks["idle_start"] = time.time()
         run.sampler.mark()
@@ -923,8 +1059,12 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
             marks["snap_start"] = time.time()
             run.sampler.mark()
             timeout = args.snapshot_timeout or (300 + args.rows / 2000)
-            snap_plan = wait_for(lambda: (p := run.plan(BIG)) and p.get("finished_at") and p, timeout,
-                                 f"the snapshot of {DB}.{BIG} during the latency phase", alive=writer_ok)
+            snap_plan = wait_for(
+                lambda: (p := run.plan(BIG)) and p.get("finished_at") and p,
+                timeout,
+                f"the snapshot of {DB}.{BIG} during the latency phase",
+                alive=writer_ok,
+            )
             marks["snap_end"] = time.time()
             cpu["during snapshot"] = run.sampler.cpu_report()
         writer.stop()
@@ -932,8 +1072,12 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
             raise RuntimeError(f"writer failed: {writer.error!r}")
         top = writer.next_w
         try:
-            wait_for(lambda: all(p.caught_up(top) for p in pollers), args.drain_seconds,
-                     "every write to reach the sinks", alive=run.check_alive)
+            wait_for(
+                lambda: all(p.caught_up(top) for p in pollers),
+                args.drain_seconds,
+                "every write to reach the sinks",
+                alive=run.check_alive,
+            )
         except TimeoutError as exc:
             log(f"latency: {exc} (counted as unseen)")
         counts = {s: run.sink_count(s, BIG) for s in sinks} if snap_plan else {}
@@ -941,8 +1085,11 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
             with open(run.dir / "writes.csv", "w") as f:
                 f.write("w,id,committed," + ",".join(p.sink for p in pollers) + "\n")
                 for w, t in sorted(writer.committed.items()):
-                    f.write(f"{w},{writer.ids.get(w)},{t:.4f}," + ",".join(
-                        f"{p.seen[w]:.4f}" if w in p.seen else "" for p in pollers) + "\n")
+                    f.write(
+                        f"{w},{writer.ids.get(w)},{t:.4f},"
+                        + ",".join(f"{p.seen[w]:.4f}" if w in p.seen else "" for p in pollers)
+                        + "\n"
+                    )
             (run.dir / "marks.json").write_text(json.dumps(marks))
         rss = run.sampler.report()
         windows = run.window_stats()
@@ -953,18 +1100,35 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
             p.stop()
         run.stop()
         run.cleanup(args.keep)
-    out = {"sinks": sinks, "rate_target": args.rate, "rss": rss, "windows": windows, "phases": {}, "cpu": cpu,
-           "pollers": {p.sink: {"polls": p.polls, "avg_poll_ms": 1000 * p.poll_s / p.polls if p.polls else None,
-                                "errors": p.errors, "last_error": p.last_error} for p in pollers},
-           "first_visible_s": marks["first_visible"] - marks["writer_start"],
-           "lat_status": (status.get("tables") or {}).get(f"{DB}.{LAT}")}
+    out = {
+        "sinks": sinks,
+        "rate_target": args.rate,
+        "rss": rss,
+        "windows": windows,
+        "phases": {},
+        "cpu": cpu,
+        "pollers": {
+            p.sink: {
+                "polls": p.polls,
+                "avg_poll_ms": 1000 * p.poll_s / p.polls if p.polls else None,
+                "errors": p.errors,
+                "last_error": p.last_error,
+            }
+            for p in pollers
+        },
+        "first_visible_s": marks["first_visible"] - marks["writer_start"],
+        "lat_status": (status.get("tables") or {}).get(f"{DB}.{LAT}"),
+    }
     phases = [("idle", marks["idle_start"], marks["idle_end"])]
     if snap_plan:
         phases.append(("during snapshot", marks["snap_start"], marks["snap_end"]))
         snap_s = snap_plan["finished_at"] - snap_plan["created_at"]
-        out["snapshot"] = {"rows": snap_plan.get("rows"), "snapshot_s": snap_s,
-                           "rows_per_s": (snap_plan.get("rows") or 0) / snap_s if snap_s > 0 else 0.0,
-                           "sink_counts": counts}
+        out["snapshot"] = {
+            "rows": snap_plan.get("rows"),
+            "snapshot_s": snap_s,
+            "rows_per_s": (snap_plan.get("rows") or 0) / snap_s if snap_s > 0 else 0.0,
+            "sink_counts": counts,
+        }
     kafka = next((p for p in pollers if p.sink == "kafka"), None)
     for name, t0, t1 in phases:
         out["phases"][name] = {p.sink: phase_stats(writer, p, t0, t1) for p in pollers}
@@ -984,45 +1148,72 @@ def fmt_s(v: float | None) -> str:
 def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict | None) -> list[str]:
     """Markdown lines (printed, and appended to RESULTS.md with --record)."""
     L = []
-    L.append(f"Machine: {env['cpus']} CPUs, {env['mem_gb']:.0f} GB; load average at start {env['load']}; "
-             f"merger trigger {args.trigger_ms} ms, Spark conf: product defaults (local mode, driver 2g)"
-             + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else ""))
+    L.append(
+        f"Machine: {env['cpus']} CPUs, {env['mem_gb']:.0f} GB; load average at start {env['load']}; "
+        f"merger trigger {args.trigger_ms} ms, Spark conf: product defaults (local mode, driver 2g)"
+        + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else "")
+    )
     if baseline:
-        L += ["", f"Source table `{DB}.{BIG}`: {baseline['rows']:,} rows (id INT PK, a INT, b VARCHAR(40), "
-                  "c DECIMAL(10,2), d DATETIME(3), e BIGINT).",
-              f"Baseline: one pymysql connection streaming `SELECT *` (SSCursor): {baseline['rows']:,} rows in "
-              f"{baseline['seconds']:.2f} s = {baseline['rows_per_s']:,.0f} rows/s."]
+        L += [
+            "",
+            f"Source table `{DB}.{BIG}`: {baseline['rows']:,} rows (id INT PK, a INT, b VARCHAR(40), "
+            "c DECIMAL(10,2), d DATETIME(3), e BIGINT).",
+            f"Baseline: one pymysql connection streaming `SELECT *` (SSCursor): {baseline['rows']:,} rows in "
+            f"{baseline['seconds']:.2f} s = {baseline['rows_per_s']:,.0f} rows/s.",
+        ]
     if snaps:
-        L += ["", f"Snapshot throughput (one sink per run; chunk_size {args.chunk_size:,}, chunks_per_window = "
-                  "max(4, parallelism); time = plan created_at -> finished_at; wall = merger start -> finished_at):", "",
-              "| sink | parallelism | rows | chunks | snapshot s | rows/s | wall s | rows/s (wall) | "
-              "vs pymysql SELECT * | target | windows read s (sum/max) | peak RSS tree MB |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        L += [
+            "",
+            f"Snapshot throughput (one sink per run; chunk_size {args.chunk_size:,}, chunks_per_window = "
+            "max(4, parallelism); time = plan created_at -> finished_at; wall = merger start -> finished_at):",
+            "",
+            "| sink | parallelism | rows | chunks | snapshot s | rows/s | wall s | rows/s (wall) | "
+            "vs pymysql SELECT * | target | windows read s (sum/max) | peak RSS tree MB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for s in snaps:
             if "error" in s:
-                L.append(f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | FAILED: {s['error']} |||||||||||")
+                L.append(
+                    f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | "
+                    f"FAILED: {s['error']} |||||||||||"
+                )
                 continue
             target = ""
             if s["sink"] == "postgres" and s["parallelism"] == 2:
-                target = (f">= {TARGET_PG_ROWS_S:,}: " + ("met" if s["rows_per_s"] >= TARGET_PG_ROWS_S else "NOT met"))
+                target = f">= {TARGET_PG_ROWS_S:,}: " + ("met" if s["rows_per_s"] >= TARGET_PG_ROWS_S else "NOT met")
             vs = f"{s['rows_per_s'] / baseline['rows_per_s']:.2f}x" if baseline and baseline["rows_per_s"] else "-"
             w = s["windows"]
-            L.append(f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | {s['rows']:,} | {s['chunks']} | {s['snapshot_s']:.1f} | "
-                     f"{s['rows_per_s']:,.0f} | {s['wall_s']:.1f} | {s['wall_rows_per_s']:,.0f} | {vs} | {target} | "
-                     f"{w['read_s_sum']:.1f}/{w['read_s_max']:.1f} ({w['windows']} windows"
-                     f"{', %d expired' % w['expired'] if w['expired'] else ''}) | {s['rss']['peak_total_mb']:.0f} |")
+            L.append(
+                f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | {s['rows']:,} | "
+                f"{s['chunks']} | {s['snapshot_s']:.1f} | "
+                f"{s['rows_per_s']:,.0f} | {s['wall_s']:.1f} | {s['wall_rows_per_s']:,.0f} | {vs} | {target} | "
+                f"{w['read_s_sum']:.1f}/{w['read_s_max']:.1f} ({w['windows']} windows"
+                f"{', %d expired' % w['expired'] if w['expired'] else ''}) | {s['rss']['peak_total_mb']:.0f} |"
+            )
             if s.get("sink_count") != s["rows"]:
                 L.append(f"|  |  | ^ sink count {s.get('sink_count')} != {s['rows']:,} |||||||||||")
         cpu_runs = [s for s in snaps if "error" not in s and s["rss"].get("cpu")]
         if cpu_runs:
-            L += ["", "CPU seconds per process group while the snapshot ran (plan created -> finished, sampled every 0.5 s; "
-                      "`machine` = the busy CPU seconds of the whole machine and its wall time per core):", "",
-                  "| sink | p | machine busy s / wall s | merger JVM | merger driver | pyspark workers | mariadbd | "
-                  "postgres | ingest + broker | other |", "|---|---|---|---|---|---|---|---|---|---|"]
+            L += [
+                "",
+                "CPU seconds per process group while the snapshot ran (plan created -> finished, sampled every 0.5 s; "
+                "`machine` = the busy CPU seconds of the whole machine and its wall time per core):",
+                "",
+                "| sink | p | machine busy s / wall s | merger JVM | merger driver | pyspark workers | mariadbd | "
+                "postgres | ingest + broker | other |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for s in cpu_runs:
                 c = s["rss"]["cpu"]
-                g = {"jvm": 0.0, "driver": 0.0, "workers": 0.0, "mariadbd": 0.0, "postgres": 0.0, "ingest": 0.0,
-                     "other": 0.0}
+                g = {
+                    "jvm": 0.0,
+                    "driver": 0.0,
+                    "workers": 0.0,
+                    "mariadbd": 0.0,
+                    "postgres": 0.0,
+                    "ingest": 0.0,
+                    "other": 0.0,
+                }
                 for label, v in c["by_label"].items():
                     if label == "merger: JVM (spark)":
                         g["jvm"] += v
@@ -1034,90 +1225,139 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
                         g["mariadbd"] += v
                     elif label.startswith("machine: postgres"):
                         g["postgres"] += v
-                    elif label.startswith("machine: python") or label.startswith("machine: cdc") \
-                            or "tansu" in label or "broker" in label:
+                    elif (
+                        label.startswith("machine: python")
+                        or label.startswith("machine: cdc")
+                        or "tansu" in label
+                        or "broker" in label
+                    ):
                         g["ingest"] += v
                     else:
                         g["other"] += v
-                L.append(f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | {c['machine_busy_s']:.1f} / {c['wall_s']:.1f} | "
-                         + " | ".join(f"{g[k]:.1f}" for k in ("jvm", "driver", "workers", "mariadbd", "postgres",
-                                                             "ingest", "other")) + " |")
+                L.append(
+                    f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | "
+                    f"{c['machine_busy_s']:.1f} / {c['wall_s']:.1f} | "
+                    + " | ".join(
+                        f"{g[k]:.1f}" for k in ("jvm", "driver", "workers", "mariadbd", "postgres", "ingest", "other")
+                    )
+                    + " |"
+                )
     if lat:
-        L += ["", f"Commit -> visible latency at {args.rate:,.0f} changes/s (method: a paced writer thread does "
-                  "single-row autocommit UPDATEs of pre-loaded rows and INSERTs of new rows, alternately, each "
-                  "setting `w` = a global write number; commit time = client clock when the statement returns; "
-                  f"pollers query the sink for `w >= oldest unseen write` (PostgreSQL every {args.pg_poll_ms} ms via "
-                  f"an index on w, Delta every {args.delta_poll_ms} ms via delta-rs); latency = completion time of "
-                  "the first poll that returns the write - commit time (upper bound, resolution = poll interval). "
-                  f"Merger writes to sinks {'+'.join(lat['sinks'])} (applied one after the other per batch); "
-                  f"snapshot during phase 2: {args.rows:,} rows, parallelism {args.latency_parallelism}):", "",
-              "| phase | sink | seconds | writes | changes/s | p50 s | p99 s | max s | not seen | target p99 <= 3 s |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+        L += [
+            "",
+            f"Commit -> visible latency at {args.rate:,.0f} changes/s (method: a paced writer thread does "
+            "single-row autocommit UPDATEs of pre-loaded rows and INSERTs of new rows, alternately, each "
+            "setting `w` = a global write number; commit time = client clock when the statement returns; "
+            f"pollers query the sink for `w >= oldest unseen write` (PostgreSQL every {args.pg_poll_ms} ms via "
+            f"an index on w, Delta every {args.delta_poll_ms} ms via delta-rs); latency = completion time of "
+            "the first poll that returns the write - commit time (upper bound, resolution = poll interval). "
+            f"Merger writes to sinks {'+'.join(lat['sinks'])} (applied one after the other per batch); "
+            f"snapshot during phase 2: {args.rows:,} rows, parallelism {args.latency_parallelism}):",
+            "",
+            "| phase | sink | seconds | writes | changes/s | p50 s | p99 s | max s | not seen | target p99 <= 3 s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for phase, per_sink in lat["phases"].items():
             for sink, st in per_sink.items():
-                met = "-" if st["p99_s"] is None or sink == "kafka" or st.get("part") else ("met" if st["p99_s"] <= TARGET_P99_S and not st["unseen"]
-                                                        else "NOT met")
-                L.append(f"| {phase} | {sink} | {st['seconds']:.0f} | {st['measured']:,} | {st['rate']:,.0f} | "
-                         f"{fmt_s(st['p50_s'])} | {fmt_s(st['p99_s'])} | {fmt_s(st['max_s'])} | "
-                         f"{st['unseen']}{' (+%d overwritten)' % st['superseded'] if st['superseded'] else ''} | "
-                         f"{met} |")
+                met = (
+                    "-"
+                    if st["p99_s"] is None or sink == "kafka" or st.get("part")
+                    else ("met" if st["p99_s"] <= TARGET_P99_S and not st["unseen"] else "NOT met")
+                )
+                L.append(
+                    f"| {phase} | {sink} | {st['seconds']:.0f} | {st['measured']:,} | {st['rate']:,.0f} | "
+                    f"{fmt_s(st['p50_s'])} | {fmt_s(st['p99_s'])} | {fmt_s(st['max_s'])} | "
+                    f"{st['unseen']}{' (+%d overwritten)' % st['superseded'] if st['superseded'] else ''} | "
+                    f"{met} |"
+                )
         if any("kafka" in per_sink for per_sink in lat["phases"].values()):
-            L.append("\n`kafka`: the write readable (read_committed) on its topic, i.e. the ingest part; "
-                     "`<sink> - kafka`: per write, the sink's first sight minus the topic's (the merger's part).")
+            L.append(
+                "\n`kafka`: the write readable (read_committed) on its topic, i.e. the ingest part; "
+                "`<sink> - kafka`: per write, the sink's first sight minus the topic's (the merger's part)."
+            )
         for phase, c in (lat.get("cpu") or {}).items():
             top = ", ".join(f"{k} {v:.1f}" for k, v in list(c["by_label"].items())[:8])
-            L.append(f"\nCPU s in phase '{phase}' (machine busy {c['machine_busy_s']:.1f} of "
-                     f"{c['wall_s'] * (os.cpu_count() or 1):.1f} core-s): {top}.")
+            L.append(
+                f"\nCPU s in phase '{phase}' (machine busy {c['machine_busy_s']:.1f} of "
+                f"{c['wall_s'] * (os.cpu_count() or 1):.1f} core-s): {top}."
+            )
         if lat.get("snapshot"):
             s = lat["snapshot"]
-            L.append(f"\nSnapshot during phase 2: {s['rows']:,} rows in {s['snapshot_s']:.1f} s = "
-                     f"{s['rows_per_s']:,.0f} rows/s; sink row counts {s['sink_counts']}.")
-        polls = ", ".join(f"{k}: {v['polls']} polls, {v['avg_poll_ms'] or 0:.1f} ms each"
-                          + (f", {v['errors']} errors ({v['last_error']})" if v["errors"] else "")
-                          for k, v in lat["pollers"].items())
+            L.append(
+                f"\nSnapshot during phase 2: {s['rows']:,} rows in {s['snapshot_s']:.1f} s = "
+                f"{s['rows_per_s']:,.0f} rows/s; sink row counts {s['sink_counts']}."
+            )
+        polls = ", ".join(
+            f"{k}: {v['polls']} polls, {v['avg_poll_ms'] or 0:.1f} ms each"
+            + (f", {v['errors']} errors ({v['last_error']})" if v["errors"] else "")
+            for k, v in lat["pollers"].items()
+        )
         L.append("")
-        L.append(f"First write visible {lat['first_visible_s']:.1f} s after the writer started (merger warm-up). "
-                 f"Pollers: {polls}.")
+        L.append(
+            f"First write visible {lat['first_visible_s']:.1f} s after the writer started (merger warm-up). "
+            f"Pollers: {polls}."
+        )
     rss_runs = [s["rss"] for s in snaps if "rss" in s] + ([lat["rss"]] if lat else [])
     if rss_runs:
         rss = merge_rss(rss_runs)
-        L += ["", "Merger process tree, peak VmRSS (sampled every 0.5 s, max over all runs above):", "",
-              "| process kind | peak of one process MB | peak sum of the kind MB | max processes |", "|---|---|---|---|"]
+        L += [
+            "",
+            "Merger process tree, peak VmRSS (sampled every 0.5 s, max over all runs above):",
+            "",
+            "| process kind | peak of one process MB | peak sum of the kind MB | max processes |",
+            "|---|---|---|---|",
+        ]
         for kind, v in rss["kinds"].items():
             L.append(f"| {kind} | {v['peak_proc_mb']:.0f} | {v['peak_sum_mb']:.0f} | {v['max_count']} |")
         L.append(f"| whole tree | | {rss['peak_total_mb']:.0f} | |")
-        per_run = "; ".join(f"{s['sink']} p{s['parallelism']}: {s['rss']['peak_total_mb']:.0f} MB"
-                            for s in snaps if "rss" in s)
+        per_run = "; ".join(
+            f"{s['sink']} p{s['parallelism']}: {s['rss']['peak_total_mb']:.0f} MB" for s in snaps if "rss" in s
+        )
         if lat:
             per_run += ("; " if per_run else "") + f"latency run: {lat['rss']['peak_total_mb']:.0f} MB"
         L.append(f"\nPeak tree RSS per run: {per_run}.")
-    L += ["", f"Targets: snapshot into PostgreSQL >= {TARGET_PG_ROWS_S:,} rows/s at parallelism 2; "
-              f"p99 commit -> sink <= {TARGET_P99_S:.0f} s, also while a snapshot runs."]
+    L += [
+        "",
+        f"Targets: snapshot into PostgreSQL >= {TARGET_PG_ROWS_S:,} rows/s at parallelism 2; "
+        f"p99 commit -> sink <= {TARGET_P99_S:.0f} s, also while a snapshot runs.",
+    ]
     return L
 
 
 def record(args, lines: list[str]) -> None:
-    head = (f"\n### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d')} "
-            f"(`bench/merger_bench.py --rows {args.rows} --parallelism {args.parallelism} --sinks {args.sinks}"
-            f"{' --skip-latency' if args.skip_latency else ''}`)\n")
+    head = (
+        f"\n### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d')} "
+        f"(`bench/merger_bench.py --rows {args.rows} --parallelism {args.parallelism} --sinks {args.sinks}"
+        f"{' --skip-latency' if args.skip_latency else ''}`)\n"
+    )
     with open(ROOT / "bench" / "RESULTS.md", "a") as f:
         f.write(head + "\n" + "\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows of the snapshot table")
     ap.add_argument("--parallelism", default="1,2,4", help="snapshot.parallelism values, comma-separated")
     ap.add_argument("--sinks", default="delta,postgres", help="delta,postgres (each snapshot run: one sink)")
     ap.add_argument("--chunk-size", type=int, default=50_000)
     ap.add_argument("--trigger-ms", type=int, default=500, help="merger trigger_interval_ms (product default 500)")
     ap.add_argument("--snapshot-timeout", type=float, default=0, help="seconds; default 300 + rows/2000")
-    ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra spark_conf of the merger (repeatable)")
-    ap.add_argument("--snapshot-start", choices=["cold", "warm", "both"], default="both",
-                    help="cold: the snapshot starts with the merger; warm: requested after the merger has "
-                         "snapshotted a small table")
+    ap.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra spark_conf of the merger (repeatable)",
+    )
+    ap.add_argument(
+        "--snapshot-start",
+        choices=["cold", "warm", "both"],
+        default="both",
+        help="cold: the snapshot starts with the merger; warm: requested after the merger has "
+        "snapshotted a small table",
+    )
     ap.add_argument("--skip-snapshots", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-latency-snapshot", action="store_true", help="latency: idle phase only")
@@ -1128,10 +1368,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-parallelism", type=int, default=2, help="parallelism of the phase-2 snapshot")
     ap.add_argument("--rate", type=float, default=1000, help="changes/s of the paced writer")
     ap.add_argument("--pg-poll-ms", type=int, default=100)
-    ap.add_argument("--merger-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a merger config key (dotted, e.g. records_per_task=1) for every run")
-    ap.add_argument("--kafka-probe", action="store_true",
-                    help="latency: also time each write's arrival on its topic (splits ingest from merger)")
+    ap.add_argument(
+        "--merger-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a merger config key (dotted, e.g. records_per_task=1) for every run",
+    )
+    ap.add_argument(
+        "--kafka-probe",
+        action="store_true",
+        help="latency: also time each write's arrival on its topic (splits ingest from merger)",
+    )
     ap.add_argument("--delta-poll-ms", type=int, default=250)
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
     ap.add_argument("--keep", action="store_true", help="keep work dirs (logs, state, Delta tables)")
@@ -1157,10 +1405,15 @@ def main(argv: list[str] | None = None) -> int:
     info = local_stack.up(Path(args.state_dir))
     work = Path(args.state_dir) / "merger-bench" / time.strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True, exist_ok=True)
-    env = {"cpus": os.cpu_count(), "load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
-           "mem_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30}
-    log(f"stack: MariaDB {info.mariadb.port}, Kafka {info.kafka.bootstrap}, PostgreSQL {info.postgres.port}; "
-        f"work dir {work}")
+    env = {
+        "cpus": os.cpu_count(),
+        "load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        "mem_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
+    }
+    log(
+        f"stack: MariaDB {info.mariadb.port}, Kafka {info.kafka.bootstrap}, PostgreSQL {info.postgres.port}; "
+        f"work dir {work}"
+    )
     snaps: list[dict] = []
     baseline = lat = None
     failed = False
@@ -1168,8 +1421,10 @@ def main(argv: list[str] | None = None) -> int:
         took = ensure_big_table(info, args.rows)
         log(f"{DB}.{BIG}: {args.rows:,} rows " + (f"loaded in {took:.1f}s" if took is not None else "(reused)"))
         baseline = pymysql_scan(info, f"{DB}.{BIG}")
-        log(f"pymysql SSCursor SELECT *: {baseline['rows']:,} rows in {baseline['seconds']:.2f}s = "
-            f"{baseline['rows_per_s']:,.0f} rows/s")
+        log(
+            f"pymysql SSCursor SELECT *: {baseline['rows']:,} rows in {baseline['seconds']:.2f}s = "
+            f"{baseline['rows_per_s']:,.0f} rows/s"
+        )
         if not args.skip_snapshots:
             modes = {"cold": [False], "warm": [True], "both": [False, True]}[args.snapshot_start]
             if True in modes:
@@ -1183,8 +1438,9 @@ def main(argv: list[str] | None = None) -> int:
                             failed = True
                             log(f"snapshot {sink} p={p} FAILED: {exc}")
                             traceback.print_exc()
-                            snaps.append({"sink": sink, "parallelism": p, "warm": warm,
-                                          "error": str(exc).splitlines()[0][:200]})
+                            snaps.append(
+                                {"sink": sink, "parallelism": p, "warm": warm, "error": str(exc).splitlines()[0][:200]}
+                            )
         if not args.skip_latency:
             try:
                 lat = run_latency(info, args, work, lat_sinks)

@@ -28,27 +28,36 @@ import pyarrow.compute as pc  # noqa: E402
 
 from merger.sinks import TableId  # noqa: E402
 
-SCHEMA = pa.schema([("id", pa.int64()), ("qty", pa.int32()), ("name", pa.string()),
-                    ("price", pa.float64()), ("updated", pa.timestamp("us")), ("active", pa.bool_())])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("qty", pa.int32()),
+        ("name", pa.string()),
+        ("price", pa.float64()),
+        ("updated", pa.timestamp("us")),
+        ("active", pa.bool_()),
+    ]
+)
 
 
 def make_batch(ids: pa.Array, op: str, seq_base: int) -> pa.Table:
     n = len(ids)
-    return pa.table({
-        "id": ids,
-        "qty": pc.cast(pc.bit_wise_and(ids, 0xFFFF), pa.int32()),
-        "name": pc.binary_join_element_wise("customer-", pc.cast(ids, pa.string()), ""),
-        "price": pc.multiply(pc.cast(ids, pa.float64()), 0.25),
-        "updated": pc.cast(pc.add(pc.multiply(ids, 1000), 1_700_000_000_000_000), pa.timestamp("us")),
-        "active": pc.equal(pc.bit_wise_and(ids, 1), 0),
-        "_cdc_op": pa.array([op] * n, pa.string()),
-        "_cdc_seq": pc.add(ids, seq_base),
-    })
+    return pa.table(
+        {
+            "id": ids,
+            "qty": pc.cast(pc.bit_wise_and(ids, 0xFFFF), pa.int32()),
+            "name": pc.binary_join_element_wise("customer-", pc.cast(ids, pa.string()), ""),
+            "price": pc.multiply(pc.cast(ids, pa.float64()), 0.25),
+            "updated": pc.cast(pc.add(pc.multiply(ids, 1000), 1_700_000_000_000_000), pa.timestamp("us")),
+            "active": pc.equal(pc.bit_wise_and(ids, 1), 0),
+            "_cdc_op": pa.array([op] * n, pa.string()),
+            "_cdc_seq": pc.add(ids, seq_base),
+        }
+    )
 
 
 def batches(rows: int, batch: int, updates: int, seed: int = 7):
-    load = [make_batch(pa.array(range(s, min(s + batch, rows)), pa.int64()), "r", 0)
-            for s in range(0, rows, batch)]
+    load = [make_batch(pa.array(range(s, min(s + batch, rows)), pa.int64()), "r", 0) for s in range(0, rows, batch)]
     rnd = random.Random(seed)
     upd = []
     for i, s in enumerate(range(0, updates, batch)):
@@ -75,8 +84,11 @@ def run(sink, name: str, load, upd) -> dict:
             per.append(time.perf_counter() - t1)
         elapsed = time.perf_counter() - t0
         result[phase] = (n, elapsed, per)
-        print(f"{name:9s} {phase:6s} {n:>9,d} rows in {elapsed:6.2f} s = {n / elapsed:>9,.0f} rows/s "
-              f"(batch min/max {min(per):.2f}/{max(per):.2f} s)", flush=True)
+        print(
+            f"{name:9s} {phase:6s} {n:>9,d} rows in {elapsed:6.2f} s = {n / elapsed:>9,.0f} rows/s "
+            f"(batch min/max {min(per):.2f}/{max(per):.2f} s)",
+            flush=True,
+        )
     # replaying the last version is a no-op and cheap
     t1 = time.perf_counter()
     assert not sink.apply(table, version, (upd or load)[-1])
@@ -93,21 +105,29 @@ def main(argv=None) -> int:
     ap.add_argument("--updates", type=int, default=200_000)
     ap.add_argument("--sinks", default="postgres,delta,kafka")
     ap.add_argument("--state-dir", default="/tmp/cdc-bench-stack")
-    ap.add_argument("--pg-merge-only", action="store_true",
-                    help="PostgreSQL: MERGE snapshot rows too (no direct COPY into the target)")
+    ap.add_argument(
+        "--pg-merge-only",
+        action="store_true",
+        help="PostgreSQL: MERGE snapshot rows too (no direct COPY into the target)",
+    )
     args = ap.parse_args(argv)
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
-    print(f"building {args.rows:,d} load rows + {args.updates:,d} update rows "
-          f"(6 columns, batches of {args.batch:,d}) ...", flush=True)
+    print(
+        f"building {args.rows:,d} load rows + {args.updates:,d} update rows "
+        f"(6 columns, batches of {args.batch:,d}) ...",
+        flush=True,
+    )
     load, upd = batches(args.rows, args.batch, args.updates)
     info = None
     if {"postgres", "kafka"} & set(sinks):
         from cdc import stack
+
         comps = tuple(c for c in ("postgres", "kafka") if c in sinks)
         info = stack.up(Path(args.state_dir), components=comps)
     for name in sinks:
         if name == "postgres":
             from merger.sinks import PostgresSink
+
             sink = PostgresSink(info.postgres, fast_snapshot=not args.pg_merge_only)
             try:
                 run(sink, name, load, upd)
@@ -115,6 +135,7 @@ def main(argv=None) -> int:
                 sink.close()
         elif name == "delta":
             from merger.sinks import DeltaSink
+
             tmp = tempfile.mkdtemp(prefix="cdc-bench-delta-")
             try:
                 run(DeltaSink(tmp), name, load, upd)
@@ -122,6 +143,7 @@ def main(argv=None) -> int:
                 shutil.rmtree(tmp, ignore_errors=True)
         elif name == "kafka":
             from merger.sinks import KafkaChangelogSink
+
             sink = KafkaChangelogSink(info.kafka.bootstrap, "bench" + uuid.uuid4().hex[:6], partitions=4)
             try:
                 run(sink, name, load, upd)

@@ -6,7 +6,6 @@ User mistakes end in one line on stderr and exit code 2, never a stack trace.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
@@ -21,19 +20,28 @@ from rich.table import Table
 from cdc import stack as local_stack
 from cdc.config import ConfigError, IngestConfig, load_model
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="MySQL/MariaDB change data capture: binlog -> Kafka (Debezium format) -> Spark-merged tables.")
-stack_app = typer.Typer(no_args_is_help=True, help="The embedded local stack (MariaDB, Kafka-compatible broker, PostgreSQL).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="MySQL/MariaDB change data capture: binlog -> Kafka (Debezium format) -> Spark-merged tables.",
+)
+stack_app = typer.Typer(
+    no_args_is_help=True, help="The embedded local stack (MariaDB, Kafka-compatible broker, PostgreSQL)."
+)
 app.add_typer(stack_app, name="stack")
 console = Console(stderr=True)
 
-STATE_DIR_OPTION = typer.Option(local_stack.DEFAULT_STATE_DIR, "--state-dir", envvar="CDC_STATE_DIR",
-                                help="directory of the local stack's state")
+STATE_DIR_OPTION = typer.Option(
+    local_stack.DEFAULT_STATE_DIR, "--state-dir", envvar="CDC_STATE_DIR", help="directory of the local stack's state"
+)
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     for noisy in ("pymysqlreplication", "py4j", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -42,8 +50,10 @@ def _setup_logging(verbose: bool) -> None:
 
 
 @stack_app.command("up")
-def stack_up(state_dir: Path = STATE_DIR_OPTION,
-             only: Optional[list[str]] = typer.Option(None, help="start only these: mariadb, kafka, postgres")):
+def stack_up(
+    state_dir: Path = STATE_DIR_OPTION,
+    only: Optional[list[str]] = typer.Option(None, help="start only these: mariadb, kafka, postgres"),
+):
     """Start the local stack (idempotent)."""
     components = tuple(only) if only else local_stack.COMPONENTS
     for name in components:
@@ -55,8 +65,9 @@ def stack_up(state_dir: Path = STATE_DIR_OPTION,
 
 
 @stack_app.command("down")
-def stack_down(state_dir: Path = STATE_DIR_OPTION,
-               purge: bool = typer.Option(False, help="also delete all data of the stack")):
+def stack_down(
+    state_dir: Path = STATE_DIR_OPTION, purge: bool = typer.Option(False, help="also delete all data of the stack")
+):
     """Stop what `cdc stack up` started."""
     stopped = local_stack.down(state_dir, purge=purge)
     console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
@@ -73,12 +84,15 @@ def _print_status(state_dir: Path) -> None:
     table = Table(title="local stack")
     for col in ("component", "state", "pid", "address"):
         table.add_column(col)
-    addresses = {"mariadb": f"{info.mariadb.host}:{info.mariadb.port}",
-                 "kafka": info.kafka.bootstrap,
-                 "postgres": f"{info.postgres.host}:{info.postgres.port}"}
+    addresses = {
+        "mariadb": f"{info.mariadb.host}:{info.mariadb.port}",
+        "kafka": info.kafka.bootstrap,
+        "postgres": f"{info.postgres.host}:{info.postgres.port}",
+    }
     for name, st in local_stack.status(state_dir).items():
-        table.add_row(name, "[green]running" if st["running"] else "[red]stopped",
-                      str(st["pid"] or "-"), addresses[name])
+        table.add_row(
+            name, "[green]running" if st["running"] else "[red]stopped", str(st["pid"] or "-"), addresses[name]
+        )
     Console().print(table)
 
 
@@ -89,7 +103,8 @@ def local_ingest_overrides(state_dir: Path) -> dict:
     """Connection settings of the local stack; the password goes through a file."""
     info = local_stack.StackInfo.load(state_dir)
     return {
-        "mysql.host": info.mariadb.host, "mysql.port": info.mariadb.port,
+        "mysql.host": info.mariadb.host,
+        "mysql.port": info.mariadb.port,
         "mysql.user": info.mariadb.user,
         "mysql.password_file": str(local_stack.secret_file(info, "mysql_password")),
         "mysql.password_env": None,
@@ -103,10 +118,12 @@ def load_ingest_config(config: Optional[Path], local: bool, state_dir: Path) -> 
 
 
 @app.command()
-def ingest(config: Optional[Path] = typer.Option(None, "--config", "-c", help="ingest YAML file"),
-           local: bool = typer.Option(False, "--local", help="connect to the local stack (`cdc stack up`)"),
-           state_dir: Path = STATE_DIR_OPTION,
-           verbose: bool = typer.Option(False, "-v")):
+def ingest(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="ingest YAML file"),
+    local: bool = typer.Option(False, "--local", help="connect to the local stack (`cdc stack up`)"),
+    state_dir: Path = STATE_DIR_OPTION,
+    verbose: bool = typer.Option(False, "-v"),
+):
     """Read the binlog and write change events to Kafka (runs until stopped)."""
     from ingest.app import Ingest
 
@@ -119,11 +136,13 @@ def ingest(config: Optional[Path] = typer.Option(None, "--config", "-c", help="i
 
 
 @app.command()
-def tail(topic: str = typer.Argument(..., help="topic to show, e.g. cdc.shop.orders"),
-         local: bool = typer.Option(True, "--local/--no-local"),
-         bootstrap: Optional[str] = typer.Option(None, help="bootstrap servers (default: local stack)"),
-         seconds: float = typer.Option(10.0, help="stop after this many seconds without new records"),
-         state_dir: Path = STATE_DIR_OPTION):
+def tail(
+    topic: str = typer.Argument(..., help="topic to show, e.g. cdc.shop.orders"),
+    local: bool = typer.Option(True, "--local/--no-local"),
+    bootstrap: Optional[str] = typer.Option(None, help="bootstrap servers (default: local stack)"),
+    seconds: float = typer.Option(10.0, help="stop after this many seconds without new records"),
+    state_dir: Path = STATE_DIR_OPTION,
+):
     """Print the records of a topic as they arrive (read_committed)."""
     from cdc.tail import tail_topic
 
@@ -133,8 +152,7 @@ def tail(topic: str = typer.Argument(..., help="topic to show, e.g. cdc.shop.ord
 
 
 @app.command()
-def demo(state_dir: Path = STATE_DIR_OPTION,
-         rows: int = typer.Option(200_000, help="rows of the demo orders table")):
+def demo(state_dir: Path = STATE_DIR_OPTION, rows: int = typer.Option(200_000, help="rows of the demo orders table")):
     """The whole path on the local stack: load tables, start ingest and the merger, snapshot
     while a live workload runs, show change events, compare every sink table with its source."""
     from cdc.demo import run_demo
@@ -149,12 +167,17 @@ def demo(state_dir: Path = STATE_DIR_OPTION,
 def local_merger_overrides(state_dir: Path) -> dict:
     info = local_stack.StackInfo.load(state_dir)
     return {
-        "mysql.host": info.mariadb.host, "mysql.port": info.mariadb.port, "mysql.user": "root",
+        "mysql.host": info.mariadb.host,
+        "mysql.port": info.mariadb.port,
+        "mysql.user": "root",
         "mysql.password_file": str(local_stack.secret_file(info, "mysql_root_password")),
-        "mysql.password_env": None, "sinks.postgres.password_env": None,
+        "mysql.password_env": None,
+        "sinks.postgres.password_env": None,
         "kafka.bootstrap_servers": info.kafka.bootstrap,
-        "sinks.postgres.host": info.postgres.host, "sinks.postgres.port": info.postgres.port,
-        "sinks.postgres.user": info.postgres.user, "sinks.postgres.dbname": info.postgres.database,
+        "sinks.postgres.host": info.postgres.host,
+        "sinks.postgres.port": info.postgres.port,
+        "sinks.postgres.user": info.postgres.user,
+        "sinks.postgres.dbname": info.postgres.database,
         "sinks.postgres.password_file": str(local_stack.secret_file(info, "postgres_password")),
     }
 
@@ -178,9 +201,12 @@ CONFIG_OPTION = typer.Option(None, "--config", "-c", help="merger YAML file")
 
 
 @app.command()
-def merge(config: Optional[Path] = CONFIG_OPTION,
-          local: bool = typer.Option(False, "--local", help="use the local stack's servers"),
-          state_dir: Path = STATE_DIR_OPTION, verbose: bool = typer.Option(False, "-v")):
+def merge(
+    config: Optional[Path] = CONFIG_OPTION,
+    local: bool = typer.Option(False, "--local", help="use the local stack's servers"),
+    state_dir: Path = STATE_DIR_OPTION,
+    verbose: bool = typer.Option(False, "-v"),
+):
     """Run the merger (Spark Structured Streaming) until stopped."""
     from merger.app import Merger
 
@@ -199,8 +225,11 @@ def merger_state(pid: int | None, exit_record: dict | None, age_s: float) -> dic
     """Is the merger behind a status file running, and if not, why did it end."""
     if pid is not None:
         stale = age_s > STALE_STATUS_S
-        summary = (f"merger running (pid {pid})" if not stale else
-                   f"merger running (pid {pid}) but its status is {age_s:.0f}s old: it may be stuck")
+        summary = (
+            f"merger running (pid {pid})"
+            if not stale
+            else f"merger running (pid {pid}) but its status is {age_s:.0f}s old: it may be stuck"
+        )
         return {"running": True, "pid": pid, "stale": stale, "summary": summary}
     if exit_record is None:
         reason = "it ended without saying why (killed?)"
@@ -209,8 +238,12 @@ def merger_state(pid: int | None, exit_record: dict | None, age_s: float) -> dic
     else:
         reason = f"it failed: {exit_record['reason']}"
     ago = f" {time.time() - exit_record['at']:.0f}s ago" if exit_record else ""
-    return {"running": False, "exit": exit_record, "stale": True,
-            "summary": f"merger NOT RUNNING: {reason}{ago}; the table phases below are from when it ran"}
+    return {
+        "running": False,
+        "exit": exit_record,
+        "stale": True,
+        "summary": f"merger NOT RUNNING: {reason}{ago}; the table phases below are from when it ran",
+    }
 
 
 def _store(config: Optional[Path], local: bool, state_dir: Path):
@@ -227,20 +260,25 @@ def _check_table(table: str) -> str:
 
 
 @app.command()
-def snapshot(table: str = typer.Argument(..., help="<database>.<table>"),
-             where: Optional[str] = typer.Option(None, help="SQL condition: snapshot only these rows"),
-             pause: bool = typer.Option(False, "--pause", help="pause the running snapshot"),
-             resume_: bool = typer.Option(False, "--resume", help="resume a paused snapshot"),
-             cancel: bool = typer.Option(False, "--cancel", help="cancel the running snapshot"),
-             config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(False, "--local"),
-             state_dir: Path = STATE_DIR_OPTION):
+def snapshot(
+    table: str = typer.Argument(..., help="<database>.<table>"),
+    where: Optional[str] = typer.Option(None, help="SQL condition: snapshot only these rows"),
+    pause: bool = typer.Option(False, "--pause", help="pause the running snapshot"),
+    resume_: bool = typer.Option(False, "--resume", help="resume a paused snapshot"),
+    cancel: bool = typer.Option(False, "--cancel", help="cancel the running snapshot"),
+    config: Optional[Path] = CONFIG_OPTION,
+    local: bool = typer.Option(False, "--local"),
+    state_dir: Path = STATE_DIR_OPTION,
+):
     """Snapshot a table while streaming continues (or pause/resume/cancel its snapshot)."""
     action = "pause" if pause else "resume" if resume_ else "cancel" if cancel else "snapshot"
     cfg = load_merger_config(config, local, state_dir)
     if cfg.source_connector == "debezium" and not cfg.signal_table:
         # Debezium snapshots the table; the merger asks for it through the signal table
-        raise ConfigError("source_connector is debezium: set signal_table (Debezium's signal.data.collection) "
-                          "so that the merger can ask Debezium for snapshots")
+        raise ConfigError(
+            "source_connector is debezium: set signal_table (Debezium's signal.data.collection) "
+            "so that the merger can ask Debezium for snapshots"
+        )
     from merger.state import StateStore
 
     StateStore(cfg.state_dir).request(action, _check_table(table), where=where)
@@ -249,9 +287,12 @@ def snapshot(table: str = typer.Argument(..., help="<database>.<table>"),
 
 
 @app.command()
-def resume(table: str = typer.Argument(..., help="<database>.<table>"),
-           config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(False, "--local"),
-           state_dir: Path = STATE_DIR_OPTION):
+def resume(
+    table: str = typer.Argument(..., help="<database>.<table>"),
+    config: Optional[Path] = CONFIG_OPTION,
+    local: bool = typer.Option(False, "--local"),
+    state_dir: Path = STATE_DIR_OPTION,
+):
     """Resume a paused table (after an operator fixed what paused it)."""
     store = _store(config, local, state_dir)
     store.request("resume", _check_table(table))
@@ -259,8 +300,12 @@ def resume(table: str = typer.Argument(..., help="<database>.<table>"),
 
 
 @app.command()
-def status(config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(False, "--local"),
-           state_dir: Path = STATE_DIR_OPTION, as_json: bool = typer.Option(False, "--json")):
+def status(
+    config: Optional[Path] = CONFIG_OPTION,
+    local: bool = typer.Option(False, "--local"),
+    state_dir: Path = STATE_DIR_OPTION,
+    as_json: bool = typer.Option(False, "--json"),
+):
     """Per table: phase, snapshot chunks done of total, rows, lag, last applied offsets."""
     import json as _json
 
@@ -273,8 +318,10 @@ def status(config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(Fa
     if as_json:
         print(_json.dumps(st, indent=2))
         raise typer.Exit(0 if st["merger"]["running"] else 3)
-    table = Table(title=f"merger (status {age:.0f}s old, last batch {st.get('last_batch')}, "
-                        f"bad records {st.get('bad_records', 0)})")
+    table = Table(
+        title=f"merger (status {age:.0f}s old, last batch {st.get('last_batch')}, "
+        f"bad records {st.get('bad_records', 0)})"
+    )
     for col in ("table", "phase", "chunks", "snapshot rows", "rows applied", "lag ms", "offsets", "note"):
         table.add_column(col)
     for name, t in st.get("tables", {}).items():
@@ -285,8 +332,7 @@ def status(config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(Fa
         chunks = f"{t['chunks_done']}/{t['chunks_total']}"
         if t.get("snapshot") in ("paused", "cancelled"):
             chunks += f" ({t['snapshot']})"
-        table.add_row(name, phase, chunks, str(t["snapshot_rows"]),
-                      str(t["rows_applied"]), lag, offsets, note[:80])
+        table.add_row(name, phase, chunks, str(t["snapshot_rows"]), str(t["rows_applied"]), lag, offsets, note[:80])
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: no wrapping at 80 columns
     out.print(table)
     merger_line = st["merger"]["summary"]
@@ -295,23 +341,31 @@ def status(config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(Fa
     if not st["merger"]["running"]:
         raise typer.Exit(3)
     if down:
-        Console().print(f"[yellow]waiting for the source[/yellow] ({down.get('what')}) since "
-                        f"{time.time() - down.get('since', time.time()):.0f}s, retry {down.get('retries')}: "
-                        f"{down.get('error')}", highlight=False)
+        Console().print(
+            f"[yellow]waiting for the source[/yellow] ({down.get('what')}) since "
+            f"{time.time() - down.get('since', time.time()):.0f}s, retry {down.get('retries')}: "
+            f"{down.get('error')}",
+            highlight=False,
+        )
 
 
 @app.command()
-def verify(tables: Optional[list[str]] = typer.Argument(
-               None, help="<database>.<table> ... (default: every table the merger handles)"),
-           config: Optional[Path] = CONFIG_OPTION, local: bool = typer.Option(False, "--local"),
-           state_dir: Path = STATE_DIR_OPTION,
-           sink: Optional[str] = typer.Option(None, "--sink", help="verify only this sink: delta or postgres"),
-           chunk_size: Optional[int] = typer.Option(None, "--chunk-size", min=1,
-                                                    help="rows per chunk (default: snapshot.chunk_size)"),
-           retries: int = typer.Option(3, "--retries", min=0, help="re-checks of a differing chunk"),
-           retry_wait: str = typer.Option("2s", "--retry-wait", help="wait before a re-check (2s, 500ms)"),
-           limit: int = typer.Option(20, "--limit", min=1, help="differing keys listed per table and sink"),
-           as_json: bool = typer.Option(False, "--json")):
+def verify(
+    tables: Optional[list[str]] = typer.Argument(
+        None, help="<database>.<table> ... (default: every table the merger handles)"
+    ),
+    config: Optional[Path] = CONFIG_OPTION,
+    local: bool = typer.Option(False, "--local"),
+    state_dir: Path = STATE_DIR_OPTION,
+    sink: Optional[str] = typer.Option(None, "--sink", help="verify only this sink: delta or postgres"),
+    chunk_size: Optional[int] = typer.Option(
+        None, "--chunk-size", min=1, help="rows per chunk (default: snapshot.chunk_size)"
+    ),
+    retries: int = typer.Option(3, "--retries", min=0, help="re-checks of a differing chunk"),
+    retry_wait: str = typer.Option("2s", "--retry-wait", help="wait before a re-check (2s, 500ms)"),
+    limit: int = typer.Option(20, "--limit", min=1, help="differing keys listed per table and sink"),
+    as_json: bool = typer.Option(False, "--json"),
+):
     """Compare each sink table with its source in key-range chunks, without locking the
     source. Exit code 0: all equal; 1: a difference; 2: a table could not be verified."""
     from cdc.verify_cmd import parse_duration, run_verify

@@ -60,17 +60,21 @@ class MySQLConfig(_Model):
     password_env: str | None = Field(None, description="environment variable holding the password")
     password_file: str | None = Field(None, description="file holding the password")
     ssl_mode: Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"] | None = Field(
-        None, description="TLS to the server, as MySQL's --ssl-mode; default: verify_ca with ssl_ca, "
-                          "required with only ssl_cert, else preferred (TLS if the server offers it, "
-                          "unverified; Spark JDBC: none)")
+        None,
+        description="TLS to the server, as MySQL's --ssl-mode; default: verify_ca with ssl_ca, "
+        "required with only ssl_cert, else preferred (TLS if the server offers it, "
+        "unverified; Spark JDBC: none)",
+    )
     ssl_ca: str | None = Field(None, description="CA file (PEM) that signed the server's certificate")
     ssl_cert: str | None = Field(None, description="client certificate (PEM), for pymysql and the binlog reader")
     ssl_key: str | None = Field(None, description="client private key (PEM)")
     ssl_key_password_env: str | None = Field(None, description="environment variable with the key's password")
     ssl_key_password_file: str | None = None
     ssl_keystore: str | None = Field(
-        None, description="client certificate and key as a PKCS12/JKS keystore, for Spark JDBC "
-                          "(MariaDB Connector/J does not read PEM keys)")
+        None,
+        description="client certificate and key as a PKCS12/JKS keystore, for Spark JDBC "
+        "(MariaDB Connector/J does not read PEM keys)",
+    )
     ssl_keystore_password_env: str | None = None
     ssl_keystore_password_file: str | None = None
     connect_timeout_s: float = Field(10.0, gt=0)
@@ -100,9 +104,13 @@ class MySQLConfig(_Model):
 
     def connect_kwargs(self) -> dict[str, Any]:
         """pymysql.connect() arguments (also used for the binlog reader's connections)."""
-        kw: dict[str, Any] = dict(host=self.host, port=self.port, user=self.user,
-                                  password=self.password().get_secret_value(),
-                                  connect_timeout=int(self.connect_timeout_s))
+        kw: dict[str, Any] = dict(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password().get_secret_value(),
+            connect_timeout=int(self.connect_timeout_s),
+        )
         if self.effective_ssl_mode() == "disabled":
             kw["ssl_disabled"] = True
         ssl = self.ssl()
@@ -131,8 +139,9 @@ class MySQLConfig(_Model):
         """Secrets for Spark JDBC: passed as connection properties (Spark redacts keys named
         like *password* in plans and logs), never in the URL."""
         props = {"user": self.user, "password": self.password().get_secret_value()}
-        secret = _read_secret(self.ssl_keystore_password_env, self.ssl_keystore_password_file,
-                              "mysql.ssl_keystore_password")
+        secret = _read_secret(
+            self.ssl_keystore_password_env, self.ssl_keystore_password_file, "mysql.ssl_keystore_password"
+        )
         if secret is not None:
             props["keyStorePassword"] = secret.get_secret_value()
         return props
@@ -152,13 +161,17 @@ class KafkaConfig(_Model):
     extra: dict[str, str | int | bool] = Field(
         default_factory=dict,
         description="librdkafka properties passed through to every Kafka client (TLS/SASL: "
-                    "security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, "
-                    "sasl.mechanism, sasl.username, ...); no secrets here")
+        "security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, "
+        "sasl.mechanism, sasl.username, ...); no secrets here",
+    )
     max_message_bytes: int | None = Field(
-        None, ge=1000, le=1_000_000_000,
+        None,
+        ge=1000,
+        le=1_000_000_000,
         description="ingest: the largest record it may write; default: what the broker reports as "
-                    "message.max.bytes, else 100 MiB. A larger record stops ingest with an error naming "
-                    "table, key and size")
+        "message.max.bytes, else 100 MiB. A larger record stops ingest with an error naming "
+        "table, key and size",
+    )
     sasl_password_env: str | None = Field(None, description="environment variable with sasl.password")
     sasl_password_file: str | None = Field(None, description="file holding sasl.password")
     ssl_key_password_env: str | None = Field(None, description="environment variable with ssl.key.password")
@@ -172,8 +185,11 @@ class KafkaConfig(_Model):
         for key in value:
             if _KAFKA_SECRET_WORDS.search(key):
                 field = KAFKA_SECRET_PROPERTIES.get(key.lower())
-                use = (f"kafka.{field}_env or kafka.{field}_file" if field else
-                       "a property file outside the config (not supported for this key)")
+                use = (
+                    f"kafka.{field}_env or kafka.{field}_file"
+                    if field
+                    else "a property file outside the config (not supported for this key)"
+                )
                 raise ValueError(f"{key} is a secret and is not read from the config file; use {use}")
         return value
 
@@ -220,22 +236,24 @@ class IngestConfig(_Model):
     table_include: list[str] = Field(default_factory=list, description="regexes on db.table")
     table_exclude: list[str] = Field(default_factory=list)
     column_exclude: list[str] = Field(default_factory=list, description="regexes on db.table.column")
-    column_mask: list[str] = Field(default_factory=list,
-                                   description="regexes on db.table.column; values become ***")
+    column_mask: list[str] = Field(default_factory=list, description="regexes on db.table.column; values become ***")
     tombstones_on_delete: bool = True
     skipped_operations: list[Literal["c", "u", "d", "t"]] = Field(
         default_factory=list,
         description="ops not written (Debezium's skipped.operations; Debezium's default skips "
-                    "'t', ours writes truncates because the merger needs them)")
+        "'t', ours writes truncates because the merger needs them)",
+    )
     schemas_enable: bool = Field(False, description="wrap key and value in {schema, payload}")
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
     time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = "adaptive_time_microseconds"
     bigint_unsigned_handling_mode: Literal["long", "precise"] = "long"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
     enable_time_adjuster: bool = Field(
-        False, description="Debezium's enable.time.adjuster: years 0-69 of DATE/DATETIME/TIMESTAMP become "
-                           "2000-2069, 70-99 become 1970-1999. Off: the sinks hold the source's years "
-                           "(Debezium's default is on)")
+        False,
+        description="Debezium's enable.time.adjuster: years 0-69 of DATE/DATETIME/TIMESTAMP become "
+        "2000-2069, 70-99 become 1970-1999. Off: the sinks hold the source's years "
+        "(Debezium's default is on)",
+    )
     provide_transaction_metadata: bool = False
     topic_partitions: int = Field(3, ge=1, le=1000)
     topic_partitions_per_table: dict[str, int] = Field(default_factory=dict)
@@ -244,16 +262,20 @@ class IngestConfig(_Model):
     commit_every_events: int = Field(5_000, ge=1, description="events per Kafka transaction, at most")
     commit_every_ms: int = Field(200, ge=1, description="Kafka transaction age, at most")
     on_xa_rollback: Literal["fail", "warn"] = Field(
-        "fail", description="an XA transaction rolled back after XA PREPARE, whose changes were written "
-                            "at the PREPARE: fail = stop with an error naming the tables to re-snapshot; "
-                            "warn = log that error and go on")
+        "fail",
+        description="an XA transaction rolled back after XA PREPARE, whose changes were written "
+        "at the PREPARE: fail = stop with an error naming the tables to re-snapshot; "
+        "warn = log that error and go on",
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
-    metrics_address: str = Field("127.0.0.1", description="address the metrics port listens on "
-                                                          "(0.0.0.0: all, e.g. in a container)")
+    metrics_address: str = Field(
+        "127.0.0.1", description="address the metrics port listens on (0.0.0.0: all, e.g. in a container)"
+    )
     state_name: str | None = Field(None, description="transactional.id suffix; default prefix")
 
-    _regexes = field_validator("database_include", "database_exclude", "table_include", "table_exclude",
-                               "column_exclude", "column_mask")(_check_regexes)
+    _regexes = field_validator(
+        "database_include", "database_exclude", "table_include", "table_exclude", "column_exclude", "column_mask"
+    )(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
 
     @field_validator("topic_prefix")
@@ -309,18 +331,26 @@ class PostgresSinkConfig(_Model):
     dbname: str = "cdc"
     password_env: str | None = None
     password_file: str | None = None
-    schema_: str | None = Field(None, alias="schema",
-                                description="target schema; default: one schema per source database")
+    schema_: str | None = Field(
+        None, alias="schema", description="target schema; default: one schema per source database"
+    )
     nul_policy: Literal["strip", "replace", "pause"] = Field(
-        "strip", description="NUL characters (U+0000) in text and JSON values, which PostgreSQL text and jsonb "
-                             "cannot store: strip (remove them), replace (with U+FFFD) or pause (pause that "
-                             "table with an error naming table, key and column); a NUL in a key column always "
-                             "pauses. See docs/values.md")
+        "strip",
+        description="NUL characters (U+0000) in text and JSON values, which PostgreSQL text and jsonb "
+        "cannot store: strip (remove them), replace (with U+FFFD) or pause (pause that "
+        "table with an error naming table, key and column); a NUL in a key column always "
+        "pauses. See docs/values.md",
+    )
 
     def settings(self) -> dict:
         secret = _read_secret(self.password_env, self.password_file, "sinks.postgres.password")
-        return {"host": self.host, "port": self.port, "user": self.user, "dbname": self.dbname,
-                "password": secret.get_secret_value() if secret else ""}
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "dbname": self.dbname,
+            "password": secret.get_secret_value() if secret else "",
+        }
 
 
 class DeltaSinkConfig(_Model):
@@ -341,21 +371,31 @@ class SinksConfig(_Model):
 class SnapshotConfig(_Model):
     auto_new_tables: bool = Field(True, description="snapshot a table when it is seen for the first time")
     chunk_size: int = Field(50_000, ge=100, description="rows per chunk, at most")
-    parallelism: int = Field(2, ge=1, le=64,
-                             description="reads at once: a window's chunks are split into this many runs, one "
-                                         "Spark JDBC partition (one source connection) each; in local mode the "
-                                         "default spark_master gets parallelism + 2 task slots")
+    parallelism: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="reads at once: a window's chunks are split into this many runs, one "
+        "Spark JDBC partition (one source connection) each; in local mode the "
+        "default spark_master gets parallelism + 2 task slots",
+    )
     chunks_per_window: int = Field(4, ge=1, description="chunks between one LOW and one HIGH watermark")
     window_timeout_s: float = Field(120.0, gt=0, description="retry a window whose markers do not arrive")
     reader: Literal["connectorx", "jdbc"] = Field(
-        "connectorx", description="how Spark tasks read chunks: connectorx (Arrow, fast) or jdbc (Spark JDBC with "
-                                  "the MariaDB driver; used anyway when mysql.ssl_mode asks for TLS)")
+        "connectorx",
+        description="how Spark tasks read chunks: connectorx (Arrow, fast) or jdbc (Spark JDBC with "
+        "the MariaDB driver; used anyway when mysql.ssl_mode asks for TLS)",
+    )
     fetch_size: int = Field(10_000, ge=1)
     emit_rows_per_batch: int = Field(
-        100_000, ge=1, description="snapshot rows written to the sinks per micro-batch, about (at least one "
-                                   "window): bounds how long a batch, and so streaming latency, waits on a snapshot")
-    chunk_keys: dict[str, list[str]] = Field(default_factory=dict,
-                                             description="db.table -> columns, for tables without a primary key")
+        100_000,
+        ge=1,
+        description="snapshot rows written to the sinks per micro-batch, about (at least one "
+        "window): bounds how long a batch, and so streaming latency, waits on a snapshot",
+    )
+    chunk_keys: dict[str, list[str]] = Field(
+        default_factory=dict, description="db.table -> columns, for tables without a primary key"
+    )
 
 
 class MergerConfig(_Model):
@@ -366,41 +406,58 @@ class MergerConfig(_Model):
     mysql: MySQLConfig = Field(default_factory=MySQLConfig, description="source, for snapshots and watermarks")
     watermark_table: str = "cdc.cdc_watermarks"
     source_connector: Literal["ingest", "debezium"] = Field(
-        "ingest", description="what writes the topics: `ingest` (snapshots are the merger's DBLog "
-                              "watermark windows) or `debezium` (Debezium's MySQL connector / Kafka Connect: "
-                              "snapshots are Debezium's own, asked for through `signal_table`)")
+        "ingest",
+        description="what writes the topics: `ingest` (snapshots are the merger's DBLog "
+        "watermark windows) or `debezium` (Debezium's MySQL connector / Kafka Connect: "
+        "snapshots are Debezium's own, asked for through `signal_table`)",
+    )
     signal_table: str | None = Field(
-        None, description="db.table of Debezium's signal table (its signal.data.collection); "
-                          "source_connector debezium: `cdc snapshot` and new tables insert execute-snapshot rows")
+        None,
+        description="db.table of Debezium's signal table (its signal.data.collection); "
+        "source_connector debezium: `cdc snapshot` and new tables insert execute-snapshot rows",
+    )
     table_include: list[str] = Field(default_factory=list, description="regexes on db.table; empty = all")
     table_exclude: list[str] = Field(default_factory=list)
     sinks: SinksConfig = Field(default_factory=SinksConfig)
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     state_dir: str = Field("./.cdc/merger", description="Spark checkpoint, reconciliation state, staging")
-    spark_master: str = Field("local[2]", description="used when not started by spark-submit; the default "
-                                                      "local[2] becomes local[snapshot.parallelism + 2]")
-    spark_conf: dict[str, str] = Field(default_factory=dict, description=(
-        "extra Spark settings, over the merger's own"))
+    spark_master: str = Field(
+        "local[2]",
+        description="used when not started by spark-submit; the default "
+        "local[2] becomes local[snapshot.parallelism + 2]",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description=("extra Spark settings, over the merger's own")
+    )
     trigger_interval_ms: int = Field(500, ge=0)
     max_records_per_trigger: int = Field(200_000, ge=1)
     records_per_task: int = Field(
-        100_000, ge=1, description="Kafka offsets per Spark read task, about: a micro-batch's partition ranges are "
-                                   "packed into tasks of this size, each read by one consumer; 1 = one task per "
-                                   "partition and offset range")
+        100_000,
+        ge=1,
+        description="Kafka offsets per Spark read task, about: a micro-batch's partition ranges are "
+        "packed into tasks of this size, each read by one consumer; 1 = one task per "
+        "partition and offset range",
+    )
     end_probe: Literal["scan", "watermark"] = Field(
-        "scan", description="scan: read the partition tail to find the end (needed on Tansu)")
+        "scan", description="scan: read the partition tail to find the end (needed on Tansu)"
+    )
     on_bad_record: Literal["pause", "dead_letter", "stop"] = Field(
-        "pause", description="a record the merger cannot apply: `pause` pauses its table (its changes kept on disk; "
-                             "records of no known table go to the dead-letter topic), `dead_letter` writes it to "
-                             "<prefix>.dlq and goes on, `stop` stops the merger")
+        "pause",
+        description="a record the merger cannot apply: `pause` pauses its table (its changes kept on disk; "
+        "records of no known table go to the dead-letter topic), `dead_letter` writes it to "
+        "<prefix>.dlq and goes on, `stop` stops the merger",
+    )
     on_drop: Literal["truncate", "keep"] = Field(
-        "truncate", description="the sink tables of a table dropped (or renamed away) in the source: `truncate` "
-                                "empties them where the DROP falls in the stream, so a table created again under "
-                                "the name starts empty; `keep` leaves their rows (a table created again writes "
-                                "into them by key)")
+        "truncate",
+        description="the sink tables of a table dropped (or renamed away) in the source: `truncate` "
+        "empties them where the DROP falls in the stream, so a table created again under "
+        "the name starts empty; `keep` leaves their rows (a table created again writes "
+        "into them by key)",
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
-    metrics_address: str = Field("127.0.0.1", description="address the metrics port listens on "
-                                                          "(0.0.0.0: all, e.g. in a container)")
+    metrics_address: str = Field(
+        "127.0.0.1", description="address the metrics port listens on (0.0.0.0: all, e.g. in a container)"
+    )
 
     _regexes = field_validator("table_include", "table_exclude")(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)

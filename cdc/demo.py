@@ -34,8 +34,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _root(info, db=None):
-    return pymysql.connect(host=info.mariadb.host, port=info.mariadb.port, user="root",
-                           password=info.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=info.mariadb.host,
+        port=info.mariadb.port,
+        user="root",
+        password=info.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _load(info, rows: int) -> None:
@@ -44,15 +50,23 @@ def _load(info, rows: int) -> None:
         cur.execute(f"DROP DATABASE IF EXISTS {DEMO_DB}")
         cur.execute(f"CREATE DATABASE {DEMO_DB}")
         cur.execute(f"USE {DEMO_DB}")
-        cur.execute("CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(100), email VARCHAR(200), "
-                    "balance DECIMAL(10,2), tier ENUM('basic','gold') DEFAULT 'basic', "
-                    "updated TIMESTAMP(3) DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3))")
-        cur.execute(f"INSERT INTO customers (id, name, email, balance) SELECT seq, CONCAT('customer ', seq), "
-                    f"CONCAT('c', seq, '@example.com'), (seq * 37) % 100000 / 100 FROM seq_1_to_{rows // 4}")
-        cur.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id INT, amount DECIMAL(12,2), "
-                    "placed DATETIME(3), note TEXT)")
-        cur.execute(f"INSERT INTO orders SELECT seq, 1 + seq % {rows // 4}, (seq * 13) % 10000 / 10, "
-                    f"'2025-01-01 00:00:00' + INTERVAL seq MINUTE, NULL FROM seq_1_to_{rows}")
+        cur.execute(
+            "CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(100), email VARCHAR(200), "
+            "balance DECIMAL(10,2), tier ENUM('basic','gold') DEFAULT 'basic', "
+            "updated TIMESTAMP(3) DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3))"
+        )
+        cur.execute(
+            f"INSERT INTO customers (id, name, email, balance) SELECT seq, CONCAT('customer ', seq), "
+            f"CONCAT('c', seq, '@example.com'), (seq * 37) % 100000 / 100 FROM seq_1_to_{rows // 4}"
+        )
+        cur.execute(
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id INT, amount DECIMAL(12,2), "
+            "placed DATETIME(3), note TEXT)"
+        )
+        cur.execute(
+            f"INSERT INTO orders SELECT seq, 1 + seq % {rows // 4}, (seq * 13) % 10000 / 10, "
+            f"'2025-01-01 00:00:00' + INTERVAL seq MINUTE, NULL FROM seq_1_to_{rows}"
+        )
     conn.close()
 
 
@@ -75,8 +89,7 @@ class LiveWorkload(threading.Thread):
                     if r < 0.35:
                         cur.execute("UPDATE orders SET amount = amount + 1, note = 'updated' WHERE id = %s", (k,))
                     elif r < 0.55:
-                        cur.execute("INSERT IGNORE INTO orders VALUES (%s, 1, 9.99, NOW(3), 'new')",
-                                    (self.rows + k,))
+                        cur.execute("INSERT IGNORE INTO orders VALUES (%s, 1, 9.99, NOW(3), 'new')", (self.rows + k,))
                     elif r < 0.65:
                         cur.execute("DELETE FROM orders WHERE id = %s", (k,))
                     elif r < 0.72:
@@ -85,8 +98,10 @@ class LiveWorkload(threading.Thread):
                         except pymysql.err.IntegrityError:
                             pass
                     else:
-                        cur.execute("UPDATE customers SET balance = balance + 5, tier = 'gold' WHERE id = %s",
-                                    (k % (self.rows // 4) + 1,))
+                        cur.execute(
+                            "UPDATE customers SET balance = balance + 5, tier = 'gold' WHERE id = %s",
+                            (k % (self.rows // 4) + 1,),
+                        )
                     self.statements += 1
                     time.sleep(0.005)
         except BaseException as exc:  # reported at the end
@@ -96,22 +111,38 @@ class LiveWorkload(threading.Thread):
 def _configs(info, work: Path, prefix: str) -> tuple[Path, Path]:
     mysql_pw = str(local_stack.secret_file(info, "mysql_password"))
     root_pw = str(local_stack.secret_file(info, "mysql_root_password"))
-    ingest = {"topic_prefix": prefix, "server_id": 5402,
-              "mysql": {"host": info.mariadb.host, "port": info.mariadb.port, "user": info.mariadb.user,
-                        "password_file": mysql_pw},
-              "kafka": {"bootstrap_servers": info.kafka.bootstrap},
-              "database_include": [DEMO_DB, "cdc"], "heartbeat_interval_ms": 2000}
-    merger = {"topic_prefix": prefix,
-              "mysql": {"host": info.mariadb.host, "port": info.mariadb.port, "user": "root",
-                        "password_file": root_pw},
-              "kafka": {"bootstrap_servers": info.kafka.bootstrap},
-              "table_include": [rf"{DEMO_DB}\..*"], "state_dir": str(work / "merger-state"),
-              "sinks": {"delta": {"path": str(work / "delta")},
-                        "postgres": {"host": info.postgres.host, "port": info.postgres.port,
-                                     "user": info.postgres.user, "dbname": info.postgres.database,
-                                     "password_file": str(local_stack.secret_file(info, "postgres_password"))}},
-              "snapshot": {"chunk_size": 25000, "chunks_per_window": 2, "parallelism": 2},
-              "trigger_interval_ms": 300}
+    ingest = {
+        "topic_prefix": prefix,
+        "server_id": 5402,
+        "mysql": {
+            "host": info.mariadb.host,
+            "port": info.mariadb.port,
+            "user": info.mariadb.user,
+            "password_file": mysql_pw,
+        },
+        "kafka": {"bootstrap_servers": info.kafka.bootstrap},
+        "database_include": [DEMO_DB, "cdc"],
+        "heartbeat_interval_ms": 2000,
+    }
+    merger = {
+        "topic_prefix": prefix,
+        "mysql": {"host": info.mariadb.host, "port": info.mariadb.port, "user": "root", "password_file": root_pw},
+        "kafka": {"bootstrap_servers": info.kafka.bootstrap},
+        "table_include": [rf"{DEMO_DB}\..*"],
+        "state_dir": str(work / "merger-state"),
+        "sinks": {
+            "delta": {"path": str(work / "delta")},
+            "postgres": {
+                "host": info.postgres.host,
+                "port": info.postgres.port,
+                "user": info.postgres.user,
+                "dbname": info.postgres.database,
+                "password_file": str(local_stack.secret_file(info, "postgres_password")),
+            },
+        },
+        "snapshot": {"chunk_size": 25000, "chunks_per_window": 2, "parallelism": 2},
+        "trigger_interval_ms": 300,
+    }
     (work / "ingest.yaml").write_text(yaml.safe_dump(ingest))
     (work / "merger.yaml").write_text(yaml.safe_dump(merger))
     return work / "ingest.yaml", work / "merger.yaml"
@@ -119,8 +150,13 @@ def _configs(info, work: Path, prefix: str) -> tuple[Path, Path]:
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     out = open(log, "ab")
-    return subprocess.Popen([sys.executable, "-m", "cdc.cli", *args], stdout=out, stderr=subprocess.STDOUT,
-                            cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "cdc.cli", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
 
 
 def _status(work: Path) -> dict:
@@ -133,8 +169,10 @@ def _status(work: Path) -> dict:
 def run_demo(state_dir: Path, rows: int, console: Console) -> None:
     console.rule("[bold]1. local stack and data")
     info = local_stack.up(state_dir)
-    console.print(f"MariaDB {info.mariadb.version} :{info.mariadb.port}, broker {info.kafka.bootstrap}, "
-                  f"PostgreSQL :{info.postgres.port}")
+    console.print(
+        f"MariaDB {info.mariadb.version} :{info.mariadb.port}, broker {info.kafka.bootstrap}, "
+        f"PostgreSQL :{info.postgres.port}"
+    )
     _load(info, rows)
     console.print(f"loaded {DEMO_DB}.customers ({rows // 4:,} rows) and {DEMO_DB}.orders ({rows:,} rows)")
 
@@ -149,14 +187,21 @@ def run_demo(state_dir: Path, rows: int, console: Console) -> None:
     merger = _spawn(["merge", "-c", str(merger_cfg)], work / "merger.log")
     workload = LiveWorkload(info, rows)
     try:
-        console.print(f"ingest pid {ingest.pid} (log {work / 'ingest.log'}), merger pid {merger.pid} "
-                      f"(log {work / 'merger.log'}), topic prefix {prefix}")
+        console.print(
+            f"ingest pid {ingest.pid} (log {work / 'ingest.log'}), merger pid {merger.pid} "
+            f"(log {work / 'merger.log'}), topic prefix {prefix}"
+        )
         console.rule("[bold]3. snapshots while a live workload runs")
         workload.start()
         tables = [f"{DEMO_DB}.customers", f"{DEMO_DB}.orders"]
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("chunks  {task.fields[rows]:>9,} rows  {task.fields[phase]}"),
-                      TimeElapsedColumn(), console=console) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("chunks  {task.fields[rows]:>9,} rows  {task.fields[phase]}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
             tasks = {t: progress.add_task(t, total=None, rows=0, phase="waiting") for t in tables}
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
@@ -169,8 +214,13 @@ def run_demo(state_dir: Path, rows: int, console: Console) -> None:
                     s = st.get(t)
                     if not s:
                         continue
-                    progress.update(tasks[t], total=max(1, s["chunks_total"]), completed=s["chunks_done"],
-                                    rows=s["snapshot_rows"], phase=s["phase"])
+                    progress.update(
+                        tasks[t],
+                        total=max(1, s["chunks_total"]),
+                        completed=s["chunks_done"],
+                        rows=s["snapshot_rows"],
+                        phase=s["phase"],
+                    )
                     if s["chunks_total"] and s["chunks_done"] >= s["chunks_total"] and s["phase"] == "streaming":
                         done += 1
                 if done == len(tables):
@@ -206,8 +256,14 @@ def _show_events(bootstrap: str, topic: str, console: Console, n: int) -> None:
 
     from cdc.tail import format_record
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-demo", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "cdc-demo",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     try:
         md = consumer.list_topics(timeout=10).topics.get(topic)
         if md is None:
@@ -219,8 +275,7 @@ def _show_events(bootstrap: str, topic: str, console: Console, n: int) -> None:
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
-            console.print(format_record(msg), highlight=False, soft_wrap=False, overflow="ellipsis",
-                          no_wrap=True)
+            console.print(format_record(msg), highlight=False, soft_wrap=False, overflow="ellipsis", no_wrap=True)
             shown += 1
     finally:
         consumer.close()
@@ -243,12 +298,21 @@ def _compare(info, work: Path, tables: list[str], console: Console) -> None:
             source = SourceReader(lambda: _root(info))
             outcome = []
             try:
-                for sink_name, reader in (("delta", DeltaReader(str(work / "delta"))),
-                                          ("postgres", PostgresReader({"host": info.postgres.host,
-                                                                       "port": info.postgres.port,
-                                                                       "user": info.postgres.user,
-                                                                       "dbname": info.postgres.database,
-                                                                       "password": info.postgres.password}))):
+                for sink_name, reader in (
+                    ("delta", DeltaReader(str(work / "delta"))),
+                    (
+                        "postgres",
+                        PostgresReader(
+                            {
+                                "host": info.postgres.host,
+                                "port": info.postgres.port,
+                                "user": info.postgres.user,
+                                "dbname": info.postgres.database,
+                                "password": info.postgres.password,
+                            }
+                        ),
+                    ),
+                ):
                     try:
                         outcome.append((sink_name, compare_table(source, reader, db, name)))
                     except SinkReadError:  # not created yet
@@ -267,8 +331,13 @@ def _compare(info, work: Path, tables: list[str], console: Console) -> None:
             if c is None:
                 result.add_row(t, sink_name, "-", "-", "[red]no sink table")
                 continue
-            result.add_row(t, sink_name, f"{c.source_rows:,}", f"{c.sink_rows:,}",
-                           "[green]equal" if c.ok else f"[red]{c.summary()[:80]}")
+            result.add_row(
+                t,
+                sink_name,
+                f"{c.source_rows:,}",
+                f"{c.sink_rows:,}",
+                "[green]equal" if c.ok else f"[red]{c.summary()[:80]}",
+            )
     console.print(result)
     if pending:
         raise RuntimeError(f"sinks did not converge for {pending}")

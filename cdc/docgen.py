@@ -44,15 +44,28 @@ def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 
 def render() -> str:
-    out = ["# Configuration reference", "",
-           "Generated from the configuration models in `cdc/config.py` and "
-           + ", ".join(f"`docs/{p.name}`" for p in INCLUDES)
-           + " by `python -m cdc.docgen`; do not edit by hand.", "",
-           "Each process reads one YAML file (`-c FILE`). Secrets are never written in the file: "
-           "`*_env` names an environment variable, `*_file` a file that holds the secret.", ""]
+    out = [
+        "# Configuration reference",
+        "",
+        "Generated from the configuration models in `cdc/config.py` and "
+        + ", ".join(f"`docs/{p.name}`" for p in INCLUDES)
+        + " by `python -m cdc.docgen`; do not edit by hand.",
+        "",
+        "Each process reads one YAML file (`-c FILE`). Secrets are never written in the file: "
+        "`*_env` names an environment variable, `*_file` a file that holds the secret.",
+        "",
+    ]
     for title, model in (("ingest (`cdc ingest`)", IngestConfig), ("merger (`cdc merge`)", MergerConfig)):
-        out += [f"## {title}", "", (model.__doc__ or "").strip(), "",
-                "| key | type | default | meaning |", "|---|---|---|---|", *_rows(model), ""]
+        out += [
+            f"## {title}",
+            "",
+            (model.__doc__ or "").strip(),
+            "",
+            "| key | type | default | meaning |",
+            "|---|---|---|---|",
+            *_rows(model),
+            "",
+        ]
     for path in INCLUDES:
         out += [path.read_text().rstrip("\n"), ""]
     return "\n".join(out)

@@ -148,8 +148,12 @@ def _spawn(args: list[str], log: Path, env: dict | None = None, user: str | None
         args = ["runuser", "-u", user, "--"] + args
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=env,
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
         )
     return proc.pid
 
@@ -194,8 +198,9 @@ def _need(binary: str, package: str) -> str:
     if not path and binary in ("postgres", "initdb", "pg_ctl"):
         path = next((str(p) for p in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{binary}"))), None)
     if not path:
-        raise StackError(f"`{binary}` not found: install the Debian package `{package}` "
-                         f"(the README's commands do this with apt-get)")
+        raise StackError(
+            f"`{binary}` not found: install the Debian package `{package}` (the README's commands do this with apt-get)"
+        )
     return path
 
 
@@ -218,10 +223,16 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
     if fresh:
         datadir.mkdir(parents=True, exist_ok=True)
         res = subprocess.run(
-            [_need("mariadb-install-db", "mariadb-server"), "--no-defaults",
-             f"--datadir={datadir}", "--user=" + pwd.getpwuid(os.getuid()).pw_name,
-             "--auth-root-authentication-method=normal", "--skip-test-db"],
-            capture_output=True, text=True,
+            [
+                _need("mariadb-install-db", "mariadb-server"),
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=" + pwd.getpwuid(os.getuid()).pw_name,
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            capture_output=True,
+            text=True,
         )
         if res.returncode:
             raise StackError(f"mariadb-install-db failed: {res.stderr.strip()[-300:]}")
@@ -232,15 +243,30 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
     version = subprocess.run([mariadbd, "--version"], capture_output=True, text=True).stdout
     original = version.split("Ver ")[1].split()[0] if "Ver " in version else "10.11-MariaDB"
     args = [
-        mariadbd, "--no-defaults", _mariadb_marker(info), f"--port={m.port}",
-        "--bind-address=127.0.0.1", f"--socket={m.socket}",
-        f"--pid-file={datadir / 'mariadbd.pid'}", f"--log-error={datadir / 'error.log'}",
-        f"--log-bin={datadir / 'binlog'}", "--binlog-format=ROW", "--binlog-row-image=FULL",
-        "--binlog-row-metadata=FULL", "--server-id=1", "--gtid-strict-mode=1",
-        "--log-slave-updates=1", "--skip-name-resolve", "--innodb-buffer-pool-size=1G",
-        "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", "--max-connections=500",
-        "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
-        "--max-allowed-packet=256M", "--expire-logs-days=2",
+        mariadbd,
+        "--no-defaults",
+        _mariadb_marker(info),
+        f"--port={m.port}",
+        "--bind-address=127.0.0.1",
+        f"--socket={m.socket}",
+        f"--pid-file={datadir / 'mariadbd.pid'}",
+        f"--log-error={datadir / 'error.log'}",
+        f"--log-bin={datadir / 'binlog'}",
+        "--binlog-format=ROW",
+        "--binlog-row-image=FULL",
+        "--binlog-row-metadata=FULL",
+        "--server-id=1",
+        "--gtid-strict-mode=1",
+        "--log-slave-updates=1",
+        "--skip-name-resolve",
+        "--innodb-buffer-pool-size=1G",
+        "--innodb-flush-log-at-trx-commit=2",
+        "--sync-binlog=0",
+        "--max-connections=500",
+        "--character-set-server=utf8mb4",
+        "--collation-server=utf8mb4_general_ci",
+        "--max-allowed-packet=256M",
+        "--expire-logs-days=2",
     ]
     if os.getuid() == 0:
         args.append("--user=root")
@@ -294,8 +320,18 @@ def start_kafka(info: StackInfo) -> None:
     k.port = free_port(k.port)
     k.bootstrap = f"127.0.0.1:{k.port}"
     url = f"tcp://127.0.0.1:{k.port}"
-    args = [k.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/", "--cluster-id", "cdc-local"]
+    args = [
+        k.binary,
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+        "--cluster-id",
+        "cdc-local",
+    ]
     log = state / "kafka.log"
     env = dict(os.environ, RUST_LOG=os.environ.get("CDC_BROKER_LOG", "warn"))
     pid = _spawn(args, log, env=env)
@@ -353,8 +389,19 @@ def start_postgres(info: StackInfo) -> None:
         if user:
             shutil.chown(datadir, user)
             shutil.chown(pwfile, user)
-        cmd = [initdb, "-D", str(datadir), "-U", p.user, "--pwfile", str(pwfile),
-               "--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8"]
+        cmd = [
+            initdb,
+            "-D",
+            str(datadir),
+            "-U",
+            p.user,
+            "--pwfile",
+            str(pwfile),
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+        ]
         if user:
             cmd = ["runuser", "-u", user, "--"] + cmd
         res = subprocess.run(cmd, capture_output=True, text=True)
@@ -362,9 +409,25 @@ def start_postgres(info: StackInfo) -> None:
         if res.returncode:
             raise StackError(f"initdb failed: {res.stderr.strip()[-300:]}")
     p.port = free_port(p.port)
-    args = [postgres, "-D", str(datadir), "-p", str(p.port), "-k", str(sockdir.resolve()),
-            "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
-            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+    args = [
+        postgres,
+        "-D",
+        str(datadir),
+        "-p",
+        str(p.port),
+        "-k",
+        str(sockdir.resolve()),
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "max_connections=200",
+        "-c",
+        "fsync=off",
+        "-c",
+        "synchronous_commit=off",
+        "-c",
+        "full_page_writes=off",
+    ]
     log = Path(p.datadir).parent / (Path(p.datadir).name + ".log")
     if user:
         log.touch()
@@ -378,9 +441,9 @@ def start_postgres(info: StackInfo) -> None:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with psycopg.connect(host=p.host, port=p.port, user=p.user,
-                                     password=p.password, dbname="postgres",
-                                     autocommit=True) as conn:
+                with psycopg.connect(
+                    host=p.host, port=p.port, user=p.user, password=p.password, dbname="postgres", autocommit=True
+                ) as conn:
                     conn.execute(f'CREATE DATABASE "{p.database}"')
                 break
             except psycopg.OperationalError:
@@ -394,14 +457,18 @@ def start_postgres(info: StackInfo) -> None:
 
 def secret_file(info: StackInfo, name: str) -> Path:
     """Secrets reach the other processes through files (0600), never via config text."""
-    values = {"mysql_password": info.mariadb.password, "mysql_root_password": info.mariadb.root_password,
-              "postgres_password": info.postgres.password}
+    values = {
+        "mysql_password": info.mariadb.password,
+        "mysql_root_password": info.mariadb.root_password,
+        "postgres_password": info.postgres.password,
+    }
     path = Path(info.state_dir) / "secrets" / name
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not path.exists() or path.read_text() != values[name]:
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(values[name])
     return path
+
 
 STARTERS = {"mariadb": start_mariadb, "kafka": start_kafka, "postgres": start_postgres}
 
@@ -474,6 +541,5 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, dict]:
     out = {}
     for name in COMPONENTS:
         pid = running_pid(state, name, _markers(info)[name])
-        out[name] = {"pid": pid, "port": ports[name],
-                     "running": bool(pid) and port_open(ports[name])}
+        out[name] = {"pid": pid, "port": ports[name], "running": bool(pid) and port_open(ports[name])}
     return out

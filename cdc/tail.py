@@ -9,10 +9,15 @@ from confluent_kafka import Consumer, TopicPartition
 from rich.console import Console
 
 
-def tail_topic(bootstrap: str, topic: str, idle_seconds: float, out: Console,
-               from_beginning: bool = True) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-tail",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+def tail_topic(bootstrap: str, topic: str, idle_seconds: float, out: Console, from_beginning: bool = True) -> int:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "cdc-tail",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     shown = 0
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)

@@ -53,8 +53,9 @@ def open_sinks(cfg: MergerConfig, only: str | None) -> dict[str, Any]:
         elif name == "postgres":
             pg = cfg.sinks.postgres
             # the sink's rule for NUL characters decides what the source's strings become
-            sinks[name] = PostgresReader(pg.settings(), schema=pg.schema_,
-                                         nul_policy=getattr(pg, "nul_policy", None) or "strip")
+            sinks[name] = PostgresReader(
+                pg.settings(), schema=pg.schema_, nul_policy=getattr(pg, "nul_policy", None) or "strip"
+            )
         else:
             sinks[name] = None  # changelog topics are read whole: not verified here
     return sinks
@@ -73,8 +74,9 @@ def resolve_tables(cfg: MergerConfig, source_tables: Sequence[str], named: Seque
         if t not in known:
             raise ConfigError(f"unknown table {t}: the source has no such table")
         if t not in handled:
-            raise ConfigError(f"table {t} is not handled by the merger (table_include/table_exclude, "
-                              f"or it is the watermark table)")
+            raise ConfigError(
+                f"table {t} is not handled by the merger (table_include/table_exclude, or it is the watermark table)"
+            )
     return list(dict.fromkeys(named))
 
 
@@ -85,8 +87,17 @@ def exit_code(results) -> int:
     return 2 if "error" in verdicts else 0
 
 
-def run_verify(cfg: MergerConfig, named: Sequence[str], sink: str | None, chunk_size: int | None,
-               retries: int, retry_wait: float, limit: int, as_json: bool, err: Console) -> int:
+def run_verify(
+    cfg: MergerConfig,
+    named: Sequence[str],
+    sink: str | None,
+    chunk_size: int | None,
+    retries: int,
+    retry_wait: float,
+    limit: int,
+    as_json: bool,
+    err: Console,
+) -> int:
     from merger.catalog import SourceCatalog
     from merger.verifier import TableResult, TableVerifier
     from merger.verify.source import SourceReader
@@ -97,9 +108,17 @@ def run_verify(cfg: MergerConfig, named: Sequence[str], sink: str | None, chunk_
     readable = {n: s for n, s in sinks.items() if s is not None}
     source = SourceReader(cfg.mysql)
     results: list = []
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[rows]:,} source rows"), TimeElapsedColumn(),
-                        console=err, transient=True, disable=not err.is_terminal)
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rows]:,} source rows"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
     try:
         with progress:
             for name in tables:
@@ -117,8 +136,10 @@ def run_verify(cfg: MergerConfig, named: Sequence[str], sink: str | None, chunk_
                 if table is None:
                     error = "the table disappeared from the source"
                 elif not keys:
-                    error = (f"{name} has no primary key: set snapshot.chunk_keys "
-                             f'{{"{name}": [columns]}} (NOT NULL columns, unique together)')
+                    error = (
+                        f"{name} has no primary key: set snapshot.chunk_keys "
+                        f'{{"{name}": [columns]}} (NOT NULL columns, unique together)'
+                    )
                 else:
                     unknown = [k for k in keys if k not in table.column_names]
                     if unknown:
@@ -126,13 +147,25 @@ def run_verify(cfg: MergerConfig, named: Sequence[str], sink: str | None, chunk_
                 if error:
                     results += [TableResult(name, n, error=error) for n in readable]
                 else:
-                    verifier = TableVerifier(source, table, keys, readable, chunk_size or cfg.snapshot.chunk_size,
-                                             retries=retries, retry_wait=retry_wait, limit=limit,
-                                             on_progress=advance)
+                    verifier = TableVerifier(
+                        source,
+                        table,
+                        keys,
+                        readable,
+                        chunk_size or cfg.snapshot.chunk_size,
+                        retries=retries,
+                        retry_wait=retry_wait,
+                        limit=limit,
+                        on_progress=advance,
+                    )
                     results += verifier.run() if readable else []
-                results += [TableResult(name, n, skipped=True,
-                                        note="not verified: changelog topics cannot be read by key range")
-                            for n, s in sinks.items() if s is None]
+                results += [
+                    TableResult(
+                        name, n, skipped=True, note="not verified: changelog topics cannot be read by key range"
+                    )
+                    for n, s in sinks.items()
+                    if s is None
+                ]
                 progress.remove_task(task)
     finally:
         source.close()
@@ -143,8 +176,13 @@ def run_verify(cfg: MergerConfig, named: Sequence[str], sink: str | None, chunk_
                 pass
     code = exit_code(results)
     if as_json:
-        print(json.dumps({"ok": code == 0, "exit_code": code, "tables": [r.to_json() for r in results]},
-                         indent=2, default=_json_value))
+        print(
+            json.dumps(
+                {"ok": code == 0, "exit_code": code, "tables": [r.to_json() for r in results]},
+                indent=2,
+                default=_json_value,
+            )
+        )
     else:
         out = Console()
         render(results, out if out.is_terminal else Console(width=200))  # a log or pipe: no wrapping
@@ -181,14 +219,28 @@ def _key_text(key: tuple) -> str:
 
 def render(results, console: Console) -> None:
     table = Table(title="cdc verify")
-    for col, justify in (("table", "left"), ("sink", "left"), ("chunks", "right"), ("source rows", "right"),
-                         ("sink rows", "right"), ("mismatched chunks", "right"), ("verdict", "left")):
+    for col, justify in (
+        ("table", "left"),
+        ("sink", "left"),
+        ("chunks", "right"),
+        ("source rows", "right"),
+        ("sink rows", "right"),
+        ("mismatched chunks", "right"),
+        ("verdict", "left"),
+    ):
         # names in full (folded), never cut to "…"
         table.add_column(col, justify=justify, overflow="fold")
     colour = {"equal": "green", "different": "red", "error": "red", "skipped": "yellow"}
     for r in results:
-        table.add_row(r.table, r.sink, str(r.chunks), f"{r.source_rows:,}", f"{r.sink_rows:,}",
-                      str(r.mismatched_chunks), f"[{colour[r.verdict]}]{r.verdict}")
+        table.add_row(
+            r.table,
+            r.sink,
+            str(r.chunks),
+            f"{r.source_rows:,}",
+            f"{r.sink_rows:,}",
+            str(r.mismatched_chunks),
+            f"[{colour[r.verdict]}]{r.verdict}",
+        )
     console.print(table)
     for r in results:
         lines = []
@@ -201,8 +253,7 @@ def render(results, console: Console) -> None:
         if r.extra:
             lines.append("extra in the sink: " + ", ".join(_key_text(k) for k in r.extra))
         if r.different:
-            lines.append("different values: " + ", ".join(f"{_key_text(k)} [{', '.join(c)}]"
-                                                          for k, c in r.different))
+            lines.append("different values: " + ", ".join(f"{_key_text(k)} [{', '.join(c)}]" for k, c in r.different))
         if r.unlisted:
             lines.append(f"... and {r.unlisted} more differing keys")
         if r.in_flight_chunks and r.verdict != "error":

@@ -20,35 +20,52 @@ from dataclasses import dataclass, field
 
 import pymysql
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
-from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.config import IngestConfig
-from ingest import metrics
+from ingest import metrics, statements
 from ingest.binlog import open_reader
-from ingest.checks import SourceError, check_source, gtid_for_file_pos
-from ingest.codec import (TableCodec, apply_column_filters, envelope_config, load_table_details,
-                          spec_from_details)
-from ingest.envelope import (SourceInfo, TableEncoder, TransactionTracker, context_headers,
-                             heartbeat_record, message_record, schema_change_record, source_json,
-                             table_change_json)
+from ingest.checks import check_source, gtid_for_file_pos
+from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
 from ingest.ddl import DDL_HEADER, DROPPED, ddl_marker, parse_ddl, table_effects
-from ingest import statements
 from ingest.declared import DeclaredTypes
+from ingest.envelope import (
+    SourceInfo,
+    TableEncoder,
+    TransactionTracker,
+    context_headers,
+    heartbeat_record,
+    message_record,
+    schema_change_record,
+    source_json,
+    table_change_json,
+)
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
+from ingest.position import (
+    POSITION_HEADER,
+    EventPosition,
+    ResumePoint,
+    advance_gtid_state,
+    backwards_reason,
+    file_number,
+)
+from ingest.producer import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    BrokerError,
+    RecordTooLarge,
+    Topics,
+    TransactionalProducer,
+    read_all_values,
+    read_resume_point,
+)
 from ingest.topics import table_topic
 from ingest.types import TableSpec
-from ingest.position import (POSITION_HEADER, EventPosition, ResumePoint, advance_gtid_state,
-                             backwards_reason, file_number)
-from ingest.producer import (DEFAULT_MAX_MESSAGE_BYTES, BrokerError, RecordTooLarge, Topics,
-                             TransactionalProducer, read_all_values, read_resume_point)
 
 log = logging.getLogger("cdc.ingest")
 
 WATERMARK_HEADER = "cdc.watermark"
-_TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError,
-                    OSError, EOFError)
+_TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
 
 
 SOURCE_CHECK_S = 10.0  # while idle, how often ingest checks that the source's binlog did not go back
@@ -63,10 +80,12 @@ def binlog_gone_message(prefix: str, committed: ResumePoint | None, exc: BaseExc
     """What to do when the server no longer has the binlog at ingest's position."""
     where = f"GTID {committed.gtid_state or '<empty>'}" if committed else "the requested position"
     server = str(exc.args[1]).splitlines()[0][:200] if len(exc.args) > 1 else ""
-    return (f"the source no longer has the binlog at ingest's position ({where}; server: {server}): "
-            f"the changes since then cannot be read. Start afresh from the current position: delete "
-            f"topic {prefix}.offsets (or use a new topic_prefix), restart ingest with start.mode: current, "
-            f"then re-snapshot every table (cdc snapshot <db.table>, or a merger with a new state_dir)")
+    return (
+        f"the source no longer has the binlog at ingest's position ({where}; server: {server}): "
+        f"the changes since then cannot be read. Start afresh from the current position: delete "
+        f"topic {prefix}.offsets (or use a new topic_prefix), restart ingest with start.mode: current, "
+        f"then re-snapshot every table (cdc snapshot <db.table>, or a merger with a new state_dir)"
+    )
 
 
 @dataclass
@@ -127,16 +146,21 @@ class Ingest:
         # fence the previous instance first: its transaction still open on the offsets
         # partition is aborted, so that a read_committed read sees the last committed point
         # (Tansu hides a partition's committed records while a transaction is open on it)
-        self.max_message_bytes = (self.config.kafka.max_message_bytes or self.topics.broker_max_message_bytes()
-                                  or DEFAULT_MAX_MESSAGE_BYTES)
+        self.max_message_bytes = (
+            self.config.kafka.max_message_bytes or self.topics.broker_max_message_bytes() or DEFAULT_MAX_MESSAGE_BYTES
+        )
         self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
         self.committed = read_resume_point(self.kafka_conf, self.offsets_topic, self.source_key, settle_s=15)
         if self.committed is None:
             self.committed = ResumePoint(gtid_state=self._start_gtid(facts))
             log.info("no committed position: starting at GTID %s", self.committed.gtid_state or "<empty>")
         else:
-            log.info("resuming at GTID %s (+%d row events of %s)", self.committed.gtid_state,
-                     self.committed.trx_events, self.committed.trx_gtid)
+            log.info(
+                "resuming at GTID %s (+%d row events of %s)",
+                self.committed.gtid_state,
+                self.committed.trx_events,
+                self.committed.trx_gtid,
+            )
             self._check_not_backwards(facts)
         self.server_id = facts["server_id"]
         self._load_ddl_history()
@@ -163,8 +187,7 @@ class Ingest:
                 self._recover(f"broker error ({exc}); retrying in {self.backoff:.0f}s", "broker")
                 stop.wait(self.backoff)
                 self.backoff = min(self.backoff * 2, 30.0)
-                self.producer = TransactionalProducer(self.kafka_conf, txn_id,
-                                                      max_message_bytes=self.max_message_bytes)
+                self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
             except RecordTooLarge as exc:
                 self.producer.abort()
                 raise IngestError(self._too_large_message(exc)) from None
@@ -196,11 +219,13 @@ class Ingest:
             raise IngestError(self._backwards_message(reason))
 
     def _backwards_message(self, reason: str) -> str:
-        return (f"{reason}. Changes written from here would carry positions that consumers take for "
-                f"replays and drop. Start afresh: use a new topic_prefix (or delete topic {self.prefix}.offsets "
-                f"and the table topics), restart ingest with start.mode: current, and re-snapshot every table "
-                f"into emptied sinks (a merger with a new state_dir and the new topic_prefix, after dropping its "
-                f"sink tables: their rows carry positions of the old binlog, which new ones never overwrite)")
+        return (
+            f"{reason}. Changes written from here would carry positions that consumers take for "
+            f"replays and drop. Start afresh: use a new topic_prefix (or delete topic {self.prefix}.offsets "
+            f"and the table topics), restart ingest with start.mode: current, and re-snapshot every table "
+            f"into emptied sinks (a merger with a new state_dir and the new topic_prefix, after dropping its "
+            f"sink tables: their rows carry positions of the old binlog, which new ones never overwrite)"
+        )
 
     def _too_large_message(self, exc: RecordTooLarge) -> str:
         where = ""
@@ -209,16 +234,22 @@ class Ingest:
             where = f" at binlog {pos.file}:{pos.pos} (row {pos.row})"
         key = (exc.key or b"").decode("utf-8", "replace")
         key = key if len(key) <= 200 else key[:200] + "..."
-        table = exc.topic[len(self.prefix) + 1:] if exc.topic.startswith(self.prefix + ".") else exc.topic
+        table = exc.topic[len(self.prefix) + 1 :] if exc.topic.startswith(self.prefix + ".") else exc.topic
         if exc.by_broker:
-            limit = (f"the broker refused it (its message.max.bytes, or the topic's max.message.bytes, is "
-                     f"below that): raise those, and kafka.max_message_bytes ({exc.limit:,}) with them")
+            limit = (
+                f"the broker refused it (its message.max.bytes, or the topic's max.message.bytes, is "
+                f"below that): raise those, and kafka.max_message_bytes ({exc.limit:,}) with them"
+            )
         else:
-            limit = (f"more than kafka.max_message_bytes ({exc.limit:,}): raise it, and the broker's "
-                     f"message.max.bytes and the topic's max.message.bytes if they are lower")
-        return (f"the change of {table} with key {key}{where} is a record of {exc.size:,} bytes, {limit}; "
-                f"or leave the large column out (column_exclude). Ingest stopped before this change and "
-                f"resumes at it when restarted")
+            limit = (
+                f"more than kafka.max_message_bytes ({exc.limit:,}): raise it, and the broker's "
+                f"message.max.bytes and the topic's max.message.bytes if they are lower"
+            )
+        return (
+            f"the change of {table} with key {key}{where} is a record of {exc.size:,} bytes, {limit}; "
+            f"or leave the large column out (column_exclude). Ingest stopped before this change and "
+            f"resumes at it when restarted"
+        )
 
     def _load_ddl_history(self) -> None:
         """Declared column types from the schema-change topic (our DDL history)."""
@@ -259,8 +290,7 @@ class Ingest:
     # ------------------------------------------------------------------ streaming
 
     def _reader(self):
-        return open_reader(self.config.mysql.connect_kwargs(), self.config.server_id,
-                           self.committed.gtid_state)
+        return open_reader(self.config.mysql.connect_kwargs(), self.config.server_id, self.committed.gtid_state)
 
     def _stream(self, stop: threading.Event) -> None:
         cfg = self.config
@@ -281,8 +311,11 @@ class Ingest:
                 now = time.monotonic()
                 if isinstance(event, RotateEvent):
                     if file is not None and file_number(event.next_binlog) < file_number(file):
-                        raise IngestError(self._backwards_message(
-                            f"the source's binlog went from {file} back to {event.next_binlog} (RESET MASTER?)"))
+                        raise IngestError(
+                            self._backwards_message(
+                                f"the source's binlog went from {file} back to {event.next_binlog} (RESET MASTER?)"
+                            )
+                        )
                     file = event.next_binlog
                     continue
                 if isinstance(event, TableMapEvent):
@@ -310,8 +343,7 @@ class Ingest:
                     pending += n
                     if pending >= cfg.commit_every_events:
                         # a large source transaction: commit at this row-event boundary
-                        self._commit(ResumePoint(gtid_state, file, end_pos, trx.gtid, trx.row_events,
-                                                 trx.ts_ms))
+                        self._commit(ResumePoint(gtid_state, file, end_pos, trx.gtid, trx.row_events, trx.ts_ms))
                         pending, last_commit = 0, now
                     continue
                 if isinstance(event, QueryEvent):
@@ -347,9 +379,11 @@ class Ingest:
                         trx = None
                         point = ResumePoint(gtid_state, file, end_pos, None, 0)
                         dirty = True
-                        if pending >= cfg.commit_every_events or (
-                                pending and (now - txn_started) * 1000 >= cfg.commit_every_ms) or (
-                                not pending and (now - last_commit) * 1000 >= cfg.commit_every_ms):
+                        if (
+                            pending >= cfg.commit_every_events
+                            or (pending and (now - txn_started) * 1000 >= cfg.commit_every_ms)
+                            or (not pending and (now - last_commit) * 1000 >= cfg.commit_every_ms)
+                        ):
                             self._commit(point)
                             pending, dirty, last_commit = 0, False, now
                     continue
@@ -357,8 +391,11 @@ class Ingest:
                 # The position is committed even without events (transactions of tables we
                 # do not capture, or the end of a transaction already cut at its last row
                 # event), so the committed position always catches up with the source.
-                if (pending or dirty) and trx is None and \
-                        (now - max(txn_started if pending else 0.0, last_commit)) * 1000 >= cfg.commit_every_ms:
+                if (
+                    (pending or dirty)
+                    and trx is None
+                    and (now - max(txn_started if pending else 0.0, last_commit)) * 1000 >= cfg.commit_every_ms
+                ):
                     self._commit(point)
                     pending, dirty, last_commit = 0, False, now
                 if trx is None and now - last_source_check >= SOURCE_CHECK_S:
@@ -366,8 +403,11 @@ class Ingest:
                     # server streams nothing more on this connection, and says nothing)
                     last_source_check = now
                     self._check_source_still_ours(ResumePoint(gtid_state, file, end_pos, server_id=self.server_id))
-                if cfg.heartbeat_interval_ms and trx is None and \
-                        (now - last_heartbeat) * 1000 >= cfg.heartbeat_interval_ms:
+                if (
+                    cfg.heartbeat_interval_ms
+                    and trx is None
+                    and (now - last_heartbeat) * 1000 >= cfg.heartbeat_interval_ms
+                ):
                     self._heartbeat()
                     self._commit(point)
                     pending, dirty, last_commit = 0, False, now
@@ -379,8 +419,15 @@ class Ingest:
             self._commit(point)
 
     def _commit(self, point: ResumePoint) -> None:
-        point = ResumePoint(point.gtid_state, point.file, point.pos, point.trx_gtid,
-                            point.trx_events, int(time.time() * 1000), self.server_id)
+        point = ResumePoint(
+            point.gtid_state,
+            point.file,
+            point.pos,
+            point.trx_gtid,
+            point.trx_events,
+            int(time.time() * 1000),
+            self.server_id,
+        )
         self.producer.commit(self.offsets_topic, self.source_key, point)
         self.committed = point
         self.stats["kafka_transactions"] += 1
@@ -397,7 +444,8 @@ class Ingest:
     def _partitions(self, db: str, table: str) -> int:
         topic = table_topic(self.prefix, db, table)
         return self.topics.partitions(
-            topic, self.config.topic_partitions_per_table.get(f"{db}.{table}", self.config.topic_partitions))
+            topic, self.config.topic_partitions_per_table.get(f"{db}.{table}", self.config.topic_partitions)
+        )
 
     def _details(self, db: str, table: str) -> dict:
         details = self._table_details.get((db, table))
@@ -424,8 +472,12 @@ class Ingest:
 
     def _reconnected(self) -> None:
         """The first event after an outage: say so, and start the backoff again at 1 s."""
-        log.info("source and broker reachable again after %.0fs (%d retries); streaming from GTID %s",
-                 time.monotonic() - self.unavailable_since, self.retries, self.committed.gtid_state)
+        log.info(
+            "source and broker reachable again after %.0fs (%d retries); streaming from GTID %s",
+            time.monotonic() - self.unavailable_since,
+            self.retries,
+            self.committed.gtid_state,
+        )
         self.unavailable_since, self.retries, self.backoff = None, 0, 1.0
         metrics.UNAVAILABLE.labels("source").set(0)
         metrics.UNAVAILABLE.labels("broker").set(0)
@@ -437,8 +489,9 @@ class Ingest:
         if codec is None:
             table_map = self._table_maps.get(event.table_id)
             details = self._details(event.schema, event.table)
-            spec = spec_from_details(event.schema, event.table, details, table_map,
-                                     self.declared.get(event.schema, event.table))
+            spec = spec_from_details(
+                event.schema, event.table, details, table_map, self.declared.get(event.schema, event.table)
+            )
             spec, masked = apply_column_filters(spec, self.filter)
             codec = TableCodec(spec, self.env, masked)
             self._codecs[key] = codec
@@ -484,17 +537,20 @@ class Ingest:
                 before, after, bns, ans = row["values"], None, row.get("none_sources"), None
             if mask is not None:
                 before, after = mask(before), mask(after)
-            source = enc.source_json(ts_ms, server_id, position.file, position.pos, row_index,
-                                     trx.gtid, trx.thread)
+            source = enc.source_json(ts_ms, server_id, position.file, position.pos, row_index, trx.gtid, trx.thread)
             transaction = tracker.event(codec.name) if tracker is not None else "null"
-            records = enc.change(op, before, after, source, transaction=transaction,
-                                 before_none_sources=bns, after_none_sources=ans)
+            records = enc.change(
+                op, before, after, source, transaction=transaction, before_none_sources=bns, after_none_sources=ans
+            )
             pos = EventPosition(position.file, position.pos, row_index)
             pos_bytes = pos.encode()
             for i, rec in enumerate(records):
                 # the create half of a primary-key change sorts after its delete half
-                pb = pos_bytes if not (op == "u" and i and rec.value is not None) else \
-                    EventPosition(pos.file, pos.pos, pos.row, 1).encode()
+                pb = (
+                    pos_bytes
+                    if not (op == "u" and i and rec.value is not None)
+                    else EventPosition(pos.file, pos.pos, pos.row, 1).encode()
+                )
                 key = rec.key.encode() if rec.key is not None else None
                 part = partition_for(key, partitions) if key is not None else (row_index % partitions)
                 headers = [(POSITION_HEADER, pb)] + [(k, v.encode()) for k, v in rec.headers] + self._context
@@ -534,15 +590,16 @@ class Ingest:
                 raise IngestError(
                     f"transaction {where}: ROLLBACK TO SAVEPOINT {stmt.name} without its SAVEPOINT in the "
                     f"binlog, so ingest cannot tell which row changes were rolled back. Please report this "
-                    f"with the output of mariadb-binlog for that transaction")
+                    f"with the output of mariadb-binlog for that transaction"
+                )
             names = list(trx.savepoints)
             mark = trx.savepoints[stmt.name]
             if mark < trx.released:
                 raise IngestError(self._exposed(trx, where, f"ROLLBACK TO {stmt.name}"))
             dropped = len(trx.held) - (mark - trx.released)
-            del trx.held[mark - trx.released:]
+            del trx.held[mark - trx.released :]
             # savepoints set after this one are gone, this one stays (SQL semantics)
-            trx.savepoints = {n: trx.savepoints[n] for n in names[:names.index(stmt.name) + 1]}
+            trx.savepoints = {n: trx.savepoints[n] for n in names[: names.index(stmt.name) + 1]}
             log.debug("transaction %s: ROLLBACK TO %s drops %d records", where, stmt.name, dropped)
         elif kind == statements.ROLLBACK:
             # e.g. the changes after a SAVEPOINT at the start of a transaction, kept in the
@@ -562,21 +619,28 @@ class Ingest:
                 self._xa_rolled_back(stmt.name, tables, where)
 
     def _exposed(self, trx: _Trx, where: str, what: str) -> str:
-        return (f"transaction {where}: {what} rolls back row changes of {', '.join(sorted(trx.tables))} that "
-                f"ingest already wrote to Kafka, because the transaction had more than commit_every_events "
-                f"({self.config.commit_every_events}) changes before it. Set commit_every_events above the "
-                f"size of such transactions, delete topic {self.prefix}.offsets and the table topics (or use "
-                f"a new topic_prefix), restart ingest with start.mode: current and re-snapshot")
+        return (
+            f"transaction {where}: {what} rolls back row changes of {', '.join(sorted(trx.tables))} that "
+            f"ingest already wrote to Kafka, because the transaction had more than commit_every_events "
+            f"({self.config.commit_every_events}) changes before it. Set commit_every_events above the "
+            f"size of such transactions, delete topic {self.prefix}.offsets and the table topics (or use "
+            f"a new topic_prefix), restart ingest with start.mode: current and re-snapshot"
+        )
 
     def _xa_rolled_back(self, xid: str, tables: list[str] | None, where: str) -> None:
         """An XA transaction rolled back after XA PREPARE. Its row changes are in the binlog
         at the PREPARE and were written to Kafka there (as Debezium does): they never
         happened in the source."""
-        changed = (f"its changes to {', '.join(tables)} were written to Kafka at its XA PREPARE" if tables
-                   else "it was prepared before this ingest process started, so ingest cannot tell whether "
-                        "its changes to captured tables were written to Kafka at its XA PREPARE")
-        message = (f"XA ROLLBACK {xid} ({where}): {changed}, and the source rolled them back. Re-snapshot "
-                   f"the tables it changed (cdc snapshot <db.table>)")
+        changed = (
+            f"its changes to {', '.join(tables)} were written to Kafka at its XA PREPARE"
+            if tables
+            else "it was prepared before this ingest process started, so ingest cannot tell whether "
+            "its changes to captured tables were written to Kafka at its XA PREPARE"
+        )
+        message = (
+            f"XA ROLLBACK {xid} ({where}): {changed}, and the source rolled them back. Re-snapshot "
+            f"the tables it changed (cdc snapshot <db.table>)"
+        )
         if self.config.on_xa_rollback == "warn":
             log.error("%s; going on (on_xa_rollback: warn)", message)
             metrics.ERRORS.labels("xa_rollback").inc()
@@ -587,8 +651,13 @@ class Ingest:
         headers = [(k, v.encode()) for k, v in rec.headers] + self._context
         if position is not None:
             headers.insert(0, (POSITION_HEADER, position))
-        self.producer.send(rec.topic, rec.key.encode() if rec.key is not None else None,
-                           rec.value.encode() if rec.value is not None else None, partition, headers)
+        self.producer.send(
+            rec.topic,
+            rec.key.encode() if rec.key is not None else None,
+            rec.value.encode() if rec.value is not None else None,
+            partition,
+            headers,
+        )
 
     # ------------------------------------------------------------------ markers, DDL, heartbeats
 
@@ -611,11 +680,16 @@ class Ingest:
             partitions = self._partitions(db, table)
             marker = {"table": target, "window": values.get("window_id"), "kind": values.get("kind")}
             payload = json.dumps(marker, separators=(",", ":"))
-            source = source_json(self.env, SourceInfo(db, table, trx.ts_ms, event.packet.server_id,
-                                                      position.file, position.pos, row_index, trx.gtid))
+            source = source_json(
+                self.env,
+                SourceInfo(
+                    db, table, trx.ts_ms, event.packet.server_id, position.file, position.pos, row_index, trx.gtid
+                ),
+            )
             pos = EventPosition(position.file, position.pos, row_index).encode()
-            rec = message_record(self.env, topic, source, "cdc.watermark", payload,
-                                 headers=[(WATERMARK_HEADER, payload)])
+            rec = message_record(
+                self.env, topic, source, "cdc.watermark", payload, headers=[(WATERMARK_HEADER, payload)]
+            )
             for p in range(partitions):
                 self._send_record(rec, p, pos)
             written += partitions
@@ -654,8 +728,18 @@ class Ingest:
                     changes.append(table_change_json("CREATE" if ddl.kind == "CREATE" else "ALTER", spec))
         elif ddl.kind == "DROP":
             changes = [table_change_json("DROP", None, db, table) for db, table in captured]
-        source = SourceInfo(database or "", captured[0][1] if captured else None, trx.ts_ms,
-                            event.packet.server_id, position.file, position.pos, 0, trx.gtid, thread, query)
+        source = SourceInfo(
+            database or "",
+            captured[0][1] if captured else None,
+            trx.ts_ms,
+            event.packet.server_id,
+            position.file,
+            position.pos,
+            0,
+            trx.gtid,
+            thread,
+            query,
+        )
         rec = schema_change_record(self.env, source, query, changes, database=database)
         self._send_record(rec, 0, pos)
         written += self._ddl_markers(ddl, query, trx, position, event)
@@ -677,10 +761,18 @@ class Ingest:
                     spec, _ = apply_column_filters(spec, self.filter)
             marker = ddl_marker(db, table, kind, query, spec)
             payload = json.dumps(marker, separators=(",", ":"))
-            source = source_json(self.env, SourceInfo(db, table, trx.ts_ms, event.packet.server_id, position.file,
-                                                      position.pos, row, trx.gtid))
-            rec = message_record(self.env, table_topic(self.prefix, db, table), source, DDL_HEADER, payload,
-                                 headers=[(DDL_HEADER, payload)])
+            source = source_json(
+                self.env,
+                SourceInfo(db, table, trx.ts_ms, event.packet.server_id, position.file, position.pos, row, trx.gtid),
+            )
+            rec = message_record(
+                self.env,
+                table_topic(self.prefix, db, table),
+                source,
+                DDL_HEADER,
+                payload,
+                headers=[(DDL_HEADER, payload)],
+            )
             # one row index per table: tables whose names share a topic keep distinct positions
             pos = EventPosition(position.file, position.pos, row).encode()
             partitions = self._partitions(db, table)
@@ -690,8 +782,7 @@ class Ingest:
             log.info("%s %s.%s: DDL marker in %d partition(s)", kind, db, table, partitions)
         return written
 
-    def _truncate(self, db: str, table: str, trx: _Trx, position: EventPosition, event,
-                  thread: int | None) -> int:
+    def _truncate(self, db: str, table: str, trx: _Trx, position: EventPosition, event, thread: int | None) -> int:
         """Debezium writes one truncate record; we write it to every partition so that it
         cuts each partition's order like a watermark (consumers apply it idempotently)."""
         if not self.env.emits("t"):
@@ -699,12 +790,16 @@ class Ingest:
         partitions = self._partitions(db, table)
         # the last version we encoded rows with (the table may be renamed or dropped by
         # the time we read this TRUNCATE), else what the server has now, else no columns
-        spec = self._last_spec.get((db, table)) or spec_from_details(db, table, self._details(db, table)) \
+        spec = (
+            self._last_spec.get((db, table))
+            or spec_from_details(db, table, self._details(db, table))
             or TableSpec(db, table, ())
+        )
         enc = TableEncoder(spec, self.env)
         ts_ms = event.timestamp * 1000 if event.timestamp else trx.ts_ms  # the statement's, as Debezium
-        rec = enc.truncate(SourceInfo(db, table, ts_ms, event.packet.server_id, position.file,
-                                      position.pos, 0, trx.gtid, thread))
+        rec = enc.truncate(
+            SourceInfo(db, table, ts_ms, event.packet.server_id, position.file, position.pos, 0, trx.gtid, thread)
+        )
         pos = EventPosition(position.file, position.pos, 0).encode()
         for p in range(partitions):
             self._send_record(rec, p, pos)

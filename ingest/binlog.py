@@ -33,14 +33,25 @@ from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.binlogstream import MYSQL_EXPECTED_ERROR_CODES
 from pymysqlreplication.constants import BINLOG
-from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent,
-                                      XidEvent)
+from pymysqlreplication.event import (
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
 from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from ingest.rowdecode import (FAST_ROWS_CLASSES, STOCK_ROWS_CLASSES, FastDeleteRowsEvent,
-                              FastUpdateRowsEvent, FastWriteRowsEvent, decoder_for)
+from ingest.rowdecode import (
+    FAST_ROWS_CLASSES,
+    STOCK_ROWS_CLASSES,
+    FastDeleteRowsEvent,
+    FastUpdateRowsEvent,
+    FastWriteRowsEvent,
+    decoder_for,
+)
 
 _CACHE_SIZE = 20_000
 _cache: OrderedDict[bytes, dict] = OrderedDict()
@@ -58,7 +69,7 @@ class CachedTableMapEvent(TableMapEvent):
             return
         # peek, do not read-and-unread: the library finds the optional metadata (column
         # names, charsets, signedness, ENUM/SET values) by the underlying packet's position
-        key = _cache_key(kwargs.get("optional_meta_data"), raw._data[raw._position:raw._position + event_size])
+        key = _cache_key(kwargs.get("optional_meta_data"), raw._data[raw._position : raw._position + event_size])
         state = _cache.get(key)
         if state is not None:
             from_packet.advance(event_size)
@@ -87,8 +98,18 @@ class _PacketWrapper(BinLogPacketWrapper):
 
 
 ROW_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
-EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, XAPrepareEvent, RotateEvent, HeartbeatLogEvent, CachedTableMapEvent,
-          FastWriteRowsEvent, FastUpdateRowsEvent, FastDeleteRowsEvent]
+EVENTS = [
+    MariadbGtidEvent,
+    QueryEvent,
+    XidEvent,
+    XAPrepareEvent,
+    RotateEvent,
+    HeartbeatLogEvent,
+    CachedTableMapEvent,
+    FastWriteRowsEvent,
+    FastUpdateRowsEvent,
+    FastDeleteRowsEvent,
+]
 
 
 class PacketHeader(tuple):
@@ -105,8 +126,10 @@ class PacketHeader(tuple):
     read_bytes = 0
 
     def __repr__(self):
-        return (f"PacketHeader(timestamp={self[0]}, event_type={self[1]}, server_id={self[2]}, "
-                f"event_size={self[3]}, log_pos={self[4]}, flags={self[5]})")
+        return (
+            f"PacketHeader(timestamp={self[0]}, event_type={self[1]}, server_id={self[2]}, "
+            f"event_size={self[3]}, log_pos={self[4]}, flags={self[5]})"
+        )
 
 
 # OK byte, then timestamp, event type, server id, event size, log position, flags
@@ -127,7 +150,8 @@ _new_object = object.__new__
 def _lost(conn, e=None):
     conn._force_close()
     return pymysql_err.OperationalError(
-        CR.CR_SERVER_LOST, "Lost connection to MySQL server during query" + (f" ({e})" if e else ""))
+        CR.CR_SERVER_LOST, "Lost connection to MySQL server during query" + (f" ({e})" if e else "")
+    )
 
 
 def _read_packet_bytes(conn) -> bytes:
@@ -152,9 +176,11 @@ def _read_packet_bytes(conn) -> bytes:
                 conn._force_close()
                 if seq == 0:
                     raise pymysql_err.OperationalError(
-                        CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+                        CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+                    )
                 raise pymysql_err.InternalError(
-                    "Packet sequence number wrong - got %d expected %d" % (seq, conn._next_seq_id))
+                    "Packet sequence number wrong - got %d expected %d" % (seq, conn._next_seq_id)
+                )
             conn._next_seq_id = (seq + 1) % 256
             data = read(n)
             if len(data) < n:
@@ -200,8 +226,14 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         self._fast_rows = {etype: cls for etype, cls in FAST_ROWS_CLASSES.items() if cls in allowed}
         self._return_table_maps = CachedTableMapEvent in allowed
         g = lambda name: getattr(self, _R + name)  # noqa: E731
-        self._lean = (g("only_tables") is None and g("ignored_tables") is None and g("only_schemas") is None
-                      and g("ignored_schemas") is None and not g("freeze_schema") and not g("verify_checksum"))
+        self._lean = (
+            g("only_tables") is None
+            and g("ignored_tables") is None
+            and g("only_schemas") is None
+            and g("ignored_schemas") is None
+            and not g("freeze_schema")
+            and not g("verify_checksum")
+        )
         self._ignore_decode_errors = bool(g("ignore_decode_errors"))
         self._lean_attr = "_rd_lean_ign" if self._ignore_decode_errors else "_rd_lean"
         self._common = None
@@ -299,8 +331,7 @@ class IngestBinLogStreamReader(BinLogStreamReader):
             if self.end_log_pos and self.log_pos >= self.end_log_pos:
                 self.is_past_end_log_pos = True
 
-            if (binlog_event.event_type == BINLOG.FORMAT_DESCRIPTION_EVENT
-                    and binlog_event.event is not None):
+            if binlog_event.event_type == BINLOG.FORMAT_DESCRIPTION_EVENT and binlog_event.event is not None:
                 self.mysql_version = binlog_event.event.mysql_version
                 sd[_R + "post_header_lengths"] = binlog_event.event.post_header_len
 
@@ -310,8 +341,7 @@ class IngestBinLogStreamReader(BinLogStreamReader):
             if binlog_event.event_type == BINLOG.TABLE_MAP_EVENT and binlog_event.event is not None:
                 self.table_map[binlog_event.event.table_id] = binlog_event.event.get_table()
 
-            if binlog_event.event is None or (
-                    binlog_event.event.__class__ not in sd[_R + "allowed_events"]):
+            if binlog_event.event is None or (binlog_event.event.__class__ not in sd[_R + "allowed_events"]):
                 continue
 
             return binlog_event.event
@@ -323,7 +353,7 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         size = header[3] - (23 if sd[_USE_CHECKSUM] else 19)
         if size < 0 or 20 + size > len(data):
             return None
-        state = _cache.get((bool(sd[_OPTIONAL_META_DATA]), data[20:20 + size]))
+        state = _cache.get((bool(sd[_OPTIONAL_META_DATA]), data[20 : 20 + size]))
         if state is None:
             return None
         d = state.copy()
@@ -340,8 +370,20 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         lean = table.__dict__.get(self._lean_attr)
         if lean is None:
             dec = decoder_for(table, self._ignore_decode_errors)
-            lean = (dec, table.table_id, len(table.columns), (len(table.columns) + 7) >> 3, table.columns,
-                    table.primary_key, table.schema, table.table) if dec is not None else False
+            lean = (
+                (
+                    dec,
+                    table.table_id,
+                    len(table.columns),
+                    (len(table.columns) + 7) >> 3,
+                    table.columns,
+                    table.primary_key,
+                    table.schema,
+                    table.table,
+                )
+                if dec is not None
+                else False
+            )
             table.__dict__[self._lean_attr] = lean
         if not lean:
             return None
@@ -380,17 +422,36 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         ctl = self._ctl_connection
         if self._common_ctl is not ctl:
             self._common = {
-                "_ctl_connection": ctl, "dbms": ctl._get_dbms(), "_ignore_decode_errors": self._ignore_decode_errors,
+                "_ctl_connection": ctl,
+                "dbms": ctl._get_dbms(),
+                "_ignore_decode_errors": self._ignore_decode_errors,
                 "_rd_use_checksum": sd[_USE_CHECKSUM],
             }
             self._common_ctl = ctl
         d = self._common.copy()
         d.update(
-            packet=header, table_map=self.table_map, event_type=etype, timestamp=header[0], event_size=size,
-            _post_header_lengths=phls, mysql_version=self.mysql_version, _RowsEvent__none_sources={},
-            table_id=table_id, primary_key=primary_key, schema=schema,
-            table=table_name, flags=data[26] | data[27] << 8, number_of_columns=ncols, columns=columns,
-            columns_present_bitmap=bitmap, _rd_data=data, _rd_pos=p, _rd_end=end, _rd_table=table, _rd_fn=fn)
+            packet=header,
+            table_map=self.table_map,
+            event_type=etype,
+            timestamp=header[0],
+            event_size=size,
+            _post_header_lengths=phls,
+            mysql_version=self.mysql_version,
+            _RowsEvent__none_sources={},
+            table_id=table_id,
+            primary_key=primary_key,
+            schema=schema,
+            table=table_name,
+            flags=data[26] | data[27] << 8,
+            number_of_columns=ncols,
+            columns=columns,
+            columns_present_bitmap=bitmap,
+            _rd_data=data,
+            _rd_pos=p,
+            _rd_end=end,
+            _rd_table=table,
+            _rd_fn=fn,
+        )
         if bitmap2 is not None:
             d["columns_present_bitmap2"] = bitmap2
         if etype >= BINLOG.WRITE_ROWS_EVENT_V2:
@@ -400,17 +461,27 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         return event
 
 
-def open_reader(connect_kwargs: dict, server_id: int, gtid_state: str,
-                heartbeat_s: float = 1.0, *, blocking: bool = True) -> BinLogStreamReader:
+def open_reader(
+    connect_kwargs: dict, server_id: int, gtid_state: str, heartbeat_s: float = 1.0, *, blocking: bool = True
+) -> BinLogStreamReader:
     """A MariaDB binlog stream starting after ``gtid_state`` (blocking unless told)."""
-    settings = {"host": connect_kwargs["host"], "port": connect_kwargs["port"],
-                "user": connect_kwargs["user"], "passwd": connect_kwargs["password"],
-                "connect_timeout": connect_kwargs.get("connect_timeout", 10)}
+    settings = {
+        "host": connect_kwargs["host"],
+        "port": connect_kwargs["port"],
+        "user": connect_kwargs["user"],
+        "passwd": connect_kwargs["password"],
+        "connect_timeout": connect_kwargs.get("connect_timeout", 10),
+    }
     for tls in ("ssl", "ssl_disabled"):  # the TLS settings of MySQLConfig.connect_kwargs
         if tls in connect_kwargs:
             settings[tls] = connect_kwargs[tls]
     return IngestBinLogStreamReader(
-        connection_settings=settings, server_id=server_id, is_mariadb=True,
-        auto_position=gtid_state or "", blocking=blocking, resume_stream=True,
-        slave_heartbeat=heartbeat_s, only_events=EVENTS,
+        connection_settings=settings,
+        server_id=server_id,
+        is_mariadb=True,
+        auto_position=gtid_state or "",
+        blocking=blocking,
+        resume_stream=True,
+        slave_heartbeat=heartbeat_s,
+        only_events=EVENTS,
     )

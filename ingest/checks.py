@@ -27,11 +27,14 @@ def connect(config: IngestConfig, **extra) -> pymysql.Connection:
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else 0
         if code == 1045:
-            raise SourceError(f"MySQL at {m.host}:{m.port} rejected user '{m.user}': wrong "
-                              f"credentials (check mysql.user and mysql.password_env/_file)") from None
+            raise SourceError(
+                f"MySQL at {m.host}:{m.port} rejected user '{m.user}': wrong "
+                f"credentials (check mysql.user and mysql.password_env/_file)"
+            ) from None
         if code in (2003, 2013, 2006):
-            raise SourceError(f"MySQL at {m.host}:{m.port} is unreachable "
-                              f"({exc.args[1] if len(exc.args) > 1 else exc})") from None
+            raise SourceError(
+                f"MySQL at {m.host}:{m.port} is unreachable ({exc.args[1] if len(exc.args) > 1 else exc})"
+            ) from None
         raise SourceError(f"cannot connect to MySQL at {m.host}:{m.port}: {exc.args[-1]}") from None
 
 
@@ -48,9 +51,11 @@ def check_source(config: IngestConfig) -> dict:
     try:
         flavor = server_flavor(conn)
         with conn.cursor() as cur:
-            cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN "
-                        "('log_bin','binlog_format','binlog_row_image','binlog_row_metadata',"
-                        "'server_id','gtid_binlog_pos','gtid_mode','binlog_annotate_row_events')")
+            cur.execute(
+                "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+                "('log_bin','binlog_format','binlog_row_image','binlog_row_metadata',"
+                "'server_id','gtid_binlog_pos','gtid_mode','binlog_annotate_row_events')"
+            )
             variables = {name.lower(): str(value) for name, value in cur.fetchall()}
         for name, (wanted, fix) in REQUIRED_VARIABLES.items():
             actual = variables.get(name)
@@ -59,8 +64,10 @@ def check_source(config: IngestConfig) -> dict:
             if actual.upper() != wanted:
                 raise SourceError(f"{name} is {actual}, must be {wanted}: {fix}")
         if flavor != "mariadb":
-            raise SourceError("this ingest reads MariaDB GTIDs; MySQL sources are supported "
-                              "through Debezium's connector (see connect-configs/)")
+            raise SourceError(
+                "this ingest reads MariaDB GTIDs; MySQL sources are supported "
+                "through Debezium's connector (see connect-configs/)"
+            )
         with conn.cursor() as cur:
             cur.execute("SHOW GRANTS")
             grants = " ".join(row[0].upper() for row in cur.fetchall())
@@ -73,11 +80,16 @@ def check_source(config: IngestConfig) -> dict:
             if "SELECT" not in grants:
                 missing.append("SELECT")
         if missing:
-            raise SourceError(f"user '{config.mysql.user}' lacks {', '.join(missing)}: "
-                              f"GRANT {', '.join(m.split(' (')[0] for m in missing)} ON *.* TO "
-                              f"'{config.mysql.user}'@'%'")
-        return {"flavor": flavor, "gtid_binlog_pos": variables.get("gtid_binlog_pos", ""),
-                "server_id": int(variables.get("server_id", 0))}
+            raise SourceError(
+                f"user '{config.mysql.user}' lacks {', '.join(missing)}: "
+                f"GRANT {', '.join(m.split(' (')[0] for m in missing)} ON *.* TO "
+                f"'{config.mysql.user}'@'%'"
+            )
+        return {
+            "flavor": flavor,
+            "gtid_binlog_pos": variables.get("gtid_binlog_pos", ""),
+            "server_id": int(variables.get("server_id", 0)),
+        }
     finally:
         conn.close()
 

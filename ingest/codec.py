@@ -12,9 +12,16 @@ import pymysql
 from cdc.config import IngestConfig
 from ingest.envelope import EnvelopeConfig, TableEncoder
 from ingest.filters import CaptureFilter
-from ingest.types import (ColumnSpec, ConverterConfig, TableSpec, declared_types_from_ddl,
-                          enrich_table_spec, parse_column_type, table_spec_from_binlog,
-                          with_declared_types)
+from ingest.types import (
+    ColumnSpec,
+    ConverterConfig,
+    TableSpec,
+    declared_types_from_ddl,
+    enrich_table_spec,
+    parse_column_type,
+    table_spec_from_binlog,
+    with_declared_types,
+)
 
 MASK = "***"
 
@@ -47,15 +54,22 @@ def load_table_details(conn: pymysql.Connection, db: str, table: str) -> dict[st
     Read when a table version is first seen; a DDL arriving in between is harmless,
     because the DDL event itself invalidates what we read."""
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
-        cur.execute("SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
-                    "ORDER BY ORDINAL_POSITION", (db, table))
+        cur.execute(
+            "SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+            "ORDER BY ORDINAL_POSITION",
+            (db, table),
+        )
         columns = list(cur.fetchall())
-        cur.execute("SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                    "AND TABLE_NAME=%s", (db, table))
+        cur.execute(
+            "SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, table)
+        )
         row = cur.fetchone()
         collation = row["TABLE_COLLATION"] if row else None
-        cur.execute("SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s "
-                    "AND TABLE_NAME=%s AND INDEX_NAME='PRIMARY' ORDER BY SEQ_IN_INDEX", (db, table))
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s "
+            "AND TABLE_NAME=%s AND INDEX_NAME='PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (db, table),
+        )
         primary_key = [r["COLUMN_NAME"] for r in cur.fetchall()]
         create = ""
         if columns:
@@ -64,30 +78,38 @@ def load_table_details(conn: pymysql.Connection, db: str, table: str) -> dict[st
                 create = list(cur.fetchone().values())[1]
             except pymysql.err.MySQLError:
                 create = ""
-    return {"columns": columns, "create": create, "primary_key": primary_key,
-            "charset": collation.split("_", 1)[0] if collation else None}
+    return {
+        "columns": columns,
+        "create": create,
+        "primary_key": primary_key,
+        "charset": collation.split("_", 1)[0] if collation else None,
+    }
 
 
 HIDDEN_TYPES = ("boolean", "json")  # what information_schema cannot show on MariaDB
 
 
-def spec_from_details(db: str, table: str, details: dict, table_map_event=None,
-                      declared_in_binlog: dict | None = None) -> TableSpec | None:
+def spec_from_details(
+    db: str, table: str, details: dict, table_map_event=None, declared_in_binlog: dict | None = None
+) -> TableSpec | None:
     """A TableSpec from the binlog table map (when given) refined by ``details`` and by
     the types the DDL in the binlog declared (BOOLEAN, JSON)."""
     declared = declared_types_from_ddl(details["create"]) if details.get("create") else {}
     declared.update(declared_in_binlog or {})
     declared = {k: v for k, v in declared.items() if v in HIDDEN_TYPES} or None
     if table_map_event is not None:
-        return table_spec_from_binlog(table_map_event, details.get("columns") or None,
-                                      declared_types=declared, default_charset=details.get("charset"))
+        return table_spec_from_binlog(
+            table_map_event,
+            details.get("columns") or None,
+            declared_types=declared,
+            default_charset=details.get("charset"),
+        )
     if not details.get("columns"):
         return None
     return spec_from_information_schema(db, table, details, declared)
 
 
-def spec_from_information_schema(db: str, table: str, details: dict,
-                                 declared: dict | None = None) -> TableSpec:
+def spec_from_information_schema(db: str, table: str, details: dict, declared: dict | None = None) -> TableSpec:
     """A TableSpec from information_schema alone (for schema-change events, where no
     table map is at hand)."""
     cols = []
@@ -96,10 +118,16 @@ def spec_from_information_schema(db: str, table: str, details: dict,
         ctype = d.get("COLUMN_TYPE")
         ctype = ctype.decode() if isinstance(ctype, bytes) else str(ctype)
         parsed = parse_column_type(ctype)
-        cols.append(ColumnSpec(name=str(d["COLUMN_NAME"]), type_name=parsed.get("type_name", "unknown"),
-                               position=i + 1))
-    spec = TableSpec(db=db, table=table, columns=tuple(cols), primary_key=tuple(details.get("primary_key", ())),
-                     default_charset=details.get("charset"))
+        cols.append(
+            ColumnSpec(name=str(d["COLUMN_NAME"]), type_name=parsed.get("type_name", "unknown"), position=i + 1)
+        )
+    spec = TableSpec(
+        db=db,
+        table=table,
+        columns=tuple(cols),
+        primary_key=tuple(details.get("primary_key", ())),
+        default_charset=details.get("charset"),
+    )
     spec = enrich_table_spec(spec, details["columns"])
     if declared:
         spec = with_declared_types(spec, declared)
@@ -108,17 +136,25 @@ def spec_from_information_schema(db: str, table: str, details: dict,
 
 def apply_column_filters(spec: TableSpec, capture: CaptureFilter) -> tuple[TableSpec, tuple[str, ...]]:
     """Drops excluded columns; returns the spec and the names of masked columns."""
-    kept = tuple(c for c in spec.columns
-                 if c.name in spec.primary_key or not capture.excluded_column(spec.db, spec.table, c.name))
-    masked = tuple(c.name for c in kept
-                   if c.name not in spec.primary_key and capture.masked_column(spec.db, spec.table, c.name))
+    kept = tuple(
+        c
+        for c in spec.columns
+        if c.name in spec.primary_key or not capture.excluded_column(spec.db, spec.table, c.name)
+    )
+    masked = tuple(
+        c.name for c in kept if c.name not in spec.primary_key and capture.masked_column(spec.db, spec.table, c.name)
+    )
     if len(kept) != len(spec.columns):
         spec = dataclasses.replace(spec, columns=kept)
     if masked:
         # masked values are strings of '*' whatever the column type (Debezium masks only
         # string columns; we widen the column to a string so every type can be masked)
-        cols = tuple(dataclasses.replace(c, type_name="varchar", length=len(MASK), unsigned=False,
-                                         enum_values=None) if c.name in masked else c for c in kept)
+        cols = tuple(
+            dataclasses.replace(c, type_name="varchar", length=len(MASK), unsigned=False, enum_values=None)
+            if c.name in masked
+            else c
+            for c in kept
+        )
         spec = dataclasses.replace(spec, columns=cols)
     return spec, masked
 

@@ -38,22 +38,30 @@ def _qualified(m: re.Match, default_db: str, g1: int = 1) -> tuple[str, str]:
 def parse_ddl(sql: str, default_db: str) -> DDL:
     text = _COMMENTS.sub(" ", sql).strip()
     flags = re.I | re.S
-    m = re.match(r"(CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
-                 rf"({_IDENT})", text, flags)
+    m = re.match(
+        r"(CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
+        rf"({_IDENT})",
+        text,
+        flags,
+    )
     if m:
         return DDL("DATABASE", (), _unquote(m.group(2)))
     m = re.match(rf"TRUNCATE\s+(?:TABLE\s+)?{_NAME}", text, flags)
     if m:
         return DDL("TRUNCATE", (_qualified(m, default_db),))
-    m = re.match(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
-                 rf"{_NAME}", text, flags)
+    m = re.match(
+        r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+        rf"{_NAME}",
+        text,
+        flags,
+    )
     if m:
         return DDL("CREATE", (_qualified(m, default_db),))
     m = re.match(r"ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?" + _NAME, text, flags)
     if m:
         tables = [_qualified(m, default_db)]
         # RENAME [TO|AS] name renames the table; RENAME COLUMN / INDEX / KEY do not
-        r = re.search(rf"\bRENAME\s+(?!(?:COLUMN|INDEX|KEY)\b)(?:TO\s+|AS\s+)?{_NAME}", text[m.end():], flags)
+        r = re.search(rf"\bRENAME\s+(?!(?:COLUMN|INDEX|KEY)\b)(?:TO\s+|AS\s+)?{_NAME}", text[m.end() :], flags)
         if r:
             tables.append(_qualified(r, default_db))
         return DDL("ALTER", tuple(tables))
@@ -74,8 +82,7 @@ def parse_ddl(sql: str, default_db: str) -> DDL:
             tables.append(_qualified(pair, default_db, 1))
             tables.append(_qualified(pair, default_db, 3))
         return DDL("RENAME", tuple(tables))
-    m = re.match(r"CREATE\s+(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?INDEX\s+\S+\s+(?:ON\s+)" + _NAME,
-                 text, flags)
+    m = re.match(r"CREATE\s+(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?INDEX\s+\S+\s+(?:ON\s+)" + _NAME, text, flags)
     if m:
         return DDL("ALTER", (_qualified(m, default_db),))
     m = re.match(r"DROP\s+INDEX\s+\S+\s+ON\s+" + _NAME, text, flags)
@@ -130,7 +137,16 @@ def table_effects(ddl: DDL, sql: str = "") -> list[tuple[tuple[str, str], str]]:
 
 # what one clause of an ALTER TABLE does to the rows already in the table
 INDEX, OPTIONS, DEFAULT, ADD_COLUMN, ADD_PLAIN_COLUMN, COLUMN, ROWS, RENAME_TABLE, UNKNOWN = (
-    "index", "options", "default", "add_column", "add_plain_column", "column", "rows", "rename", "unknown")
+    "index",
+    "options",
+    "default",
+    "add_column",
+    "add_plain_column",
+    "column",
+    "rows",
+    "rename",
+    "unknown",
+)
 
 _KEYS = r"(?:INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|PRIMARY|FOREIGN|CONSTRAINT|CHECK|PERIOD)\b"
 _OPTIONS = re.compile(
@@ -140,10 +156,15 @@ _OPTIONS = re.compile(
     r"ENCRYPTION_KEY_ID|IETF_QUOTES|SEQUENCE|INSERT_METHOD|UNION|DATA\s+DIRECTORY|INDEX\s+DIRECTORY|FORCE|"
     r"ORDER\s+BY|(?:DISABLE|ENABLE)\s+KEYS|WAIT\b|NOWAIT|"
     r"(?:ADD|REORGANIZE|COALESCE|ANALYZE|CHECK|OPTIMIZE|REBUILD|REPAIR)\s+PARTITION|PARTITION\s+BY|"
-    r"REMOVE\s+PARTITIONING)\b", re.I)
+    r"REMOVE\s+PARTITIONING)\b",
+    re.I,
+)
 # a column definition that gives existing rows a value other than NULL
-_VALUED = re.compile(r"\bDEFAULT\b(?!\s+NULL\b)|\bNOT\s+NULL\b|\bAS\b|\bGENERATED\b|\bAUTO_INCREMENT\b|"
-                     r"\bSERIAL\b|\bTIMESTAMP\b|\bPRIMARY\b", re.I)
+_VALUED = re.compile(
+    r"\bDEFAULT\b(?!\s+NULL\b)|\bNOT\s+NULL\b|\bAS\b|\bGENERATED\b|\bAUTO_INCREMENT\b|"
+    r"\bSERIAL\b|\bTIMESTAMP\b|\bPRIMARY\b",
+    re.I,
+)
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -236,14 +257,18 @@ def alter_clause_kinds(sql: str) -> list[str]:
     if not m:
         return [UNKNOWN]
     ignore = bool(m.group(2))
-    rest = text[m.end():]
+    rest = text[m.end() :]
     # partition clauses are not comma separated: `TRUNCATE PARTITION p0, p1`
-    head = re.search(r"\b(?:(?:ADD|DROP|TRUNCATE|EXCHANGE|REORGANIZE|COALESCE|ANALYZE|CHECK|OPTIMIZE|"
-                     r"REBUILD|REPAIR)\s+PARTITION|PARTITION\s+BY|REMOVE\s+PARTITIONING)\b", rest, flags)
-    clauses = _split_top_level(rest[:head.start()] if head else rest)
+    head = re.search(
+        r"\b(?:(?:ADD|DROP|TRUNCATE|EXCHANGE|REORGANIZE|COALESCE|ANALYZE|CHECK|OPTIMIZE|"
+        r"REBUILD|REPAIR)\s+PARTITION|PARTITION\s+BY|REMOVE\s+PARTITIONING)\b",
+        rest,
+        flags,
+    )
+    clauses = _split_top_level(rest[: head.start()] if head else rest)
     kinds = [_clause_kind(c, ignore) for c in clauses]
     if head:
-        kinds.append(_clause_kind(rest[head.start():], ignore))
+        kinds.append(_clause_kind(rest[head.start() :], ignore))
     return kinds or [OPTIONS]
 
 
@@ -258,8 +283,12 @@ def ddl_marker(db: str, table: str, kind: str, sql: str, spec) -> dict:
     the table is gone), as the TableSpec's fields."""
     from dataclasses import asdict
 
-    return {"table": f"{db}.{table}", "kind": kind, "ddl": sql,
-            "definition": asdict(spec) if spec is not None else None}
+    return {
+        "table": f"{db}.{table}",
+        "kind": kind,
+        "ddl": sql,
+        "definition": asdict(spec) if spec is not None else None,
+    }
 
 
 def spec_from_marker(marker: dict):
@@ -270,7 +299,10 @@ def spec_from_marker(marker: dict):
     if not d:
         return None
     known = set(ColumnSpec.__dataclass_fields__)
-    cols = tuple(ColumnSpec(**{k: (tuple(v) if k == "enum_values" and v is not None else v)
-                               for k, v in c.items() if k in known}) for c in d["columns"])
-    return TableSpec(d["db"], d["table"], cols, tuple(d.get("primary_key") or ()), d.get("default_charset"),
-                     d.get("comment"))
+    cols = tuple(
+        ColumnSpec(**{k: (tuple(v) if k == "enum_values" and v is not None else v) for k, v in c.items() if k in known})
+        for c in d["columns"]
+    )
+    return TableSpec(
+        d["db"], d["table"], cols, tuple(d.get("primary_key") or ()), d.get("default_charset"), d.get("comment")
+    )

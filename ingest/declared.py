@@ -16,9 +16,23 @@ _IDENT = r"(`(?:[^`]|``)+`|[\w$\u0080-\uffff]+)"
 _ALTER_COLUMN = re.compile(
     rf"\b(?:ADD|MODIFY)\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?{_IDENT}\s+([a-zA-Z]+)"
     rf"|\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_IDENT}\s+{_IDENT}\s+([a-zA-Z]+)"
-    rf"|\bDROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_IDENT}", re.I)
-_NOT_COLUMNS = {"index", "key", "primary", "unique", "constraint", "foreign", "fulltext", "spatial",
-                "partition", "check", "period", "system"}
+    rf"|\bDROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_IDENT}",
+    re.I,
+)
+_NOT_COLUMNS = {
+    "index",
+    "key",
+    "primary",
+    "unique",
+    "constraint",
+    "foreign",
+    "fulltext",
+    "spatial",
+    "partition",
+    "check",
+    "period",
+    "system",
+}
 
 
 def _name(ident: str) -> str:

@@ -52,8 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ingest.topics import table_topic
-from ingest.types import (EMPTY_SET, ColumnCodec, ColumnSpec, ConverterConfig, TableSpec,
-                          column_codec, dumps, json_str)
+from ingest.types import EMPTY_SET, ColumnCodec, ColumnSpec, ConverterConfig, TableSpec, column_codec, dumps, json_str
 
 DEBEZIUM_VERSION = "3.6.3.Final"
 CONNECTOR = "mysql"
@@ -126,61 +125,98 @@ SNAPSHOT_ENUM = "true,first,first_in_data_collection,last_in_data_collection,las
 
 def source_schema(connector: str = CONNECTOR) -> dict:
     """``io.debezium.connector.mysql.Source`` (version 1)."""
-    return {"type": "struct", "fields": [
-        _f(_prim("string", False), "version"),
-        _f(_prim("string", False), "connector"),
-        _f(_prim("string", False), "name"),
-        _f(_prim("int64", False), "ts_ms"),
-        {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
-         "parameters": {"allowed": SNAPSHOT_ENUM}, "default": "false", "field": "snapshot"},
-        _f(_prim("string", False), "db"),
-        _f(_prim("string", True), "sequence"),
-        _f(_prim("int64", True), "ts_us"),
-        _f(_prim("int64", True), "ts_ns"),
-        _f(_prim("string", True), "table"),
-        _f(_prim("int64", False), "server_id"),
-        _f(_prim("string", True), "gtid"),
-        _f(_prim("string", False), "file"),
-        _f(_prim("int64", False), "pos"),
-        _f(_prim("int32", False), "row"),
-        _f(_prim("int64", True), "thread"),
-        _f(_prim("string", True), "query"),
-    ], "optional": False, "name": f"io.debezium.connector.{connector}.Source", "version": 1}
+    return {
+        "type": "struct",
+        "fields": [
+            _f(_prim("string", False), "version"),
+            _f(_prim("string", False), "connector"),
+            _f(_prim("string", False), "name"),
+            _f(_prim("int64", False), "ts_ms"),
+            {
+                "type": "string",
+                "optional": True,
+                "name": "io.debezium.data.Enum",
+                "version": 1,
+                "parameters": {"allowed": SNAPSHOT_ENUM},
+                "default": "false",
+                "field": "snapshot",
+            },
+            _f(_prim("string", False), "db"),
+            _f(_prim("string", True), "sequence"),
+            _f(_prim("int64", True), "ts_us"),
+            _f(_prim("int64", True), "ts_ns"),
+            _f(_prim("string", True), "table"),
+            _f(_prim("int64", False), "server_id"),
+            _f(_prim("string", True), "gtid"),
+            _f(_prim("string", False), "file"),
+            _f(_prim("int64", False), "pos"),
+            _f(_prim("int32", False), "row"),
+            _f(_prim("int64", True), "thread"),
+            _f(_prim("string", True), "query"),
+        ],
+        "optional": False,
+        "name": f"io.debezium.connector.{connector}.Source",
+        "version": 1,
+    }
 
 
 def transaction_block_schema() -> dict:
-    return {"type": "struct", "fields": [
-        _f(_prim("string", False), "id"),
-        _f(_prim("int64", False), "total_order"),
-        _f(_prim("int64", False), "data_collection_order"),
-    ], "optional": True, "name": "event.block", "version": 1}
+    return {
+        "type": "struct",
+        "fields": [
+            _f(_prim("string", False), "id"),
+            _f(_prim("int64", False), "total_order"),
+            _f(_prim("int64", False), "data_collection_order"),
+        ],
+        "optional": True,
+        "name": "event.block",
+        "version": 1,
+    }
 
 
-def row_schema(spec: TableSpec, prefix: str, config: ConverterConfig | None = None,
-               codecs: Sequence[ColumnCodec] | None = None) -> dict:
+def row_schema(
+    spec: TableSpec, prefix: str, config: ConverterConfig | None = None, codecs: Sequence[ColumnCodec] | None = None
+) -> dict:
     codecs = codecs or [column_codec(c, config) for c in spec.columns]
-    return {"type": "struct", "fields": [_f(c.schema, c.name) for c in codecs], "optional": True,
-            "name": f"{prefix}.{spec.db}.{spec.table}.Value"}
+    return {
+        "type": "struct",
+        "fields": [_f(c.schema, c.name) for c in codecs],
+        "optional": True,
+        "name": f"{prefix}.{spec.db}.{spec.table}.Value",
+    }
 
 
 def key_schema(spec: TableSpec, prefix: str, config: ConverterConfig | None = None) -> dict | None:
     if not spec.primary_key:
         return None
     fields = [_f(column_codec(c, config).schema, c.name) for c in spec.pk_columns]
-    return {"type": "struct", "fields": fields, "optional": False,
-            "name": f"{prefix}.{spec.db}.{spec.table}.Key"}
+    return {"type": "struct", "fields": fields, "optional": False, "name": f"{prefix}.{spec.db}.{spec.table}.Key"}
 
 
-def envelope_schema(spec: TableSpec, prefix: str, config: ConverterConfig | None = None,
-                    connector: str = CONNECTOR, codecs: Sequence[ColumnCodec] | None = None) -> dict:
+def envelope_schema(
+    spec: TableSpec,
+    prefix: str,
+    config: ConverterConfig | None = None,
+    connector: str = CONNECTOR,
+    codecs: Sequence[ColumnCodec] | None = None,
+) -> dict:
     row = row_schema(spec, prefix, config, codecs)
-    return {"type": "struct", "fields": [
-        _f(row, "before"), _f(row, "after"), _f(source_schema(connector), "source"),
-        _f(transaction_block_schema(), "transaction"), _f(_prim("string", False), "op"),
-        _f(_prim("int64", True), "ts_ms"), _f(_prim("int64", True), "ts_us"),
-        _f(_prim("int64", True), "ts_ns"),
-    ], "optional": False, "name": f"{prefix}.{spec.db}.{spec.table}.Envelope",
-        "version": ENVELOPE_SCHEMA_VERSION}
+    return {
+        "type": "struct",
+        "fields": [
+            _f(row, "before"),
+            _f(row, "after"),
+            _f(source_schema(connector), "source"),
+            _f(transaction_block_schema(), "transaction"),
+            _f(_prim("string", False), "op"),
+            _f(_prim("int64", True), "ts_ms"),
+            _f(_prim("int64", True), "ts_us"),
+            _f(_prim("int64", True), "ts_ns"),
+        ],
+        "optional": False,
+        "name": f"{prefix}.{spec.db}.{spec.table}.Envelope",
+        "version": ENVELOPE_SCHEMA_VERSION,
+    }
 
 
 def with_schema(schema_json: str, payload_json: str) -> str:
@@ -221,19 +257,53 @@ def _inull(v: Any) -> str:
 def source_json(cfg: EnvelopeConfig, s: SourceInfo) -> str:
     """The ``source`` struct as JSON text."""
     ts_ms = int(s.ts_ms)
-    return ('{"version":' + json_str(cfg.version) + ',"connector":' + json_str(cfg.connector)
-            + ',"name":' + json_str(cfg.topic_prefix) + ',"ts_ms":' + str(ts_ms)
-            + ',"snapshot":' + json_str(s.snapshot) + ',"db":' + json_str(s.db or "")
-            + ',"sequence":null,"ts_us":' + str(ts_ms * 1000) + ',"ts_ns":' + str(ts_ms * 1_000_000)
-            + ',"table":' + _jnull(s.table) + ',"server_id":' + str(int(s.server_id))
-            + ',"gtid":' + _jnull(s.gtid) + ',"file":' + json_str(s.file) + ',"pos":' + str(int(s.pos))
-            + ',"row":' + str(int(s.row)) + ',"thread":' + _inull(s.thread)
-            + ',"query":' + (_jnull(s.query) if cfg.include_query else "null") + "}")
+    return (
+        '{"version":'
+        + json_str(cfg.version)
+        + ',"connector":'
+        + json_str(cfg.connector)
+        + ',"name":'
+        + json_str(cfg.topic_prefix)
+        + ',"ts_ms":'
+        + str(ts_ms)
+        + ',"snapshot":'
+        + json_str(s.snapshot)
+        + ',"db":'
+        + json_str(s.db or "")
+        + ',"sequence":null,"ts_us":'
+        + str(ts_ms * 1000)
+        + ',"ts_ns":'
+        + str(ts_ms * 1_000_000)
+        + ',"table":'
+        + _jnull(s.table)
+        + ',"server_id":'
+        + str(int(s.server_id))
+        + ',"gtid":'
+        + _jnull(s.gtid)
+        + ',"file":'
+        + json_str(s.file)
+        + ',"pos":'
+        + str(int(s.pos))
+        + ',"row":'
+        + str(int(s.row))
+        + ',"thread":'
+        + _inull(s.thread)
+        + ',"query":'
+        + (_jnull(s.query) if cfg.include_query else "null")
+        + "}"
+    )
 
 
 def transaction_block_json(tx_id: str, total_order: int, data_collection_order: int) -> str:
-    return ('{"id":' + json_str(tx_id) + ',"total_order":' + str(int(total_order))
-            + ',"data_collection_order":' + str(int(data_collection_order)) + "}")
+    return (
+        '{"id":'
+        + json_str(tx_id)
+        + ',"total_order":'
+        + str(int(total_order))
+        + ',"data_collection_order":'
+        + str(int(data_collection_order))
+        + "}"
+    )
 
 
 # --------------------------------------------------------------------------- records
@@ -262,8 +332,7 @@ def _gen_struct_encoder(codecs: Sequence[ColumnCodec], fname: str) -> Callable:
         env[f"P{i}"] = lead
         if c.empty_set_json is not None:
             env[f"E{i}"] = c.empty_set_json
-            expr = (f"((E{i} if (ns and ns.get({key}) == EMPTY_SET) else N{i}) "
-                    f"if (v := g({key})) is None else F{i}(v))")
+            expr = f"((E{i} if (ns and ns.get({key}) == EMPTY_SET) else N{i}) if (v := g({key})) is None else F{i}(v))"
         elif c.frag_may_return_none:
             expr = f"T{i}(g({key}))"
         else:
@@ -309,12 +378,20 @@ class TableEncoder:
         self.key_schema_json = dumps(self.key_schema) if self.key_schema else None
         self._value_head = ('{"schema":' + self.value_schema_json + ',"payload":') if cfg.schemas_enable else ""
         self._value_tail = "}" if cfg.schemas_enable else ""
-        self._key_head = ('{"schema":' + self.key_schema_json + ',"payload":') \
-            if (cfg.key_schemas and self.key_schema_json) else ""
+        self._key_head = (
+            ('{"schema":' + self.key_schema_json + ',"payload":') if (cfg.key_schemas and self.key_schema_json) else ""
+        )
         self._key_tail = "}" if self._key_head else ""
         # fixed parts of the source block
-        self._src_head = ('{"version":' + json_str(cfg.version) + ',"connector":' + json_str(cfg.connector)
-                          + ',"name":' + json_str(cfg.topic_prefix) + ',"ts_ms":')
+        self._src_head = (
+            '{"version":'
+            + json_str(cfg.version)
+            + ',"connector":'
+            + json_str(cfg.connector)
+            + ',"name":'
+            + json_str(cfg.topic_prefix)
+            + ',"ts_ms":'
+        )
         self._src_mid = ',"snapshot":"false","db":' + json_str(spec.db) + ',"sequence":null,"ts_us":'
         self._src_table = ',"table":' + json_str(spec.table) + ',"server_id":'
 
@@ -330,41 +407,101 @@ class TableEncoder:
             return None
         return self._key_head + self._key_payload(row) + self._key_tail
 
-    def source_json(self, ts_ms: int, server_id: int, file: str, pos: int, row: int = 0,
-                    gtid: str | None = None, thread: int | None = None, query: str | None = None,
-                    snapshot: str = "false") -> str:
+    def source_json(
+        self,
+        ts_ms: int,
+        server_id: int,
+        file: str,
+        pos: int,
+        row: int = 0,
+        gtid: str | None = None,
+        thread: int | None = None,
+        query: str | None = None,
+        snapshot: str = "false",
+    ) -> str:
         ts_ms = int(ts_ms)
-        mid = self._src_mid if snapshot == "false" else self._src_mid.replace(
-            '"snapshot":"false"', '"snapshot":' + json_str(snapshot))
-        return (self._src_head + str(ts_ms) + mid + str(ts_ms * 1000) + ',"ts_ns":' + str(ts_ms * 1_000_000)
-                + self._src_table + str(server_id) + ',"gtid":' + ("null" if gtid is None else json_str(gtid))
-                + ',"file":' + json_str(file) + ',"pos":' + str(pos) + ',"row":' + str(row)
-                + ',"thread":' + ("null" if thread is None else str(thread))
-                + ',"query":' + ("null" if query is None or not self.cfg.include_query else json_str(query))
-                + "}")
+        mid = (
+            self._src_mid
+            if snapshot == "false"
+            else self._src_mid.replace('"snapshot":"false"', '"snapshot":' + json_str(snapshot))
+        )
+        return (
+            self._src_head
+            + str(ts_ms)
+            + mid
+            + str(ts_ms * 1000)
+            + ',"ts_ns":'
+            + str(ts_ms * 1_000_000)
+            + self._src_table
+            + str(server_id)
+            + ',"gtid":'
+            + ("null" if gtid is None else json_str(gtid))
+            + ',"file":'
+            + json_str(file)
+            + ',"pos":'
+            + str(pos)
+            + ',"row":'
+            + str(row)
+            + ',"thread":'
+            + ("null" if thread is None else str(thread))
+            + ',"query":'
+            + ("null" if query is None or not self.cfg.include_query else json_str(query))
+            + "}"
+        )
 
     def source_of(self, s: SourceInfo) -> str:
-        return self.source_json(s.ts_ms, s.server_id, s.file, s.pos, s.row, s.gtid, s.thread, s.query,
-                                s.snapshot)
+        return self.source_json(s.ts_ms, s.server_id, s.file, s.pos, s.row, s.gtid, s.thread, s.query, s.snapshot)
 
-    def value_json(self, op: str, before_json: str, after_json: str, source: str,
-                   transaction: str = "null", ts_ns: int | None = None) -> str:
+    def value_json(
+        self,
+        op: str,
+        before_json: str,
+        after_json: str,
+        source: str,
+        transaction: str = "null",
+        ts_ns: int | None = None,
+    ) -> str:
         """The value text from already-encoded parts (``before_json``/``after_json`` are
         row JSON or "null")."""
         if ts_ns is None:
             ts_ns = time.time_ns()
-        return (self._value_head + '{"before":' + before_json + ',"after":' + after_json + ',"source":'
-                + source + ',"transaction":' + transaction + ',"op":"' + op + '","ts_ms":'
-                + str(ts_ns // 1_000_000) + ',"ts_us":' + str(ts_ns // 1_000) + ',"ts_ns":' + str(ts_ns)
-                + "}" + self._value_tail)
+        return (
+            self._value_head
+            + '{"before":'
+            + before_json
+            + ',"after":'
+            + after_json
+            + ',"source":'
+            + source
+            + ',"transaction":'
+            + transaction
+            + ',"op":"'
+            + op
+            + '","ts_ms":'
+            + str(ts_ns // 1_000_000)
+            + ',"ts_us":'
+            + str(ts_ns // 1_000)
+            + ',"ts_ns":'
+            + str(ts_ns)
+            + "}"
+            + self._value_tail
+        )
 
     # ---- whole events
 
-    def change(self, op: str, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
-               source: SourceInfo | str, *, transaction: str = "null", ts_ns: int | None = None,
-               before_none_sources: Mapping[str, str] | None = None,
-               after_none_sources: Mapping[str, str] | None = None,
-               headers: Sequence[tuple[str, str]] = ()) -> list[Record]:
+    def change(
+        self,
+        op: str,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+        source: SourceInfo | str,
+        *,
+        transaction: str = "null",
+        ts_ns: int | None = None,
+        before_none_sources: Mapping[str, str] | None = None,
+        after_none_sources: Mapping[str, str] | None = None,
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> list[Record]:
         """The records Debezium writes for one row change: "c", "u", "d" (+ tombstone), "r"
         (snapshot read), and for an update that changes the key: "d", tombstone, "c".
         ``transaction``: a ``transaction_block_json`` or "null"."""
@@ -374,8 +511,14 @@ class TableEncoder:
         hdrs = list(headers)
         if op in ("c", "r"):
             after_j = self.row_json(after, after_none_sources)
-            return [Record(self.topic, self.key_json(after),
-                           self.value_json(op, "null", after_j, src, transaction, ts_ns), hdrs)]
+            return [
+                Record(
+                    self.topic,
+                    self.key_json(after),
+                    self.value_json(op, "null", after_j, src, transaction, ts_ns),
+                    hdrs,
+                )
+            ]
         if op == "d":
             before_j = self.row_json(before, before_none_sources)
             key = self.key_json(before)
@@ -394,12 +537,14 @@ class TableEncoder:
                     new_key = self._key_head + new_k + self._key_tail
                     nk = [(NEWKEY_HEADER, self._key_header(new_k))] + hdrs
                     ok = [(OLDKEY_HEADER, self._key_header(old_k))] + hdrs
-                    out = [Record(self.topic, old_key,
-                                  self.value_json("d", before_j, "null", src, transaction, ts_ns), nk)]
+                    out = [
+                        Record(self.topic, old_key, self.value_json("d", before_j, "null", src, transaction, ts_ns), nk)
+                    ]
                     if self.cfg.tombstones_on_delete:
                         out.append(Record(self.topic, old_key, None, list(nk)))
-                    out.append(Record(self.topic, new_key,
-                                      self.value_json("c", "null", after_j, src, transaction, ts_ns), ok))
+                    out.append(
+                        Record(self.topic, new_key, self.value_json("c", "null", after_j, src, transaction, ts_ns), ok)
+                    )
                     return out
                 key = self._key_head + new_k + self._key_tail
             else:
@@ -407,8 +552,7 @@ class TableEncoder:
             return [Record(self.topic, key, self.value_json("u", before_j, after_j, src, transaction, ts_ns), hdrs)]
         raise ValueError(f"unknown op {op!r}")
 
-    def truncate(self, source: SourceInfo | str, *, transaction: str = "null",
-                 ts_ns: int | None = None) -> Record:
+    def truncate(self, source: SourceInfo | str, *, transaction: str = "null", ts_ns: int | None = None) -> Record:
         """TRUNCATE TABLE: op "t", null key, before/after null (source = the QUERY event)."""
         src = source if isinstance(source, str) else self.source_of(source)
         return Record(self.topic, None, self.value_json("t", "null", "null", src, transaction, ts_ns))
@@ -432,8 +576,7 @@ class TableEncoder:
         out = {}
         for c in self.codecs:
             v = row.get(c.name)
-            if v is None and c.empty_set_json is not None and none_sources \
-                    and none_sources.get(c.name) == EMPTY_SET:
+            if v is None and c.empty_set_json is not None and none_sources and none_sources.get(c.name) == EMPTY_SET:
                 out[c.name] = ""
             else:
                 out[c.name] = c.to_value(v)
@@ -464,7 +607,7 @@ def java_string_hash(s: str) -> int:
 
 def _utf16_units(s: str) -> list[int]:
     b = s.encode("utf-16-be")
-    return [int.from_bytes(b[i:i + 2], "big") for i in range(0, len(b), 2)]
+    return [int.from_bytes(b[i : i + 2], "big") for i in range(0, len(b), 2)]
 
 
 def java_hashmap_order(keys: Sequence[str]) -> list[str]:
@@ -478,6 +621,7 @@ def java_hashmap_order(keys: Sequence[str]) -> list[str]:
     def bucket(k: str) -> int:
         h = java_string_hash(k) & 0xFFFFFFFF
         return (h ^ (h >> 16)) & (cap - 1)
+
     indexed = sorted(enumerate(keys), key=lambda ik: (bucket(ik[1]), ik[0]))
     return [k for _, k in indexed]
 
@@ -513,25 +657,46 @@ class TransactionTracker:
 
 
 def transaction_key_schema() -> dict:
-    return {"type": "struct", "fields": [_f(_prim("string", False), "id")], "optional": False,
-            "name": "io.debezium.connector.common.TransactionMetadataKey", "version": 1}
+    return {
+        "type": "struct",
+        "fields": [_f(_prim("string", False), "id")],
+        "optional": False,
+        "name": "io.debezium.connector.common.TransactionMetadataKey",
+        "version": 1,
+    }
 
 
 def transaction_value_schema() -> dict:
-    coll = {"type": "struct", "fields": [_f(_prim("string", False), "data_collection"),
-                                         _f(_prim("int64", False), "event_count")],
-            "optional": True, "name": "event.collection", "version": 1}
-    return {"type": "struct", "fields": [
-        _f(_prim("string", False), "status"), _f(_prim("string", False), "id"),
-        _f(_prim("int64", True), "event_count"),
-        {"type": "array", "items": coll, "optional": True, "field": "data_collections"},
-        _f(_prim("int64", False), "ts_ms"),
-    ], "optional": False, "name": "io.debezium.connector.common.TransactionMetadataValue", "version": 1}
+    coll = {
+        "type": "struct",
+        "fields": [_f(_prim("string", False), "data_collection"), _f(_prim("int64", False), "event_count")],
+        "optional": True,
+        "name": "event.collection",
+        "version": 1,
+    }
+    return {
+        "type": "struct",
+        "fields": [
+            _f(_prim("string", False), "status"),
+            _f(_prim("string", False), "id"),
+            _f(_prim("int64", True), "event_count"),
+            {"type": "array", "items": coll, "optional": True, "field": "data_collections"},
+            _f(_prim("int64", False), "ts_ms"),
+        ],
+        "optional": False,
+        "name": "io.debezium.connector.common.TransactionMetadataValue",
+        "version": 1,
+    }
 
 
-def transaction_record(cfg: EnvelopeConfig, status: str, tx_id: str, ts_ms: int,
-                       event_count: int | None = None,
-                       per_collection: Mapping[str, int] | None = None) -> Record:
+def transaction_record(
+    cfg: EnvelopeConfig,
+    status: str,
+    tx_id: str,
+    ts_ms: int,
+    event_count: int | None = None,
+    per_collection: Mapping[str, int] | None = None,
+) -> Record:
     """A BEGIN or END record for the ``<prefix>.transaction`` topic."""
     key = '{"id":' + json_str(tx_id) + "}"
     if status == "BEGIN":
@@ -539,11 +704,27 @@ def transaction_record(cfg: EnvelopeConfig, status: str, tx_id: str, ts_ms: int,
         count = "null"
     else:
         order = java_hashmap_order(list((per_collection or {}).keys()))
-        colls = "[" + ",".join('{"data_collection":' + json_str(k) + ',"event_count":'
-                               + str(per_collection[k]) + "}" for k in order) + "]"
+        colls = (
+            "["
+            + ",".join(
+                '{"data_collection":' + json_str(k) + ',"event_count":' + str(per_collection[k]) + "}" for k in order
+            )
+            + "]"
+        )
         count = str(int(event_count or 0))
-    value = ('{"status":' + json_str(status) + ',"id":' + json_str(tx_id) + ',"event_count":' + count
-             + ',"data_collections":' + colls + ',"ts_ms":' + str(int(ts_ms)) + "}")
+    value = (
+        '{"status":'
+        + json_str(status)
+        + ',"id":'
+        + json_str(tx_id)
+        + ',"event_count":'
+        + count
+        + ',"data_collections":'
+        + colls
+        + ',"ts_ms":'
+        + str(int(ts_ms))
+        + "}"
+    )
     if cfg.key_schemas:
         key = with_schema(dumps(transaction_key_schema()), key)
     if cfg.schemas_enable:
@@ -562,24 +743,33 @@ def heartbeat_record(cfg: EnvelopeConfig, ts_ms: int | None = None) -> Record:
     key = '{"serverName":' + json_str(cfg.topic_prefix) + "}"
     value = '{"ts_ms":' + str(int(ts_ms)) + "}"
     if cfg.key_schemas:
-        key = with_schema('{"type":"struct","fields":[{"type":"string","optional":false,"field":"serverName"}],'
-                          '"optional":false,"name":"io.debezium.connector.common.ServerNameKey","version":1}', key)
+        key = with_schema(
+            '{"type":"struct","fields":[{"type":"string","optional":false,"field":"serverName"}],'
+            '"optional":false,"name":"io.debezium.connector.common.ServerNameKey","version":1}',
+            key,
+        )
     if cfg.schemas_enable:
-        value = with_schema('{"type":"struct","fields":[{"type":"int64","optional":false,"field":"ts_ms"}],'
-                            '"optional":false,"name":"io.debezium.connector.common.Heartbeat","version":1}', value)
+        value = with_schema(
+            '{"type":"struct","fields":[{"type":"int64","optional":false,"field":"ts_ms"}],'
+            '"optional":false,"name":"io.debezium.connector.common.Heartbeat","version":1}',
+            value,
+        )
     return Record(cfg.hb_topic, key, value)
 
 
-def context_headers(cfg: EnvelopeConfig, run_id: str | None = None, task_id: str = "0",
-                    json_values: bool = False) -> list[tuple[str, str]]:
+def context_headers(
+    cfg: EnvelopeConfig, run_id: str | None = None, task_id: str = "0", json_values: bool = False
+) -> list[tuple[str, str]]:
     """The ``__debezium.context.*`` headers Debezium 3.x adds to every record. Values are
     plain strings with Kafka Connect's SimpleHeaderConverter (``json_values=False``) or
     JSON strings (``"p1"``) with a JsonConverter header converter."""
     run_id = run_id or str(uuid.uuid4())
-    vals = [("__debezium.context.connectorLogicalName", cfg.topic_prefix),
-            ("__debezium.context.taskId", task_id),
-            ("__debezium.context.connectorName", cfg.connector),
-            ("__debezium.context.runId", run_id)]
+    vals = [
+        ("__debezium.context.connectorLogicalName", cfg.topic_prefix),
+        ("__debezium.context.taskId", task_id),
+        ("__debezium.context.connectorName", cfg.connector),
+        ("__debezium.context.runId", run_id),
+    ]
     if json_values:
         return [(k, json_str(v)) for k, v in vals]
     return vals
@@ -588,9 +778,17 @@ def context_headers(cfg: EnvelopeConfig, run_id: str | None = None, task_id: str
 # --------------------------------------------------------------------------- watermark messages
 
 
-def message_record(cfg: EnvelopeConfig, topic: str, source: str, prefix: str, content: bytes | str,
-                   *, transaction: str = "null", ts_ms: int | None = None,
-                   headers: Sequence[tuple[str, str]] = ()) -> Record:
+def message_record(
+    cfg: EnvelopeConfig,
+    topic: str,
+    source: str,
+    prefix: str,
+    content: bytes | str,
+    *,
+    transaction: str = "null",
+    ts_ms: int | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+) -> Record:
     """An op "m" message record (Debezium's logical-decoding message format, as the
     Postgres connector writes it, with the MySQL source block): key {prefix}, value
     {op, ts_ms, source, transaction, message: {prefix, content(base64)}}. Used for the
@@ -602,22 +800,46 @@ def message_record(cfg: EnvelopeConfig, topic: str, source: str, prefix: str, co
     if isinstance(content, str):
         content = content.encode("utf-8")
     key = '{"prefix":' + json_str(prefix) + "}"
-    value = ('{"op":"m","ts_ms":' + str(int(ts_ms)) + ',"source":' + source + ',"transaction":' + transaction
-             + ',"message":{"prefix":' + json_str(prefix) + ',"content":"'
-             + base64.b64encode(content).decode("ascii") + '"}}')
+    value = (
+        '{"op":"m","ts_ms":'
+        + str(int(ts_ms))
+        + ',"source":'
+        + source
+        + ',"transaction":'
+        + transaction
+        + ',"message":{"prefix":'
+        + json_str(prefix)
+        + ',"content":"'
+        + base64.b64encode(content).decode("ascii")
+        + '"}}'
+    )
     if cfg.key_schemas:
-        key = with_schema('{"type":"struct","fields":[{"type":"string","optional":true,"field":"prefix"}],'
-                          f'"optional":false,"name":"io.debezium.connector.{cfg.connector}.MessageKey","version":1}}',
-                          key)
+        key = with_schema(
+            '{"type":"struct","fields":[{"type":"string","optional":true,"field":"prefix"}],'
+            f'"optional":false,"name":"io.debezium.connector.{cfg.connector}.MessageKey","version":1}}',
+            key,
+        )
     if cfg.schemas_enable:
-        msg_schema = {"type": "struct", "fields": [_f(_prim("string", True), "prefix"),
-                                                   _f(_prim("bytes", True), "content")],
-                      "optional": False, "name": f"io.debezium.connector.{cfg.connector}.Message", "version": 1}
-        schema = {"type": "struct", "fields": [
-            _f(_prim("string", False), "op"), _f(_prim("int64", True), "ts_ms"),
-            _f(source_schema(cfg.connector), "source"), _f(transaction_block_schema(), "transaction"),
-            _f(msg_schema, "message")],
-            "optional": False, "name": f"io.debezium.connector.{cfg.connector}.MessageValue", "version": 1}
+        msg_schema = {
+            "type": "struct",
+            "fields": [_f(_prim("string", True), "prefix"), _f(_prim("bytes", True), "content")],
+            "optional": False,
+            "name": f"io.debezium.connector.{cfg.connector}.Message",
+            "version": 1,
+        }
+        schema = {
+            "type": "struct",
+            "fields": [
+                _f(_prim("string", False), "op"),
+                _f(_prim("int64", True), "ts_ms"),
+                _f(source_schema(cfg.connector), "source"),
+                _f(transaction_block_schema(), "transaction"),
+                _f(msg_schema, "message"),
+            ],
+            "optional": False,
+            "name": f"io.debezium.connector.{cfg.connector}.MessageValue",
+            "version": 1,
+        }
         value = with_schema(dumps(schema), value)
     return Record(topic, key, value, list(headers))
 
@@ -626,12 +848,39 @@ def message_record(cfg: EnvelopeConfig, topic: str, source: str, prefix: str, co
 
 #: java.sql.Types codes Debezium's MySQL DDL parser assigns
 _JDBC = {
-    "boolean": 16, "bit": -7, "tinyint": 5, "smallint": 5, "mediumint": 4, "int": 4, "bigint": -5,
-    "serial": -5, "decimal": 3, "numeric": 2, "float": 6, "double": 8, "real": 7,
-    "char": 1, "varchar": 12, "tinytext": 12, "text": 12, "mediumtext": 12, "longtext": 12,
-    "binary": -2, "varbinary": -3, "tinyblob": 2004, "blob": 2004, "mediumblob": 2004,
-    "longblob": 2004, "date": 91, "time": 92, "datetime": 93, "timestamp": 2014, "year": 4,
-    "json": 1111, "enum": 1, "set": 1,
+    "boolean": 16,
+    "bit": -7,
+    "tinyint": 5,
+    "smallint": 5,
+    "mediumint": 4,
+    "int": 4,
+    "bigint": -5,
+    "serial": -5,
+    "decimal": 3,
+    "numeric": 2,
+    "float": 6,
+    "double": 8,
+    "real": 7,
+    "char": 1,
+    "varchar": 12,
+    "tinytext": 12,
+    "text": 12,
+    "mediumtext": 12,
+    "longtext": 12,
+    "binary": -2,
+    "varbinary": -3,
+    "tinyblob": 2004,
+    "blob": 2004,
+    "mediumblob": 2004,
+    "longblob": 2004,
+    "date": 91,
+    "time": 92,
+    "datetime": 93,
+    "timestamp": 2014,
+    "year": 4,
+    "json": 1111,
+    "enum": 1,
+    "set": 1,
 }
 
 
@@ -640,8 +889,18 @@ def column_change_json(col: ColumnSpec, table_charset: str | None) -> dict:
     io.debezium.connector.schema.Column)."""
     t = col.type_name
     type_name = t.upper()
-    if col.unsigned and t in ("tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "numeric",
-                              "float", "double", "real"):
+    if col.unsigned and t in (
+        "tinyint",
+        "smallint",
+        "mediumint",
+        "int",
+        "bigint",
+        "decimal",
+        "numeric",
+        "float",
+        "double",
+        "real",
+    ):
         type_name += " UNSIGNED"
     if col.zerofill:
         type_name += " ZEROFILL"
@@ -657,8 +916,12 @@ def column_change_json(col: ColumnSpec, table_charset: str | None) -> dict:
     default = col.default
     if default is not None and t == "bit" and default[:2] in ("b'", "B'") and default.endswith("'"):
         default = default[2:-1]  # Debezium's parser keeps the digits of b'101'
-    if default is not None and t in ("timestamp", "datetime") and not col.nullable and \
-            default.lower().startswith(("current_timestamp", "now", "localtime")):
+    if (
+        default is not None
+        and t in ("timestamp", "datetime")
+        and not col.nullable
+        and default.lower().startswith(("current_timestamp", "now", "localtime"))
+    ):
         default = "1970-01-01 00:00:00"
     return {
         "name": col.name,
@@ -676,7 +939,8 @@ def column_change_json(col: ColumnSpec, table_charset: str | None) -> dict:
         "comment": None,  # include.schema.comments=false (Debezium's default) drops comments
         "defaultValueExpression": default,
         "enumValues": ["'" + v.replace("'", "''") + "'" for v in col.enum_values]
-        if t in ("enum", "set") and col.enum_values is not None else None,
+        if t in ("enum", "set") and col.enum_values is not None
+        else None,
     }
 
 
@@ -690,8 +954,9 @@ def _double_quoted(part: str) -> str:
     return '"' + part.replace('"', '""') + '"'
 
 
-def table_change_json(change_type: str, spec: TableSpec | None, db: str | None = None,
-                      table: str | None = None) -> dict:
+def table_change_json(
+    change_type: str, spec: TableSpec | None, db: str | None = None, table: str | None = None
+) -> dict:
     """A ``tableChanges`` entry: CREATE/ALTER with the table, DROP with table null."""
     db = db if db is not None else spec.db
     table = table if table is not None else spec.table
@@ -699,50 +964,100 @@ def table_change_json(change_type: str, spec: TableSpec | None, db: str | None =
     if spec is None or change_type == "DROP":
         return {"type": change_type, "id": tid, "table": None}
     charset = spec.default_charset
-    return {"type": change_type, "id": tid, "table": {
-        "defaultCharsetName": charset,
-        "primaryKeyColumnNames": list(spec.primary_key),
-        "columns": [column_change_json(c, charset) for c in spec.columns],
-        "comment": None,
-    }}
+    return {
+        "type": change_type,
+        "id": tid,
+        "table": {
+            "defaultCharsetName": charset,
+            "primaryKeyColumnNames": list(spec.primary_key),
+            "columns": [column_change_json(c, charset) for c in spec.columns],
+            "comment": None,
+        },
+    }
 
 
 def schema_change_value_schema(connector: str = CONNECTOR) -> dict:
-    column = {"type": "struct", "fields": [
-        _f(_prim("string", False), "name"), _f(_prim("int32", False), "jdbcType"),
-        _f(_prim("int32", True), "nativeType"), _f(_prim("string", False), "typeName"),
-        _f(_prim("string", True), "typeExpression"), _f(_prim("string", True), "charsetName"),
-        _f(_prim("int32", True), "length"), _f(_prim("int32", True), "scale"),
-        _f(_prim("int32", False), "position"), _f(_prim("boolean", True), "optional"),
-        _f(_prim("boolean", True), "autoIncremented"), _f(_prim("boolean", True), "generated"),
-        _f(_prim("string", True), "comment"), _f(_prim("string", True), "defaultValueExpression"),
-        {"type": "array", "items": _prim("string", False), "optional": True, "field": "enumValues"},
-    ], "optional": False, "name": "io.debezium.connector.schema.Column", "version": 1}
-    table = {"type": "struct", "fields": [
-        _f(_prim("string", True), "defaultCharsetName"),
-        {"type": "array", "items": _prim("string", False), "optional": True, "field": "primaryKeyColumnNames"},
-        {"type": "array", "items": column, "optional": False, "field": "columns"},
-        _f(_prim("string", True), "comment"),
-    ], "optional": True, "name": "io.debezium.connector.schema.Table", "version": 1}
-    change = {"type": "struct", "fields": [
-        _f(_prim("string", False), "type"), _f(_prim("string", False), "id"), _f(table, "table"),
-    ], "optional": False, "name": "io.debezium.connector.schema.Change", "version": 1}
-    return {"type": "struct", "fields": [
-        _f(source_schema(connector), "source"), _f(_prim("int64", False), "ts_ms"),
-        _f(_prim("string", True), "databaseName"), _f(_prim("string", True), "schemaName"),
-        _f(_prim("string", True), "ddl"),
-        {"type": "array", "items": change, "optional": False, "field": "tableChanges"},
-    ], "optional": False, "name": f"io.debezium.connector.{connector}.SchemaChangeValue", "version": 1}
+    column = {
+        "type": "struct",
+        "fields": [
+            _f(_prim("string", False), "name"),
+            _f(_prim("int32", False), "jdbcType"),
+            _f(_prim("int32", True), "nativeType"),
+            _f(_prim("string", False), "typeName"),
+            _f(_prim("string", True), "typeExpression"),
+            _f(_prim("string", True), "charsetName"),
+            _f(_prim("int32", True), "length"),
+            _f(_prim("int32", True), "scale"),
+            _f(_prim("int32", False), "position"),
+            _f(_prim("boolean", True), "optional"),
+            _f(_prim("boolean", True), "autoIncremented"),
+            _f(_prim("boolean", True), "generated"),
+            _f(_prim("string", True), "comment"),
+            _f(_prim("string", True), "defaultValueExpression"),
+            {"type": "array", "items": _prim("string", False), "optional": True, "field": "enumValues"},
+        ],
+        "optional": False,
+        "name": "io.debezium.connector.schema.Column",
+        "version": 1,
+    }
+    table = {
+        "type": "struct",
+        "fields": [
+            _f(_prim("string", True), "defaultCharsetName"),
+            {"type": "array", "items": _prim("string", False), "optional": True, "field": "primaryKeyColumnNames"},
+            {"type": "array", "items": column, "optional": False, "field": "columns"},
+            _f(_prim("string", True), "comment"),
+        ],
+        "optional": True,
+        "name": "io.debezium.connector.schema.Table",
+        "version": 1,
+    }
+    change = {
+        "type": "struct",
+        "fields": [
+            _f(_prim("string", False), "type"),
+            _f(_prim("string", False), "id"),
+            _f(table, "table"),
+        ],
+        "optional": False,
+        "name": "io.debezium.connector.schema.Change",
+        "version": 1,
+    }
+    return {
+        "type": "struct",
+        "fields": [
+            _f(source_schema(connector), "source"),
+            _f(_prim("int64", False), "ts_ms"),
+            _f(_prim("string", True), "databaseName"),
+            _f(_prim("string", True), "schemaName"),
+            _f(_prim("string", True), "ddl"),
+            {"type": "array", "items": change, "optional": False, "field": "tableChanges"},
+        ],
+        "optional": False,
+        "name": f"io.debezium.connector.{connector}.SchemaChangeValue",
+        "version": 1,
+    }
 
 
 def schema_change_key_schema(connector: str = CONNECTOR) -> dict:
-    return {"type": "struct", "fields": [_f(_prim("string", False), "databaseName")], "optional": False,
-            "name": f"io.debezium.connector.{connector}.SchemaChangeKey", "version": 1}
+    return {
+        "type": "struct",
+        "fields": [_f(_prim("string", False), "databaseName")],
+        "optional": False,
+        "name": f"io.debezium.connector.{connector}.SchemaChangeKey",
+        "version": 1,
+    }
 
 
-def schema_change_record(cfg: EnvelopeConfig, source: SourceInfo, ddl: str,
-                         table_changes: Iterable[Mapping] = (), *, database: str | None = None,
-                         ts_ms: int | None = None) -> Record:
+def schema_change_record(
+    cfg: EnvelopeConfig,
+    source: SourceInfo,
+    ddl: str,
+    table_changes: Iterable[Mapping] = (),
+    *,
+    database: str | None = None,
+    ts_ms: int | None = None,
+) -> Record:
     """A schema-change event on the ``<prefix>`` topic. ``source.table``: the (first)
     table the DDL touches, None for database-level statements; ``source.pos``: the QUERY
     event's start offset. ``table_changes``: ``table_change_json`` entries (empty for
@@ -752,9 +1067,19 @@ def schema_change_record(cfg: EnvelopeConfig, source: SourceInfo, ddl: str,
         ts_ms = time.time_ns() // 1_000_000
     db = database if database is not None else source.db
     key = '{"databaseName":' + json_str(db or "") + "}"
-    value = ('{"source":' + source_json(cfg, source) + ',"ts_ms":' + str(int(ts_ms)) + ',"databaseName":'
-             + json_str(db or "") + ',"schemaName":null,"ddl":' + json_str(ddl) + ',"tableChanges":'
-             + dumps(list(table_changes)) + "}")
+    value = (
+        '{"source":'
+        + source_json(cfg, source)
+        + ',"ts_ms":'
+        + str(int(ts_ms))
+        + ',"databaseName":'
+        + json_str(db or "")
+        + ',"schemaName":null,"ddl":'
+        + json_str(ddl)
+        + ',"tableChanges":'
+        + dumps(list(table_changes))
+        + "}"
+    )
     if cfg.key_schemas:
         key = with_schema(dumps(schema_change_key_schema(cfg.connector)), key)
     if cfg.schemas_enable:

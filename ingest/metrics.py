@@ -9,14 +9,16 @@ EVENTS = Counter("cdc_ingest_events", "Change events written, by table and op", 
 TRANSACTIONS = Counter("cdc_ingest_source_transactions", "Source transactions read")
 KAFKA_COMMITS = Counter("cdc_ingest_kafka_transactions", "Kafka transactions committed")
 ERRORS = Counter("cdc_ingest_errors", "Errors, by kind", ["kind"])
-BEHIND = Gauge("cdc_ingest_MilliSecondsBehindSource",
-               "Milliseconds between the source commit and ingest reading the event")
+BEHIND = Gauge(
+    "cdc_ingest_MilliSecondsBehindSource", "Milliseconds between the source commit and ingest reading the event"
+)
 BINLOG_POSITION = Gauge("cdc_ingest_binlog_position", "Position in the current binlog file", ["file"])
 GTID_SEQ = Gauge("cdc_ingest_gtid_sequence", "Sequence number of the last committed GTID", ["domain"])
 CONNECTED = Gauge("cdc_ingest_connected", "1 while connected to the source's binlog")
 MARKERS = Counter("cdc_ingest_watermark_markers", "Watermark markers written", ["table", "kind"])
-UNAVAILABLE = Gauge("cdc_ingest_unavailable",
-                    "1 while ingest waits for the source or the broker to come back, by kind", ["kind"])
+UNAVAILABLE = Gauge(
+    "cdc_ingest_unavailable", "1 while ingest waits for the source or the broker to come back, by kind", ["kind"]
+)
 RETRY_DELAY = Gauge("cdc_ingest_retry_delay_seconds", "Backoff before the next retry (0 while streaming)")
 
 _started = False

@@ -50,27 +50,34 @@ def file_number(name: str | None) -> int:
     return int(m.group(1)) if m else -1
 
 
-def backwards_reason(committed: ResumePoint, server_id: int, gtid_binlog_pos: str,
-                     binlog_files: list[str]) -> str | None:
+def backwards_reason(
+    committed: ResumePoint, server_id: int, gtid_binlog_pos: str, binlog_files: list[str]
+) -> str | None:
     """Why the source's binlog is no longer the one ``committed`` points into, or None.
 
     Positions (file, offset) order the changes only along one server's binlog. After a
     failover to another server, or ``RESET MASTER``, new changes could carry positions at
     or below ones already written, and every consumer would drop them as replays."""
     if committed.server_id is not None and committed.server_id != server_id:
-        return (f"the source is another server now (server_id {server_id}; ingest's position is on "
-                f"server_id {committed.server_id}): binlog positions of two servers cannot be compared")
+        return (
+            f"the source is another server now (server_id {server_id}; ingest's position is on "
+            f"server_id {committed.server_id}): binlog positions of two servers cannot be compared"
+        )
     have = {parse_gtid(g)[0]: parse_gtid(g)[2] for g in gtid_binlog_pos.split(",") if g.strip()}
     for gtid in committed.gtid_state.split(","):
         if not gtid.strip():
             continue
         domain, _, seq = parse_gtid(gtid)
         if have.get(domain, 0) < seq:
-            return (f"the source's GTID position {gtid_binlog_pos or '<empty>'} is behind ingest's "
-                    f"{committed.gtid_state} (RESET MASTER, or a server that lacks transactions ingest has read)")
+            return (
+                f"the source's GTID position {gtid_binlog_pos or '<empty>'} is behind ingest's "
+                f"{committed.gtid_state} (RESET MASTER, or a server that lacks transactions ingest has read)"
+            )
     if committed.file and binlog_files and file_number(committed.file) > max(file_number(f) for f in binlog_files):
-        return (f"ingest's position is in {committed.file}, but the source's newest binlog is "
-                f"{max(binlog_files, key=file_number)} (RESET MASTER?)")
+        return (
+            f"ingest's position is in {committed.file}, but the source's newest binlog is "
+            f"{max(binlog_files, key=file_number)} (RESET MASTER?)"
+        )
     return None
 
 

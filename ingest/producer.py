@@ -30,12 +30,13 @@ DEFAULT_MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # when neither the config nor the
 class RecordTooLarge(RuntimeError):
     """A record larger than the producer or the broker accepts: retrying cannot help."""
 
-    def __init__(self, topic: str, key: bytes | None, size: int, limit: int, position: bytes | None,
-                 by_broker: bool):
+    def __init__(self, topic: str, key: bytes | None, size: int, limit: int, position: bytes | None, by_broker: bool):
         self.topic, self.key, self.size, self.limit, self.position = topic, key, size, limit, position
         self.by_broker = by_broker
-        super().__init__(f"record of {size:,} bytes for {topic} refused by the "
-                         f"{'broker' if by_broker else 'producer'} (limit {limit:,})")
+        super().__init__(
+            f"record of {size:,} bytes for {topic} refused by the "
+            f"{'broker' if by_broker else 'producer'} (limit {limit:,})"
+        )
 
 
 def _size(key: bytes | None, value: bytes | None, headers) -> int:
@@ -89,7 +90,8 @@ class Topics:
             config = {"cleanup.policy": "compact"} if compact else {}
             futures = self._admin.create_topics(
                 [NewTopic(topic, num_partitions=create_with, replication_factor=1, config=config)],
-                operation_timeout=self._timeout)
+                operation_timeout=self._timeout,
+            )
             try:
                 futures[topic].result(self._timeout)
             except KafkaException as exc:
@@ -108,25 +110,32 @@ class Topics:
 
 
 class TransactionalProducer:
-    def __init__(self, client_config: dict, transactional_id: str, timeout_s: float = 30.0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+    def __init__(
+        self,
+        client_config: dict,
+        transactional_id: str,
+        timeout_s: float = 30.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ):
         conf = dict(client_config)
         self.max_message_bytes = max_message_bytes
-        conf.update({
-            # librdkafka's own default (1 MB) would refuse large rows the broker accepts
-            "message.max.bytes": max_message_bytes,
-            "transactional.id": transactional_id,
-            "enable.idempotence": True,
-            # nothing is visible before the commit, which sends at once (flush): waiting
-            # longer fills fewer, larger produce requests. At 1,000 changes/s the local
-            # broker spent 19% of a core at 5 ms, 4% at 50 ms, 2% at 200 ms
-            "linger.ms": conf.get("linger.ms", 100),
-            "batch.num.messages": 10000,
-            "queue.buffering.max.messages": 500000,
-            "queue.buffering.max.kbytes": 1048576,
-            "compression.type": conf.get("compression.type", "none"),
-            "transaction.timeout.ms": 60000,
-        })
+        conf.update(
+            {
+                # librdkafka's own default (1 MB) would refuse large rows the broker accepts
+                "message.max.bytes": max_message_bytes,
+                "transactional.id": transactional_id,
+                "enable.idempotence": True,
+                # nothing is visible before the commit, which sends at once (flush): waiting
+                # longer fills fewer, larger produce requests. At 1,000 changes/s the local
+                # broker spent 19% of a core at 5 ms, 4% at 50 ms, 2% at 200 ms
+                "linger.ms": conf.get("linger.ms", 100),
+                "batch.num.messages": 10000,
+                "queue.buffering.max.messages": 500000,
+                "queue.buffering.max.kbytes": 1048576,
+                "compression.type": conf.get("compression.type", "none"),
+                "transaction.timeout.ms": 60000,
+            }
+        )
         self._timeout = timeout_s
         self._producer = Producer(conf)
         self._open = False
@@ -143,8 +152,14 @@ class TransactionalProducer:
             return
         if err.code() == KafkaError.MSG_SIZE_TOO_LARGE and self._too_large is None:
             headers = dict(msg.headers() or [])
-            self._too_large = RecordTooLarge(msg.topic(), msg.key(), _size(msg.key(), msg.value(), msg.headers()),
-                                             self.max_message_bytes, headers.get("cdc.position"), True)
+            self._too_large = RecordTooLarge(
+                msg.topic(),
+                msg.key(),
+                _size(msg.key(), msg.value(), msg.headers()),
+                self.max_message_bytes,
+                headers.get("cdc.position"),
+                True,
+            )
         self._errors.append(err.str())
 
     def begin(self) -> None:
@@ -159,22 +174,38 @@ class TransactionalProducer:
     def in_transaction(self) -> bool:
         return self._open
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int,
-             headers: list[tuple[str, bytes]] | None = None) -> None:
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
         if not self._open:
             self.begin()
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, partition=partition,
-                                       headers=headers, on_delivery=self._on_delivery)
+                self._producer.produce(
+                    topic, value=value, key=key, partition=partition, headers=headers, on_delivery=self._on_delivery
+                )
                 return
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:  # e.g. the transaction failed: retried with a new producer
-                if exc.args and isinstance(exc.args[0], KafkaError) and \
-                        exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
-                    raise RecordTooLarge(topic, key, _size(key, value, headers), self.max_message_bytes,
-                                         dict(headers or []).get("cdc.position"), False) from None
+                if (
+                    exc.args
+                    and isinstance(exc.args[0], KafkaError)
+                    and exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+                ):
+                    raise RecordTooLarge(
+                        topic,
+                        key,
+                        _size(key, value, headers),
+                        self.max_message_bytes,
+                        dict(headers or []).get("cdc.position"),
+                        False,
+                    ) from None
                 raise BrokerError(f"cannot produce: {_error_text(exc)}") from None
 
     def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
@@ -186,8 +217,9 @@ class TransactionalProducer:
         if remaining or self._errors:
             raise BrokerError(f"events not acknowledged: {self._errors[:1] or remaining}")
         try:
-            self._producer.produce(offsets_topic, value=point.to_json(), key=source_key,
-                                   partition=0, on_delivery=self._on_delivery)
+            self._producer.produce(
+                offsets_topic, value=point.to_json(), key=source_key, partition=0, on_delivery=self._on_delivery
+            )
             self._producer.commit_transaction(self._timeout)
         except KafkaException as exc:
             raise BrokerError(f"cannot commit the Kafka transaction: {_error_text(exc)}") from None
@@ -213,14 +245,21 @@ class TransactionalProducer:
         self._producer.poll(0)
 
 
-def read_resume_point(client_config: dict, topic: str, source_key: bytes,
-                      timeout_s: float = 10.0, tail: int = 500, settle_s: float = 0.0) -> ResumePoint | None:
+def read_resume_point(
+    client_config: dict, topic: str, source_key: bytes, timeout_s: float = 10.0, tail: int = 500, settle_s: float = 0.0
+) -> ResumePoint | None:
     """The last committed position for ``source_key``, or None if there is none."""
     from confluent_kafka import Consumer
 
     conf = dict(client_config)
-    conf.update({"group.id": "cdc-ingest-offsets-reader", "enable.auto.commit": False,
-                 "isolation.level": "read_committed", "enable.partition.eof": True})
+    conf.update(
+        {
+            "group.id": "cdc-ingest-offsets-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     consumer = Consumer(conf)
     probe = Consumer(dict(conf, **{"isolation.level": "read_uncommitted"}))
     try:
@@ -281,8 +320,14 @@ def read_all_values(client_config: dict, topic: str, timeout_s: float = 60.0) ->
     from confluent_kafka import Consumer
 
     conf = dict(client_config)
-    conf.update({"group.id": "cdc-ingest-history-reader", "enable.auto.commit": False,
-                 "isolation.level": "read_committed", "enable.partition.eof": True})
+    conf.update(
+        {
+            "group.id": "cdc-ingest-history-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     consumer = Consumer(conf)
     try:
         try:

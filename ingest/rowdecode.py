@@ -36,11 +36,18 @@ import threading
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-__all__ = ["TableDecoder", "decoder_for", "FastWriteRowsEvent", "FastUpdateRowsEvent",
-           "FastDeleteRowsEvent", "FAST_ROWS_CLASSES", "STOCK_ROWS_CLASSES", "STATS"]
+__all__ = [
+    "TableDecoder",
+    "decoder_for",
+    "FastWriteRowsEvent",
+    "FastUpdateRowsEvent",
+    "FastDeleteRowsEvent",
+    "FAST_ROWS_CLASSES",
+    "STOCK_ROWS_CLASSES",
+    "STATS",
+]
 
 
 class _Fallback(Exception):
@@ -65,9 +72,21 @@ _FIXED = {
     FIELD_TYPE.YEAR: ("B", "B", 1),
 }
 _HANDLED = set(_FIXED) | {
-    FIELD_TYPE.INT24, FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.BLOB,
-    FIELD_TYPE.GEOMETRY, FIELD_TYPE.DATETIME, FIELD_TYPE.TIME, FIELD_TYPE.DATE, FIELD_TYPE.TIMESTAMP,
-    FIELD_TYPE.DATETIME2, FIELD_TYPE.TIME2, FIELD_TYPE.TIMESTAMP2, FIELD_TYPE.ENUM, FIELD_TYPE.SET,
+    FIELD_TYPE.INT24,
+    FIELD_TYPE.VARCHAR,
+    FIELD_TYPE.STRING,
+    FIELD_TYPE.NEWDECIMAL,
+    FIELD_TYPE.BLOB,
+    FIELD_TYPE.GEOMETRY,
+    FIELD_TYPE.DATETIME,
+    FIELD_TYPE.TIME,
+    FIELD_TYPE.DATE,
+    FIELD_TYPE.TIMESTAMP,
+    FIELD_TYPE.DATETIME2,
+    FIELD_TYPE.TIME2,
+    FIELD_TYPE.TIMESTAMP2,
+    FIELD_TYPE.ENUM,
+    FIELD_TYPE.SET,
     FIELD_TYPE.BIT,
 }
 
@@ -86,14 +105,19 @@ def _old_datetime(value):
     day = int(date % 100)
     if year == 0 or month == 0 or day == 0:
         return None
-    return datetime.datetime(year=year, month=month, day=day, hour=int(time / 10000),
-                             minute=int((time % 10000) / 100), second=int(time % 100))
+    return datetime.datetime(
+        year=year,
+        month=month,
+        day=day,
+        hour=int(time / 10000),
+        minute=int((time % 10000) / 100),
+        second=int(time % 100),
+    )
 
 
 def _old_time(time):
     """mysql-replication's ``__read_time`` after the read."""
-    return datetime.timedelta(hours=int(time / 10000), minutes=int((time % 10000) / 100),
-                              seconds=int(time % 100))
+    return datetime.timedelta(hours=int(time / 10000), minutes=int((time % 10000) / 100), seconds=int(time % 100))
 
 
 _BASE_NS = {
@@ -218,11 +242,12 @@ class _Gen:
             lines = [f"{ind}x = _fb(data[p:p + {size}], 'big')", f"{ind}p += {size}"]
             lines += self._fsp(fsp, "x", ind, clamp=True)
             ext = ", us" if _FSP_BYTES[fsp] else ""
-            lines += [f"{ind}ym = (x >> 22) & 131071",
-                      f"{ind}try:",
-                      f"{ind}    {v} = _dt(ym // 13, ym % 13, (x >> 17) & 31, (x >> 12) & 31, (x >> 6) & 63, "
-                      f"x & 63{ext})",
-                      f"{ind}except ValueError:"]
+            lines += [
+                f"{ind}ym = (x >> 22) & 131071",
+                f"{ind}try:",
+                f"{ind}    {v} = _dt(ym // 13, ym % 13, (x >> 17) & 31, (x >> 12) & 31, (x >> 6) & 63, x & 63{ext})",
+                f"{ind}except ValueError:",
+            ]
             if ext:
                 lines.append(f"{ind}    if us > 999999: raise _Fallback")
             lines += [f"{ind}    {v} = None", f"{ind}    ns[{key}] = {NONE_SOURCE.OUT_OF_DATETIME2_RANGE!r}"]
@@ -234,8 +259,7 @@ class _Gen:
             lines += self._fsp(fsp, "x", ind, clamp=True)
             lines.append(f"{ind}if x >= 2147483648: x -= 4294967296")
             if _FSP_BYTES[fsp]:
-                lines += [f"{ind}if us > 999999: raise _Fallback",
-                          f"{ind}{v} = _EPOCH + _td(0, x, us)"]
+                lines += [f"{ind}if us > 999999: raise _Fallback", f"{ind}{v} = _EPOCH + _td(0, x, us)"]
             else:
                 lines.append(f"{ind}{v} = _EPOCH + _td(0, x)")
             return lines
@@ -247,30 +271,36 @@ class _Gen:
             us = ", us" if _FSP_BYTES[fsp] else ""
             # the library reads the 3 bytes as a signed int; bit 23 set (non-negative) keeps
             # the same low 24 bits, so the raw value serves; negative: 2's complement again
-            lines += [f"{ind}if x & 8388608:",
-                      f"{ind}    {v} = _td(0, ((x >> 12) & 1023) * 3600 + ((x >> 6) & 63) * 60 + (x & 63){us})",
-                      f"{ind}else:",
-                      f"{ind}    x = -x",
-                      f"{ind}    {v} = _td(0, ((x >> 12) & 1023) * 3600 + ((x >> 6) & 63) * 60 + (x & 63){us}) * -1"]
+            lines += [
+                f"{ind}if x & 8388608:",
+                f"{ind}    {v} = _td(0, ((x >> 12) & 1023) * 3600 + ((x >> 6) & 63) * 60 + (x & 63){us})",
+                f"{ind}else:",
+                f"{ind}    x = -x",
+                f"{ind}    {v} = _td(0, ((x >> 12) & 1023) * 3600 + ((x >> 6) & 63) * 60 + (x & 63){us}) * -1",
+            ]
             return lines
         if t == FIELD_TYPE.DATE:
-            return [f"{ind}x = data[p] | data[p + 1] << 8 | data[p + 2] << 16",
-                    f"{ind}p += 3",
-                    f"{ind}y = x >> 9",
-                    f"{ind}m = (x >> 5) & 15",
-                    f"{ind}d = x & 31",
-                    f"{ind}if y and m and d:",
-                    f"{ind}    {v} = _date(y, m, d)",
-                    f"{ind}else:",
-                    f"{ind}    {v} = None",
-                    f"{ind}    ns[{key}] = {NONE_SOURCE.OUT_OF_DATE_RANGE!r}"]
+            return [
+                f"{ind}x = data[p] | data[p + 1] << 8 | data[p + 2] << 16",
+                f"{ind}p += 3",
+                f"{ind}y = x >> 9",
+                f"{ind}m = (x >> 5) & 15",
+                f"{ind}d = x & 31",
+                f"{ind}if y and m and d:",
+                f"{ind}    {v} = _date(y, m, d)",
+                f"{ind}else:",
+                f"{ind}    {v} = None",
+                f"{ind}    ns[{key}] = {NONE_SOURCE.OUT_OF_DATE_RANGE!r}",
+            ]
         if t == FIELD_TYPE.TIME:
             return [f"{ind}{v} = _old_time(data[p] | data[p + 1] << 8 | data[p + 2] << 16)", f"{ind}p += 3"]
         if t == FIELD_TYPE.DATETIME:
-            return [f"{ind}{v}, = {self.unpacker('<Q')}(data, p)",
-                    f"{ind}p += 8",
-                    f"{ind}{v} = _old_datetime({v})",
-                    f"{ind}if {v} is None: ns[{key}] = {NONE_SOURCE.OUT_OF_DATETIME_RANGE!r}"]
+            return [
+                f"{ind}{v}, = {self.unpacker('<Q')}(data, p)",
+                f"{ind}p += 8",
+                f"{ind}{v} = _old_datetime({v})",
+                f"{ind}if {v} is None: ns[{key}] = {NONE_SOURCE.OUT_OF_DATETIME_RANGE!r}",
+            ]
         if t == FIELD_TYPE.TIMESTAMP:
             return [f"{ind}{v} = _utc({self.unpacker('<I')}(data, p)[0])", f"{ind}p += 4"]
         if t == FIELD_TYPE.ENUM:
@@ -286,9 +316,12 @@ class _Gen:
             lines = [f"{ind}p += {c.size}"]
             if c.set_values:
                 pairs = self.const("P", tuple((1 << idx, val) for idx, val in enumerate(c.set_values)))
-                lines = [f"{ind}x = _fb(data[p:p + {c.size}], 'little')", f"{ind}p += {c.size}",
-                         f"{ind}{v} = {{val for bit, val in {pairs} if x & bit}}",
-                         f"{ind}if not {v}:"]
+                lines = [
+                    f"{ind}x = _fb(data[p:p + {c.size}], 'little')",
+                    f"{ind}p += {c.size}",
+                    f"{ind}{v} = {{val for bit, val in {pairs} if x & bit}}",
+                    f"{ind}if not {v}:",
+                ]
                 ind2 = ind + "    "
             else:
                 ind2 = ind
@@ -297,8 +330,10 @@ class _Gen:
             nbytes, bits = c.bytes, c.bits
             if not 1 <= bits <= 64 or nbytes != (bits + 7) // 8:
                 raise Unsupported(f"BIT({bits}) in {nbytes} bytes")
-            return [f"{ind}{v} = _format(_fb(data[p:p + {nbytes}], 'big') & {(1 << bits) - 1}, '0{bits}b')",
-                    f"{ind}p += {nbytes}"]
+            return [
+                f"{ind}{v} = _format(_fb(data[p:p + {nbytes}], 'big') & {(1 << bits) - 1}, '0{bits}b')",
+                f"{ind}p += {nbytes}",
+            ]
         raise Unsupported(f"column type {t}")
 
     def _decimal(self, c, v: str, ind: str) -> list[str]:
@@ -312,23 +347,25 @@ class _Gen:
         # string, largest valid value)
         groups = []
         if _COMPRESSED_BYTES[comp_integral]:
-            groups.append((_COMPRESSED_BYTES[comp_integral], "", 10 ** comp_integral - 1))
+            groups.append((_COMPRESSED_BYTES[comp_integral], "", 10**comp_integral - 1))
         groups += [(4, ":09d", 999999999)] * uncomp_integral
         groups.append((0, ".", 0))
         groups += [(4, ":09d", 999999999)] * uncomp_fractional
         if _COMPRESSED_BYTES[comp_fractional]:
-            groups.append((_COMPRESSED_BYTES[comp_fractional], f":0{comp_fractional}d", 10 ** comp_fractional - 1))
+            groups.append((_COMPRESSED_BYTES[comp_fractional], f":0{comp_fractional}d", 10**comp_fractional - 1))
         size = sum(g[0] for g in groups)
         sign = 1 << (8 * size - 1)
         allbut = (1 << (8 * size)) - 1 ^ sign
-        lines = [f"{ind}x = _fb(data[p:p + {size}], 'big')",
-                 f"{ind}p += {size}",
-                 f"{ind}if x & {sign}:",
-                 f"{ind}    x ^= {sign}",
-                 f"{ind}    s = ''",
-                 f"{ind}else:",
-                 f"{ind}    x ^= {allbut}",
-                 f"{ind}    s = '-'"]
+        lines = [
+            f"{ind}x = _fb(data[p:p + {size}], 'big')",
+            f"{ind}p += {size}",
+            f"{ind}if x & {sign}:",
+            f"{ind}    x ^= {sign}",
+            f"{ind}    s = ''",
+            f"{ind}else:",
+            f"{ind}    x ^= {allbut}",
+            f"{ind}    s = '-'",
+        ]
         # the library reads each group as a signed big-endian number (XOR -1 when negative):
         # the same digits as the unsigned reading here exactly when the group is in range
         checks = []
@@ -350,14 +387,16 @@ class _Gen:
             if fmt == ".":
                 continue
             digits = len(str(largest))
-            unscaled = f"g{k}" if unscaled is None else f"({unscaled}) * {10 ** digits} + g{k}"
+            unscaled = f"g{k}" if unscaled is None else f"({unscaled}) * {10**digits} + g{k}"
         scaled = f"_Decimal({{}}).scaleb({-decimals}, _DCTX)" if decimals else "_Decimal({})"
-        lines += [f"{ind}if s:",
-                  f"{ind}    x = {unscaled}",
-                  f"{ind}    if not x: raise _Fallback",
-                  f"{ind}    {v} = {scaled.format('-x')}",
-                  f"{ind}else:",
-                  f"{ind}    {v} = {scaled.format(unscaled)}"]
+        lines += [
+            f"{ind}if s:",
+            f"{ind}    x = {unscaled}",
+            f"{ind}    if not x: raise _Fallback",
+            f"{ind}    {v} = {scaled.format('-x')}",
+            f"{ind}else:",
+            f"{ind}    {v} = {scaled.format(unscaled)}",
+        ]
         return lines
 
     def image(self, bitmap: bytes, out: str, ind: str) -> list[str]:
@@ -382,10 +421,12 @@ class _Gen:
             if i not in present:
                 lines += [f"{ind}    v{i} = None", f"{ind}    ns[{names[i]}] = {NONE_SOURCE.COLS_BITMAP!r}"]
                 continue
-            lines += [f"{ind}    if nb & {1 << k}:",
-                      f"{ind}        v{i} = None",
-                      f"{ind}        ns[{names[i]}] = {NONE_SOURCE.NULL!r}",
-                      f"{ind}    else:"]
+            lines += [
+                f"{ind}    if nb & {1 << k}:",
+                f"{ind}        v{i} = None",
+                f"{ind}        ns[{names[i]}] = {NONE_SOURCE.NULL!r}",
+                f"{ind}    else:",
+            ]
             lines += self.column(i, f"v{i}", ind + "        ")
             k += 1
         # no NULL: straight-line, runs of fixed-width columns in one struct call
@@ -422,16 +463,15 @@ class _Gen:
         return lines
 
     def function(self, kind: str, bitmap1: bytes, bitmap2: bytes | None) -> str:
-        lines = ["def decode(data, p, end):",
-                 "    rows = []",
-                 "    append = rows.append",
-                 "    while p < end:"]
+        lines = ["def decode(data, p, end):", "    rows = []", "    append = rows.append", "    while p < end:"]
         ind = "        "
         if kind == "update":
             lines += self.image(bitmap1, "b", ind)
             lines += self.image(bitmap2, "a", ind)
-            lines.append(f"{ind}append({{'before_values': bv, 'before_none_sources': bn, "
-                         f"'after_values': av, 'after_none_sources': an}})")
+            lines.append(
+                f"{ind}append({{'before_values': bv, 'before_none_sources': bn, "
+                f"'after_values': av, 'after_none_sources': an}})"
+            )
         else:
             lines += self.image(bitmap1, "r", ind)
             lines.append(f"{ind}append({{'values': rv, 'none_sources': rn}})")
@@ -488,8 +528,10 @@ class TableDecoder:
             if not c.name or not isinstance(c.name, str) or c.name in names:
                 raise Unsupported("column names unknown (no binlog_row_metadata=FULL?)")
             names.add(c.name)
-            if c.type in (FIELD_TYPE.DATETIME2, FIELD_TYPE.TIME2, FIELD_TYPE.TIMESTAMP2) and \
-                    getattr(c, "fsp", None) not in _FSP_BYTES:
+            if (
+                c.type in (FIELD_TYPE.DATETIME2, FIELD_TYPE.TIME2, FIELD_TYPE.TIMESTAMP2)
+                and getattr(c, "fsp", None) not in _FSP_BYTES
+            ):
                 raise Unsupported(f"fsp {getattr(c, 'fsp', None)}")
             if c.type == FIELD_TYPE.ENUM and not c.enum_values:
                 raise Unsupported("ENUM values unknown")
@@ -534,8 +576,9 @@ def _signature(table) -> tuple:
     sig = []
     for c in table.columns:
         d = c.__dict__
-        sig.append(tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items()
-                                if not k.startswith("_"))))
+        sig.append(
+            tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items() if not k.startswith("_")))
+        )
     return tuple(sig)
 
 
@@ -566,9 +609,12 @@ def decoder_for(table, ignore_decode_errors: bool = False) -> TableDecoder | Non
 # --------------------------------------------------------------------------- events
 
 STOCK_ROWS_CLASSES = {
-    BINLOG.WRITE_ROWS_EVENT_V1: WriteRowsEvent, BINLOG.WRITE_ROWS_EVENT_V2: WriteRowsEvent,
-    BINLOG.UPDATE_ROWS_EVENT_V1: UpdateRowsEvent, BINLOG.UPDATE_ROWS_EVENT_V2: UpdateRowsEvent,
-    BINLOG.DELETE_ROWS_EVENT_V1: DeleteRowsEvent, BINLOG.DELETE_ROWS_EVENT_V2: DeleteRowsEvent,
+    BINLOG.WRITE_ROWS_EVENT_V1: WriteRowsEvent,
+    BINLOG.WRITE_ROWS_EVENT_V2: WriteRowsEvent,
+    BINLOG.UPDATE_ROWS_EVENT_V1: UpdateRowsEvent,
+    BINLOG.UPDATE_ROWS_EVENT_V2: UpdateRowsEvent,
+    BINLOG.DELETE_ROWS_EVENT_V1: DeleteRowsEvent,
+    BINLOG.DELETE_ROWS_EVENT_V2: DeleteRowsEvent,
 }
 
 
@@ -643,8 +689,7 @@ class _FastRows:
         data, pos = raw._data, raw._position
         end = pos + self.event_size - pk.read_bytes
         kind = self._rd_kind
-        fn = dec.function(kind, self.columns_present_bitmap,
-                          self.columns_present_bitmap2 if kind == "update" else None)
+        fn = dec.function(kind, self.columns_present_bitmap, self.columns_present_bitmap2 if kind == "update" else None)
         if fn is None:
             return None
         try:
@@ -657,9 +702,24 @@ class _FastRows:
         """Decode with the library: rebuild its event from the packet bytes."""
         stock = STOCK_ROWS_CLASSES[self.event_type]
         wrapper = BinLogPacketWrapper(
-            MysqlPacket(self._rd_data, "utf8"), {self.table_id: self._rd_table}, self._ctl_connection,
-            self.mysql_version, self._rd_use_checksum, frozenset([stock]), None, None, None, None, False,
-            self._ignore_decode_errors, False, True, False, False, self._post_header_lengths)
+            MysqlPacket(self._rd_data, "utf8"),
+            {self.table_id: self._rd_table},
+            self._ctl_connection,
+            self.mysql_version,
+            self._rd_use_checksum,
+            frozenset([stock]),
+            None,
+            None,
+            None,
+            None,
+            False,
+            self._ignore_decode_errors,
+            False,
+            True,
+            False,
+            False,
+            self._post_header_lengths,
+        )
         event = wrapper.event
         if event is None:  # cannot happen: the table is in the map given
             raise RuntimeError("mysql-replication did not build the rows event")
@@ -679,7 +739,10 @@ class FastDeleteRowsEvent(_FastRows, DeleteRowsEvent):
 
 
 FAST_ROWS_CLASSES = {
-    BINLOG.WRITE_ROWS_EVENT_V1: FastWriteRowsEvent, BINLOG.WRITE_ROWS_EVENT_V2: FastWriteRowsEvent,
-    BINLOG.UPDATE_ROWS_EVENT_V1: FastUpdateRowsEvent, BINLOG.UPDATE_ROWS_EVENT_V2: FastUpdateRowsEvent,
-    BINLOG.DELETE_ROWS_EVENT_V1: FastDeleteRowsEvent, BINLOG.DELETE_ROWS_EVENT_V2: FastDeleteRowsEvent,
+    BINLOG.WRITE_ROWS_EVENT_V1: FastWriteRowsEvent,
+    BINLOG.WRITE_ROWS_EVENT_V2: FastWriteRowsEvent,
+    BINLOG.UPDATE_ROWS_EVENT_V1: FastUpdateRowsEvent,
+    BINLOG.UPDATE_ROWS_EVENT_V2: FastUpdateRowsEvent,
+    BINLOG.DELETE_ROWS_EVENT_V1: FastDeleteRowsEvent,
+    BINLOG.DELETE_ROWS_EVENT_V2: FastDeleteRowsEvent,
 }

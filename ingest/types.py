@@ -59,18 +59,43 @@ from typing import Any, Callable, Iterable, Mapping
 
 #: canonical lower-case type names (synonyms map onto these)
 _SYNONYMS = {
-    "integer": "int", "int4": "int", "int1": "tinyint", "int2": "smallint", "int3": "mediumint",
-    "middleint": "mediumint", "int8": "bigint", "bool": "boolean", "dec": "decimal",
-    "fixed": "decimal", "double precision": "double", "float4": "float", "float8": "double",
-    "character": "char", "character varying": "varchar", "nchar": "char", "nvarchar": "varchar",
-    "national char": "char", "national varchar": "varchar", "long": "mediumtext",
-    "long varchar": "mediumtext", "long varbinary": "mediumblob", "geomcollection": "geometrycollection",
+    "integer": "int",
+    "int4": "int",
+    "int1": "tinyint",
+    "int2": "smallint",
+    "int3": "mediumint",
+    "middleint": "mediumint",
+    "int8": "bigint",
+    "bool": "boolean",
+    "dec": "decimal",
+    "fixed": "decimal",
+    "double precision": "double",
+    "float4": "float",
+    "float8": "double",
+    "character": "char",
+    "character varying": "varchar",
+    "nchar": "char",
+    "nvarchar": "varchar",
+    "national char": "char",
+    "national varchar": "varchar",
+    "long": "mediumtext",
+    "long varchar": "mediumtext",
+    "long varbinary": "mediumblob",
+    "geomcollection": "geometrycollection",
 }
 INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
 STRING_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext")
 BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
-GEOMETRY_TYPES = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-                  "multipolygon", "geometrycollection")
+GEOMETRY_TYPES = (
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+)
 TEMPORAL_FSP_TYPES = ("time", "datetime", "timestamp")
 
 
@@ -166,8 +191,12 @@ class ConverterConfig:
     def from_properties(cls, props: Mapping[str, Any]) -> "ConverterConfig":
         """From Debezium-style properties ('decimal.handling.mode', ...)."""
         kw = {}
-        for f in ("decimal_handling_mode", "bigint_unsigned_handling_mode", "time_precision_mode",
-                  "binary_handling_mode"):
+        for f in (
+            "decimal_handling_mode",
+            "bigint_unsigned_handling_mode",
+            "time_precision_mode",
+            "binary_handling_mode",
+        ):
             key = f.replace("_", ".")
             if key in props:
                 kw[f] = str(props[key]).lower()
@@ -180,17 +209,68 @@ class ConverterConfig:
 
 # MySQL field type codes (pymysqlreplication.constants.FIELD_TYPE), copied so this module
 # imports without the library.
-_FT = dict(DECIMAL=0, TINY=1, SHORT=2, LONG=3, FLOAT=4, DOUBLE=5, NULL=6, TIMESTAMP=7,
-           LONGLONG=8, INT24=9, DATE=10, TIME=11, DATETIME=12, YEAR=13, NEWDATE=14, VARCHAR=15,
-           BIT=16, TIMESTAMP2=17, DATETIME2=18, TIME2=19, JSON=245, NEWDECIMAL=246, ENUM=247,
-           SET=248, TINY_BLOB=249, MEDIUM_BLOB=250, LONG_BLOB=251, BLOB=252, VAR_STRING=253,
-           STRING=254, GEOMETRY=255)
-_GEOMETRY_SUBTYPES = {0: "geometry", 1: "point", 2: "linestring", 3: "polygon", 4: "multipoint",
-                      5: "multilinestring", 6: "multipolygon", 7: "geometrycollection"}
+_FT = dict(
+    DECIMAL=0,
+    TINY=1,
+    SHORT=2,
+    LONG=3,
+    FLOAT=4,
+    DOUBLE=5,
+    NULL=6,
+    TIMESTAMP=7,
+    LONGLONG=8,
+    INT24=9,
+    DATE=10,
+    TIME=11,
+    DATETIME=12,
+    YEAR=13,
+    NEWDATE=14,
+    VARCHAR=15,
+    BIT=16,
+    TIMESTAMP2=17,
+    DATETIME2=18,
+    TIME2=19,
+    JSON=245,
+    NEWDECIMAL=246,
+    ENUM=247,
+    SET=248,
+    TINY_BLOB=249,
+    MEDIUM_BLOB=250,
+    LONG_BLOB=251,
+    BLOB=252,
+    VAR_STRING=253,
+    STRING=254,
+    GEOMETRY=255,
+)
+_GEOMETRY_SUBTYPES = {
+    0: "geometry",
+    1: "point",
+    2: "linestring",
+    3: "polygon",
+    4: "multipoint",
+    5: "multilinestring",
+    6: "multipolygon",
+    7: "geometrycollection",
+}
 #: bytes per character of the charsets in use (binlog lengths are in bytes)
-_MBMAXLEN = {"utf8mb4": 4, "utf8mb3": 3, "utf8": 3, "ucs2": 2, "utf16": 4, "utf16le": 4,
-             "utf32": 4, "big5": 2, "gbk": 2, "gb2312": 2, "gb18030": 4, "sjis": 2, "cp932": 2,
-             "ujis": 3, "eucjpms": 3, "euckr": 2}
+_MBMAXLEN = {
+    "utf8mb4": 4,
+    "utf8mb3": 3,
+    "utf8": 3,
+    "ucs2": 2,
+    "utf16": 4,
+    "utf16le": 4,
+    "utf32": 4,
+    "big5": 2,
+    "gbk": 2,
+    "gb2312": 2,
+    "gb18030": 4,
+    "sjis": 2,
+    "cp932": 2,
+    "ujis": 3,
+    "eucjpms": 3,
+    "euckr": 2,
+}
 
 
 def _charset_of_collation(collation: str | None) -> str | None:
@@ -207,11 +287,16 @@ def _nullable_bits(null_bitmask: bytes | None, n: int) -> list[bool]:
     return [bool(null_bitmask[i // 8] & (1 << (i % 8))) for i in range(n)]
 
 
-def table_spec_from_binlog(event_or_table, extra: Iterable[Mapping[str, Any]] | None = None, *,
-                           json_columns: Iterable[str] = (),
-                           declared_types: Mapping[str, str] | None = None,
-                           default_charset: str | None = None,
-                           db: str | None = None, table: str | None = None) -> TableSpec:
+def table_spec_from_binlog(
+    event_or_table,
+    extra: Iterable[Mapping[str, Any]] | None = None,
+    *,
+    json_columns: Iterable[str] = (),
+    declared_types: Mapping[str, str] | None = None,
+    default_charset: str | None = None,
+    db: str | None = None,
+    table: str | None = None,
+) -> TableSpec:
     """Build a TableSpec from a pymysqlreplication ``TableMapEvent`` (or its ``Table``).
 
     ``extra``: rows of ``SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND
@@ -243,8 +328,12 @@ def table_spec_from_binlog(event_or_table, extra: Iterable[Mapping[str, Any]] | 
         t = c.type
         collation = getattr(c, "collation_name", None)
         charset = _charset_of_collation(collation)
-        kw: dict[str, Any] = dict(name=c.name or f"UNKNOWN_COL{i}", position=i + 1,
-                                  nullable=nullable[i], unsigned=bool(getattr(c, "unsigned", False)))
+        kw: dict[str, Any] = dict(
+            name=c.name or f"UNKNOWN_COL{i}",
+            position=i + 1,
+            nullable=nullable[i],
+            unsigned=bool(getattr(c, "unsigned", False)),
+        )
         if t == _FT["TINY"]:
             kw["type_name"] = "tinyint"
         elif t == _FT["SHORT"]:
@@ -260,8 +349,7 @@ def table_spec_from_binlog(event_or_table, extra: Iterable[Mapping[str, Any]] | 
         elif t == _FT["DOUBLE"]:
             kw["type_name"] = "double"
         elif t in (_FT["NEWDECIMAL"], _FT["DECIMAL"]):
-            kw.update(type_name="decimal", length=getattr(c, "precision", None),
-                      scale=getattr(c, "decimals", None))
+            kw.update(type_name="decimal", length=getattr(c, "precision", None), scale=getattr(c, "decimals", None))
         elif t == _FT["YEAR"]:
             kw["type_name"] = "year"
         elif t in (_FT["DATE"], _FT["NEWDATE"]):
@@ -276,25 +364,41 @@ def table_spec_from_binlog(event_or_table, extra: Iterable[Mapping[str, Any]] | 
             kw.update(type_name="bit", length=getattr(c, "bits", 1))
         elif t == _FT["ENUM"]:
             vals = getattr(c, "enum_values", None) or []
-            kw.update(type_name="enum", enum_values=tuple(vals[1:] if vals and vals[0] == "" else vals),
-                      charset=charset, collation=collation, length=1)
+            kw.update(
+                type_name="enum",
+                enum_values=tuple(vals[1:] if vals and vals[0] == "" else vals),
+                charset=charset,
+                collation=collation,
+                length=1,
+            )
         elif t == _FT["SET"]:
             vals = tuple(getattr(c, "set_values", None) or ())
-            kw.update(type_name="set", enum_values=vals, charset=charset, collation=collation,
-                      length=max(0, 2 * len(vals) - 1))
+            kw.update(
+                type_name="set",
+                enum_values=vals,
+                charset=charset,
+                collation=collation,
+                length=max(0, 2 * len(vals) - 1),
+            )
         elif t in (_FT["VARCHAR"], _FT["VAR_STRING"], _FT["STRING"]):
             nbytes = getattr(c, "max_length", None)
             binary = charset == "binary"
             per = 1 if binary else _MBMAXLEN.get(charset or "", 1)
-            base = ("varbinary" if binary else "varchar") if t != _FT["STRING"] else \
-                ("binary" if binary else "char")
-            kw.update(type_name=base, length=(nbytes // per) if nbytes is not None else None,
-                      charset=charset, collation=collation)
+            base = ("varbinary" if binary else "varchar") if t != _FT["STRING"] else ("binary" if binary else "char")
+            kw.update(
+                type_name=base,
+                length=(nbytes // per) if nbytes is not None else None,
+                charset=charset,
+                collation=collation,
+            )
         elif t in (_FT["BLOB"], _FT["TINY_BLOB"], _FT["MEDIUM_BLOB"], _FT["LONG_BLOB"]):
             size = getattr(c, "length_size", 2)
             binary = charset == "binary" or charset is None
-            names = ("tinyblob", "blob", "mediumblob", "longblob") if binary else \
-                ("tinytext", "text", "mediumtext", "longtext")
+            names = (
+                ("tinyblob", "blob", "mediumblob", "longblob")
+                if binary
+                else ("tinytext", "text", "mediumtext", "longtext")
+            )
             kw.update(type_name=names[max(0, min(3, size - 1))], charset=charset, collation=collation)
         elif t == _FT["JSON"]:
             kw["type_name"] = "json"
@@ -313,8 +417,9 @@ def table_spec_from_binlog(event_or_table, extra: Iterable[Mapping[str, Any]] | 
     else:
         pk = [c.name for c in columns if getattr(c, "is_primary", False)]
 
-    spec = TableSpec(db=schema, table=tname, columns=tuple(specs), primary_key=tuple(pk),
-                     default_charset=default_charset)
+    spec = TableSpec(
+        db=schema, table=tname, columns=tuple(specs), primary_key=tuple(pk), default_charset=default_charset
+    )
     if extra:
         # information_schema describes the table as it is now; the table map describes it
         # as it was when the row was written: keep the binlog's nullability, and refine
@@ -324,8 +429,9 @@ def table_spec_from_binlog(event_or_table, extra: Iterable[Mapping[str, Any]] | 
         extra = [r for r in extra if _describes(by_name.get(_row_name(r)), r)]
         binlog_nullable = {c.name: c.nullable for c in specs}
         spec = enrich_table_spec(spec, extra)
-        spec = replace(spec, columns=tuple(replace(c, nullable=binlog_nullable.get(c.name, c.nullable))
-                                           for c in spec.columns))
+        spec = replace(
+            spec, columns=tuple(replace(c, nullable=binlog_nullable.get(c.name, c.nullable)) for c in spec.columns)
+        )
     overrides = dict(declared_types or {})
     for name in json_columns:
         overrides.setdefault(name, "json")
@@ -351,8 +457,9 @@ def with_declared_types(spec: TableSpec, declared: Mapping[str, str]) -> TableSp
     return replace(spec, columns=tuple(cols))
 
 
-_COLTYPE_RE = re.compile(r"^\s*([a-z][a-z0-9 ]*?)\s*(?:\((.*)\))?\s*((?:unsigned|signed|zerofill|\s)*)\s*$",
-                         re.I | re.S)
+_COLTYPE_RE = re.compile(
+    r"^\s*([a-z][a-z0-9 ]*?)\s*(?:\((.*)\))?\s*((?:unsigned|signed|zerofill|\s)*)\s*$", re.I | re.S
+)
 
 
 def parse_column_type(column_type: str) -> dict[str, Any]:
@@ -440,8 +547,7 @@ _INFO_ESCAPE = re.compile(r"\\[0nr\\]|''")
 
 
 _INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint")
-_FAMILIES = [set(_INTEGERS), {"decimal"}, {"float", "double"}, {"date"}, {"year"}, {"bit"},
-             set(TEMPORAL_FSP_TYPES)]
+_FAMILIES = [set(_INTEGERS), {"decimal"}, {"float", "double"}, {"date"}, {"year"}, {"bit"}, set(TEMPORAL_FSP_TYPES)]
 
 
 def _row_name(row: Mapping[str, Any]) -> str | None:
@@ -520,8 +626,12 @@ def enrich_table_spec(spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> Tab
             kw["position"] = int(d["ORDINAL_POSITION"])
         extra = str(d.get("EXTRA") or "").lower()
         kw["auto_increment"] = "auto_increment" in extra
-        kw["generated"] = ("generated" in extra or "virtual" in extra or "stored" in extra
-                           or str(d.get("IS_GENERATED") or "NEVER").upper() == "ALWAYS")
+        kw["generated"] = (
+            "generated" in extra
+            or "virtual" in extra
+            or "stored" in extra
+            or str(d.get("IS_GENERATED") or "NEVER").upper() == "ALWAYS"
+        )
         if "on update" in extra:
             # Debezium marks ON UPDATE CURRENT_TIMESTAMP columns as auto-incremented/generated
             kw["auto_increment"] = kw["generated"] = True
@@ -533,10 +643,8 @@ def enrich_table_spec(spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> Tab
     return replace(spec, columns=tuple(cols))
 
 
-_DDL_TYPE_RE = re.compile(r"^\s*(`(?:[^`]|``)+`|[\w$]+)\s+([a-zA-Z][a-zA-Z0-9]*(?:\s+(?:precision|varying))?)",
-                          re.S)
-_NON_COLUMN = {"primary", "key", "index", "unique", "constraint", "foreign", "fulltext", "spatial",
-               "check", "period"}
+_DDL_TYPE_RE = re.compile(r"^\s*(`(?:[^`]|``)+`|[\w$]+)\s+([a-zA-Z][a-zA-Z0-9]*(?:\s+(?:precision|varying))?)", re.S)
+_NON_COLUMN = {"primary", "key", "index", "unique", "constraint", "foreign", "fulltext", "spatial", "check", "period"}
 
 
 def declared_types_from_ddl(create_table_sql: str) -> dict[str, str]:
@@ -546,7 +654,7 @@ def declared_types_from_ddl(create_table_sql: str) -> dict[str, str]:
     start = create_table_sql.find("(")
     if start < 0:
         return {}
-    body, depth, quote, parts, cur = create_table_sql[start + 1:], 0, None, [], []
+    body, depth, quote, parts, cur = create_table_sql[start + 1 :], 0, None, [], []
     for ch in body:
         if quote:
             cur.append(ch)
@@ -584,8 +692,7 @@ def declared_types_from_ddl(create_table_sql: str) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- JSON text
 
-_JSON_ESCAPES = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r",
-                 0x22: '\\"', 0x5C: "\\\\"}
+_JSON_ESCAPES = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}
 
 
 def _slow_json_str(s: str) -> str:
@@ -603,7 +710,7 @@ def _slow_json_str(s: str) -> str:
     return "".join(out)
 
 
-_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 
 
 def _surrogates(m: re.Match) -> str:
@@ -828,7 +935,7 @@ def decimal_unscaled(d: Decimal, scale: int) -> int:
     n = int("".join(map(str, digits)) or "0")
     shift = exp + scale
     if shift >= 0:
-        n *= 10 ** shift
+        n *= 10**shift
     else:
         n = int((Decimal(n).scaleb(shift)).to_integral_value(rounding=ROUND_HALF_UP))
     return -n if sign else n
@@ -930,8 +1037,15 @@ class ColumnCodec:
 EMPTY_SET = "empty set"
 
 
-def _schema(type_: str, optional: bool, name: str | None = None, version: int | None = None,
-            parameters: dict | None = None, doc: str | None = None, fields: list | None = None) -> dict:
+def _schema(
+    type_: str,
+    optional: bool,
+    name: str | None = None,
+    version: int | None = None,
+    parameters: dict | None = None,
+    doc: str | None = None,
+    fields: list | None = None,
+) -> dict:
     s: dict[str, Any] = {"type": type_}
     if fields is not None:
         s["fields"] = fields
@@ -979,8 +1093,13 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
         else:
             unsigned = col.unsigned
         if t == "bigint" and unsigned and cfg.bigint_unsigned_handling_mode == "precise":
-            schema = _schema("bytes", optional, "org.apache.kafka.connect.data.Decimal", 1,
-                             {"scale": "0", "connect.decimal.precision": "20"})
+            schema = _schema(
+                "bytes",
+                optional,
+                "org.apache.kafka.connect.data.Decimal",
+                1,
+                {"scale": "0", "connect.decimal.precision": "20"},
+            )
             conv = lambda v: _b64(twos_complement_bytes(int(v)))  # noqa: E731
             frag = lambda v: '"' + _b64(twos_complement_bytes(int(v))) + '"'  # noqa: E731
             fallback, kind = 0, "conv"
@@ -995,6 +1114,7 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
                 ctype = "int64"
             schema = _schema(ctype, optional)
             if t == "bigint" and unsigned:  # long mode: Java long wrap-around
+
                 def conv(v):
                     v = int(v)
                     return v - 18446744073709551616 if v >= 9223372036854775808 else v
@@ -1010,10 +1130,15 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
         scale = col.scale if col.scale is not None else 0
         mode = cfg.decimal_handling_mode
         if mode == "precise":
-            schema = _schema("bytes", optional, "org.apache.kafka.connect.data.Decimal", 1,
-                             {"scale": str(scale), "connect.decimal.precision": str(precision)})
+            schema = _schema(
+                "bytes",
+                optional,
+                "org.apache.kafka.connect.data.Decimal",
+                1,
+                {"scale": str(scale), "connect.decimal.precision": str(precision)},
+            )
 
-            def conv(v, _s=scale, _p=10 ** scale):
+            def conv(v, _s=scale, _p=10**scale):
                 if not isinstance(v, Decimal):
                     v = Decimal(str(v))
                 n, d = v.as_integer_ratio()
@@ -1021,11 +1146,13 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
                     n = decimal_unscaled(v, _s)
                 else:
                     n = n * (_p // d)
-                return _b2a(n.to_bytes(((n if n >= 0 else ~n).bit_length() + 8) // 8, "big", signed=True),
-                            newline=False).decode("ascii")
+                return _b2a(
+                    n.to_bytes(((n if n >= 0 else ~n).bit_length() + 8) // 8, "big", signed=True), newline=False
+                ).decode("ascii")
 
             def frag(v, _conv=conv):
                 return '"' + _conv(v) + '"'
+
             fallback, kind = Decimal(0).scaleb(-scale), "conv"
         elif mode == "string":
             schema = _schema("string", optional)
@@ -1046,8 +1173,7 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             frag = lambda v: java_double_str(float(v))  # noqa: E731
             fallback, kind = Decimal(0), "conv"
     elif t in ("float", "double", "real"):
-        as_float32 = t == "real" or (t == "float" and col.scale is None
-                                     and (col.length is None or col.length <= 24))
+        as_float32 = t == "real" or (t == "float" and col.scale is None and (col.length is None or col.length <= 24))
         if as_float32:
             schema = _schema("float", optional)
             conv = lambda v: JavaFloat(struct.unpack("<f", struct.pack("<f", float(v)))[0])  # noqa: E731
@@ -1064,8 +1190,10 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             if isinstance(v, (bytes, bytearray)):
                 return bytes(v).decode(_py_encoding(col.charset), "replace")
             return v
+
         def frag(v, _conv=conv):
             return json_str(v if type(v) is str else _conv(v))
+
         fallback, kind = "", "str"
     elif t in BINARY_TYPES:
         pad = col.length if t == "binary" and col.length else 0
@@ -1075,7 +1203,8 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
         else:
             schema = _schema("string", optional)
         enc: Callable[[bytes], str] = {
-            "bytes": _b64, "base64": _b64,
+            "bytes": _b64,
+            "base64": _b64,
             "base64-url-safe": lambda b: base64.urlsafe_b64encode(b).decode("ascii"),
             "hex": lambda b: b.hex(),
         }[bmode]
@@ -1086,11 +1215,13 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             if _pad and len(v) < _pad:
                 v = bytes(v) + b"\x00" * (_pad - len(v))
             return _enc(bytes(v))
+
         frag = lambda v: '"' + conv(v) + '"'  # noqa: E731
         fallback, kind = b"", "conv"
     elif t == "date":
-        schema = _schema("int32", optional,
-                         "org.apache.kafka.connect.data.Date" if connect_time else "io.debezium.time.Date", 1)
+        schema = _schema(
+            "int32", optional, "org.apache.kafka.connect.data.Date" if connect_time else "io.debezium.time.Date", 1
+        )
 
         def conv(v):
             if isinstance(v, _dt.datetime):
@@ -1098,6 +1229,7 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             if adjust and v.year < 100:
                 v = _adj_date(v)
             return v.toordinal() - _EPOCH_ORD
+
         frag = lambda v: str(conv(v))  # noqa: E731
         fallback, kind = 0, "int"
     elif t == "time":
@@ -1130,17 +1262,20 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             millis = False
 
         if millis:
+
             def conv(v):
                 if adjust and v.year < 100:
                     v = v.replace(year=_adjust_year(v.year))
                 d = v - _EPOCH_DT
                 return (d.days * 86400 + d.seconds) * 1000 + d.microseconds // 1000
         else:
+
             def conv(v):
                 if adjust and v.year < 100:
                     v = v.replace(year=_adjust_year(v.year))
                 d = v - _EPOCH_DT
                 return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+
         frag = lambda v: str(conv(v))  # noqa: E731
         fallback, kind = 0, "int"
     elif t == "timestamp":
@@ -1154,9 +1289,9 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             if len(s) == 19:
                 if s == "1970-01-01T00:00:00":
                     return None  # the zero TIMESTAMP ('0000-00-00 00:00:00' is stored as 0)
-                return s + "Z" if _fsp <= 0 else s + ".000000"[:_fsp + 1] + "Z"
+                return s + "Z" if _fsp <= 0 else s + ".000000"[: _fsp + 1] + "Z"
             if _fsp > 0:
-                return s[:20 + _fsp] + "Z"
+                return s[: 20 + _fsp] + "Z"
             return s.rstrip("0") + "Z"  # fraction in a TIMESTAMP(0): not from the binlog
 
         def frag(v, _conv=conv):
@@ -1178,6 +1313,7 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             if isinstance(v, (bytes, bytearray)):
                 return bytes(v).decode("utf-8")
             return mysql_json_text(v)
+
         frag = lambda v: json_str(v if type(v) is str else conv(v))  # noqa: E731
         fallback, kind = "{}", "str"
     elif t == "bit":
@@ -1193,6 +1329,7 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
 
             def conv(v, _n=nbytes):
                 return _b64(_bits_int(v).to_bytes(_n, "little"))
+
             frag = lambda v: '"' + conv(v) + '"'  # noqa: E731
             fallback, kind = b"", "conv"
     elif t == "enum":
@@ -1206,6 +1343,7 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
 
         def frag(v, _conv=conv):
             return json_str(v if type(v) is str else _conv(v))
+
         fallback, kind = "", "str"
     elif t == "set":
         opts = tuple(col.enum_values or ())
@@ -1217,31 +1355,50 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
             if isinstance(v, int):
                 return ",".join(o for i, o in enumerate(_opts) if v >> i & 1)
             return ",".join(o for o in _opts if o in v)  # definition order, as MySQL
+
         frag = lambda v: json_str(conv(v))  # noqa: E731
         fallback, kind = "", "str"
         empty_set_json = '""'
     elif t == "point":
-        schema = _schema("struct", optional, "io.debezium.data.geometry.Point", 1, doc="Geometry (POINT)",
-                         fields=[{"type": "double", "optional": False, "field": "x"},
-                                 {"type": "double", "optional": False, "field": "y"},
-                                 {"type": "bytes", "optional": True, "field": "wkb"},
-                                 {"type": "int32", "optional": True, "field": "srid"}])
+        schema = _schema(
+            "struct",
+            optional,
+            "io.debezium.data.geometry.Point",
+            1,
+            doc="Geometry (POINT)",
+            fields=[
+                {"type": "double", "optional": False, "field": "x"},
+                {"type": "double", "optional": False, "field": "y"},
+                {"type": "bytes", "optional": True, "field": "wkb"},
+                {"type": "int32", "optional": True, "field": "srid"},
+            ],
+        )
 
         def conv(v):
             wkb, srid = _geometry_parts(v)
             order = "<" if wkb[:1] == b"\x01" else ">"
             x, y = struct.unpack(order + "dd", wkb[5:21])
             return {"x": x, "y": y, "wkb": _b64(wkb), "srid": srid}
+
         frag = lambda v: dumps(conv(v))  # noqa: E731
         fallback, kind = None, "conv"
     elif t in GEOMETRY_TYPES:
-        schema = _schema("struct", optional, "io.debezium.data.geometry.Geometry", 1, doc="Geometry",
-                         fields=[{"type": "bytes", "optional": False, "field": "wkb"},
-                                 {"type": "int32", "optional": True, "field": "srid"}])
+        schema = _schema(
+            "struct",
+            optional,
+            "io.debezium.data.geometry.Geometry",
+            1,
+            doc="Geometry",
+            fields=[
+                {"type": "bytes", "optional": False, "field": "wkb"},
+                {"type": "int32", "optional": True, "field": "srid"},
+            ],
+        )
 
         def conv(v):
             wkb, srid = _geometry_parts(v)
             return {"wkb": _b64(wkb), "srid": srid}
+
         frag = lambda v: dumps(conv(v))  # noqa: E731
         fallback, kind = None, "conv"
     else:
@@ -1277,20 +1434,30 @@ def column_codec(col: ColumnSpec, config: ConverterConfig | None = None) -> Colu
         return _null if r is None else r
 
     if t in ("time", "timestamp"):
+
         def to_json(v, _frag=frag, _null=null_json):
             if v is None:
                 return _null
             r = _frag(v)
             return _null if r is None else r
     else:
+
         def to_json(v, _frag=frag, _null=null_json):
             return _null if v is None else _frag(v)
 
     if empty_set_json is not None and not optional:
         empty_set_json = '""'
-    return ColumnCodec(column=col, schema=schema, to_value=to_value, to_json=to_json,
-                       null_value=null_value, null_json=null_json, empty_set_json=empty_set_json,
-                       frag=frag, frag_may_return_none=t in ("time", "timestamp"))
+    return ColumnCodec(
+        column=col,
+        schema=schema,
+        to_value=to_value,
+        to_json=to_json,
+        null_value=null_value,
+        null_json=null_json,
+        empty_set_json=empty_set_json,
+        frag=frag,
+        frag_may_return_none=t in ("time", "timestamp"),
+    )
 
 
 def _num_or_null(v):
@@ -1301,9 +1468,20 @@ def _str_or_null(v):
     return None if v is None else json_str(v)
 
 
-_PY_ENCODINGS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": "cp1252",
-                 "ascii": "ascii", "binary": "latin-1", "ucs2": "utf-16-be", "utf16": "utf-16-be",
-                 "utf16le": "utf-16-le", "utf32": "utf-32-be", "koi8r": "koi8_r", "koi8u": "koi8_u"}
+_PY_ENCODINGS = {
+    "utf8mb4": "utf-8",
+    "utf8mb3": "utf-8",
+    "utf8": "utf-8",
+    "latin1": "cp1252",
+    "ascii": "ascii",
+    "binary": "latin-1",
+    "ucs2": "utf-16-be",
+    "utf16": "utf-16-be",
+    "utf16le": "utf-16-le",
+    "utf32": "utf-32-be",
+    "koi8r": "koi8_r",
+    "koi8u": "koi8_u",
+}
 
 
 def _py_encoding(charset: str | None) -> str:
@@ -1383,8 +1561,11 @@ def _default_raw(col: ColumnSpec, t: str, cfg: ConverterConfig) -> Any:
             tm = re.match(r"^\d+-\d+-\d+ (.*)$", s)
             return _mysql_time_str_to_td(tm.group(1) if tm else s)
         if t in BINARY_TYPES:
-            return _Literal(_b64(s.encode("utf-8"))) if cfg.binary_handling_mode in ("bytes", "base64") \
+            return (
+                _Literal(_b64(s.encode("utf-8")))
+                if cfg.binary_handling_mode in ("bytes", "base64")
                 else s.encode("utf-8")
+            )
         if t in GEOMETRY_TYPES:
             return None
         return s  # strings, enum, set, json
@@ -1474,8 +1655,7 @@ class TableCodecs:
         out = {}
         for c in self.columns:
             v = row.get(c.name)
-            if v is None and none_sources and c.empty_set_json is not None \
-                    and none_sources.get(c.name) == EMPTY_SET:
+            if v is None and none_sources and c.empty_set_json is not None and none_sources.get(c.name) == EMPTY_SET:
                 out[c.name] = ""
             else:
                 out[c.name] = c.to_value(v)

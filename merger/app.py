@@ -90,8 +90,7 @@ def build_sinks(config: MergerConfig) -> list:
         from merger.sinks.kafka_changelog import KafkaChangelogSink
 
         kc = config.sinks.kafka_changelog
-        sinks.append(KafkaChangelogSink(config.kafka.client_config(), kc.topic_prefix,
-                                        partitions=kc.partitions))
+        sinks.append(KafkaChangelogSink(config.kafka.client_config(), kc.topic_prefix, partitions=kc.partitions))
     if not sinks:
         raise MergerError("sinks: configure at least one of sinks.delta, sinks.postgres, sinks.kafka_changelog")
     return sinks
@@ -114,15 +113,17 @@ def source_options(config: MergerConfig) -> dict[str, str]:
     (TLS/SASL included). Secrets are passed by reference (``kafkaSecretEnv.<property>`` /
     ``kafkaSecretFile.<property>``): the data source reads them itself, so no secret is in
     the options, the query plan or the checkpoint."""
-    opts = {"kafka.bootstrap.servers": config.kafka.bootstrap_servers,
-            "subscribePattern": subscribe_pattern(config),
-            "startingOffsets": "earliest",
-            "maxOffsetsPerTrigger": str(config.max_records_per_trigger),
-            "recordsPerTask": str(config.records_per_task),
-            "endProbe": config.end_probe,
-            # the processor raises the number in this file when snapshot rows are left
-            # to emit: the source then gives Spark a reason for another micro-batch
-            "tickFile": str(Path(config.state_dir).resolve() / TICK_FILE)}
+    opts = {
+        "kafka.bootstrap.servers": config.kafka.bootstrap_servers,
+        "subscribePattern": subscribe_pattern(config),
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": str(config.max_records_per_trigger),
+        "recordsPerTask": str(config.records_per_task),
+        "endProbe": config.end_probe,
+        # the processor raises the number in this file when snapshot rows are left
+        # to emit: the source then gives Spark a reason for another micro-batch
+        "tickFile": str(Path(config.state_dir).resolve() / TICK_FILE),
+    }
     for k, v in config.kafka.extra.items():
         opts[f"kafka.{k}"] = str(v).lower() if isinstance(v, bool) else str(v)
     for prop, (kind, ref) in config.kafka.secret_sources().items():
@@ -215,11 +216,22 @@ class Merger:
         # retries with backoff while the source is down, shown in `cdc status`
         source_guard = SourceGuard(stop)
         processor = BatchProcessor(
-            cfg.topic_prefix, store, sinks, SourceCatalog(cfg.mysql, source_guard), partitions_of, SourceModes(),
-            accepts=accepts, chunk_keys=cfg.snapshot.chunk_keys, on_bad_record=cfg.on_bad_record,
-            dead_letter=dead_letter, window_timeout_s=cfg.snapshot.window_timeout_s, on_new_table=on_new_table,
-            emit_rows_per_batch=cfg.snapshot.emit_rows_per_batch, source_connector=cfg.source_connector,
-            on_drop=cfg.on_drop)
+            cfg.topic_prefix,
+            store,
+            sinks,
+            SourceCatalog(cfg.mysql, source_guard),
+            partitions_of,
+            SourceModes(),
+            accepts=accepts,
+            chunk_keys=cfg.snapshot.chunk_keys,
+            on_bad_record=cfg.on_bad_record,
+            dead_letter=dead_letter,
+            window_timeout_s=cfg.snapshot.window_timeout_s,
+            on_new_table=on_new_table,
+            emit_rows_per_batch=cfg.snapshot.emit_rows_per_batch,
+            source_connector=cfg.source_connector,
+            on_drop=cfg.on_drop,
+        )
         source_guard.on_change = lambda: _publish_if_idle(processor)
         metrics.serve(cfg.metrics_port, cfg.metrics_address)
         spark = make_spark(cfg)
@@ -252,13 +264,19 @@ class Merger:
             metrics.observe(processor.status())
             if not progress_log:
                 return
-            batch_times[batch_id] = {"readMs": int(1000 * (t1 - t0)), "processMs": int(1000 * (t2 - t1)),
-                                     "statusMs": int(1000 * (time.monotonic() - t2)), **processor.last_timing}
+            batch_times[batch_id] = {
+                "readMs": int(1000 * (t1 - t0)),
+                "processMs": int(1000 * (t2 - t1)),
+                "statusMs": int(1000 * (time.monotonic() - t2)),
+                **processor.last_timing,
+            }
             batch_times.pop(batch_id - 200, None)
 
-        writer = (df.writeStream.foreachBatch(on_batch)
-                  .option("checkpointLocation", str(store.checkpoint))
-                  .queryName("cdc-merger"))
+        writer = (
+            df.writeStream.foreachBatch(on_batch)
+            .option("checkpointLocation", str(store.checkpoint))
+            .queryName("cdc-merger")
+        )
         if cfg.trigger_interval_ms:
             writer = writer.trigger(processingTime=f"{cfg.trigger_interval_ms} milliseconds")
         self.query = writer.start()
@@ -314,11 +332,15 @@ class Merger:
 
         def write(record: dict, reason: str) -> None:
             headers = [(h["key"], h["value"]) for h in (record.get("headers") or [])]
-            headers += [("cdc.dlq.reason", reason.encode()), ("cdc.dlq.topic", record["topic"].encode()),
-                        ("cdc.dlq.partition", str(record["partition"]).encode()),
-                        ("cdc.dlq.offset", str(record["offset"]).encode())]
+            headers += [
+                ("cdc.dlq.reason", reason.encode()),
+                ("cdc.dlq.topic", record["topic"].encode()),
+                ("cdc.dlq.partition", str(record["partition"]).encode()),
+                ("cdc.dlq.offset", str(record["offset"]).encode()),
+            ]
             producer.produce(topic, key=record.get("key"), value=record.get("value"), headers=headers)
             producer.flush(10)
+
         return write
 
 
@@ -333,8 +355,11 @@ def _log_slow_batch(query, logged: int) -> int:
         return logged
     took = progress.get("durationMs") or {}
     if took.get("triggerExecution", 0) > 2000:
-        log.info("slow micro-batch %s: %s", progress.get("batchId"),
-                 ", ".join(f"{k} {v} ms" for k, v in sorted(took.items(), key=lambda kv: -kv[1])))
+        log.info(
+            "slow micro-batch %s: %s",
+            progress.get("batchId"),
+            ", ".join(f"{k} {v} ms" for k, v in sorted(took.items(), key=lambda kv: -kv[1])),
+        )
     return progress.get("batchId", logged)
 
 
@@ -346,10 +371,18 @@ def _append_progress(query, seen: int, path: str, ours: dict) -> int:
     with open(path, "a") as f:
         for progress in recent:
             if progress.get("batchId", -1) > seen:
-                f.write(json.dumps({"batchId": progress["batchId"], "timestamp": progress.get("timestamp"),
-                                    "numInputRows": progress.get("numInputRows"),
-                                    "durationMs": progress.get("durationMs"),
-                                    "addBatchSplit": ours.get(progress["batchId"])}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "batchId": progress["batchId"],
+                            "timestamp": progress.get("timestamp"),
+                            "numInputRows": progress.get("numInputRows"),
+                            "durationMs": progress.get("durationMs"),
+                            "addBatchSplit": ours.get(progress["batchId"]),
+                        }
+                    )
+                    + "\n"
+                )
                 seen = progress["batchId"]
     return seen
 
@@ -365,10 +398,10 @@ def _publish_if_idle(processor) -> None:
 
 def _short(exc) -> str:
     text = str(exc) if exc is not None else "unknown error"
-    lines = [l for l in text.splitlines() if l.strip()]
-    for l in lines:
-        if "Error:" in l or "Exception:" in l:
-            return l.strip()[:500]
+    lines = [line for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "Error:" in line or "Exception:" in line:
+            return line.strip()[:500]
     return (lines[0] if lines else text)[:500]
 
 

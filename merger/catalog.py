@@ -42,14 +42,29 @@ def spec_from_table_change(change: dict) -> TableSpec | None:
         enum_values = None
         if c.get("enumValues") is not None:
             enum_values = tuple(v[1:-1].replace("''", "'") if v.startswith("'") else v for v in c["enumValues"])
-        cols.append(ColumnSpec(name=c["name"], type_name=t, position=c.get("position", 0), unsigned=unsigned,
-                               length=length, scale=scale, fsp=fsp, charset=c.get("charsetName"),
-                               nullable=bool(c.get("optional", True)), enum_values=enum_values,
-                               default=c.get("defaultValueExpression"),
-                               auto_increment=bool(c.get("autoIncremented"))))
-    return TableSpec(db=db, table=name, columns=tuple(cols),
-                     primary_key=tuple(table.get("primaryKeyColumnNames") or ()),
-                     default_charset=table.get("defaultCharsetName"))
+        cols.append(
+            ColumnSpec(
+                name=c["name"],
+                type_name=t,
+                position=c.get("position", 0),
+                unsigned=unsigned,
+                length=length,
+                scale=scale,
+                fsp=fsp,
+                charset=c.get("charsetName"),
+                nullable=bool(c.get("optional", True)),
+                enum_values=enum_values,
+                default=c.get("defaultValueExpression"),
+                auto_increment=bool(c.get("autoIncremented")),
+            )
+        )
+    return TableSpec(
+        db=db,
+        table=name,
+        columns=tuple(cols),
+        primary_key=tuple(table.get("primaryKeyColumnNames") or ()),
+        default_charset=table.get("defaultCharsetName"),
+    )
 
 
 class SourceCatalog:
@@ -76,6 +91,7 @@ class SourceCatalog:
                 except BaseException:
                     self.close()  # a fresh connection for the next attempt
                     raise
+
         return self.guard.call(what, attempt)
 
     def close(self) -> None:
@@ -87,18 +103,23 @@ class SourceCatalog:
                 pass
 
     def table_spec(self, db: str, table: str) -> TableSpec | None:
-        details = self._query(f"reading the definition of {db}.{table}",
-                              lambda conn: load_table_details(conn, db, table))
+        details = self._query(
+            f"reading the definition of {db}.{table}", lambda conn: load_table_details(conn, db, table)
+        )
         if not details.get("columns"):
             return None
         return spec_from_information_schema(db, table, details)
 
     def list_tables(self) -> list[str]:
         """Base tables of the source outside the system databases, as db.table."""
+
         def query(conn):
             with conn.cursor() as cur:
-                cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE "
-                            "TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
-                            "('mysql', 'information_schema', 'performance_schema', 'sys')")
+                cur.execute(
+                    "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE "
+                    "TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+                    "('mysql', 'information_schema', 'performance_schema', 'sys')"
+                )
                 return [f"{db}.{t}" for db, t in cur.fetchall()]
+
         return self._query("listing the source tables", query)

@@ -30,11 +30,12 @@ def _connect(config: MergerConfig) -> pymysql.Connection:
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else 0
         if code == 1045:
-            raise MergerError(f"the source MySQL at {m.host}:{m.port} rejected user '{m.user}': wrong "
-                              f"credentials (check mysql.user and mysql.password_env/_file)") from None
+            raise MergerError(
+                f"the source MySQL at {m.host}:{m.port} rejected user '{m.user}': wrong "
+                f"credentials (check mysql.user and mysql.password_env/_file)"
+            ) from None
         if is_transient(exc):  # retried by the caller's SourceGuard
-            raise SourceUnavailable(f"the source MySQL at {m.host}:{m.port} is unreachable: "
-                                    f"{exc.args[-1]}") from None
+            raise SourceUnavailable(f"the source MySQL at {m.host}:{m.port} is unreachable: {exc.args[-1]}") from None
         raise MergerError(f"cannot connect to the source MySQL at {m.host}:{m.port}: {exc.args[-1]}") from None
 
 
@@ -71,19 +72,25 @@ def check_source(config: MergerConfig, captured: Callable[[str], bool]) -> None:
             cur.execute("SHOW GRANTS")
             grants = " ".join(str(row[0]).upper() for row in cur.fetchall())
             if "SELECT" not in grants and "ALL PRIVILEGES" not in grants:
-                raise MergerError(f"user {account} lacks SELECT on the captured tables: GRANT SELECT ON "
-                                  f"<database>.* TO {account} (for each captured database)")
+                raise MergerError(
+                    f"user {account} lacks SELECT on the captured tables: GRANT SELECT ON "
+                    f"<database>.* TO {account} (for each captured database)"
+                )
             # tables the user can see (information_schema shows only those with some privilege)
-            cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE "
-                        "TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
-                        "('mysql', 'information_schema', 'performance_schema', 'sys')")
+            cur.execute(
+                "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE "
+                "TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+                "('mysql', 'information_schema', 'performance_schema', 'sys')"
+            )
             tables = [(db, t) for db, t in cur.fetchall() if captured(f"{db}.{t}")]
             missing = _without_select(cur, tables)
             if missing:
                 names = ", ".join(f"{quote_ident(db)}.{quote_ident(t)}" for db, t in missing[:3])
                 more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
-                raise MergerError(f"user {account} lacks SELECT on {names}{more}: GRANT SELECT ON "
-                                  f"{quote_ident(missing[0][0])}.* TO {account}")
+                raise MergerError(
+                    f"user {account} lacks SELECT on {names}{more}: GRANT SELECT ON "
+                    f"{quote_ident(missing[0][0])}.* TO {account}"
+                )
             if config.source_connector != "debezium":  # Debezium mode writes its signal table instead
                 _check_watermark_table(cur, config.watermark_table, account)
     finally:
@@ -91,8 +98,7 @@ def check_source(config: MergerConfig, captured: Callable[[str], bool]) -> None:
 
 
 def _without_select(cur, tables: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(db, t) for db, t in tables
-            if _denied(cur, f"SELECT 1 FROM {quote_ident(db)}.{quote_ident(t)} LIMIT 0")]
+    return [(db, t) for db, t in tables if _denied(cur, f"SELECT 1 FROM {quote_ident(db)}.{quote_ident(t)} LIMIT 0")]
 
 
 def _check_watermark_table(cur, table: str, account: str) -> None:
@@ -111,6 +117,8 @@ def _check_watermark_table(cur, table: str, account: str) -> None:
         raise
     if lacking:
         # without any privilege on it the table is invisible: it may also be missing
-        raise MergerError(f"user {account} lacks {', '.join(lacking)} on the watermark table {table} "
-                          f"(an administrator creates it if it is missing, see docs/security.md): "
-                          f"{watermark_grant(table, account)}")
+        raise MergerError(
+            f"user {account} lacks {', '.join(lacking)} on the watermark table {table} "
+            f"(an administrator creates it if it is missing, see docs/security.md): "
+            f"{watermark_grant(table, account)}"
+        )

@@ -117,8 +117,8 @@ class ChunkDiff:
     """What differs between a source chunk and its sink chunk (all keys, unbounded; the
     caller bounds what it reports)."""
 
-    missing: list[tuple] = field(default_factory=list)    # in the source, not in the sink
-    extra: list[tuple] = field(default_factory=list)      # in the sink, not in the source
+    missing: list[tuple] = field(default_factory=list)  # in the source, not in the sink
+    extra: list[tuple] = field(default_factory=list)  # in the sink, not in the source
     different: list[tuple[tuple, tuple[str, ...]]] = field(default_factory=list)  # (key, columns)
 
     @property
@@ -129,8 +129,9 @@ class ChunkDiff:
         return {*self.missing, *self.extra, *(k for k, _ in self.different)}
 
 
-def diff(columns: Sequence[str], keys: Sequence[str], source: Iterable[Sequence[Any]],
-         sink: Iterable[Sequence[Any]]) -> ChunkDiff:
+def diff(
+    columns: Sequence[str], keys: Sequence[str], source: Iterable[Sequence[Any]], sink: Iterable[Sequence[Any]]
+) -> ChunkDiff:
     """Compare two chunks by key. ``columns`` names the row positions; ``keys`` are some of
     them. A key the sink holds more often than the source (a duplicate) counts as extra,
     one the source holds more often as missing.
@@ -167,4 +168,3 @@ def diff(columns: Sequence[str], keys: Sequence[str], source: Iterable[Sequence[
         if len(dst[ek][1]) > len(src.get(ek, (None, []))[1]):
             out.extra.append(dst[ek][0])
     return out
-

@@ -28,8 +28,17 @@ from merger.schema import quote_ident, snapshot_expression
 # the text a task's error carries when the source is unreachable: merger.source retries it
 UNAVAILABLE_MARK = "cdc-source-unavailable"
 # what ConnectorX says when the connection fails or breaks (no server error code)
-CONNECTION_TROUBLE = ("IO error", "IoError", "DriverError", "os error", "bytes remaining on stream",
-                      "timed out waiting for connection", "Connection", "connection", "Broken pipe")
+CONNECTION_TROUBLE = (
+    "IO error",
+    "IoError",
+    "DriverError",
+    "os error",
+    "bytes remaining on stream",
+    "timed out waiting for connection",
+    "Connection",
+    "connection",
+    "Broken pipe",
+)
 
 
 def select_expression(c: ColumnSpec) -> str:
@@ -63,15 +72,25 @@ def stage_query(source: dict, query: str, path: str, batch_rows: int) -> int:
     # ConnectorX's pool retries a refused or denied connection for 30 s before it says
     # so: a plain connection first fails at once, and says which it is
     try:
-        pymysql.connect(host=source["host"], port=source["port"], user=source["user"],
-                        password=source["password"], connect_timeout=source["connect_timeout_s"]).close()
+        pymysql.connect(
+            host=source["host"],
+            port=source["port"],
+            user=source["user"],
+            password=source["password"],
+            connect_timeout=source["connect_timeout_s"],
+        ).close()
     except Exception as exc:
         mark = UNAVAILABLE_MARK if is_transient(exc) else "cdc-source-error"
         raise RuntimeError(f"{mark}: {exc}") from None
     url = source_url(source["host"], source["port"], source["user"], source["password"])
     try:
-        reader = cx.read_sql(url, query, return_type="arrow_stream", batch_size=batch_rows,
-                             pre_execution_query=["SET time_zone = '+00:00'"])
+        reader = cx.read_sql(
+            url,
+            query,
+            return_type="arrow_stream",
+            batch_size=batch_rows,
+            pre_execution_query=["SET time_zone = '+00:00'"],
+        )
         rows, writer = 0, None
         try:
             for batch in reader:
@@ -117,6 +136,9 @@ def stage_window(spark, source: dict, queries: list[str], directory: Path, batch
     """The window's reads as one Spark job, a task per query; the rows staged."""
     directory.mkdir(parents=True, exist_ok=True)
     jobs = [(query, str(directory / f"part-{i:05d}.parquet")) for i, query in enumerate(queries)]
-    counts = (spark.sparkContext.parallelize(jobs, len(jobs))
-              .map(lambda job: stage_query(source, job[0], job[1], batch_rows)).collect())
+    counts = (
+        spark.sparkContext.parallelize(jobs, len(jobs))
+        .map(lambda job: stage_query(source, job[0], job[1], batch_rows))
+        .collect()
+    )
     return sum(counts)

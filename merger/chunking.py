@@ -111,6 +111,7 @@ def validate_plan(ranges: Sequence[KeyRange]) -> None:
 
 # -- planners ----------------------------------------------------------------------------
 
+
 def plan_numeric(min_key: Any, max_key: Any, row_estimate: int, chunk_size: int) -> list[KeyRange]:
     """Even split of an integer key (or the leading integer column of a composite key).
 
@@ -144,8 +145,9 @@ def _single_int(value: Any, name: str) -> int:
     return value
 
 
-def plan_by_boundaries(next_boundary: Callable[[tuple | None, tuple | None], Any],
-                       start: Any = None) -> Iterator[KeyRange]:
+def plan_by_boundaries(
+    next_boundary: Callable[[tuple | None, tuple | None], Any], start: Any = None
+) -> Iterator[KeyRange]:
     """Ranges of at most N rows, for any key type, distribution and collation.
 
     ``next_boundary(lo, hi)`` returns the smallest key with exactly N keys in
@@ -158,9 +160,12 @@ def plan_by_boundaries(next_boundary: Callable[[tuple | None, tuple | None], Any
     return _cut(None if start is None else as_key(start), None, next_boundary)
 
 
-def split_oversized(ranges: Iterable[KeyRange], count_rows: Callable[[KeyRange], int],
-                    next_boundary: Callable[[tuple | None, tuple | None], Any],
-                    max_rows: int) -> Iterator[KeyRange]:
+def split_oversized(
+    ranges: Iterable[KeyRange],
+    count_rows: Callable[[KeyRange], int],
+    next_boundary: Callable[[tuple | None, tuple | None], Any],
+    max_rows: int,
+) -> Iterator[KeyRange]:
     """Keep each range whose ``count_rows(range)`` (a COUNT, or the count observed when it
     was read) is at most ``max_rows``; cut the others with ``next_boundary`` (as in
     ``plan_by_boundaries``, N <= max_rows) into pieces of at most N rows. Contiguity and
@@ -183,8 +188,9 @@ def _cut(lo: tuple | None, hi: tuple | None, next_boundary) -> Iterator[KeyRange
             return
         boundary = as_key(boundary)
         if boundary == lo or boundary == hi:
-            raise ValueError(f"next_boundary({lo!r}, {hi!r}) returned {boundary!r}, "
-                             "which is not strictly inside the range")
+            raise ValueError(
+                f"next_boundary({lo!r}, {hi!r}) returned {boundary!r}, which is not strictly inside the range"
+            )
         yield KeyRange(lo, boundary)
         lo = boundary
 
@@ -198,6 +204,7 @@ def _cut(lo: tuple | None, hi: tuple | None, next_boundary) -> Iterator[KeyRange
 # with a 4-column primary key: EXPLAIN shows a range scan on PRIMARY for this form and a
 # full table scan for ``(a, b) >= (x, y) AND (a, b) < (...)``. The redundant leading
 # ``a >= x`` / ``a <= x`` term is a plain range on the first index column.
+
 
 def quote_ident(name: str) -> str:
     """A MariaDB/MySQL identifier in backticks, embedded backticks doubled."""
@@ -218,8 +225,9 @@ def quote_table(table: str | Sequence[str], quote: Callable[[str], str] = quote_
     return ".".join(quote(p) for p in parts)
 
 
-def sql_predicate(key_columns: Sequence[str], lo: Any, hi: Any,
-                  quote: Callable[[str], str] = quote_ident) -> tuple[str, list]:
+def sql_predicate(
+    key_columns: Sequence[str], lo: Any, hi: Any, quote: Callable[[str], str] = quote_ident
+) -> tuple[str, list]:
     """WHERE-clause text for ``lo <= key < hi`` with pymysql ``%s`` placeholders.
 
     A ``%`` in an identifier is doubled for pymysql's %-formatting: always pass the
@@ -235,14 +243,17 @@ def sql_predicate(key_columns: Sequence[str], lo: Any, hi: Any,
     return text, params
 
 
-def sql_predicate_literal(key_columns: Sequence[str], lo: Any, hi: Any,
-                          quote: Callable[[str], str] = quote_ident,
-                          no_backslash_escapes: bool = False) -> str:
+def sql_predicate_literal(
+    key_columns: Sequence[str],
+    lo: Any,
+    hi: Any,
+    quote: Callable[[str], str] = quote_ident,
+    no_backslash_escapes: bool = False,
+) -> str:
     """Like ``sql_predicate`` with the values inlined as SQL literals (for Spark JDBC
     ``predicates=``). Set ``no_backslash_escapes`` if the server's sql_mode has
     NO_BACKSLASH_ESCAPES."""
-    return _predicate(key_columns, lo, hi, quote,
-                      lambda v: sql_literal(v, no_backslash_escapes=no_backslash_escapes))
+    return _predicate(key_columns, lo, hi, quote, lambda v: sql_literal(v, no_backslash_escapes=no_backslash_escapes))
 
 
 def sql_literal(value: Any, no_backslash_escapes: bool = False) -> str:
@@ -268,8 +279,7 @@ def sql_literal(value: Any, no_backslash_escapes: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
-_BACKSLASH_ESCAPES = {"\\": "\\\\", "'": "\\'", '"': '\\"', "\x00": "\\0",
-                      "\n": "\\n", "\r": "\\r", "\x1a": "\\Z"}
+_BACKSLASH_ESCAPES = {"\\": "\\\\", "'": "\\'", '"': '\\"', "\x00": "\\0", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z"}
 
 
 def _quote_string(value: str, no_backslash_escapes: bool) -> str:
@@ -281,13 +291,13 @@ def _quote_string(value: str, no_backslash_escapes: bool) -> str:
 def _check_value(value: Any) -> Any:
     if value is None:
         raise ValueError("NULL can't be a chunk bound: key columns must be NOT NULL")
-    if (isinstance(value, Decimal) and not value.is_finite()) or \
-            (isinstance(value, float) and not math.isfinite(value)):
+    if (isinstance(value, Decimal) and not value.is_finite()) or (
+        isinstance(value, float) and not math.isfinite(value)
+    ):
         raise ValueError(f"a chunk bound must be finite, got {value!r}")
     if isinstance(value, _dt.datetime) and value.tzinfo is not None:
         raise ValueError(f"a chunk bound datetime must be naive (as stored), got {value!r}")
-    if not isinstance(value, (int, float, Decimal, str, bytes, bytearray, memoryview,
-                              _dt.date, _dt.time)):
+    if not isinstance(value, (int, float, Decimal, str, bytes, bytearray, memoryview, _dt.date, _dt.time)):
         raise ValueError(f"unsupported chunk bound type {type(value).__name__}: {value!r}")
     return value
 
@@ -336,9 +346,14 @@ def _compare(columns: list[str], bound: tuple, lower: bool, render) -> str:
     return f"({hint} AND {level(0)})"
 
 
-def boundary_sql(table: str | Sequence[str], key_columns: Sequence[str], lo: Any,
-                 chunk_size: int, hi: Any = None,
-                 quote: Callable[[str], str] = quote_ident) -> tuple[str, list]:
+def boundary_sql(
+    table: str | Sequence[str],
+    key_columns: Sequence[str],
+    lo: Any,
+    chunk_size: int,
+    hi: Any = None,
+    quote: Callable[[str], str] = quote_ident,
+) -> tuple[str, list]:
     """The query behind ``next_boundary(lo, hi)``: the key with exactly ``chunk_size``
     keys in ``[lo, key)``, below ``hi``; no row means the rest fits in one range."""
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
@@ -346,8 +361,7 @@ def boundary_sql(table: str | Sequence[str], key_columns: Sequence[str], lo: Any
     cols = ", ".join(quote(c).replace("%", "%%") for c in _columns_list(key_columns))
     where, params = sql_predicate(key_columns, lo, hi, quote=quote)
     table_sql = quote_table(table, quote).replace("%", "%%")
-    return (f"SELECT {cols} FROM {table_sql} WHERE {where} ORDER BY {cols} "
-            f"LIMIT 1 OFFSET {chunk_size}", params)
+    return (f"SELECT {cols} FROM {table_sql} WHERE {where} ORDER BY {cols} LIMIT 1 OFFSET {chunk_size}", params)
 
 
 def _columns_list(key_columns) -> list[str]:
@@ -356,16 +370,20 @@ def _columns_list(key_columns) -> list[str]:
 
 # -- chunk keys ------------------------------------------------------------------------
 
+
 def no_chunk_key_error(table: str) -> str:
     """The message for a table that has neither a primary key nor a configured chunk key."""
-    return (f"Table {table} has no primary key, so it can't be snapshotted in key-range "
-            "chunks. Configure a chunk key for it: one or more NOT NULL columns that are "
-            "unique together, ideally the leading columns of an index. Or leave the table "
-            "out of snapshots.")
+    return (
+        f"Table {table} has no primary key, so it can't be snapshotted in key-range "
+        "chunks. Configure a chunk key for it: one or more NOT NULL columns that are "
+        "unique together, ideally the leading columns of an index. Or leave the table "
+        "out of snapshots."
+    )
 
 
-def resolve_chunk_key(table: str, primary_key: Sequence[str] | None,
-                      configured: Sequence[str] | None = None) -> tuple[str, ...]:
+def resolve_chunk_key(
+    table: str, primary_key: Sequence[str] | None, configured: Sequence[str] | None = None
+) -> tuple[str, ...]:
     """The chunk key columns: the configured ones, else the primary key, else ValueError."""
     for columns in (configured, primary_key):
         if columns:

@@ -131,12 +131,12 @@ class Window:
     window_id: str
     chunk_ids: tuple[str, ...]
     opened_at: float
-    low: dict[int, int] = field(default_factory=dict)   # partition -> LOW marker sequence
+    low: dict[int, int] = field(default_factory=dict)  # partition -> LOW marker sequence
     high: dict[int, int] = field(default_factory=dict)  # partition -> HIGH marker sequence
-    seen: set = field(default_factory=set)              # keys changed since LOW
-    truncated: bool = False                             # a truncate came after LOW
-    staged: bool = False                                # chunk rows are staged
-    problem: str | None = None                          # why it can't be reconciled
+    seen: set = field(default_factory=set)  # keys changed since LOW
+    truncated: bool = False  # a truncate came after LOW
+    staged: bool = False  # chunk rows are staged
+    problem: str | None = None  # why it can't be reconciled
 
 
 class Reconciler:
@@ -173,8 +173,7 @@ class Reconciler:
 
     def is_ready(self, window_id: str) -> bool:
         w = self.windows.get(window_id)
-        return (w is not None and w.staged and w.problem is None
-                and len(w.high) == self.num_partitions)
+        return w is not None and w.staged and w.problem is None and len(w.high) == self.num_partitions
 
     def ready_windows(self) -> list[str]:
         """Ids of the windows that can be emitted now, oldest first."""
@@ -192,9 +191,11 @@ class Reconciler:
         A window expires when its HIGH marker has not been read in every partition
         ``timeout`` after it was opened, or at once when it has a ``problem``.
         """
-        out = [w for w in self.windows.values()
-               if w.problem is not None
-               or (len(w.high) < self.num_partitions and now - w.opened_at > timeout)]
+        out = [
+            w
+            for w in self.windows.values()
+            if w.problem is not None or (len(w.high) < self.num_partitions and now - w.opened_at > timeout)
+        ]
         out.sort(key=lambda w: (w.opened_at, w.window_id))
         return [w.window_id for w in out]
 
@@ -223,8 +224,7 @@ class Reconciler:
         if kind == LOW:
             window.low.setdefault(partition, offset)
         elif partition not in window.low:
-            window.problem = (f"HIGH marker at offset {offset} of partition {partition} "
-                              "without a LOW marker before it")
+            window.problem = f"HIGH marker at offset {offset} of partition {partition} without a LOW marker before it"
             window.seen.clear()
         else:
             window.high.setdefault(partition, offset)
@@ -301,6 +301,7 @@ def _window_to_dict(w: Window) -> dict:
 
 # -- the emission rule --------------------------------------------------------------------
 
+
 def high_sequence(window: Window) -> int:
     """The sequence of a ready window's emitted rows: its HIGH watermark's binlog position
     (every partition's HIGH marker carries the same one)."""
@@ -333,16 +334,21 @@ def emitted_rows(window: Window, rows: pa.Table, keys: list[str], truncated_thro
     seen since LOW, as ``r`` changes at the HIGH sequence (columns ``_cdc_op`` and
     ``_cdc_seq`` appended). The window stays open (and keeps recording keys) until
     ``finish``: an interrupted emission can be run again."""
-    rows = rows.filter(unseen_mask(rows, keys, window.seen)) if window_survives(window, truncated_through) \
+    rows = (
+        rows.filter(unseen_mask(rows, keys, window.seen))
+        if window_survives(window, truncated_through)
         else rows.slice(0, 0)
+    )
     seq = high_sequence(window)
-    return rows.append_column("_cdc_op", pa.repeat(pa.scalar("r"), rows.num_rows)) \
-        .append_column("_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), rows.num_rows))
+    return rows.append_column("_cdc_op", pa.repeat(pa.scalar("r"), rows.num_rows)).append_column(
+        "_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), rows.num_rows)
+    )
 
 
 # -- exact JSON form of keys -----------------------------------------------------------
 # Every value becomes [tag, payload]; tuples nest. Ints are written as strings so that
 # readers with 64-bit floats for JSON numbers can't round them.
+
 
 def encode_key(value: Any) -> list:
     """A key (tuple of int/str/bytes/float/Decimal/None/bool/date/time...) as JSON data."""
@@ -405,6 +411,7 @@ def decode_key(data: list) -> Any:
 
 # -- the reference sink: key -> (sequence, row or DELETED) -----------------------------
 
+
 def apply_change(state: dict, key: Key, sequence: int, row: Row) -> bool:
     """Apply one change (``row`` is DELETED for a delete) if it is newer than the held one."""
     held = state.get(key)
@@ -414,8 +421,7 @@ def apply_change(state: dict, key: Key, sequence: int, row: Row) -> bool:
     return True
 
 
-def apply_truncate(state: dict, partition: int, sequence: int,
-                   partition_of: Callable[[Key], int]) -> int:
+def apply_truncate(state: dict, partition: int, sequence: int, partition_of: Callable[[Key], int]) -> int:
     """A truncate at ``sequence`` in ``partition``: older keys of that partition become
     tombstones at ``sequence``. Returns how many live rows it deleted."""
     changed = 0

@@ -59,15 +59,16 @@ INITIAL_SNAPSHOT = frozenset({"true", "first", "last", "first_in_data_collection
 def signal_ddl(table: str) -> str:
     """The signal table Debezium documents (id, type, data)."""
     db, name = table.split(".", 1)
-    return (f"CREATE TABLE {quote_ident(db)}.{quote_ident(name)} (id VARCHAR(42) PRIMARY KEY, "
-            "type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)")
+    return (
+        f"CREATE TABLE {quote_ident(db)}.{quote_ident(name)} (id VARCHAR(42) PRIMARY KEY, "
+        "type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)"
+    )
 
 
 class DebeziumReplayFilter(ReplayFilter):
     """``ReplayFilter`` for Debezium's positions (see the module docstring)."""
 
-    def accept_record(self, topic: str, partition: int, position: EventPosition | None,
-                      payload: dict | None) -> bool:
+    def accept_record(self, topic: str, partition: int, position: EventPosition | None, payload: dict | None) -> bool:
         if position is None:
             return True  # tombstones, records without a source block
         tp = (topic, partition)
@@ -125,15 +126,21 @@ class SignalWriter:
     def _explain(self, exc: pymysql.err.MySQLError) -> MergerError | None:
         code = exc.args[0] if exc.args else None
         if code in (1044, 1142, 1143):  # access denied to the database / table / column
-            return MergerError(f"the merger's MySQL user ({self.mysql.user}) cannot write Debezium's signal "
-                               f"table {self.table}: GRANT INSERT ON {self.table} TO that user")
+            return MergerError(
+                f"the merger's MySQL user ({self.mysql.user}) cannot write Debezium's signal "
+                f"table {self.table}: GRANT INSERT ON {self.table} TO that user"
+            )
         if code == 1146:
-            return MergerError(f"Debezium's signal table {self.table} does not exist: create it with "
-                               f"{signal_ddl(self.table)} and set the connector's signal.data.collection "
-                               f"to {self.table} (and capture it: table.include.list)")
+            return MergerError(
+                f"Debezium's signal table {self.table} does not exist: create it with "
+                f"{signal_ddl(self.table)} and set the connector's signal.data.collection "
+                f"to {self.table} (and capture it: table.include.list)"
+            )
         if code in (1054, 1136, 1364, 1406):
-            return MergerError(f"{self.table} is not a Debezium signal table (id VARCHAR(42), type "
-                               f"VARCHAR(32), data VARCHAR(2048)): {exc.args[-1]}")
+            return MergerError(
+                f"{self.table} is not a Debezium signal table (id VARCHAR(42), type "
+                f"VARCHAR(32), data VARCHAR(2048)): {exc.args[-1]}"
+            )
         return None
 
     def _insert(self, row: tuple | None) -> None:
@@ -146,8 +153,10 @@ class SignalWriter:
         try:
             with conn.cursor() as cur:
                 if row is None:
-                    cur.execute(f"INSERT INTO {quote_ident(db)}.{quote_ident(name)} (id, type, data) "
-                                "SELECT '', '', NULL FROM DUAL WHERE 1 = 0")
+                    cur.execute(
+                        f"INSERT INTO {quote_ident(db)}.{quote_ident(name)} (id, type, data) "
+                        "SELECT '', '', NULL FROM DUAL WHERE 1 = 0"
+                    )
                 else:
                     cur.execute(self._insert_sql(), row)
         except pymysql.err.MySQLError as exc:
@@ -161,16 +170,20 @@ class SignalWriter:
     def check(self) -> None:
         """At start: the signal table exists and the merger may insert into it."""
         if self.table is None:
-            log.warning("source_connector debezium without signal_table: the merger relies on Debezium's "
-                        "initial snapshot on the topics; `cdc snapshot` cannot ask for more")
+            log.warning(
+                "source_connector debezium without signal_table: the merger relies on Debezium's "
+                "initial snapshot on the topics; `cdc snapshot` cannot ask for more"
+            )
             return
         self.guard.call("checking Debezium's signal table", self._insert, None)
 
     def send(self, action: str, table: str, where: str | None = None) -> str:
         """Insert the signal row; returns its id (Debezium names its notifications after it)."""
         if self.table is None:
-            raise MergerError(f"{action} of {table}: set signal_table (Debezium's signal.data.collection) "
-                              "to request snapshots from Debezium")
+            raise MergerError(
+                f"{action} of {table}: set signal_table (Debezium's signal.data.collection) "
+                "to request snapshots from Debezium"
+            )
         kind, data = signal_row(action, table, where)
         signal_id = str(uuid.uuid4())
         row = (signal_id, kind, json.dumps(data, separators=(",", ":")))
@@ -196,8 +209,18 @@ class SignalWriter:
                 return
             signal_id = self.send("snapshot", table, args.get("where"))
             now = time.time()
-            self.store.save_plan(table, {"table": table, "where": args.get("where"), "created_at": now,
-                                         "debezium_signal": signal_id, "chunks": [], "done": [], "rows": 0,
-                                         "finished_at": now})
+            self.store.save_plan(
+                table,
+                {
+                    "table": table,
+                    "where": args.get("where"),
+                    "created_at": now,
+                    "debezium_signal": signal_id,
+                    "chunks": [],
+                    "done": [],
+                    "rows": 0,
+                    "finished_at": now,
+                },
+            )
         elif action in ("pause", "resume", "cancel") and plan is not None and self.table is not None:
             self.send(action, table)

@@ -24,8 +24,7 @@ from merger.schema import arrow_schema, from_snapshot, quote_ident, snapshot_sel
 
 def is_whole_table(chunks: list[dict]) -> bool:
     """One chunk, open at both ends: the plan found fewer rows than one chunk."""
-    return (len(chunks) == 1 and decode_key(chunks[0]["lo"]) is None
-            and decode_key(chunks[0]["hi"]) is None)
+    return len(chunks) == 1 and decode_key(chunks[0]["lo"]) is None and decode_key(chunks[0]["hi"]) is None
 
 
 def canonical_source_rows(spec: TableSpec, names: list[str], rows) -> pa.Table:
@@ -35,14 +34,15 @@ def canonical_source_rows(spec: TableSpec, names: list[str], rows) -> pa.Table:
     return from_snapshot(spec, arrow_schema(spec), raw)
 
 
-def stage_table(conn: pymysql.Connection, spec: TableSpec, where: str | None, path: Path,
-                batch_rows: int) -> int:
+def stage_table(conn: pymysql.Connection, spec: TableSpec, where: str | None, path: Path, batch_rows: int) -> int:
     """Every row of the table (matching ``where``) as canonical Parquet under ``path``;
     returns the row count. ``conn`` must be in autocommit mode (the SELECT must start
     after the window's LOW watermark committed)."""
     path.mkdir(parents=True, exist_ok=True)
-    sql = (f"SELECT {snapshot_select(spec)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)}"
-           f"{' WHERE ' + where if where else ''}")
+    sql = (
+        f"SELECT {snapshot_select(spec)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)}"
+        f"{' WHERE ' + where if where else ''}"
+    )
     rows = 0
     writer = None
     try:

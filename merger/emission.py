@@ -29,8 +29,14 @@ class WindowEmitter:
         self.writer = writer
         self.rows_per_batch = rows_per_batch
 
-    def emit_ready(self, batch_id: int, step: list, budget_factor: int, done: list[Path],
-                   pause: Callable[[TableRuntime, UnstorableValue], None]) -> None:
+    def emit_ready(
+        self,
+        batch_id: int,
+        step: list,
+        budget_factor: int,
+        done: list[Path],
+        pause: Callable[[TableRuntime, UnstorableValue], None],
+    ) -> None:
         """Emit the batch's share of the ready windows. ``done`` collects the staging
         directories consumed (deleted once the batch is saved); ``pause(rt, exc)`` is called
         for a table whose rows a sink cannot store (its window stays)."""
@@ -48,8 +54,12 @@ class WindowEmitter:
                 pause(rt, exc)
 
     def _intent(self, batch_id: int, budget_factor: int) -> dict:
-        ready = [[name, wid] for name, rt in sorted(self.tables.items()) if rt.phase != "paused"
-                 for wid in rt.reconciler.ready_windows()]
+        ready = [
+            [name, wid]
+            for name, rt in sorted(self.tables.items())
+            if rt.phase != "paused"
+            for wid in rt.reconciler.ready_windows()
+        ]
         ready.sort(key=lambda nw: self.tables[nw[0]].reconciler.windows[nw[1]].opened_at)
         # a batch that writes a lot of snapshot rows holds back the streamed changes
         # behind it: emit about rows_per_batch rows (whole windows or slices of
@@ -67,8 +77,9 @@ class WindowEmitter:
             self.store.save_intent(batch_id, intent)
         return intent
 
-    def emit_window(self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int,
-                    count: int | None, done: list[Path]) -> None:
+    def emit_window(
+        self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int, count: int | None, done: list[Path]
+    ) -> None:
         """Emit staged rows [start, start + count) of a ready window; finish the window
         when that reaches its end."""
         window = rt.reconciler.window(wid)
@@ -82,8 +93,11 @@ class WindowEmitter:
             # read with another definition than the one in force here (an ALTER the reader
             # had not seen yet, or one since): a column added before the read would be
             # written as NULL over its values. Read again, in a new window.
-            log.info("snapshot window %s of %s was read with another definition of the table; "
-                     "its chunks are read again", wid, rt.name)
+            log.info(
+                "snapshot window %s of %s was read with another definition of the table; its chunks are read again",
+                wid,
+                rt.name,
+            )
             rt.reconciler.finish(wid)
             rt.emitted.pop(wid, None)
             done.append(path)
@@ -95,8 +109,9 @@ class WindowEmitter:
         for batch in staged_slice(files, start, end - start):
             if not window_survives(window, rt.truncated_through):
                 break  # a truncate came after LOW: nothing of the window survives
-            table = emitted_rows(window, from_snapshot(rt.spec, rt.schema, fill_missing(batch, rt.spec)), rt.keys,
-                                 rt.truncated_through)
+            table = emitted_rows(
+                window, from_snapshot(rt.spec, rt.schema, fill_missing(batch, rt.spec)), rt.keys, rt.truncated_through
+            )
             if table.num_rows == 0:
                 continue
             self.writer.apply(batch_id, rt, table, step)
@@ -107,8 +122,15 @@ class WindowEmitter:
         self._record_progress(rt, window, emitted, finished)
         if not finished:
             rt.emitted[wid] = end
-            log.info("snapshot window %s of %s: rows %d..%d of %d emitted (%d after reconciliation)",
-                     wid, rt.name, start, end, total, emitted)
+            log.info(
+                "snapshot window %s of %s: rows %d..%d of %d emitted (%d after reconciliation)",
+                wid,
+                rt.name,
+                start,
+                end,
+                total,
+                emitted,
+            )
             return
         rt.emitted.pop(wid, None)
         rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again

@@ -36,24 +36,35 @@ from typing import Callable
 
 import pyarrow as pa
 
+from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
+from ingest.envelope import table_change_json
 from ingest.position import EventPosition, ReplayFilter
+from ingest.topics import table_topic
 from ingest.types import TableSpec
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.emission import WindowEmitter
-from merger.kept import keep, kept_batches, kept_dir
-from merger.table_ddl import DdlFollower
 from merger.errors import MergerError
-from merger.records import (MARKER, SCHEMA, WATERMARK_HEADER, BadRecord, ChangeEvent, ParsedRecord, change_event,
-                            decode, headers_of, payload_of, position_of)
+from merger.kept import keep, kept_batches, kept_dir
+from merger.records import (
+    MARKER,
+    SCHEMA,
+    WATERMARK_HEADER,
+    BadRecord,
+    ChangeEvent,
+    ParsedRecord,
+    change_event,
+    decode,
+    headers_of,
+    payload_of,
+    position_of,
+)
 from merger.schema import SourceModes
-from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
-from ingest.envelope import table_change_json
-from ingest.topics import table_topic
-from merger.sinks.base import SinkError, UnstorableValue
 from merger.sink_writer import SinkWriter
+from merger.sinks.base import SinkError, UnstorableValue
 from merger.state import StateStore
+from merger.table_ddl import DdlFollower
 from merger.tables import TableRegistry, TableRuntime
 
 log = logging.getLogger("cdc.merger")
@@ -67,14 +78,24 @@ class BadChange(Exception):
 
 
 class BatchProcessor:
-    def __init__(self, prefix: str, store: StateStore, sinks: list, catalog: SourceCatalog | None,
-                 partitions_of: Callable[[str], int], modes: SourceModes = SourceModes(),
-                 accepts: Callable[[str], bool] = lambda name: True,
-                 chunk_keys: dict[str, list[str]] | None = None,
-                 on_bad_record: str = "pause", dead_letter: Callable | None = None,
-                 window_timeout_s: float = 120.0, on_new_table: Callable[[str], None] | None = None,
-                 emit_rows_per_batch: int = 200_000,
-                 source_connector: str = "ingest", on_drop: str = "truncate"):
+    def __init__(
+        self,
+        prefix: str,
+        store: StateStore,
+        sinks: list,
+        catalog: SourceCatalog | None,
+        partitions_of: Callable[[str], int],
+        modes: SourceModes = SourceModes(),
+        accepts: Callable[[str], bool] = lambda name: True,
+        chunk_keys: dict[str, list[str]] | None = None,
+        on_bad_record: str = "pause",
+        dead_letter: Callable | None = None,
+        window_timeout_s: float = 120.0,
+        on_new_table: Callable[[str], None] | None = None,
+        emit_rows_per_batch: int = 200_000,
+        source_connector: str = "ingest",
+        on_drop: str = "truncate",
+    ):
         self.prefix = prefix
         # topics written by Debezium itself: its own replay rule and Kafka-offset
         # sequences (merger/debezium.py explains both)
@@ -157,8 +178,10 @@ class BatchProcessor:
         rt = TableRuntime(name, spec, keys, partitions, Reconciler(partitions))
         rt.set_spec(spec, self.modes)
         if not keys:
-            rt.phase, rt.error = "failed", (f"{name} has no primary key: set snapshot.chunk_keys"
-                                            f"['{name}'] to the columns that identify a row")
+            rt.phase, rt.error = (
+                "failed",
+                (f"{name} has no primary key: set snapshot.chunk_keys['{name}'] to the columns that identify a row"),
+            )
         else:
             self.writer.ensure_tables(rt)
         self.tables.add(rt)
@@ -180,7 +203,7 @@ class BatchProcessor:
             db, table = str(src["db"]), str(src["table"])
             if table_topic(self.prefix, db, table) == topic:
                 return f"{db}.{table}"
-        return topic[len(self.prefix) + 1:]
+        return topic[len(self.prefix) + 1 :]
 
     def resume_table(self, rt: TableRuntime) -> None:
         """``cdc resume``: after an operator fixed the sink tables. The changes kept on
@@ -216,8 +239,9 @@ class BatchProcessor:
         log.info("table %s: sink tables dropped and created again for a new snapshot", rt.name)
         return rt.phase != "paused"
 
-    def refresh_spec(self, rt: TableRuntime, spec: TableSpec | None = None, batch_id: int | None = None,
-                     step: list | None = None) -> None:
+    def refresh_spec(
+        self, rt: TableRuntime, spec: TableSpec | None = None, batch_id: int | None = None, step: list | None = None
+    ) -> None:
         """A definition met outside the stream's order (a column no event had before, or
         Debezium's schema-change topic): judged by the definitions alone."""
         if spec is None and self.catalog is not None:
@@ -260,8 +284,11 @@ class BatchProcessor:
     def _route(self, records: pa.Table) -> tuple[dict[str, list[ParsedRecord]], list[dict]]:
         """The batch's records, parsed, without replays and tombstones: per table (in
         offset order per partition), and the schema-change topic's payloads."""
-        rows = records.sort_by([("topic", "ascending"), ("partition", "ascending"),
-                                ("offset", "ascending")]).to_pylist() if records.num_rows else []
+        rows = (
+            records.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]).to_pylist()
+            if records.num_rows
+            else []
+        )
         per_table: dict[str, list[ParsedRecord]] = {}
         schema_records = []
         for r in rows:
@@ -274,8 +301,11 @@ class BatchProcessor:
             except (BadRecord, ValueError) as exc:
                 self._bad(r, str(exc))
                 continue
-            if not (self.replay.accept_record(topic, r["partition"], pos, payload) if self.debezium
-                    else self.replay.accept(topic, r["partition"], pos, value is None)):
+            if not (
+                self.replay.accept_record(topic, r["partition"], pos, payload)
+                if self.debezium
+                else self.replay.accept(topic, r["partition"], pos, value is None)
+            ):
                 continue
             if value is None:
                 continue  # tombstone: the delete before it carries the change
@@ -291,8 +321,7 @@ class BatchProcessor:
     def _apply_kept(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
         """A resumed table without new records: its kept changes are due now."""
         for name, rt in list(self.tables.items()):
-            if name not in per_table and rt.phase not in ("paused", "failed") \
-                    and self._spill_dir(rt).exists():
+            if name not in per_table and rt.phase not in ("paused", "failed") and self._spill_dir(rt).exists():
                 try:
                     self._replay_spill(batch_id, rt, step, now_ms)
                 except (UnstorableValue, BadChange) as exc:
@@ -304,8 +333,9 @@ class BatchProcessor:
             if rt is None:
                 for it in items:
                     if DDL_HEADER not in it.headers:  # a DDL of a table that is gone: nothing to do
-                        self._bad(it.record, f"table {name} not found in the source (or the merger's user "
-                                             f"lacks SELECT on it)")
+                        self._bad(
+                            it.record, f"table {name} not found in the source (or the merger's user lacks SELECT on it)"
+                        )
                 continue
             try:
                 self._table_batch(batch_id, rt, items, step, now_ms)
@@ -328,16 +358,27 @@ class BatchProcessor:
         self._spill_done, self._staging_done = [], []
         self.last_batch = batch_id
         # windows still to emit (over the batch's budget): they need another batch
-        self.emission_pending = next((name for name, rt in sorted(self.tables.items())
-                                      if rt.phase != "paused" and rt.reconciler.ready_windows()), None)
+        self.emission_pending = next(
+            (
+                name
+                for name, rt in sorted(self.tables.items())
+                if rt.phase != "paused" and rt.reconciler.ready_windows()
+            ),
+            None,
+        )
         if self.emission_pending is not None:
             self._ask_for_batch(batch_id)
         self.batch_finished_at = time.monotonic()
         took = self.batch_finished_at - self.batch_started
         self.last_timing = {"changesMs": int(1000 * streamed_s), "windowsMs": int(1000 * (took - streamed_s))}
         (log.info if took > 2.0 else log.debug)(
-            "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)", batch_id,
-            num_records, took, streamed_s, took - streamed_s)
+            "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)",
+            batch_id,
+            num_records,
+            took,
+            streamed_s,
+            took - streamed_s,
+        )
         self.batch_started = None
 
     def changes_streaming(self) -> bool:
@@ -360,11 +401,13 @@ class BatchProcessor:
                 f"the change at topic {record['topic']} partition {record['partition']} offset "
                 f"{record['offset']} cannot be applied: {reason}. The table's changes are kept; `cdc snapshot "
                 f"{rt.name}` reads the table again (or on_bad_record: dead_letter, then `cdc resume "
-                f"{rt.name}`, moves this change to the dead-letter topic)")
+                f"{rt.name}`, moves this change to the dead-letter topic)"
+            )
         if self.on_bad_record == "stop":
             self.fatal = MergerError(
                 f"bad record in topic {record['topic']} partition {record['partition']} offset "
-                f"{record['offset']}: {reason} (on_bad_record: stop; use dead_letter to skip such records)")
+                f"{record['offset']}: {reason} (on_bad_record: stop; use dead_letter to skip such records)"
+            )
             raise self.fatal from None
         log.warning("bad record at %s[%s]@%s: %s", record["topic"], record["partition"], record["offset"], reason)
         if self.dead_letter is not None:
@@ -398,9 +441,17 @@ class BatchProcessor:
                 same_form = spec_from_table_change(table_change_json("ALTER", rt.spec))
                 if spec == same_form:
                     continue
-                self.ddl.apply(batch_id, rt, CREATED if rt.phase == "dropped" else ALTERED, spec,
-                               payload.get("ddl") if kind == "ALTER" else None, None, step, self._staging_done,
-                               old=same_form)
+                self.ddl.apply(
+                    batch_id,
+                    rt,
+                    CREATED if rt.phase == "dropped" else ALTERED,
+                    spec,
+                    payload.get("ddl") if kind == "ALTER" else None,
+                    None,
+                    step,
+                    self._staging_done,
+                    old=same_form,
+                )
 
     def _first_met(self, name: str, items: list) -> TableRuntime | None:
         """The runtime of a table met for the first time: with the definition of its first
@@ -430,8 +481,9 @@ class BatchProcessor:
     def _spill_dir(self, rt: TableRuntime) -> Path:
         return kept_dir(self.store, rt.name)
 
-    def _pause_unstorable(self, batch_id: int, rt: TableRuntime, exc: Exception, items: list,
-                          step: list, now_ms: float) -> None:
+    def _pause_unstorable(
+        self, batch_id: int, rt: TableRuntime, exc: Exception, items: list, step: list, now_ms: float
+    ) -> None:
         """A sink cannot store a value of the table (e.g. a NUL with ``nul_policy: pause``), or
         a change cannot be applied (``on_bad_record: pause``):
         pause the table, and keep its records of this batch on disk like those of any
@@ -442,8 +494,9 @@ class BatchProcessor:
         if items:
             self._table_batch(batch_id, rt, items, step, now_ms)
 
-    def _table_batch(self, batch_id: int, rt: TableRuntime, items: list[ParsedRecord], step: list,
-                     now_ms: float) -> None:
+    def _table_batch(
+        self, batch_id: int, rt: TableRuntime, items: list[ParsedRecord], step: list, now_ms: float
+    ) -> None:
         if rt.phase in ("paused", "failed"):
             # a paused table keeps its changes on disk, in order, until `cdc resume`
             keep(self.store, batch_id, rt.name, [it.record for it in items])
@@ -470,8 +523,16 @@ class BatchProcessor:
             if order <= rt.ddl_through:
                 continue  # the same statement, read from another partition
             rt.ddl_through = order
-            self.ddl.apply(batch_id, rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"),
-                           order, step, self._staging_done)
+            self.ddl.apply(
+                batch_id,
+                rt,
+                str(marker.get("kind")),
+                spec_from_marker(marker),
+                marker.get("ddl"),
+                order,
+                step,
+                self._staging_done,
+            )
             if rt.phase in ("paused", "failed"):  # what follows the DDL is kept until `cdc resume`
                 # sorts before this batch's own file, which may follow
                 keep(self.store, batch_id, rt.name, [ev.record for ev in events[start:]], "-ddl")
@@ -502,12 +563,16 @@ class BatchProcessor:
         """Decode a run of events and apply them in binlog order: markers to the
         reconciler, data events to the sinks, in slices cut at truncates."""
         current = max(rt.truncated_through, rt.spec_since)
-        if any(ev.image and ev.order >= current and any(k not in rt.converters for k in ev.image)
-               for ev in events if ev.op not in (MARKER, "t")):
+        if any(
+            ev.image and ev.order >= current and any(k not in rt.converters for k in ev.image)
+            for ev in events
+            if ev.op not in (MARKER, "t")
+        ):
             self.refresh_spec(rt, batch_id=batch_id, step=step)  # a column we do not know: the schema changed
         # decode every data event at once
-        data = decode([ev for ev in events if ev.op not in (MARKER, "t")], rt,
-                      lambda ev, reason: self._bad(ev.record, reason, rt))
+        data = decode(
+            [ev for ev in events if ev.op not in (MARKER, "t")], rt, lambda ev, reason: self._bad(ev.record, reason, rt)
+        )
         decoded = {id(ev): i for i, ev in enumerate(data[0])} if data else {}
         keys = data[2] if data else []
         # then feed the reconciler in binlog order (markers, events, truncates interleaved:
@@ -552,8 +617,9 @@ class BatchProcessor:
         try:
             for file_name, items in kept_batches(spill):
                 if items:
-                    log.info("table %s: applying %d changes kept while it was paused (%s)", rt.name,
-                             len(items), file_name)
+                    log.info(
+                        "table %s: applying %d changes kept while it was paused (%s)", rt.name, len(items), file_name
+                    )
                     self._table_batch(batch_id, rt, items, step, now_ms)
                 if rt.phase == "paused":
                     return  # paused again: what is left stays kept (re-applying is harmless)
@@ -582,10 +648,14 @@ class BatchProcessor:
 
     def status(self) -> dict:
         guard = getattr(self.catalog, "guard", None)
-        return {"updated_at": time.time(), "last_batch": self.last_batch, "bad_records": self.bad_records,
-                # set while a source access waits for the database to come back
-                "source_unavailable": guard.status() if guard is not None else None,
-                "tables": self.tables.status(self.store.all_plans())}
+        return {
+            "updated_at": time.time(),
+            "last_batch": self.last_batch,
+            "bad_records": self.bad_records,
+            # set while a source access waits for the database to come back
+            "source_unavailable": guard.status() if guard is not None else None,
+            "tables": self.tables.status(self.store.all_plans()),
+        }
 
     def publish_status(self) -> None:
         self.store.write_status(self.status())

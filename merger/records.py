@@ -31,9 +31,9 @@ class BadRecord(ValueError):
 
 
 class ParsedRecord(NamedTuple):
-    record: dict                    # the Kafka record (topic, partition, offset, value, headers)
-    headers: dict                   # header name -> bytes
-    payload: Any                    # the JSON value (the Debezium payload); None for a tombstone
+    record: dict  # the Kafka record (topic, partition, offset, value, headers)
+    headers: dict  # header name -> bytes
+    payload: Any  # the JSON value (the Debezium payload); None for a tombstone
     position: EventPosition | None  # where in the binlog the change was read
 
 
@@ -41,11 +41,11 @@ class ChangeEvent(NamedTuple):
     """One change of a table, as the merger applies it."""
 
     partition: int
-    seq: int      # the sink's sequence: orders the changes of one key (binlog position, or Kafka offset)
-    op: str       # c u d r t, MARKER (watermark) or SCHEMA (DDL marker)
-    image: Any    # the row (after; before for d), the marker's JSON, or None for a truncate
+    seq: int  # the sink's sequence: orders the changes of one key (binlog position, or Kafka offset)
+    op: str  # c u d r t, MARKER (watermark) or SCHEMA (DDL marker)
+    image: Any  # the row (after; before for d), the marker's JSON, or None for a truncate
     record: dict  # the Kafka record it came from (dead-letter, spill files)
-    order: int    # binlog order across partitions (cuts at truncates and DDL)
+    order: int  # binlog order across partitions (cuts at truncates and DDL)
 
 
 class Decoded(NamedTuple):
@@ -136,18 +136,25 @@ def decode(evs: list[ChangeEvent], rt, bad: Callable[[ChangeEvent, str], None]) 
         new = decode([ev for ev in evs if ev.order >= rt.spec_since], rt, bad)
         table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev.image for ev in old], rt.keys)
         old = [old[i] for i in kept]
-        table = table.append_column("_cdc_op", pa.array([ev.op for ev in old], pa.string())) \
-            .append_column("_cdc_seq", pa.array([ev.seq for ev in old], pa.int64()))
+        table = table.append_column("_cdc_op", pa.array([ev.op for ev in old], pa.string())).append_column(
+            "_cdc_seq", pa.array([ev.seq for ev in old], pa.int64())
+        )
         if new is not None:
             old, table = old + new[0], pa.concat_tables([table, new[1]])
         if not old:
             return None
         return Decoded(old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys])))
     try:
-        table = rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image for ev in evs], extra={
-            "_cdc_op": (pa.string(), [ev.op for ev in evs]),
-            "_cdc_seq": (pa.int64(), [ev.seq for ev in evs]),
-        })
+        table = rows_to_arrow(
+            rt.spec,
+            rt.schema,
+            rt.converters,
+            [ev.image for ev in evs],
+            extra={
+                "_cdc_op": (pa.string(), [ev.op for ev in evs]),
+                "_cdc_seq": (pa.int64(), [ev.seq for ev in evs]),
+            },
+        )
     except (ValueError, TypeError, pa.ArrowException) as exc:
         good = []
         for ev in evs:  # find the bad ones

@@ -96,14 +96,30 @@ def column_type(c: ColumnSpec) -> pa.DataType:
     return pa.string()  # char, varchar, text, enum, set, json, unknown
 
 
-GEOMETRY = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-            "multipolygon", "geometrycollection")
+GEOMETRY = (
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+)
 
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:
-    return pa.schema([pa.field(c.name, column_type(c), nullable=c.nullable or c.name not in spec.primary_key,
-                               metadata=_field_metadata(c))
-                      for c in spec.columns])
+    return pa.schema(
+        [
+            pa.field(
+                c.name,
+                column_type(c),
+                nullable=c.nullable or c.name not in spec.primary_key,
+                metadata=_field_metadata(c),
+            )
+            for c in spec.columns
+        ]
+    )
 
 
 def _field_metadata(c: ColumnSpec) -> dict | None:
@@ -125,6 +141,7 @@ def bits_from_debezium(n_bits: int) -> Callable[[str], bytes]:
         if value >> n_bits:
             raise ValueError(f"BIT({n_bits}) value {value:#x} has more than {n_bits} bits")
         return value.to_bytes(width, "big")
+
     return conv
 
 
@@ -164,9 +181,11 @@ _EXACT = Context(prec=200)  # DECIMAL(65,30) and more, never rounded (the defaul
 
 def _decimal_from(modes: SourceModes, scale: int) -> Callable[[Any], Any]:
     if modes.decimal_handling_mode == "precise":
+
         def conv(v):
             raw = _b64(v) if isinstance(v, str) else v
             return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale, context=_EXACT)
+
         return conv
     q = Decimal(1).scaleb(-scale)
     return lambda v: Decimal(str(v)).quantize(q, context=_EXACT)
@@ -186,8 +205,9 @@ def json_converter(c: ColumnSpec, modes: SourceModes) -> Callable[[Any], Any]:
     typ = column_type(c)
     if t == "bigint" and c.unsigned:
         if modes.bigint_unsigned_handling_mode == "precise":
-            return _decimal_from(modes if modes.decimal_handling_mode == "precise" else
-                                 SourceModes(decimal_handling_mode="precise"), 0)
+            return _decimal_from(
+                modes if modes.decimal_handling_mode == "precise" else SourceModes(decimal_handling_mode="precise"), 0
+            )
         return lambda v: Decimal(v + (1 << 64) if v < 0 else v)
     if t == "year":
         # YEAR holds 1901..2155 and 0000; Debezium (reading the binlog) writes 1900 for 0000
@@ -236,8 +256,13 @@ def json_converters(spec: TableSpec, modes: SourceModes) -> dict[str, Callable[[
     return {c.name: json_converter(c, modes) for c in spec.columns}
 
 
-def rows_to_arrow(spec: TableSpec, schema: pa.Schema, converters: dict, rows: list[dict | None],
-                  extra: dict[str, tuple[pa.DataType, list]] | None = None) -> pa.Table:
+def rows_to_arrow(
+    spec: TableSpec,
+    schema: pa.Schema,
+    converters: dict,
+    rows: list[dict | None],
+    extra: dict[str, tuple[pa.DataType, list]] | None = None,
+) -> pa.Table:
     """Arrow table of canonical columns from Debezium images (None image = all null)."""
     arrays = []
     for f in schema:
@@ -270,8 +295,11 @@ def snapshot_expression(c: ColumnSpec) -> str:
     if t == "date":
         return _zero_date_rule(c, f"(TO_DAYS({q}) - 719528)", "(TO_DAYS({}) - 719528)")
     if t in ("datetime", "timestamp"):
-        return _zero_date_rule(c, f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q})",
-                               "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {})")
+        return _zero_date_rule(
+            c,
+            f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q})",
+            "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {})",
+        )
     if t == "time":
         return f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)"
     if t in ("tinyint", "smallint", "mediumint", "int", "year", "boolean"):

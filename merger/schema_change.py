@@ -32,8 +32,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.ddl import (ADD_COLUMN, ADD_PLAIN_COLUMN, COLUMN, CREATED, DROPPED, RENAMED, ROWS, UNKNOWN,
-                        alter_clause_kinds)
+from ingest.ddl import (
+    ADD_COLUMN,
+    ADD_PLAIN_COLUMN,
+    COLUMN,
+    CREATED,
+    DROPPED,
+    RENAMED,
+    ROWS,
+    UNKNOWN,
+    alter_clause_kinds,
+)
 from ingest.types import ColumnSpec, TableSpec
 
 NONE, FOLLOW, RESNAPSHOT, RESET, DROP = "none", "follow", "resnapshot", "reset", "drop"
@@ -42,8 +51,17 @@ _RANK = {NONE: 0, FOLLOW: 1, RESNAPSHOT: 2, RESET: 3}
 # what decides a column's stored values; not: position, comment, default (a DEFAULT
 # applies to rows written later, which come as row events), collation, zerofill and an
 # integer's display width (display only)
-_VALUE_ATTRIBUTES = ("type_name", "unsigned", "length", "scale", "fsp", "charset", "nullable", "enum_values",
-                     "generated")
+_VALUE_ATTRIBUTES = (
+    "type_name",
+    "unsigned",
+    "length",
+    "scale",
+    "fsp",
+    "charset",
+    "nullable",
+    "enum_values",
+    "generated",
+)
 _INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint", "year")
 
 
@@ -85,11 +103,13 @@ def diff_specs(old: TableSpec, new: TableSpec) -> SpecDiff:
     after = {c.name: c for c in new.columns}
     added = [c for n, c in after.items() if n not in before]
     changed = tuple(n for n, c in after.items() if n in before and _value_form(c) != _value_form(before[n]))
-    return SpecDiff(removed=tuple(n for n in before if n not in after),
-                    added_plain=tuple(c.name for c in added if not _valued(c)),
-                    added_valued=tuple(c.name for c in added if _valued(c)),
-                    changed=changed,
-                    key_changed=tuple(old.primary_key) != tuple(new.primary_key))
+    return SpecDiff(
+        removed=tuple(n for n in before if n not in after),
+        added_plain=tuple(c.name for c in added if not _valued(c)),
+        added_valued=tuple(c.name for c in added if _valued(c)),
+        changed=changed,
+        key_changed=tuple(old.primary_key) != tuple(new.primary_key),
+    )
 
 
 def decide(kind: str, old: TableSpec | None, new: TableSpec | None, sql: str | None = None) -> Decision:
@@ -123,13 +143,16 @@ def decide(kind: str, old: TableSpec | None, new: TableSpec | None, sql: str | N
         if _RANK[a] > _RANK[action]:
             action = a
         reasons.append(why)
+
     if ROWS in kinds:
         at_least(RESET, "rows deleted or replaced without row events (partition or ALTER IGNORE)")
     if d.changed:
         at_least(RESNAPSHOT, f"column(s) {list(d.changed)} changed")
     if d.added_valued or ADD_COLUMN in kinds:
-        at_least(RESNAPSHOT, "column(s) added with a value in existing rows"
-                 + (f": {list(d.added_valued)}" if d.added_valued else ""))
+        at_least(
+            RESNAPSHOT,
+            "column(s) added with a value in existing rows" + (f": {list(d.added_valued)}" if d.added_valued else ""),
+        )
     if COLUMN in kinds:
         at_least(RESNAPSHOT, "a column modified, converted, renamed or dropped")
     if UNKNOWN in kinds:
@@ -178,8 +201,7 @@ def rows_to_arrow_lenient(schema, converters: dict, rows: list[dict | None], key
             arr = pa.array(out, type=f.type)
         columns.append(arr)
     table = pa.Table.from_arrays(columns, names=schema.names)
-    kept = [i for i in range(table.num_rows)
-            if all(table.column(k)[i].is_valid for k in keys)]
+    kept = [i for i in range(table.num_rows) if all(table.column(k)[i].is_valid for k in keys)]
     if len(kept) != table.num_rows:
         table = table.take(pa.array(kept, pa.int64()))
     return table, kept

@@ -35,8 +35,11 @@ class SinkWriter:
         created: list[bool] = []
         for sink in self.sinks:
             try:
-                self.fanout.with_retry(rt, sink, lambda s=sink: created.append(
-                    "created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])))
+                self.fanout.with_retry(
+                    rt,
+                    sink,
+                    lambda s=sink: created.append("created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])),
+                )
             except IncompatibleSchemaChange as exc:
                 rt.phase, rt.error = "paused", str(exc)
                 log.error("table %s paused: %s", rt.name, exc)
@@ -104,7 +107,8 @@ class SinkWriter:
         base = self._version_bases.get(rt.name)
         if base is None:
             base = self._version_bases[rt.name] = self.store.version_base(
-                rt.name, lambda: self._recorded_version(rt) + 1)
+                rt.name, lambda: self._recorded_version(rt) + 1
+            )
         return base
 
     def _recorded_version(self, rt: TableRuntime) -> int:

@@ -21,14 +21,13 @@ import uuid
 import pymysql
 
 from cdc.config import MergerConfig
-from merger.chunking import make_chunks, plan_by_boundaries, quote_ident, sql_predicate_literal
-from merger.chunking import boundary_sql
+from merger.chunk_read import chunk_query, stage_window, warm_up_workers
+from merger.chunking import boundary_sql, make_chunks, plan_by_boundaries, quote_ident, sql_predicate_literal
 from merger.dblog import decode_key, encode_key
+from merger.direct_read import is_whole_table, stage_table
 from merger.errors import MergerError
 from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
-from merger.chunk_read import chunk_query, stage_window, warm_up_workers
-from merger.direct_read import is_whole_table, stage_table
 from merger.source import SourceGuard, connect
 from merger.state import StateStore
 from merger.tables import TableRegistry
@@ -48,18 +47,22 @@ STREAM_READY_WAIT_S = 30
 
 def watermark_ddl(table: str) -> str:
     db, name = table.split(".", 1)
-    return (f"CREATE TABLE IF NOT EXISTS {quote_ident(db)}.{quote_ident(name)} ("
-            "table_name VARCHAR(512) NOT NULL PRIMARY KEY, window_id VARCHAR(64) NOT NULL, "
-            "kind VARCHAR(8) NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) "
-            "ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote_ident(db)}.{quote_ident(name)} ("
+        "table_name VARCHAR(512) NOT NULL PRIMARY KEY, window_id VARCHAR(64) NOT NULL, "
+        "kind VARCHAR(8) NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) "
+        "ON UPDATE CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"
+    )
 
 
-_TABLE_CHANGED = re.compile(r"Unknown column|doesn't exist|\(1054,|\(1146,|Unknown table"
-                            # a value wider than the column type the merger knows: the column was
-                            # widened (MODIFY d DECIMAL(13,2), INT to BIGINT) and the ALTER has not
-                            # reached the merger yet
-                            r"|Decimal value does not fit in precision|Integer value .{1,80} not in range"
-                            r"|Rescaling Decimal value would cause data loss")
+_TABLE_CHANGED = re.compile(
+    r"Unknown column|doesn't exist|\(1054,|\(1146,|Unknown table"
+    # a value wider than the column type the merger knows: the column was
+    # widened (MODIFY d DECIMAL(13,2), INT to BIGINT) and the ALTER has not
+    # reached the merger yet
+    r"|Decimal value does not fit in precision|Integer value .{1,80} not in range"
+    r"|Rescaling Decimal value would cause data loss"
+)
 
 
 def table_changed(exc: BaseException) -> bool:
@@ -89,8 +92,14 @@ def _ranges_predicate(key_columns: list[str], chunks: list[dict]) -> str:
 
 
 class SnapshotRunner(threading.Thread):
-    def __init__(self, config: MergerConfig, spark, store: StateStore, processor: BatchProcessor,
-                 guard: SourceGuard | None = None):
+    def __init__(
+        self,
+        config: MergerConfig,
+        spark,
+        store: StateStore,
+        processor: BatchProcessor,
+        guard: SourceGuard | None = None,
+    ):
         super().__init__(name="snapshots", daemon=True)
         self.config = config
         self.spark = spark
@@ -113,8 +122,13 @@ class SnapshotRunner(threading.Thread):
         if self.reader == "connectorx" and m.effective_ssl_mode() not in ("disabled", "preferred"):
             log.info("snapshot reads through Spark JDBC: mysql.ssl_mode %s", m.effective_ssl_mode())
             self.reader = "jdbc"
-        self.source = {"host": m.host, "port": m.port, "user": m.user, "password": m.password().get_secret_value(),
-                       "connect_timeout_s": m.connect_timeout_s}
+        self.source = {
+            "host": m.host,
+            "port": m.port,
+            "user": m.user,
+            "password": m.password().get_secret_value(),
+            "connect_timeout_s": m.connect_timeout_s,
+        }
         self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
         # set by the app: True once the streaming query has finished its first trigger
         self.stream_ready = lambda: True
@@ -126,8 +140,9 @@ class SnapshotRunner(threading.Thread):
         db, name = config.watermark_table.split(".", 1)
         # REPLACE needs INSERT and DELETE only; INSERT ... ON DUPLICATE KEY UPDATE col =
         # VALUES(col) also needs SELECT on the watermark table (MariaDB checks it per column)
-        self.watermark_sql = (f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) "
-                              "VALUES (%s, %s, %s)")
+        self.watermark_sql = (
+            f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) VALUES (%s, %s, %s)"
+        )
 
     # ------------------------------------------------------------------ requests
 
@@ -156,8 +171,9 @@ class SnapshotRunner(threading.Thread):
                 db, name = self.config.watermark_table.split(".", 1)
                 # a least-privileged merger user may not CREATE (MySQL and MariaDB check the
                 # privilege before IF NOT EXISTS): an existing table is all we need
-                cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
-                            (db, name))
+                cur.execute(
+                    "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, name)
+                )
                 if cur.fetchone():
                     return
                 try:
@@ -167,7 +183,8 @@ class SnapshotRunner(threading.Thread):
                     if exc.args[0] in (1044, 1142):
                         raise MergerError(
                             f"cannot create the watermark table {self.config.watermark_table}: ask an "
-                            f"administrator to run: {watermark_ddl(self.config.watermark_table)}") from None
+                            f"administrator to run: {watermark_ddl(self.config.watermark_table)}"
+                        ) from None
                     raise
         finally:
             conn.close()
@@ -216,8 +233,7 @@ class SnapshotRunner(threading.Thread):
                 return
             self.stop_event.wait(0.1)
         if not self.stop_event.is_set():
-            log.info("the stream's first micro-batch takes over %ds: snapshots start anyway",
-                     STREAM_READY_WAIT_S)
+            log.info("the stream's first micro-batch takes over %ds: snapshots start anyway", STREAM_READY_WAIT_S)
 
     def _tick_if_idle(self) -> None:
         """Spark runs a micro-batch only for new offsets. Windows left over by the emission
@@ -330,19 +346,27 @@ class SnapshotRunner(threading.Thread):
             conn = self._connect()
             try:
                 with conn.cursor() as cur:
+
                     def next_boundary(lo, hi=None):
                         sql, params = boundary_sql((db, name), rt.keys, lo, chunk_size, hi)
                         cur.execute(sql, params)
                         row = cur.fetchone()
                         return None if row is None else tuple(row)
+
                     return list(plan_by_boundaries(next_boundary))
             finally:
                 conn.close()
+
         ranges = self.guard.call(f"planning the snapshot of {table}", plan_ranges)
         chunks = make_chunks(table, ranges)
-        plan = {"table": table, "where": where, "created_at": time.time(), "rows": 0, "done": [],
-                "chunks": [{"id": c.id, "lo": encode_key(c.range.lo), "hi": encode_key(c.range.hi)}
-                           for c in chunks]}
+        plan = {
+            "table": table,
+            "where": where,
+            "created_at": time.time(),
+            "rows": 0,
+            "done": [],
+            "chunks": [{"id": c.id, "lo": encode_key(c.range.lo), "hi": encode_key(c.range.hi)} for c in chunks],
+        }
         self.store.save_plan(table, plan)
         self.tables.set_phase(rt, "snapshotting", when="streaming")
         log.info("snapshot of %s planned: %d chunks of at most %d rows", table, len(chunks), chunk_size)
@@ -400,12 +424,17 @@ class SnapshotRunner(threading.Thread):
         first = self._changed.setdefault(table, now)
         self._changed_retries(table).append(now)
         if now - first > self.config.snapshot.window_timeout_s:
-            raise MergerError(f"snapshot of {table}: the source's rows do not fit the table definition the "
-                              f"merger knows, and no schema change reached it within "
-                              f"{self.config.snapshot.window_timeout_s:.0f}s (is ingest running? does the "
-                              f"table's topic carry its DDL?): {_changed_line(exc)}") from None
-        log.info("snapshot of %s: the table changed under the read (%s); waiting for its schema change",
-                 table, _changed_line(exc))
+            raise MergerError(
+                f"snapshot of {table}: the source's rows do not fit the table definition the "
+                f"merger knows, and no schema change reached it within "
+                f"{self.config.snapshot.window_timeout_s:.0f}s (is ingest running? does the "
+                f"table's topic carry its DDL?): {_changed_line(exc)}"
+            ) from None
+        log.info(
+            "snapshot of %s: the table changed under the read (%s); waiting for its schema change",
+            table,
+            _changed_line(exc),
+        )
 
     def _window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int | None = None) -> None:
         """One window: open it, write LOW, read its chunks, write HIGH. If the source
@@ -429,8 +458,14 @@ class SnapshotRunner(threading.Thread):
             raise
         if expired:  # markers too late: its chunks are read again
             shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
-        log.info("snapshot window %s of %s: %d chunks, %d rows staged in %.1fs", wid, table, len(chunks),
-                 rows, time.monotonic() - started)
+        log.info(
+            "snapshot window %s of %s: %d chunks, %d rows staged in %.1fs",
+            wid,
+            table,
+            len(chunks),
+            rows,
+            time.monotonic() - started,
+        )
 
     def _watermark(self, table: str, wid: str, kind: str) -> None:
         # one connection kept for the watermark writes: a new one per write cost ~40 ms
@@ -451,8 +486,10 @@ class SnapshotRunner(threading.Thread):
     def jdbc_url(self) -> str:
         m = self.config.mysql
         # jdbc:mysql with permitMysqlScheme: Spark then quotes identifiers with backticks
-        url = (f"jdbc:mysql://{m.host}:{m.port}/?permitMysqlScheme&sessionVariables=time_zone='+00:00'"
-               f"&connectTimeout={int(m.connect_timeout_s * 1000)}&useCompression=false")
+        url = (
+            f"jdbc:mysql://{m.host}:{m.port}/?permitMysqlScheme&sessionVariables=time_zone='+00:00'"
+            f"&connectTimeout={int(m.connect_timeout_s * 1000)}&useCompression=false"
+        )
         return url + m.jdbc_ssl_params()  # TLS settings; their secrets go in the properties
 
     def _warm_up(self) -> None:
@@ -476,8 +513,9 @@ class SnapshotRunner(threading.Thread):
             shutil.rmtree(path, ignore_errors=True)
         log.info("snapshot reader (%s) ready in %.1fs", self.reader, time.monotonic() - started)
 
-    def _read_chunks(self, table: str, rt, chunks: list[dict], where: str | None, wid: str,
-                     tasks: int | None = None) -> int:
+    def _read_chunks(
+        self, table: str, rt, chunks: list[dict], where: str | None, wid: str, tasks: int | None = None
+    ) -> int:
         # one definition for the whole read, recorded with the rows
         spec, read_with = self.tables.definition(rt)
         if is_whole_table(chunks):
@@ -485,8 +523,9 @@ class SnapshotRunner(threading.Thread):
             # job per small table would cost more than the read, see merger.direct_read)
             conn = self._connect()
             try:
-                rows = stage_table(conn, spec, where, self.store.staging_dir(table, wid),
-                                   self.config.snapshot.fetch_size)
+                rows = stage_table(
+                    conn, spec, where, self.store.staging_dir(table, wid), self.config.snapshot.fetch_size
+                )
             finally:
                 conn.close()
             self.store.mark_staged(table, wid, read_with)
@@ -496,22 +535,32 @@ class SnapshotRunner(threading.Thread):
         if self.reader == "connectorx":
             ranges = [_ranges_predicate(rt.keys, group) for group in groups]
             self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
-            rows = stage_window(self.spark, self.source, [chunk_query(spec, where, r) for r in ranges],
-                                path, self.config.snapshot.fetch_size)
+            rows = stage_window(
+                self.spark,
+                self.source,
+                [chunk_query(spec, where, r) for r in ranges],
+                path,
+                self.config.snapshot.fetch_size,
+            )
             self.store.mark_staged(table, wid, read_with)
             return rows
         db, name = table.split(".", 1)
         key_alias = [f"__cdc_k{i}" for i in range(len(rt.keys))]
         select = snapshot_select(spec)
         raw_keys = ", ".join(f"{quote_ident(k)} AS {a}" for k, a in zip(rt.keys, key_alias))
-        source = (f"(SELECT {select}, {raw_keys} FROM {quote_ident(db)}.{quote_ident(name)}"
-                  f"{' WHERE ' + where if where else ''}) AS cdc_snapshot")
+        source = (
+            f"(SELECT {select}, {raw_keys} FROM {quote_ident(db)}.{quote_ident(name)}"
+            f"{' WHERE ' + where if where else ''}) AS cdc_snapshot"
+        )
         # exactly `parallelism` reads (Spark partitions, source connections) per window,
         # each over a run of the window's chunks
         predicates = [_ranges_predicate(key_alias, group) for group in groups]
         m = self.config.mysql
-        props = {**m.jdbc_secret_properties(),  # user, password, keyStorePassword
-                 "driver": "org.mariadb.jdbc.Driver", "fetchsize": str(self.config.snapshot.fetch_size)}
+        props = {
+            **m.jdbc_secret_properties(),  # user, password, keyStorePassword
+            "driver": "org.mariadb.jdbc.Driver",
+            "fetchsize": str(self.config.snapshot.fetch_size),
+        }
         df = self.spark.read.jdbc(self.jdbc_url(), source, predicates=predicates, properties=props)
         df = df.drop(*key_alias)
         self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")

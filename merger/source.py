@@ -36,18 +36,26 @@ MAX_DELAY_S = 30.0
 UNAVAILABLE_CODES = frozenset({2003, 2006, 2013, 2055, 1053, 1927, 1040})
 
 # what the MariaDB JDBC driver and Spark say when the server is down or goes away
-_JDBC_UNAVAILABLE = ("SQLNonTransientConnectionException", "SQLTransientConnectionException",
-                     "FAILED_JDBC.CONNECTION", "Communications link failure", "Connection refused",
-                     "socket was closed", "Connection reset", "Could not connect", "Socket fail",
-                     "Server has closed the connection", "Server shutdown in progress",
-                     "Connection was killed", "unexpected end of stream",
-                     "cdc-source-unavailable")  # merger.chunk_read's tasks
-_JDBC_FATAL = ("Access denied", "SQLInvalidAuthorizationSpecException", "Unknown database",
-               "SQLSyntaxErrorException")
+_JDBC_UNAVAILABLE = (
+    "SQLNonTransientConnectionException",
+    "SQLTransientConnectionException",
+    "FAILED_JDBC.CONNECTION",
+    "Communications link failure",
+    "Connection refused",
+    "socket was closed",
+    "Connection reset",
+    "Could not connect",
+    "Socket fail",
+    "Server has closed the connection",
+    "Server shutdown in progress",
+    "Connection was killed",
+    "unexpected end of stream",
+    "cdc-source-unavailable",
+)  # merger.chunk_read's tasks
+_JDBC_FATAL = ("Access denied", "SQLInvalidAuthorizationSpecException", "Unknown database", "SQLSyntaxErrorException")
 
 
-_NETWORK_ERRNOS = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT, errno.EHOSTDOWN,
-                             errno.ENETDOWN})
+_NETWORK_ERRNOS = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT, errno.EHOSTDOWN, errno.ENETDOWN})
 
 
 class SourceUnavailable(MergerError):
@@ -103,8 +111,13 @@ def short_error(exc: BaseException) -> str:
 class SourceGuard:
     """Retries source accesses on transient failures, and remembers that it is doing so."""
 
-    def __init__(self, stop: threading.Event | None = None, first_delay_s: float = FIRST_DELAY_S,
-                 max_delay_s: float = MAX_DELAY_S, on_change: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        stop: threading.Event | None = None,
+        first_delay_s: float = FIRST_DELAY_S,
+        max_delay_s: float = MAX_DELAY_S,
+        on_change: Callable[[], None] | None = None,
+    ):
         self.stop = stop or threading.Event()
         self.first_delay_s = first_delay_s
         self.max_delay_s = max_delay_s
@@ -139,19 +152,22 @@ class SourceGuard:
         with self._lock:
             self.total_retries += 1
             down = self._down or {"since": now, "retries": 0}
-            down.update(what=what, error=short_error(exc), retries=down["retries"] + 1,
-                        next_retry_s=round(delay, 1), updated_at=now)
+            down.update(
+                what=what,
+                error=short_error(exc),
+                retries=down["retries"] + 1,
+                next_retry_s=round(delay, 1),
+                updated_at=now,
+            )
             self._down = down
-        log.warning("source unavailable (%s: %s); retry %d in %.0fs", what, short_error(exc),
-                    down["retries"], delay)
+        log.warning("source unavailable (%s: %s); retry %d in %.0fs", what, short_error(exc), down["retries"], delay)
         self._notify()
 
     def _ok(self) -> None:
         with self._lock:
             down, self._down = self._down, None
         if down:
-            log.info("source reachable again after %.0fs (%d retries)", time.time() - down["since"],
-                     down["retries"])
+            log.info("source reachable again after %.0fs (%d retries)", time.time() - down["since"], down["retries"])
             self._notify()
 
     def _notify(self) -> None:

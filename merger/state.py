@@ -68,8 +68,10 @@ class StateStore:
             f.seek(0)
             holder = f.read().strip() or "unknown"
             f.close()
-            raise MergerError(f"another merger is running on state_dir {self.root} (pid {holder}); "
-                              "stop it first, or give this one its own state_dir") from None
+            raise MergerError(
+                f"another merger is running on state_dir {self.root} (pid {holder}); "
+                "stop it first, or give this one its own state_dir"
+            ) from None
         f.seek(0)
         f.truncate()
         f.write(str(os.getpid()))

@@ -21,17 +21,27 @@ log = logging.getLogger("cdc.merger")
 
 
 class DdlFollower:
-    def __init__(self, store: StateStore, writer: SinkWriter, chunk_keys: dict[str, list[str]],
-                 modes: SourceModes, on_drop: str):
+    def __init__(
+        self, store: StateStore, writer: SinkWriter, chunk_keys: dict[str, list[str]], modes: SourceModes, on_drop: str
+    ):
         self.store = store
         self.writer = writer
         self.chunk_keys = chunk_keys
         self.modes = modes
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
 
-    def apply(self, batch_id: int | None, rt: TableRuntime, kind: str, spec: TableSpec | None,
-              sql: str | None, order: int | None, step: list, done: list[Path],
-              old: TableSpec | None = None) -> None:
+    def apply(
+        self,
+        batch_id: int | None,
+        rt: TableRuntime,
+        kind: str,
+        spec: TableSpec | None,
+        sql: str | None,
+        order: int | None,
+        step: list,
+        done: list[Path],
+        old: TableSpec | None = None,
+    ) -> None:
         """Make the sink tables follow a DDL (``merger.schema_change`` decides how). With
         ``order`` (the DDL marker's place in the stream) the sink tables are emptied exactly
         there, and changes older than it that a lagging partition brings later are void
@@ -54,8 +64,13 @@ class DdlFollower:
         rt.set_spec(spec, self.modes)
         keys = list(spec.primary_key) or list(self.chunk_keys.get(rt.name, []))
         if not keys:
-            rt.phase, rt.error = "failed", (f"{rt.name} has no primary key: set snapshot.chunk_keys"
-                                            f"['{rt.name}'] to the columns that identify a row")
+            rt.phase, rt.error = (
+                "failed",
+                (
+                    f"{rt.name} has no primary key: set snapshot.chunk_keys"
+                    f"['{rt.name}'] to the columns that identify a row"
+                ),
+            )
             log.error("table %s: %s", rt.name, rt.error)
             return
         rt.keys = keys
@@ -72,9 +87,13 @@ class DdlFollower:
                 rebuild = True
         if rebuild:
             if keep:
-                rt.phase, rt.error = "paused", (
-                    f"{rt.name} was re-created with a definition its sink tables cannot hold, and on_drop is "
-                    f"keep: move the sink tables away (or set on_drop: truncate), then `cdc snapshot {rt.name}`")
+                rt.phase, rt.error = (
+                    "paused",
+                    (
+                        f"{rt.name} was re-created with a definition its sink tables cannot hold, and on_drop is "
+                        f"keep: move the sink tables away (or set on_drop: truncate), then `cdc snapshot {rt.name}`"
+                    ),
+                )
                 log.error("table %s paused: %s", rt.name, rt.error)
                 return
             if not self.writer.rebuild_tables(rt):

@@ -47,19 +47,36 @@ class TableRuntime:
 
     def to_dict(self) -> dict:
         """The runtime as saved with a batch (lag and sink blocking are not saved)."""
-        return {"spec": spec_to_dict(self.spec), "keys": self.keys, "partitions": self.partitions,
-                "reconciler": self.reconciler.to_dict(), "phase": self.phase, "error": self.error,
-                "rows_applied": self.rows_applied, "snapshot_rows": self.snapshot_rows,
-                "last_offsets": self.last_offsets, "truncated_through": self.truncated_through,
-                "ddl_through": self.ddl_through, "spec_since": self.spec_since,
-                "emitted": {w: n for w, n in self.emitted.items() if w in self.reconciler.windows}}
+        return {
+            "spec": spec_to_dict(self.spec),
+            "keys": self.keys,
+            "partitions": self.partitions,
+            "reconciler": self.reconciler.to_dict(),
+            "phase": self.phase,
+            "error": self.error,
+            "rows_applied": self.rows_applied,
+            "snapshot_rows": self.snapshot_rows,
+            "last_offsets": self.last_offsets,
+            "truncated_through": self.truncated_through,
+            "ddl_through": self.ddl_through,
+            "spec_since": self.spec_since,
+            "emitted": {w: n for w, n in self.emitted.items() if w in self.reconciler.windows},
+        }
 
     @classmethod
     def from_dict(cls, name: str, t: dict, modes: SourceModes) -> "TableRuntime":
-        rt = cls(name, spec_from_dict(t["spec"]), t["keys"], t["partitions"],
-                 Reconciler.from_dict(t["reconciler"]), t["phase"], t.get("error"),
-                 t.get("rows_applied", 0), t.get("snapshot_rows", 0),
-                 {int(k): v for k, v in t.get("last_offsets", {}).items()})
+        rt = cls(
+            name,
+            spec_from_dict(t["spec"]),
+            t["keys"],
+            t["partitions"],
+            Reconciler.from_dict(t["reconciler"]),
+            t["phase"],
+            t.get("error"),
+            t.get("rows_applied", 0),
+            t.get("snapshot_rows", 0),
+            {int(k): v for k, v in t.get("last_offsets", {}).items()},
+        )
         rt.truncated_through = t.get("truncated_through", 0)
         rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
         rt.emitted = dict(t.get("emitted", {}))
@@ -122,11 +139,16 @@ class TableRegistry:
         for name, rt in sorted(self._tables.items()):
             plan = plans.get(name) or {}
             tables[name] = {
-                "phase": rt.phase, "error": rt.error, "blocked_on_sink": rt.blocked_on_sink,
+                "phase": rt.phase,
+                "error": rt.error,
+                "blocked_on_sink": rt.blocked_on_sink,
                 "snapshot": snapshot_state(plan),
-                "chunks_done": len(plan.get("done", [])), "chunks_total": len(plan.get("chunks", [])),
-                "snapshot_rows": rt.snapshot_rows, "rows_applied": rt.rows_applied,
-                "lag_ms": rt.lag_ms, "last_offsets": rt.last_offsets,
+                "chunks_done": len(plan.get("done", [])),
+                "chunks_total": len(plan.get("chunks", [])),
+                "snapshot_rows": rt.snapshot_rows,
+                "rows_applied": rt.rows_applied,
+                "lag_ms": rt.lag_ms,
+                "last_offsets": rt.last_offsets,
                 "open_windows": len(rt.reconciler.windows),
             }
         return tables
@@ -193,6 +215,8 @@ def spec_to_dict(spec: TableSpec) -> dict:
 
 
 def spec_from_dict(d: dict) -> TableSpec:
-    cols = tuple(ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c.get("enum_values") else
-                               c.get("enum_values")}) for c in d["columns"])
+    cols = tuple(
+        ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c.get("enum_values") else c.get("enum_values")})
+        for c in d["columns"]
+    )
     return TableSpec(d["db"], d["table"], cols, tuple(d["primary_key"]), d.get("default_charset"), d.get("comment"))

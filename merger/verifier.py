@@ -48,11 +48,11 @@ class TableResult:
     source_rows: int = 0
     sink_rows: int = 0
     mismatched_chunks: int = 0
-    missing: list = field(default_factory=list)     # keys (bounded by the limit)
+    missing: list = field(default_factory=list)  # keys (bounded by the limit)
     extra: list = field(default_factory=list)
-    different: list = field(default_factory=list)   # (key, columns)
-    unlisted: int = 0                               # differing keys beyond the limit
-    in_flight_chunks: int = 0                       # differed at first, settled on re-check
+    different: list = field(default_factory=list)  # (key, columns)
+    unlisted: int = 0  # differing keys beyond the limit
+    in_flight_chunks: int = 0  # differed at first, settled on re-check
     error: str | None = None
     note: str | None = None
     skipped: bool = False
@@ -68,21 +68,40 @@ class TableResult:
         return "equal"
 
     def to_json(self) -> dict:
-        return {"table": self.table, "sink": self.sink, "verdict": self.verdict, "chunks": self.chunks,
-                "source_rows": self.source_rows, "sink_rows": self.sink_rows,
-                "mismatched_chunks": self.mismatched_chunks, "in_flight_chunks": self.in_flight_chunks,
-                "missing": [list(k) for k in self.missing], "extra": [list(k) for k in self.extra],
-                "different": [{"key": list(k), "columns": list(c)} for k, c in self.different],
-                "unlisted": self.unlisted, "error": self.error, "note": self.note}
+        return {
+            "table": self.table,
+            "sink": self.sink,
+            "verdict": self.verdict,
+            "chunks": self.chunks,
+            "source_rows": self.source_rows,
+            "sink_rows": self.sink_rows,
+            "mismatched_chunks": self.mismatched_chunks,
+            "in_flight_chunks": self.in_flight_chunks,
+            "missing": [list(k) for k in self.missing],
+            "extra": [list(k) for k in self.extra],
+            "different": [{"key": list(k), "columns": list(c)} for k, c in self.different],
+            "unlisted": self.unlisted,
+            "error": self.error,
+            "note": self.note,
+        }
 
 
 class TableVerifier:
     """Verify one source table against some sinks (readers of ``merger.verify.sinks``)."""
 
-    def __init__(self, source: SourceReader, table: SourceTable, keys: Sequence[str], sinks: dict[str, Any],
-                 chunk_size: int, retries: int = 3, retry_wait: float = 2.0, limit: int = 20,
-                 sleep: Callable[[float], None] = time.sleep,
-                 on_progress: Callable[[str, int, int, int], None] | None = None):
+    def __init__(
+        self,
+        source: SourceReader,
+        table: SourceTable,
+        keys: Sequence[str],
+        sinks: dict[str, Any],
+        chunk_size: int,
+        retries: int = 3,
+        retry_wait: float = 2.0,
+        limit: int = 20,
+        sleep: Callable[[float], None] = time.sleep,
+        on_progress: Callable[[str, int, int, int], None] | None = None,
+    ):
         self.source = source
         self.table = table
         self.name = table.name
@@ -193,16 +212,16 @@ class TableVerifier:
         pos = side.key_pos
         if found.missing:
             src_by_key = {encode_row(tuple(r[i] for i in pos)): r for r in src}
-            held = {encode_row(tuple(r[i] for i in pos)): r
-                    for r in side.sink_rows(side.rows_with_keys(found.missing))}
+            held = {encode_row(tuple(r[i] for i in pos)): r for r in side.sink_rows(side.rows_with_keys(found.missing))}
             for key in found.missing:
                 ek = encode_row(key)
                 other = held.get(ek)
                 if other is None:
                     out.missing.append(key)
                     continue
-                cols = tuple(c for c, a, b in zip(self.columns, src_by_key[ek], other)
-                             if encode_value(a) != encode_value(b))
+                cols = tuple(
+                    c for c, a, b in zip(self.columns, src_by_key[ek], other) if encode_value(a) != encode_value(b)
+                )
                 if cols:
                     out.different.append((key, cols))
         if found.extra:
@@ -219,8 +238,9 @@ class TableVerifier:
 # ------------------------------------------------------------------ tables of a config
 
 
-def merger_tables(all_tables: Sequence[str], include: Sequence[str], exclude: Sequence[str],
-                  watermark_table: str) -> list[str]:
+def merger_tables(
+    all_tables: Sequence[str], include: Sequence[str], exclude: Sequence[str], watermark_table: str
+) -> list[str]:
     """The tables the merger handles: as ``merger.app`` decides (full-match regexes)."""
     import re
 

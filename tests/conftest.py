@@ -20,8 +20,12 @@ BACKENDS = ("local", "containers")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--backend", choices=BACKENDS, default=None,
-                     help="test stack: local processes (default) or Docker containers; env CDC_TEST_BACKEND")
+    parser.addoption(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="test stack: local processes (default) or Docker containers; env CDC_TEST_BACKEND",
+    )
 
 
 def _backend(config) -> str:
@@ -66,8 +70,13 @@ def mysql_root(stack):
     """A root connection (autocommit) to the stack's MariaDB."""
     import pymysql
 
-    conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, autocommit=True)
+    conn = pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        autocommit=True,
+    )
     yield conn
     conn.close()
 

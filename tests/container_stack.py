@@ -24,12 +24,28 @@ KAFKA_IMAGE = os.environ.get("CDC_TEST_KAFKA_IMAGE", "apache/kafka:4.1.1")
 POSTGRES_IMAGE = os.environ.get("CDC_TEST_POSTGRES_IMAGE", "postgres:16.9")
 STARTUP_TIMEOUT_S = 180
 
-MYSQL_FLAGS = ["--server-id=1", "--log-bin=mysql-bin", "--binlog-format=ROW", "--binlog-row-image=FULL",
-               "--binlog-row-metadata=FULL", "--gtid-mode=ON", "--enforce-gtid-consistency=ON",
-               "--mysql-native-password=ON", "--character-set-server=utf8mb4"]
-MARIADB_FLAGS = ["--server-id=1", "--log-bin=binlog", "--binlog-format=ROW", "--binlog-row-image=FULL",
-                 "--binlog-row-metadata=FULL", "--gtid-strict-mode=1", "--log-slave-updates=1",
-                 "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci"]
+MYSQL_FLAGS = [
+    "--server-id=1",
+    "--log-bin=mysql-bin",
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
+    "--gtid-mode=ON",
+    "--enforce-gtid-consistency=ON",
+    "--mysql-native-password=ON",
+    "--character-set-server=utf8mb4",
+]
+MARIADB_FLAGS = [
+    "--server-id=1",
+    "--log-bin=binlog",
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
+    "--gtid-strict-mode=1",
+    "--log-slave-updates=1",
+    "--character-set-server=utf8mb4",
+    "--collation-server=utf8mb4_general_ci",
+]
 
 
 def docker_problem() -> str | None:
@@ -105,8 +121,9 @@ class ContainerStack:
         mariadb = "mariadb" in MYSQL_IMAGE.split(":")[0]
         m = info.mariadb
         m.user, m.password, m.root_password = "cdc", secrets.token_hex(12), secrets.token_hex(12)
-        container = MySqlContainer(MYSQL_IMAGE, username=m.user, password=m.password,
-                                   root_password=m.root_password, dbname="cdc")
+        container = MySqlContainer(
+            MYSQL_IMAGE, username=m.user, password=m.password, root_password=m.root_password, dbname="cdc"
+        )
         container.with_command(MARIADB_FLAGS if mariadb else MYSQL_FLAGS)
         self.containers.append(container)
         container.start()
@@ -114,14 +131,20 @@ class ContainerStack:
         # pymysql needs no `cryptography` for MySQL 8.4's caching_sha2_password
         sql = f"GRANT ALL ON *.* TO '{m.user}'@'%';"
         if not mariadb:
-            sql = (f"ALTER USER 'root'@'%' IDENTIFIED WITH mysql_native_password BY '{m.root_password}';"
-                   f"ALTER USER '{m.user}'@'%' IDENTIFIED WITH mysql_native_password BY '{m.password}';" + sql)
-        result = container.exec(ExecConfig(
-            command=["sh", "-c", 'exec "$(command -v mariadb || command -v mysql)" -uroot -e "$CDC_SQL"'],
-            environment={"MYSQL_PWD": m.root_password, "CDC_SQL": sql}))
+            sql = (
+                f"ALTER USER 'root'@'%' IDENTIFIED WITH mysql_native_password BY '{m.root_password}';"
+                f"ALTER USER '{m.user}'@'%' IDENTIFIED WITH mysql_native_password BY '{m.password}';" + sql
+            )
+        result = container.exec(
+            ExecConfig(
+                command=["sh", "-c", 'exec "$(command -v mariadb || command -v mysql)" -uroot -e "$CDC_SQL"'],
+                environment={"MYSQL_PWD": m.root_password, "CDC_SQL": sql},
+            )
+        )
         if result.exit_code:
-            raise local_stack.StackError(f"setting up users in {MYSQL_IMAGE} failed: "
-                                         f"{result.output.decode(errors='replace').strip()[-300:]}")
+            raise local_stack.StackError(
+                f"setting up users in {MYSQL_IMAGE} failed: {result.output.decode(errors='replace').strip()[-300:]}"
+            )
         m.host, m.port = _host(container), int(container.get_exposed_port(3306))
         import pymysql
 
@@ -144,16 +167,22 @@ class ContainerStack:
         host = container.get_docker_client().host()
         host = "127.0.0.1" if host == "localhost" else host
         container.with_envs(
-            KAFKA_NODE_ID="1", KAFKA_PROCESS_ROLES="broker,controller",
+            KAFKA_NODE_ID="1",
+            KAFKA_PROCESS_ROLES="broker,controller",
             KAFKA_LISTENERS=f"PLAINTEXT://:{port},CONTROLLER://:9093",
             KAFKA_ADVERTISED_LISTENERS=f"PLAINTEXT://{host}:{port}",
             KAFKA_LISTENER_SECURITY_PROTOCOL_MAP="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            KAFKA_INTER_BROKER_LISTENER_NAME="PLAINTEXT", KAFKA_CONTROLLER_LISTENER_NAMES="CONTROLLER",
-            KAFKA_CONTROLLER_QUORUM_VOTERS="1@localhost:9093", KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR="1",
-            KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR="1", KAFKA_TRANSACTION_STATE_LOG_MIN_ISR="1",
-            KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0")
-        container.waiting_for(LogMessageWaitStrategy(re.compile(r"Kafka Server started"))
-                              .with_startup_timeout(STARTUP_TIMEOUT_S))
+            KAFKA_INTER_BROKER_LISTENER_NAME="PLAINTEXT",
+            KAFKA_CONTROLLER_LISTENER_NAMES="CONTROLLER",
+            KAFKA_CONTROLLER_QUORUM_VOTERS="1@localhost:9093",
+            KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR="1",
+            KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR="1",
+            KAFKA_TRANSACTION_STATE_LOG_MIN_ISR="1",
+            KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0",
+        )
+        container.waiting_for(
+            LogMessageWaitStrategy(re.compile(r"Kafka Server started")).with_startup_timeout(STARTUP_TIMEOUT_S)
+        )
         self.containers.append(container)
         container.start()
         k = info.kafka
@@ -175,8 +204,9 @@ class ContainerStack:
 
         p = info.postgres
         p.user, p.password, p.database = "cdc", secrets.token_hex(12), "cdc"
-        container = PostgresContainer(POSTGRES_IMAGE, username=p.user, password=p.password, dbname=p.database,
-                                      driver=None)
+        container = PostgresContainer(
+            POSTGRES_IMAGE, username=p.user, password=p.password, dbname=p.database, driver=None
+        )
         self.containers.append(container)
         container.start()
         p.host, p.port = _host(container), int(container.get_exposed_port(5432))

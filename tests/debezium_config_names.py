@@ -74,13 +74,16 @@ def main() -> None:
         connector |= fields_of(name)
     result = {
         "connector": sorted(connector),
-        "connect": sorted(str(n) for n in
-                          JClass("org.apache.kafka.connect.runtime.SourceConnectorConfig").configDef().names()),
-        "converter": sorted(str(n) for n in
-                            JClass("org.apache.kafka.connect.json.JsonConverterConfig").configDef().names()),
-        "topic_creation": sorted(str(n) for n in
-                                 JClass("org.apache.kafka.connect.runtime.TopicCreationConfig")
-                                 .defaultGroupConfigDef().names()),
+        "connect": sorted(
+            str(n) for n in JClass("org.apache.kafka.connect.runtime.SourceConnectorConfig").configDef().names()
+        ),
+        "converter": sorted(
+            str(n) for n in JClass("org.apache.kafka.connect.json.JsonConverterConfig").configDef().names()
+        ),
+        "topic_creation": sorted(
+            str(n)
+            for n in JClass("org.apache.kafka.connect.runtime.TopicCreationConfig").defaultGroupConfigDef().names()
+        ),
         "worker": sorted(str(n) for n in worker_config_def().names()),
         "version": str(JClass("io.debezium.connector.mysql.Module").version()),
     }
@@ -94,8 +97,11 @@ def main() -> None:
         if "connection.validation.timeout.ms" not in config:  # the database is not reachable here
             props.put("connection.validation.timeout.ms", "5000")
         checked = JClass("io.debezium.connector.mysql.MySqlConnector")().validate(props)
-        result["errors"] = {str(cv.name()): [str(m) for m in cv.errorMessages()]
-                            for cv in checked.configValues() if cv.errorMessages().size()}
+        result["errors"] = {
+            str(cv.name()): [str(m) for m in cv.errorMessages()]
+            for cv in checked.configValues()
+            if cv.errorMessages().size()
+        }
     print(json.dumps(result))
 
 

@@ -50,9 +50,19 @@ def notification_topic(prefix: str) -> str:
 class DebeziumKafka(IngestProcess):
     """The child process (start/stop/kill9/alive/log_text from IngestProcess)."""
 
-    def __init__(self, stack, work: Path, prefix: str, databases: list[str], *, signal_table: str,
-                 probe_table: str | None = None, tables: list[str] = (), partitions: int = 3,
-                 properties: dict | None = None):
+    def __init__(
+        self,
+        stack,
+        work: Path,
+        prefix: str,
+        databases: list[str],
+        *,
+        signal_table: str,
+        probe_table: str | None = None,
+        tables: list[str] = (),
+        partitions: int = 3,
+        properties: dict | None = None,
+    ):
         work = Path(work)
         work.mkdir(parents=True, exist_ok=True)
         self.stack = stack
@@ -60,11 +70,19 @@ class DebeziumKafka(IngestProcess):
         self.prefix = prefix
         self.status_path = work / "status.json"
         config = {
-            "bootstrap": stack.kafka.bootstrap, "prefix": prefix, "databases": databases,
-            "host": stack.mariadb.host, "port": stack.mariadb.port, "user": stack.mariadb.user,
-            "signal_table": signal_table, "probe_table": probe_table, "partitions": partitions,
+            "bootstrap": stack.kafka.bootstrap,
+            "prefix": prefix,
+            "databases": databases,
+            "host": stack.mariadb.host,
+            "port": stack.mariadb.port,
+            "user": stack.mariadb.user,
+            "signal_table": signal_table,
+            "probe_table": probe_table,
+            "partitions": partitions,
             "tables": list(tables),
-            "work": str(work), "status": str(self.status_path), "properties": properties or {},
+            "work": str(work),
+            "status": str(self.status_path),
+            "properties": properties or {},
         }
         path = work / "debezium-kafka.json"
         path.write_text(json.dumps(config, indent=1))
@@ -73,8 +91,13 @@ class DebeziumKafka(IngestProcess):
     def start(self) -> "DebeziumKafka":
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{PASSWORD_ENV: self.stack.mariadb.password})
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.debezium_kafka", str(self.config_path)],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.debezium_kafka", str(self.config_path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
         return self
 
     def status(self) -> dict:
@@ -90,30 +113,37 @@ class DebeziumKafka(IngestProcess):
             if predicate(st):
                 return st
             if not self.alive():
-                raise AssertionError(f"Debezium→Kafka exited while waiting for {what}:\n"
-                                     f"{self.log_text()[-4000:]}")
+                raise AssertionError(f"Debezium→Kafka exited while waiting for {what}:\n{self.log_text()[-4000:]}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"Debezium→Kafka: no {what} within {timeout_s}s (status {st}); "
-                                     f"logs in {self.work}")
+                raise AssertionError(
+                    f"Debezium→Kafka: no {what} within {timeout_s}s (status {st}); logs in {self.work}"
+                )
             time.sleep(0.5)
 
     @staticmethod
     def initial_snapshot_done(st: dict) -> bool:
-        return any(n.get("aggregate_type") == "Initial Snapshot" and n.get("type") == "COMPLETED"
-                   for n in st.get("notifications", []))
+        return any(
+            n.get("aggregate_type") == "Initial Snapshot" and n.get("type") == "COMPLETED"
+            for n in st.get("notifications", [])
+        )
 
     @staticmethod
     def incremental_snapshot_done(signal_id: str | None = None) -> Callable[[dict], bool]:
         def done(st: dict) -> bool:
-            return any(n.get("aggregate_type") == "Incremental Snapshot" and n.get("type") == "COMPLETED"
-                       and (signal_id is None or n.get("id") == signal_id) for n in st.get("notifications", []))
+            return any(
+                n.get("aggregate_type") == "Incremental Snapshot"
+                and n.get("type") == "COMPLETED"
+                and (signal_id is None or n.get("id") == signal_id)
+                for n in st.get("notifications", [])
+            )
+
         return done
 
     def log_text(self) -> str:
         text = super().log_text()
         dbz_log = self.work / "debezium.log"
         if dbz_log.exists():
-            errors = [l for l in dbz_log.read_text(errors="replace").splitlines() if "[ERROR]" in l]
+            errors = [line for line in dbz_log.read_text(errors="replace").splitlines() if "[ERROR]" in line]
             text += "\n" + "\n".join(errors[-20:])
         return text
 
@@ -133,8 +163,15 @@ class _KafkaWriter:
         self.partitions = int(cfg["partitions"])
         self.admin = AdminClient({"bootstrap.servers": cfg["bootstrap"]})
         # Kafka Connect's producer: keyed records by murmur2 of the key bytes, in order
-        self.producer = Producer({"bootstrap.servers": cfg["bootstrap"], "partitioner": "murmur2_random",
-                                  "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": cfg["bootstrap"],
+                "partitioner": "murmur2_random",
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+            }
+        )
         self.known: set[str] = set()
         self.errors: list[str] = []
         self.status = {"records": 0, "topics": {}, "notifications": [], "probes": []}
@@ -150,8 +187,11 @@ class _KafkaWriter:
         if not new:
             return
         md = self.admin.list_topics(timeout=15).topics
-        wanted = [NewTopic(t, num_partitions=1 if t == self.prefix else self.partitions, replication_factor=1)
-                  for t in new if t not in md]
+        wanted = [
+            NewTopic(t, num_partitions=1 if t == self.prefix else self.partitions, replication_factor=1)
+            for t in new
+            if t not in md
+        ]
         for topic, fut in (self.admin.create_topics(wanted) if wanted else {}).items():
             try:
                 fut.result(30)
@@ -182,8 +222,14 @@ class _KafkaWriter:
                     headers.append((str(h.getKey()), None if v is None else str(v).encode()))
             except Exception:
                 headers = []
-            batch.append((str(r.destination()), None if key is None else str(key).encode(),
-                          None if value is None else str(value).encode(), headers))
+            batch.append(
+                (
+                    str(r.destination()),
+                    None if key is None else str(key).encode(),
+                    None if value is None else str(value).encode(),
+                    headers,
+                )
+            )
         self.create_topics(sorted({t for t, *_ in batch}))
         for topic, key, value, headers in batch:
             self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=self._delivered)
@@ -204,9 +250,14 @@ class _KafkaWriter:
         v = json.loads(value)
         if topic == notification_topic(self.prefix):
             data = v.get("additional_data") or {}
-            st["notifications"].append({"id": v.get("id"), "type": v.get("type"),
-                                        "aggregate_type": v.get("aggregate_type"),
-                                        "data_collections": data.get("data_collections")})
+            st["notifications"].append(
+                {
+                    "id": v.get("id"),
+                    "type": v.get("type"),
+                    "aggregate_type": v.get("aggregate_type"),
+                    "data_collections": data.get("data_collections"),
+                }
+            )
             return
         op = v.get("op") or ("ddl" if "ddl" in v else "?")
         if op == "r" and (v.get("source") or {}).get("snapshot") == "incremental":
@@ -226,26 +277,30 @@ def _properties(cfg: dict):
     from tests.debezium_ref import DebeziumRef
 
     work = Path(cfg["work"])
-    mariadb = SimpleNamespace(host=cfg["host"], port=cfg["port"], user=cfg["user"],
-                              password=os.environ[PASSWORD_ENV])
+    mariadb = SimpleNamespace(host=cfg["host"], port=cfg["port"], user=cfg["user"], password=os.environ[PASSWORD_ENV])
     ref = DebeziumRef(mariadb, work)
     prefix = cfg["prefix"]
-    props = ref.properties(prefix, cfg["databases"], schemas_enable=False, extra={
-        "name": f"dbz-kafka-{prefix}",
-        "database.include.list": ",".join(cfg["databases"]),
-        "snapshot.mode": "initial",
-        "snapshot.locking.mode": "none",
-        "include.schema.changes": "true",
-        "signal.enabled.channels": "source",
-        "signal.data.collection": cfg["signal_table"],
-        "notification.enabled.channels": "sink",
-        "notification.sink.topic.name": notification_topic(prefix),
-        "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
-        "offset.storage.file.filename": str(work / "offsets.dat"),
-        "offset.flush.interval.ms": "1000",
-        "schema.history.internal.file.filename": str(work / "schema-history.dat"),
-        **cfg.get("properties", {}),
-    })
+    props = ref.properties(
+        prefix,
+        cfg["databases"],
+        schemas_enable=False,
+        extra={
+            "name": f"dbz-kafka-{prefix}",
+            "database.include.list": ",".join(cfg["databases"]),
+            "snapshot.mode": "initial",
+            "snapshot.locking.mode": "none",
+            "include.schema.changes": "true",
+            "signal.enabled.channels": "source",
+            "signal.data.collection": cfg["signal_table"],
+            "notification.enabled.channels": "sink",
+            "notification.sink.topic.name": notification_topic(prefix),
+            "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+            "offset.storage.file.filename": str(work / "offsets.dat"),
+            "offset.flush.interval.ms": "1000",
+            "schema.history.internal.file.filename": str(work / "schema-history.dat"),
+            **cfg.get("properties", {}),
+        },
+    )
     return ref, props
 
 

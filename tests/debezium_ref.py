@@ -70,9 +70,14 @@ class Record:
         return (self.topic, self.key, self.value, self.headers)
 
     def to_dict(self) -> dict:
-        return {"topic": self.topic, "key": self.key_json, "value": self.value_json,
-                "headers": [list(h) for h in self.headers],
-                "key_text": self.key, "value_text": self.value}
+        return {
+            "topic": self.topic,
+            "key": self.key_json,
+            "value": self.value_json,
+            "headers": [list(h) for h in self.headers],
+            "key_text": self.key,
+            "value_text": self.value,
+        }
 
 
 @dataclass
@@ -90,8 +95,11 @@ class Capture:
 
     def data_records(self) -> list[Record]:
         """Records of table topics (``<prefix>.<db>.<table>``), tombstones included."""
-        return [r for r in self.records if r.topic.count(".") >= 2
-                and not r.topic.endswith(".transaction") and not r.topic.startswith("__")]
+        return [
+            r
+            for r in self.records
+            if r.topic.count(".") >= 2 and not r.topic.endswith(".transaction") and not r.topic.startswith("__")
+        ]
 
 
 class _Collector:
@@ -113,8 +121,14 @@ class _Collector:
                     headers.append((str(h.getKey()), None if v is None else str(v)))
             except Exception:  # the engine format may not carry headers
                 headers = []
-            out.append(Record(str(r.destination()), None if key is None else str(key),
-                              None if value is None else str(value), headers))
+            out.append(
+                Record(
+                    str(r.destination()),
+                    None if key is None else str(key),
+                    None if value is None else str(value),
+                    headers,
+                )
+            )
         with self.cond:
             self.records.extend(out)
             self.cond.notify_all()
@@ -123,8 +137,9 @@ class _Collector:
 class DebeziumRef:
     """Drives Debezium's MySQL connector against one MariaDB; reusable for many captures."""
 
-    def __init__(self, mariadb, work_dir: Path | str, *, log_level: str = "INFO",
-                 jvm_opts: list[str] | None = None) -> None:
+    def __init__(
+        self, mariadb, work_dir: Path | str, *, log_level: str = "INFO", jvm_opts: list[str] | None = None
+    ) -> None:
         self.host = getattr(mariadb, "host", "127.0.0.1")
         self.port = int(mariadb.port)
         self.user = mariadb.user
@@ -134,8 +149,11 @@ class DebeziumRef:
         self.log_path = self.work_dir / "debezium.log"
         log_cfg = self.work_dir / "log4j2.properties"
         log_cfg.write_text(_LOG4J.format(level=log_level, path=self.log_path))
-        self.jvm_opts = [f"-Dlog4j2.configurationFile={log_cfg}",
-                         "-Dlog4j.shutdownHookEnabled=false", *(jvm_opts or [])]
+        self.jvm_opts = [
+            f"-Dlog4j2.configurationFile={log_cfg}",
+            "-Dlog4j.shutdownHookEnabled=false",
+            *(jvm_opts or []),
+        ]
         self._probe_seq = 0
 
     # ------------------------------------------------------------------ SQL helpers
@@ -143,17 +161,25 @@ class DebeziumRef:
     def connect(self, database: str | None = None):
         import pymysql
 
-        return pymysql.connect(host=self.host, port=self.port, user=self.user,
-                               password=self.password, database=database, autocommit=True,
-                               charset="utf8mb4")
+        return pymysql.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            database=database,
+            autocommit=True,
+            charset="utf8mb4",
+        )
 
     def _ensure_probe(self) -> None:
         conn = self.connect()
         try:
             with conn.cursor() as cur:
                 cur.execute(f"CREATE DATABASE IF NOT EXISTS `{PROBE_DB}`")
-                cur.execute(f"CREATE TABLE IF NOT EXISTS `{PROBE_DB}`.`{PROBE_TABLE}` "
-                            "(id BIGINT AUTO_INCREMENT PRIMARY KEY, tag VARCHAR(100) NOT NULL)")
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS `{PROBE_DB}`.`{PROBE_TABLE}` "
+                    "(id BIGINT AUTO_INCREMENT PRIMARY KEY, tag VARCHAR(100) NOT NULL)"
+                )
         finally:
             conn.close()
 
@@ -167,8 +193,9 @@ class DebeziumRef:
 
     # ------------------------------------------------------------------ engine
 
-    def properties(self, prefix: str, databases: Iterable[str], *, schemas_enable: bool = True,
-                   extra: dict[str, Any] | None = None) -> dict[str, str]:
+    def properties(
+        self, prefix: str, databases: Iterable[str], *, schemas_enable: bool = True, extra: dict[str, Any] | None = None
+    ) -> dict[str, str]:
         dbs = list(databases)
         props = {
             "name": f"dbzref-{prefix}",
@@ -209,9 +236,18 @@ class DebeziumRef:
         js = jpype.JClass("io.debezium.engine.format.Json")
         return kvh.of(js, js, js)
 
-    def capture(self, workload: Callable[[], Any] | None, *, databases: Iterable[str], prefix: str,
-                schemas_enable: bool = True, properties: dict[str, Any] | None = None,
-                timeout: float = 90.0, settle: float = 0.0, until_records: int | None = None) -> Capture:
+    def capture(
+        self,
+        workload: Callable[[], Any] | None,
+        *,
+        databases: Iterable[str],
+        prefix: str,
+        schemas_enable: bool = True,
+        properties: dict[str, Any] | None = None,
+        timeout: float = 90.0,
+        settle: float = 0.0,
+        until_records: int | None = None,
+    ) -> Capture:
         """Start an engine, run ``workload()`` once streaming is live, return its records.
 
         The capture ends when the end probe written after the workload comes back, or, with
@@ -227,8 +263,9 @@ class DebeziumRef:
         props = self.properties(prefix, dbs, schemas_enable=schemas_enable, extra=properties)
         Path(props["schema.history.internal.file.filename"]).unlink(missing_ok=True)
         collector = _Collector()
-        engine = DebeziumEngine(properties=props, handler=collector, format=self._engine_format(),
-                                jvm_opts=self.jvm_opts)
+        engine = DebeziumEngine(
+            properties=props, handler=collector, format=self._engine_format(), jvm_opts=self.jvm_opts
+        )
         failure: list[BaseException] = []
 
         def run():
@@ -258,8 +295,7 @@ class DebeziumRef:
             next_probe = 0.0
             while start_idx is None:
                 if failure or not thread.is_alive():
-                    raise RuntimeError(f"Debezium engine stopped during start-up: {failure[:1]}; "
-                                       f"see {self.log_path}")
+                    raise RuntimeError(f"Debezium engine stopped during start-up: {failure[:1]}; see {self.log_path}")
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"Debezium did not stream within {timeout}s; see {self.log_path}")
                 if time.monotonic() >= next_probe:
@@ -277,7 +313,7 @@ class DebeziumRef:
             if until_records is not None:
                 while True:
                     with collector.cond:
-                        got = [r for r in collector.records[start_idx + 1:] if not _is_probe(r, prefix)]
+                        got = [r for r in collector.records[start_idx + 1 :] if not _is_probe(r, prefix)]
                         if len(got) >= until_records:
                             end_idx = len(collector.records)
                             break
@@ -292,8 +328,7 @@ class DebeziumRef:
                 if failure or not thread.is_alive():
                     raise RuntimeError(f"Debezium engine stopped: {failure[:1]}; see {self.log_path}")
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"Debezium did not deliver the end probe within {timeout}s; "
-                                       f"see {self.log_path}")
+                    raise TimeoutError(f"Debezium did not deliver the end probe within {timeout}s; see {self.log_path}")
                 with collector.cond:
                     collector.cond.wait(0.2)
                     end_idx = probe_index(f"end:{run_id}")
@@ -305,15 +340,21 @@ class DebeziumRef:
         with collector.cond:
             all_records = list(collector.records)
         if settle:
-            window = all_records[start_idx + 1:]
+            window = all_records[start_idx + 1 :]
         else:
-            window = all_records[start_idx + 1:end_idx]
+            window = all_records[start_idx + 1 : end_idx]
         records = [r for r in window if not _is_probe(r, prefix)]
         if until_records is not None:
             records = records[:until_records]
-        return Capture(prefix=prefix, databases=dbs, properties=props, records=records,
-                       pre_records=[r for r in all_records[:start_idx] if not _is_probe(r, prefix)],
-                       workload_result=result, timed_out=timed_out)
+        return Capture(
+            prefix=prefix,
+            databases=dbs,
+            properties=props,
+            records=records,
+            pre_records=[r for r in all_records[:start_idx] if not _is_probe(r, prefix)],
+            workload_result=result,
+            timed_out=timed_out,
+        )
 
 
 def _is_probe(r: Record, prefix: str) -> bool:
@@ -334,8 +375,14 @@ def _is_probe(r: Record, prefix: str) -> bool:
     return False
 
 
-_SECRET_KEYS = ("database.password", "database.user", "database.hostname", "database.port",
-                "schema.history.internal.file.filename", "database.server.id")
+_SECRET_KEYS = (
+    "database.password",
+    "database.user",
+    "database.hostname",
+    "database.port",
+    "schema.history.internal.file.filename",
+    "database.server.id",
+)
 
 
 def _split_schema(text: str | None, schemas: list[str], index: dict[str, int]) -> Any:
@@ -343,11 +390,11 @@ def _split_schema(text: str | None, schemas: list[str], index: dict[str, int]) -
     if text is None or not text.startswith('{"schema":'):
         return text
     cut = text.index(',"payload":')
-    schema = text[len('{"schema":'):cut]
+    schema = text[len('{"schema":') : cut]
     if schema not in index:
         index[schema] = len(schemas)
         schemas.append(schema)
-    return {"schema": index[schema], "payload": text[cut + len(',"payload":'):-1]}
+    return {"schema": index[schema], "payload": text[cut + len(',"payload":') : -1]}
 
 
 def _join_schema(v: Any, schemas: list[str]) -> str | None:
@@ -362,12 +409,23 @@ def save_golden(path: Path | str, capture: Capture, **extra: Any) -> None:
     once in ``schemas``) plus the payload text. ``load_golden`` restores the texts."""
     schemas: list[str] = []
     index: dict[str, int] = {}
-    records = [{"topic": r.topic, "key": _split_schema(r.key, schemas, index),
-                "value": _split_schema(r.value, schemas, index), "headers": [list(h) for h in r.headers]}
-               for r in capture.records]
-    doc = {"prefix": capture.prefix, "databases": capture.databases,
-           "properties": {k: v for k, v in capture.properties.items() if k not in _SECRET_KEYS},
-           "schemas": schemas, "records": records, **extra}
+    records = [
+        {
+            "topic": r.topic,
+            "key": _split_schema(r.key, schemas, index),
+            "value": _split_schema(r.value, schemas, index),
+            "headers": [list(h) for h in r.headers],
+        }
+        for r in capture.records
+    ]
+    doc = {
+        "prefix": capture.prefix,
+        "databases": capture.databases,
+        "properties": {k: v for k, v in capture.properties.items() if k not in _SECRET_KEYS},
+        "schemas": schemas,
+        "records": records,
+        **extra,
+    }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
 

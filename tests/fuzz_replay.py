@@ -55,17 +55,33 @@ def replay(stack, statements: list[str], work: Path, wait_s: float = 120) -> lis
     """Runs ``statements`` through ingest + merger; returns the differences (empty: equal)."""
     name = "r" + uuid.uuid4().hex[:8]
     db = f"{name}_db"
-    conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, autocommit=True, charset="utf8mb4")
+    conn = pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        autocommit=True,
+        charset="utf8mb4",
+    )
     work.mkdir(parents=True, exist_ok=True)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
         cur.execute(f"USE `{db}`")
-    ingest = IngestProcess(write_config(stack, work / "ingest.yaml", name, [db, "cdc"], topic_partitions=3,
-                                        on_xa_rollback="warn"), work / "ingest.log").start()
-    merger = MergerProcess(write_merger_config(stack, work / "merger.yaml", name, [db], work,
-                                               **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 2}),
-                           work / "merger.log").start()
+    ingest = IngestProcess(
+        write_config(stack, work / "ingest.yaml", name, [db, "cdc"], topic_partitions=3, on_xa_rollback="warn"),
+        work / "ingest.log",
+    ).start()
+    merger = MergerProcess(
+        write_merger_config(
+            stack,
+            work / "merger.yaml",
+            name,
+            [db],
+            work,
+            **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 2},
+        ),
+        work / "merger.log",
+    ).start()
     checker = SinkChecker(stack, work)
     problems: list[str] = []
     try:
@@ -109,8 +125,11 @@ def main(argv=None) -> int:
     def fails(candidate: list[str]) -> bool:
         started = time.monotonic()
         problems = replay(stack, candidate, base / f"run{next(runs)}", args.wait)
-        print(f"{len(candidate)} statements: {'DIVERGES' if problems else 'equal'} "
-              f"({time.monotonic() - started:.0f}s) {problems[:1]}", flush=True)
+        print(
+            f"{len(candidate)} statements: {'DIVERGES' if problems else 'equal'} "
+            f"({time.monotonic() - started:.0f}s) {problems[:1]}",
+            flush=True,
+        )
         return bool(problems)
 
     if not fails(statements):

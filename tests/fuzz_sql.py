@@ -43,11 +43,69 @@ from typing import Iterator
 # ----------------------------------------------------------------------------- values
 
 # key strings that collide under utf8mb4_general_ci (t_str) or utf8mb4_unicode_ci (t_comp)
-KEY_STRINGS = ["a", "A", "á", "Ä", "a ", "b", "B", "ss", "ß", "SS", "straße", "STRASSE", "e", "É", "ê",
-               "😀", "😁", "🎉x", "日本", "ｶ", "カ", "O'Brien", "o'brien", "back\\slash", "tab\tx", "z", "Z",
-               "-", "", " ", "Ω", "ω", "ǅ", "ǆ"]
-TEXT_PIECES = ["a", "Z", "é", "ß", "日本語", "😀", "🎉", "👍🏽", "e\u0301", "שלום", "'", '"', "\\", "\n", "\t",
-               " ", "%", "_", "\u200d", "€", "x", "0", "\x01", "ｶ", "Ω"]
+KEY_STRINGS = [
+    "a",
+    "A",
+    "á",
+    "Ä",
+    "a ",
+    "b",
+    "B",
+    "ss",
+    "ß",
+    "SS",
+    "straße",
+    "STRASSE",
+    "e",
+    "É",
+    "ê",
+    "😀",
+    "😁",
+    "🎉x",
+    "日本",
+    "ｶ",
+    "カ",
+    "O'Brien",
+    "o'brien",
+    "back\\slash",
+    "tab\tx",
+    "z",
+    "Z",
+    "-",
+    "",
+    " ",
+    "Ω",
+    "ω",
+    "ǅ",
+    "ǆ",
+]
+TEXT_PIECES = [
+    "a",
+    "Z",
+    "é",
+    "ß",
+    "日本語",
+    "😀",
+    "🎉",
+    "👍🏽",
+    "e\u0301",
+    "שלום",
+    "'",
+    '"',
+    "\\",
+    "\n",
+    "\t",
+    " ",
+    "%",
+    "_",
+    "\u200d",
+    "€",
+    "x",
+    "0",
+    "\x01",
+    "ｶ",
+    "Ω",
+]
 
 
 def sql_str(s: str) -> str:
@@ -59,9 +117,9 @@ def sql_str(s: str) -> str:
 @dataclass
 class Col:
     name: str
-    kind: str                # int | bigint | ubig | decimal | varchar | datetime | text
-    length: int = 0          # VARCHAR length, DECIMAL precision
-    scale: int = 0           # DECIMAL scale, DATETIME fsp
+    kind: str  # int | bigint | ubig | decimal | varchar | datetime | text
+    length: int = 0  # VARCHAR length, DECIMAL precision
+    scale: int = 0  # DECIMAL scale, DATETIME fsp
     nullable: bool = True
     default: str | None = None  # an SQL literal
     collation: str | None = None
@@ -69,8 +127,11 @@ class Col:
     def type_sql(self) -> str:
         t = {"int": "INT", "bigint": "BIGINT", "ubig": "BIGINT UNSIGNED", "text": "TEXT"}.get(self.kind)
         if t is None:
-            t = {"decimal": f"DECIMAL({self.length},{self.scale})", "varchar": f"VARCHAR({self.length})",
-                 "datetime": f"DATETIME({self.scale})"}[self.kind]
+            t = {
+                "decimal": f"DECIMAL({self.length},{self.scale})",
+                "varchar": f"VARCHAR({self.length})",
+                "datetime": f"DATETIME({self.scale})",
+            }[self.kind]
         if self.collation:
             t += f" CHARACTER SET utf8mb4 COLLATE {self.collation}"
         return t
@@ -112,8 +173,10 @@ class Table:
     def create_sql(self) -> str:
         cols = ",\n  ".join(c.sql() for c in self.columns)
         pk = ", ".join(f"`{c.name}`" for c in self.keys)
-        return (f"CREATE TABLE `{self.name}` (\n  {cols},\n  PRIMARY KEY ({pk})\n) ENGINE={self.engine} "
-                f"DEFAULT CHARSET=utf8mb4")
+        return (
+            f"CREATE TABLE `{self.name}` (\n  {cols},\n  PRIMARY KEY ({pk})\n) ENGINE={self.engine} "
+            f"DEFAULT CHARSET=utf8mb4"
+        )
 
 
 BASE_VALUES = ("i", "d", "s", "dt", "tx")
@@ -138,20 +201,28 @@ def _bulk_key_value(c: "Col", r: random.Random) -> str:
 
 
 def _base_values(extra: list[Col] | None = None) -> list[Col]:
-    return [Col("i", "int"), Col("d", "decimal", 10, 2), Col("s", "varchar", 40), Col("dt", "datetime", 0, 6),
-            Col("tx", "text"), *(extra or [])]
+    return [
+        Col("i", "int"),
+        Col("d", "decimal", 10, 2),
+        Col("s", "varchar", 40),
+        Col("dt", "datetime", 0, 6),
+        Col("tx", "text"),
+        *(extra or []),
+    ]
 
 
 def initial_tables(myisam: bool = False) -> list[Table]:
     tables = [
-        Table("t_int", [Col("id", "int", nullable=False)],
-              _base_values([Col("n", "int", nullable=False, default="0")])),
+        Table(
+            "t_int", [Col("id", "int", nullable=False)], _base_values([Col("n", "int", nullable=False, default="0")])
+        ),
         Table("t_ubig", [Col("id", "ubig", nullable=False)], _base_values()),
-        Table("t_str", [Col("code", "varchar", 24, nullable=False, collation="utf8mb4_general_ci")],
-              _base_values()),
-        Table("t_comp", [Col("a", "int", nullable=False),
-                         Col("b", "varchar", 16, nullable=False, collation="utf8mb4_unicode_ci")],
-              _base_values()),
+        Table("t_str", [Col("code", "varchar", 24, nullable=False, collation="utf8mb4_general_ci")], _base_values()),
+        Table(
+            "t_comp",
+            [Col("a", "int", nullable=False), Col("b", "varchar", 16, nullable=False, collation="utf8mb4_unicode_ci")],
+            _base_values(),
+        ),
     ]
     if myisam:
         tables.append(Table("t_myi", [Col("id", "int", nullable=False)], _base_values(), engine="MyISAM"))
@@ -160,15 +231,16 @@ def initial_tables(myisam: bool = False) -> list[Table]:
 
 # ----------------------------------------------------------------------------- the generator
 
+
 @dataclass
 class Features:
     """What the generator may emit. The defaults are the forms the pipeline is expected to
     get right; the others are switched on to look for (or show) known gaps."""
 
     ddl: bool = True
-    myisam: bool = False            # add t_myi (MyISAM) and use it inside transactions
+    myisam: bool = False  # add t_myi (MyISAM) and use it inside transactions
     reuse_dropped_names: bool = False  # ADD COLUMN may reuse a dropped column's name
-    key_widening: bool = True       # MODIFY a key column INT -> BIGINT
+    key_widening: bool = True  # MODIFY a key column INT -> BIGINT
     ddl_in_transaction: bool = True  # DDL inside BEGIN ... (an implicit commit)
     # ADD COLUMN ... NOT NULL without DEFAULT: existing rows get the type's implicit
     # default (0, '') without any row event
@@ -200,9 +272,11 @@ class Workload:
             if bulk_rows:
                 keys = ", ".join(_bulk_key(c) for c in t.keys)
                 names = ", ".join(f"`{c.name}`" for c in t.keys)
-                out.append(f"INSERT IGNORE INTO `{t.name}` ({names}, `i`, `s`, `dt`) SELECT {keys}, seq, "
-                           f"CONCAT('bulk ', seq), '2024-01-01 00:00:00' + INTERVAL seq SECOND "
-                           f"FROM seq_1_to_{bulk_rows}")
+                out.append(
+                    f"INSERT IGNORE INTO `{t.name}` ({names}, `i`, `s`, `dt`) SELECT {keys}, seq, "
+                    f"CONCAT('bulk ', seq), '2024-01-01 00:00:00' + INTERVAL seq SECOND "
+                    f"FROM seq_1_to_{bulk_rows}"
+                )
         return out
 
     def statements(self, n: int) -> Iterator[str]:
@@ -256,13 +330,14 @@ class Workload:
 
     def _rollback_to(self) -> str:
         name = self.r.choice(self.savepoints)
-        self.savepoints = self.savepoints[:self.savepoints.index(name) + 1]
-        return self.r.choice(["ROLLBACK TO SAVEPOINT {}", "ROLLBACK TO {}", "ROLLBACK WORK TO SAVEPOINT {}"]
-                             ).format(name)
+        self.savepoints = self.savepoints[: self.savepoints.index(name) + 1]
+        return self.r.choice(["ROLLBACK TO SAVEPOINT {}", "ROLLBACK TO {}", "ROLLBACK WORK TO SAVEPOINT {}"]).format(
+            name
+        )
 
     def _release(self) -> str:
         name = self.r.choice(self.savepoints)
-        self.savepoints = self.savepoints[:self.savepoints.index(name)]
+        self.savepoints = self.savepoints[: self.savepoints.index(name)]
         return f"RELEASE SAVEPOINT {name}"
 
     # ------------------------------------------------------------------ values
@@ -277,22 +352,22 @@ class Workload:
             if y < 0.7:
                 return str(r.randint(-1000, 1000))
             if y < 0.9:
-                return str(r.randint(-2**31, 2**31 - 1))
+                return str(r.randint(-(2**31), 2**31 - 1))
             if k == "bigint":
-                return str(r.randint(-2**63, 2**63 - 1))
-            return str(r.choice([-2**31, 2**31 - 1, 0, -1]))
+                return str(r.randint(-(2**63), 2**63 - 1))
+            return str(r.choice([-(2**31), 2**31 - 1, 0, -1]))
         if k == "ubig":
             return str(r.choice([r.randint(0, 2**64 - 1), r.randint(0, 1000), 2**64 - 1, 2**63]))
         if k == "decimal":
             digits = c.length - c.scale
             y = r.random()
             if y < 0.1:
-                top = 10 ** c.length - 1
+                top = 10**c.length - 1
                 n = r.choice([top, -top, 0, 1, -1])
             elif y < 0.5:
-                n = r.randint(-10 ** c.length + 1, 10 ** c.length - 1)
+                n = r.randint(-(10**c.length) + 1, 10**c.length - 1)
             else:
-                n = r.randint(-10 ** min(digits, 4) * 10 ** c.scale, 10 ** min(digits, 4) * 10 ** c.scale)
+                n = r.randint(-(10 ** min(digits, 4)) * 10**c.scale, 10 ** min(digits, 4) * 10**c.scale)
             return str(Decimal(n).scaleb(-c.scale)) if c.scale else str(n)
         if k == "varchar":
             return sql_str(self.text(r.randint(0, c.length)))
@@ -304,20 +379,31 @@ class Workload:
         if k == "datetime":
             y = r.random()
             if y < 0.1:
-                return sql_str(r.choice(["1000-01-01 00:00:00", "9999-12-31 23:59:59.999999",
-                                         "1970-01-01 00:00:00", "1969-12-31 23:59:59.999999",
-                                         "2038-01-19 03:14:08"]))
+                return sql_str(
+                    r.choice(
+                        [
+                            "1000-01-01 00:00:00",
+                            "9999-12-31 23:59:59.999999",
+                            "1970-01-01 00:00:00",
+                            "1969-12-31 23:59:59.999999",
+                            "2038-01-19 03:14:08",
+                        ]
+                    )
+                )
             year = r.choice([r.randint(1000, 9999), r.randint(1960, 2040)])
             frac = f".{r.randint(0, 999999):06d}" if r.random() < 0.7 else ""
-            return sql_str(f"{year:04d}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} "
-                           f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}{frac}")
+            return sql_str(
+                f"{year:04d}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} "
+                f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}{frac}"
+            )
         raise AssertionError(k)
 
     def text(self, n: int) -> str:
         r = self.r
         if r.random() < 0.5:
-            return "".join(r.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ")
-                           for _ in range(n))
+            return "".join(
+                r.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ") for _ in range(n)
+            )
         out = []
         while len(out) < n:
             out.append(r.choice(TEXT_PIECES))
@@ -333,7 +419,7 @@ class Workload:
             y = r.random()
             if y < 0.9:
                 return str(r.randint(-3, 60))
-            return str(r.choice([-2**31, 2**31 - 1, 2**31 - 2]))
+            return str(r.choice([-(2**31), 2**31 - 1, 2**31 - 2]))
         if c.kind == "ubig":
             return str(r.choice([r.randint(0, 40), 2**63 + r.randint(-3, 3), 2**64 - 1 - r.randint(0, 5)]))
         if c.kind == "varchar":
@@ -394,16 +480,36 @@ class Workload:
         if c.kind in ("int", "bigint", "ubig", "decimal"):
             return r.choice([f"{me} + 1", f"{me} - 1", f"COALESCE({me}, 0) + 7", f"{me} * 2", me])
         if c.kind in ("varchar", "text"):
-            return r.choice([f"CONCAT({me}, 'x')", f"UPPER({me})", f"LEFT({me}, 3)", f"REVERSE({me})",
-                             f"CONCAT(COALESCE({me}, ''), '😀')", me])
+            return r.choice(
+                [
+                    f"CONCAT({me}, 'x')",
+                    f"UPPER({me})",
+                    f"LEFT({me}, 3)",
+                    f"REVERSE({me})",
+                    f"CONCAT(COALESCE({me}, ''), '😀')",
+                    me,
+                ]
+            )
         return r.choice([f"{me} + INTERVAL 1 SECOND", f"{me} - INTERVAL 1 DAY", me])
 
     def _dml(self) -> str:
         r = self.r
         t = self._table()
-        kinds = [("insert", 12), ("insert_multi", 8), ("insert_ignore", 5), ("upsert", 8), ("replace", 5),
-                 ("update_key", 14), ("update_range", 8), ("key_change", 7), ("delete_key", 7),
-                 ("delete_range", 4), ("multi_update", 3), ("multi_delete", 2), ("insert_select", 3)]
+        kinds = [
+            ("insert", 12),
+            ("insert_multi", 8),
+            ("insert_ignore", 5),
+            ("upsert", 8),
+            ("replace", 5),
+            ("update_key", 14),
+            ("update_range", 8),
+            ("key_change", 7),
+            ("delete_key", 7),
+            ("delete_range", 4),
+            ("multi_update", 3),
+            ("multi_delete", 2),
+            ("insert_select", 3),
+        ]
         kind = r.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
         key = ", ".join(f"`{c.name}`" for c in t.keys)
         if kind == "insert":
@@ -415,7 +521,8 @@ class Workload:
         if kind == "upsert":
             upd = ", ".join(
                 r.choice([f"`{c.name}` = VALUES(`{c.name}`)", f"`{c.name}` = {self._expr(c)}"])
-                for c in self._value_cols(t, at_least=1))
+                for c in self._value_cols(t, at_least=1)
+            )
             return self._insert(t, r.randint(1, 4), suffix=f" ON DUPLICATE KEY UPDATE {upd}")
         if kind == "replace":
             return self._insert(t, r.randint(1, 4), verb="REPLACE")
@@ -433,14 +540,17 @@ class Workload:
             return f"DELETE FROM `{t.name}` WHERE {self.key_range(t)}{limit}"
         if kind == "multi_update":
             a, b = r.sample(self.tables, 2)
-            return (f"UPDATE `{a.name}` x JOIN `{b.name}` y ON {self._join(a, b)} SET {self._assignments(a, 'x.')}"
-                    f"{', ' + self._assignments(b, 'y.') if r.random() < 0.6 else ''} "
-                    f"WHERE x.{self.key_range(a)}")
+            return (
+                f"UPDATE `{a.name}` x JOIN `{b.name}` y ON {self._join(a, b)} SET {self._assignments(a, 'x.')}"
+                f"{', ' + self._assignments(b, 'y.') if r.random() < 0.6 else ''} "
+                f"WHERE x.{self.key_range(a)}"
+            )
         if kind == "multi_delete":
             a, b = r.sample(self.tables, 2)
             which = r.choice(["x", "y", "x, y"])
-            return (f"DELETE {which} FROM `{a.name}` x JOIN `{b.name}` y ON {self._join(a, b)} "
-                    f"WHERE x.{self.key_range(a)}")
+            return (
+                f"DELETE {which} FROM `{a.name}` x JOIN `{b.name}` y ON {self._join(a, b)} WHERE x.{self.key_range(a)}"
+            )
         if kind == "insert_select":
             return self._insert_select(t)
         raise AssertionError(kind)
@@ -467,8 +577,15 @@ class Workload:
             elif c.kind == "ubig":
                 exprs.append("ABS(COALESCE(y.`i`, 0)) % 40")
             else:
-                exprs.append(r.choice(["UPPER(COALESCE(LEFT(y.`s`, 2), 'q'))",
-                                       "COALESCE(LEFT(y.`s`, 1), '')", sql_str(r.choice(KEY_STRINGS))]))
+                exprs.append(
+                    r.choice(
+                        [
+                            "UPPER(COALESCE(LEFT(y.`s`, 2), 'q'))",
+                            "COALESCE(LEFT(y.`s`, 1), '')",
+                            sql_str(r.choice(KEY_STRINGS)),
+                        ]
+                    )
+                )
         cols = list(t.keys)
         for name in BASE_VALUES:
             if r.random() < 0.6:
@@ -486,8 +603,10 @@ class Workload:
         else:
             verb, suffix = "REPLACE", ""
         order = f" ORDER BY {', '.join(f'y.`{k.name}`' for k in src.keys)}"
-        return (f"{verb} INTO `{t.name}` ({names}) SELECT {', '.join(exprs)} FROM `{src.name}` y "
-                f"WHERE {where}{order}{suffix}")
+        return (
+            f"{verb} INTO `{t.name}` ({names}) SELECT {', '.join(exprs)} FROM `{src.name}` y "
+            f"WHERE {where}{order}{suffix}"
+        )
 
     def _key_change(self, t: Table) -> str:
         r = self.r
@@ -498,15 +617,25 @@ class Workload:
                 return f"UPDATE `{t.name}` SET `{c.name}` = {self.key_value(c)} WHERE {self.key_where(t)}"
             d = r.randint(1, 5)
             sign, order = r.choice([("+", "DESC"), ("-", "ASC"), ("+", "ASC")])
-            return (f"UPDATE `{t.name}` SET `{c.name}` = `{c.name}` {sign} {d} WHERE {self.key_range(t)} "
-                    f"ORDER BY `{c.name}` {order}")
+            return (
+                f"UPDATE `{t.name}` SET `{c.name}` = `{c.name}` {sign} {d} WHERE {self.key_range(t)} "
+                f"ORDER BY `{c.name}` {order}"
+            )
         if c.kind in ("int", "bigint"):  # t_comp.a
             return f"UPDATE `{t.name}` SET `a` = {self.key_value(c)} WHERE {self.key_where(t)}"
         if c.kind == "ubig":
             return f"UPDATE `{t.name}` SET `id` = {self.key_value(c)} WHERE {self.key_where(t)}"
         # strings: to a collation-equal spelling, or another key
-        expr = r.choice([f"UPPER(`{c.name}`)", f"LOWER(`{c.name}`)", f"CONCAT(`{c.name}`, ' ')",
-                         f"TRIM(`{c.name}`)", self.key_value(c), self.key_value(c)])
+        expr = r.choice(
+            [
+                f"UPPER(`{c.name}`)",
+                f"LOWER(`{c.name}`)",
+                f"CONCAT(`{c.name}`, ' ')",
+                f"TRIM(`{c.name}`)",
+                self.key_value(c),
+                self.key_value(c),
+            ]
+        )
         return f"UPDATE `{t.name}` SET `{c.name}` = {expr} WHERE {self.key_where(t)}"
 
     # ------------------------------------------------------------------ DDL
@@ -553,19 +682,23 @@ class Workload:
             # schema default then differs from Debezium's, which parses the DDL (a known
             # limit). Debezium keeps a default's escapes as written ('x''y' -> x''y, 'x\'y'
             # -> x\'y), ingest has the value: no quotes or backslashes in defaults.
-            v = sql_str("".join(ch for ch in v[1:-1].replace("''", "").replace("\\\\", "")
-                                if ord(ch) <= 0xFFFF and ch not in "'\\"))
+            v = sql_str(
+                "".join(
+                    ch for ch in v[1:-1].replace("''", "").replace("\\\\", "") if ord(ch) <= 0xFFFF and ch not in "'\\"
+                )
+            )
         if c.kind == "datetime" and "." in v:
             # at the column's precision: Debezium takes a DEFAULT as written in the DDL
             # (DATETIME(0) DEFAULT '... 58.353' -> .353), the server keeps it truncated
             head, frac = v[1:-1].split(".")
-            v = sql_str(head + ("." + frac[:c.scale] if c.scale else ""))
+            v = sql_str(head + ("." + frac[: c.scale] if c.scale else ""))
         return v
 
     def _add_column(self, t: Table) -> str:
         r = self.r
-        reuse = [c for c in self.dropped if self.features.reuse_dropped_names
-                 and all(c.name != x.name for x in t.columns)]
+        reuse = [
+            c for c in self.dropped if self.features.reuse_dropped_names and all(c.name != x.name for x in t.columns)
+        ]
         if reuse and r.random() < 0.5:
             c = r.choice(reuse)
             self.dropped.remove(c)
@@ -573,8 +706,12 @@ class Workload:
         else:
             self._col_counter += 1
             kind = r.choice(["int", "bigint", "decimal", "varchar", "datetime", "text"])
-            c = Col(f"x{self._col_counter}", kind, {"decimal": 8, "varchar": 20}.get(kind, 0),
-                    {"decimal": 3, "datetime": r.choice([0, 3, 6])}.get(kind, 0))
+            c = Col(
+                f"x{self._col_counter}",
+                kind,
+                {"decimal": 8, "varchar": 20}.get(kind, 0),
+                {"decimal": 3, "datetime": r.choice([0, 3, 6])}.get(kind, 0),
+            )
             y = r.random()
             if self.features.implicit_default and r.random() < 0.3:
                 c.nullable = False
@@ -671,6 +808,7 @@ def execute_tolerant(cur, statements) -> int:
 
 # ----------------------------------------------------------------------------- minimising
 
+
 def minimise(statements: list[str], fails, log=print) -> list[str]:
     """Delta debugging (Zeller's ddmin): a smallest-found sublist for which ``fails(sub)``
     is still true. ``fails`` runs a candidate (each call is a whole differential run)."""
@@ -678,7 +816,7 @@ def minimise(statements: list[str], fails, log=print) -> list[str]:
     n = 2
     while len(current) >= 2:
         size = -(-len(current) // n)
-        chunks = [current[i:i + size] for i in range(0, len(current), size)]
+        chunks = [current[i : i + size] for i in range(0, len(current), size)]
         reduced = False
         for i in range(len(chunks)):
             complement = [s for j, c in enumerate(chunks) if j != i for s in c]

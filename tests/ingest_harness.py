@@ -19,13 +19,16 @@ from ingest.producer import read_resume_point
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_config(stack: local_stack.StackInfo, path: Path, prefix: str, databases: list[str],
-                 **extra) -> Path:
+def write_config(stack: local_stack.StackInfo, path: Path, prefix: str, databases: list[str], **extra) -> Path:
     cfg = {
         "topic_prefix": prefix,
         "server_id": 6000 + (abs(hash(prefix)) % 20000),
-        "mysql": {"host": stack.mariadb.host, "port": stack.mariadb.port, "user": stack.mariadb.user,
-                  "password_file": str(local_stack.secret_file(stack, "mysql_password"))},
+        "mysql": {
+            "host": stack.mariadb.host,
+            "port": stack.mariadb.port,
+            "user": stack.mariadb.user,
+            "password_file": str(local_stack.secret_file(stack, "mysql_password")),
+        },
         "kafka": {"bootstrap_servers": stack.kafka.bootstrap},
         "database_include": databases,
         "heartbeat_interval_ms": 1000,
@@ -55,8 +58,13 @@ class IngestProcess:
     def start(self) -> "IngestProcess":
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "ingest", "-c", str(self.config_path)],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cdc.cli", "ingest", "-c", str(self.config_path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
         return self
 
     def kill9(self) -> None:
@@ -100,8 +108,9 @@ class IngestProcess:
 
 
 def source_gtid(stack: local_stack.StackInfo) -> str:
-    conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password)
+    conn = pymysql.connect(
+        host=stack.mariadb.host, port=stack.mariadb.port, user="root", password=stack.mariadb.root_password
+    )
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT @@gtid_binlog_pos")
@@ -110,8 +119,9 @@ def source_gtid(stack: local_stack.StackInfo) -> str:
         conn.close()
 
 
-def wait_caught_up(stack: local_stack.StackInfo, prefix: str, timeout_s: float = 180.0,
-                   proc: IngestProcess | None = None) -> ResumePoint:
+def wait_caught_up(
+    stack: local_stack.StackInfo, prefix: str, timeout_s: float = 180.0, proc: IngestProcess | None = None
+) -> ResumePoint:
     """Waits until ingest's committed position reaches the source's current GTID."""
     import json
 
@@ -122,13 +132,14 @@ def wait_caught_up(stack: local_stack.StackInfo, prefix: str, timeout_s: float =
     while time.monotonic() < deadline:
         if proc is not None and not proc.alive():
             raise AssertionError(f"ingest exited:\n{proc.log_text()[-3000:]}")
-        point = read_resume_point({"bootstrap.servers": stack.kafka.bootstrap}, f"{prefix}.offsets", key,
-                                  timeout_s=5)
+        point = read_resume_point({"bootstrap.servers": stack.kafka.bootstrap}, f"{prefix}.offsets", key, timeout_s=5)
         if point and point.trx_gtid is None and _gtid_ge(point.gtid_state, target):
             return point
         time.sleep(0.5)
-    raise AssertionError(f"ingest did not catch up to {target} within {timeout_s}s (at {point})"
-                         + (f"\n{proc.log_text()[-3000:]}" if proc else ""))
+    raise AssertionError(
+        f"ingest did not catch up to {target} within {timeout_s}s (at {point})"
+        + (f"\n{proc.log_text()[-3000:]}" if proc else "")
+    )
 
 
 def _gtid_ge(state: str, target: str) -> bool:

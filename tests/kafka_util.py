@@ -51,12 +51,19 @@ def list_topics(bootstrap: str, prefix: str) -> list[str]:
         c.close()
 
 
-def read_records(bootstrap: str, topics: list[str], idle_s: float = 2.0, timeout_s: float = 120.0,
-                 dedup: bool = True) -> tuple[list[Record], int]:
+def read_records(
+    bootstrap: str, topics: list[str], idle_s: float = 2.0, timeout_s: float = 120.0, dedup: bool = True
+) -> tuple[list[Record], int]:
     """All records of ``topics`` (read_committed); returns (records, duplicates dropped)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-tests",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "cdc-tests",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     out: list[Record] = []
     dropped = 0
     replay = ReplayFilter()
@@ -81,8 +88,7 @@ def read_records(bootstrap: str, topics: list[str], idle_s: float = 2.0, timeout
                 if dedup and not replay.accept(msg.topic(), msg.partition(), pos, msg.value() is None):
                     dropped += 1
                     continue
-                out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                  headers, pos))
+                out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, pos))
     finally:
         consumer.close()
     return out, dropped
@@ -91,8 +97,10 @@ def read_records(bootstrap: str, topics: list[str], idle_s: float = 2.0, timeout
 def rebuild(records: list[Record], key_columns: list[str]) -> dict[tuple, dict]:
     """Replays change events in binlog order into {key: after-image}."""
     rows: dict[tuple, dict] = {}
-    ordered = sorted((r for r in records if r.value is not None and r.position is not None),
-                     key=lambda r: (r.position.key(), r.partition))
+    ordered = sorted(
+        (r for r in records if r.value is not None and r.position is not None),
+        key=lambda r: (r.position.key(), r.partition),
+    )
     seen_truncate = set()
     for r in ordered:
         p = r.payload

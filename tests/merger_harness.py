@@ -22,19 +22,30 @@ from tests.ingest_harness import IngestProcess, set_dotted
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_merger_config(stack: local_stack.StackInfo, path: Path, prefix: str, databases: list[str],
-                        work: Path, **extra) -> Path:
+def write_merger_config(
+    stack: local_stack.StackInfo, path: Path, prefix: str, databases: list[str], work: Path, **extra
+) -> Path:
     cfg = {
         "topic_prefix": prefix,
-        "mysql": {"host": stack.mariadb.host, "port": stack.mariadb.port, "user": "root",
-                  "password_file": str(local_stack.secret_file(stack, "mysql_root_password"))},
+        "mysql": {
+            "host": stack.mariadb.host,
+            "port": stack.mariadb.port,
+            "user": "root",
+            "password_file": str(local_stack.secret_file(stack, "mysql_root_password")),
+        },
         "kafka": {"bootstrap_servers": stack.kafka.bootstrap},
         "table_include": [f"{db}\\..*" for db in databases],
         "state_dir": str(work / "state"),
-        "sinks": {"delta": {"path": str(work / "delta")},
-                  "postgres": {"host": stack.postgres.host, "port": stack.postgres.port,
-                               "user": stack.postgres.user, "dbname": stack.postgres.database,
-                               "password_file": str(local_stack.secret_file(stack, "postgres_password"))}},
+        "sinks": {
+            "delta": {"path": str(work / "delta")},
+            "postgres": {
+                "host": stack.postgres.host,
+                "port": stack.postgres.port,
+                "user": stack.postgres.user,
+                "dbname": stack.postgres.database,
+                "password_file": str(local_stack.secret_file(stack, "postgres_password")),
+            },
+        },
         "snapshot": {"chunk_size": 20000, "chunks_per_window": 2, "window_timeout_s": 180},
         "trigger_interval_ms": 300,
         # a loaded machine can take more than Spark's 15 s to start a Python worker
@@ -55,8 +66,13 @@ class MergerProcess(IngestProcess):
 
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "merge", "-c", str(self.config_path)],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cdc.cli", "merge", "-c", str(self.config_path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
         return self
 
 
@@ -72,20 +88,30 @@ class SinkChecker:
         self._pg = None
         from cdc.config import MySQLConfig
 
-        self.catalog = SourceCatalog(MySQLConfig(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                                                 password_file=str(local_stack.secret_file(stack, "mysql_root_password"))))
+        self.catalog = SourceCatalog(
+            MySQLConfig(
+                host=stack.mariadb.host,
+                port=stack.mariadb.port,
+                user="root",
+                password_file=str(local_stack.secret_file(stack, "mysql_root_password")),
+            )
+        )
 
     def _source(self) -> SourceReader:
         m = self.stack.mariadb
-        return SourceReader(lambda: pymysql.connect(host=m.host, port=m.port, user="root",
-                                                    password=m.root_password, autocommit=True))
+        return SourceReader(
+            lambda: pymysql.connect(host=m.host, port=m.port, user="root", password=m.root_password, autocommit=True)
+        )
 
     def readers(self) -> dict:
         pg = self.stack.postgres
-        return {"delta": DeltaReader(str(self.work / "delta")),
-                "postgres": PostgresReader({"host": pg.host, "port": pg.port, "user": pg.user,
-                                            "dbname": pg.database, "password": pg.password},
-                                           nul_policy=self.nul_policy)}
+        return {
+            "delta": DeltaReader(str(self.work / "delta")),
+            "postgres": PostgresReader(
+                {"host": pg.host, "port": pg.port, "user": pg.user, "dbname": pg.database, "password": pg.password},
+                nul_policy=self.nul_policy,
+            ),
+        }
 
     def compare(self, db: str, table: str, keys: list[str] | None = None) -> list:
         """[(sink name, Comparison or None, error text or None)] for both sinks."""
@@ -99,8 +125,15 @@ class SinkChecker:
                 r.close()
         return [(n, None, c) if isinstance(c, str) else (n, c, None) for n, c in found.items()]
 
-    def verify(self, db: str, table: str, keys: list[str] | None = None, chunk_size: int = 10_000,
-               retries: int = 0, retry_wait: float = 1.0) -> list:
+    def verify(
+        self,
+        db: str,
+        table: str,
+        keys: list[str] | None = None,
+        chunk_size: int = 10_000,
+        retries: int = 0,
+        retry_wait: float = 1.0,
+    ) -> list:
         """`cdc verify`'s chunked comparison (merger.verifier), both sinks: TableResults
         (``.verdict``, ``.missing``, ``.extra``, ``.different``). Memory bounded by the
         chunk size, so it suits large tables better than ``compare``."""
@@ -110,8 +143,9 @@ class SinkChecker:
         readers = self.readers()
         try:
             t = source.describe(db, table)
-            return TableVerifier(source, t, keys or list(t.primary_key), readers, chunk_size,
-                                 retries=retries, retry_wait=retry_wait).run()
+            return TableVerifier(
+                source, t, keys or list(t.primary_key), readers, chunk_size, retries=retries, retry_wait=retry_wait
+            ).run()
         finally:
             source.close()
             for r in readers.values():
@@ -127,14 +161,24 @@ class SinkChecker:
     def pg(self):
         if self._pg is not None:
             self._pg.close()
-        self._pg = PostgresSink({"host": self.stack.postgres.host, "port": self.stack.postgres.port,
-                                 "user": self.stack.postgres.user, "dbname": self.stack.postgres.database,
-                                 "password": self.stack.postgres.password})
+        self._pg = PostgresSink(
+            {
+                "host": self.stack.postgres.host,
+                "port": self.stack.postgres.port,
+                "user": self.stack.postgres.user,
+                "dbname": self.stack.postgres.database,
+                "password": self.stack.postgres.password,
+            }
+        )
         return self._pg
 
     def counts(self, db: str, table: str) -> dict:
-        conn = pymysql.connect(host=self.stack.mariadb.host, port=self.stack.mariadb.port, user="root",
-                               password=self.stack.mariadb.root_password)
+        conn = pymysql.connect(
+            host=self.stack.mariadb.host,
+            port=self.stack.mariadb.port,
+            user="root",
+            password=self.stack.mariadb.root_password,
+        )
         try:
             with conn.cursor() as cur:
                 cur.execute(f"SELECT COUNT(*) FROM {quote_ident(db)}.{quote_ident(table)}")
@@ -163,8 +207,10 @@ class SinkChecker:
             else:
                 last = counts
             time.sleep(3)
-        raise AssertionError(f"sinks did not converge for {db}.{table} within {timeout_s}s: {last}"
-                             + (f"\n{proc.log_text()[-3000:]}" if proc else ""))
+        raise AssertionError(
+            f"sinks did not converge for {db}.{table} within {timeout_s}s: {last}"
+            + (f"\n{proc.log_text()[-3000:]}" if proc else "")
+        )
 
     def close(self):
         if self._pg is not None:
@@ -178,12 +224,14 @@ def create_mixed_tables(conn: pymysql.Connection, db: str, big_rows: int) -> Non
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")
         cur.execute(f"USE {db}")
-        cur.execute("CREATE TABLE num (id INT PRIMARY KEY, v VARCHAR(30), n BIGINT, d DECIMAL(12,2), "
-                    "ts DATETIME(3))")
-        cur.execute(f"INSERT INTO num SELECT seq, CONCAT('v', seq), seq * 7, seq / 100, "
-                    f"'2024-01-01 00:00:00' + INTERVAL seq SECOND FROM seq_1_to_{big_rows}")
-        cur.execute("CREATE TABLE skey (code VARCHAR(40) PRIMARY KEY, v INT) "
-                    "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+        cur.execute("CREATE TABLE num (id INT PRIMARY KEY, v VARCHAR(30), n BIGINT, d DECIMAL(12,2), ts DATETIME(3))")
+        cur.execute(
+            f"INSERT INTO num SELECT seq, CONCAT('v', seq), seq * 7, seq / 100, "
+            f"'2024-01-01 00:00:00' + INTERVAL seq SECOND FROM seq_1_to_{big_rows}"
+        )
+        cur.execute(
+            "CREATE TABLE skey (code VARCHAR(40) PRIMARY KEY, v INT) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"
+        )
         cur.execute("INSERT INTO skey SELECT CONCAT(CHAR(65 + seq % 26), 'é-', seq), seq FROM seq_1_to_20000")
         cur.execute("CREATE TABLE comp (a INT, b VARCHAR(10), c BIGINT, PRIMARY KEY (a, b))")
         cur.execute("INSERT INTO comp SELECT seq % 100, CONCAT('b', seq), seq FROM seq_1_to_20000")

@@ -33,8 +33,9 @@ def test_another_server():
 
 def test_reset_master_or_lagging_server():
     assert "behind" in backwards_reason(ResumePoint("0-1-40", "binlog.000002", 400, server_id=1), 1, "", FILES)
-    assert "behind" in backwards_reason(ResumePoint("0-1-40,1-1-5", "binlog.000002", 4, server_id=1), 1,
-                                        "0-1-41,1-1-4", FILES)
+    assert "behind" in backwards_reason(
+        ResumePoint("0-1-40,1-1-5", "binlog.000002", 4, server_id=1), 1, "0-1-41,1-1-4", FILES
+    )
     reason = backwards_reason(ResumePoint("0-1-40", "binlog.000009", 400, server_id=1), 1, "0-1-40", FILES)
     assert "binlog.000009" in reason and "RESET MASTER" in reason
 
@@ -58,8 +59,9 @@ def _wait_exit(proc, timeout_s=90):
 @pytest.mark.timeout(400)
 def test_reset_master_stops_ingest_with_the_way_out(private_stack, unique_name, tmp_path):
     st = private_stack
-    conn = pymysql.connect(host=st.mariadb.host, port=st.mariadb.port, user="root",
-                           password=st.mariadb.root_password, autocommit=True)
+    conn = pymysql.connect(
+        host=st.mariadb.host, port=st.mariadb.port, user="root", password=st.mariadb.root_password, autocommit=True
+    )
     db = f"rm_{unique_name}"
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")

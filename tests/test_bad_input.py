@@ -47,13 +47,20 @@ def _free_port() -> int:
 
 
 def _conn(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _status(config: Path) -> dict:
@@ -76,8 +83,12 @@ def _wait(predicate, what: str, timeout_s: float, proc=None):
 
 def _bad_records(db: str) -> list[tuple[bytes, str]]:
     """(value, what is wrong with it)"""
-    undecodable = {"op": "c", "after": {"id": "not-a-number", "v": "x", "n": 1}, "before": None,
-                   "source": {"db": db, "table": "good", "ts_ms": 0}}
+    undecodable = {
+        "op": "c",
+        "after": {"id": "not-a-number", "v": "x", "n": 1},
+        "before": None,
+        "source": {"db": db, "table": "good", "ts_ms": 0},
+    }
     return [
         (b"this is { not JSON", "not JSON"),
         (json.dumps({"after": {"id": 1}}).encode(), "unknown op"),
@@ -86,20 +97,23 @@ def _bad_records(db: str) -> list[tuple[bytes, str]]:
     ]
 
 
-@pytest.mark.parametrize("config, needles", [
-    ({"on_bad_record": "skip"}, ["on_bad_record", "'dead_letter'", "'stop'"]),
-    ({"snapshot": {"chunk_size": 5}}, ["snapshot.chunk_size", "greater than or equal to 100"]),
-    ({"sinks": {"delta": {"path": "/x", "paht": "/y"}}}, ["sinks.delta.paht", "unknown key"]),
-    ({"sinks": {"delta": {}}}, ["sinks.delta.path", "required"]),
-    ({"watermark_table": "nodot"}, ["watermark_table", "<database>.<table>"]),
-    ({"table_include": ["(unclosed"]}, ["table_include", "invalid regex"]),
-    ({"end_probe": "tail"}, ["end_probe", "'scan'", "'watermark'"]),
-    ({"mysql": {"ssl_mode": "verify"}}, ["mysql.ssl_mode", "'verify_identity'"]),
-    ({"mysql": {"port": 70000}}, ["mysql.port", "less than or equal to 65535"]),
-    ({"mysql": {"password_env": "CDC_NO_SUCH_VARIABLE_X"}}, ["CDC_NO_SUCH_VARIABLE_X", "not set"]),
-    ({"kafka": {"extra": {"sasl.password": "hunter2"}}}, ["kafka.extra", "kafka.sasl_password_env"]),
-    ({"trigger_interval_ms": "soon"}, ["trigger_interval_ms", "integer"]),
-])
+@pytest.mark.parametrize(
+    "config, needles",
+    [
+        ({"on_bad_record": "skip"}, ["on_bad_record", "'dead_letter'", "'stop'"]),
+        ({"snapshot": {"chunk_size": 5}}, ["snapshot.chunk_size", "greater than or equal to 100"]),
+        ({"sinks": {"delta": {"path": "/x", "paht": "/y"}}}, ["sinks.delta.paht", "unknown key"]),
+        ({"sinks": {"delta": {}}}, ["sinks.delta.path", "required"]),
+        ({"watermark_table": "nodot"}, ["watermark_table", "<database>.<table>"]),
+        ({"table_include": ["(unclosed"]}, ["table_include", "invalid regex"]),
+        ({"end_probe": "tail"}, ["end_probe", "'scan'", "'watermark'"]),
+        ({"mysql": {"ssl_mode": "verify"}}, ["mysql.ssl_mode", "'verify_identity'"]),
+        ({"mysql": {"port": 70000}}, ["mysql.port", "less than or equal to 65535"]),
+        ({"mysql": {"password_env": "CDC_NO_SUCH_VARIABLE_X"}}, ["CDC_NO_SUCH_VARIABLE_X", "not set"]),
+        ({"kafka": {"extra": {"sasl.password": "hunter2"}}}, ["kafka.extra", "kafka.sasl_password_env"]),
+        ({"trigger_interval_ms": "soon"}, ["trigger_interval_ms", "integer"]),
+    ],
+)
 def test_invalid_merger_configuration_is_one_line_naming_the_key(tmp_path, config, needles):
     """No servers needed: the configuration is checked before anything connects."""
     path = tmp_path / "merger.yaml"
@@ -130,8 +144,15 @@ def test_dead_letters_and_incompatible_ddl_pause_resume_snapshot(stack, tmp_path
     metrics_port = _free_port()
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path,
-                               metrics_port=metrics_port, on_bad_record="dead_letter")  # the default pauses
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        metrics_port=metrics_port,
+        on_bad_record="dead_letter",
+    )  # the default pauses
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
     topic = f"{unique_name}.{db}.good"
@@ -154,6 +175,7 @@ def test_dead_letters_and_incompatible_ddl_pause_resume_snapshot(stack, tmp_path
         def dead_letters():
             recs, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.dlq"], idle_s=2, dedup=False)
             return recs if len(recs) >= len(bad) else None
+
         dlq = _wait(dead_letters, "the dead-letter records", 120, merger)
         assert len(dlq) == len(bad), [r.value for r in dlq]
         for rec, (value, why) in zip(sorted(dlq, key=lambda r: int(r.headers["cdc.dlq.offset"])), bad):
@@ -220,8 +242,15 @@ def test_drop_table_lets_a_sink_start_the_table_anew(kind, stack, tmp_path, uniq
     elif kind == "postgres":
         from merger.sinks.postgres import PostgresSink
 
-        sink = PostgresSink({"host": stack.postgres.host, "port": stack.postgres.port, "user": stack.postgres.user,
-                             "password": stack.postgres.password, "dbname": stack.postgres.database})
+        sink = PostgresSink(
+            {
+                "host": stack.postgres.host,
+                "port": stack.postgres.port,
+                "user": stack.postgres.user,
+                "password": stack.postgres.password,
+                "dbname": stack.postgres.database,
+            }
+        )
     else:
         from merger.sinks.kafka_changelog import KafkaChangelogSink
 
@@ -231,8 +260,15 @@ def test_drop_table_lets_a_sink_start_the_table_anew(kind, stack, tmp_path, uniq
     narrow = pa.schema([pa.field("id", pa.int32(), False), pa.field("b", pa.int32())])
 
     def changes(schema, ids, seq):
-        return pa.table({"id": pa.array(ids, pa.int32()), "b": pa.array([i * 10 for i in ids], schema.field("b").type),
-                         "_cdc_op": ["c"] * len(ids), "_cdc_seq": pa.array([seq] * len(ids), pa.int64())})
+        return pa.table(
+            {
+                "id": pa.array(ids, pa.int32()),
+                "b": pa.array([i * 10 for i in ids], schema.field("b").type),
+                "_cdc_op": ["c"] * len(ids),
+                "_cdc_seq": pa.array([seq] * len(ids), pa.int64()),
+            }
+        )
+
     try:
         assert sink.ensure_table(table, wide, ["id"]) == ["created"]
         assert sink.apply(table, 5, changes(wide, [1, 2, 3], 100))

@@ -64,11 +64,11 @@ def test_unsigned_bigint_max_exact():
     c = canon("bigint(20) unsigned")
     top = 18446744073709551615
     assert c.source(top) == "18446744073709551615"
-    assert same(c, top, Decimal(top))           # PostgreSQL numeric(20,0), Delta decimal(20,0)
+    assert same(c, top, Decimal(top))  # PostgreSQL numeric(20,0), Delta decimal(20,0)
     assert same(c, top, top)
-    assert not same(c, top, -1)                 # Debezium's long mode wraps it
+    assert not same(c, top, -1)  # Debezium's long mode wraps it
     assert not same(c, top, Decimal("18446744073709551615.5"))
-    assert not same(c, top, float(top))         # a float is never an integer's value
+    assert not same(c, top, float(top))  # a float is never an integer's value
     assert not same(c, 1, True)
 
 
@@ -105,19 +105,22 @@ EXACT = decimal.Context(prec=100)
 def test_decimal_65_30_exact():
     c = canon("decimal(65,30)")
     assert same(c, D65, D65)
-    assert same(c, D65, str(D65))               # Delta holds p > 38 as text
-    assert same(c, D65, str(D65) + "000")       # the same number
+    assert same(c, D65, str(D65))  # Delta holds p > 38 as text
+    assert same(c, D65, str(D65) + "000")  # the same number
     assert not same(c, D65, EXACT.add(D65, Decimal("1e-30")))  # last digit
-    assert not same(c, D65, D65.scaleb(-1))                    # scale changed
-    assert not same(c, D65, Decimal(str(D65)[:-1]))            # a digit dropped
-    assert not same(c, D65, float(D65))                        # a float is not exact
+    assert not same(c, D65, D65.scaleb(-1))  # scale changed
+    assert not same(c, D65, Decimal(str(D65)[:-1]))  # a digit dropped
+    assert not same(c, D65, float(D65))  # a float is not exact
     assert same(c, Decimal("-0.000000000000000000000000000001"), Decimal("-1E-30"))
     assert same(c, Decimal("0.000"), Decimal("-0"))
     assert c.source(Decimal("1.500")) == "1.5" and c.source(Decimal("100")) == "100"
 
 
-@given(st.decimals(allow_nan=False, allow_infinity=False, places=30,
-                   min_value=Decimal("-1e35") + 1, max_value=Decimal("1e35") - 1))
+@given(
+    st.decimals(
+        allow_nan=False, allow_infinity=False, places=30, min_value=Decimal("-1e35") + 1, max_value=Decimal("1e35") - 1
+    )
+)
 def test_decimal_any(d):
     c = canon("decimal(65,30)")
     assert same(c, d, d) and same(c, d, str(d)) and same(c, d, format(d, "f"))
@@ -134,9 +137,16 @@ def f32(x: float) -> float:
 def test_float_at_the_precision_the_server_prints():
     c = canon("float")
     # what MariaDB printed for these FLOAT values (6 significant digits)
-    for stored, printed in ((16777217, 16777200.0), (3.14159274, 3.14159), (1234565, 1234560.0),
-                            (1234575, 1234580.0), (1.17549435e-38, 1.17549e-38), (-3.4028234e38, -3.40282e+38),
-                            (1e-45, 1.4013e-45), (0.1, 0.1)):
+    for stored, printed in (
+        (16777217, 16777200.0),
+        (3.14159274, 3.14159),
+        (1234565, 1234560.0),
+        (1234575, 1234580.0),
+        (1.17549435e-38, 1.17549e-38),
+        (-3.4028234e38, -3.40282e38),
+        (1e-45, 1.4013e-45),
+        (0.1, 0.1),
+    ):
         assert same(c, printed, f32(stored)), (stored, printed)
         assert same(c, printed, float(repr(f32(stored))))  # PostgreSQL real: shortest text
     assert not same(c, 3.14159, f32(3.1416))
@@ -165,8 +175,8 @@ def test_float_m_d_and_double():
 
 def test_char_padding_and_varchar_spaces():
     c = canon("char(5)")
-    assert same(c, "ab", "ab") and same(c, "ab   ", "ab")   # PAD_CHAR_TO_FULL_LENGTH
-    assert not same(c, "ab", "ab ")                          # a sink that pads differs
+    assert same(c, "ab", "ab") and same(c, "ab   ", "ab")  # PAD_CHAR_TO_FULL_LENGTH
+    assert not same(c, "ab", "ab ")  # a sink that pads differs
     v = canon("varchar(5)")
     assert same(v, "ab ", "ab ") and not same(v, "ab ", "ab")
 
@@ -221,9 +231,9 @@ def test_bits():
     v = b"\x0c\x61"  # b'110001100001', as MySQL returns it
     assert b12.source(v) == "0x0c61"
     assert same(b12, v, b"\x0c\x61")
-    assert not same(b12, v, b"\x61\x0c")        # byte order reversed (little-endian)
-    assert not same(b12, v, b"\x0c\x61\x00")    # padded wider
-    assert not same(b12, v, 3169)               # an integer is not the sinks' representation
+    assert not same(b12, v, b"\x61\x0c")  # byte order reversed (little-endian)
+    assert not same(b12, v, b"\x0c\x61\x00")  # padded wider
+    assert not same(b12, v, 3169)  # an integer is not the sinks' representation
     assert not same(b12, v, True)
     b64 = canon("bit(64)", data_type="bit")
     assert same(b64, b"\xff" * 8, b"\xff" * 8) and not same(b64, b"\xff" * 8, b"\xff" * 7)
@@ -259,16 +269,20 @@ def test_geometry_wkb_without_srid():
 def test_json_parsed_and_normalised():
     j = ColumnCanon(Column("j", "longtext", "longtext", is_json=True), DELTA)
     text = '{"b": 1, "a": [1.0, 2, "😀", null, true], "c": {"y": 12345678901234567890.123456789}}'
-    parsed_pg = {"a": [Decimal("1.0"), 2, "😀", None, True], "b": 1,
-                 "c": {"y": Decimal("12345678901234567890.123456789")}}
+    parsed_pg = {
+        "a": [Decimal("1.0"), 2, "😀", None, True],
+        "b": 1,
+        "c": {"y": Decimal("12345678901234567890.123456789")},
+    }
     jb = ColumnCanon(Column("j", "longtext", "longtext", is_json=True), PG, "jsonb")
     assert jb.source(text) == jb.sink(parsed_pg)
-    assert j.source(text) == j.sink('{"a":[1,2,"\\ud83d\\ude00",null,true],"b":1,'
-                                     '"c":{"y":12345678901234567890.123456789}}')
+    assert j.source(text) == j.sink(
+        '{"a":[1,2,"\\ud83d\\ude00",null,true],"b":1,"c":{"y":12345678901234567890.123456789}}'
+    )
     assert jb.source(text) != jb.sink({**parsed_pg, "b": 2})
     assert jb.source(text) != jb.sink({**parsed_pg, "c": {"y": Decimal("12345678901234567890.12345679")}})
-    assert j.source('"abc"') == jb.sink("abc")            # a JSON string in jsonb
-    assert j.source("[1, 2]") != j.sink("[2, 1]")          # arrays keep their order
+    assert j.source('"abc"') == jb.sink("abc")  # a JSON string in jsonb
+    assert j.source("[1, 2]") != j.sink("[2, 1]")  # arrays keep their order
     # MariaDB shows JSON as longtext; a jsonb sink column makes it JSON
     assert ColumnCanon(Column("j", "longtext", "longtext"), PG, "jsonb").kind == "json"
     assert j.source("not json") == j.sink("not json") != j.sink("not  json")
@@ -282,9 +296,9 @@ def test_time_negative_and_beyond_24h():
     lo = dt.timedelta(hours=-838, minutes=-59, seconds=-59)
     hi = dt.timedelta(hours=838, minutes=59, seconds=59)
     assert t.source(lo) == "-838:59:59.000000" and t.source(hi) == "838:59:59.000000"
-    assert same(t, lo, lo) and same(t, lo, -3020399 * 10**6)     # PostgreSQL interval / Delta int64 µs
+    assert same(t, lo, lo) and same(t, lo, -3020399 * 10**6)  # PostgreSQL interval / Delta int64 µs
     assert same(t, hi, 3020399 * 10**6)
-    assert not same(t, hi, hi - dt.timedelta(days=34))            # wrapped at 24 h
+    assert not same(t, hi, hi - dt.timedelta(days=34))  # wrapped at 24 h
     assert not same(t, lo, dt.timedelta(hours=24) + lo % dt.timedelta(hours=24))
     half = dt.timedelta(microseconds=-500000)
     assert t.source(half) == "-0:00:00.500000" and same(t, half, -500000)
@@ -325,8 +339,9 @@ def test_timestamp_compares_instants():
     assert not same(c, src, src)  # a naive sink value is no instant
 
 
-@given(st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2106, 1, 1)),
-       st.integers(-14 * 60, 14 * 60))
+@given(
+    st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2106, 1, 1)), st.integers(-14 * 60, 14 * 60)
+)
 def test_timestamp_any_zone(v, minutes):
     c = canon("timestamp(6)")
     zoned = v.replace(tzinfo=UTC).astimezone(dt.timezone(dt.timedelta(minutes=minutes)))
@@ -338,19 +353,24 @@ def test_zero_dates():
     for t in ("date", "datetime", "timestamp"):
         c = canon(t)
         assert c.source("0000-00-00") is None and c.source("0000-00-00 00:00:00") is None
-    assert canon("date").source("2020-00-10") is None                        # partial zero
+    assert canon("date").source("2020-00-10") is None  # partial zero
     # NOT NULL: the valid DEFAULT, else the epoch
     assert canon("date", nullable=False).source("0000-00-00") == "1970-01-01"
     assert canon("date", nullable=False, default="'2000-01-02'").source("0000-00-00") == "2000-01-02"
     assert canon("date", nullable=False, default="'0000-00-00'").source("2020-02-00") == "1970-01-01"
-    assert canon("datetime(6)", nullable=False).source("0000-00-00 00:00:00.000000") == \
-        "1970-01-01 00:00:00.000000"
-    assert canon("datetime", nullable=False, default="current_timestamp()").source(
-        "0000-00-00 00:00:00") == "1970-01-01 00:00:00.000000"
-    assert canon("timestamp", nullable=False, default="'2000-01-01 00:00:00'").source(
-        "0000-00-00 00:00:00") == "2000-01-01 00:00:00.000000Z"
-    assert canon("timestamp", nullable=False, default="current_timestamp()").source(
-        "0000-00-00 00:00:00") == "1970-01-01 00:00:00.000000Z"
+    assert canon("datetime(6)", nullable=False).source("0000-00-00 00:00:00.000000") == "1970-01-01 00:00:00.000000"
+    assert (
+        canon("datetime", nullable=False, default="current_timestamp()").source("0000-00-00 00:00:00")
+        == "1970-01-01 00:00:00.000000"
+    )
+    assert (
+        canon("timestamp", nullable=False, default="'2000-01-01 00:00:00'").source("0000-00-00 00:00:00")
+        == "2000-01-01 00:00:00.000000Z"
+    )
+    assert (
+        canon("timestamp", nullable=False, default="current_timestamp()").source("0000-00-00 00:00:00")
+        == "1970-01-01 00:00:00.000000Z"
+    )
     assert canon("date", nullable=False).source("0000-01-01") == "1970-01-01"  # year 0: no date
     # a real value is itself
     assert canon("date", nullable=False).source(dt.date(2020, 2, 29)) == "2020-02-29"
@@ -359,13 +379,22 @@ def test_zero_dates():
 # ------------------------------------------------------------------ unexpected values
 
 
-@given(st.one_of(st.integers(), st.text(), st.binary(), st.booleans(), st.floats(), st.dates(),
-                 st.datetimes(), st.timedeltas()))
+@given(
+    st.one_of(
+        st.integers(), st.text(), st.binary(), st.booleans(), st.floats(), st.dates(), st.datetimes(), st.timedeltas()
+    )
+)
 @settings(max_examples=200)
 def test_a_wrong_typed_sink_value_never_equals(v):
-    for ct, src in (("int(11)", 7), ("varchar(5)", "7"), ("varbinary(5)", b"7"), ("date", dt.date(2007, 7, 7)),
-                    ("datetime(6)", dt.datetime(2007, 7, 7)), ("time(6)", dt.timedelta(seconds=7)),
-                    ("decimal(5,2)", Decimal("7.00"))):
+    for ct, src in (
+        ("int(11)", 7),
+        ("varchar(5)", "7"),
+        ("varbinary(5)", b"7"),
+        ("date", dt.date(2007, 7, 7)),
+        ("datetime(6)", dt.datetime(2007, 7, 7)),
+        ("time(6)", dt.timedelta(seconds=7)),
+        ("decimal(5,2)", Decimal("7.00")),
+    ):
         c = canon(ct)
         expected_type = type(src)
         if isinstance(v, expected_type) and type(v) is not bool or (ct.startswith("time") and type(v) is int):
@@ -387,9 +416,18 @@ def test_unsupported_type_is_an_error():
 
 
 def test_column_from_information_schema():
-    c = Column.from_information_schema({
-        "COLUMN_NAME": "u", "DATA_TYPE": "bigint", "COLUMN_TYPE": "bigint(20) unsigned", "IS_NULLABLE": "NO",
-        "COLUMN_DEFAULT": None, "NUMERIC_SCALE": 0, "DATETIME_PRECISION": None, "CHARACTER_SET_NAME": None})
+    c = Column.from_information_schema(
+        {
+            "COLUMN_NAME": "u",
+            "DATA_TYPE": "bigint",
+            "COLUMN_TYPE": "bigint(20) unsigned",
+            "IS_NULLABLE": "NO",
+            "COLUMN_DEFAULT": None,
+            "NUMERIC_SCALE": 0,
+            "DATETIME_PRECISION": None,
+            "CHARACTER_SET_NAME": None,
+        }
+    )
     assert c.unsigned and not c.nullable and c.kind == "int"
     assert Column("b", "bit", "bit(12)").bits == 12
     assert Column("j", "json", "json").kind == "json"
@@ -399,12 +437,21 @@ def test_column_from_information_schema():
 # ------------------------------------------------------------------ keys
 
 
-@pytest.mark.parametrize("column_type,value", [
-    ("int(11)", -5), ("bigint(20) unsigned", 18446744073709551615), ("decimal(65,30)", D65),
-    ("varchar(10)", "Zeta é"), ("varbinary(4)", b"\x00a"), ("bit(12)", b"\x0c\x61"),
-    ("date", dt.date(2020, 1, 2)), ("datetime(6)", dt.datetime(2020, 1, 2, 3, 4, 5, 6)),
-    ("timestamp(6)", dt.datetime(2020, 1, 2, 3, 4, 5, 6)), ("time(6)", dt.timedelta(hours=-800, microseconds=5)),
-])
+@pytest.mark.parametrize(
+    "column_type,value",
+    [
+        ("int(11)", -5),
+        ("bigint(20) unsigned", 18446744073709551615),
+        ("decimal(65,30)", D65),
+        ("varchar(10)", "Zeta é"),
+        ("varbinary(4)", b"\x00a"),
+        ("bit(12)", b"\x0c\x61"),
+        ("date", dt.date(2020, 1, 2)),
+        ("datetime(6)", dt.datetime(2020, 1, 2, 3, 4, 5, 6)),
+        ("timestamp(6)", dt.datetime(2020, 1, 2, 3, 4, 5, 6)),
+        ("time(6)", dt.timedelta(hours=-800, microseconds=5)),
+    ],
+)
 def test_key_values_round_trip(column_type, value):
     c = canon(column_type, data_type="bit" if column_type.startswith("bit") else None)
     cv = c.source(value)
@@ -427,11 +474,12 @@ def test_delta_and_postgres_key_values():
     import pyarrow as pa
 
     assert K.delta_value("time", "-1:00:00.000000", pa.int64()) == -3600 * 10**6
-    assert K.delta_value("decimal", "1.5", pa.string()) is None       # text order is not numeric
+    assert K.delta_value("decimal", "1.5", pa.string()) is None  # text order is not numeric
     assert K.delta_value("decimal", "1.5", pa.decimal128(10, 2)) == Decimal("1.5")
     assert K.delta_value("bit", "0x01", pa.bool_()) is True
     assert K.postgres_param("bit", "0x01", "boolean") is True
-    assert K.postgres_param("timestamp", "2020-01-01 00:00:00.000000Z", "timestamp with time zone") == \
-        dt.datetime(2020, 1, 1, tzinfo=UTC)
+    assert K.postgres_param("timestamp", "2020-01-01 00:00:00.000000Z", "timestamp with time zone") == dt.datetime(
+        2020, 1, 1, tzinfo=UTC
+    )
     with pytest.raises(K.UnsupportedKey):
         K.key_kind("json")

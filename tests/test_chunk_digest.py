@@ -18,16 +18,24 @@ COLUMNS = ["id", "name", "qty"]
 KEYS = ["id"]
 
 values = st.one_of(
-    st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st.text(max_size=8), st.binary(max_size=8),
-    st.floats(allow_nan=True), st.decimals(allow_nan=False, allow_infinity=False, places=3),
-    st.dates(), st.datetimes(), st.timedeltas(),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.floats(allow_nan=True),
+    st.decimals(allow_nan=False, allow_infinity=False, places=3),
+    st.dates(),
+    st.datetimes(),
+    st.timedeltas(),
 )
 
 
 def rows_strategy():
     # distinct integer keys, arbitrary other values
     return st.dictionaries(st.integers(-1000, 1000), st.tuples(st.text(max_size=5), values), max_size=30).map(
-        lambda d: [(k, a, b) for k, (a, b) in d.items()])
+        lambda d: [(k, a, b) for k, (a, b) in d.items()]
+    )
 
 
 def test_hash_is_stable_across_processes():
@@ -35,7 +43,8 @@ def test_hash_is_stable_across_processes():
     # processes and versions)
     assert row_hash((1, "a", None)) == row_hash((1, "a", None))
     assert f"{row_hash((1, 'a', None)):016x}" == "%016x" % int.from_bytes(
-        __import__("hashlib").blake2b(encode_row((1, "a", None)), digest_size=8).digest(), "big")
+        __import__("hashlib").blake2b(encode_row((1, "a", None)), digest_size=8).digest(), "big"
+    )
     assert encode_row((1, "a", None)) == b"\x00\x00\x00\x02i1\x00\x00\x00\x02sa\x00\x00\x00\x01N"
 
 
@@ -106,8 +115,10 @@ def test_equal_chunks_have_equal_digests_and_an_empty_diff(rows):
     assert diff(COLUMNS, KEYS, rows, copy).empty
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), max_size=8),
-       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), max_size=8))
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), max_size=8),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), max_size=8),
+)
 def test_a_digest_mismatch_always_shows_in_the_diff(src, dst):
     """Even with repeated keys (a chunk key that is not unique)."""
     d = diff(["k", "v"], ["k"], src, dst)
@@ -160,10 +171,13 @@ def test_merger_tables_follow_include_exclude_and_skip_watermarks():
     from merger.verifier import merger_tables
 
     tables = ["shop.orders", "shop.items", "cdc.cdc_watermarks", "hr.people", "shop.tmp_x"]
-    assert merger_tables(tables, [], [], "cdc.cdc_watermarks") == ["hr.people", "shop.items", "shop.orders",
-                                                                   "shop.tmp_x"]
-    assert merger_tables(tables, [r"shop\..*"], [r".*\.tmp_.*"], "cdc.cdc_watermarks") == ["shop.items",
-                                                                                            "shop.orders"]
+    assert merger_tables(tables, [], [], "cdc.cdc_watermarks") == [
+        "hr.people",
+        "shop.items",
+        "shop.orders",
+        "shop.tmp_x",
+    ]
+    assert merger_tables(tables, [r"shop\..*"], [r".*\.tmp_.*"], "cdc.cdc_watermarks") == ["shop.items", "shop.orders"]
 
 
 def test_exit_code():

@@ -35,8 +35,13 @@ class CrashingMerger(MergerProcess):
         if self.crash_at:
             env["CDC_CRASH_AT"] = self.crash_at
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "cdc.cli", "merge", "-c", str(self.config_path)],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cdc.cli", "merge", "-c", str(self.config_path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
         return self
 
     def wait_killed(self, timeout_s: float) -> None:
@@ -44,8 +49,9 @@ class CrashingMerger(MergerProcess):
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.stop()
-            raise AssertionError(f"the merger did not reach {self.crash_at} in {timeout_s}s:\n"
-                                 f"{self.log_text()[-3000:]}") from None
+            raise AssertionError(
+                f"the merger did not reach {self.crash_at} in {timeout_s}s:\n{self.log_text()[-3000:]}"
+            ) from None
         assert self.proc.returncode == -9, (self.proc.returncode, self.log_text()[-3000:])
         self._log.close()
 
@@ -65,8 +71,7 @@ class Writer(threading.Thread):
                     k = r.randint(1, ROWS + 2000)
                     op = r.random()
                     if op < 0.35:
-                        cur.execute(f"INSERT INTO {t} VALUES (%s, %s, 'ins') ON DUPLICATE KEY UPDATE v = v + 1",
-                                    (k, k))
+                        cur.execute(f"INSERT INTO {t} VALUES (%s, %s, 'ins') ON DUPLICATE KEY UPDATE v = v + 1", (k, k))
                     elif op < 0.75:
                         cur.execute(f"UPDATE {t} SET v = v + 1, s = 'upd' WHERE id BETWEEN %s AND %s", (k, k + 3))
                     else:
@@ -77,15 +82,21 @@ class Writer(threading.Thread):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "cdc.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.timeout(1500)
 def test_merger_killed_at_each_crash_point_converges(stack, unique_name, tmp_path):
     db = f"cp_{unique_name}"
-    root = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, autocommit=True)
+    root = pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        autocommit=True,
+    )
     with root.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
         for t in ("t", "p"):
@@ -94,18 +105,34 @@ def test_merger_killed_at_each_crash_point_converges(stack, unique_name, tmp_pat
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db])
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     settings = {"snapshot.chunk_size": 4000, "snapshot.emit_rows_per_batch": 3000}
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path,
-                               **settings, **{"sinks.postgres.nul_policy": "pause"})
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        **settings,
+        **{"sinks.postgres.nul_policy": "pause"},
+    )
     checker = SinkChecker(stack, tmp_path)
-    writer = Writer(pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                                    password=stack.mariadb.root_password, database=db, autocommit=True),
-                    ["t", "p"])
+    writer = Writer(
+        pymysql.connect(
+            host=stack.mariadb.host,
+            port=stack.mariadb.port,
+            user="root",
+            password=stack.mariadb.root_password,
+            database=db,
+            autocommit=True,
+        ),
+        ["t", "p"],
+    )
     merger = None
     try:
         wait_caught_up(stack, unique_name, proc=ingest)
         writer.start()
-        for n, point in enumerate(["mid_emission@2", "after_write:DeltaSink@6", "after_write:PostgresSink@9",
-                                   "before_state_save@4"]):
+        for n, point in enumerate(
+            ["mid_emission@2", "after_write:DeltaSink@6", "after_write:PostgresSink@9", "before_state_save@4"]
+        ):
             merger = CrashingMerger(mcfg, tmp_path / f"merger{n}.log", point).start()
             merger.wait_killed(300)
         # a table paused by a value a sink cannot store (nul_policy: pause) keeps its changes on disk

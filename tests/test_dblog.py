@@ -19,8 +19,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from merger.chunking import make_chunks, plan_by_boundaries, plan_numeric
-from merger.dblog import (DELETED, HIGH, LOW, Reconciler, apply_change, apply_truncate,
-                          decode_key, emitted_rows, encode_key, live_rows)
+from merger.dblog import (
+    DELETED,
+    HIGH,
+    LOW,
+    Reconciler,
+    apply_change,
+    apply_truncate,
+    decode_key,
+    emitted_rows,
+    encode_key,
+    live_rows,
+)
 
 
 def crc_partitioner(num_partitions):
@@ -44,8 +54,9 @@ def emit(rec, wid, rows, truncated_through=0):
     if not rows:
         return []
     width = len(key_of(rows[0]))
-    table = pa.table({**{f"k{i}": [key_of(r)[i] for r in rows] for i in range(width)},
-                      "row": pa.array(range(len(rows)), pa.int64())})
+    table = pa.table(
+        {**{f"k{i}": [key_of(r)[i] for r in rows] for i in range(width)}, "row": pa.array(range(len(rows)), pa.int64())}
+    )
     out = emitted_rows(rec.window(wid), table, [f"k{i}" for i in range(width)], truncated_through)
     assert out.column("_cdc_op").to_pylist() == ["r"] * out.num_rows
     return [(rows[i], seq) for i, seq in zip(out.column("row").to_pylist(), out.column("_cdc_seq").to_pylist())]
@@ -53,16 +64,17 @@ def emit(rec, wid, rows, truncated_through=0):
 
 # -- unit tests ------------------------------------------------------------------------
 
+
 def test_window_lifecycle_and_sequences():
     rec = Reconciler(2)
     rec.open_window("w1", ["t:0"], opened_at=0)
-    rec.on_event(0, 0, (2,), "u")          # before LOW: doesn't count
+    rec.on_event(0, 0, (2,), "u")  # before LOW: doesn't count
     open_all(rec, "w1", [1, 0], LOW)
-    rec.on_event(0, 2, (4,), "u")          # after LOW: seen
-    rec.on_event(1, 1, (3,), "d")          # after LOW: seen
+    rec.on_event(0, 2, (4,), "u")  # after LOW: seen
+    rec.on_event(1, 1, (3,), "d")  # after LOW: seen
     assert rec.ready_windows() == []
-    open_all(rec, "w1", [3, 3], HIGH)     # one HIGH write: the same position in every partition
-    assert rec.ready_windows() == []       # not staged yet
+    open_all(rec, "w1", [3, 3], HIGH)  # one HIGH write: the same position in every partition
+    assert rec.ready_windows() == []  # not staged yet
     rec.mark_staged("w1")
     assert rec.ready_windows() == ["w1"]
     rows = [((k,), f"row{k}") for k in range(1, 6)]
@@ -99,9 +111,9 @@ def test_truncate_after_low_drops_window_but_not_before():
     rec = Reconciler(2)
     rec.open_window("w", [], 0)
     rec.open_window("v", [], 0)
-    rec.on_event(0, 0, None, "t")          # before any LOW
+    rec.on_event(0, 0, None, "t")  # before any LOW
     open_all(rec, "w", [1, 0], LOW)
-    rec.on_event(1, 1, None, "t")          # after w's LOW in partition 1
+    rec.on_event(1, 1, None, "t")  # after w's LOW in partition 1
     open_all(rec, "v", [2, 2], LOW)
     for wid, offs in (("w", [3, 3]), ("v", [4, 4])):
         open_all(rec, wid, offs, HIGH)
@@ -225,10 +237,25 @@ def test_invalid_input():
         Reconciler.from_dict({"version": 99})
 
 
-ALL_TYPES_KEY = (1, -(2**70), "s\u00e9`'\"\\", b"\x00\xff", 1.5, -0.0, float("inf"),
-                 Decimal("1.10"), Decimal("-1E+5"), None, True, False,
-                 dt.datetime(2024, 2, 29, 23, 59, 59, 999999), dt.date(1970, 1, 1),
-                 dt.time(12, 0, 1, 5), dt.timedelta(days=-1, seconds=5), (1, ("nested",)))
+ALL_TYPES_KEY = (
+    1,
+    -(2**70),
+    "s\u00e9`'\"\\",
+    b"\x00\xff",
+    1.5,
+    -0.0,
+    float("inf"),
+    Decimal("1.10"),
+    Decimal("-1E+5"),
+    None,
+    True,
+    False,
+    dt.datetime(2024, 2, 29, 23, 59, 59, 999999),
+    dt.date(1970, 1, 1),
+    dt.time(12, 0, 1, 5),
+    dt.timedelta(days=-1, seconds=5),
+    (1, ("nested",)),
+)
 
 
 def _same(a, b):
@@ -261,8 +288,15 @@ def test_state_round_trip_is_exact_json():
     assert back.windows.keys() == rec.windows.keys()
     for wid, w in rec.windows.items():
         b = back.windows[wid]
-        assert (b.chunk_ids, b.opened_at, b.low, b.high, b.truncated, b.staged, b.problem) == \
-               (w.chunk_ids, w.opened_at, w.low, w.high, w.truncated, w.staged, w.problem)
+        assert (b.chunk_ids, b.opened_at, b.low, b.high, b.truncated, b.staged, b.problem) == (
+            w.chunk_ids,
+            w.opened_at,
+            w.low,
+            w.high,
+            w.truncated,
+            w.staged,
+            w.problem,
+        )
         assert b.seen == w.seen
     (restored,) = [k for k in back.window("w1").seen if isinstance(k, tuple) and len(k) > 1]
     assert _same(restored, ALL_TYPES_KEY)
@@ -271,10 +305,19 @@ def test_state_round_trip_is_exact_json():
 
 
 KEY_VALUES = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
-              st.decimals(allow_nan=True), st.text(), st.binary(),
-              st.datetimes(timezones=st.none() | st.timezones()), st.dates(), st.times(),
-              st.timedeltas()),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=True),
+        st.decimals(allow_nan=True),
+        st.text(),
+        st.binary(),
+        st.datetimes(timezones=st.none() | st.timezones()),
+        st.dates(),
+        st.times(),
+        st.timedeltas(),
+    ),
     lambda inner: st.lists(inner, max_size=3).map(tuple),
     max_leaves=6,
 ).map(lambda v: v if isinstance(v, tuple) else (v,))
@@ -290,15 +333,15 @@ def test_key_codec_round_trip(key):
 def test_model_sink_rules():
     sink = {}
     assert apply_change(sink, "a", 5, "A5")
-    assert not apply_change(sink, "a", 5, "A5 again")   # replay
-    assert not apply_change(sink, "a", 3, "A3")         # older
+    assert not apply_change(sink, "a", 5, "A5 again")  # replay
+    assert not apply_change(sink, "a", 3, "A3")  # older
     assert apply_change(sink, "a", 7, DELETED)
-    assert not apply_change(sink, "a", 6, "A6")         # can't resurrect
+    assert not apply_change(sink, "a", 6, "A6")  # can't resurrect
     assert apply_change(sink, "b", 2, "B2")
     assert apply_change(sink, "c", 9, "C9")
     part = {"a": 0, "b": 0, "c": 0, "d": 1}.get
     assert apply_change(sink, "d", 1, "D1")
-    assert apply_truncate(sink, 0, 8, part) == 1        # b deleted; a already; c newer
+    assert apply_truncate(sink, 0, 8, part) == 1  # b deleted; a already; c newer
     assert sink["a"] == (8, DELETED) and sink["b"] == (8, DELETED)
     assert live_rows(sink) == {"c": "C9", "d": "D1"}
     assert repr(DELETED) == "DELETED" and copy.deepcopy(DELETED) is DELETED
@@ -322,20 +365,20 @@ class World:
         self.P = num_partitions
         self.part = crc_partitioner(num_partitions)
         self.chunks = chunks
-        self.source = dict(initial_rows)   # key -> row; these rows have no events
+        self.source = dict(initial_rows)  # key -> row; these rows have no events
         self.version = 0
         # per partition: (sequence, record); the sequence is the binlog position, one
         # order across partitions (a broadcast record has the same one everywhere)
         self.logs = [[] for _ in range(self.P)]
         self.binlog = 0
         self.truncated_through = 0  # the sequence of the last truncate applied (saved)
-        self.pos = [0] * self.P                  # the merger's read position
+        self.pos = [0] * self.P  # the merger's read position
         self.clock = 0
         self.window_counter = 0
         self.rec = Reconciler(self.P)
         self.sink: dict = {}
-        self.rolled_back = False    # restarted from an older checkpoint at least once
-        self.stale_emissions = 0    # emitted rows the sink already held something newer for
+        self.rolled_back = False  # restarted from an older checkpoint at least once
+        self.stale_emissions = 0  # emitted rows the sink already held something newer for
         # the merger's own progress, persisted together with the reconciler state
         self.pending = list(range(len(chunks)))
         self.done: set = set()
@@ -412,8 +455,9 @@ class World:
             w["phase"] = "low"
         elif w["phase"] == "low":  # SELECT after LOW committed
             ranges = [self.chunks[i].range for i in w["chunks"]]
-            w["rows"] = [row for key, row in sorted(self.source.items(), key=repr)
-                         if any(r.contains(key) for r in ranges)]
+            w["rows"] = [
+                row for key, row in sorted(self.source.items(), key=repr) if any(r.contains(key) for r in ranges)
+            ]
             w["phase"] = "selected"
         elif w["phase"] == "selected":
             if not lose:
@@ -458,15 +502,20 @@ class World:
 
     # crashes
     def save_checkpoint(self):
-        self.saved = (json.dumps(self.rec.to_dict()),
-                      copy.deepcopy((self.pending, self.done, self.inflight, self.truncated_through)),
-                      list(self.pos))
+        self.saved = (
+            json.dumps(self.rec.to_dict()),
+            copy.deepcopy((self.pending, self.done, self.inflight, self.truncated_through)),
+            list(self.pos),
+        )
 
     def crash(self, rewinds):
         """Restart from the last checkpoint; Kafka re-delivers from at or before it."""
         state, driver, pos = self.saved
-        self.rolled_back |= (state != json.dumps(self.rec.to_dict()) or pos != self.pos
-                             or driver != (self.pending, self.done, self.inflight, self.truncated_through))
+        self.rolled_back |= (
+            state != json.dumps(self.rec.to_dict())
+            or pos != self.pos
+            or driver != (self.pending, self.done, self.inflight, self.truncated_through)
+        )
         self.rec = Reconciler.from_dict(json.loads(state))
         self.pending, self.done, self.inflight, self.truncated_through = copy.deepcopy(driver)
         self.pos = [max(0, pos[p] - rewinds[p % len(rewinds)]) for p in range(self.P)]
@@ -488,7 +537,7 @@ class World:
 
 def _steps(keys):
     gap = st.integers(0, 6).map(lambda g: max(0, g - 4))  # sometimes skip binlog positions
-    lose = st.integers(0, 11).map(lambda x: x == 0)      # a lost watermark marker
+    lose = st.integers(0, 11).map(lambda x: x == 0)  # a lost watermark marker
     pick = st.integers(0, 20)
     rewinds = st.lists(st.integers(0, 6), min_size=1, max_size=4)
     weighted = [
@@ -517,9 +566,9 @@ def scenarios(draw):
     kind = draw(st.sampled_from(sorted(SECOND_COLUMN)))
     keys = st.tuples(st.integers(0, 5), st.sampled_from(SECOND_COLUMN[kind]))
     initial = sorted(draw(st.sets(keys, max_size=14)))
-    if draw(st.booleans()):   # even split on the leading integer column
+    if draw(st.booleans()):  # even split on the leading integer column
         ranges = plan_numeric(0, 5, draw(st.integers(0, 40)), draw(st.integers(1, 12)))
-    else:                     # boundary-driven over the keys present at planning time
+    else:  # boundary-driven over the keys present at planning time
         size = draw(st.integers(1, 5))
 
         def next_boundary(lo, hi):
@@ -558,7 +607,7 @@ def run_scenario(sc):
             world.consume(*args)
         elif name == "emit":
             world.emit()
-        elif name == "pump":      # read a little from every partition, emit what's ready
+        elif name == "pump":  # read a little from every partition, emit what's ready
             for p in range(world.P):
                 world.consume(p, *args)
             world.emit()
@@ -568,7 +617,7 @@ def run_scenario(sc):
             world.save_checkpoint()
         elif name == "crash":
             world.crash(*args)
-        elif name == "restart":   # round trip of the current state, then a replay
+        elif name == "restart":  # round trip of the current state, then a replay
             world.save_checkpoint()
             state, _, pos = world.saved
             world.crash(*args)
@@ -593,8 +642,9 @@ def test_simulation_exercises_snapshot_rows():
     """Sanity check of the harness: rows that never had events arrive through chunks."""
     chunks = make_chunks("db.t", plan_numeric(0, 5, 10, 3))
     initial = {(k, "a"): ((k, "a"), 0) for k in range(6)}
-    world = run_scenario({"P": 3, "initial": initial, "chunks": chunks,
-                          "steps": [("open", 2), ("update", 1, 0), ("open", 5)]})
+    world = run_scenario(
+        {"P": 3, "initial": initial, "chunks": chunks, "steps": [("open", 2), ("update", 1, 0), ("open", 5)]}
+    )
     assert live_rows(world.sink) == world.source
     assert world.source[(1, "a")] != ((1, "a"), 0)
     assert len(world.source) == 6

@@ -13,13 +13,31 @@ import jsonschema
 from cdc.config import IngestConfig
 from ingest.ddl import parse_ddl, spec_from_marker
 from ingest.position import EventPosition
-from tests.test_schemas import _RecordingProducer, _headers, _schema
+from tests.test_schemas import _headers, _RecordingProducer, _schema
 
-COLUMNS = [{"COLUMN_NAME": "id", "COLUMN_TYPE": "int(11)", "DATA_TYPE": "int", "IS_NULLABLE": "NO",
-            "COLUMN_DEFAULT": None, "EXTRA": "", "CHARACTER_SET_NAME": None, "COLLATION_NAME": None},
-           {"COLUMN_NAME": "v", "COLUMN_TYPE": "varchar(20)", "DATA_TYPE": "varchar", "IS_NULLABLE": "YES",
-            "COLUMN_DEFAULT": "'x'", "EXTRA": "", "CHARACTER_SET_NAME": "utf8mb4",
-            "COLLATION_NAME": "utf8mb4_general_ci", "CHARACTER_MAXIMUM_LENGTH": 20}]
+COLUMNS = [
+    {
+        "COLUMN_NAME": "id",
+        "COLUMN_TYPE": "int(11)",
+        "DATA_TYPE": "int",
+        "IS_NULLABLE": "NO",
+        "COLUMN_DEFAULT": None,
+        "EXTRA": "",
+        "CHARACTER_SET_NAME": None,
+        "COLLATION_NAME": None,
+    },
+    {
+        "COLUMN_NAME": "v",
+        "COLUMN_TYPE": "varchar(20)",
+        "DATA_TYPE": "varchar",
+        "IS_NULLABLE": "YES",
+        "COLUMN_DEFAULT": "'x'",
+        "EXTRA": "",
+        "CHARACTER_SET_NAME": "utf8mb4",
+        "COLLATION_NAME": "utf8mb4_general_ci",
+        "CHARACTER_MAXIMUM_LENGTH": 20,
+    },
+]
 
 
 def _ingest(include: list[str]):
@@ -29,8 +47,9 @@ def _ingest(include: list[str]):
     ingest.producer = _RecordingProducer()
     ingest.topics = types.SimpleNamespace(partitions=lambda topic, n: 3)
     details = {"columns": COLUMNS, "create": "", "primary_key": ["id"], "charset": "utf8mb4"}
-    ingest._details = lambda db, table: details if table != "gone" else {"columns": [], "create": "",
-                                                                         "primary_key": [], "charset": None}
+    ingest._details = lambda db, table: (
+        details if table != "gone" else {"columns": [], "create": "", "primary_key": [], "charset": None}
+    )
     return ingest
 
 
@@ -56,8 +75,14 @@ def _markers(ingest, sql: str):
 def test_a_swap_writes_a_rename_marker_into_every_partition_of_both_tables():
     sql = "RENAME TABLE a TO tmp, b TO a, tmp TO b"
     got = _markers(_ingest([r"shop\..*"]), sql)
-    assert [(t, p) for t, p, *_ in got] == [("p.shop.a", 0), ("p.shop.a", 1), ("p.shop.a", 2),
-                                            ("p.shop.b", 0), ("p.shop.b", 1), ("p.shop.b", 2)]
+    assert [(t, p) for t, p, *_ in got] == [
+        ("p.shop.a", 0),
+        ("p.shop.a", 1),
+        ("p.shop.a", 2),
+        ("p.shop.b", 0),
+        ("p.shop.b", 1),
+        ("p.shop.b", 2),
+    ]
     # one position per table of the statement: tables sharing a topic keep theirs apart
     assert {pos for t, _, pos, _ in got if t == "p.shop.a"} == {"binlog.000003:4711:0"}
     assert {pos for t, _, pos, _ in got if t == "p.shop.b"} == {"binlog.000003:4711:1"}

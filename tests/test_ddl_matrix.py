@@ -108,14 +108,36 @@ MATRIX = [
     "UPDATE part SET v = -v WHERE id BETWEEN 200 AND 210",
 ]
 
-TABLES = ["add_nn", "add_def", "ren_col", "conv", "gen", "cs", "drop_col", "dropre", "trunc", "ren_b", "sw1",
-          "sw2", "like_t", "ctas", "part", "big"]
+TABLES = [
+    "add_nn",
+    "add_def",
+    "ren_col",
+    "conv",
+    "gen",
+    "cs",
+    "drop_col",
+    "dropre",
+    "trunc",
+    "ren_b",
+    "sw1",
+    "sw2",
+    "like_t",
+    "ctas",
+    "part",
+    "big",
+]
 GONE = ["ren_a"]  # names the source no longer has: their sink tables end empty
 
 
 def _conn(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _run(stack, db: str, statements: list[str]) -> None:
@@ -142,6 +164,7 @@ def _assert_empty(checker: SinkChecker, db: str, table: str, merger, timeout_s: 
     def empty():
         counts = [sink.count((db, table)) for sink in (checker.delta, checker.pg)]
         return all(c == 0 for c in counts)
+
     _wait(empty, f"the sink tables of {db}.{table} emptied", timeout_s, merger)
 
 
@@ -157,9 +180,19 @@ def test_every_ddl_leaves_every_sink_equal_to_the_source(stack, tmp_path, unique
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=3)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     # small windows, one emitted per batch: the snapshot of `big` lasts many batches
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **{
-        "snapshot.chunk_size": 2000, "snapshot.chunks_per_window": 1, "snapshot.parallelism": 1,
-        "snapshot.emit_rows_per_batch": 2000})
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        **{
+            "snapshot.chunk_size": 2000,
+            "snapshot.chunks_per_window": 1,
+            "snapshot.parallelism": 1,
+            "snapshot.emit_rows_per_batch": 2000,
+        },
+    )
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
     store = StateStore(tmp_path / "state")
@@ -169,10 +202,17 @@ def test_every_ddl_leaves_every_sink_equal_to_the_source(stack, tmp_path, unique
         def big_running():
             plan = store.load_plan(f"{db}.big") or {}
             return 2 <= len(plan.get("done", [])) and not plan.get("finished_at")
+
         _wait(big_running, "the snapshot of big running", 300, merger)
-        _run(stack, db, ["ALTER TABLE big ADD COLUMN must INT NOT NULL DEFAULT 4, RENAME COLUMN v TO v2",
-                         "UPDATE big SET v2 = 'during', must = 8 WHERE id % 1000 = 0",
-                         "DELETE FROM big WHERE id % 1000 = 1"])
+        _run(
+            stack,
+            db,
+            [
+                "ALTER TABLE big ADD COLUMN must INT NOT NULL DEFAULT 4, RENAME COLUMN v TO v2",
+                "UPDATE big SET v2 = 'during', must = 8 WHERE id % 1000 = 0",
+                "DELETE FROM big WHERE id % 1000 = 1",
+            ],
+        )
         for table in ("add_nn", "conv", "dropre", "ren_a", "sw1", "sw2", "part"):
             checker.wait_equal(db, table, proc=merger)
 
@@ -200,8 +240,11 @@ def test_on_drop_keep_leaves_the_rows_of_a_dropped_table(stack, tmp_path, unique
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")
     conn.close()
-    _run(stack, db, ["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
-                     "INSERT INTO t SELECT seq, 'old' FROM seq_1_to_50"])
+    _run(
+        stack,
+        db,
+        ["CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))", "INSERT INTO t SELECT seq, 'old' FROM seq_1_to_50"],
+    )
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, on_drop="keep")
@@ -209,12 +252,20 @@ def test_on_drop_keep_leaves_the_rows_of_a_dropped_table(stack, tmp_path, unique
     checker = SinkChecker(stack, tmp_path)
     try:
         checker.wait_equal(db, "t", proc=merger)
-        _run(stack, db, ["DROP TABLE t", "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
-                         "INSERT INTO t SELECT seq, 'new' FROM seq_40_to_60"])
+        _run(
+            stack,
+            db,
+            [
+                "DROP TABLE t",
+                "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+                "INSERT INTO t SELECT seq, 'new' FROM seq_40_to_60",
+            ],
+        )
 
         def merged(sink):
             rows = {r["id"]: r["v"] for r in sink.rows((db, "t")).to_pylist()}
             return len(rows) == 60 and all(rows[i] == ("old" if i < 40 else "new") for i in rows)
+
         # the sinks are written in parallel: each is waited for on its own
         _wait(lambda: merged(checker.pg), "old rows kept, new ones merged in (PostgreSQL)", 240, merger)
         _wait(lambda: merged(checker.delta), "old rows kept, new ones merged in (Delta)", 240, merger)

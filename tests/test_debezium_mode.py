@@ -29,8 +29,9 @@ def test_replay_filter_passes_equal_positions_and_drops_lower():
     f = DebeziumReplayFilter()
     t = "p.db.t"
     # the initial snapshot: every record at the position read when it started
-    assert all(f.accept_record(t, 0, P("binlog.000002", 400), _src(400, snapshot=s))
-               for s in ("first", "true", "true", "last"))
+    assert all(
+        f.accept_record(t, 0, P("binlog.000002", 400), _src(400, snapshot=s)) for s in ("first", "true", "true", "last")
+    )
     assert f.accept_record(t, 0, P("binlog.000002", 400), _src(400))  # first change after it
     # a key change: delete and create share the update's position
     assert f.accept_record(t, 0, P("binlog.000002", 900), _src(900))
@@ -62,27 +63,56 @@ def test_replay_filter_restarts_at_a_new_initial_snapshot():
 
 def test_signal_rows():
     assert signal_row("snapshot", "shop.order_lines") == (
-        "execute-snapshot", {"data-collections": [r"shop\.order_lines"], "type": "incremental"})
+        "execute-snapshot",
+        {"data-collections": [r"shop\.order_lines"], "type": "incremental"},
+    )
     kind, data = signal_row("snapshot", "shop.orders", "created > '2025-01-01'")
     assert kind == "execute-snapshot"
     assert data["additional-conditions"] == [{"data-collection": r"shop\.orders", "filter": "created > '2025-01-01'"}]
     assert signal_row("pause", "shop.orders") == ("pause-snapshot", {"type": "incremental"})
     assert signal_row("resume", "shop.orders") == ("resume-snapshot", {"type": "incremental"})
     assert signal_row("cancel", "shop.orders") == (
-        "stop-snapshot", {"data-collections": [r"shop\.orders"], "type": "incremental"})
+        "stop-snapshot",
+        {"data-collections": [r"shop\.orders"], "type": "incremental"},
+    )
 
 
 # ---------------------------------------------------------------------- one batch
 
 
 def _change(change_type: str, db: str, table: str) -> dict:
-    return {"type": change_type, "id": f'"{db}"."{table}"', "table": {
-        "defaultCharsetName": "utf8mb4", "primaryKeyColumnNames": ["id"], "columns": [
-            {"name": "id", "jdbcType": 4, "typeName": "INT", "typeExpression": "INT", "position": 1,
-             "optional": False, "autoIncremented": False, "generated": False},
-            {"name": "v", "jdbcType": 12, "typeName": "VARCHAR", "typeExpression": "VARCHAR", "length": 20,
-             "charsetName": "utf8mb4", "position": 2, "optional": True, "autoIncremented": False,
-             "generated": False}]}}
+    return {
+        "type": change_type,
+        "id": f'"{db}"."{table}"',
+        "table": {
+            "defaultCharsetName": "utf8mb4",
+            "primaryKeyColumnNames": ["id"],
+            "columns": [
+                {
+                    "name": "id",
+                    "jdbcType": 4,
+                    "typeName": "INT",
+                    "typeExpression": "INT",
+                    "position": 1,
+                    "optional": False,
+                    "autoIncremented": False,
+                    "generated": False,
+                },
+                {
+                    "name": "v",
+                    "jdbcType": 12,
+                    "typeName": "VARCHAR",
+                    "typeExpression": "VARCHAR",
+                    "length": 20,
+                    "charsetName": "utf8mb4",
+                    "position": 2,
+                    "optional": True,
+                    "autoIncremented": False,
+                    "generated": False,
+                },
+            ],
+        },
+    }
 
 
 class _Topics:
@@ -101,23 +131,52 @@ class _Topics:
         part = 0 if kb is None or topic == self.prefix else partition_for(kb, self.partitions)
         off = self.offsets.get((topic, part), 0)
         self.offsets[(topic, part)] = off + 1
-        self.rows.append({"key": kb, "value": None if value is None else json.dumps(value).encode(),
-                          "topic": topic, "partition": part, "offset": off, "headers": []})
+        self.rows.append(
+            {
+                "key": kb,
+                "value": None if value is None else json.dumps(value).encode(),
+                "topic": topic,
+                "partition": part,
+                "offset": off,
+                "headers": [],
+            }
+        )
 
     def event(self, table: str, op: str, key: int, before, after, pos: int, row: int = 0, snapshot="false"):
         topic = f"{self.prefix}.{table}"
-        value = {"before": None if before is None else {"id": key if op != "c" else None, **before},
-                 "after": after, "op": op, "ts_ms": 1, "transaction": None,
-                 "source": {"file": "binlog.000001", "pos": pos, "row": row, "snapshot": snapshot,
-                            "db": table.split(".")[0], "table": table.split(".")[1], "ts_ms": 1}}
+        value = {
+            "before": None if before is None else {"id": key if op != "c" else None, **before},
+            "after": after,
+            "op": op,
+            "ts_ms": 1,
+            "transaction": None,
+            "source": {
+                "file": "binlog.000001",
+                "pos": pos,
+                "row": row,
+                "snapshot": snapshot,
+                "db": table.split(".")[0],
+                "table": table.split(".")[1],
+                "ts_ms": 1,
+            },
+        }
         self.add(topic, {"id": key}, value)
 
     def take(self) -> pa.Table:
         rows, self.rows = self.rows, []
-        return pa.Table.from_pylist(rows, schema=pa.schema([
-            ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))]))
+        return pa.Table.from_pylist(
+            rows,
+            schema=pa.schema(
+                [
+                    ("key", pa.binary()),
+                    ("value", pa.binary()),
+                    ("topic", pa.string()),
+                    ("partition", pa.int32()),
+                    ("offset", pa.int64()),
+                    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+                ]
+            ),
+        )
 
 
 def test_batch_of_debezium_records_into_delta(tmp_path):
@@ -128,13 +187,27 @@ def test_batch_of_debezium_records_into_delta(tmp_path):
     prefix, name = "dbz", "shop.t"
     sink = DeltaSink(str(tmp_path / "delta"))
     requested = []
-    proc = BatchProcessor(prefix, StateStore(tmp_path / "state"), [sink], None, lambda topic: 3,
-                          on_new_table=requested.append, source_connector="debezium")
+    proc = BatchProcessor(
+        prefix,
+        StateStore(tmp_path / "state"),
+        [sink],
+        None,
+        lambda topic: 3,
+        on_new_table=requested.append,
+        source_connector="debezium",
+    )
     k = _Topics(prefix)
     # Debezium's initial snapshot: schema records and rows all at one position (row 0)
-    k.add(prefix, {"databaseName": "shop"}, {"source": {"file": "binlog.000001", "pos": 400, "row": 0,
-                                                         "snapshot": "true"}, "databaseName": "shop",
-                                              "ddl": "CREATE TABLE t ...", "tableChanges": [_change("CREATE", "shop", "t")]})
+    k.add(
+        prefix,
+        {"databaseName": "shop"},
+        {
+            "source": {"file": "binlog.000001", "pos": 400, "row": 0, "snapshot": "true"},
+            "databaseName": "shop",
+            "ddl": "CREATE TABLE t ...",
+            "tableChanges": [_change("CREATE", "shop", "t")],
+        },
+    )
     for i in range(1, 21):
         k.event(name, "r", i, None, {"id": i, "v": f"s{i}"}, 400, snapshot="first" if i == 1 else "true")
     proc.process(0, k.take())
@@ -153,8 +226,9 @@ def test_batch_of_debezium_records_into_delta(tmp_path):
     k.event(name, "u", 3, {"v": "s3"}, {"id": 3, "v": "x"}, 900, 0)
     k.event(name, "u", 4, {"v": "s4"}, {"id": 4, "v": "y"}, 900, 1)
     for i in (3, 4, 5, 200):
-        k.event(name, "r", i, None, {"id": i, "v": {3: "x", 4: "y", 5: "s5", 200: "s2"}[i]}, 1500,
-                snapshot="incremental")
+        k.event(
+            name, "r", i, None, {"id": i, "v": {3: "x", 4: "y", 5: "s5", 200: "s2"}[i]}, 1500, snapshot="incremental"
+        )
     k.event(name, "u", 5, {"v": "s5"}, {"id": 5, "v": "late"}, 1800)
     batch = k.take()
     proc.process(2, batch)
@@ -169,16 +243,26 @@ def test_batch_of_debezium_records_into_delta(tmp_path):
     # its partition, so it passes: harmless, same row at a higher offset)
     assert proc.tables["shop.t"].snapshot_rows == 25
     # sequences are Kafka offsets, so a restart (state restored) keeps them comparable
-    proc2 = BatchProcessor(prefix, StateStore(tmp_path / "state"), [sink], None, lambda topic: 3,
-                           source_connector="debezium")
+    proc2 = BatchProcessor(
+        prefix, StateStore(tmp_path / "state"), [sink], None, lambda topic: 3, source_connector="debezium"
+    )
     k.event(name, "u", 5, {"v": "late"}, {"id": 5, "v": "later"}, 2000)
     proc2.process(4, k.take())
     assert {r["id"]: r["v"] for r in sink.rows(("shop", "t")).to_pylist()}[5] == "later"
     # a truncate (one record, one partition) empties the table and asks Debezium for a
     # snapshot, which brings back rows written after it that another partition delivered
     # before it
-    k.add(f"{prefix}.{name}", None, {"before": None, "after": None, "op": "t", "ts_ms": 1,
-                                     "source": {"file": "binlog.000001", "pos": 2100, "row": 0, "snapshot": "false"}})
+    k.add(
+        f"{prefix}.{name}",
+        None,
+        {
+            "before": None,
+            "after": None,
+            "op": "t",
+            "ts_ms": 1,
+            "source": {"file": "binlog.000001", "pos": 2100, "row": 0, "snapshot": "false"},
+        },
+    )
     k.event(name, "c", 7, None, {"id": 7, "v": "after truncate"}, 2200)
     store = StateStore(tmp_path / "state")
     store.take_requests()
@@ -199,11 +283,16 @@ def test_signal_writer_against_mariadb(stack, tmp_path, mysql_root, unique_name)
     db = f"sg_{unique_name}"
     with mysql_root.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}`")
-        cur.execute(f"CREATE TABLE `{db}`.sig (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
-                    "data VARCHAR(2048) NULL)")
+        cur.execute(
+            f"CREATE TABLE `{db}`.sig (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)"
+        )
         cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY)")
-    root = MySQLConfig(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                       password_file=str(local_stack.secret_file(stack, "mysql_root_password")))
+    root = MySQLConfig(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password_file=str(local_stack.secret_file(stack, "mysql_root_password")),
+    )
     store = StateStore(tmp_path / "state")
     try:
         writer = SignalWriter(root, f"{db}.sig", store)
@@ -226,8 +315,9 @@ def test_signal_writer_against_mariadb(stack, tmp_path, mysql_root, unique_name)
             cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
             cur.execute(f"GRANT SELECT ON `{db}`.* TO '{user}'@'%'")
         (tmp_path / "pw").write_text(password)
-        ro = MySQLConfig(host=stack.mariadb.host, port=stack.mariadb.port, user=user,
-                         password_file=str(tmp_path / "pw"))
+        ro = MySQLConfig(
+            host=stack.mariadb.host, port=stack.mariadb.port, user=user, password_file=str(tmp_path / "pw")
+        )
         with pytest.raises(MergerError, match=rf"cannot write Debezium's signal table {db}.sig: GRANT INSERT"):
             SignalWriter(ro, f"{db}.sig", store).check()
         with pytest.raises(MergerError, match="GRANT INSERT"):
@@ -245,9 +335,16 @@ def test_cli_snapshot_needs_a_signal_table_in_debezium_mode(tmp_path):
     from tests.merger_harness import ROOT
 
     cfg = tmp_path / "m.yaml"
-    cfg.write_text(f"source_connector: debezium\nstate_dir: {tmp_path / 'state'}\n"
-                   f"sinks: {{delta: {{path: {tmp_path / 'delta'}}}}}\n")
-    out = subprocess.run([sys.executable, "-m", "cdc.cli", "snapshot", "shop.orders", "-c", str(cfg)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    cfg.write_text(
+        f"source_connector: debezium\nstate_dir: {tmp_path / 'state'}\n"
+        f"sinks: {{delta: {{path: {tmp_path / 'delta'}}}}}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "cdc.cli", "snapshot", "shop.orders", "-c", str(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "set signal_table" in out.stderr and "Traceback" not in out.stderr

@@ -11,7 +11,7 @@ import pytest
 
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import list_topics, read_records
-from tests.test_types import (SCENARIOS, WorkloadRun, _is_data_topic, assert_same_records)
+from tests.test_types import SCENARIOS, WorkloadRun, _is_data_topic, assert_same_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.debezium]
 
@@ -68,14 +68,16 @@ def test_ingest_process_matches_debezium(stack, tmp_path, unique_name):
     for name, props, schemas in SCENARIOS:
         db = f"{unique_name}_p{name}"
         ours_prefix, dbz_prefix = f"{unique_name}o{name}", f"{unique_name}d{name}"
-        cfg = write_config(stack, tmp_path / f"{name}.yaml", ours_prefix, [db], topic_partitions=2,
-                           **_ingest_settings(props, schemas))
+        cfg = write_config(
+            stack, tmp_path / f"{name}.yaml", ours_prefix, [db], topic_partitions=2, **_ingest_settings(props, schemas)
+        )
         proc = IngestProcess(cfg, tmp_path / f"{name}.log").start()
         try:
             wait_caught_up(stack, ours_prefix, proc=proc)
             run = WorkloadRun(stack.mariadb, db)
-            cap = ref.capture(run.run, databases=[db], prefix=dbz_prefix, schemas_enable=schemas,
-                              properties=props, timeout=60)
+            cap = ref.capture(
+                run.run, databases=[db], prefix=dbz_prefix, schemas_enable=schemas, properties=props, timeout=60
+            )
             wait_caught_up(stack, ours_prefix, proc=proc)
         finally:
             proc.stop()
@@ -84,10 +86,14 @@ def test_ingest_process_matches_debezium(stack, tmp_path, unique_name):
             for field in ("topic", "key_text", "value_text"):
                 if t.get(field):
                     t[field] = t[field].replace(dbz_prefix, ours_prefix)
-            t["headers"] = [(k, v.replace(dbz_prefix, ours_prefix) if isinstance(v, str) else v)
-                            for k, v in t["headers"]]
-        topics = [t for t in list_topics(stack.kafka.bootstrap, ours_prefix + ".")
-                  if _is_data_topic(t, ours_prefix) and not t.endswith(".offsets")]
+            t["headers"] = [
+                (k, v.replace(dbz_prefix, ours_prefix) if isinstance(v, str) else v) for k, v in t["headers"]
+            ]
+        topics = [
+            t
+            for t in list_topics(stack.kafka.bootstrap, ours_prefix + ".")
+            if _is_data_topic(t, ours_prefix) and not t.endswith(".offsets")
+        ]
         records, _ = read_records(stack.kafka.bootstrap, topics)
         ours = [_Ours(r) for r in _in_binlog_order(records)]
         for gone in ("nopk", "nopk2"):
@@ -96,8 +102,14 @@ def test_ingest_process_matches_debezium(stack, tmp_path, unique_name):
         if len(ours) != len(theirs):
             a, b = _debug_diff(ours, theirs)
             import difflib
-            print("\n".join(difflib.unified_diff([str(x) for x in b], [str(x) for x in a], "debezium", "ours", lineterm="")))
+
+            print(
+                "\n".join(
+                    difflib.unified_diff([str(x) for x in b], [str(x) for x in a], "debezium", "ours", lineterm="")
+                )
+            )
         assert_same_records(ours, theirs, f"pipeline/{name}")
+
         # the schema-change topic: the same DDL kinds as Debezium's, and no TRUNCATE (Debezium
         # writes none for it; the truncate records cut the table topics)
         def kinds(ddls):
@@ -139,6 +151,19 @@ def _tolerate_gone_table_defaults(ours, theirs, topic):
 
 def _debug_diff(ours, theirs):  # pragma: no cover - debugging aid
     import json
-    a = [(o.topic, o.key, (json.loads(o.value).get("payload", json.loads(o.value)) or {}).get("op") if o.value else None) for o in ours]
-    b = [(t["topic"], t["key_text"], (json.loads(t["value_text"]).get("payload", json.loads(t["value_text"])) or {}).get("op") if t["value_text"] else None) for t in theirs]
+
+    a = [
+        (o.topic, o.key, (json.loads(o.value).get("payload", json.loads(o.value)) or {}).get("op") if o.value else None)
+        for o in ours
+    ]
+    b = [
+        (
+            t["topic"],
+            t["key_text"],
+            (json.loads(t["value_text"]).get("payload", json.loads(t["value_text"])) or {}).get("op")
+            if t["value_text"]
+            else None,
+        )
+        for t in theirs
+    ]
     return a, b

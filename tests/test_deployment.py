@@ -68,7 +68,7 @@ def _secret_files() -> dict[str, Path]:
 def _secret_of(service: str, path: str | None) -> Path:
     """The repository file behind ``/run/secrets/<name>`` in ``service`` (which must list it)."""
     assert path and path.startswith(SECRET_DIR), f"{service}: {path!r} is not a compose secret"
-    name = path[len(SECRET_DIR):]
+    name = path[len(SECRET_DIR) :]
     assert name in SERVICES[service].get("secrets", []), f"{service} does not mount secret {name}"
     return _secret_files()[name]
 
@@ -157,9 +157,12 @@ def _bootstrap() -> str:
 #: variables of quay.io/debezium/connect's entrypoint (connect-base/docker-entrypoint.sh)
 #: that become worker properties; every other CONNECT_A_B=v becomes a.b=v
 CONNECT_IMAGE_VARIABLES = {
-    "BOOTSTRAP_SERVERS": "bootstrap.servers", "GROUP_ID": "group.id",
-    "CONFIG_STORAGE_TOPIC": "config.storage.topic", "OFFSET_STORAGE_TOPIC": "offset.storage.topic",
-    "STATUS_STORAGE_TOPIC": "status.storage.topic", "ADVERTISED_HOST_NAME": "rest.advertised.host.name",
+    "BOOTSTRAP_SERVERS": "bootstrap.servers",
+    "GROUP_ID": "group.id",
+    "CONFIG_STORAGE_TOPIC": "config.storage.topic",
+    "OFFSET_STORAGE_TOPIC": "offset.storage.topic",
+    "STATUS_STORAGE_TOPIC": "status.storage.topic",
+    "ADVERTISED_HOST_NAME": "rest.advertised.host.name",
 }
 
 
@@ -185,7 +188,7 @@ def _grants(sql_file: str) -> dict[str, list[tuple[set[str], str]]]:
 
 USERS_SQL = {  # CREATE USER statements of the init scripts: user -> secret name
     "mysql-users.sh": r"CREATE USER IF NOT EXISTS '([^']+)'@'%' IDENTIFIED WITH mysql_native_password "
-                      r"BY \$\(sql_literal /run/secrets/(\w+)\);",
+    r"BY \$\(sql_literal /run/secrets/(\w+)\);",
     "mariadb-users.sh": r"CREATE USER IF NOT EXISTS '([^']+)'@'%' IDENTIFIED BY \$\(sql_literal /run/secrets/(\w+)\);",
 }
 
@@ -279,8 +282,12 @@ def test_mariadb_runs_with_the_binlog_settings_ingest_checks():
 def test_mariadb_flags_are_known_to_mariadbd():
     """The image's entrypoint runs `mariadbd <flags> --verbose --help` first and stops on an
     unknown flag; the same check with this machine's MariaDB (10.11, same flags as 11.4)."""
-    proc = subprocess.run(["mariadbd", "--no-defaults", *SERVICES["mariadb"]["command"], "--verbose", "--help"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["mariadbd", "--no-defaults", *SERVICES["mariadb"]["command"], "--verbose", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr[-1000:]
     values = dict(re.findall(r"^([a-z0-9-]+)[ \t]+(\S.*)$", proc.stdout, re.M))
     assert values["binlog-row-metadata"] == "FULL" and values["gtid-strict-mode"] == "TRUE"
@@ -302,8 +309,11 @@ def test_kafka_is_a_single_kraft_node_that_holds_transactions():
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
     assert not any("ZOOKEEPER" in k for k in env)
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{env['KAFKA_NODE_ID']}@kafka:9093"
-    for key in ("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
-                "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"):
+    for key in (
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+    ):
         assert int(env[key]) == 1, key
 
 
@@ -312,8 +322,13 @@ def test_kafka_is_a_single_kraft_node_that_holds_transactions():
 
 def test_connect_worker_settings():
     env = SERVICES["connect"]["environment"]
-    for key in ("BOOTSTRAP_SERVERS", "GROUP_ID", "CONFIG_STORAGE_TOPIC", "OFFSET_STORAGE_TOPIC",
-                "STATUS_STORAGE_TOPIC"):
+    for key in (
+        "BOOTSTRAP_SERVERS",
+        "GROUP_ID",
+        "CONFIG_STORAGE_TOPIC",
+        "OFFSET_STORAGE_TOPIC",
+        "STATUS_STORAGE_TOPIC",
+    ):
         assert env[key], f"the image's entrypoint needs {key}"
     props = _worker_properties()
     assert props["bootstrap.servers"] == _bootstrap()
@@ -396,9 +411,15 @@ def test_connect_register_script_against_a_fake_worker(answers, rc, tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeConnect)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        env = {**SERVICES["connect-register"]["environment"], "PATH": "/usr/bin:/bin",
-               "CONNECT_URL": f"http://127.0.0.1:{server.server_port}", "CONNECTOR_CONFIG": str(CONNECT_FILE),
-               "ATTEMPTS": str(len(answers)), "RETRY_DELAY_S": "0", "TMPDIR": str(tmp_path)}
+        env = {
+            **SERVICES["connect-register"]["environment"],
+            "PATH": "/usr/bin:/bin",
+            "CONNECT_URL": f"http://127.0.0.1:{server.server_port}",
+            "CONNECTOR_CONFIG": str(CONNECT_FILE),
+            "ATTEMPTS": str(len(answers)),
+            "RETRY_DELAY_S": "0",
+            "TMPDIR": str(tmp_path),
+        }
         proc = subprocess.run(["sh", str(REGISTER_SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
     finally:
         server.shutdown()
@@ -422,8 +443,10 @@ def test_every_mounted_file_exists():
     for name, path in _secret_files().items():
         assert path.is_file() and path.read_text().strip(), f"secret {name}: {path}"
     # users first (the SQL grants to them), then the demo schema, then the tables and grants
-    for server, files in (("mysql", ["mysql-users.sh", "shop-demo.sql", "mysql-init.sql"]),
-                          ("mariadb", ["mariadb-users.sh", "shop-demo.sql", "mariadb-init.sql"])):
+    for server, files in (
+        ("mysql", ["mysql-users.sh", "shop-demo.sql", "mysql-init.sql"]),
+        ("mariadb", ["mariadb-users.sh", "shop-demo.sql", "mariadb-init.sql"]),
+    ):
         initdb = {t: s.name for t, s in _mounts(server).items() if t.startswith("/docker-entrypoint-initdb.d/")}
         assert [initdb[t] for t in sorted(initdb)] == files, server
 
@@ -457,11 +480,22 @@ def test_hosts_and_ports_agree_on_each_path():
     pg_env = SERVICES["postgres"]["environment"]
     for merger in MERGERS.values():
         pg = merger.sinks.postgres
-        assert (pg.host, pg.port, pg.user, pg.dbname) == ("postgres", 5432, pg_env["POSTGRES_USER"], pg_env["POSTGRES_DB"])
+        assert (pg.host, pg.port, pg.user, pg.dbname) == (
+            "postgres",
+            5432,
+            pg_env["POSTGRES_USER"],
+            pg_env["POSTGRES_DB"],
+        )
     assert pg_env["POSTGRES_PASSWORD_FILE"] == SECRET_DIR + "postgres_password"
     published = {name: _published(name) for name in SERVICES}
-    for service, port in (("mysql", 3306), ("mariadb", 3306), ("kafka", 29092), ("postgres", 5432),
-                          ("connect", 8083), ("prometheus", 9090)):
+    for service, port in (
+        ("mysql", 3306),
+        ("mariadb", 3306),
+        ("kafka", 29092),
+        ("postgres", 5432),
+        ("connect", 8083),
+        ("prometheus", 9090),
+    ):
         assert port in published[service], service
     host_ports = [p for ports in published.values() for p in ports.values()]
     assert len(host_ports) == len(set(host_ports)), "both paths may run at once: distinct host ports"
@@ -493,8 +527,9 @@ def test_the_two_paths_write_nothing_in_common():
         assert not re.match(pattern, f"{other.topic_prefix}.shop.orders"), f"{name} would read the other path"
     schemas = {name: m.sinks.postgres.schema_ or "shop" for name, m in MERGERS.items()}  # default: the source db
     assert len(set(schemas.values())) == 2, schemas
-    data_volumes = {next(v.split(":")[0] for v in SERVICES[name]["volumes"] if v.endswith(":/data"))
-                    for name in MERGERS}
+    data_volumes = {
+        next(v.split(":")[0] for v in SERVICES[name]["volumes"] if v.endswith(":/data")) for name in MERGERS
+    }
     assert len(data_volumes) == 2 and data_volumes <= set(COMPOSE["volumes"])
     source_volumes = {SERVICES[s]["volumes"][-1].split(":")[0] for s in ("mysql", "mariadb")}
     assert len(source_volumes) == 2
@@ -505,12 +540,16 @@ def test_dependencies_and_healthchecks():
     assert SERVICES["merger-ingest"]["depends_on"] == {d: HEALTHY for d in ("mariadb", "kafka", "postgres", "ingest")}
     assert SERVICES["merger"]["depends_on"] == {
         **{d: HEALTHY for d in ("mysql", "kafka", "postgres")},
-        "connect-register": {"condition": "service_completed_successfully"}}
+        "connect-register": {"condition": "service_completed_successfully"},
+    }
     for name, service in SERVICES.items():
         assert name == "connect-register" or "healthcheck" in service, name
         for dep, spec in service.get("depends_on", {}).items():
             assert dep in SERVICES and spec["condition"] in (
-                "service_healthy", "service_started", "service_completed_successfully")
+                "service_healthy",
+                "service_started",
+                "service_completed_successfully",
+            )
             if spec["condition"] == "service_healthy":
                 assert "healthcheck" in SERVICES[dep], f"{name} waits for {dep} to be healthy"
     for name, cfg in (("ingest", INGEST), *MERGERS.items()):
@@ -547,8 +586,13 @@ def _walk(node, path=""):
 
 def test_no_literal_secret_anywhere():
     secrets = {name: path.read_text().strip() for name, path in _secret_files().items()}
-    texts = [ROOT / "docker-compose.yml", *sorted((ROOT / "deploy").glob("*")), *sorted((ROOT / "connect-configs").glob("*")),
-             ROOT / "README.md", ROOT / "docs" / "operations.md"]
+    texts = [
+        ROOT / "docker-compose.yml",
+        *sorted((ROOT / "deploy").glob("*")),
+        *sorted((ROOT / "connect-configs").glob("*")),
+        ROOT / "README.md",
+        ROOT / "docs" / "operations.md",
+    ]
     for path in texts:
         if path.is_file():
             text = path.read_text()
@@ -561,7 +605,7 @@ def test_no_literal_secret_anywhere():
             if "password" in key.rsplit(".", 1)[-1]:
                 assert key.endswith(("_env", "_file")), f"{path.name}: {key}"
     for name, service in SERVICES.items():
-        for key in (service.get("environment") or {}):
+        for key in service.get("environment") or {}:
             if "PASSWORD" in key:
                 assert key.endswith("_FILE"), f"{name}: {key} must name a secret file"
     password_keys = [k for k in CONNECT if "password" in k]
@@ -590,19 +634,25 @@ def test_each_service_gets_only_its_own_secrets():
 def test_mysql_init_creates_the_signal_table_and_least_privileges():
     sql = (ROOT / "deploy" / "mysql-init.sql").read_text()
     signal_db, signal_table = CONNECT["signal.data.collection"].split(".")
-    assert f"CREATE TABLE IF NOT EXISTS `{signal_db}`.`{signal_table}` (id VARCHAR(42) NOT NULL PRIMARY KEY, " \
-           f"type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)" in sql
+    assert (
+        f"CREATE TABLE IF NOT EXISTS `{signal_db}`.`{signal_table}` (id VARCHAR(42) NOT NULL PRIMARY KEY, "
+        f"type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)" in sql
+    )
     assert "cdc_watermarks" not in sql, "the Debezium-mode merger writes no watermark table"
     grants = _grants("mysql-init.sql")
     assert {(frozenset(p), o) for p, o in grants[MERGER_DEBEZIUM.mysql.user]} == {
-        (frozenset({"SELECT"}), "shop.*"), (frozenset({"INSERT"}), MERGER_DEBEZIUM.signal_table)}
+        (frozenset({"SELECT"}), "shop.*"),
+        (frozenset({"INSERT"}), MERGER_DEBEZIUM.signal_table),
+    }
     debezium = grants[CONNECT["database.user"]]
     assert ({"SELECT", "RELOAD", "SHOW DATABASES", "REPLICATION SLAVE", "REPLICATION CLIENT"}, "*.*") in debezium
     assert ({"INSERT", "UPDATE", "DELETE"}, CONNECT["signal.data.collection"]) in debezium
     assert all("ALL" not in " ".join(privs) for user in grants.values() for privs, _ in user)
     created = _created_users("mysql-users.sh")
-    assert created == {MERGER_DEBEZIUM.mysql.user: "mysql_merger_password",
-                       CONNECT["database.user"]: "mysql_debezium_password"}
+    assert created == {
+        MERGER_DEBEZIUM.mysql.user: "mysql_merger_password",
+        CONNECT["database.user"]: "mysql_debezium_password",
+    }
     assert set(created.values()) <= set(SERVICES["mysql"]["secrets"])
     assert set(grants) == set(created)
 
@@ -619,7 +669,8 @@ def test_mariadb_init_creates_the_watermark_table_and_least_privileges():
     assert len(ingest) == 3, "ingest: nothing beyond replication and SELECT"
     assert {(frozenset(p), o) for p, o in grants[MERGER_INGEST.mysql.user]} == {
         (frozenset({"SELECT"}), "shop.*"),
-        (frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}), MERGER_INGEST.watermark_table)}
+        (frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}), MERGER_INGEST.watermark_table),
+    }
     assert all("ALL" not in " ".join(privs) for user in grants.values() for privs, _ in user)
     created = _created_users("mariadb-users.sh")
     assert created == {INGEST.mysql.user: "mysql_ingest_password", MERGER_INGEST.mysql.user: "mysql_merger_password"}
@@ -672,9 +723,18 @@ def test_connect_config_produces_the_topics_the_merger_consumes():
     assert "source" in c["signal.enabled.channels"].split(",")
     # the record format of ingest's defaults, as deployed: one merger code reads both paths
     defaults = IngestConfig()
-    for field in ("tombstones_on_delete", "skipped_operations", "decimal_handling_mode", "time_precision_mode",
-                  "bigint_unsigned_handling_mode", "binary_handling_mode", "schemas_enable",
-                  "provide_transaction_metadata", "heartbeat_interval_ms", "topic_partitions"):
+    for field in (
+        "tombstones_on_delete",
+        "skipped_operations",
+        "decimal_handling_mode",
+        "time_precision_mode",
+        "bigint_unsigned_handling_mode",
+        "binary_handling_mode",
+        "schemas_enable",
+        "provide_transaction_metadata",
+        "heartbeat_interval_ms",
+        "topic_partitions",
+    ):
         assert getattr(INGEST, field) == getattr(defaults, field), f"deploy/ingest.yaml {field} is not the default"
     assert c["include.schema.changes"] == "true"
     assert c["tombstones.on.delete"] == str(INGEST.tombstones_on_delete).lower()
@@ -704,8 +764,13 @@ def test_connect_config_is_valid_for_the_bundled_debezium():
     defines, and MySqlConnector.validate() must find nothing wrong but the connection (the
     compose host `mysql` does not exist here). The worker's settings of docker-compose.yml
     must be ones a distributed worker defines."""
-    proc = subprocess.run([sys.executable, "-m", "tests.debezium_config_names", str(CONNECT_FILE)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.debezium_config_names", str(CONNECT_FILE)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     known = json.loads(proc.stdout)
     assert known["version"].startswith("3.")
@@ -713,11 +778,15 @@ def test_connect_config_is_valid_for_the_bundled_debezium():
     for name in CONNECT:
         if name in known["connector"] or name in known["connect"]:
             continue
-        prefix = next((p for p in ("key.converter.", "value.converter.", "header.converter.") if name.startswith(p)), None)
-        if prefix and name[len(prefix):] in known["converter"]:
+        prefix = next(
+            (p for p in ("key.converter.", "value.converter.", "header.converter.") if name.startswith(p)), None
+        )
+        if prefix and name[len(prefix) :] in known["converter"]:
             continue
-        if name.startswith("topic.creation.default.") and \
-                name[len("topic.creation.default."):] in known["topic_creation"]:
+        if (
+            name.startswith("topic.creation.default.")
+            and name[len("topic.creation.default.") :] in known["topic_creation"]
+        ):
             continue
         unknown.append(name)
     assert not unknown, f"not Debezium {known['version']} / Kafka Connect properties: {unknown}"
@@ -725,8 +794,11 @@ def test_connect_config_is_valid_for_the_bundled_debezium():
     assert set(errors) <= {"database.hostname"}, errors
     assert all("connection" in m for m in errors.get("database.hostname", [])), errors
     providers = _worker_properties()["config.providers"].split(",")
-    worker_unknown = [name for name in _worker_properties() if name not in known["worker"]
-                      and not any(name.startswith(f"config.providers.{alias}.") for alias in providers)]
+    worker_unknown = [
+        name
+        for name in _worker_properties()
+        if name not in known["worker"] and not any(name.startswith(f"config.providers.{alias}.") for alias in providers)
+    ]
     assert not worker_unknown, f"not Kafka Connect worker properties: {worker_unknown}"
 
 
@@ -755,7 +827,11 @@ def _run_users_script(stack, tmp_path: Path, names: dict[str, str], password: st
     for secret in _created_users("mariadb-users.sh").values():
         (tmp_path / secret).write_text(password)  # no final newline, like the deployed files
     (tmp_path / "users.sh").write_text(script)
-    env = {"PATH": "/usr/bin:/bin", "SOCKET": stack.mariadb.socket, "MARIADB_ROOT_PASSWORD": stack.mariadb.root_password}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SOCKET": stack.mariadb.socket,
+        "MARIADB_ROOT_PASSWORD": stack.mariadb.root_password,
+    }
     proc = subprocess.run(["bash", str(tmp_path / "users.sh")], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
 
@@ -800,8 +876,9 @@ def test_deployed_users_and_grants_suffice_on_mariadb(stack, mysql_root, unique_
         facts = check_source(IngestConfig(mysql=source(users[INGEST.mysql.user])))
         assert facts["flavor"] == "mariadb"
         captured = lambda name: any(re.fullmatch(p, name) for p in MERGER_INGEST.table_include)  # noqa: E731
-        merger = MergerConfig(mysql=source(users[MERGER_INGEST.mysql.user]),
-                              watermark_table=MERGER_INGEST.watermark_table)
+        merger = MergerConfig(
+            mysql=source(users[MERGER_INGEST.mysql.user]), watermark_table=MERGER_INGEST.watermark_table
+        )
         merger_checks.check_source(merger, captured)
         runner = SnapshotRunner(merger, None, None, None)
         runner._ensure_watermark_table()  # exists: no CREATE attempted
@@ -815,8 +892,9 @@ def test_deployed_users_and_grants_suffice_on_mariadb(stack, mysql_root, unique_
                 cur.execute(f"DELETE FROM `{db}`.`{name}` WHERE table_name = %s", (window,))
         finally:
             conn.close()
-        debezium = MergerConfig(mysql=source(debezium_merger), source_connector="debezium",
-                                signal_table=MERGER_DEBEZIUM.signal_table)
+        debezium = MergerConfig(
+            mysql=source(debezium_merger), source_connector="debezium", signal_table=MERGER_DEBEZIUM.signal_table
+        )
         merger_checks.check_source(debezium, captured)
         SignalWriter(MySQLConfig(**source(debezium_merger)), MERGER_DEBEZIUM.signal_table, None).check()
     finally:
@@ -830,7 +908,9 @@ def test_demo_schema_loads_on_mariadb(mysql_root, unique_name):
     """deploy/shop-demo.sql (the same file for MySQL and MariaDB), in a database of its own
     on the stack's MariaDB."""
     sql = (ROOT / "deploy" / "shop-demo.sql").read_text()
-    sql = "\n".join(line for line in sql.splitlines() if not line.startswith("--")).replace("`shop`", f"`{unique_name}`")
+    sql = "\n".join(line for line in sql.splitlines() if not line.startswith("--")).replace(
+        "`shop`", f"`{unique_name}`"
+    )
     statements = [s.strip() for s in sql.split(";\n") if s.strip()]
     with mysql_root.cursor() as cur:
         try:
@@ -853,10 +933,25 @@ def test_containers_backend_without_docker_fails_the_session_in_one_line():
 
     if docker_problem() is None:
         pytest.skip("a Docker engine answers here: the containers backend would start")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--backend", "containers",
-                           "tests/test_partitioner.py"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--backend",
+            "containers",
+            "tests/test_partitioner.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out
-    lines = [l for l in out.splitlines() if "no Docker engine" in l]
+    lines = [line for line in out.splitlines() if "no Docker engine" in line]
     assert len(lines) == 1 and lines[0].startswith("Exit: no Docker engine: "), out
     assert "passed" not in out

@@ -1,6 +1,6 @@
 """The ways a snapshot window is staged give the same rows: Spark tasks reading with
-JDBC or with ConnectorX (large tables) and the direct streamed SELECT of a table smaller than one chunk (merger.direct_read),
-for every MariaDB column type, on the real server and a real Spark session."""
+JDBC or with ConnectorX (large tables) and the direct streamed SELECT of a table smaller
+than one chunk (merger.direct_read), for every MariaDB column type, on the real server and a real Spark session."""
 
 from __future__ import annotations
 
@@ -41,8 +41,13 @@ def test_direct_read_stages_what_spark_jdbc_stages(stack, tmp_path, unique_name)
     from merger.snapshot import SnapshotRunner
 
     db = f"dr_{unique_name}"
-    conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, autocommit=True)
+    conn = pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        autocommit=True,
+    )
     with conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = ''")
         for stmt in WORKLOAD:
@@ -53,9 +58,16 @@ def test_direct_read_stages_what_spark_jdbc_stages(stack, tmp_path, unique_name)
             if sql.startswith("CREATE DATABASE"):
                 cur.execute(f"USE `{db}`")
         cur.execute("INSERT INTO defaults_t (id, k2, dtz) VALUES (1, 'a', '2020-01-01'), (2, 'b', NOW())")
-    cfg = MergerConfig(mysql={"host": stack.mariadb.host, "port": stack.mariadb.port, "user": "root",
-                              "password_file": str(local_stack.secret_file(stack, "mysql_root_password"))},
-                       state_dir=str(tmp_path / "state"), spark_conf={"spark.driver.memory": "1g"})
+    cfg = MergerConfig(
+        mysql={
+            "host": stack.mariadb.host,
+            "port": stack.mariadb.port,
+            "user": "root",
+            "password_file": str(local_stack.secret_file(stack, "mysql_root_password")),
+        },
+        state_dir=str(tmp_path / "state"),
+        spark_conf={"spark.driver.memory": "1g"},
+    )
     store = StateStore(cfg.state_dir)
     processor = BatchProcessor("x", store, [], SourceCatalog(cfg.mysql), lambda topic: 1)
     spark = make_spark(cfg)
@@ -67,8 +79,10 @@ def test_direct_read_stages_what_spark_jdbc_stages(stack, tmp_path, unique_name)
             # batches of 2 rows: several row groups, one of them all NULL
             rows = stage_table(conn, rt.spec, None, direct, batch_rows=2)
             # two chunks: the Spark JDBC path
-            chunks = [{"lo": encode_key(None), "hi": encode_key(split)},
-                      {"lo": encode_key(split), "hi": encode_key(None)}]
+            chunks = [
+                {"lo": encode_key(None), "hi": encode_key(split)},
+                {"lo": encode_key(split), "hi": encode_key(None)},
+            ]
             assert not is_whole_table(chunks)
             for reader in ("jdbc", "connectorx"):  # Spark tasks: JDBC, or ConnectorX + pyarrow
                 runner.reader = reader
@@ -102,8 +116,13 @@ def test_connectorx_read_errors_say_whether_to_retry(stack, tmp_path):
     from merger.chunk_read import UNAVAILABLE_MARK, stage_query
     from merger.source import is_transient
 
-    source = {"host": stack.mariadb.host, "port": stack.mariadb.port, "user": "root",
-              "password": stack.mariadb.root_password, "connect_timeout_s": 5}
+    source = {
+        "host": stack.mariadb.host,
+        "port": stack.mariadb.port,
+        "user": "root",
+        "password": stack.mariadb.root_password,
+        "connect_timeout_s": 5,
+    }
     out = str(tmp_path / "part.parquet")
     with pytest.raises(RuntimeError) as down:
         stage_query({**source, "port": local_stack.free_port()}, "SELECT 1", out, 10)
@@ -117,6 +136,7 @@ def test_connectorx_read_errors_say_whether_to_retry(stack, tmp_path):
 
     class PythonException(Exception):  # as Spark hands a task's error to the driver
         __module__ = "pyspark.errors"
+
     assert is_transient(PythonException(str(down.value)))
     assert not is_transient(PythonException(str(missing.value)))
     assert not is_transient(PythonException(str(denied.value)))

@@ -32,7 +32,7 @@ from cdc import stack as local_stack
 from merger.state import StateStore
 from tests.conftest import IS_CI, ROOT
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config, create_mixed_tables
+from tests.merger_harness import MergerProcess, SinkChecker, create_mixed_tables, write_merger_config
 
 pytestmark = pytest.mark.integration
 
@@ -44,9 +44,17 @@ SOAK_MINUTES = float(os.environ.get("CDC_SOAK_MINUTES") or 0)
 
 
 def _conn(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True,
-                           connect_timeout=5, read_timeout=30, write_timeout=30)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+        connect_timeout=5,
+        read_timeout=30,
+        write_timeout=30,
+    )
 
 
 def _create(stack, db: str, big_rows: int) -> None:
@@ -124,13 +132,22 @@ class Workload(threading.Thread):
 class Pipeline:
     """ingest and the merger as real processes for one test database."""
 
-    def __init__(self, stack, tmp_path: Path, prefix: str, db: str, ingest_extra: dict | None = None,
-                 merger_extra: dict | None = None):
+    def __init__(
+        self,
+        stack,
+        tmp_path: Path,
+        prefix: str,
+        db: str,
+        ingest_extra: dict | None = None,
+        merger_extra: dict | None = None,
+    ):
         self.stack, self.tmp, self.db = stack, tmp_path, db
-        icfg = write_config(stack, tmp_path / "ingest.yaml", prefix, [db, "cdc"], topic_partitions=3,
-                            **(ingest_extra or {}))
-        self.merger_config = write_merger_config(stack, tmp_path / "merger.yaml", prefix, [db], tmp_path,
-                                                 **(merger_extra or {}))
+        icfg = write_config(
+            stack, tmp_path / "ingest.yaml", prefix, [db, "cdc"], topic_partitions=3, **(ingest_extra or {})
+        )
+        self.merger_config = write_merger_config(
+            stack, tmp_path / "merger.yaml", prefix, [db], tmp_path, **(merger_extra or {})
+        )
         self.ingest = IngestProcess(icfg, tmp_path / "ingest.log")
         self.merger = MergerProcess(self.merger_config, tmp_path / "merger.log")
         self.store = StateStore(tmp_path / "state")
@@ -151,8 +168,13 @@ class Pipeline:
 
     def status(self) -> dict:
         """What an operator sees: `cdc status --json`."""
-        res = subprocess.run([sys.executable, "-m", "cdc.cli", "status", "--json", "-c", str(self.merger_config)],
-                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+        res = subprocess.run(
+            [sys.executable, "-m", "cdc.cli", "status", "--json", "-c", str(self.merger_config)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
         assert res.returncode == 0, res.stderr[-2000:]
         return json.loads(res.stdout)
 
@@ -173,8 +195,10 @@ def _wait_for(predicate, timeout_s: float, what: str, pipeline: Pipeline | None 
         if value:
             return value
         time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}"
-                         + (f"\nmerger log:\n{pipeline.merger.log_text()[-3000:]}" if pipeline else ""))
+    raise AssertionError(
+        f"timed out after {timeout_s:.0f}s waiting for {what}"
+        + (f"\nmerger log:\n{pipeline.merger.log_text()[-3000:]}" if pipeline else "")
+    )
 
 
 def _assert_sinks_equal(stack, tmp_path: Path, db: str, tables, pipeline: Pipeline, timeout_s: float) -> float:
@@ -227,9 +251,18 @@ def test_source_restart_during_snapshot_and_streaming(stack, tmp_path, unique_na
     rows = 120_000 if IS_CI else 200_000
     _create(stack, db, rows)
     port = local_stack.free_port()
-    p = Pipeline(stack, tmp_path, unique_name, db, ingest_extra={"metrics_port": port},
-                 merger_extra={"snapshot.chunk_size": 10_000, "snapshot.chunks_per_window": 2,
-                               "snapshot.emit_rows_per_batch": 10_000}).start()
+    p = Pipeline(
+        stack,
+        tmp_path,
+        unique_name,
+        db,
+        ingest_extra={"metrics_port": port},
+        merger_extra={
+            "snapshot.chunk_size": 10_000,
+            "snapshot.chunks_per_window": 2,
+            "snapshot.emit_rows_per_batch": 10_000,
+        },
+    ).start()
     work = Workload(stack, db, rows, seed=5)
     timings = {}
     try:
@@ -241,15 +274,23 @@ def test_source_restart_during_snapshot_and_streaming(stack, tmp_path, unique_na
         down_at = time.monotonic()
         st = _wait_for(lambda: p.status().get("source_unavailable"), 90, "source_unavailable in cdc status", p)
         assert st["retries"] >= 1 and st["error"], st
-        assert _wait_for(lambda: _ingest_metric(port, "cdc_ingest_unavailable", '{kind="source"}') == 1.0,
-                         60, "ingest's cdc_ingest_unavailable{kind=source} flag", p)
+        assert _wait_for(
+            lambda: _ingest_metric(port, "cdc_ingest_unavailable", '{kind="source"}') == 1.0,
+            60,
+            "ingest's cdc_ingest_unavailable{kind=source} flag",
+            p,
+        )
         time.sleep(max(0.0, 15 - (time.monotonic() - down_at)))
         _start(stack, "mariadb")
         up_at = time.monotonic()
         _wait_for(lambda: p.status().get("source_unavailable") is None, 120, "the merger to reach the source", p)
         timings["merger_back_after_restart_s"] = time.monotonic() - up_at
-        _wait_for(lambda: _ingest_metric(port, "cdc_ingest_unavailable", '{kind="source"}') == 0.0,
-                  120, "ingest to stream again", p)
+        _wait_for(
+            lambda: _ingest_metric(port, "cdc_ingest_unavailable", '{kind="source"}') == 0.0,
+            120,
+            "ingest to stream again",
+            p,
+        )
         timings["ingest_back_after_restart_s"] = time.monotonic() - up_at
         _wait_for(lambda: all(p.snapshot_finished(t) for t in TABLES), 600, "the snapshots to finish", p)
         timings["snapshot_done_after_restart_s"] = time.monotonic() - up_at
@@ -257,13 +298,21 @@ def test_source_restart_during_snapshot_and_streaming(stack, tmp_path, unique_na
         # 2. while only streaming runs
         time.sleep(5)
         _stop(stack, "mariadb")
-        _wait_for(lambda: _ingest_metric(port, "cdc_ingest_unavailable", '{kind="source"}') == 1.0,
-                  60, "ingest's unavailable flag (streaming)", p)
+        _wait_for(
+            lambda: _ingest_metric(port, "cdc_ingest_unavailable", '{kind="source"}') == 1.0,
+            60,
+            "ingest's unavailable flag (streaming)",
+            p,
+        )
         time.sleep(10)
         _start(stack, "mariadb")
         up_at = time.monotonic()
-        _wait_for(lambda: _ingest_metric(port, "cdc_ingest_unavailable", '{kind="source"}') == 0.0,
-                  120, "ingest to stream again", p)
+        _wait_for(
+            lambda: _ingest_metric(port, "cdc_ingest_unavailable", '{kind="source"}') == 0.0,
+            120,
+            "ingest to stream again",
+            p,
+        )
         timings["ingest_back_after_second_restart_s"] = time.monotonic() - up_at
         time.sleep(5)
         work.stop.set()
@@ -281,9 +330,11 @@ def test_source_restart_during_snapshot_and_streaming(stack, tmp_path, unique_na
         # every chunk was read in the end, those of the window the outage cut included
         plan = p.plan("num")
         assert len(plan["done"]) == len(plan["chunks"])
-        print(f"timings {json.dumps({k: round(v, 1) for k, v in timings.items()})}, "
-              f"merger retries logged {len(retries)}, workload {work.statements} statements, "
-              f"{work.reconnects} reconnects")
+        print(
+            f"timings {json.dumps({k: round(v, 1) for k, v in timings.items()})}, "
+            f"merger retries logged {len(retries)}, workload {work.statements} statements, "
+            f"{work.reconnects} reconnects"
+        )
     finally:
         work.stop.set()
         _start(stack, "mariadb")  # whatever happened, leave the stack running
@@ -314,10 +365,17 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
         cur.execute(f"INSERT INTO {db}.big SELECT seq, REPEAT('x', 90) FROM {db}.seq_1_to_1200000")
     conn.close()
     table = f"{db}.big"
-    cfg = MergerConfig(mysql={"host": stack.mariadb.host, "port": stack.mariadb.port, "user": "root",
-                              "password_file": str(local_stack.secret_file(stack, "mysql_root_password"))},
-                       state_dir=str(tmp_path / "state"), spark_conf={"spark.driver.memory": "1g"},
-                       snapshot={"chunk_size": 300_000, "chunks_per_window": 4})
+    cfg = MergerConfig(
+        mysql={
+            "host": stack.mariadb.host,
+            "port": stack.mariadb.port,
+            "user": "root",
+            "password_file": str(local_stack.secret_file(stack, "mysql_root_password")),
+        },
+        state_dir=str(tmp_path / "state"),
+        spark_conf={"spark.driver.memory": "1g"},
+        snapshot={"chunk_size": 300_000, "chunks_per_window": 4},
+    )
     guard = SourceGuard(first_delay_s=0.5, max_delay_s=2.0)
     store = StateStore(cfg.state_dir)
     processor = BatchProcessor("x", store, [], SourceCatalog(cfg.mysql, guard), lambda topic: 1)
@@ -338,8 +396,10 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
             with watcher.cursor() as cur:
                 while time.monotonic() < deadline:
                     # the chunk SELECTs, not Spark's schema probe (WHERE 1=0) or this query
-                    cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
-                                "'%cdc_snapshot%' AND INFO NOT LIKE '%1=0%' AND INFO NOT LIKE '%PROCESSLIST%'")
+                    cur.execute(
+                        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
+                        "'%cdc_snapshot%' AND INFO NOT LIKE '%1=0%' AND INFO NOT LIKE '%PROCESSLIST%'"
+                    )
                     if cur.fetchone()[0]:
                         break
                     time.sleep(0.05)
@@ -355,6 +415,7 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
                 timers.append(threading.Thread(target=stop_when_reading, daemon=True))
                 timers[0].start()
             return read(table, rt, chunks, where, wid, *rest)
+
         runner._read_chunks = read_then_stop_the_source
         with caplog.at_level(logging.INFO, logger="cdc.source"):
             runner._step(table, plan)  # returns once a window of these chunks is staged
@@ -363,21 +424,25 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
         assert not store.staging_dir(table, first).exists()
         [window] = rt.reconciler.windows.values()
         assert window.window_id != first and window.chunk_ids == wanted and window.staged
-        staged = sum(pq.ParquetFile(f).metadata.num_rows
-                     for f in store.staging_dir(table, window.window_id).glob("*.parquet"))
+        staged = sum(
+            pq.ParquetFile(f).metadata.num_rows for f in store.staging_dir(table, window.window_id).glob("*.parquet")
+        )
         assert staged == 1_200_000
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert warnings and f"snapshot of {table}" in warnings[0], warnings
-        assert any(s in warnings[0] for s in ("SparkException", "SQL", "cdc-source-unavailable")), \
-            warnings[0]  # the read failed
+        assert any(s in warnings[0] for s in ("SparkException", "SQL", "cdc-source-unavailable")), warnings[
+            0
+        ]  # the read failed
         assert any("source reachable again" in r.getMessage() for r in caplog.records)
         conn = _conn(stack)
         with conn.cursor() as cur:  # the last watermark written is the new window's HIGH
             cur.execute("SELECT window_id, kind FROM cdc.cdc_watermarks WHERE table_name = %s", (table,))
             assert cur.fetchone() == (window.window_id, "HIGH")
         conn.close()
-        print(f"window {first} cut by the stop; read again as {window.window_id} after "
-              f"{guard.total_retries} retries: {warnings}")
+        print(
+            f"window {first} cut by the stop; read again as {window.window_id} after "
+            f"{guard.total_retries} retries: {warnings}"
+        )
     finally:
         for t in timers:
             t.join(180)
@@ -402,9 +467,17 @@ def test_postgres_sink_maps_a_stopped_server_to_sink_unavailable(stack, unique_n
 
     def changes(seq):
         return pa.table({"id": [1, 2], "v": [f"v{seq}", "x"], "_cdc_op": ["u", "c"], "_cdc_seq": [seq, seq]})
-    sink = PostgresSink({"host": stack.postgres.host, "port": stack.postgres.port, "user": stack.postgres.user,
-                         "dbname": stack.postgres.database, "password": stack.postgres.password,
-                         "connect_timeout": 3})
+
+    sink = PostgresSink(
+        {
+            "host": stack.postgres.host,
+            "port": stack.postgres.port,
+            "user": stack.postgres.user,
+            "dbname": stack.postgres.database,
+            "password": stack.postgres.password,
+            "connect_timeout": 3,
+        }
+    )
     try:
         sink.ensure_table(table, schema, ["id"])
         assert sink.apply(table, 1, changes(1))
@@ -439,8 +512,12 @@ def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name)
         time.sleep(5)
         _stop(stack, "postgres")
         down_at = time.monotonic()
-        st = _wait_for(lambda: [(n, t) for n, t in p.status()["tables"].items() if t.get("blocked_on_sink")],
-                       90, "a table blocked on the sink in cdc status", p)
+        st = _wait_for(
+            lambda: [(n, t) for n, t in p.status()["tables"].items() if t.get("blocked_on_sink")],
+            90,
+            "a table blocked on the sink in cdc status",
+            p,
+        )
         name, table_status = st[0]
         assert "PostgresSink" in table_status["blocked_on_sink"], table_status
         blocked_after = time.monotonic() - down_at
@@ -449,8 +526,12 @@ def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name)
         before = p.status()
         _start(stack, "postgres")
         up_at = time.monotonic()
-        _wait_for(lambda: not any(t.get("blocked_on_sink") for t in p.status()["tables"].values()), 120,
-                  "the tables to be unblocked", p)
+        _wait_for(
+            lambda: not any(t.get("blocked_on_sink") for t in p.status()["tables"].values()),
+            120,
+            "the tables to be unblocked",
+            p,
+        )
         unblocked_after = time.monotonic() - up_at
         time.sleep(3)
         work.stop.set()
@@ -460,9 +541,11 @@ def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name)
         log = p.merger.log_text()
         assert f"table {name} blocked on sink PostgresSink" in log and "sink PostgresSink reachable again" in log
         assert "sink DeltaSink reachable again" not in log  # only the blocked sink clears the flag
-        print(f"sink down {down_s}s: blocked in status after {blocked_after:.1f}s, unblocked "
-              f"{unblocked_after:.1f}s after restart, converged {converged:.1f}s later; status while down: "
-              f"{json.dumps(before['tables'][name]['blocked_on_sink'])}")
+        print(
+            f"sink down {down_s}s: blocked in status after {blocked_after:.1f}s, unblocked "
+            f"{unblocked_after:.1f}s after restart, converged {converged:.1f}s later; status while down: "
+            f"{json.dumps(before['tables'][name]['blocked_on_sink'])}"
+        )
     finally:
         work.stop.set()
         _start(stack, "postgres")
@@ -484,9 +567,18 @@ def test_kill9_ingest_and_merger_repeatedly_during_snapshot_and_workload(stack, 
     minutes = SOAK_MINUTES or 1.5
     kills_each = 3 if not SOAK_MINUTES else max(3, int(minutes * 60 / 90))
     _create(stack, db, rows)
-    p = Pipeline(stack, tmp_path, unique_name, db, ingest_extra={"commit_every_ms": 100},
-                 merger_extra={"snapshot.chunk_size": 10_000, "snapshot.chunks_per_window": 2,
-                               "snapshot.emit_rows_per_batch": 10_000}).start()
+    p = Pipeline(
+        stack,
+        tmp_path,
+        unique_name,
+        db,
+        ingest_extra={"commit_every_ms": 100},
+        merger_extra={
+            "snapshot.chunk_size": 10_000,
+            "snapshot.chunks_per_window": 2,
+            "snapshot.emit_rows_per_batch": 10_000,
+        },
+    ).start()
     work = Workload(stack, db, rows, seed=11)
     rnd = random.Random(29)
     events = []
@@ -520,8 +612,10 @@ def test_kill9_ingest_and_merger_repeatedly_during_snapshot_and_workload(stack, 
         converged = _assert_sinks_equal(stack, tmp_path, db, TABLES, p, 900)
         p.check_alive()
         assert any(kind == "snapshot" for *_, kind in events), events
-        print(f"{minutes} min workload ({work.statements} statements), kills {events}, snapshots requested "
-              f"{snapshots}, converged {converged:.1f}s after the workload stopped")
+        print(
+            f"{minutes} min workload ({work.statements} statements), kills {events}, snapshots requested "
+            f"{snapshots}, converged {converged:.1f}s after the workload stopped"
+        )
     finally:
         work.stop.set()
         p.stop()

@@ -110,11 +110,38 @@ def test_generator_is_deterministic_and_covers_every_form():
     a = run(7)
     assert a == run(7) and a != run(8)
     text = "\n".join(a)
-    for form in ("INSERT INTO", "INSERT IGNORE", "ON DUPLICATE KEY UPDATE", "REPLACE INTO", "ORDER BY",
-                 "LIMIT", " JOIN ", "DELETE x", "DELETE y", ") SELECT ", "BEGIN", "START TRANSACTION", "COMMIT",
-                 "\nROLLBACK\n", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "ADD COLUMN", "DROP COLUMN",
-                 "MODIFY", "TRUNCATE", "CREATE INDEX", "DROP INDEX", "DEFAULT", "SET `code` = UPPER(",
-                 "SET `id` = `id` +", "'😀'", "18446744073709551615", "ENGINE=MyISAM", "NULL"):
+    for form in (
+        "INSERT INTO",
+        "INSERT IGNORE",
+        "ON DUPLICATE KEY UPDATE",
+        "REPLACE INTO",
+        "ORDER BY",
+        "LIMIT",
+        " JOIN ",
+        "DELETE x",
+        "DELETE y",
+        ") SELECT ",
+        "BEGIN",
+        "START TRANSACTION",
+        "COMMIT",
+        "\nROLLBACK\n",
+        "SAVEPOINT",
+        "ROLLBACK TO",
+        "RELEASE SAVEPOINT",
+        "ADD COLUMN",
+        "DROP COLUMN",
+        "MODIFY",
+        "TRUNCATE",
+        "CREATE INDEX",
+        "DROP INDEX",
+        "DEFAULT",
+        "SET `code` = UPPER(",
+        "SET `id` = `id` +",
+        "'😀'",
+        "18446744073709551615",
+        "ENGINE=MyISAM",
+        "NULL",
+    ):
         assert form in text, form
 
 
@@ -137,10 +164,10 @@ def test_transaction_model_never_names_an_unknown_savepoint():
             elif m := re.fullmatch(r"ROLLBACK (?:WORK )?TO (?:SAVEPOINT )?(\w+)", sql):
                 if not m.group(1).startswith("nosuch"):
                     assert open_ and m.group(1) in sps, sql
-                    sps = sps[:sps.index(m.group(1)) + 1]
+                    sps = sps[: sps.index(m.group(1)) + 1]
             elif m := re.fullmatch(r"RELEASE SAVEPOINT (\w+)", sql):
                 assert open_ and m.group(1) in sps, sql
-                sps = sps[:sps.index(m.group(1))]
+                sps = sps[: sps.index(m.group(1))]
 
 
 def test_minimise_finds_the_statements_that_matter():
@@ -160,9 +187,15 @@ def test_minimise_finds_the_statements_that_matter():
 
 
 def _root(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True,
-                           charset="utf8mb4")
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+        charset="utf8mb4",
+    )
 
 
 class SeedRun:
@@ -209,8 +242,9 @@ class SeedRun:
 
     def save(self, directory: Path) -> Path:
         path = directory / f"fuzz-seed{self.seed}.sql"
-        path.write_text(f"-- seed {self.seed}, database {self.db}\n"
-                        + "".join(s + ";\n" for s in self.setup_sql + self.sql))
+        path.write_text(
+            f"-- seed {self.seed}, database {self.db}\n" + "".join(s + ";\n" for s in self.setup_sql + self.sql)
+        )
         return path
 
     def drop(self) -> None:
@@ -222,14 +256,17 @@ class SeedRun:
             conn.close()
 
 
-def _report(kind: str, seeds: list[int], runs: list[SeedRun], divergences: list, started: float,
-            extra: str = "") -> str:
+def _report(
+    kind: str, seeds: list[int], runs: list[SeedRun], divergences: list, started: float, extra: str = ""
+) -> str:
     stats = RunStats()
     for r in runs:
         stats.add(r.stats)
-    line = (f"FUZZ {kind}: seeds {seeds[0]}..{seeds[-1]} ({len(runs)} run), {stats.executed} statements "
-            f"executed ({stats.failed} failed as expected: {dict(sorted(stats.errors.items()))}), "
-            f"{len(divergences)} divergences, {time.monotonic() - started:.0f}s{extra}")
+    line = (
+        f"FUZZ {kind}: seeds {seeds[0]}..{seeds[-1]} ({len(runs)} run), {stats.executed} statements "
+        f"executed ({stats.failed} failed as expected: {dict(sorted(stats.errors.items()))}), "
+        f"{len(divergences)} divergences, {time.monotonic() - started:.0f}s{extra}"
+    )
     print(line)
     return line
 
@@ -244,19 +281,28 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
     from tests.debezium_ref import DebeziumRef
     from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
     from tests.kafka_util import list_topics, read_records
-    from tests.test_debezium_pipeline import _ingest_settings, _in_binlog_order, _Ours
+    from tests.test_debezium_pipeline import _in_binlog_order, _ingest_settings, _Ours
     from tests.test_types import assert_same_records
 
     features = parse_features(FEATURES)
     if features.myisam:
-        pytest.skip("MyISAM: Debezium emits the rows a ROLLBACK TO in the binlog rolled back "
-                    "(ingest/statements.py); compare MyISAM workloads in the pipeline test")
+        pytest.skip(
+            "MyISAM: Debezium emits the rows a ROLLBACK TO in the binlog rolled back "
+            "(ingest/statements.py); compare MyISAM workloads in the pipeline test"
+        )
     # the server is shared: DDL of other databases that Debezium's parser cannot read must not
     # stop it (ours would show as differences anyway)
     props = {"skipped.operations": "none", "schema.history.internal.skip.unparseable.ddl": "true"}
     ours_prefix = f"{unique_name}o"
-    cfg = write_config(stack, tmp_path / "ingest.yaml", ours_prefix, [f"{unique_name}_s\\d+"],
-                       topic_partitions=2, on_xa_rollback="warn", **_ingest_settings(props, True))
+    cfg = write_config(
+        stack,
+        tmp_path / "ingest.yaml",
+        ours_prefix,
+        [f"{unique_name}_s\\d+"],
+        topic_partitions=2,
+        on_xa_rollback="warn",
+        **_ingest_settings(props, True),
+    )
     proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
     ref = DebeziumRef(stack.mariadb, tmp_path / "dbz")
     started = time.monotonic()
@@ -271,14 +317,21 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
 
             def workload(run=run):
                 run.create()
-                run.run(before_ddl=(lambda _: wait_caught_up(stack, ours_prefix, proc=proc, timeout_s=120))
-                        if DDL_SYNC else None)
+                run.run(
+                    before_ddl=(lambda _: wait_caught_up(stack, ours_prefix, proc=proc, timeout_s=120))
+                    if DDL_SYNC
+                    else None
+                )
 
-            cap = ref.capture(workload, databases=[db], prefix=dbz_prefix, schemas_enable=True, properties=props,
-                              timeout=240)
+            cap = ref.capture(
+                workload, databases=[db], prefix=dbz_prefix, schemas_enable=True, properties=props, timeout=240
+            )
             wait_caught_up(stack, ours_prefix, proc=proc, timeout_s=300)
-            theirs = [_renamed(r.to_dict(), dbz_prefix, ours_prefix) for r in cap.records
-                      if r.topic.startswith(f"{dbz_prefix}.{db}.")]
+            theirs = [
+                _renamed(r.to_dict(), dbz_prefix, ours_prefix)
+                for r in cap.records
+                if r.topic.startswith(f"{dbz_prefix}.{db}.")
+            ]
             topics = list_topics(stack.kafka.bootstrap, f"{ours_prefix}.{db}.")
             records, _ = read_records(stack.kafka.bootstrap, topics)
             ours = [_Ours(r) for r in _in_binlog_order(records)]
@@ -298,11 +351,16 @@ def test_fuzz_ingest_matches_debezium(stack, tmp_path, unique_name):
                 run.drop()
     finally:
         proc.stop()
-    line = _report("ingest vs Debezium", SEEDS, runs, divergences, started,
-                   f", {compared} records compared ({null_defaults} NULLs Debezium wrote as the default"
-                   + ("" if DDL_SYNC else f", {missing_defaults} column defaults of older table versions "
-                                          "ingest could not know")
-                   + f", {truncate_schemas} truncate records with the schema before an ALTER)")
+    line = _report(
+        "ingest vs Debezium",
+        SEEDS,
+        runs,
+        divergences,
+        started,
+        f", {compared} records compared ({null_defaults} NULLs Debezium wrote as the default"
+        + ("" if DDL_SYNC else f", {missing_defaults} column defaults of older table versions ingest could not know")
+        + f", {truncate_schemas} truncate records with the schema before an ALTER)",
+    )
     assert not divergences, f"{line}\n" + "\n".join(f"seed {s} ({p}): {e}" for s, e, p in divergences)
 
 
@@ -326,8 +384,12 @@ def _null_as_default(ours, theirs) -> int:
                 continue
             for f in schema.get("fields", []):
                 name = f["field"]
-                if mine.get(name) is None and "default" in f and theirs_row.get(name) == f["default"] \
-                        and f.get("optional"):
+                if (
+                    mine.get(name) is None
+                    and "default" in f
+                    and theirs_row.get(name) == f["default"]
+                    and f.get("optional")
+                ):
                     theirs_row[name] = None
                     fixed = True
                     n += 1
@@ -399,8 +461,10 @@ def _dump_records(stem: Path, ours, theirs) -> None:
             f.write(json.dumps({"topic": o.topic, "key": o.key, "value": o.value}, ensure_ascii=False) + "\n")
     with open(f"{stem}-debezium.jsonl", "w") as f:
         for t in theirs:
-            f.write(json.dumps({"topic": t["topic"], "key": t["key_text"], "value": t["value_text"]},
-                               ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps({"topic": t["topic"], "key": t["key_text"], "value": t["value_text"]}, ensure_ascii=False)
+                + "\n"
+            )
 
 
 def _renamed(t: dict, dbz_prefix: str, ours_prefix: str) -> dict:
@@ -452,12 +516,19 @@ def test_fuzz_pipeline_sinks_equal_source(stack, tmp_path, unique_name):
 
     features = parse_features(FEATURES)
     pattern = f"{unique_name}_s\\d+"
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [pattern, "cdc"], topic_partitions=3,
-                        on_xa_rollback="warn")
+    icfg = write_config(
+        stack, tmp_path / "ingest.yaml", unique_name, [pattern, "cdc"], topic_partitions=3, on_xa_rollback="warn"
+    )
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     # small chunks (the least allowed): a table of a few hundred rows is several windows
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [pattern], tmp_path,
-                               **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 2})
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [pattern],
+        tmp_path,
+        **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 2},
+    )
     merger = MergerProcess(mcfg, tmp_path / "merger.log")
     checker = SinkChecker(stack, tmp_path)
     started = time.monotonic()
@@ -484,8 +555,9 @@ def test_fuzz_pipeline_sinks_equal_source(stack, tmp_path, unique_name):
                 run.create()
                 if i == 0:
                     merger.start()  # the first seed's rows are snapshotted while its statements run
-                run.run(PACE_S, before_ddl=None if PIPELINE_SYNC == "none" else
-                        (lambda sql, run=run: before_ddl(run, sql)))
+                run.run(
+                    PACE_S, before_ddl=None if PIPELINE_SYNC == "none" else (lambda sql, run=run: before_ddl(run, sql))
+                )
                 for table in run.workload.tables:
                     try:
                         checker.wait_equal(run.db, table.name, timeout_s=WAIT_S, proc=merger)
@@ -533,17 +605,27 @@ def test_row_source_ts_is_the_row_events_own_time(stack, tmp_path, unique_name):
         with conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{db}`")
             cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
-            for sql in ("BEGIN", "SET timestamp = 1000000000", f"INSERT INTO `{db}`.t VALUES (1, 1)",
-                        "SET timestamp = 1000000005", f"UPDATE `{db}`.t SET v = 2", "SET timestamp = 1000000009",
-                        "COMMIT", "SET timestamp = 1000000020", f"TRUNCATE TABLE `{db}`.t", "SET timestamp = DEFAULT"):
+            for sql in (
+                "BEGIN",
+                "SET timestamp = 1000000000",
+                f"INSERT INTO `{db}`.t VALUES (1, 1)",
+                "SET timestamp = 1000000005",
+                f"UPDATE `{db}`.t SET v = 2",
+                "SET timestamp = 1000000009",
+                "COMMIT",
+                "SET timestamp = 1000000020",
+                f"TRUNCATE TABLE `{db}`.t",
+                "SET timestamp = DEFAULT",
+            ):
                 cur.execute(sql)
         wait_caught_up(stack, unique_name, proc=proc)
         records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.t"])
     finally:
         conn.close()
         proc.stop()
-    stamps = [(r.payload["op"], r.payload["source"]["ts_ms"]) for r in records
-              if r.value and r.payload["op"] != "m"]  # not the DDL markers (op m) of the CREATE/ALTER
+    stamps = [
+        (r.payload["op"], r.payload["source"]["ts_ms"]) for r in records if r.value and r.payload["op"] != "m"
+    ]  # not the DDL markers (op m) of the CREATE/ALTER
     assert stamps == [("c", 1000000000000), ("u", 1000000005000), ("t", 1000000020000)], stamps
     _root(stack).cursor().execute(f"DROP DATABASE `{db}`")
 
@@ -567,8 +649,15 @@ def test_rows_read_after_a_later_alter_keep_their_versions_types(stack, tmp_path
             cur.execute(f"INSERT INTO `{db}`.t VALUES (1, 1.5, '2024-01-02 03:04:05.678', 7)")
             cur.execute(f"ALTER TABLE `{db}`.t MODIFY x DECIMAL(14,3), MODIFY y DATETIME(6), MODIFY z BIGINT")
         # ingest reads the INSERT only now, after the ALTER
-        cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], topic_partitions=1,
-                           schemas_enable=True, **{"start.mode": "gtid", "start.gtid": gtid})
+        cfg = write_config(
+            stack,
+            tmp_path / "ingest.yaml",
+            unique_name,
+            [db],
+            topic_partitions=1,
+            schemas_enable=True,
+            **{"start.mode": "gtid", "start.gtid": gtid},
+        )
         proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
         try:
             wait_caught_up(stack, unique_name, proc=proc)
@@ -588,8 +677,11 @@ def test_rows_read_after_a_later_alter_keep_their_versions_types(stack, tmp_path
 
 @pytest.mark.integration
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=True, reason="open: ingest's truncate record takes the schema of the last rows it "
-                                       "encoded; ingest/app.py _ddl keeps it across an ALTER")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: ingest's truncate record takes the schema of the last rows it "
+    "encoded; ingest/app.py _ddl keeps it across an ALTER",
+)
 def test_truncate_after_an_alter_carries_the_altered_schema(stack, tmp_path, unique_name):
     """Found by the Debezium comparison (seed 7, without waiting before DDL): ALTER TABLE t_str
     ADD COLUMN x8, no row of t_str in between (the transaction rolled back), TRUNCATE: ingest's
@@ -652,20 +744,31 @@ def test_drop_column_during_a_resnapshot_does_not_stop_the_merger(stack, tmp_pat
         cur.execute(f"USE `{db}`")
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
         cur.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_5000")
-    ingest = IngestProcess(write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"],
-                                        topic_partitions=3), tmp_path / "ingest.log").start()
-    merger = MergerProcess(write_merger_config(
-        stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path,
-        **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 1, "snapshot.emit_rows_per_batch": 100}),
-        tmp_path / "merger.log").start()
+    ingest = IngestProcess(
+        write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=3),
+        tmp_path / "ingest.log",
+    ).start()
+    merger = MergerProcess(
+        write_merger_config(
+            stack,
+            tmp_path / "merger.yaml",
+            unique_name,
+            [db],
+            tmp_path,
+            **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 1, "snapshot.emit_rows_per_batch": 100},
+        ),
+        tmp_path / "merger.log",
+    ).start()
     checker = SinkChecker(stack, tmp_path)
     try:
         checker.wait_equal(db, "t", proc=merger)
         with conn.cursor() as cur:
             cur.execute(f"ALTER TABLE `{db}`.t ADD COLUMN x INT DEFAULT 1")
         deadline = time.monotonic() + 180
-        while not (_table_status(tmp_path / "state", f"{db}.t").get("snapshot") == "running"
-                   and _table_status(tmp_path / "state", f"{db}.t").get("chunks_done", 0) >= 2):
+        while not (
+            _table_status(tmp_path / "state", f"{db}.t").get("snapshot") == "running"
+            and _table_status(tmp_path / "state", f"{db}.t").get("chunks_done", 0) >= 2
+        ):
             assert time.monotonic() < deadline and merger.alive(), "the re-snapshot did not start"
             time.sleep(0.1)
         with conn.cursor() as cur:
@@ -684,8 +787,18 @@ def test_drop_column_during_a_resnapshot_does_not_stop_the_merger(stack, tmp_pat
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("case", [pytest.param(c, marks=[] if c == "add_column" else pytest.mark.skipif(
-    IS_CI, reason="1-2 minutes each; the silent case runs in CI")) for c in sorted(SNAPSHOT_BEHIND_DDL)])
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            c,
+            marks=[]
+            if c == "add_column"
+            else pytest.mark.skipif(IS_CI, reason="1-2 minutes each; the silent case runs in CI"),
+        )
+        for c in sorted(SNAPSHOT_BEHIND_DDL)
+    ],
+)
 def test_a_snapshot_behind_a_schema_change_reads_the_sources_columns(stack, tmp_path, unique_name, case):
     """Found by the pipeline fuzzer. A window's chunk SELECT lists the columns of the
     merger's table definition, which follows the schema-change events and so lags the
@@ -706,8 +819,10 @@ def test_a_snapshot_behind_a_schema_change_reads_the_sources_columns(stack, tmp_
         cur.execute(f"USE `{db}`")
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT, d DECIMAL(10,2), y INT)")
         cur.execute("INSERT INTO t VALUES (1, 1, 1.5, 1), (2, 2, 2.5, 2), (3, 3, 3.5, 3)")
-    ingest = IngestProcess(write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"],
-                                        topic_partitions=3), tmp_path / "ingest.log").start()
+    ingest = IngestProcess(
+        write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=3),
+        tmp_path / "ingest.log",
+    ).start()
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
@@ -718,13 +833,20 @@ def test_a_snapshot_behind_a_schema_change_reads_the_sources_columns(stack, tmp_
             for sql in SNAPSHOT_BEHIND_DDL[case]:
                 cur.execute(sql)
         before = set((tmp_path / "state").rglob("_cdc_staged"))
-        subprocess.run([sys.executable, "-m", "cdc.cli", "snapshot", f"{db}.t", "-c", str(mcfg)], check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "cdc.cli", "snapshot", f"{db}.t", "-c", str(mcfg)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         # the window reads now (its watermarks wait for ingest), or gives up a read that met
         # the changed definition (it is retried once the DDL marker arrives), or the merger stops
         deadline = time.monotonic() + 120
-        while (not set((tmp_path / "state").rglob("_cdc_staged")) - before and merger.alive()
-               and "the table changed under the read" not in merger.log_text()):
+        while (
+            not set((tmp_path / "state").rglob("_cdc_staged")) - before
+            and merger.alive()
+            and "the table changed under the read" not in merger.log_text()
+        ):
             assert time.monotonic() < deadline, "the snapshot window did not read"
             time.sleep(0.2)
         with conn.cursor() as cur:  # a change after HIGH: the window's emission batch has every column

@@ -10,7 +10,6 @@ records by their ``source`` block, so the lossy topic names do not matter to it.
 from __future__ import annotations
 
 import re
-import time
 
 import pymysql
 import pytest
@@ -24,26 +23,38 @@ from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
 # reserved words, quotes of every kind, spaces, a dot, '%' (which delta-rs would decode in
 # a path), a slash, non-ASCII letters
 TABLES = {
-    "select": ("CREATE TABLE {t} (`order` INT PRIMARY KEY, `from` VARCHAR(20), `sp ace` INT, "
-               "`we\"ird` VARCHAR(20), `it's` INT, `back``tick` TEXT, `a,b;c{{d}}(e)=f` INT)"),
-    "Straße 表": ("CREATE TABLE {t} (`Schlüssel` VARCHAR(20), `表` INT, `wert €` DECIMAL(10,2), "
-                 "PRIMARY KEY (`Schlüssel`, `表`)) CHARACTER SET utf8mb4"),
-    "dot.ted 50%20off/x": "CREATE TABLE {t} (`id` BIGINT PRIMARY KEY, `Wert` VARCHAR(30), `is \"ok\"?` BOOLEAN)",
+    "select": (
+        "CREATE TABLE {t} (`order` INT PRIMARY KEY, `from` VARCHAR(20), `sp ace` INT, "
+        "`we\"ird` VARCHAR(20), `it's` INT, `back``tick` TEXT, `a,b;c{{d}}(e)=f` INT)"
+    ),
+    "Straße 表": (
+        "CREATE TABLE {t} (`Schlüssel` VARCHAR(20), `表` INT, `wert €` DECIMAL(10,2), "
+        "PRIMARY KEY (`Schlüssel`, `表`)) CHARACTER SET utf8mb4"
+    ),
+    "dot.ted 50%20off/x": 'CREATE TABLE {t} (`id` BIGINT PRIMARY KEY, `Wert` VARCHAR(30), `is "ok"?` BOOLEAN)',
 }
 
 
 def _conn(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True,
-                           charset="utf8mb4")
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+        charset="utf8mb4",
+    )
 
 
 def _load(cur, db: str, first: int, last: int) -> None:
     # '%' doubled: pymysql %-formats statements that have parameters
     t = {name: f"{q(db)}.{q(name)}".replace("%", "%%") for name in TABLES}
     for i in range(first, last + 1):
-        cur.execute(f"INSERT INTO {t['select']} VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    (i, f"from {i}", i * 2, f'q"{i}\'', i % 7, f"`{i}`", -i))
+        cur.execute(
+            f"INSERT INTO {t['select']} VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (i, f"from {i}", i * 2, f"q\"{i}'", i % 7, f"`{i}`", -i),
+        )
         cur.execute(f"INSERT INTO {t['Straße 表']} VALUES (%s, %s, %s)", (f"Schlüssel-{i % 5}", i, i / 4))
         cur.execute(f"INSERT INTO {t['dot.ted 50%20off/x']} VALUES (%s, %s, %s)", (i, f"wert {i}", i % 2))
 
@@ -59,9 +70,19 @@ def test_topic_names_are_sanitized_like_debezium():
 def _records(rows: list[dict]):
     import pyarrow as pa
 
-    return pa.Table.from_pylist(rows, schema=pa.schema([
-        ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-        ("offset", pa.int64()), ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))]))
+    return pa.Table.from_pylist(
+        rows,
+        schema=pa.schema(
+            [
+                ("key", pa.binary()),
+                ("value", pa.binary()),
+                ("topic", pa.string()),
+                ("partition", pa.int32()),
+                ("offset", pa.int64()),
+                ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+            ]
+        ),
+    )
 
 
 def test_tables_sharing_a_topic_are_merged_apart(tmp_path):
@@ -82,15 +103,33 @@ def test_tables_sharing_a_topic_are_merged_apart(tmp_path):
     topic = table_topic("p", "shop", "Straße")
     assert topic == table_topic("p", "shop", "Stra_e") == "p.shop.Stra_e"
     rows = []
-    for i, (table, op, key, v) in enumerate([("Straße", "c", 1, "ß1"), ("Stra_e", "c", 1, "_1"),
-                                            ("Straße", "c", 2, "ß2"), ("Stra_e", "u", 1, "_1b"),
-                                            ("Straße", "d", 1, None)]):
+    for i, (table, op, key, v) in enumerate(
+        [
+            ("Straße", "c", 1, "ß1"),
+            ("Stra_e", "c", 1, "_1"),
+            ("Straße", "c", 2, "ß2"),
+            ("Stra_e", "u", 1, "_1b"),
+            ("Straße", "d", 1, None),
+        ]
+    ):
         image = {"id": key, "v": v}
-        value = {"before": image if op == "d" else None, "after": None if op == "d" else image, "op": op,
-                 "source": {"db": "shop", "table": table, "ts_ms": 1}, "ts_ms": 1}
-        rows.append({"key": json.dumps({"id": key}).encode(), "value": json.dumps(value).encode(),
-                     "topic": topic, "partition": 0, "offset": i,
-                     "headers": [{"key": "cdc.position", "value": f"binlog.000001:{100 + i}:0".encode()}]})
+        value = {
+            "before": image if op == "d" else None,
+            "after": None if op == "d" else image,
+            "op": op,
+            "source": {"db": "shop", "table": table, "ts_ms": 1},
+            "ts_ms": 1,
+        }
+        rows.append(
+            {
+                "key": json.dumps({"id": key}).encode(),
+                "value": json.dumps(value).encode(),
+                "topic": topic,
+                "partition": 0,
+                "offset": i,
+                "headers": [{"key": "cdc.position", "value": f"binlog.000001:{100 + i}:0".encode()}],
+            }
+        )
     proc.process(0, _records(rows))
     assert proc.bad_records == 0
     assert sink.rows(("shop", "Straße")).to_pylist() == [{"id": 2, "v": "ß2"}]
@@ -112,8 +151,9 @@ def test_hostile_identifiers_replicate_to_delta_and_postgres(stack, tmp_path, un
     db_regex = re.escape(db)
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db_regex, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path,
-                               table_include=[db_regex + r"\..*"])
+    mcfg = write_merger_config(
+        stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, table_include=[db_regex + r"\..*"]
+    )
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
     try:

@@ -11,20 +11,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdc import stack as local_stack
 from tests.ingest_harness import write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run_ingest(config: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc.cli", "ingest", "-c", str(config)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", "ingest", "-c", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
     assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
-    lines = [l for l in res.stderr.splitlines() if l.strip() and " INFO " not in l]
+    lines = [line for line in res.stderr.splitlines() if line.strip() and " INFO " not in line]
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
     text = " ".join(lines)
     assert lines and lines[-1].startswith("error:") or "error:" in text, res.stderr
@@ -54,7 +58,6 @@ def test_invalid_configuration_names_the_key(tmp_path):
 @pytest.mark.integration
 def test_source_and_broker_problems_are_one_line_errors(stack, mysql_root, tmp_path, unique_name):
     base = write_config(stack, tmp_path / "ok.yaml", unique_name, ["nothing"])
-    cfg = yaml.safe_load(base.read_text())
 
     def variant(name, **changes):
         c = yaml.safe_load(base.read_text())
@@ -72,11 +75,19 @@ def test_source_and_broker_problems_are_one_line_errors(stack, mysql_root, tmp_p
     _assert_one_line_error(_run_ingest(variant("noserver", **{"mysql.port": _free_port()})), "unreachable")
     wrong = tmp_path / "wrong-password"
     wrong.write_text("not-the-password")
-    _assert_one_line_error(_run_ingest(variant("badpw", **{"mysql.password_file": str(wrong)})),
-                           "wrong credentials")
-    _assert_one_line_error(_run_ingest(variant("nobroker", **{"kafka.bootstrap_servers": f"127.0.0.1:{_free_port()}",
-                                                              "kafka.extra": {"socket.connection.setup.timeout.ms": 3000}})),
-                           "broker")
+    _assert_one_line_error(_run_ingest(variant("badpw", **{"mysql.password_file": str(wrong)})), "wrong credentials")
+    _assert_one_line_error(
+        _run_ingest(
+            variant(
+                "nobroker",
+                **{
+                    "kafka.bootstrap_servers": f"127.0.0.1:{_free_port()}",
+                    "kafka.extra": {"socket.connection.setup.timeout.ms": 3000},
+                },
+            )
+        ),
+        "broker",
+    )
 
     # missing privileges
     user = f"np_{unique_name}"
@@ -86,16 +97,20 @@ def test_source_and_broker_problems_are_one_line_errors(stack, mysql_root, tmp_p
         cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'np-secret-1'")
         cur.execute(f"GRANT SELECT ON *.* TO '{user}'@'%'")
     try:
-        _assert_one_line_error(_run_ingest(variant("noprivs", **{"mysql.user": user, "mysql.password_file": str(secret)})),
-                               "REPLICATION SLAVE")
+        _assert_one_line_error(
+            _run_ingest(variant("noprivs", **{"mysql.user": user, "mysql.password_file": str(secret)})),
+            "REPLICATION SLAVE",
+        )
     finally:
         with mysql_root.cursor() as cur:
             cur.execute(f"DROP USER '{user}'@'%'")
 
     # binlog settings (dynamic ones: changed for a moment, then restored)
-    for variable, bad, needle in (("binlog_format", "STATEMENT", "binlog_format is STATEMENT"),
-                                  ("binlog_row_image", "MINIMAL", "binlog_row_image is MINIMAL"),
-                                  ("binlog_row_metadata", "MINIMAL", "binlog_row_metadata is MINIMAL")):
+    for variable, bad, needle in (
+        ("binlog_format", "STATEMENT", "binlog_format is STATEMENT"),
+        ("binlog_row_image", "MINIMAL", "binlog_row_image is MINIMAL"),
+        ("binlog_row_metadata", "MINIMAL", "binlog_row_metadata is MINIMAL"),
+    ):
         with mysql_root.cursor() as cur:
             cur.execute(f"SELECT @@GLOBAL.{variable}")
             original = cur.fetchone()[0]
@@ -110,21 +125,40 @@ def test_source_and_broker_problems_are_one_line_errors(stack, mysql_root, tmp_p
 @pytest.mark.integration
 def test_binlog_off_is_reported(tmp_path):
     """A second, private MariaDB without --log-bin."""
-    import os
     import time
 
     import pymysql
 
     datadir = tmp_path / "nobinlog"
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [
+            "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={datadir}",
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+        check=True,
+        capture_output=True,
+    )
     port = _free_port()
     sock = str(tmp_path / "nb.sock")
-    proc = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={datadir}", f"--port={port}",
-                             "--bind-address=127.0.0.1", f"--socket={sock}", "--user=root",
-                             f"--log-error={tmp_path / 'nb.err'}", "--skip-log-bin"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            "mariadbd",
+            "--no-defaults",
+            f"--datadir={datadir}",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={sock}",
+            "--user=root",
+            f"--log-error={tmp_path / 'nb.err'}",
+            "--skip-log-bin",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -142,8 +176,9 @@ def test_binlog_off_is_reported(tmp_path):
         secret = tmp_path / "pw"
         secret.write_text("pw")
         cfg = tmp_path / "c.yaml"
-        cfg.write_text(yaml.safe_dump({"mysql": {"host": "127.0.0.1", "port": port, "user": "u",
-                                                 "password_file": str(secret)}}))
+        cfg.write_text(
+            yaml.safe_dump({"mysql": {"host": "127.0.0.1", "port": port, "user": "u", "password_file": str(secret)}})
+        )
         _assert_one_line_error(_run_ingest(cfg), "log_bin is OFF")
     finally:
         proc.terminate()

@@ -21,8 +21,7 @@ pytestmark = pytest.mark.integration
 
 TABLES = {
     "num": ("CREATE TABLE num (id INT PRIMARY KEY, a INT, s VARCHAR(50), d DECIMAL(10,2))", ["id"]),
-    "str": ("CREATE TABLE str (code VARCHAR(40) PRIMARY KEY, v BIGINT, note TEXT) "
-            "CHARACTER SET utf8mb4", ["code"]),
+    "str": ("CREATE TABLE str (code VARCHAR(40) PRIMARY KEY, v BIGINT, note TEXT) CHARACTER SET utf8mb4", ["code"]),
     "comp": ("CREATE TABLE comp (a INT, b VARCHAR(20), c BIGINT, PRIMARY KEY (a, b))", ["a", "b"]),
 }
 
@@ -48,14 +47,13 @@ class Workload:
     def _values(self, table):
         r = self.rnd
         if table == "num":
-            return [r.randint(-10**6, 10**6), f"s{r.random():.6f}", Decimal(r.randint(-99999, 99999)) / 100]
+            return [r.randint(-(10**6), 10**6), f"s{r.random():.6f}", Decimal(r.randint(-99999, 99999)) / 100]
         if table == "str":
-            return [r.randint(-2**62, 2**62), r.choice([None, "", "note " * r.randint(1, 5)])]
+            return [r.randint(-(2**62), 2**62), r.choice([None, "", "note " * r.randint(1, 5)])]
         return [r.randint(0, 2**40)]
 
     def _cols(self, table):
-        return {"num": (["id"], ["a", "s", "d"]), "str": (["code"], ["v", "note"]),
-                "comp": (["a", "b"], ["c"])}[table]
+        return {"num": (["id"], ["a", "s", "d"]), "str": (["code"], ["v", "note"]), "comp": (["a", "b"], ["c"])}[table]
 
     def statement(self, cur):
         r = self.rnd
@@ -74,8 +72,7 @@ class Workload:
             vals = self._values(table)
             where = " AND ".join(f"{k} >= %s" for k in keys[:1])
             sets = ",".join(f"{c}=%s" for c in cols)
-            n = cur.execute(f"UPDATE {table} SET {sets} WHERE {where} LIMIT {r.randint(1, 10)}",
-                            vals + [lo[0]])
+            n = cur.execute(f"UPDATE {table} SET {sets} WHERE {where} LIMIT {r.randint(1, 10)}", vals + [lo[0]])
             self.expected[(table, "u")] += n  # may include no-op updates: MariaDB logs only changed rows
         elif kind == "pk":
             old, new = self._key(table), self._key(table)
@@ -118,8 +115,14 @@ def _setup_db(mysql_root, db):
 
 
 def _connect_db(stack, db):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _source_rows(conn, table, keys):
@@ -161,8 +164,9 @@ def _assert_topics_rebuild_source(stack, prefix, db, conn, workload: Workload | 
 def test_randomized_workload_rebuilds_every_table(stack, mysql_root, unique_name, tmp_path):
     db = f"rw_{unique_name}"
     _setup_db(mysql_root, db)
-    cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db],
-                       decimal_handling_mode="string", commit_every_events=50)
+    cfg = write_config(
+        stack, tmp_path / "ingest.yaml", unique_name, [db], decimal_handling_mode="string", commit_every_events=50
+    )
     proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
     conn = _connect_db(stack, db)
     try:
@@ -187,8 +191,15 @@ def test_randomized_workload_rebuilds_every_table(stack, mysql_root, unique_name
 def test_kill9_at_random_moments_every_change_exactly_once(stack, mysql_root, unique_name, tmp_path):
     db = f"k9_{unique_name}"
     _setup_db(mysql_root, db)
-    cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db],
-                       decimal_handling_mode="string", commit_every_events=20, commit_every_ms=50)
+    cfg = write_config(
+        stack,
+        tmp_path / "ingest.yaml",
+        unique_name,
+        [db],
+        decimal_handling_mode="string",
+        commit_every_events=20,
+        commit_every_ms=50,
+    )
     proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
     conn = _connect_db(stack, db)
     rnd = random.Random(5)
@@ -252,7 +263,7 @@ def test_one_million_row_transaction_memory_stays_flat(stack, mysql_root, unique
                     raise
         assert done, "ingest did not finish the large transaction"
         peak = proc.peak_rss_kb()
-        print(f"baseline RSS {baseline/1024:.0f} MB, peak {peak/1024:.0f} MB, samples {len(samples)}")
+        print(f"baseline RSS {baseline / 1024:.0f} MB, peak {peak / 1024:.0f} MB, samples {len(samples)}")
         # flat: the peak stays within a fixed allowance over the idle process, far below
         # what holding the transaction would need (~1M decoded rows is several hundred MB)
         assert peak - baseline < 200 * 1024, (baseline, peak)

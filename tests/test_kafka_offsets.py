@@ -47,9 +47,11 @@ def test_allocate_limit_water_filling():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.tuples(st.sampled_from("xyz"), st.integers(0, 5)),
-                       st.integers(0, 1000), max_size=12),
-       st.integers(0, 3000), st.integers(0, 50))
+@given(
+    st.dictionaries(st.tuples(st.sampled_from("xyz"), st.integers(0, 5)), st.integers(0, 1000), max_size=12),
+    st.integers(0, 3000),
+    st.integers(0, 50),
+)
 def test_allocate_limit_properties(available, max_rows, rotate):
     alloc = allocate_limit(available, max_rows, rotate)
     assert set(alloc) == set(available)
@@ -82,7 +84,9 @@ def test_plan_ranges():
         KafkaRange("u", 0, OFFSET_EARLIEST, 4),  # new partition: from its earliest offset
     ]
     assert plan_ranges(start, end, max_records_per_partition=3) == [
-        KafkaRange("t", 0, 5, 8), KafkaRange("t", 0, 8, 11), KafkaRange("t", 0, 11, 12),
+        KafkaRange("t", 0, 5, 8),
+        KafkaRange("t", 0, 8, 11),
+        KafkaRange("t", 0, 11, 12),
         KafkaRange("u", 0, OFFSET_EARLIEST, 4),
     ]
     assert plan_ranges(end, end) == []
@@ -101,9 +105,12 @@ def test_pack_ranges_makes_few_tasks_of_a_small_batch():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("xy"), st.integers(0, 3), st.integers(-2, 500), st.integers(1, 800)),
-                max_size=14),
-       st.integers(1, 3000))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("xy"), st.integers(0, 3), st.integers(-2, 500), st.integers(1, 800)), max_size=14
+    ),
+    st.integers(1, 3000),
+)
 def test_pack_ranges_properties(raw, records_per_task):
     ranges = []
     for topic, part, start, size in raw:
@@ -117,8 +124,7 @@ def test_pack_ranges_properties(raw, records_per_task):
         assert len(tps) == len(set(tps)), "a consumer holds a partition once"
     if ranges:
         total = sum(r.end - max(r.start, 0) for r in ranges)
-        most_per_tp = max(sum(1 for q in ranges if (q.topic, q.partition) == (r.topic, r.partition))
-                          for r in ranges)
+        most_per_tp = max(sum(1 for q in ranges if (q.topic, q.partition) == (r.topic, r.partition)) for r in ranges)
         assert 1 <= len(tasks) <= max(min(len(ranges), -(-total // records_per_task)), most_per_tp)
 
 

@@ -36,12 +36,17 @@ WAIT = 90  # seconds: upper bound of every wait on a query in this file
 
 
 def test_options_parse():
-    opts = SourceOptions.parse({
-        # Spark passes the keys lower-cased
-        "kafka.bootstrap.servers": "h:1", "subscribepattern": r"^cdc\.[^.]+\.[^.]+$",
-        "kafka.security.protocol": "SASL_SSL", "maxoffsetspertrigger": "500",
-        "endprobe": "WATERMARK", "failondataloss": "false",
-    })
+    opts = SourceOptions.parse(
+        {
+            # Spark passes the keys lower-cased
+            "kafka.bootstrap.servers": "h:1",
+            "subscribepattern": r"^cdc\.[^.]+\.[^.]+$",
+            "kafka.security.protocol": "SASL_SSL",
+            "maxoffsetspertrigger": "500",
+            "endprobe": "WATERMARK",
+            "failondataloss": "false",
+        }
+    )
     assert opts.kafka_conf == {"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL"}
     assert opts.max_offsets_per_trigger == 500 and opts.end_probe == "watermark"
     assert opts.matches("cdc.db.t") and not opts.matches("cdc.offsets")
@@ -52,14 +57,17 @@ def test_options_parse():
     assert conf["security.protocol"] == "SASL_SSL"
     assert conf["enable.auto.commit"] is False and conf["auto.offset.reset"] == "earliest"
     # camelCase keys work too (a caller outside Spark)
-    assert SourceOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "a, b",
-                                "maxOffsetsPerTrigger": 3}).topics == ("a", "b")
-    for bad in ({"subscribe": "a"},
-                {"kafka.bootstrap.servers": "h:1"},
-                {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "subscribepattern": "a"},
-                {"kafka.bootstrap.servers": "h:1", "subscribepattern": "("},
-                {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "endprobe": "x"},
-                {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "maxoffsetspertrigger": "0"}):
+    assert SourceOptions.parse(
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "a, b", "maxOffsetsPerTrigger": 3}
+    ).topics == ("a", "b")
+    for bad in (
+        {"subscribe": "a"},
+        {"kafka.bootstrap.servers": "h:1"},
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "subscribepattern": "a"},
+        {"kafka.bootstrap.servers": "h:1", "subscribepattern": "("},
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "endprobe": "x"},
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "a", "maxoffsetspertrigger": "0"},
+    ):
         with pytest.raises(KafkaSourceError):
             SourceOptions.parse(bad)
 
@@ -67,8 +75,7 @@ def test_options_parse():
 def test_kafka_config_file(tmp_path):
     f = tmp_path / "client.properties"
     f.write_text("# secrets\nsasl.password = s3cret\nbootstrap.servers=file:1\n")
-    opts = SourceOptions.parse({"kafkaconfigfile": str(f), "subscribe": "a",
-                                "kafka.bootstrap.servers": "opt:1"})
+    opts = SourceOptions.parse({"kafkaconfigfile": str(f), "subscribe": "a", "kafka.bootstrap.servers": "opt:1"})
     assert opts.kafka_conf == {"sasl.password": "s3cret", "bootstrap.servers": "opt:1"}
 
 
@@ -99,9 +106,12 @@ def spark(tmp_path_factory):
     from merger.app import make_spark
 
     existing = SparkSession.getActiveSession()
-    session = existing or make_spark(MergerConfig(
-        state_dir=str(tmp_path_factory.mktemp("spark-state")),
-        spark_conf={"spark.sql.streaming.stopTimeout": "30s", "spark.driver.memory": "1g"}))
+    session = existing or make_spark(
+        MergerConfig(
+            state_dir=str(tmp_path_factory.mktemp("spark-state")),
+            spark_conf={"spark.sql.streaming.stopTimeout": "30s", "spark.driver.memory": "1g"},
+        )
+    )
     session.dataSource.register(CdcKafkaDataSource)
     yield session
     if existing is None:
@@ -131,8 +141,8 @@ class Sent:
         # delivery reports do not carry headers: remember what was sent
         def on_delivery(err, msg):
             assert err is None, err
-            self.records[(msg.topic(), msg.partition(), msg.offset())] = (
-                msg.key(), msg.value(), headers)
+            self.records[(msg.topic(), msg.partition(), msg.offset())] = (msg.key(), msg.value(), headers)
+
         return on_delivery
 
 
@@ -154,21 +164,27 @@ def produce(p: Producer, sent: Sent, topic: str, n: int, tag: str, partition: in
         if i % 3 == 0:
             headers = [("h", f"{i}".encode()), ("h", b"again"), ("empty", None)]
         kwargs = {"partition": partition} if partition is not None else {}
-        p.produce(topic, key=key, value=value, headers=headers, on_delivery=sent.callback(headers),
-                  **kwargs)
+        p.produce(topic, key=key, value=value, headers=headers, on_delivery=sent.callback(headers), **kwargs)
 
 
 def source_options(bootstrap: str, **extra) -> dict:
-    return {"kafka.bootstrap.servers": bootstrap, "readTimeoutMs": "20000",
-            "probeTimeoutMs": "10000", **extra}
+    return {"kafka.bootstrap.servers": bootstrap, "readTimeoutMs": "20000", "probeTimeoutMs": "10000", **extra}
 
 
 def to_record(row) -> tuple:
-    headers = [(h["key"], None if h["value"] is None else bytes(h["value"]))
-               for h in row["headers"]] if row["headers"] is not None else None
-    return ((row["topic"], row["partition"], row["offset"]),
-            (None if row["key"] is None else bytes(row["key"]),
-             None if row["value"] is None else bytes(row["value"]), headers))
+    headers = (
+        [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in row["headers"]]
+        if row["headers"] is not None
+        else None
+    )
+    return (
+        (row["topic"], row["partition"], row["offset"]),
+        (
+            None if row["key"] is None else bytes(row["key"]),
+            None if row["value"] is None else bytes(row["value"]),
+            headers,
+        ),
+    )
 
 
 class Collector:
@@ -192,8 +208,13 @@ def start_query(spark, options: dict, checkpoint: Path, sink: Collector, trigger
     reader = spark.readStream.format("cdc_kafka")
     for k, v in options.items():
         reader = reader.option(k, v)
-    return (reader.load().writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+    return (
+        reader.load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**trigger)
+        .start()
+    )
 
 
 def run_available_now(spark, options: dict, checkpoint: Path, sink: Collector):
@@ -306,9 +327,9 @@ def test_rate_limit_bounds_every_batch(spark, bootstrap, unique_name, tmp_path):
     produce(p, sent, topic, 12, "p2", partition=2)
     p.flush(15)
     sink = Collector()
-    q = run_available_now(spark, source_options(bootstrap, subscribe=topic,
-                                                maxOffsetsPerTrigger="9"),
-                          tmp_path / "ck", sink)
+    q = run_available_now(
+        spark, source_options(bootstrap, subscribe=topic, maxOffsetsPerTrigger="9"), tmp_path / "ck", sink
+    )
     sizes = [len(sink.batches[b]) for b in sorted(sink.batches)]
     assert all(0 < n <= 9 for n in sizes), sizes
     assert sum(sizes) == 57 and len(sizes) == 7  # ceil(57 / 9): the limit is used fully
@@ -328,8 +349,13 @@ def test_topic_created_later_is_picked_up(spark, bootstrap, unique_name, tmp_pat
     produce(p, sent, first, 10, "first")
     p.flush(15)
     sink = Collector()
-    q = start_query(spark, source_options(bootstrap, subscribePattern=rf"^{pre}\.[^.]+\.[^.]+$"),
-                    tmp_path / "ck", sink, {"processingTime": "500 milliseconds"})
+    q = start_query(
+        spark,
+        source_options(bootstrap, subscribePattern=rf"^{pre}\.[^.]+\.[^.]+$"),
+        tmp_path / "ck",
+        sink,
+        {"processingTime": "500 milliseconds"},
+    )
     try:
         wait_for(lambda: len(sink.records()) >= 10, WAIT, "the first topic's records", q)
         create_topics(bootstrap, [later])
@@ -416,20 +442,27 @@ def test_end_probe_stays_assigned_across_triggers(bootstrap, unique_name):
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("probe", [
-    "scan",
-    pytest.param("watermark", marks=pytest.mark.xfail(
-        strict=True, reason="Tansu reports the end of a partition as base offset of the last "
-                            "record batch + 1: the tail of a batch stays invisible")),
-])
+@pytest.mark.parametrize(
+    "probe",
+    [
+        "scan",
+        pytest.param(
+            "watermark",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="Tansu reports the end of a partition as base offset of the last "
+                "record batch + 1: the tail of a batch stays invisible",
+            ),
+        ),
+    ],
+)
 def test_end_probe_sees_the_tail_of_the_last_batch(bootstrap, unique_name, probe):
     topic = f"{unique_name}.db.t"
     create_topics(bootstrap, [topic], partitions=1)
     sent, p = Sent(), producer(bootstrap)
     produce(p, sent, topic, 4, "batch", partition=0)  # linger: one record batch
     p.flush(15)
-    reader = CdcKafkaStreamReader(source_options(bootstrap, subscribe=topic, endProbe=probe),
-                                  SCHEMA)
+    reader = CdcKafkaStreamReader(source_options(bootstrap, subscribe=topic, endProbe=probe), SCHEMA)
     try:
         start = reader.initialOffset()
         end, rows = drain(reader, start)
@@ -441,12 +474,19 @@ def test_end_probe_sees_the_tail_of_the_last_batch(bootstrap, unique_name, probe
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("probe", [
-    "scan",
-    pytest.param("watermark", marks=pytest.mark.xfail(
-        strict=True, reason="Tansu reports a partition's read_committed end as 0 while a "
-                            "transaction is open on it")),
-])
+@pytest.mark.parametrize(
+    "probe",
+    [
+        "scan",
+        pytest.param(
+            "watermark",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="Tansu reports a partition's read_committed end as 0 while a transaction is open on it",
+            ),
+        ),
+    ],
+)
 def test_end_probe_with_an_open_transaction(bootstrap, unique_name, probe):
     """Committed records before an open transaction are readable. The ingest process keeps
     a transaction open most of the time, so the watermark probe would stall on Tansu."""
@@ -457,8 +497,7 @@ def test_end_probe_with_an_open_transaction(bootstrap, unique_name, probe):
     tx.begin_transaction()
     produce(tx, sent, topic, 5, "committed", partition=0)
     tx.commit_transaction(15)  # records 0..4, commit marker at 5
-    reader = CdcKafkaStreamReader(source_options(bootstrap, subscribe=topic, endProbe=probe),
-                                  SCHEMA)
+    reader = CdcKafkaStreamReader(source_options(bootstrap, subscribe=topic, endProbe=probe), SCHEMA)
     try:
         start = reader.initialOffset()
         tx.begin_transaction()
@@ -492,8 +531,11 @@ def test_transaction_markers_and_read_timeout(bootstrap, unique_name):
     produce(tx, sent, topic, 5, "tx", partition=0)  # one batch of 5
     tx.commit_transaction(15)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    res = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()},
-                             isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
+    res = admin.list_offsets(
+        {TopicPartition(topic, 0): OffsetSpec.latest()},
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        request_timeout=10,
+    )
     assert [f.result(10).offset for f in res.values()] == [6]  # 0..4 + marker at 5
 
     # a long timeout: a reader that waited for the marker's offset would take it whole
@@ -503,10 +545,12 @@ def test_transaction_markers_and_read_timeout(bootstrap, unique_name):
     assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4]
     assert time.monotonic() - t0 < 30, "the reader waited for the marker's offset"
     opts = SourceOptions.parse(source_options(bootstrap, subscribe=topic, readTimeoutMs="2000"))
-    assert [r["offset"] for b in read_range(opts, KafkaRange(topic, 0, 5, 6))
-            for r in b.to_pylist()] == []
-    assert [r["offset"] for b in read_range(opts, KafkaRange(topic, 0, OFFSET_EARLIEST, 3))
-            for r in b.to_pylist()] == [0, 1, 2]
+    assert [r["offset"] for b in read_range(opts, KafkaRange(topic, 0, 5, 6)) for r in b.to_pylist()] == []
+    assert [r["offset"] for b in read_range(opts, KafkaRange(topic, 0, OFFSET_EARLIEST, 3)) for r in b.to_pylist()] == [
+        0,
+        1,
+        2,
+    ]
 
     with pytest.raises(KafkaSourceError, match="no progress"):
         for _ in read_range(opts, KafkaRange(topic, 0, 0, 9)):
@@ -539,8 +583,9 @@ def test_one_consumer_reads_ranges_of_several_partitions(bootstrap, unique_name)
     rows = [r for batch in read_ranges(patient, ranges) for r in batch.to_pylist()]
     took = time.monotonic() - t0
     got = sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
-    expected = sorted([(a, 0, o) for o in range(10, 30)] + [(a, 1, o) for o in range(2, 5)]
-                      + [(b, 0, o) for o in range(12)])
+    expected = sorted(
+        [(a, 0, o) for o in range(10, 30)] + [(a, 1, o) for o in range(2, 5)] + [(b, 0, o) for o in range(12)]
+    )
     assert got == expected
     for r in rows:
         key, value, _ = sent.records[(r["topic"], r["partition"], r["offset"])]

@@ -28,8 +28,14 @@ def test_oversized_row_stops_with_a_clear_error_then_resumes(stack, mysql_root, 
         cur.execute(f"CREATE DATABASE {db}")
         cur.execute(f"CREATE TABLE {db}.doc (id INT PRIMARY KEY, body LONGTEXT)")
         cur.execute(f"CREATE TABLE {db}.other (id INT PRIMARY KEY, v INT)")
-    conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    conn = pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
     big = "x" * 3_000_000
     cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db])
     proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
@@ -64,7 +70,9 @@ def test_oversized_row_stops_with_a_clear_error_then_resumes(stack, mysql_root, 
         assert set(rebuild(other, ["id"])) == {(1,), (2,)}  # the change after the big one waits
 
         # 3. the limit raised: ingest resumes at that change, nothing lost
-        cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], **{"kafka.max_message_bytes": 20_000_000})
+        cfg = write_config(
+            stack, tmp_path / "ingest.yaml", unique_name, [db], **{"kafka.max_message_bytes": 20_000_000}
+        )
         proc = IngestProcess(cfg, tmp_path / "ingest3.log").start()
         wait_caught_up(stack, unique_name, proc=proc)
         records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.doc", f"{unique_name}.{db}.other"])

@@ -16,7 +16,7 @@ import pytest
 from merger.state import StateStore
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config, create_mixed_tables
+from tests.merger_harness import MergerProcess, SinkChecker, create_mixed_tables, write_merger_config
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +24,14 @@ BIG_ROWS = 200_000
 
 
 def _conn(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _create(stack, db: str, big_rows: int) -> None:
@@ -58,8 +64,7 @@ class Writer(threading.Thread):
                     if op < 0.3:
                         cur.execute("INSERT IGNORE INTO num VALUES (%s, 'ins', %s, 1.5, NOW(3))", (k, k))
                     elif op < 0.6:
-                        cur.execute("UPDATE num SET v = %s, n = n + 1 WHERE id BETWEEN %s AND %s",
-                                    (f"u{k}", k, k + 5))
+                        cur.execute("UPDATE num SET v = %s, n = n + 1 WHERE id BETWEEN %s AND %s", (f"u{k}", k, k + 5))
                     elif op < 0.75:
                         cur.execute("DELETE FROM num WHERE id BETWEEN %s AND %s", (k, k + 3))
                     elif op < 0.85:
@@ -105,8 +110,12 @@ def test_snapshot_under_concurrent_writes_then_truncate_add_column_new_table(sta
     while not (lock.exists() and lock.read_text().strip() == str(merger.proc.pid)):
         assert time.monotonic() < deadline and merger.alive(), merger.log_text()[-3000:]
         time.sleep(0.2)
-    second = subprocess.run([sys.executable, "-m", "cdc.cli", "merge", "-c", str(tmp_path / "merger.yaml")],
-                            capture_output=True, text=True, timeout=120)
+    second = subprocess.run(
+        [sys.executable, "-m", "cdc.cli", "merge", "-c", str(tmp_path / "merger.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode != 0 and "another merger is running" in second.stderr, second.stderr[-2000:]
     assert "Traceback" not in second.stderr, second.stderr[-2000:]
     checker = SinkChecker(stack, tmp_path)
@@ -117,7 +126,7 @@ def test_snapshot_under_concurrent_writes_then_truncate_add_column_new_table(sta
         # write across the key range for as long as the snapshot of `num` runs (bounded)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            st = (tmp_path / "state" / "status.json")
+            st = tmp_path / "state" / "status.json"
             if st.exists() and '"num"' not in st.read_text():
                 pass
             plan = tmp_path / "state" / "snapshots" / f"{db}.num.json"
@@ -160,9 +169,17 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
     rows = 60_000 if IS_CI else BIG_ROWS
     _create(stack, db, rows)
     # small windows, one emitted per batch: the snapshot of `num` lasts many batches
-    ingest, merger = _start(stack, tmp_path, unique_name, db, **{
-        "snapshot.chunk_size": rows // 20, "snapshot.chunks_per_window": 1,
-        "snapshot.emit_rows_per_batch": rows // 20})
+    ingest, merger = _start(
+        stack,
+        tmp_path,
+        unique_name,
+        db,
+        **{
+            "snapshot.chunk_size": rows // 20,
+            "snapshot.chunks_per_window": 1,
+            "snapshot.emit_rows_per_batch": rows // 20,
+        },
+    )
     checker = SinkChecker(stack, tmp_path)
     writer = Writer(stack, db, rows, seed=9)
     rnd = random.Random(17)
@@ -171,6 +188,7 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
     def snapshot_running():
         plan = store.load_plan(f"{db}.num") or {}
         return bool(plan.get("done")) and not plan.get("finished_at")
+
     try:
         writer.start()
         kills = 5
@@ -179,7 +197,8 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
                 deadline = time.monotonic() + 180
                 while not snapshot_running():
                     assert time.monotonic() < deadline and not (store.load_plan(f"{db}.num") or {}).get(
-                        "finished_at"), "the snapshot ended before the merger could be killed in it"
+                        "finished_at"
+                    ), "the snapshot ended before the merger could be killed in it"
                     time.sleep(0.1)
                 time.sleep(rnd.uniform(0, 1.5))
             else:  # later ones at random moments: start-up, streaming

@@ -26,13 +26,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _conn(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _cdc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def _status(cfg: Path) -> dict:
@@ -55,8 +62,10 @@ def _wait(predicate, timeout_s: float, what: str, proc=None, interval: float = 1
             if last:
                 return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})"
-                         + (f"\n{proc.log_text()[-3000:]}" if proc else ""))
+    raise AssertionError(
+        f"timed out after {timeout_s}s waiting for {what} (last: {last!r})"
+        + (f"\n{proc.log_text()[-3000:]}" if proc else "")
+    )
 
 
 def _table_status(cfg: Path, table: str) -> dict:
@@ -88,10 +97,21 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
         cur.execute("INSERT INTO u SELECT seq, CONCAT('u', seq) FROM seq_1_to_16000")
     metrics_port = local_stack.free_port()
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **{
-        "snapshot.chunk_size": 1000, "snapshot.chunks_per_window": 1, "snapshot.parallelism": 1,
-        # windows emitted in slices over several batches, on an idle source (needs the ticks)
-        "snapshot.emit_rows_per_batch": 600, "metrics_port": metrics_port})
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        **{
+            "snapshot.chunk_size": 1000,
+            "snapshot.chunks_per_window": 1,
+            "snapshot.parallelism": 1,
+            # windows emitted in slices over several batches, on an idle source (needs the ticks)
+            "snapshot.emit_rows_per_batch": 600,
+            "metrics_port": metrics_port,
+        },
+    )
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
@@ -106,8 +126,14 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
         with conn.cursor() as cur:
             cur.execute(f"UPDATE {db}.t SET n = n + 1 WHERE id = 5")
         checker.wait_equal(db, "t", proc=merger)
-        text = _wait(lambda: (lambda m: m if _metric(m, "cdc_merger_MilliSecondsBehindSource", f"{db}.t")
-                              is not None else None)(_metrics(metrics_port)), 60, "lag metric", merger)
+        text = _wait(
+            lambda: (lambda m: m if _metric(m, "cdc_merger_MilliSecondsBehindSource", f"{db}.t") is not None else None)(
+                _metrics(metrics_port)
+            ),
+            60,
+            "lag metric",
+            merger,
+        )
         assert _metric(text, "cdc_merger_snapshot_RowsScanned", f"{db}.u") == 16000
         assert _metric(text, "cdc_merger_snapshot_ChunksRemaining", f"{db}.u") == 0
         assert 'cdc_merger_table_phase{phase="streaming",table="' + f"{db}.t" + '"} 1.0' in text
@@ -120,8 +146,15 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
         out = _cdc("snapshot", f"{db}.t", "--where", "id <= 50", "-c", str(mcfg))
         assert out.returncode == 0, out.stderr
         # (the status may still show the previous, finished plan for a moment)
-        _wait(lambda: checker.counts(db, "t") == {"source": 3000, "delta": 2950, "postgres": 2950} and
-              _table_status(mcfg, f"{db}.t").get("snapshot") == "finished", 180, "the --where snapshot", merger)
+        _wait(
+            lambda: (
+                checker.counts(db, "t") == {"source": 3000, "delta": 2950, "postgres": 2950}
+                and _table_status(mcfg, f"{db}.t").get("snapshot") == "finished"
+            ),
+            180,
+            "the --where snapshot",
+            merger,
+        )
         for name, sink in (("delta", checker.delta), ("postgres", checker.pg)):
             ids = set(sink.rows((db, "t")).column("id").to_pylist())
             assert set(range(1, 51)) <= ids, name
@@ -141,15 +174,27 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
         human = _cdc("status", "-c", str(mcfg))
         assert human.returncode == 0 and "(paused)" in human.stdout
         assert _cdc("snapshot", f"{db}.u", "--resume", "-c", str(mcfg)).returncode == 0
-        _wait(lambda: (lambda s: s.get("snapshot") == "finished" and s["phase"] == "streaming")(
-            _table_status(mcfg, f"{db}.u")), 300, "the resumed snapshot to finish", merger)
+        _wait(
+            lambda: (lambda s: s.get("snapshot") == "finished" and s["phase"] == "streaming")(
+                _table_status(mcfg, f"{db}.u")
+            ),
+            300,
+            "the resumed snapshot to finish",
+            merger,
+        )
         checker.wait_equal(db, "u", proc=merger)
 
         # -- cancel: the plan stops, the table streams on
         for args in (("snapshot", f"{db}.u"), ("snapshot", f"{db}.u", "--cancel")):
             assert _cdc(*args, "-c", str(mcfg)).returncode == 0
-        done = _wait(lambda: (lambda s: s if s.get("snapshot") == "cancelled" and s["phase"] == "streaming"
-                              else None)(_table_status(mcfg, f"{db}.u")), 60, "cancelled", merger)
+        done = _wait(
+            lambda: (lambda s: s if s.get("snapshot") == "cancelled" and s["phase"] == "streaming" else None)(
+                _table_status(mcfg, f"{db}.u")
+            ),
+            60,
+            "cancelled",
+            merger,
+        )
         assert done["chunks_done"] < done["chunks_total"]
         with conn.cursor() as cur:
             cur.execute(f"UPDATE {db}.u SET v = 'after cancel' WHERE id % 100 = 0")
@@ -172,8 +217,12 @@ def _venv_env() -> dict:
     import os
 
     bindir = str(Path(sys.executable).parent)
-    return dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), VIRTUAL_ENV=str(Path(bindir).parent),
-                PYSPARK_PYTHON=sys.executable)
+    return dict(
+        os.environ,
+        PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+        VIRTUAL_ENV=str(Path(bindir).parent),
+        PYSPARK_PYTHON=sys.executable,
+    )
 
 
 @pytest.mark.timeout(900)
@@ -199,10 +248,24 @@ def test_merger_runs_under_spark_submit(stack, tmp_path, unique_name):
     spark_submit = Path(sys.executable).parent / "spark-submit"
     log = open(tmp_path / "spark-submit.log", "ab")
     # run from elsewhere: only --py-files makes the project importable
-    proc = subprocess.Popen([str(spark_submit), "--master", "local[2]",
-                             "--jars", "/usr/share/java/mariadb-java-client.jar",
-                             "--py-files", str(bundle), str(ROOT / "merger" / "app.py"), "-c", str(mcfg)],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=_venv_env())
+    proc = subprocess.Popen(
+        [
+            str(spark_submit),
+            "--master",
+            "local[2]",
+            "--jars",
+            "/usr/share/java/mariadb-java-client.jar",
+            "--py-files",
+            str(bundle),
+            str(ROOT / "merger" / "app.py"),
+            "-c",
+            str(mcfg),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        env=_venv_env(),
+    )
     checker = SinkChecker(stack, tmp_path)
 
     class _Proc:
@@ -211,6 +274,7 @@ def test_merger_runs_under_spark_submit(stack, tmp_path, unique_name):
 
         def log_text(self):
             return (tmp_path / "spark-submit.log").read_text(errors="replace")
+
     try:
         checker.wait_equal(db, "t", proc=_Proc(), timeout_s=400)
         c = _conn(stack, db)

@@ -1,5 +1,6 @@
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cdc.config import IngestConfig
 from ingest.filters import CaptureFilter
@@ -34,8 +35,14 @@ def test_resume_point_json_roundtrip():
 
 
 def test_capture_filter_rules():
-    f = CaptureFilter(IngestConfig(database_include=["shop|crm"], table_exclude=[r"shop\.tmp_.*"],
-                                   column_exclude=[r"crm\.users\.ssn"], column_mask=[r".*\.email"]))
+    f = CaptureFilter(
+        IngestConfig(
+            database_include=["shop|crm"],
+            table_exclude=[r"shop\.tmp_.*"],
+            column_exclude=[r"crm\.users\.ssn"],
+            column_mask=[r".*\.email"],
+        )
+    )
     assert f.captures_table("shop", "orders")
     assert not f.captures_table("shop", "tmp_x")
     assert not f.captures_table("other", "orders")
@@ -66,8 +73,13 @@ def test_replay_filter_drops_replayed_suffix_keeps_tombstone_and_pk_change():
     assert f.accept("t", 1, d, False)  # partitions are independent
 
 
-@given(st.lists(st.tuples(st.integers(1, 2**20), st.integers(4, 2**31), st.integers(0, 5000), st.integers(0, 1)),
-                min_size=2, max_size=30))
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 2**20), st.integers(4, 2**31), st.integers(0, 5000), st.integers(0, 1)),
+        min_size=2,
+        max_size=30,
+    )
+)
 def test_sequence_orders_like_positions(raw):
     # rows of one event stay below the next event's start (events are at least 2 bytes apart per row)
     positions = [EventPosition(f"binlog.{f:06d}", p, r, part) for f, p, r, part in raw]
@@ -85,8 +97,17 @@ def test_column_exclude_and_mask_in_the_encoded_rows():
     from ingest.codec import MASK, TableCodec, apply_column_filters, envelope_config
     from ingest.types import ColumnSpec, TableSpec
 
-    spec = TableSpec("crm", "users", (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("ssn", "varchar", 2, length=11),
-                                      ColumnSpec("email", "varchar", 3, length=100), ColumnSpec("age", "int", 4)), ("id",))
+    spec = TableSpec(
+        "crm",
+        "users",
+        (
+            ColumnSpec("id", "int", 1, nullable=False),
+            ColumnSpec("ssn", "varchar", 2, length=11),
+            ColumnSpec("email", "varchar", 3, length=100),
+            ColumnSpec("age", "int", 4),
+        ),
+        ("id",),
+    )
     cfg = IngestConfig(topic_prefix="p", column_exclude=[r"crm\.users\.ssn"], column_mask=[r"crm\.users\.(email|age)"])
     filtered, masked = apply_column_filters(spec, CaptureFilter(cfg))
     assert [c.name for c in filtered.columns] == ["id", "email", "age"] and masked == ("email", "age")

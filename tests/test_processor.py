@@ -20,11 +20,16 @@ from merger.records import WATERMARK_HEADER
 from merger.state import StateStore
 
 PREFIX = "p"
-RECORD_SCHEMA = pa.schema([
-    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-    ("offset", pa.int64()),
-    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-])
+RECORD_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
 
 
 class MemorySink:
@@ -82,11 +87,19 @@ class MemorySink:
         pass
 
 
-SPEC = TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("v", "varchar", 2, length=20)),
-                 ("id",))
-COMPOSITE = TableSpec("db", "c", (ColumnSpec("a", "int", 1, nullable=False),
-                                  ColumnSpec("b", "varchar", 2, length=10, nullable=False),
-                                  ColumnSpec("v", "int", 3)), ("a", "b"))
+SPEC = TableSpec(
+    "db", "t", (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("v", "varchar", 2, length=20)), ("id",)
+)
+COMPOSITE = TableSpec(
+    "db",
+    "c",
+    (
+        ColumnSpec("a", "int", 1, nullable=False),
+        ColumnSpec("b", "varchar", 2, length=10, nullable=False),
+        ColumnSpec("v", "int", 3),
+    ),
+    ("a", "b"),
+)
 
 
 class Stream:
@@ -104,16 +117,22 @@ class Stream:
         if isinstance(value, dict) and value.get("op") == "m":
             headers.append({"key": WATERMARK_HEADER, "value": json.dumps(value["marker"]).encode()})
             value = {"op": "m"}
-        self.pending.append({"key": json.dumps(key).encode(), "value": json.dumps(value).encode(),
-                             "topic": self.topic, "partition": partition, "offset": self.offsets[partition],
-                             "headers": headers})
+        self.pending.append(
+            {
+                "key": json.dumps(key).encode(),
+                "value": json.dumps(value).encode(),
+                "topic": self.topic,
+                "partition": partition,
+                "offset": self.offsets[partition],
+                "headers": headers,
+            }
+        )
         self.offsets[partition] += 1
 
     def change(self, op: str, key: dict, before=None, after=None):
         self.pos += 100
         partition = hash(json.dumps(key, sort_keys=True)) % self.partitions
-        self._add(partition, key, {"op": op, "before": before, "after": after,
-                                   "source": {"ts_ms": 1}}, self.pos)
+        self._add(partition, key, {"op": op, "before": before, "after": after, "source": {"ts_ms": 1}}, self.pos)
 
     def marker(self, window: str, kind: str):
         self.pos += 100
@@ -176,8 +195,10 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
     proc = _processor(tmp_path, sink, emit_rows_per_batch=50)
     s = Stream()
     proc.process(0, s.batch())
-    rts = [_open_window(proc, "db.t", w, [{"id": i, "v": w} for i in range(lo, lo + 40)])
-           for w, lo in (("wa", 0), ("wb", 100), ("wc", 200))]
+    rts = [
+        _open_window(proc, "db.t", w, [{"id": i, "v": w} for i in range(lo, lo + 40)])
+        for w, lo in (("wa", 0), ("wb", 100), ("wc", 200))
+    ]
     for w in ("wa", "wb", "wc"):
         s.marker(w, "LOW")
         rts[0].reconciler.mark_staged(w)
@@ -304,8 +325,10 @@ def test_a_crash_between_two_windows_of_one_batch_loses_nothing(tmp_path):
     proc = _processor(tmp_path, sink)
     s = Stream()
     proc.process(0, s.batch())
-    rts = [_open_window(proc, "db.t", w, [{"id": i, "v": w} for i in range(lo, lo + 5)])
-           for w, lo in (("wa", 0), ("wb", 100))]
+    rts = [
+        _open_window(proc, "db.t", w, [{"id": i, "v": w} for i in range(lo, lo + 5)])
+        for w, lo in (("wa", 0), ("wb", 100))
+    ]
     for w in ("wa", "wb"):
         s.marker(w, "LOW")
     proc.process(1, s.batch())  # the windows are in the saved state from here on
@@ -321,6 +344,7 @@ def test_a_crash_between_two_windows_of_one_batch_loses_nothing(tmp_path):
         if len(calls) == 2:
             raise KeyboardInterrupt("killed")  # the second window's write never happens
         return real_apply(table, version, changes)
+
     sink.apply = dying_apply
     with pytest.raises(KeyboardInterrupt):
         proc.process(2, batch)
@@ -342,8 +366,7 @@ class NulSink(MemorySink):
 
         if version <= self.applied.get(tuple(table), -1):
             return False
-        return super().apply(table, version, apply_nul_policy(".".join(table), changes, ["id"], ["v"], [],
-                                                              self.policy))
+        return super().apply(table, version, apply_nul_policy(".".join(table), changes, ["id"], ["v"], [], self.policy))
 
 
 def _records(*streams) -> pa.Table:

@@ -32,11 +32,18 @@ class Sink(MemorySink):
         if old is not None:
             for f in schema:
                 i = old.get_field_index(f.name)
-                if i >= 0 and old.field(i).type != f.type and not (
-                        pa.types.is_integer(old.field(i).type) and pa.types.is_integer(f.type)
-                        and f.type.bit_width >= old.field(i).type.bit_width):
-                    raise IncompatibleSchemaChange(f"column {f.name} cannot change from {old.field(i).type} "
-                                                   f"to {f.type}")
+                if (
+                    i >= 0
+                    and old.field(i).type != f.type
+                    and not (
+                        pa.types.is_integer(old.field(i).type)
+                        and pa.types.is_integer(f.type)
+                        and f.type.bit_width >= old.field(i).type.bit_width
+                    )
+                ):
+                    raise IncompatibleSchemaChange(
+                        f"column {f.name} cannot change from {old.field(i).type} to {f.type}"
+                    )
             kept = [f for f in old if schema.get_field_index(f.name) < 0]  # columns the source lost stay
             schema = pa.schema(list(schema) + kept)
         self.schemas[table] = schema
@@ -60,11 +67,19 @@ class DdlStream(Stream):
         db, name = table.split(".", 1)
         marker = json.dumps(ddl_marker(db, name, kind, sql, spec))
         for p in range(self.partitions):
-            self.pending.append({
-                "key": b'{"prefix":"cdc.ddl"}', "value": json.dumps({"op": "m", "source": {"ts_ms": 1}}).encode(),
-                "topic": self.topic, "partition": p, "offset": self.offsets[p],
-                "headers": [{"key": POSITION_HEADER, "value": f"bin.000001:{self.pos}:0".encode()},
-                            {"key": DDL_HEADER, "value": marker.encode()}]})
+            self.pending.append(
+                {
+                    "key": b'{"prefix":"cdc.ddl"}',
+                    "value": json.dumps({"op": "m", "source": {"ts_ms": 1}}).encode(),
+                    "topic": self.topic,
+                    "partition": p,
+                    "offset": self.offsets[p],
+                    "headers": [
+                        {"key": POSITION_HEADER, "value": f"bin.000001:{self.pos}:0".encode()},
+                        {"key": DDL_HEADER, "value": marker.encode()},
+                    ],
+                }
+            )
             self.offsets[p] += 1
 
     def batch_of(self, partition: int) -> pa.Table:
@@ -308,28 +323,62 @@ def test_debezium_schema_changes_are_judged_in_their_own_form(tmp_path):
     from tests.test_debezium_mode import _change, _Topics
 
     sink = Sink()
-    proc = BatchProcessor("dbz", StateStore(tmp_path / "state"), [sink], None, lambda topic: 3,
-                          on_new_table=lambda name: None, source_connector="debezium")
+    proc = BatchProcessor(
+        "dbz",
+        StateStore(tmp_path / "state"),
+        [sink],
+        None,
+        lambda topic: 3,
+        on_new_table=lambda name: None,
+        source_connector="debezium",
+    )
     proc.restored = True
     k = _Topics("dbz")
 
     def schema(ddl: str, change: dict, pos: int):
-        k.add("dbz", {"databaseName": "shop"}, {"source": {"file": "binlog.000001", "pos": pos, "row": 0},
-                                                "databaseName": "shop", "ddl": ddl, "tableChanges": [change]})
+        k.add(
+            "dbz",
+            {"databaseName": "shop"},
+            {
+                "source": {"file": "binlog.000001", "pos": pos, "row": 0},
+                "databaseName": "shop",
+                "ddl": ddl,
+                "tableChanges": [change],
+            },
+        )
+
     # met first through the source's information_schema (collations, display widths, ...)
-    proc.table("shop.t", TableSpec("shop", "t", (
-        ColumnSpec("id", "int", 1, length=11, nullable=False),
-        ColumnSpec("v", "varchar", 2, length=20, charset="utf8mb4", collation="utf8mb4_general_ci")),
-        ("id",), "utf8mb4"))
+    proc.table(
+        "shop.t",
+        TableSpec(
+            "shop",
+            "t",
+            (
+                ColumnSpec("id", "int", 1, length=11, nullable=False),
+                ColumnSpec("v", "varchar", 2, length=20, charset="utf8mb4", collation="utf8mb4_general_ci"),
+            ),
+            ("id",),
+            "utf8mb4",
+        ),
+    )
     k.event("shop.t", "c", 1, None, {"id": 1, "v": "a"}, 200)
     proc.process(0, k.take())
     schema("CREATE TABLE t ...", _change("CREATE", "shop", "t"), 300)
     proc.process(1, k.take())
     assert _requests(proc) == []
     alter = copy.deepcopy(_change("ALTER", "shop", "t"))
-    alter["table"]["columns"].append({"name": "must", "jdbcType": 4, "typeName": "INT", "typeExpression": "INT",
-                                      "position": 3, "optional": False, "autoIncremented": False,
-                                      "generated": False})
+    alter["table"]["columns"].append(
+        {
+            "name": "must",
+            "jdbcType": 4,
+            "typeName": "INT",
+            "typeExpression": "INT",
+            "position": 3,
+            "optional": False,
+            "autoIncremented": False,
+            "generated": False,
+        }
+    )
     schema("ALTER TABLE t ADD COLUMN must INT NOT NULL", alter, 400)
     k.event("shop.t", "c", 2, None, {"id": 2, "v": "b", "must": 3}, 450)
     proc.process(2, k.take())

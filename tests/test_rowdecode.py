@@ -25,14 +25,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.packet import BinLogPacketWrapper
-from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
 from ingest import binlog, rowdecode
@@ -54,6 +54,7 @@ def tag(v):
 
 # =============================================================================== unit tests
 
+
 class FakeCtl:
     charset = "utf8mb4"
 
@@ -62,8 +63,18 @@ class FakeCtl:
 
 
 def col(t: int, name: str, **kw) -> Column:
-    d = dict(type=t, name=name, unsigned=False, is_primary=False, charset_id=None, character_set_name=None,
-             collation_name=None, enum_values=None, set_values=None, visibility=False)
+    d = dict(
+        type=t,
+        name=name,
+        unsigned=False,
+        is_primary=False,
+        charset_id=None,
+        character_set_name=None,
+        collation_name=None,
+        enum_values=None,
+        set_values=None,
+        visibility=False,
+    )
     d.update(kw)
     return Column(**d)
 
@@ -73,12 +84,35 @@ CHARSETS = ["utf8", "cp1252", "binary", "ascii", "swe7", "utf16", "cp1251", "gbk
 
 @st.composite
 def columns(draw, name: str) -> Column:
-    t = draw(st.sampled_from([
-        FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.INT24, FIELD_TYPE.LONG, FIELD_TYPE.LONGLONG,
-        FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE, FIELD_TYPE.YEAR, FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING,
-        FIELD_TYPE.BLOB, FIELD_TYPE.GEOMETRY, FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DATE, FIELD_TYPE.TIME,
-        FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP, FIELD_TYPE.DATETIME2, FIELD_TYPE.TIME2,
-        FIELD_TYPE.TIMESTAMP2, FIELD_TYPE.ENUM, FIELD_TYPE.SET, FIELD_TYPE.BIT]))
+    t = draw(
+        st.sampled_from(
+            [
+                FIELD_TYPE.TINY,
+                FIELD_TYPE.SHORT,
+                FIELD_TYPE.INT24,
+                FIELD_TYPE.LONG,
+                FIELD_TYPE.LONGLONG,
+                FIELD_TYPE.FLOAT,
+                FIELD_TYPE.DOUBLE,
+                FIELD_TYPE.YEAR,
+                FIELD_TYPE.VARCHAR,
+                FIELD_TYPE.STRING,
+                FIELD_TYPE.BLOB,
+                FIELD_TYPE.GEOMETRY,
+                FIELD_TYPE.NEWDECIMAL,
+                FIELD_TYPE.DATE,
+                FIELD_TYPE.TIME,
+                FIELD_TYPE.DATETIME,
+                FIELD_TYPE.TIMESTAMP,
+                FIELD_TYPE.DATETIME2,
+                FIELD_TYPE.TIME2,
+                FIELD_TYPE.TIMESTAMP2,
+                FIELD_TYPE.ENUM,
+                FIELD_TYPE.SET,
+                FIELD_TYPE.BIT,
+            ]
+        )
+    )
     kw: dict = {"unsigned": draw(st.booleans())}
     if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING):
         kw["max_length"] = draw(st.sampled_from([1, 10, 255, 256, 1000, 65535]))
@@ -113,9 +147,20 @@ def _length(n: int, size: int) -> bytes:
 def value_bytes(draw, c: Column) -> bytes:
     """Structurally valid, otherwise random bytes of one column value."""
     t = c.type
-    fixed = {FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4,
-             FIELD_TYPE.LONGLONG: 8, FIELD_TYPE.FLOAT: 4, FIELD_TYPE.DOUBLE: 8, FIELD_TYPE.YEAR: 1,
-             FIELD_TYPE.DATE: 3, FIELD_TYPE.TIME: 3, FIELD_TYPE.DATETIME: 8, FIELD_TYPE.TIMESTAMP: 4}
+    fixed = {
+        FIELD_TYPE.TINY: 1,
+        FIELD_TYPE.SHORT: 2,
+        FIELD_TYPE.INT24: 3,
+        FIELD_TYPE.LONG: 4,
+        FIELD_TYPE.LONGLONG: 8,
+        FIELD_TYPE.FLOAT: 4,
+        FIELD_TYPE.DOUBLE: 8,
+        FIELD_TYPE.YEAR: 1,
+        FIELD_TYPE.DATE: 3,
+        FIELD_TYPE.TIME: 3,
+        FIELD_TYPE.DATETIME: 8,
+        FIELD_TYPE.TIMESTAMP: 4,
+    }
     fsp_bytes = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}
     if t in fixed:
         return draw(st.binary(min_size=fixed[t], max_size=fixed[t]))
@@ -124,7 +169,7 @@ def value_bytes(draw, c: Column) -> bytes:
         n = base + fsp_bytes[c.fsp]
         raw = draw(st.binary(min_size=n, max_size=n))
         if draw(st.booleans()) and fsp_bytes[c.fsp]:  # a plausible fraction
-            frac = draw(st.integers(0, 10 ** c.fsp - 1)) * (10 if c.fsp % 2 else 1)
+            frac = draw(st.integers(0, 10**c.fsp - 1)) * (10 if c.fsp % 2 else 1)
             raw = raw[:base] + frac.to_bytes(fsp_bytes[c.fsp], "big")
         return raw
     if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.BLOB, FIELD_TYPE.GEOMETRY):
@@ -133,7 +178,7 @@ def value_bytes(draw, c: Column) -> bytes:
             content = draw(st.text(max_size=20)).encode("utf-8")
         else:
             content = draw(st.binary(max_size=20))
-        content = content[:(1 << (8 * size)) - 1]
+        content = content[: (1 << (8 * size)) - 1]
         return _length(len(content), size) + content
     if t == FIELD_TYPE.NEWDECIMAL:
         comp = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
@@ -177,8 +222,9 @@ def image_bytes(draw, cols, bitmap: bytes) -> bytes:
     return nulls.to_bytes((len(present) + 7) // 8, "little") + b"".join(values)
 
 
-def build_packet(etype: int, table_id: int, ncols: int, bitmaps: list[bytes], rows: bytes,
-                 checksum: bool = True) -> tuple[bytes, int, int]:
+def build_packet(
+    etype: int, table_id: int, ncols: int, bitmaps: list[bytes], rows: bytes, checksum: bool = True
+) -> tuple[bytes, int, int]:
     """(packet payload as the server sends it, offset of the rows, end of the rows)."""
     v2 = etype >= BINLOG.WRITE_ROWS_EVENT_V2
     post = table_id.to_bytes(6, "little") + b"\x01\x00" + (b"\x02\x00" if v2 else b"")
@@ -190,17 +236,45 @@ def build_packet(etype: int, table_id: int, ncols: int, bitmaps: list[bytes], ro
 
 
 def library_rows(data: bytes, table: Table, checksum: bool = True):
-    wrapper = BinLogPacketWrapper(MysqlPacket(data, "utf8"), {table.table_id: table}, FakeCtl(), (0, 0, 0),
-                                  checksum, frozenset(STOCK_ROWS), None, None, None, None, False, False, False,
-                                  True, False)
+    wrapper = BinLogPacketWrapper(
+        MysqlPacket(data, "utf8"),
+        {table.table_id: table},
+        FakeCtl(),
+        (0, 0, 0),
+        checksum,
+        frozenset(STOCK_ROWS),
+        None,
+        None,
+        None,
+        None,
+        False,
+        False,
+        False,
+        True,
+        False,
+    )
     return wrapper.event
 
 
 def wrapper_fast_event(data: bytes, table: Table, checksum: bool = True):
     """A fast rows event built by the library's __init__ (the reader's generic path)."""
-    wrapper = binlog._PacketWrapper(MysqlPacket(data, "utf8"), {table.table_id: table}, FakeCtl(), (0, 0, 0),
-                                    checksum, frozenset(rowdecode.FAST_ROWS_CLASSES.values()), None, None, None,
-                                    None, False, False, False, True, False)
+    wrapper = binlog._PacketWrapper(
+        MysqlPacket(data, "utf8"),
+        {table.table_id: table},
+        FakeCtl(),
+        (0, 0, 0),
+        checksum,
+        frozenset(rowdecode.FAST_ROWS_CLASSES.values()),
+        None,
+        None,
+        None,
+        None,
+        False,
+        False,
+        False,
+        True,
+        False,
+    )
     return wrapper.event
 
 
@@ -220,8 +294,14 @@ def outcome(fn):
         return ("raises", type(e).__name__)
 
 
-ROWS_TYPES = [BINLOG.WRITE_ROWS_EVENT_V1, BINLOG.UPDATE_ROWS_EVENT_V1, BINLOG.DELETE_ROWS_EVENT_V1,
-              BINLOG.WRITE_ROWS_EVENT_V2, BINLOG.UPDATE_ROWS_EVENT_V2, BINLOG.DELETE_ROWS_EVENT_V2]
+ROWS_TYPES = [
+    BINLOG.WRITE_ROWS_EVENT_V1,
+    BINLOG.UPDATE_ROWS_EVENT_V1,
+    BINLOG.DELETE_ROWS_EVENT_V1,
+    BINLOG.WRITE_ROWS_EVENT_V2,
+    BINLOG.UPDATE_ROWS_EVENT_V2,
+    BINLOG.DELETE_ROWS_EVENT_V2,
+]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -237,8 +317,10 @@ def test_random_events_decode_like_the_library(data):
     if data.draw(st.booleans(), label="full image"):
         bitmaps = [full, full] if update else [full]
     else:
+
         def rnd():
             return bytes(b & f for b, f in zip(data.draw(st.binary(min_size=nbytes, max_size=nbytes)), full))
+
         bitmaps = [rnd(), rnd()] if update else [rnd()]
     nrows = data.draw(st.integers(1, 4), label="nrows")
     rows = b"".join(b"".join(data.draw(image_bytes(cols, bm)) for bm in bitmaps) for _ in range(nrows))
@@ -265,8 +347,19 @@ def test_random_events_decode_like_the_library(data):
     assert ev is not None and isinstance(ev, STOCK_ROWS)
     assert outcome(lambda: ev.rows) == expected
     lib = library_rows(packet, table, checksum)
-    for attr in ("event_type", "timestamp", "event_size", "table_id", "schema", "table", "primary_key", "flags",
-                 "number_of_columns", "columns_present_bitmap", "complete"):
+    for attr in (
+        "event_type",
+        "timestamp",
+        "event_size",
+        "table_id",
+        "schema",
+        "table",
+        "primary_key",
+        "flags",
+        "number_of_columns",
+        "columns_present_bitmap",
+        "complete",
+    ):
         assert getattr(ev, attr) == getattr(lib, attr), attr
     for attr in ("log_pos", "event_size", "server_id", "timestamp", "event_type", "flags"):
         assert getattr(ev.packet, attr) == getattr(lib.packet, attr), attr
@@ -274,14 +367,20 @@ def test_random_events_decode_like_the_library(data):
 
 def _alltypes_columns():
     return [
-        col(FIELD_TYPE.LONG, "id"), col(FIELD_TYPE.TINY, "t", unsigned=True), col(FIELD_TYPE.INT24, "m"),
+        col(FIELD_TYPE.LONG, "id"),
+        col(FIELD_TYPE.TINY, "t", unsigned=True),
+        col(FIELD_TYPE.INT24, "m"),
         col(FIELD_TYPE.VARCHAR, "v", max_length=400, character_set_name="utf8"),
         col(FIELD_TYPE.NEWDECIMAL, "d", precision=65, decimals=30),
-        col(FIELD_TYPE.DATETIME2, "dt", fsp=6), col(FIELD_TYPE.TIME2, "tm", fsp=3),
-        col(FIELD_TYPE.TIMESTAMP2, "ts", fsp=1), col(FIELD_TYPE.DATE, "da"), col(FIELD_TYPE.YEAR, "y"),
-        col(FIELD_TYPE.BIT, "b", bits=10, bytes=2), col(FIELD_TYPE.ENUM, "e", size=1, enum_values=["", "a", "b"]),
-        col(FIELD_TYPE.SET, "s", size=1, set_values=["x", "y"]), col(FIELD_TYPE.BLOB, "bl", length_size=2,
-                                                                       character_set_name="binary"),
+        col(FIELD_TYPE.DATETIME2, "dt", fsp=6),
+        col(FIELD_TYPE.TIME2, "tm", fsp=3),
+        col(FIELD_TYPE.TIMESTAMP2, "ts", fsp=1),
+        col(FIELD_TYPE.DATE, "da"),
+        col(FIELD_TYPE.YEAR, "y"),
+        col(FIELD_TYPE.BIT, "b", bits=10, bytes=2),
+        col(FIELD_TYPE.ENUM, "e", size=1, enum_values=["", "a", "b"]),
+        col(FIELD_TYPE.SET, "s", size=1, set_values=["x", "y"]),
+        col(FIELD_TYPE.BLOB, "bl", length_size=2, character_set_name="binary"),
     ]
 
 
@@ -301,12 +400,15 @@ def test_decoder_source_is_generated_once_per_table_version():
     assert "_S" in src and "__read" not in src
 
 
-@pytest.mark.parametrize("bad", [
-    col(FIELD_TYPE.JSON, "j", length_size=4),              # MySQL's binary JSON
-    col(FIELD_TYPE.DECIMAL, "old"),                         # pre-5.0 DECIMAL
-    col(FIELD_TYPE.LONG, None),                             # no column names (no FULL row metadata)
-    col(FIELD_TYPE.ENUM, "e", size=1, enum_values=None),    # ENUM values unknown
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        col(FIELD_TYPE.JSON, "j", length_size=4),  # MySQL's binary JSON
+        col(FIELD_TYPE.DECIMAL, "old"),  # pre-5.0 DECIMAL
+        col(FIELD_TYPE.LONG, None),  # no column names (no FULL row metadata)
+        col(FIELD_TYPE.ENUM, "e", size=1, enum_values=None),  # ENUM values unknown
+    ],
+)
 def test_unhandled_tables_are_decoded_by_the_library(bad):
     cols = [col(FIELD_TYPE.LONG, "id"), bad]
     table = Table(77, "db", "t", cols, column_name_flag=True)
@@ -314,8 +416,11 @@ def test_unhandled_tables_are_decoded_by_the_library(bad):
     assert not rowdecode.TableDecoder(cols).supported
     if bad.type in (FIELD_TYPE.JSON, FIELD_TYPE.DECIMAL):
         return  # (no bytes of these to synthesise here)
-    row = b"\x00" + (5).to_bytes(4, "little", signed=True) + (b"\x01" if bad.type == FIELD_TYPE.ENUM else
-                                                                 (9).to_bytes(4, "little"))
+    row = (
+        b"\x00"
+        + (5).to_bytes(4, "little", signed=True)
+        + (b"\x01" if bad.type == FIELD_TYPE.ENUM else (9).to_bytes(4, "little"))
+    )
     packet, _, _ = build_packet(BINLOG.WRITE_ROWS_EVENT_V1, 77, 2, [b"\x03"], row)
     expected = outcome(lambda: library_rows(packet, table).rows)
     before = dict(rowdecode.STATS)
@@ -365,22 +470,35 @@ def test_too_many_row_image_shapes_go_to_the_library(monkeypatch):
 
 def test_quirks_match_the_library():
     """A few values where mysql-replication's behaviour is peculiar."""
-    cols = [col(FIELD_TYPE.TIME2, "t3", fsp=3), col(FIELD_TYPE.TIME2, "t6", fsp=6), col(FIELD_TYPE.YEAR, "y"),
-            col(FIELD_TYPE.DATETIME2, "z", fsp=0), col(FIELD_TYPE.SET, "s", size=1, set_values=["a", "b"]),
-            col(FIELD_TYPE.DATE, "d"), col(FIELD_TYPE.NEWDECIMAL, "n", precision=5, decimals=5)]
+    cols = [
+        col(FIELD_TYPE.TIME2, "t3", fsp=3),
+        col(FIELD_TYPE.TIME2, "t6", fsp=6),
+        col(FIELD_TYPE.YEAR, "y"),
+        col(FIELD_TYPE.DATETIME2, "z", fsp=0),
+        col(FIELD_TYPE.SET, "s", size=1, set_values=["a", "b"]),
+        col(FIELD_TYPE.DATE, "d"),
+        col(FIELD_TYPE.NEWDECIMAL, "n", precision=5, decimals=5),
+    ]
     table = Table(79, "db", "t", cols, column_name_flag=True)
 
     def time2(seconds_neg: bool, h, m, s, frac, fsp_bytes):
-        v = (h << 12 | m << 6 | s)
+        v = h << 12 | m << 6 | s
         packed = ((1 << 23) | v) if not seconds_neg else ((1 << 23) - v)
         whole = packed << (8 * fsp_bytes) | frac
         if seconds_neg and frac:
             whole = (((1 << 23) | v) << (8 * fsp_bytes)) * -1 + (1 << (24 + 8 * fsp_bytes)) - frac
         return (whole % (1 << (24 + 8 * fsp_bytes))).to_bytes(3 + fsp_bytes, "big")
 
-    row = (b"\x00" + time2(True, 12, 34, 56, 7890, 2) + time2(True, 0, 0, 0, 1, 3) + b"\x00"
-           + (0x8000000000).to_bytes(5, "big") + b"\x00" + b"\x00\x00\x00"
-           + bytes([0x80 ^ 0x00, 0, 0]))
+    row = (
+        b"\x00"
+        + time2(True, 12, 34, 56, 7890, 2)
+        + time2(True, 0, 0, 0, 1, 3)
+        + b"\x00"
+        + (0x8000000000).to_bytes(5, "big")
+        + b"\x00"
+        + b"\x00\x00\x00"
+        + bytes([0x80 ^ 0x00, 0, 0])
+    )
     packet, start, end = build_packet(BINLOG.WRITE_ROWS_EVENT_V1, 79, 7, [b"\x7f"], row)
     lib = library_rows(packet, table).rows
     ours = rowdecode.TableDecoder(cols).function("write", b"\x7f")(packet, start, end)
@@ -392,6 +510,7 @@ def test_quirks_match_the_library():
 
 
 # =============================================================================== integration
+
 
 def _state_dir() -> Path:
     return Path(os.environ.get("ROWDECODE_STACK_DIR", "/tmp/rd-stack"))
@@ -415,8 +534,16 @@ def mariadb():
 def _root(m):
     import pymysql
 
-    return pymysql.connect(host=m.host, port=m.port, user="root", password=m.root_password, autocommit=True,
-                           charset="utf8mb4", read_timeout=120, write_timeout=120)
+    return pymysql.connect(
+        host=m.host,
+        port=m.port,
+        user="root",
+        password=m.root_password,
+        autocommit=True,
+        charset="utf8mb4",
+        read_timeout=120,
+        write_timeout=120,
+    )
 
 
 class _StockReader(BinLogStreamReader):
@@ -431,12 +558,24 @@ def read_rows_events(m, start: str, db: str, how: str, timeout_s: float = 180) -
     """Rows events of database ``db`` from GTID ``start`` to the binlog's end, read by the
     stock library ('stock'), ingest's reader ('lean') or ingest's reader on the library's
     path only ('wrapper')."""
-    settings_ = {"host": m.host, "port": m.port, "user": "root", "password": m.root_password,
-                 "read_timeout": 120, "connect_timeout": 10}
+    settings_ = {
+        "host": m.host,
+        "port": m.port,
+        "user": "root",
+        "password": m.root_password,
+        "read_timeout": 120,
+        "connect_timeout": 10,
+    }
     sid = random.randint(100_000, 4_000_000)
     if how == "stock":
-        reader = _StockReader(connection_settings=settings_, server_id=sid, is_mariadb=True, auto_position=start,
-                              blocking=False, only_events=[TableMapEvent, *STOCK_ROWS])
+        reader = _StockReader(
+            connection_settings=settings_,
+            server_id=sid,
+            is_mariadb=True,
+            auto_position=start,
+            blocking=False,
+            only_events=[TableMapEvent, *STOCK_ROWS],
+        )
     else:
         reader = binlog.open_reader({**settings_, "password": m.root_password}, sid, start, blocking=False)
         assert isinstance(reader, binlog.IngestBinLogStreamReader)
@@ -450,14 +589,23 @@ def read_rows_events(m, start: str, db: str, how: str, timeout_s: float = 180) -
                 raise TimeoutError(f"{how}: binlog not read in {timeout_s}s")
             if isinstance(ev, STOCK_ROWS) and ev.schema == db:
                 base = next(c for c in STOCK_ROWS if isinstance(ev, c))
-                out.append({"class": base.__name__, "event_type": ev.event_type, "table": ev.table,
-                            "table_id": ev.table_id, "log_pos": ev.packet.log_pos,
-                            "event_size": ev.packet.event_size, "server_id": ev.packet.server_id,
-                            "timestamp": ev.timestamp, "primary_key": ev.primary_key,
-                            "fast": isinstance(ev, tuple(rowdecode.FAST_ROWS_CLASSES.values())),
-                            # (the library raises on some data, e.g. latin1 bytes Python's
-                            # cp1252 does not map: ours must raise the same)
-                            "rows": outcome(lambda: ev.rows)})
+                out.append(
+                    {
+                        "class": base.__name__,
+                        "event_type": ev.event_type,
+                        "table": ev.table,
+                        "table_id": ev.table_id,
+                        "log_pos": ev.packet.log_pos,
+                        "event_size": ev.packet.event_size,
+                        "server_id": ev.packet.server_id,
+                        "timestamp": ev.timestamp,
+                        "primary_key": ev.primary_key,
+                        "fast": isinstance(ev, tuple(rowdecode.FAST_ROWS_CLASSES.values())),
+                        # (the library raises on some data, e.g. latin1 bytes Python's
+                        # cp1252 does not map: ours must raise the same)
+                        "rows": outcome(lambda: ev.rows),
+                    }
+                )
     finally:
         reader.close()
     return out
@@ -493,8 +641,9 @@ def test_alltypes_workload_decodes_like_the_library(mariadb):
 
     db = "rd" + uuid.uuid4().hex[:8]
     run = WorkloadRun(mariadb, db)
-    run.m = type("M", (), {"host": mariadb.host, "port": mariadb.port, "user": "root",
-                           "password": mariadb.root_password})()
+    run.m = type(
+        "M", (), {"host": mariadb.host, "port": mariadb.port, "user": "root", "password": mariadb.root_password}
+    )()
     try:
         run.run()
         before = dict(rowdecode.STATS)
@@ -557,18 +706,38 @@ def _edge_statements() -> list:
         "INSERT INTO tmp_t VALUES (3, '00:00:00', '00:00:00.0', '23:59:59.99', '12:00:00.5', '00:00:00.0001', "
         "'00:00:00.00001', '00:00:00.000001', '2024-01-01 00:00:00', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
         "NULL, NULL, '2020-00-15', 1901)",
-        ("INSERT INTO str_t VALUES (1, 'x', %s, %s, %s, %s, 'ascii', %s, %s, %s, %s, 'swe', %s, %s, "
-         "'tiny', %s, 'mt', %s, %s, %s, %s, %s, %s, ST_GeomFromText('MULTIPOINT(1 1, 2 2)'), POINT(-1.5, 2))",
-         ("é" * 255, "😀" * 100, "ü" * 300, "y" * 2000, bytes(range(256)) + b"\x00" * 44, b"\x00\xff\x00\x01",
-          "привет", "aé😀", "中文", "ok€", "t" * 70000, "x" * 300, b"\x00" * 3, b"\xff" * 70000, b"m" * 70000,
-          b"\x01\x02", '{"a": [1, 2, {"b": null}], "c": "é"}')),
+        (
+            "INSERT INTO str_t VALUES (1, 'x', %s, %s, %s, %s, 'ascii', %s, %s, %s, %s, 'swe', %s, %s, "
+            "'tiny', %s, 'mt', %s, %s, %s, %s, %s, %s, ST_GeomFromText('MULTIPOINT(1 1, 2 2)'), POINT(-1.5, 2))",
+            (
+                "é" * 255,
+                "😀" * 100,
+                "ü" * 300,
+                "y" * 2000,
+                bytes(range(256)) + b"\x00" * 44,
+                b"\x00\xff\x00\x01",
+                "привет",
+                "aé😀",
+                "中文",
+                "ok€",
+                "t" * 70000,
+                "x" * 300,
+                b"\x00" * 3,
+                b"\xff" * 70000,
+                b"m" * 70000,
+                b"\x01\x02",
+                '{"a": [1, 2, {"b": null}], "c": "é"}',
+            ),
+        ),
         "INSERT INTO str_t (id) VALUES (2)",
         "INSERT INTO str_t (id, c1, c255, c100u, v300, vl, va, vb, b4, tt, t, mt, lt, tb, b, mb, lb, j) VALUES "
         "(3, '', '', '', '', '', '', '', '', '', '', '', '', '', '', '', '', '[]')",
-        ("INSERT INTO misc_t VALUES (18446744073709551615, 1, 127, 511, 131071, 8589934591, 18446744073709551615, "
-         "'c', 'v299', 'a,b,c', %s, 3.4e38, 9999.999, -1.7976931348623157e308, -128, 255, -32768, 65535, "
-         "-8388608, 16777215, -2147483648, 4294967295, -9223372036854775808, 2000)",
-         (",".join(f"m{i}" for i in range(64)),)),
+        (
+            "INSERT INTO misc_t VALUES (18446744073709551615, 1, 127, 511, 131071, 8589934591, 18446744073709551615, "
+            "'c', 'v299', 'a,b,c', %s, 3.4e38, 9999.999, -1.7976931348623157e308, -128, 255, -32768, 65535, "
+            "-8388608, 16777215, -2147483648, 4294967295, -9223372036854775808, 2000)",
+            (",".join(f"m{i}" for i in range(64)),),
+        ),
         "INSERT INTO misc_t VALUES (0, 0, 0, 0, 0, 0, 0, '', 'v0', '', '', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)",
         "INSERT INTO misc_t (id) VALUES (1)",
         # updates and deletes, full images
@@ -621,31 +790,41 @@ def test_multi_row_and_wide_table_events_decode_like_the_library(mariadb):
             start = _gtid(cur)
             cur.execute(f"CREATE DATABASE `{db}`")
             cur.execute(f"USE `{db}`")
-            cur.execute("CREATE TABLE m (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), d DATETIME(3), "
-                        "e DOUBLE, f TEXT)")
+            cur.execute(
+                "CREATE TABLE m (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), d DATETIME(3), "
+                "e DOUBLE, f TEXT)"
+            )
             rows = []
             for i in range(5000):
-                rows.append((i, rnd.choice([None, rnd.randint(-2**31, 2**31 - 1)]),
-                             rnd.choice([None, "some text value", "é" * rnd.randint(0, 40)]),
-                             rnd.choice([None, "12.34", "-99999999.99", "0.01"]),
-                             rnd.choice([None, "2024-01-02 03:04:05.678", "0000-00-00 00:00:00"]),
-                             rnd.choice([None, rnd.random() * 1e300, -0.0]),
-                             rnd.choice([None, "x" * rnd.randint(0, 3000)])))
+                rows.append(
+                    (
+                        i,
+                        rnd.choice([None, rnd.randint(-(2**31), 2**31 - 1)]),
+                        rnd.choice([None, "some text value", "é" * rnd.randint(0, 40)]),
+                        rnd.choice([None, "12.34", "-99999999.99", "0.01"]),
+                        rnd.choice([None, "2024-01-02 03:04:05.678", "0000-00-00 00:00:00"]),
+                        rnd.choice([None, rnd.random() * 1e300, -0.0]),
+                        rnd.choice([None, "x" * rnd.randint(0, 3000)]),
+                    )
+                )
             cur.execute("SET SESSION sql_mode = ''")
             cur.execute("BEGIN")
             cur.executemany("INSERT INTO m VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)  # multi-row statements
             cur.execute("COMMIT")
             cur.execute("UPDATE m SET a = a + 1, b = NULL WHERE id % 3 = 0")
             cur.execute("DELETE FROM m WHERE id % 5 = 0")
-            cols = ", ".join(f"c{i} {rnd.choice(['INT', 'VARCHAR(5)', 'DATE', 'BIT(3)', 'DOUBLE'])}"
-                             for i in range(299))
+            cols = ", ".join(
+                f"c{i} {rnd.choice(['INT', 'VARCHAR(5)', 'DATE', 'BIT(3)', 'DOUBLE'])}" for i in range(299)
+            )
             cur.execute(f"CREATE TABLE wide (id INT PRIMARY KEY, {cols})")
             cur.execute("INSERT INTO wide (id, c0, c10, c298) VALUES (1, 1, 1, 1), (2, NULL, NULL, NULL)")
             cur.execute("UPDATE wide SET c5 = 0 WHERE id = 1")
             cur.execute("DELETE FROM wide")
             events = assert_same_decoding(mariadb, start, db, min_events=10)
-            assert sum(len(e["rows"][1][1]) for e in events if e["table"] == "m" and e["class"] == "WriteRowsEvent") \
+            assert (
+                sum(len(e["rows"][1][1]) for e in events if e["table"] == "m" and e["class"] == "WriteRowsEvent")
                 == 5000
+            )
         finally:
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
 
@@ -666,9 +845,11 @@ def test_old_temporal_formats_decode_like_the_library(mariadb):
             cur.execute("SET GLOBAL mysql56_temporal_format = OFF")
             cur.execute("CREATE TABLE old_t (id INT PRIMARY KEY, t TIME, dt DATETIME, ts TIMESTAMP NULL)")
             cur.execute(f"SET GLOBAL mysql56_temporal_format = {saved}")
-            cur.execute("INSERT INTO old_t VALUES (1, '838:59:59', '9999-12-31 23:59:59', '2038-01-19 03:14:07'), "
-                        "(2, '-12:34:56', '0000-00-00 00:00:00', '0000-00-00 00:00:00'), "
-                        "(3, '00:00:00', '2020-00-10 00:00:00', '1970-01-01 00:00:01'), (4, NULL, NULL, NULL)")
+            cur.execute(
+                "INSERT INTO old_t VALUES (1, '838:59:59', '9999-12-31 23:59:59', '2038-01-19 03:14:07'), "
+                "(2, '-12:34:56', '0000-00-00 00:00:00', '0000-00-00 00:00:00'), "
+                "(3, '00:00:00', '2020-00-10 00:00:00', '1970-01-01 00:00:01'), (4, NULL, NULL, NULL)"
+            )
             cur.execute("UPDATE old_t SET t = '01:02:03' WHERE id < 3")
             events = assert_same_decoding(mariadb, start, db, min_events=2)
             assert events
@@ -678,6 +859,7 @@ def test_old_temporal_formats_decode_like_the_library(mariadb):
 
 
 # ------------------------------------------------------------------- random tables (hypothesis)
+
 
 def _sql_types():
     """(DDL type, strategy of Python values for it)."""
@@ -690,26 +872,44 @@ def _sql_types():
         ("FLOAT", st.floats(width=32, allow_nan=False, allow_infinity=False)),
         ("DOUBLE", st.floats(allow_nan=False, allow_infinity=False)),
         ("YEAR", st.sampled_from([0, 1901, 1970, 2000, 2155])),
-        ("BIT(5)", st.integers(0, 31)), ("BIT(64)", st.integers(0, (1 << 64) - 1)),
+        ("BIT(5)", st.integers(0, 31)),
+        ("BIT(64)", st.integers(0, (1 << 64) - 1)),
         ("DATE", st.dates(dt.date(1000, 1, 1), dt.date(9999, 12, 31))),
         ("ENUM('a','b','c')", st.sampled_from(["a", "b", "c", ""])),
         ("SET('x','y','z')", st.sampled_from(["", "x", "x,y", "z,y,x"])),
         ("VARCHAR(20)", st.text(max_size=20)),
         ("VARCHAR(300)", st.text(max_size=300)),
         ("CHAR(10) CHARACTER SET latin1", st.text(st.characters(max_codepoint=255), max_size=10)),
-        ("VARBINARY(50)", st.binary(max_size=50)), ("BINARY(3)", st.binary(max_size=3)),
-        ("TEXT", st.text(max_size=100)), ("BLOB", st.binary(max_size=100)),
-        ("JSON", st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=5),
-                              lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
-                              max_leaves=5).map(json.dumps)),
+        ("VARBINARY(50)", st.binary(max_size=50)),
+        ("BINARY(3)", st.binary(max_size=3)),
+        ("TEXT", st.text(max_size=100)),
+        ("BLOB", st.binary(max_size=100)),
+        (
+            "JSON",
+            st.recursive(
+                st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=5),
+                lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+                max_leaves=5,
+            ).map(json.dumps),
+        ),
     ]
     for fsp in range(7):
         out.append((f"DATETIME({fsp})", st.datetimes(dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31))))
         out.append((f"TIMESTAMP({fsp}) NULL", st.datetimes(dt.datetime(1970, 1, 2), dt.datetime(2038, 1, 18))))
         out.append((f"TIME({fsp})", st.timedeltas(-dt.timedelta(hours=838), dt.timedelta(hours=838))))
     for p, s in ((1, 0), (5, 2), (10, 2), (18, 9), (20, 10), (30, 0), (65, 30), (4, 4)):
-        out.append((f"DECIMAL({p},{s})", st.decimals(-(Decimal(10) ** (p - s)) + 1, Decimal(10) ** (p - s) - 1,
-                                                     places=s, allow_nan=False, allow_infinity=False)))
+        out.append(
+            (
+                f"DECIMAL({p},{s})",
+                st.decimals(
+                    -(Decimal(10) ** (p - s)) + 1,
+                    Decimal(10) ** (p - s) - 1,
+                    places=s,
+                    allow_nan=False,
+                    allow_infinity=False,
+                ),
+            )
+        )
     return out
 
 
@@ -717,9 +917,11 @@ SQL_TYPES = _sql_types()
 
 
 @pytest.mark.integration
-@settings(max_examples=int(os.environ.get("ROWDECODE_RANDOM_TABLES", "12")), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=int(os.environ.get("ROWDECODE_RANDOM_TABLES", "12")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.data())
 def test_random_tables_decode_like_the_library(mariadb, data):
     ncols = data.draw(st.integers(1, 12), label="ncols")
@@ -737,8 +939,10 @@ def test_random_tables_decode_like_the_library(mariadb, data):
             cur.execute("SET SESSION time_zone = '+00:00'")
             cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4")
             cur.execute(f"USE `{db}`")
-            cur.execute(f"CREATE TABLE r (id INT AUTO_INCREMENT PRIMARY KEY, "
-                        f"{', '.join(f'c{i} {t}' for i, (t, _) in enumerate(types))})")
+            cur.execute(
+                f"CREATE TABLE r (id INT AUTO_INCREMENT PRIMARY KEY, "
+                f"{', '.join(f'c{i} {t}' for i, (t, _) in enumerate(types))})"
+            )
             cur.execute(f"INSERT INTO r ({names}) VALUES ({marks})", inserts[0])
             if len(inserts) > 1:
                 cur.executemany(f"INSERT INTO r ({names}) VALUES ({marks})", inserts[1:])

@@ -31,8 +31,14 @@ MB = 1024
 
 
 def _conn(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _proc_status(pid: int) -> dict:
@@ -79,8 +85,10 @@ class MemoryProbe(threading.Thread):
         return None
 
     def sample(self) -> dict:
-        now = {"ingest": _proc_status(self.ingest.proc.pid).get("VmRSS", 0),
-               "merger_python": _proc_status(self.merger.proc.pid).get("VmRSS", 0)}
+        now = {
+            "ingest": _proc_status(self.ingest.proc.pid).get("VmRSS", 0),
+            "merger_python": _proc_status(self.merger.proc.pid).get("VmRSS", 0),
+        }
         jvm = self.jvm_pid()
         now["merger_jvm"] = _proc_status(jvm).get("VmRSS", 0) if jvm else 0
         for k, v in now.items():
@@ -96,8 +104,9 @@ class MemoryProbe(threading.Thread):
 
 
 def _start(stack, tmp_path, prefix, db, ingest_extra=None, merger_extra=None):
-    icfg = write_config(stack, tmp_path / "ingest.yaml", prefix, [db, "cdc"],
-                        **{"topic_partitions": 1, **(ingest_extra or {})})
+    icfg = write_config(
+        stack, tmp_path / "ingest.yaml", prefix, [db, "cdc"], **{"topic_partitions": 1, **(ingest_extra or {})}
+    )
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", prefix, [db], tmp_path, **(merger_extra or {}))
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
@@ -118,8 +127,9 @@ def _wait(predicate, timeout_s, what, procs, every_s=2.0):
         if value:
             return value
         time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}\n"
-                         + "\n".join(p.log_text()[-2000:] for p in procs))
+    raise AssertionError(
+        f"timed out after {timeout_s:.0f}s waiting for {what}\n" + "\n".join(p.log_text()[-2000:] for p in procs)
+    )
 
 
 # ---------------------------------------------------------------------- many tables
@@ -131,8 +141,9 @@ def _source_sums(stack, db: str, n: int) -> dict[str, tuple[int, int]]:
     try:
         with conn.cursor() as cur:
             for lo in range(0, n, 200):
-                sql = " UNION ALL ".join(f"SELECT '{_t(i)}', COUNT(*), COALESCE(SUM(n), 0) FROM {_t(i)}"
-                                         for i in range(lo, min(n, lo + 200)))
+                sql = " UNION ALL ".join(
+                    f"SELECT '{_t(i)}', COUNT(*), COALESCE(SUM(n), 0) FROM {_t(i)}" for i in range(lo, min(n, lo + 200))
+                )
                 cur.execute(sql)
                 out.update({name: (int(c), int(s)) for name, c, s in cur.fetchall()})
     finally:
@@ -144,14 +155,24 @@ def _pg_sums(stack, db: str, n: int) -> dict[str, tuple[int, int]]:
     import psycopg
 
     out = {}
-    with psycopg.connect(host=stack.postgres.host, port=stack.postgres.port, user=stack.postgres.user,
-                         password=stack.postgres.password, dbname=stack.postgres.database) as conn:
-        present = {r[0] for r in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (db,)).fetchall()}
+    with psycopg.connect(
+        host=stack.postgres.host,
+        port=stack.postgres.port,
+        user=stack.postgres.user,
+        password=stack.postgres.password,
+        dbname=stack.postgres.database,
+    ) as conn:
+        present = {
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (db,)
+            ).fetchall()
+        }
         names = [_t(i) for i in range(n) if _t(i) in present]
         for lo in range(0, len(names), 200):
-            sql = " UNION ALL ".join(f"SELECT '{t}', COUNT(*), COALESCE(SUM(n), 0) FROM \"{db}\".\"{t}\""
-                                     for t in names[lo:lo + 200])
+            sql = " UNION ALL ".join(
+                f'SELECT \'{t}\', COUNT(*), COALESCE(SUM(n), 0) FROM "{db}"."{t}"' for t in names[lo : lo + 200]
+            )
             out.update({name: (int(c), int(s)) for name, c, s in conn.execute(sql).fetchall()})
     return out
 
@@ -204,6 +225,7 @@ def test_many_tables_start_stream_and_memory_stays_bounded(stack, tmp_path, uniq
             plans = store.all_plans()
             done = sum(1 for p in plans.values() if p.get("finished_at"))
             return done >= n
+
         _wait(snapshots_done, 3000 if FULL else 700, f"the snapshots of {n} tables", (ingest, merger), 5)
         snapshot_s = time.monotonic() - started
         after_snapshot = dict(probe.peak)
@@ -223,8 +245,13 @@ def test_many_tables_start_stream_and_memory_stays_bounded(stack, tmp_path, uniq
                 cur.execute("COMMIT")
         conn.close()
         expected = _source_sums(stack, db, n)
-        _wait(lambda: _pg_sums(stack, db, n) == expected, 900 if FULL else 400,
-              "PostgreSQL to reflect the changes of every table", (ingest, merger), 5)
+        _wait(
+            lambda: _pg_sums(stack, db, n) == expected,
+            900 if FULL else 400,
+            "PostgreSQL to reflect the changes of every table",
+            (ingest, merger),
+            5,
+        )
         stream_s = time.monotonic() - streamed
         delta = _delta_sums(tmp_path, db, n)
         assert delta == expected, {t: (delta.get(t), v) for t, v in expected.items() if delta.get(t) != v}
@@ -236,10 +263,12 @@ def test_many_tables_start_stream_and_memory_stays_bounded(stack, tmp_path, uniq
             checker.close()
         probe.sample()
         _alive(ingest, merger)
-        print(f"{n} tables (created in {created:.0f}s): all snapshotted {snapshot_s:.0f}s after start, "
-              f"changes to all tables in the sinks {stream_s:.0f}s after the workload started; peak RSS "
-              f"after snapshots: {', '.join(f'{k} {v / MB:.0f} MB' for k, v in after_snapshot.items())}; "
-              f"at the end: {probe.report()}")
+        print(
+            f"{n} tables (created in {created:.0f}s): all snapshotted {snapshot_s:.0f}s after start, "
+            f"changes to all tables in the sinks {stream_s:.0f}s after the workload started; peak RSS "
+            f"after snapshots: {', '.join(f'{k} {v / MB:.0f} MB' for k, v in after_snapshot.items())}; "
+            f"at the end: {probe.report()}"
+        )
         # generous bounds: far above what was measured (see the printed figures), far below
         # what per-table leaks would add up to
         assert probe.peak["ingest"] < 600 * MB, probe.report()
@@ -273,8 +302,12 @@ def test_large_transaction_through_the_merger_memory_bounded(stack, tmp_path, un
     store = StateStore(tmp_path / "state")
     try:
         probe.start()
-        _wait(lambda: (store.load_plan(f"{db}.big") or {}).get("finished_at"), 300,
-              "the (empty) snapshot of big", (ingest, merger))
+        _wait(
+            lambda: (store.load_plan(f"{db}.big") or {}).get("finished_at"),
+            300,
+            "the (empty) snapshot of big",
+            (ingest, merger),
+        )
         idle = probe.sample()
         started = time.monotonic()
         with conn.cursor() as cur:
@@ -289,8 +322,10 @@ def test_large_transaction_through_the_merger_memory_bounded(stack, tmp_path, un
         took = time.monotonic() - started
         probe.sample()
         _alive(ingest, merger)
-        print(f"{rows} rows in one transaction: sinks equal {took:.0f}s after the commit; RSS idle "
-              f"{', '.join(f'{k} {v / MB:.0f} MB' for k, v in idle.items())}; peak {probe.report()}")
+        print(
+            f"{rows} rows in one transaction: sinks equal {took:.0f}s after the commit; RSS idle "
+            f"{', '.join(f'{k} {v / MB:.0f} MB' for k, v in idle.items())}; peak {probe.report()}"
+        )
         assert probe.peak["ingest"] - idle["ingest"] < 300 * MB, probe.report()
         # bounded by the batch cap (max_records_per_trigger 200k), not by the transaction:
         # measured 1.66-2.03 GB at 300k and 1M rows (the driver holds a batch as Python objects)

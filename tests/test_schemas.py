@@ -9,8 +9,17 @@ import jsonschema
 import pyarrow as pa
 
 from cdc.config import IngestConfig, MergerConfig
-from ingest.envelope import (EnvelopeConfig, SourceInfo, TableEncoder, TransactionTracker, context_headers,
-                             heartbeat_record, schema_change_record, source_json, table_change_json)
+from ingest.envelope import (
+    EnvelopeConfig,
+    SourceInfo,
+    TableEncoder,
+    TransactionTracker,
+    context_headers,
+    heartbeat_record,
+    schema_change_record,
+    source_json,
+    table_change_json,
+)
 from ingest.position import POSITION_HEADER, EventPosition, ResumePoint
 from ingest.types import ColumnSpec, TableSpec
 
@@ -22,19 +31,30 @@ def _schema(name):
 
 
 def test_resume_point_records_match_schema():
-    for point in (ResumePoint("0-1-5", "binlog.000001", 1234, None, 0, 1), ResumePoint("", None, None, "0-1-6", 17, 2),
-                  ResumePoint("0-1-5,1-2-3", "binlog.000002", 4, None, 0, 3)):
+    for point in (
+        ResumePoint("0-1-5", "binlog.000001", 1234, None, 0, 1),
+        ResumePoint("", None, None, "0-1-6", 17, 2),
+        ResumePoint("0-1-5,1-2-3", "binlog.000002", 4, None, 0, 3),
+    ):
         jsonschema.validate(json.loads(point.to_json()), _schema("resume-point.schema.json"))
 
 
 def test_change_events_match_schema():
-    spec = TableSpec("shop", "orders", (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("v", "varchar", 2, length=10)),
-                     ("id",))
+    spec = TableSpec(
+        "shop",
+        "orders",
+        (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("v", "varchar", 2, length=10)),
+        ("id",),
+    )
     enc = TableEncoder(spec, EnvelopeConfig("p"))
     src = SourceInfo("shop", "orders", 1000, 1, "binlog.000001", 4, 0, "0-1-9")
     schema = _schema("change-event-value.schema.json")
-    records = (enc.change("c", None, {"id": 1, "v": "a"}, src) + enc.change("u", {"id": 1, "v": "a"}, {"id": 2, "v": "b"}, src)
-               + enc.change("d", {"id": 2, "v": "b"}, None, src) + [enc.truncate(src)])
+    records = (
+        enc.change("c", None, {"id": 1, "v": "a"}, src)
+        + enc.change("u", {"id": 1, "v": "a"}, {"id": 2, "v": "b"}, src)
+        + enc.change("d", {"id": 2, "v": "b"}, None, src)
+        + [enc.truncate(src)]
+    )
     for rec in records:
         if rec.value is not None:
             jsonschema.validate(json.loads(rec.value), schema)
@@ -50,12 +70,19 @@ def test_watermark_marker_payload_matches_schema():
 # are checked as {name: UTF-8 text}. A tombstone (same key, null value) has no value schema:
 # see schemas/README.md.
 
-ORDERS = TableSpec("shop", "orders", (ColumnSpec("id", "int", 1, nullable=False, auto_increment=True),
-                                      ColumnSpec("region", "char", 2, length=2, nullable=False, charset="utf8mb4"),
-                                      ColumnSpec("amount", "decimal", 3, length=10, scale=2),
-                                      ColumnSpec("status", "enum", 4, enum_values=("new", "paid"), default="new"),
-                                      ColumnSpec("created", "datetime", 5, fsp=6)),
-                   ("id", "region"), default_charset="utf8mb4")
+ORDERS = TableSpec(
+    "shop",
+    "orders",
+    (
+        ColumnSpec("id", "int", 1, nullable=False, auto_increment=True),
+        ColumnSpec("region", "char", 2, length=2, nullable=False, charset="utf8mb4"),
+        ColumnSpec("amount", "decimal", 3, length=10, scale=2),
+        ColumnSpec("status", "enum", 4, enum_values=("new", "paid"), default="new"),
+        ColumnSpec("created", "datetime", 5, fsp=6),
+    ),
+    ("id", "region"),
+    default_charset="utf8mb4",
+)
 SRC = SourceInfo("shop", "orders", 1_700_000_000_000, 1, "binlog.000003", 4711, 0, "0-1-42")
 
 
@@ -76,7 +103,9 @@ def test_change_event_keys_and_tombstones_match_schema():
     key_schema, value_schema = _schema("change-event-key.schema.json"), _schema("change-event-value.schema.json")
     before = {"id": 1, "region": "eu", "amount": None, "status": "new", "created": None}
     after = dict(before, id=2)  # a primary-key change: delete + tombstone + create
-    records = enc.change("c", None, before, SRC) + enc.change("u", before, after, SRC) + enc.change("d", after, None, SRC)
+    records = (
+        enc.change("c", None, before, SRC) + enc.change("u", before, after, SRC) + enc.change("d", after, None, SRC)
+    )
     assert [(_json(r.value) or {}).get("op") for r in records] == ["c", "d", None, "c", "d", None]
     for rec in records:
         jsonschema.validate(_json(rec.key), key_schema)
@@ -95,8 +124,11 @@ def test_ingest_headers_match_schema():
     enc = TableEncoder(ORDERS, env)
     before = {"id": 1, "region": "eu", "amount": None, "status": "new", "created": None}
     pk_change = enc.change("u", before, dict(before, id=2), SRC)
-    positions = [EventPosition("binlog.000003", 4711, 0), EventPosition("binlog.000003", 4711, 0, 1),
-                 EventPosition("mysql-bin.000012", 4, 17)]
+    positions = [
+        EventPosition("binlog.000003", 4711, 0),
+        EventPosition("binlog.000003", 4711, 0, 1),
+        EventPosition("mysql-bin.000012", 4, 17),
+    ]
     for rec, pos in zip(pk_change, positions):
         # ingest/app.py: position first, then the record's own headers, then the context headers
         jsonschema.validate(_headers([(POSITION_HEADER, pos.encode())] + rec.headers + context), schema)
@@ -122,8 +154,10 @@ def test_watermark_markers_written_by_ingest_match_schemas():
     ingest = Ingest(IngestConfig(topic_prefix="p"))
     ingest.producer = _RecordingProducer()
     ingest.topics = types.SimpleNamespace(partitions=lambda topic, n: 3)
-    event = types.SimpleNamespace(rows=[{"values": {"table_name": "shop.orders", "window_id": "w-1", "kind": "LOW"}}],
-                                  packet=types.SimpleNamespace(server_id=1))
+    event = types.SimpleNamespace(
+        rows=[{"values": {"table_name": "shop.orders", "window_id": "w-1", "kind": "LOW"}}],
+        packet=types.SimpleNamespace(server_id=1),
+    )
     trx = types.SimpleNamespace(ts_ms=1_700_000_000_000, gtid="0-1-42")
     written = ingest._watermark(event, trx, EventPosition("binlog.000003", 4711))
     assert written == 3 and [s[3] for s in ingest.producer.sent] == [0, 1, 2]
@@ -142,14 +176,27 @@ def test_watermark_markers_written_by_ingest_match_schemas():
 
 def test_schema_change_events_match_schema():
     env = EnvelopeConfig("p")
-    src = SourceInfo("shop", "orders", 1_700_000_000_000, 1, "binlog.000003", 900, 0, "0-1-7", 12,
-                     "ALTER TABLE orders ADD COLUMN note TEXT")
+    src = SourceInfo(
+        "shop",
+        "orders",
+        1_700_000_000_000,
+        1,
+        "binlog.000003",
+        900,
+        0,
+        "0-1-7",
+        12,
+        "ALTER TABLE orders ADD COLUMN note TEXT",
+    )
     records = [
         schema_change_record(env, src, "CREATE TABLE orders (...)", [table_change_json("CREATE", ORDERS)]),
         schema_change_record(env, src, "ALTER TABLE orders ADD COLUMN note TEXT", [table_change_json("ALTER", ORDERS)]),
-        schema_change_record(env, src, "DROP TABLE `shop`.`orders`", [table_change_json("DROP", None, "shop", "orders")]),
-        schema_change_record(env, SourceInfo("shop", None, 1, 1, "binlog.000003", 4), "CREATE DATABASE shop",
-                             database="shop"),
+        schema_change_record(
+            env, src, "DROP TABLE `shop`.`orders`", [table_change_json("DROP", None, "shop", "orders")]
+        ),
+        schema_change_record(
+            env, SourceInfo("shop", None, 1, 1, "binlog.000003", 4), "CREATE DATABASE shop", database="shop"
+        ),
     ]
     for rec in records:
         assert rec.topic == "p"
@@ -188,8 +235,9 @@ def test_transaction_metadata_matches_schema():
 def test_resume_point_key_matches_schema():
     from ingest.app import Ingest
 
-    jsonschema.validate(json.loads(Ingest(IngestConfig(topic_prefix="p")).source_key),
-                        _schema("resume-point-key.schema.json"))
+    jsonschema.validate(
+        json.loads(Ingest(IngestConfig(topic_prefix="p")).source_key), _schema("resume-point-key.schema.json")
+    )
 
 
 def test_source_blocks_are_the_same_in_every_schema():
@@ -219,8 +267,14 @@ def test_dead_letter_records_match_schema(monkeypatch):
 
     monkeypatch.setattr(confluent_kafka, "Producer", Producer)
     write = Merger(MergerConfig(topic_prefix="p"))._dead_letter_writer({})
-    record = {"topic": "p.shop.orders", "partition": 2, "offset": 1234, "key": b'{"id":1}', "value": b"not json",
-              "headers": [{"key": "cdc.position", "value": b"binlog.000003:4711:0"}]}
+    record = {
+        "topic": "p.shop.orders",
+        "partition": 2,
+        "offset": 1234,
+        "key": b'{"id":1}',
+        "value": b"not json",
+        "headers": [{"key": "cdc.position", "value": b"binlog.000003:4711:0"}],
+    }
     write(record, "value is not JSON: Expecting value")
     topic, key, value, headers = produced[0]
     assert (topic, key, value) == ("p.dlq", record["key"], record["value"])
@@ -245,15 +299,17 @@ def test_kafka_changelog_records_match_schema():
 
     sink, table, state = _changelog_sink()
     source = source_json(EnvelopeConfig("p"), SRC)
-    changes = pa.table({
-        "id": pa.array([1, 2, 3, 4], pa.int64()),
-        "amount": pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("-2.00"), None], pa.decimal128(10, 2)),
-        "created": pa.array([0, 1, None, None], pa.timestamp("us")),
-        "name": pa.array(["a", "b", None, None]),
-        "_cdc_seq": pa.array([10, 11, 12, 13], pa.int64()),
-        "_cdc_op": pa.array(["c", "u", "r", "d"]),
-        "_cdc_source": pa.array([source, source, None, None]),
-    })
+    changes = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4], pa.int64()),
+            "amount": pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("-2.00"), None], pa.decimal128(10, 2)),
+            "created": pa.array([0, 1, None, None], pa.timestamp("us")),
+            "name": pa.array(["a", "b", None, None]),
+            "_cdc_seq": pa.array([10, 11, 12, 13], pa.int64()),
+            "_cdc_op": pa.array(["c", "u", "r", "d"]),
+            "_cdc_source": pa.array([source, source, None, None]),
+        }
+    )
     records = sink._records(state, changes, 4)
     assert [json.loads(v)["op"] for _, v, *_ in records] == ["c", "u", "r", "d"]
     for key, value, partition, headers, is_delete in records:

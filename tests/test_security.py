@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from cdc import stack as local_stack
-from cdc.config import (ConfigError, IngestConfig, KafkaConfig, MergerConfig, MySQLConfig, load_model)
+from cdc.config import ConfigError, IngestConfig, KafkaConfig, MergerConfig, MySQLConfig, load_model
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.merger_harness import MergerProcess, write_merger_config
@@ -31,9 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 TLS_SASL = {
-    "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "cdc-user",
-    "ssl.ca.location": "/etc/kafka/ca.pem", "ssl.certificate.location": "/etc/kafka/client.pem",
-    "ssl.key.location": "/etc/kafka/client.key", "ssl.endpoint.identification.algorithm": "https",
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "cdc-user",
+    "ssl.ca.location": "/etc/kafka/ca.pem",
+    "ssl.certificate.location": "/etc/kafka/client.pem",
+    "ssl.key.location": "/etc/kafka/client.key",
+    "ssl.endpoint.identification.algorithm": "https",
 }
 
 
@@ -51,8 +55,9 @@ def _secret(path: Path, value: str) -> str:
 
 
 def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _error_line(res: subprocess.CompletedProcess) -> str:
@@ -68,8 +73,12 @@ def _error_line(res: subprocess.CompletedProcess) -> str:
 @pytest.fixture
 def kafka_tls(tmp_path, monkeypatch) -> KafkaConfig:
     monkeypatch.setenv("CDC_TEST_SASL", "sasl-secret-1")
-    return KafkaConfig(bootstrap_servers="broker:9093", extra=dict(TLS_SASL), sasl_password_env="CDC_TEST_SASL",
-                       ssl_key_password_file=_secret(tmp_path / "keypw", "key-secret-2"))
+    return KafkaConfig(
+        bootstrap_servers="broker:9093",
+        extra=dict(TLS_SASL),
+        sasl_password_env="CDC_TEST_SASL",
+        ssl_key_password_file=_secret(tmp_path / "keypw", "key-secret-2"),
+    )
 
 
 def _expected(conf: dict) -> None:
@@ -146,12 +155,27 @@ def test_kafka_settings_reach_every_client(kafka_tls, monkeypatch, tmp_path):
 
 def test_mysql_tls_reaches_pymysql_binlog_reader_and_jdbc(tmp_path, monkeypatch):
     key_pw = _secret(tmp_path / "mysql-key-pw", "mysql-key-secret")
-    m = MySQLConfig(host="db", port=3307, user="u", ssl_mode="verify_identity", ssl_ca=CA_BUNDLE,
-                    ssl_cert="/tls/client.pem", ssl_key="/tls/client.key", ssl_key_password_file=key_pw,
-                    ssl_keystore="/tls/client.p12", ssl_keystore_password_file=key_pw)
+    m = MySQLConfig(
+        host="db",
+        port=3307,
+        user="u",
+        ssl_mode="verify_identity",
+        ssl_ca=CA_BUNDLE,
+        ssl_cert="/tls/client.pem",
+        ssl_key="/tls/client.key",
+        ssl_key_password_file=key_pw,
+        ssl_keystore="/tls/client.p12",
+        ssl_keystore_password_file=key_pw,
+    )
     kw = m.connect_kwargs()
-    assert kw["ssl"] == {"ca": CA_BUNDLE, "cert": "/tls/client.pem", "key": "/tls/client.key",
-                         "password": "mysql-key-secret", "verify_mode": True, "check_hostname": True}
+    assert kw["ssl"] == {
+        "ca": CA_BUNDLE,
+        "cert": "/tls/client.pem",
+        "key": "/tls/client.key",
+        "password": "mysql-key-secret",
+        "verify_mode": True,
+        "check_hostname": True,
+    }
 
     # every pymysql connection of ingest and the merger is built from connect_kwargs
     seen = []
@@ -159,8 +183,10 @@ def test_mysql_tls_reaches_pymysql_binlog_reader_and_jdbc(tmp_path, monkeypatch)
     def fake_connect(**kwargs):
         seen.append(kwargs)
         raise pymysql.err.OperationalError(2003, "no server here")
+
     monkeypatch.setattr(pymysql, "connect", fake_connect)
-    from ingest.checks import SourceError, connect as ingest_connect
+    from ingest.checks import SourceError
+    from ingest.checks import connect as ingest_connect
     from merger.catalog import SourceCatalog
     from merger.checks import check_source
     from merger.errors import MergerError
@@ -168,8 +194,11 @@ def test_mysql_tls_reaches_pymysql_binlog_reader_and_jdbc(tmp_path, monkeypatch)
 
     with pytest.raises(SourceError):
         ingest_connect(IngestConfig(mysql=m))
-    for call in (lambda: merger_connect(m), lambda: SourceCatalog(m).connect(),
-                 lambda: check_source(MergerConfig(mysql=m), lambda name: True)):
+    for call in (
+        lambda: merger_connect(m),
+        lambda: SourceCatalog(m).connect(),
+        lambda: check_source(MergerConfig(mysql=m), lambda name: True),
+    ):
         with pytest.raises(MergerError):
             call()
     assert len(seen) == 4 and all(s["ssl"] == kw["ssl"] for s in seen)
@@ -182,9 +211,12 @@ def test_mysql_tls_reaches_pymysql_binlog_reader_and_jdbc(tmp_path, monkeypatch)
     assert settings["ssl"] == kw["ssl"] and settings["passwd"] == kw["password"]
 
     # pymysql turns them into a verifying TLS context (no connection made)
-    conn = pymysql.connections.Connection(defer_connect=True, host="db", user="u",
-                                          ssl={k: v for k, v in kw["ssl"].items() if k in ("ca", "verify_mode",
-                                                                                         "check_hostname")})
+    conn = pymysql.connections.Connection(
+        defer_connect=True,
+        host="db",
+        user="u",
+        ssl={k: v for k, v in kw["ssl"].items() if k in ("ca", "verify_mode", "check_hostname")},
+    )
     assert conn.ctx.verify_mode == ssl.CERT_REQUIRED and conn.ctx.check_hostname
 
     # Spark JDBC: TLS in the URL, the secrets only in the (redacted) properties
@@ -208,9 +240,11 @@ def test_mysql_tls_reaches_pymysql_binlog_reader_and_jdbc(tmp_path, monkeypatch)
 
 
 def test_secrets_are_refused_in_the_config_file(tmp_path):
-    for key, allowed in (("sasl.password", "kafka.sasl_password_env or kafka.sasl_password_file"),
-                         ("ssl.key.password", "kafka.ssl_key_password_env"),
-                         ("ssl.keystore.password", "kafka.ssl_keystore_password_env")):
+    for key, allowed in (
+        ("sasl.password", "kafka.sasl_password_env or kafka.sasl_password_file"),
+        ("ssl.key.password", "kafka.ssl_key_password_env"),
+        ("ssl.keystore.password", "kafka.ssl_keystore_password_env"),
+    ):
         with pytest.raises(ConfigError) as err:
             load_model(MergerConfig, None, {"kafka.extra": {key: "in-the-file-secret"}})
         text = str(err.value)
@@ -251,9 +285,14 @@ def test_merger_checks_credentials_and_privileges_at_start(stack, mysql_root, tm
     users = {"nosel": f"ns_{unique_name}", "nowm": f"nw_{unique_name}", "tbl": f"nt_{unique_name}"}
     _mysql_user(mysql_root, users["nosel"], "pw-1", "GRANT INSERT, UPDATE, DELETE ON cdc.cdc_watermarks TO {user}")
     _mysql_user(mysql_root, users["nowm"], "pw-2", f"GRANT SELECT ON {db}.* TO {{user}}")
-    _mysql_user(mysql_root, users["tbl"], "pw-3", f"GRANT INSERT ON {db}.t TO {{user}}",
-                "GRANT SELECT ON mysql.db TO {user}",
-                "GRANT INSERT, UPDATE, DELETE ON cdc.cdc_watermarks TO {user}")
+    _mysql_user(
+        mysql_root,
+        users["tbl"],
+        "pw-3",
+        f"GRANT INSERT ON {db}.t TO {{user}}",
+        "GRANT SELECT ON mysql.db TO {user}",
+        "GRANT INSERT, UPDATE, DELETE ON cdc.cdc_watermarks TO {user}",
+    )
     base = write_merger_config(stack, tmp_path / "m.yaml", unique_name, [db], tmp_path)
 
     def run(name: str, user: str, password: str) -> str:
@@ -269,7 +308,7 @@ def test_merger_checks_credentials_and_privileges_at_start(stack, mysql_root, tm
         line = run("badpw", "root", "not-the-password")
         assert "wrong credentials" in line and "mysql.password_env" in line, line
         line = run("nosel", users["nosel"], "pw-1")
-        assert "lacks SELECT" in line and f"GRANT SELECT ON" in line and users["nosel"] in line, line
+        assert "lacks SELECT" in line and "GRANT SELECT ON" in line and users["nosel"] in line, line
         line = run("nowm", users["nowm"], "pw-2")
         assert f"GRANT INSERT, UPDATE, DELETE ON `cdc`.`cdc_watermarks` TO '{users['nowm']}'@'%'" in line, line
         line = run("tbl", users["tbl"], "pw-3")
@@ -292,8 +331,13 @@ def test_binlog_purged_past_ingest_position_says_what_to_do(stack, tmp_path, uni
     local_stack.start_mariadb(info, report_mysql8_version=False)
     info.kafka = stack.kafka
     try:
-        root = pymysql.connect(host=info.mariadb.host, port=info.mariadb.port, user="root",
-                               password=info.mariadb.root_password, autocommit=True)
+        root = pymysql.connect(
+            host=info.mariadb.host,
+            port=info.mariadb.port,
+            user="root",
+            password=info.mariadb.root_password,
+            autocommit=True,
+        )
         with root.cursor() as cur:
             cur.execute("CREATE DATABASE pg_gone")
             cur.execute("CREATE TABLE pg_gone.t (id INT PRIMARY KEY)")
@@ -355,8 +399,12 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
     import psycopg
 
     tag = unique_name
-    passwords = {"ingest-mysql": f"IngPw-{tag}-Xq7", "merger-mysql": f"MrgPw-{tag}-Kz3",
-                 "postgres": f"PgPw-{tag}-Wv5", "kafka-sasl": f"SaslPw-{tag}-Jm2"}
+    passwords = {
+        "ingest-mysql": f"IngPw-{tag}-Xq7",
+        "merger-mysql": f"MrgPw-{tag}-Kz3",
+        "postgres": f"PgPw-{tag}-Wv5",
+        "kafka-sasl": f"SaslPw-{tag}-Jm2",
+    }
     secrets = tmp_path / "secrets"
     files = {name: _secret(secrets / name, pw) for name, pw in passwords.items()}
     db = f"sec_{tag}"
@@ -368,33 +416,70 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
     _watermark_table(mysql_root)
     # the least privileges of docs/security.md
     ing_user, mrg_user, pg_user = f"ing_{tag}", f"mrg_{tag}", f"sink_{tag}"
-    _mysql_user(mysql_root, ing_user, passwords["ingest-mysql"],
-                "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {user}")
-    _mysql_user(mysql_root, mrg_user, passwords["merger-mysql"], f"GRANT SELECT ON {db}.* TO {{user}}",
-                "GRANT INSERT, UPDATE, DELETE ON cdc.cdc_watermarks TO {user}")
+    _mysql_user(
+        mysql_root,
+        ing_user,
+        passwords["ingest-mysql"],
+        "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {user}",
+    )
+    _mysql_user(
+        mysql_root,
+        mrg_user,
+        passwords["merger-mysql"],
+        f"GRANT SELECT ON {db}.* TO {{user}}",
+        "GRANT INSERT, UPDATE, DELETE ON cdc.cdc_watermarks TO {user}",
+    )
     pg_db = f"sec_{tag}"
-    with psycopg.connect(host=stack.postgres.host, port=stack.postgres.port, user=stack.postgres.user,
-                         password=stack.postgres.password, dbname=stack.postgres.database, autocommit=True) as pg:
+    with psycopg.connect(
+        host=stack.postgres.host,
+        port=stack.postgres.port,
+        user=stack.postgres.user,
+        password=stack.postgres.password,
+        dbname=stack.postgres.database,
+        autocommit=True,
+    ) as pg:
         pg.execute(f"CREATE ROLE {pg_user} LOGIN PASSWORD '{passwords['postgres']}'")
         pg.execute(f"CREATE DATABASE {pg_db} OWNER {pg_user}")
     sasl = {"kafka.sasl_password_file": files["kafka-sasl"], "kafka.extra": {"sasl.username": "cdc"}}
     ingest_port, merger_port = _free_port(), _free_port()
-    icfg = write_config(stack, tmp_path / "ingest.yaml", tag, [db, "cdc"], metrics_port=ingest_port,
-                        **{"mysql.user": ing_user, "mysql.password_file": files["ingest-mysql"]}, **sasl)
+    icfg = write_config(
+        stack,
+        tmp_path / "ingest.yaml",
+        tag,
+        [db, "cdc"],
+        metrics_port=ingest_port,
+        **{"mysql.user": ing_user, "mysql.password_file": files["ingest-mysql"]},
+        **sasl,
+    )
     events = tmp_path / "spark-events"
     events.mkdir()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", tag, [db], tmp_path, metrics_port=merger_port,
-                               **{"mysql.user": mrg_user, "mysql.password_file": files["merger-mysql"],
-                                  "sinks.postgres.user": pg_user, "sinks.postgres.dbname": pg_db,
-                                  "sinks.postgres.password_file": files["postgres"],
-                                  # several chunks: read by Spark tasks (one small chunk is read
-                                  # in the driver), so the reader's password is in play: inside
-                                  # ConnectorX tasks' functions, or JDBC's properties
-                                  "snapshot.chunk_size": 200, "snapshot.reader": reader,
-                                  "spark_conf": {"spark.driver.memory": "1g", "spark.eventLog.enabled": "true",
-                                                 "spark.eventLog.compress": "false",
-                                                 "spark.eventLog.dir": events.as_uri()}},
-                               **sasl)
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        tag,
+        [db],
+        tmp_path,
+        metrics_port=merger_port,
+        **{
+            "mysql.user": mrg_user,
+            "mysql.password_file": files["merger-mysql"],
+            "sinks.postgres.user": pg_user,
+            "sinks.postgres.dbname": pg_db,
+            "sinks.postgres.password_file": files["postgres"],
+            # several chunks: read by Spark tasks (one small chunk is read
+            # in the driver), so the reader's password is in play: inside
+            # ConnectorX tasks' functions, or JDBC's properties
+            "snapshot.chunk_size": 200,
+            "snapshot.reader": reader,
+            "spark_conf": {
+                "spark.driver.memory": "1g",
+                "spark.eventLog.enabled": "true",
+                "spark.eventLog.compress": "false",
+                "spark.eventLog.dir": events.as_uri(),
+            },
+        },
+        **sasl,
+    )
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     try:
@@ -407,11 +492,23 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
             cur.execute(f"DELETE FROM {db}.t WHERE id % 25 = 0")
 
         def equal() -> bool:
-            source = SourceReader(lambda: pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port,
-                                                          user="root", password=stack.mariadb.root_password))
-            readers = [DeltaReader(str(tmp_path / "delta")),
-                       PostgresReader({"host": stack.postgres.host, "port": stack.postgres.port, "user": pg_user,
-                                       "password": passwords["postgres"], "dbname": pg_db})]
+            source = SourceReader(
+                lambda: pymysql.connect(
+                    host=stack.mariadb.host, port=stack.mariadb.port, user="root", password=stack.mariadb.root_password
+                )
+            )
+            readers = [
+                DeltaReader(str(tmp_path / "delta")),
+                PostgresReader(
+                    {
+                        "host": stack.postgres.host,
+                        "port": stack.postgres.port,
+                        "user": pg_user,
+                        "password": passwords["postgres"],
+                        "dbname": pg_db,
+                    }
+                ),
+            ]
             try:
                 return all(compare_table(source, r, db, "t", ["id"]).ok for r in readers)
             except Exception:
@@ -429,8 +526,11 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
             time.sleep(3)
 
         found: list[str] = []
-        for args in (("status", "-c", str(mcfg)), ("status", "--json", "-c", str(mcfg)),
-                     ("stack", "status", "--state-dir", str(stack.state_dir))):
+        for args in (
+            ("status", "-c", str(mcfg)),
+            ("status", "--json", "-c", str(mcfg)),
+            ("stack", "status", "--state-dir", str(stack.state_dir)),
+        ):
             res = _cli(*args)
             assert res.returncode == 0, res.stderr
             found += _scan(passwords, "cdc " + " ".join(args[:2]), res.stdout + res.stderr)

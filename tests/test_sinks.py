@@ -40,6 +40,7 @@ def sorted_rows(t: pa.Table, keys) -> list[dict]:
 
 def _delta(tmp_path_factory):
     from merger.sinks import DeltaSink
+
     return DeltaSink(tmp_path_factory.mktemp("delta"))
 
 
@@ -51,6 +52,7 @@ def delta_sink(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pg_sink(stack):
     from merger.sinks import PostgresSink
+
     sink = PostgresSink(stack.postgres)
     yield sink
     sink.close()
@@ -59,13 +61,19 @@ def pg_sink(stack):
 @pytest.fixture(scope="module")
 def kafka_sink(stack):
     from merger.sinks import KafkaChangelogSink
+
     sink = KafkaChangelogSink(stack.kafka.bootstrap, "sinktest" + uuid.uuid4().hex[:6], partitions=3)
     yield sink
     sink.close()
 
 
-@pytest.fixture(params=["delta", pytest.param("postgres", marks=pytest.mark.integration),
-                        pytest.param("kafka", marks=pytest.mark.integration)])
+@pytest.fixture(
+    params=[
+        "delta",
+        pytest.param("postgres", marks=pytest.mark.integration),
+        pytest.param("kafka", marks=pytest.mark.integration),
+    ]
+)
 def any_sink(request):
     return request.getfixturevalue({"delta": "delta_sink", "postgres": "pg_sink", "kafka": "kafka_sink"}[request.param])
 
@@ -83,8 +91,14 @@ def fresh(prefix="db") -> TableId:
 
 
 def test_latest_per_key_keeps_highest_sequence_and_later_tie():
-    t = pa.table({"k": [1, 2, 1, 3, 2, 1], "v": list("abcdef"),
-                  "_cdc_op": ["c", "u", "u", "d", "r", "c"], "_cdc_seq": [5, 3, 7, 1, 3, 2]})
+    t = pa.table(
+        {
+            "k": [1, 2, 1, 3, 2, 1],
+            "v": list("abcdef"),
+            "_cdc_op": ["c", "u", "u", "d", "r", "c"],
+            "_cdc_seq": [5, 3, 7, 1, 3, 2],
+        }
+    )
     out = latest_per_key(TableId("d", "t"), t, ["k"]).to_pylist()
     assert [(r["k"], r["v"], r["_cdc_seq"]) for r in out] == [(1, "c", 7), (2, "e", 3), (3, "d", 1)]
     composite = pa.table({"a": [1, 1, 1], "b": ["x", "y", "x"], "_cdc_op": ["c", "c", "u"], "_cdc_seq": [1, 2, 0]})
@@ -92,10 +106,13 @@ def test_latest_per_key_keeps_highest_sequence_and_later_tie():
     assert [(r["a"], r["b"], r["_cdc_seq"]) for r in out] == [(1, "x", 1), (1, "y", 2)]
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"_cdc_op": ["x"]}, "unknown _cdc_op"),
-    ({"k": pa.array([None], pa.int64())}, "null in key column"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"_cdc_op": ["x"]}, "unknown _cdc_op"),
+        ({"k": pa.array([None], pa.int64())}, "null in key column"),
+    ],
+)
 def test_latest_per_key_rejects_bad_batches(bad, message):
     cols = {"k": pa.array([1], pa.int64()), "_cdc_op": ["c"], "_cdc_seq": [1]}
     cols.update(bad)
@@ -119,13 +136,28 @@ def test_widening_rules():
 
 def test_pg_type_mapping():
     cases = {
-        pa.int8(): "smallint", pa.uint8(): "smallint", pa.int16(): "smallint", pa.int32(): "integer",
-        pa.uint16(): "integer", pa.uint32(): "bigint", pa.int64(): "bigint", pa.uint64(): "numeric(20,0)",
-        pa.float32(): "real", pa.float64(): "double precision", pa.decimal128(12, 3): "numeric(12,3)",
-        pa.decimal256(65, 30): "numeric(65,30)", pa.string(): "text", pa.large_string(): "text",
-        pa.binary(): "bytea", pa.bool_(): "boolean", pa.date32(): "date",
-        pa.timestamp("us"): "timestamp without time zone", pa.timestamp("ms", tz="UTC"): "timestamp with time zone",
-        pa.time64("us"): "interval", pa.duration("us"): "interval", pa.json_(): "jsonb",
+        pa.int8(): "smallint",
+        pa.uint8(): "smallint",
+        pa.int16(): "smallint",
+        pa.int32(): "integer",
+        pa.uint16(): "integer",
+        pa.uint32(): "bigint",
+        pa.int64(): "bigint",
+        pa.uint64(): "numeric(20,0)",
+        pa.float32(): "real",
+        pa.float64(): "double precision",
+        pa.decimal128(12, 3): "numeric(12,3)",
+        pa.decimal256(65, 30): "numeric(65,30)",
+        pa.string(): "text",
+        pa.large_string(): "text",
+        pa.binary(): "bytea",
+        pa.bool_(): "boolean",
+        pa.date32(): "date",
+        pa.timestamp("us"): "timestamp without time zone",
+        pa.timestamp("ms", tz="UTC"): "timestamp with time zone",
+        pa.time64("us"): "interval",
+        pa.duration("us"): "interval",
+        pa.json_(): "jsonb",
         pa.dictionary(pa.int8(), pa.string()): "text",
     }
     for arrow, pg in cases.items():
@@ -148,31 +180,57 @@ def test_apply_replay_and_no_resurrection(any_sink):
     assert s.ensure_table(t, SIMPLE, ["id"]) == ["created"]
     assert s.ensure_table(t, SIMPLE, ["id"]) == []
     assert s.applied_version(t) is None
-    assert s.apply(t, 1, batch(SIMPLE, [
-        {"id": 1, "v": "a", "n": 1, "_cdc_op": "r", "_cdc_seq": 10},
-        {"id": 2, "v": "b", "n": 2, "_cdc_op": "c", "_cdc_seq": 3},
-        {"id": 2, "v": "b2", "n": 22, "_cdc_op": "u", "_cdc_seq": 4},  # same key, newer: wins
-        {"id": 3, "_cdc_op": "d", "_cdc_seq": 7},                      # delete of a key never seen
-    ]))
+    assert s.apply(
+        t,
+        1,
+        batch(
+            SIMPLE,
+            [
+                {"id": 1, "v": "a", "n": 1, "_cdc_op": "r", "_cdc_seq": 10},
+                {"id": 2, "v": "b", "n": 2, "_cdc_op": "c", "_cdc_seq": 3},
+                {"id": 2, "v": "b2", "n": 22, "_cdc_op": "u", "_cdc_seq": 4},  # same key, newer: wins
+                {"id": 3, "_cdc_op": "d", "_cdc_seq": 7},  # delete of a key never seen
+            ],
+        ),
+    )
     assert s.applied_version(t) == 1
     expected = [{"id": 1, "v": "a", "n": 1}, {"id": 2, "v": "b2", "n": 22}]
     assert sorted_rows(s.rows(t), ["id"]) == expected
     # a replay of version 1 with other content changes nothing
     assert not s.apply(t, 1, batch(SIMPLE, [{"id": 9, "v": "x", "_cdc_op": "c", "_cdc_seq": 99}]))
     assert sorted_rows(s.rows(t), ["id"]) == expected
-    assert s.apply(t, 2, batch(SIMPLE, [
-        {"id": 1, "_cdc_op": "d", "_cdc_seq": 11},
-        {"id": 3, "v": "old", "n": 3, "_cdc_op": "r", "_cdc_seq": 6},   # older than its delete
-        {"id": 2, "v": "stale", "n": 0, "_cdc_op": "u", "_cdc_seq": 1},  # older than the row
-    ]))
+    assert s.apply(
+        t,
+        2,
+        batch(
+            SIMPLE,
+            [
+                {"id": 1, "_cdc_op": "d", "_cdc_seq": 11},
+                {"id": 3, "v": "old", "n": 3, "_cdc_op": "r", "_cdc_seq": 6},  # older than its delete
+                {"id": 2, "v": "stale", "n": 0, "_cdc_op": "u", "_cdc_seq": 1},  # older than the row
+            ],
+        ),
+    )
     assert sorted_rows(s.rows(t), ["id"]) == [{"id": 2, "v": "b2", "n": 22}]
     # an older change never resurrects the deleted row 1, a newer one does
     assert s.apply(t, 3, batch(SIMPLE, [{"id": 1, "v": "zombie", "n": 0, "_cdc_op": "r", "_cdc_seq": 10}]))
     assert sorted_rows(s.rows(t), ["id"]) == [{"id": 2, "v": "b2", "n": 22}]
-    assert s.apply(t, 4, batch(SIMPLE, [{"id": 1, "v": "back", "n": 5, "_cdc_op": "c", "_cdc_seq": 12},
-                                        {"id": 3, "v": "new", "n": 8, "_cdc_op": "c", "_cdc_seq": 8}]))
-    assert sorted_rows(s.rows(t), ["id"]) == [{"id": 1, "v": "back", "n": 5}, {"id": 2, "v": "b2", "n": 22},
-                                               {"id": 3, "v": "new", "n": 8}]
+    assert s.apply(
+        t,
+        4,
+        batch(
+            SIMPLE,
+            [
+                {"id": 1, "v": "back", "n": 5, "_cdc_op": "c", "_cdc_seq": 12},
+                {"id": 3, "v": "new", "n": 8, "_cdc_op": "c", "_cdc_seq": 8},
+            ],
+        ),
+    )
+    assert sorted_rows(s.rows(t), ["id"]) == [
+        {"id": 1, "v": "back", "n": 5},
+        {"id": 2, "v": "b2", "n": 22},
+        {"id": 3, "v": "new", "n": 8},
+    ]
     assert s.count(t) == 3
     # truncate: empties, forgets tombstones, idempotent by version
     assert s.truncate(t, 5)
@@ -187,20 +245,30 @@ def test_apply_replay_and_no_resurrection(any_sink):
 
 HOSTILE_DB = 'we"ird `db` ü'
 HOSTILE_TABLE = "select 'from' #%?&=+ table"
-HOSTILE = pa.schema([("order id", pa.int64()), ('va"l`ue', pa.string()), ("größe", pa.int32()),
-                     ("select", pa.string()), ("a,b;c{d}(e)=f", pa.bool_())])
+HOSTILE = pa.schema(
+    [
+        ("order id", pa.int64()),
+        ('va"l`ue', pa.string()),
+        ("größe", pa.int32()),
+        ("select", pa.string()),
+        ("a,b;c{d}(e)=f", pa.bool_()),
+    ]
+)
 
 
 def test_hostile_identifiers(any_sink):
     s = any_sink
     t = TableId(HOSTILE_DB + uuid.uuid4().hex[:4], HOSTILE_TABLE)
     s.ensure_table(t, HOSTILE, ["order id", "select"])
-    rows = [{"order id": 1, 'va"l`ue': "it's \"quoted\", with\nnewline", "größe": 3, "select": "x",
-             "a,b;c{d}(e)=f": True},
-            {"order id": 1, 'va"l`ue': "", "größe": None, "select": "y'; DROP TABLE t; --", "a,b;c{d}(e)=f": None},
-            {"order id": 2, 'va"l`ue': None, "größe": -1, "select": "\\.", "a,b;c{d}(e)=f": False}]
+    rows = [
+        {"order id": 1, 'va"l`ue': 'it\'s "quoted", with\nnewline', "größe": 3, "select": "x", "a,b;c{d}(e)=f": True},
+        {"order id": 1, 'va"l`ue': "", "größe": None, "select": "y'; DROP TABLE t; --", "a,b;c{d}(e)=f": None},
+        {"order id": 2, 'va"l`ue': None, "größe": -1, "select": "\\.", "a,b;c{d}(e)=f": False},
+    ]
     assert s.apply(t, 1, batch(HOSTILE, [dict(r, _cdc_op="c", _cdc_seq=i) for i, r in enumerate(rows)]))
-    assert sorted_rows(s.rows(t), ["order id", "select"]) == sorted_rows(pa.Table.from_pylist(rows), ["order id", "select"])
+    assert sorted_rows(s.rows(t), ["order id", "select"]) == sorted_rows(
+        pa.Table.from_pylist(rows), ["order id", "select"]
+    )
     assert s.apply(t, 2, batch(HOSTILE, [{"order id": 1, "select": "x", "_cdc_op": "d", "_cdc_seq": 10}]))
     assert s.count(t) == 2
 
@@ -209,25 +277,49 @@ def test_schema_evolution(any_sink):
     s, t = any_sink, fresh()
     v1 = pa.schema([("id", pa.int32()), ("amount", pa.decimal128(10, 2)), ("name", pa.string())])
     s.ensure_table(t, v1, ["id"])
-    s.apply(t, 1, batch(v1, [{"id": 1, "amount": decimal.Decimal("12.34"), "name": "a", "_cdc_op": "c", "_cdc_seq": 1}]))
-    v2 = pa.schema([("id", pa.int64()), ("amount", pa.decimal128(14, 2)), ("name", pa.string()),
-                    ("added", pa.float64())])
+    s.apply(
+        t, 1, batch(v1, [{"id": 1, "amount": decimal.Decimal("12.34"), "name": "a", "_cdc_op": "c", "_cdc_seq": 1}])
+    )
+    v2 = pa.schema(
+        [("id", pa.int64()), ("amount", pa.decimal128(14, 2)), ("name", pa.string()), ("added", pa.float64())]
+    )
     done = s.ensure_table(t, v2, ["id"])
     assert any(d.startswith("added column added") for d in done)
     assert sum(d.startswith("widened") for d in done) == 2
     assert s.ensure_table(t, v2, ["id"]) == []
-    s.apply(t, 2, batch(v2, [{"id": 2**40, "amount": decimal.Decimal("999999999999.99"), "name": "big",
-                              "added": 1.5, "_cdc_op": "c", "_cdc_seq": 2}]))
+    s.apply(
+        t,
+        2,
+        batch(
+            v2,
+            [
+                {
+                    "id": 2**40,
+                    "amount": decimal.Decimal("999999999999.99"),
+                    "name": "big",
+                    "added": 1.5,
+                    "_cdc_op": "c",
+                    "_cdc_seq": 2,
+                }
+            ],
+        ),
+    )
     assert sorted_rows(s.rows(t), ["id"]) == [
         {"id": 1, "amount": decimal.Decimal("12.34"), "name": "a", "added": None},
-        {"id": 2**40, "amount": decimal.Decimal("999999999999.99"), "name": "big", "added": 1.5}]
+        {"id": 2**40, "amount": decimal.Decimal("999999999999.99"), "name": "big", "added": 1.5},
+    ]
     # a column dropped at the source stays in the sink, no longer written
     v3 = pa.schema([("id", pa.int64()), ("amount", pa.decimal128(14, 2))])
     s.ensure_table(t, v3, ["id"])
     s.apply(t, 3, batch(v3, [{"id": 1, "amount": decimal.Decimal("1"), "_cdc_op": "u", "_cdc_seq": 3}]))
     # (the changelog's records are whole after images: a dropped column is simply absent)
     kept = None if hasattr(s, "prefix") else "a"
-    assert sorted_rows(s.rows(t), ["id"])[0] == {"id": 1, "amount": decimal.Decimal("1.00"), "name": kept, "added": None}
+    assert sorted_rows(s.rows(t), ["id"])[0] == {
+        "id": 1,
+        "amount": decimal.Decimal("1.00"),
+        "name": kept,
+        "added": None,
+    }
     # incompatible: narrowing, family change, key change -> one-line messages naming everything
     with pytest.raises(IncompatibleSchemaChange) as e:
         s.ensure_table(t, pa.schema([("id", pa.int32())]), ["id"])
@@ -249,11 +341,15 @@ def test_decimal_scale_widening(table_sink):
     s.ensure_table(t, v1, ["id"])
     s.apply(t, 1, batch(v1, [{"id": 1, "amount": decimal.Decimal("12345678.91"), "_cdc_op": "c", "_cdc_seq": 1}]))
     v2 = pa.schema([("id", pa.int64()), ("amount", pa.decimal128(12, 4))])
-    assert s.ensure_table(t, v2, ["id"]) == ["widened amount " + ("numeric(10,2) -> numeric(12,4)" if hasattr(s, "settings")
-                                                                  else "decimal128(10, 2) -> decimal128(12, 4)")]
+    assert s.ensure_table(t, v2, ["id"]) == [
+        "widened amount "
+        + ("numeric(10,2) -> numeric(12,4)" if hasattr(s, "settings") else "decimal128(10, 2) -> decimal128(12, 4)")
+    ]
     s.apply(t, 2, batch(v2, [{"id": 2, "amount": decimal.Decimal("0.0001"), "_cdc_op": "c", "_cdc_seq": 2}]))
-    assert [r["amount"] for r in sorted_rows(s.rows(t), ["id"])] == [decimal.Decimal("12345678.9100"),
-                                                                     decimal.Decimal("0.0001")]
+    assert [r["amount"] for r in sorted_rows(s.rows(t), ["id"])] == [
+        decimal.Decimal("12345678.9100"),
+        decimal.Decimal("0.0001"),
+    ]
 
 
 @pytest.mark.integration
@@ -275,23 +371,66 @@ def test_writing_a_column_before_ensure_table_is_an_error(any_sink):
         s.apply(fresh(), 1, batch(SIMPLE, []))
 
 
-ALL_TYPES = pa.schema([
-    ("id", pa.int64()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("u64", pa.uint64()),
-    ("f32", pa.float32()), ("f64", pa.float64()), ("dec", pa.decimal128(20, 6)), ("s", pa.string()),
-    ("b", pa.binary()), ("ok", pa.bool_()), ("d", pa.date32()), ("ts", pa.timestamp("us")),
-    ("tstz", pa.timestamp("us", tz="UTC")), ("tm", pa.time64("us")), ("dur", pa.duration("us")),
-    ("j", pa.json_()),
-])
+ALL_TYPES = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("i8", pa.int8()),
+        ("i16", pa.int16()),
+        ("i32", pa.int32()),
+        ("u64", pa.uint64()),
+        ("f32", pa.float32()),
+        ("f64", pa.float64()),
+        ("dec", pa.decimal128(20, 6)),
+        ("s", pa.string()),
+        ("b", pa.binary()),
+        ("ok", pa.bool_()),
+        ("d", pa.date32()),
+        ("ts", pa.timestamp("us")),
+        ("tstz", pa.timestamp("us", tz="UTC")),
+        ("tm", pa.time64("us")),
+        ("dur", pa.duration("us")),
+        ("j", pa.json_()),
+    ]
+)
 ALL_ROWS = [
-    {"id": 1, "i8": -128, "i16": 32767, "i32": -2**31, "u64": 2**64 - 1, "f32": 1.5, "f64": -1e300,
-     "dec": decimal.Decimal("-12345678901234.123456"), "s": "ünïcødé 😀 \"q\" ,;\\", "b": b"\x00\xff\x10\\",
-     "ok": True, "d": dt.date(1000, 1, 1), "ts": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
-     "tstz": dt.datetime(2024, 2, 29, 12, 0, 0, 1, tzinfo=dt.timezone.utc), "tm": dt.time(23, 59, 59, 999999),
-     "dur": dt.timedelta(hours=838, minutes=59, seconds=59), "j": '{"a": [1, 2]}'},
-    {"id": 2, "i8": 0, "i16": None, "i32": 0, "u64": 0, "f32": None, "f64": float("inf"),
-     "dec": decimal.Decimal("0.000001"), "s": "", "b": b"", "ok": False, "d": dt.date(1970, 1, 1),
-     "ts": dt.datetime(1969, 12, 31, 23, 59, 59, 500000), "tstz": None, "tm": dt.time(0, 0),
-     "dur": -dt.timedelta(hours=838, minutes=59, seconds=59), "j": None},
+    {
+        "id": 1,
+        "i8": -128,
+        "i16": 32767,
+        "i32": -(2**31),
+        "u64": 2**64 - 1,
+        "f32": 1.5,
+        "f64": -1e300,
+        "dec": decimal.Decimal("-12345678901234.123456"),
+        "s": 'ünïcødé 😀 "q" ,;\\',
+        "b": b"\x00\xff\x10\\",
+        "ok": True,
+        "d": dt.date(1000, 1, 1),
+        "ts": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+        "tstz": dt.datetime(2024, 2, 29, 12, 0, 0, 1, tzinfo=dt.timezone.utc),
+        "tm": dt.time(23, 59, 59, 999999),
+        "dur": dt.timedelta(hours=838, minutes=59, seconds=59),
+        "j": '{"a": [1, 2]}',
+    },
+    {
+        "id": 2,
+        "i8": 0,
+        "i16": None,
+        "i32": 0,
+        "u64": 0,
+        "f32": None,
+        "f64": float("inf"),
+        "dec": decimal.Decimal("0.000001"),
+        "s": "",
+        "b": b"",
+        "ok": False,
+        "d": dt.date(1970, 1, 1),
+        "ts": dt.datetime(1969, 12, 31, 23, 59, 59, 500000),
+        "tstz": None,
+        "tm": dt.time(0, 0),
+        "dur": -dt.timedelta(hours=838, minutes=59, seconds=59),
+        "j": None,
+    },
 ]
 
 
@@ -317,8 +456,14 @@ def _expected_all_types(kind: str) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["delta", pytest.param("postgres", marks=pytest.mark.integration),
-                                  pytest.param("kafka", marks=pytest.mark.integration)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "delta",
+        pytest.param("postgres", marks=pytest.mark.integration),
+        pytest.param("kafka", marks=pytest.mark.integration),
+    ],
+)
 def test_type_mapping_round_trip(kind, request):
     s = request.getfixturevalue({"delta": "delta_sink", "postgres": "pg_sink", "kafka": "kafka_sink"}[kind])
     t = fresh()
@@ -338,6 +483,7 @@ def test_postgres_binary_copy_round_trip(pg_sink, monkeypatch):
     """Tables whose columns all have a fixed binary COPY form go through pgpq's encoder
     (both the direct snapshot COPY and the staging + MERGE path): the same values."""
     from merger.sinks import postgres as pgmod
+
     binary_cols = [f for f in ALL_TYPES if f.name not in ("b", "tm", "dur", "j")]
     schema = pa.schema(binary_cols)
     used = []
@@ -347,6 +493,7 @@ def test_postgres_binary_copy_round_trip(pg_sink, monkeypatch):
         out = real(self, *args)
         used.append(out is not None)
         return out
+
     monkeypatch.setattr(pgmod.PostgresSink, "_binary", spy)
     monkeypatch.setattr(pgmod, "FAST_MIN_ROWS", 2)
     expected = [{k: v for k, v in r.items() if k in schema.names} for r in _expected_all_types("postgres")]
@@ -379,8 +526,8 @@ MODEL_SCHEMA = pa.schema([("k", pa.int32()), ("name", pa.string()), ("val", pa.s
 def run_model(sink, steps) -> None:
     t = TableId("prop" + uuid.uuid4().hex[:8], "model")
     sink.ensure_table(t, MODEL_SCHEMA, ["k", "name"])
-    universe: dict = {}   # (key, seq) -> the one change with that sequence (sequences are offsets)
-    model: dict = {}      # key -> (seq, row or None)
+    universe: dict = {}  # (key, seq) -> the one change with that sequence (sequences are offsets)
+    model: dict = {}  # key -> (seq, row or None)
     version = 0
     for step in steps:
         kind = step[0]
@@ -405,8 +552,12 @@ def run_model(sink, steps) -> None:
                     key = (c["k"], c["name"])
                     held = model.get(key)
                     if held is None or c["_cdc_seq"] > held[0]:
-                        model[key] = (c["_cdc_seq"], None if c["_cdc_op"] == "d" else
-                                      {"k": key[0], "name": key[1], "val": c["val"], "n": c["n"]})
+                        model[key] = (
+                            c["_cdc_seq"],
+                            None
+                            if c["_cdc_op"] == "d"
+                            else {"k": key[0], "name": key[1], "val": c["val"], "n": c["n"]},
+                        )
         elif kind == "truncate":
             version += 1
             assert sink.truncate(t, version) is True
@@ -457,8 +608,10 @@ def test_postgres_snapshot_copy_path_matches_model(pg_sink, monkeypatch, steps):
     version = 0
     for step in steps:
         if step[0] == "apply":
-            changes = [{"k": k, "_cdc_op": op, "_cdc_seq": seq, **({} if op == "d" else {"val": f"{k}@{seq}"})}
-                       for k, seq, op in step[1]]
+            changes = [
+                {"k": k, "_cdc_op": op, "_cdc_seq": seq, **({} if op == "d" else {"val": f"{k}@{seq}"})}
+                for k, seq, op in step[1]
+            ]
         else:
             lo, hi, seq = min(step[1], step[2]), max(step[1], step[2]), step[3]
             changes = [{"k": k, "_cdc_op": "r", "_cdc_seq": seq, "val": f"{k}@{seq}r"} for k in range(lo, hi + 1)]
@@ -489,6 +642,7 @@ def test_delta_crash_between_table_and_tombstones(delta_sink, monkeypatch):
 
     def crash(self, *a, **k):
         raise KeyboardInterrupt("killed")
+
     monkeypatch.setattr(type(s), "_merge_tombs", crash)
     deleting = batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}, {"id": 2, "_cdc_op": "d", "_cdc_seq": 9}])
     with pytest.raises(KeyboardInterrupt):
@@ -496,15 +650,26 @@ def test_delta_crash_between_table_and_tombstones(delta_sink, monkeypatch):
     monkeypatch.setattr(type(s), "_merge_tombs", original)
     assert s.rows(t).num_rows == 0
     from merger.sinks import DeltaSink
+
     s2 = DeltaSink(s.base)  # a restarted merger
-    assert s2.apply(t, 2, deleting) is False   # already applied to the table...
-    s2.apply(t, 3, batch(SIMPLE, [{"id": 1, "v": "zombie", "_cdc_op": "r", "_cdc_seq": 5},
-                                  {"id": 2, "v": "zombie", "_cdc_op": "r", "_cdc_seq": 8}]))
-    assert s2.rows(t).num_rows == 0            # ...and the tombstones were completed
+    assert s2.apply(t, 2, deleting) is False  # already applied to the table...
+    s2.apply(
+        t,
+        3,
+        batch(
+            SIMPLE,
+            [
+                {"id": 1, "v": "zombie", "_cdc_op": "r", "_cdc_seq": 5},
+                {"id": 2, "v": "zombie", "_cdc_op": "r", "_cdc_seq": 8},
+            ],
+        ),
+    )
+    assert s2.rows(t).num_rows == 0  # ...and the tombstones were completed
 
 
 def test_delta_layout_and_log(delta_sink):
     from deltalake import DeltaTable
+
     s, t = delta_sink, TableId("shop", "orders")
     s.ensure_table(t, ALL_TYPES, ["id"])
     s.apply(t, 7, batch(ALL_TYPES, [dict(r, _cdc_op="c", _cdc_seq=1) for r in ALL_ROWS]))
@@ -523,17 +688,24 @@ def test_delta_layout_and_log(delta_sink):
 @pytest.mark.integration
 def test_postgres_failed_batch_rolls_back_everything(pg_sink, stack):
     from merger.sinks import PostgresSink, UnstorableValue
+
     s, t = PostgresSink(stack.postgres, nul_policy="pause"), fresh()
     s.ensure_table(t, SIMPLE, ["id"])
     s.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "_cdc_op": "c", "_cdc_seq": 1}]))
-    bad = batch(SIMPLE, [{"id": 2, "v": "fine", "_cdc_op": "c", "_cdc_seq": 2},
-                         {"id": 3, "v": "nul \x00 inside", "_cdc_op": "c", "_cdc_seq": 3}])
+    bad = batch(
+        SIMPLE,
+        [
+            {"id": 2, "v": "fine", "_cdc_op": "c", "_cdc_seq": 2},
+            {"id": 3, "v": "nul \x00 inside", "_cdc_op": "c", "_cdc_seq": 3},
+        ],
+    )
     with pytest.raises(UnstorableValue, match="NUL"):
         s.apply(t, 2, bad)
     s.close()
     s = pg_sink
-    overflow = batch(pa.schema([("id", pa.int64()), ("n", pa.int64())]),
-                     [{"id": 4, "n": 2**40, "_cdc_op": "c", "_cdc_seq": 4}])
+    overflow = batch(
+        pa.schema([("id", pa.int64()), ("n", pa.int64())]), [{"id": 4, "n": 2**40, "_cdc_op": "c", "_cdc_seq": 4}]
+    )
     with pytest.raises(SinkError):
         s.apply(t, 2, overflow)  # does not fit the integer column
     assert s.applied_version(t) == 1
@@ -541,9 +713,11 @@ def test_postgres_failed_batch_rolls_back_everything(pg_sink, stack):
 
 
 NUL_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("j", pa.json_())])
-NUL_ROWS = [{"id": 1, "v": "a\x00b", "j": '{"k": "x\\u0000y", "raw": "\\\\u0000"}', "_cdc_op": "c", "_cdc_seq": 1},
-            {"id": 2, "v": "\x00", "j": '["\\u0000\\u0000"]', "_cdc_op": "c", "_cdc_seq": 2},
-            {"id": 3, "v": "plain", "j": '{"k": 1}', "_cdc_op": "c", "_cdc_seq": 3}]
+NUL_ROWS = [
+    {"id": 1, "v": "a\x00b", "j": '{"k": "x\\u0000y", "raw": "\\\\u0000"}', "_cdc_op": "c", "_cdc_seq": 1},
+    {"id": 2, "v": "\x00", "j": '["\\u0000\\u0000"]', "_cdc_op": "c", "_cdc_seq": 2},
+    {"id": 3, "v": "plain", "j": '{"k": 1}', "_cdc_op": "c", "_cdc_seq": 3},
+]
 
 
 @pytest.mark.integration
@@ -554,6 +728,7 @@ def test_postgres_nul_policy_strips_or_replaces_text_and_jsonb(stack, policy, ch
     snapshot COPY) store the value by the rule; the batch is not refused."""
     from merger.sinks import PostgresSink
     from merger.sinks import postgres as pg
+
     monkeypatch.setattr(pg, "FAST_MIN_ROWS", 1 if fast else 10**9)
     s, t = PostgresSink(stack.postgres, nul_policy=policy), fresh()
     try:
@@ -571,6 +746,7 @@ def test_postgres_nul_policy_strips_or_replaces_text_and_jsonb(stack, policy, ch
 @pytest.mark.integration
 def test_postgres_nul_policy_pause_refuses_the_batch(stack):
     from merger.sinks import PostgresSink, UnstorableValue
+
     s, t = PostgresSink(stack.postgres, nul_policy="pause"), fresh()
     try:
         s.ensure_table(t, NUL_SCHEMA, ["id"])
@@ -587,16 +763,20 @@ def test_postgres_nul_policy_pause_refuses_the_batch(stack):
 @pytest.mark.integration
 def test_postgres_layout_and_control_table(pg_sink, stack):
     import psycopg
+
     s, t = pg_sink, TableId("shop" + uuid.uuid4().hex[:6], "order")
     s.ensure_table(t, SIMPLE, ["id"])
     s.apply(t, 3, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 1}]))
     p = stack.postgres
     with psycopg.connect(host=p.host, port=p.port, user=p.user, password=p.password, dbname=p.database) as c:
-        assert c.execute('SELECT version FROM _cdc._cdc_applied WHERE table_name = %s',
-                         (f'"{t.database}"."order"',)).fetchone() == (3,)
-        pk = c.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                       "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
-                       (f'"{t.database}"."order"',)).fetchall()
+        assert c.execute(
+            "SELECT version FROM _cdc._cdc_applied WHERE table_name = %s", (f'"{t.database}"."order"',)
+        ).fetchone() == (3,)
+        pk = c.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+            (f'"{t.database}"."order"',),
+        ).fetchall()
         assert pk == [("id",)]
         tomb = s._tomb_name(t.database, "order")
         assert c.execute(f'SELECT id, _cdc_seq FROM _cdc."{tomb}"').fetchall() == [(1, 1)]
@@ -606,11 +786,13 @@ def test_postgres_layout_and_control_table(pg_sink, stack):
 
 @pytest.mark.integration
 def test_postgres_unreachable_is_sink_unavailable(stack):
-    from merger.sinks import PostgresSink
     from cdc.stack import free_port
+    from merger.sinks import PostgresSink
+
     secret = "s3cr3t-" + uuid.uuid4().hex
-    s = PostgresSink({"host": "127.0.0.1", "port": free_port(), "user": "x", "password": secret,
-                      "dbname": "x", "connect_timeout": 2})
+    s = PostgresSink(
+        {"host": "127.0.0.1", "port": free_port(), "user": "x", "password": secret, "dbname": "x", "connect_timeout": 2}
+    )
     with pytest.raises(SinkUnavailable) as e:
         s.ensure_table(fresh(), SIMPLE, ["id"])
     assert secret not in str(e.value) and secret not in repr(s.settings)
@@ -626,18 +808,34 @@ def test_kafka_changelog_records_restart_and_partitioning(kafka_sink, stack):
 
     from ingest.partitioner import partition_for
     from merger.sinks import KafkaChangelogSink
+
     s, t = kafka_sink, fresh()
     s.ensure_table(t, SIMPLE, ["id"])
     s.apply(t, 1, batch(SIMPLE, [{"id": i, "v": f"r{i}", "n": i, "_cdc_op": "r", "_cdc_seq": 10} for i in range(20)]))
-    s.apply(t, 2, batch(SIMPLE, [{"id": 3, "_cdc_op": "d", "_cdc_seq": 11},
-                                 {"id": 4, "v": "u", "n": 4, "_cdc_op": "u", "_cdc_seq": 12}]))
+    s.apply(
+        t,
+        2,
+        batch(
+            SIMPLE,
+            [{"id": 3, "_cdc_op": "d", "_cdc_seq": 11}, {"id": 4, "v": "u", "n": 4, "_cdc_op": "u", "_cdc_seq": 12}],
+        ),
+    )
     # a restarted sink reads back the version and what it holds per key
     s2 = KafkaChangelogSink(stack.kafka.bootstrap, s.prefix, partitions=3)
     try:
         assert s2.applied_version(t) == 2
         assert not s2.apply(t, 2, batch(SIMPLE, [{"id": 50, "v": "x", "_cdc_op": "c", "_cdc_seq": 99}]))
-        assert s2.apply(t, 3, batch(SIMPLE, [{"id": 3, "v": "zombie", "_cdc_op": "r", "_cdc_seq": 10},
-                                             {"id": 5, "v": "stale", "_cdc_op": "u", "_cdc_seq": 9}]))
+        assert s2.apply(
+            t,
+            3,
+            batch(
+                SIMPLE,
+                [
+                    {"id": 3, "v": "zombie", "_cdc_op": "r", "_cdc_seq": 10},
+                    {"id": 5, "v": "stale", "_cdc_op": "u", "_cdc_seq": 9},
+                ],
+            ),
+        )
         rows = sorted_rows(s2.rows(t), ["id"])
     finally:
         s2.close()
@@ -671,10 +869,17 @@ def test_kafka_changelog_writes_bits_as_debezium_does(stack):
     """The sinks get BIT(n>1) big-endian (merger.schema); the changelog writes Debezium's
     little-endian Bits again, also after a restart (the width is in its control record)."""
     import base64
+
     from merger.sinks import KafkaChangelogSink
+
     s, t = KafkaChangelogSink(stack.kafka.bootstrap, "bits" + uuid.uuid4().hex[:6]), fresh()
-    schema = pa.schema([pa.field("id", pa.int64()),
-                        pa.field("b", pa.binary(), metadata={T.BIT_WIDTH: b"12"}), pa.field("raw", pa.binary())])
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64()),
+            pa.field("b", pa.binary(), metadata={T.BIT_WIDTH: b"12"}),
+            pa.field("raw", pa.binary()),
+        ]
+    )
     s.ensure_table(t, schema, ["id"])
     s.apply(t, 1, batch(schema, [{"id": 1, "b": b"\x0c\x61", "raw": b"\x0c\x61", "_cdc_op": "c", "_cdc_seq": 1}]))
     got = {}
@@ -692,8 +897,10 @@ def test_kafka_changelog_writes_bits_as_debezium_does(stack):
 def test_kafka_unreachable_is_sink_unavailable():
     from cdc.stack import free_port
     from merger.sinks import KafkaChangelogSink
-    s = KafkaChangelogSink({"bootstrap.servers": f"127.0.0.1:{free_port()}", "socket.timeout.ms": 1000},
-                           "x", timeout_s=2)
+
+    s = KafkaChangelogSink(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "socket.timeout.ms": 1000}, "x", timeout_s=2
+    )
     with pytest.raises(SinkUnavailable, match="unreachable"):
         s.ensure_table(fresh(), SIMPLE, ["id"])
 
@@ -706,13 +913,30 @@ def test_delta_string_key_deletes_over_several_batches(delta_sink):
     schema = pa.schema([("region", pa.string()), ("code", pa.string()), ("n", pa.int64())])
     s.ensure_table(t, schema, ["region", "code"])
     keys = [(r, f"k{i}") for i, r in enumerate(["apac", "eu", "us", "latam"] * 3)]
-    s.apply(t, 1, batch(schema, [{"region": r, "code": c, "n": 1, "_cdc_op": "c", "_cdc_seq": i}
-                                 for i, (r, c) in enumerate(keys, 1)]))
-    s.apply(t, 2, batch(schema, [{"region": r, "code": c, "_cdc_op": "d", "_cdc_seq": 100}
-                                 for r, c in keys[:8]]))
-    s.apply(t, 3, batch(schema, [{"region": "eu", "code": "k1", "n": 2, "_cdc_op": "c", "_cdc_seq": 101},
-                                 {"region": "us", "code": "k2", "n": 3, "_cdc_op": "u", "_cdc_seq": 50}]))
+    s.apply(
+        t,
+        1,
+        batch(
+            schema,
+            [{"region": r, "code": c, "n": 1, "_cdc_op": "c", "_cdc_seq": i} for i, (r, c) in enumerate(keys, 1)],
+        ),
+    )
+    s.apply(t, 2, batch(schema, [{"region": r, "code": c, "_cdc_op": "d", "_cdc_seq": 100} for r, c in keys[:8]]))
+    s.apply(
+        t,
+        3,
+        batch(
+            schema,
+            [
+                {"region": "eu", "code": "k1", "n": 2, "_cdc_op": "c", "_cdc_seq": 101},
+                {"region": "us", "code": "k2", "n": 3, "_cdc_op": "u", "_cdc_seq": 50},
+            ],
+        ),
+    )
     assert sorted_rows(s.rows(t), ["region", "code"]) == [
-        {"region": "apac", "code": "k8", "n": 1}, {"region": "eu", "code": "k1", "n": 2},
-        {"region": "eu", "code": "k9", "n": 1}, {"region": "latam", "code": "k11", "n": 1},
-        {"region": "us", "code": "k10", "n": 1}]
+        {"region": "apac", "code": "k8", "n": 1},
+        {"region": "eu", "code": "k1", "n": 2},
+        {"region": "eu", "code": "k9", "n": 1},
+        {"region": "latam", "code": "k11", "n": 1},
+        {"region": "us", "code": "k10", "n": 1},
+    ]

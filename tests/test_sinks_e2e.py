@@ -29,8 +29,14 @@ pytestmark = pytest.mark.integration
 
 
 def _conn(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _run(stack, db, *statements):
@@ -116,50 +122,70 @@ def test_bit_and_nul_values_reach_the_sinks_as_the_source_holds_them(stack, tmp_
     db = f"vb_{unique_name}"
     all_ones = (1, 3, 2**12 - 1, 2**17 - 1, 2**64 - 1)
     _run(stack, None, f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    _run(stack, db,
-         "CREATE TABLE bits (id INT PRIMARY KEY, b1 BIT(1), b2 BIT(2), b12 BIT(12), b17 BIT(17), b64 BIT(64))",
-         "CREATE TABLE texts (id INT PRIMARY KEY, v VARCHAR(40))",
-         # snapshotted: there before the merger starts
-         (BIT_ROW, (1, 1, 2, 0b110001100001, 0x10203, 0x0102030405060708)),
-         (BIT_ROW, (2, 0, 0, 0, 0, 0)),
-         (BIT_ROW, (3, *all_ones)),
-         "INSERT INTO bits (id) VALUES (4)",
-         ("INSERT INTO texts VALUES (1, %s), (2, %s), (3, %s)", ("a\x00b", "\x00", "plain")))
+    _run(
+        stack,
+        db,
+        "CREATE TABLE bits (id INT PRIMARY KEY, b1 BIT(1), b2 BIT(2), b12 BIT(12), b17 BIT(17), b64 BIT(64))",
+        "CREATE TABLE texts (id INT PRIMARY KEY, v VARCHAR(40))",
+        # snapshotted: there before the merger starts
+        (BIT_ROW, (1, 1, 2, 0b110001100001, 0x10203, 0x0102030405060708)),
+        (BIT_ROW, (2, 0, 0, 0, 0, 0)),
+        (BIT_ROW, (3, *all_ones)),
+        "INSERT INTO bits (id) VALUES (4)",
+        ("INSERT INTO texts VALUES (1, %s), (2, %s), (3, %s)", ("a\x00b", "\x00", "plain")),
+    )
     ingest, merger = _start(stack, tmp_path, unique_name, db)
     try:
+
         def snapshot_done():
             got = _postgres(stack, db, "bits", BIT_COLUMNS)
             return None if got and len(got) == 4 else got
+
         _wait("the snapshot of bits did not reach PostgreSQL", snapshot_done, merger)
         # streamed: inserted and updated while the merger runs
-        _run(stack, db,
-             (BIT_ROW, (11, 1, 1, 0b110001100001, 1, 1)),
-             (BIT_ROW, (12, *all_ones)),
-             (BIT_ROW, (13, 0, 0, 0, 0, 0)),
-             (BIT_ROW, (14, 0, 2, 0x800, 0x10000, 2**63)),
-             ("UPDATE bits SET b12 = %s, b17 = %s, b64 = %s WHERE id = 2", (0xC61, 0x1FFFE, 0xFF00)),
-             "UPDATE bits SET b64 = NULL, b1 = 1 WHERE id = 1",
-             "DELETE FROM bits WHERE id = 3",
-             ("INSERT INTO texts VALUES (11, %s), (12, %s)", ("x\x00\x00y", "no nul")),
-             ("UPDATE texts SET v = %s WHERE id = 3", ("now \x00 with",)))
+        _run(
+            stack,
+            db,
+            (BIT_ROW, (11, 1, 1, 0b110001100001, 1, 1)),
+            (BIT_ROW, (12, *all_ones)),
+            (BIT_ROW, (13, 0, 0, 0, 0, 0)),
+            (BIT_ROW, (14, 0, 2, 0x800, 0x10000, 2**63)),
+            ("UPDATE bits SET b12 = %s, b17 = %s, b64 = %s WHERE id = 2", (0xC61, 0x1FFFE, 0xFF00)),
+            "UPDATE bits SET b64 = NULL, b1 = 1 WHERE id = 1",
+            "DELETE FROM bits WHERE id = 3",
+            ("INSERT INTO texts VALUES (11, %s), (12, %s)", ("x\x00\x00y", "no nul")),
+            ("UPDATE texts SET v = %s WHERE id = 3", ("now \x00 with",)),
+        )
         source = _source(stack, db, "bits", BIT_COLUMNS)
         assert source[12] == (b"\x01", b"\x03", b"\x0f\xff", b"\x01\xff\xff", b"\xff" * 8)  # big-endian
         assert source[2][1:3] == (b"\x00", b"\x0c\x61")
         # BIT(1) is a boolean in the sinks, BIT(n>1) the bytes MySQL returns
         expected = {k: ((None if v[0] is None else v[0] == b"\x01"),) + v[1:] for k, v in source.items()}
-        _wait("PostgreSQL bits differ from the source",
-              lambda: _differences(expected, _postgres(stack, db, "bits", BIT_COLUMNS)), merger)
-        _wait("Delta bits differ from the source",
-              lambda: _differences(expected, _delta(tmp_path, db, "bits", BIT_COLUMNS)), merger)
+        _wait(
+            "PostgreSQL bits differ from the source",
+            lambda: _differences(expected, _postgres(stack, db, "bits", BIT_COLUMNS)),
+            merger,
+        )
+        _wait(
+            "Delta bits differ from the source",
+            lambda: _differences(expected, _delta(tmp_path, db, "bits", BIT_COLUMNS)),
+            merger,
+        )
 
         texts = _source(stack, db, "texts", TEXT_COLUMNS)
         assert texts[1] == ("a\x00b",) and texts[11] == ("x\x00\x00y",)
         # Delta holds the text as it is; PostgreSQL without the NULs (nul_policy: strip)
-        _wait("Delta texts differ from the source",
-              lambda: _differences(texts, _delta(tmp_path, db, "texts", TEXT_COLUMNS)), merger)
+        _wait(
+            "Delta texts differ from the source",
+            lambda: _differences(texts, _delta(tmp_path, db, "texts", TEXT_COLUMNS)),
+            merger,
+        )
         stripped = {k: (v[0].replace("\x00", ""),) for k, v in texts.items()}
-        _wait("PostgreSQL texts differ from the source without its NULs",
-              lambda: _differences(stripped, _postgres(stack, db, "texts", TEXT_COLUMNS)), merger)
+        _wait(
+            "PostgreSQL texts differ from the source without its NULs",
+            lambda: _differences(stripped, _postgres(stack, db, "texts", TEXT_COLUMNS)),
+            merger,
+        )
         tables = _status(tmp_path)["tables"]
         assert {tables[f"{db}.{t}"]["phase"] for t in ("bits", "texts")} == {"streaming"}, tables
         assert ingest.alive()
@@ -172,20 +198,31 @@ def test_bit_and_nul_values_reach_the_sinks_as_the_source_holds_them(stack, tmp_
 def test_nul_policy_pause_pauses_only_that_table_until_an_operator_acts(stack, tmp_path, unique_name):
     db = f"vp_{unique_name}"
     _run(stack, None, f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    _run(stack, db, "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))",
-         "CREATE TABLE b (id INT PRIMARY KEY, v VARCHAR(20))",
-         "INSERT INTO a VALUES (1, 'one'), (2, 'two')", "INSERT INTO b VALUES (1, 'one')")
+    _run(
+        stack,
+        db,
+        "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))",
+        "CREATE TABLE b (id INT PRIMARY KEY, v VARCHAR(20))",
+        "INSERT INTO a VALUES (1, 'one'), (2, 'two')",
+        "INSERT INTO b VALUES (1, 'one')",
+    )
     ingest, merger = _start(stack, tmp_path, unique_name, db, **{"sinks.postgres.nul_policy": "pause"})
     checker = SinkChecker(stack, tmp_path)
     try:
         for t in ("a", "b"):
             checker.wait_equal(db, t, proc=merger)
-        _run(stack, db, ("INSERT INTO a VALUES (3, %s)", ("bad\x00",)), "UPDATE a SET v = 'later' WHERE id = 1",
-             "INSERT INTO b VALUES (2, 'two')")
+        _run(
+            stack,
+            db,
+            ("INSERT INTO a VALUES (3, %s)", ("bad\x00",)),
+            "UPDATE a SET v = 'later' WHERE id = 1",
+            "INSERT INTO b VALUES (2, 'two')",
+        )
 
         def paused():
             table = _status(tmp_path)["tables"].get(f"{db}.a") or {}
             return None if table.get("phase") == "paused" else table
+
         _wait("table a was not paused", paused, merger)
         error = _status(tmp_path)["tables"][f"{db}.a"]["error"]
         assert f"table {db}.a: key {{'id': 3}}: column 'v' holds a NUL character" in error, error
@@ -204,10 +241,16 @@ def test_nul_policy_pause_pauses_only_that_table_until_an_operator_acts(stack, t
         merger.start()
         StateStore(tmp_path / "state").request("resume", f"{db}.a")
         expected = {1: ("later",), 2: ("two",), 3: ("bad",)}
-        _wait("table a did not catch up after `cdc resume`",
-              lambda: _differences(expected, _postgres(stack, db, "a", ["v"])), merger)
-        _wait("Delta table a differs from the source",
-              lambda: _differences(_source(stack, db, "a", ["v"]), _delta(tmp_path, db, "a", ["v"])), merger)
+        _wait(
+            "table a did not catch up after `cdc resume`",
+            lambda: _differences(expected, _postgres(stack, db, "a", ["v"])),
+            merger,
+        )
+        _wait(
+            "Delta table a differs from the source",
+            lambda: _differences(_source(stack, db, "a", ["v"]), _delta(tmp_path, db, "a", ["v"])),
+            merger,
+        )
         assert _status(tmp_path)["tables"][f"{db}.a"]["phase"] == "streaming"
     finally:
         merger.stop()
@@ -222,8 +265,12 @@ def test_a_merger_with_a_new_state_dir_keeps_writing_existing_sink_tables(stack,
     (batch id x 10^6 + step): its writes must not be skipped as replays."""
     db = f"vs_{unique_name}"
     _run(stack, None, f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    _run(stack, db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
-         "INSERT INTO t SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_300")
+    _run(
+        stack,
+        db,
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
+        "INSERT INTO t SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_300",
+    )
     ingest, merger = _start(stack, tmp_path, unique_name, db)
     checker = SinkChecker(stack, tmp_path)
     try:
@@ -244,13 +291,21 @@ def test_a_merger_with_a_new_state_dir_keeps_writing_existing_sink_tables(stack,
         merger.stop()
         shutil.rmtree(tmp_path / "state")
         merger.start()  # same config, same sinks, a fresh state_dir
-        _run(stack, db, "INSERT INTO t VALUES (1001, 'new', 1), (1002, 'new', 2)",
-             "UPDATE t SET v = 'changed' WHERE id <= 20", "DELETE FROM t WHERE id BETWEEN 50 AND 59",
-             "UPDATE t SET id = 2000 WHERE id = 100")
+        _run(
+            stack,
+            db,
+            "INSERT INTO t VALUES (1001, 'new', 1), (1002, 'new', 2)",
+            "UPDATE t SET v = 'changed' WHERE id <= 20",
+            "DELETE FROM t WHERE id BETWEEN 50 AND 59",
+            "UPDATE t SET id = 2000 WHERE id = 100",
+        )
         checker.wait_equal(db, "t", proc=merger, timeout_s=300)
         # the status file is written every few seconds: it may lag the sinks' rows
-        _wait("the new merger's status names its last batch",
-              lambda: None if _status(tmp_path).get("last_batch") is not None else _status(tmp_path), merger)
+        _wait(
+            "the new merger's status names its last batch",
+            lambda: None if _status(tmp_path).get("last_batch") is not None else _status(tmp_path),
+            merger,
+        )
         assert _status(tmp_path)["last_batch"] < first_batches  # the case this test is about
         bases = json.loads((tmp_path / "state" / "version_bases.json").read_text())
         assert bases[f"{db}.t"] > first_batches * 1_000_000

@@ -18,43 +18,53 @@ def _java_error(module: str, name: str, text: str) -> Exception:
 
 
 # what Spark JDBC raised here when MariaDB was stopped during a read, and when it was down
-MID_READ = ("An error occurred while calling o55.parquet.\n: org.apache.spark.SparkException: Job aborted due "
-            "to stage failure: Task 0 in stage 1.0 failed 1 times, most recent failure: Lost task 0.0 in stage "
-            "1.0 (TID 2) (192.0.2.2 executor driver): java.sql.SQLNonTransientConnectionException: Server has "
-            "closed the connection.\n\tat org.mariadb.jdbc...")
-DOWN = ("[FAILED_JDBC.CONNECTION] Failed JDBC jdbc:mysql:*********(redacted) on the operation: Couldn't connect "
-        "to the database SQLSTATE: HV000")
-DENIED = ("An error occurred while calling o40.jdbc.\n: java.sql.SQLInvalidAuthorizationSpecException: (conn=5) "
-          "Access denied for user 'x'@'localhost' (using password: YES)")
+MID_READ = (
+    "An error occurred while calling o55.parquet.\n: org.apache.spark.SparkException: Job aborted due "
+    "to stage failure: Task 0 in stage 1.0 failed 1 times, most recent failure: Lost task 0.0 in stage "
+    "1.0 (TID 2) (192.0.2.2 executor driver): java.sql.SQLNonTransientConnectionException: Server has "
+    "closed the connection.\n\tat org.mariadb.jdbc..."
+)
+DOWN = (
+    "[FAILED_JDBC.CONNECTION] Failed JDBC jdbc:mysql:*********(redacted) on the operation: Couldn't connect "
+    "to the database SQLSTATE: HV000"
+)
+DENIED = (
+    "An error occurred while calling o40.jdbc.\n: java.sql.SQLInvalidAuthorizationSpecException: (conn=5) "
+    "Access denied for user 'x'@'localhost' (using password: YES)"
+)
 
 
-@pytest.mark.parametrize("exc, transient", [
-    (pymysql.err.OperationalError(2003, "Can't connect to MySQL server"), True),
-    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"), True),
-    (pymysql.err.OperationalError(1053, "Server shutdown in progress"), True),
-    (pymysql.err.OperationalError(1045, "Access denied for user"), False),
-    (pymysql.err.OperationalError(1142, "SELECT command denied"), False),
-    (pymysql.err.ProgrammingError(1064, "You have an error in your SQL syntax"), False),
-    (pymysql.err.InterfaceError(0, ""), True),
-    (ConnectionResetError(), True),
-    (OSError(113, "No route to host"), True),
-    (OSError(28, "No space left on device"), False),
-    (FileNotFoundError(2, "staging"), False),
-    (SourceUnavailable("down"), True),
-    (MergerError("no primary key"), False),
-    (ValueError("bad"), False),
-    (_java_error("py4j.protocol", "Py4JJavaError", MID_READ), True),
-    (_java_error("pyspark.errors.exceptions.captured", "AnalysisException", DOWN), True),
-    (_java_error("py4j.protocol", "Py4JJavaError", DENIED), False),
-    (_java_error("py4j.protocol", "Py4JJavaError", "java.lang.OutOfMemoryError: Java heap space"), False),
-])
+@pytest.mark.parametrize(
+    "exc, transient",
+    [
+        (pymysql.err.OperationalError(2003, "Can't connect to MySQL server"), True),
+        (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"), True),
+        (pymysql.err.OperationalError(1053, "Server shutdown in progress"), True),
+        (pymysql.err.OperationalError(1045, "Access denied for user"), False),
+        (pymysql.err.OperationalError(1142, "SELECT command denied"), False),
+        (pymysql.err.ProgrammingError(1064, "You have an error in your SQL syntax"), False),
+        (pymysql.err.InterfaceError(0, ""), True),
+        (ConnectionResetError(), True),
+        (OSError(113, "No route to host"), True),
+        (OSError(28, "No space left on device"), False),
+        (FileNotFoundError(2, "staging"), False),
+        (SourceUnavailable("down"), True),
+        (MergerError("no primary key"), False),
+        (ValueError("bad"), False),
+        (_java_error("py4j.protocol", "Py4JJavaError", MID_READ), True),
+        (_java_error("pyspark.errors.exceptions.captured", "AnalysisException", DOWN), True),
+        (_java_error("py4j.protocol", "Py4JJavaError", DENIED), False),
+        (_java_error("py4j.protocol", "Py4JJavaError", "java.lang.OutOfMemoryError: Java heap space"), False),
+    ],
+)
 def test_is_transient(exc, transient):
     assert is_transient(exc) is transient
 
 
 def test_short_error_keeps_one_line_of_a_java_error():
     assert short_error(_java_error("py4j.protocol", "Py4JJavaError", MID_READ)).startswith(
-        ": org.apache.spark.SparkException: Job aborted")
+        ": org.apache.spark.SparkException: Job aborted"
+    )
     assert short_error(ValueError("one\ntwo")) == "one"
 
 

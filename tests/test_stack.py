@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -39,8 +38,12 @@ def test_up_twice_stale_pid_and_down(tmp_path):
         assert os.path.exists(f"/proc/{os.getpid()}")
 
         # the CLI prints one line for a missing stack
-        res = subprocess.run([sys.executable, "-m", "cdc.cli", "stack", "status", "--state-dir",
-                              str(tmp_path / "none")], capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [sys.executable, "-m", "cdc.cli", "stack", "status", "--state-dir", str(tmp_path / "none")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert res.returncode == 2 and "cdc stack up" in res.stderr and "Traceback" not in res.stderr
     finally:
         info = local_stack.StackInfo.load(state)

@@ -15,17 +15,34 @@ from merger.state import StateStore
 def test_a_second_merger_on_the_same_state_dir_is_refused(tmp_path):
     held = StateStore(tmp_path)
     held.lock()
-    holder = subprocess.run([sys.executable, "-c", (
-        "import sys; from merger.state import StateStore; from merger.errors import MergerError\n"
-        "try:\n    StateStore(sys.argv[1]).lock()\nexcept MergerError as e:\n    print(e); sys.exit(3)\n"),
-        str(tmp_path)], capture_output=True, text=True, timeout=60)
+    holder = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys; from merger.state import StateStore; from merger.errors import MergerError\n"
+                "try:\n    StateStore(sys.argv[1]).lock()\nexcept MergerError as e:\n    print(e); sys.exit(3)\n"
+            ),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert holder.returncode == 3, holder.stderr
     assert "another merger is running" in holder.stdout and f"pid {__import__('os').getpid()}" in holder.stdout
 
 
 def test_the_lock_goes_with_the_process(tmp_path):
-    subprocess.run([sys.executable, "-c", "import sys; from merger.state import StateStore; "
-                    "StateStore(sys.argv[1]).lock(); import os; os._exit(9)", str(tmp_path)], timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from merger.state import StateStore; StateStore(sys.argv[1]).lock(); import os; os._exit(9)",
+            str(tmp_path),
+        ],
+        timeout=60,
+    )
     held = StateStore(tmp_path)
     held.lock()  # the dead holder left the file, not the lock
     with pytest.raises(MergerError):
@@ -37,8 +54,14 @@ def test_interrupted_checkpoint_writes_are_cleared_and_batches_kept(tmp_path):
     offsets, commits = store.checkpoint / "offsets", store.checkpoint / "commits"
     offsets.mkdir(parents=True)
     commits.mkdir()
-    keep = [offsets / "0", offsets / ".0.crc", offsets / "1", commits / "0", commits / ".0.crc",
-            store.checkpoint / "metadata"]
+    keep = [
+        offsets / "0",
+        offsets / ".0.crc",
+        offsets / "1",
+        commits / "0",
+        commits / ".0.crc",
+        store.checkpoint / "metadata",
+    ]
     leftovers = [offsets / ".2.0b9c.tmp", offsets / "..2.0b9c.tmp.crc", commits / ".1.77aa.tmp"]
     for p in keep + leftovers:
         p.write_text("x")

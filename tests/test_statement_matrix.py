@@ -17,19 +17,26 @@ pytestmark = pytest.mark.integration
 
 TABLES = {
     "customers": "CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(50) NOT NULL, orders_count INT NOT NULL "
-                 "DEFAULT 0) ENGINE=InnoDB",
+    "DEFAULT 0) ENGINE=InnoDB",
     "orders": "CREATE TABLE orders (id INT AUTO_INCREMENT PRIMARY KEY, customer INT NOT NULL, total DECIMAL(12,2), "
-              "status VARCHAR(20) NOT NULL DEFAULT 'new', note LONGTEXT) ENGINE=InnoDB",
+    "status VARCHAR(20) NOT NULL DEFAULT 'new', note LONGTEXT) ENGINE=InnoDB",
     "items": "CREATE TABLE items (order_id INT, line INT, sku VARCHAR(20) CHARACTER SET utf8mb4 COLLATE "
-             "utf8mb4_general_ci, qty INT, PRIMARY KEY (order_id, line)) ENGINE=InnoDB",
+    "utf8mb4_general_ci, qty INT, PRIMARY KEY (order_id, line)) ENGINE=InnoDB",
     "audit": "CREATE TABLE audit (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_id INT, what VARCHAR(20)) ENGINE=InnoDB",
     "counters": "CREATE TABLE counters (name VARCHAR(20) PRIMARY KEY, n INT NOT NULL) ENGINE=MyISAM",
 }
 
 
 def _conn(stack, db=None, **kw):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True, **kw)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+        **kw,
+    )
 
 
 def _setup(stack, db: str) -> None:
@@ -39,12 +46,19 @@ def _setup(stack, db: str) -> None:
         cur.execute(f"USE {db}")
         for ddl in TABLES.values():
             cur.execute(ddl)
-        for trigger, event, row in (("orders_ai", "INSERT", "NEW"), ("orders_au", "UPDATE", "NEW"),
-                                    ("orders_ad", "DELETE", "OLD")):
-            cur.execute(f"CREATE TRIGGER {trigger} AFTER {event} ON orders FOR EACH ROW "
-                        f"INSERT INTO audit (order_id, what) VALUES ({row}.id, '{event.lower()}')")
-        cur.execute("CREATE TRIGGER customers_count AFTER INSERT ON orders FOR EACH ROW "
-                    "UPDATE customers SET orders_count = orders_count + 1 WHERE id = NEW.customer")
+        for trigger, event, row in (
+            ("orders_ai", "INSERT", "NEW"),
+            ("orders_au", "UPDATE", "NEW"),
+            ("orders_ad", "DELETE", "OLD"),
+        ):
+            cur.execute(
+                f"CREATE TRIGGER {trigger} AFTER {event} ON orders FOR EACH ROW "
+                f"INSERT INTO audit (order_id, what) VALUES ({row}.id, '{event.lower()}')"
+            )
+        cur.execute(
+            "CREATE TRIGGER customers_count AFTER INSERT ON orders FOR EACH ROW "
+            "UPDATE customers SET orders_count = orders_count + 1 WHERE id = NEW.customer"
+        )
         cur.execute("""CREATE PROCEDURE place_order(IN c INT, IN n INT)
             BEGIN
               DECLARE i INT DEFAULT 0;
@@ -59,8 +73,10 @@ def _setup(stack, db: str) -> None:
         # rows before the merger starts: they come by the snapshot
         cur.executemany("INSERT INTO customers (id, name) VALUES (%s, %s)", [(i, f"c{i}") for i in range(1, 51)])
         for i in range(1, 201):
-            cur.execute("INSERT INTO orders (customer, total, note) VALUES (%s, %s, %s)",
-                        (i % 50 + 1, i * 1.25, "ünïcode 🙂" if i % 7 == 0 else None))
+            cur.execute(
+                "INSERT INTO orders (customer, total, note) VALUES (%s, %s, %s)",
+                (i % 50 + 1, i * 1.25, "ünïcode 🙂" if i % 7 == 0 else None),
+            )
             cur.execute("INSERT INTO items VALUES (%s, 1, %s, 1)", (i, f"SKU-{i}"))
         cur.execute("INSERT INTO counters VALUES ('orders', 200), ('refunds', 0)")
     conn.close()
@@ -72,17 +88,23 @@ def _workload(stack, db: str, tmp_path) -> None:
         cur.execute("CALL place_order(3, 5)")
         cur.execute("CALL place_order(4, 0)")
         # multi-table UPDATE and DELETE
-        cur.execute("UPDATE orders o JOIN customers c ON c.id = o.customer "
-                    "SET o.status = 'vip', c.name = CONCAT(c.name, '*') WHERE c.id IN (5, 6)")
+        cur.execute(
+            "UPDATE orders o JOIN customers c ON c.id = o.customer "
+            "SET o.status = 'vip', c.name = CONCAT(c.name, '*') WHERE c.id IN (5, 6)"
+        )
         cur.execute("DELETE i, o FROM items i JOIN orders o ON o.id = i.order_id WHERE o.customer = 7")
         # INSERT ... ON DUPLICATE KEY UPDATE: both paths in one statement
-        cur.execute("INSERT INTO items VALUES (1, 1, 'sku-1', 5), (1, 2, 'new', 1), (2, 1, 'x', 1) "
-                    "ON DUPLICATE KEY UPDATE qty = qty + VALUES(qty)")
+        cur.execute(
+            "INSERT INTO items VALUES (1, 1, 'sku-1', 5), (1, 2, 'new', 1), (2, 1, 'x', 1) "
+            "ON DUPLICATE KEY UPDATE qty = qty + VALUES(qty)"
+        )
         # REPLACE: a delete and an insert of the same key, and a plain insert
         cur.execute("REPLACE INTO customers (id, name, orders_count) VALUES (8, 'replaced', 0), (500, 'new', 0)")
         # INSERT ... SELECT
-        cur.execute("INSERT INTO items (order_id, line, sku, qty) SELECT id, 9, 'bulk', 2 FROM orders "
-                    "WHERE id BETWEEN 20 AND 60")
+        cur.execute(
+            "INSERT INTO items (order_id, line, sku, qty) SELECT id, 9, 'bulk', 2 FROM orders "
+            "WHERE id BETWEEN 20 AND 60"
+        )
         # an update that changes nothing, and one that changes the key of many rows
         cur.execute("UPDATE orders SET status = status WHERE id < 10")
         cur.execute("UPDATE items SET line = line + 100 WHERE order_id BETWEEN 61 AND 70")
@@ -100,17 +122,31 @@ def _workload(stack, db: str, tmp_path) -> None:
         cur.execute("UPDATE counters SET n = n + 1 WHERE name = 'refunds'")
         cur.execute("ROLLBACK")
         # an ORM's nested transactions (Django atomic(), Rails requires_new)
-        for sql in ["BEGIN", "INSERT INTO orders (customer, total) VALUES (11, 3.00)", "SAVEPOINT s1",
-                    "INSERT INTO orders (customer, total) VALUES (11, 4.00)", "ROLLBACK TO SAVEPOINT s1",
-                    "SAVEPOINT s2", "UPDATE orders SET status = 'paid' WHERE id = 11", "RELEASE SAVEPOINT s2",
-                    "SAVEPOINT s3", "DELETE FROM items WHERE order_id = 12",
-                    "UPDATE counters SET n = n + 10 WHERE name = 'refunds'",  # MyISAM: ROLLBACK TO is logged
-                    "ROLLBACK TO SAVEPOINT s3", "COMMIT"]:
+        for sql in [
+            "BEGIN",
+            "INSERT INTO orders (customer, total) VALUES (11, 3.00)",
+            "SAVEPOINT s1",
+            "INSERT INTO orders (customer, total) VALUES (11, 4.00)",
+            "ROLLBACK TO SAVEPOINT s1",
+            "SAVEPOINT s2",
+            "UPDATE orders SET status = 'paid' WHERE id = 11",
+            "RELEASE SAVEPOINT s2",
+            "SAVEPOINT s3",
+            "DELETE FROM items WHERE order_id = 12",
+            "UPDATE counters SET n = n + 10 WHERE name = 'refunds'",  # MyISAM: ROLLBACK TO is logged
+            "ROLLBACK TO SAVEPOINT s3",
+            "COMMIT",
+        ]:
             cur.execute(sql)
         # XA, two-phase
         xid = f"'{db}'"
-        for sql in [f"XA START {xid}", "UPDATE orders SET status = 'xa' WHERE id BETWEEN 30 AND 35",
-                    f"XA END {xid}", f"XA PREPARE {xid}", f"XA COMMIT {xid}"]:
+        for sql in [
+            f"XA START {xid}",
+            "UPDATE orders SET status = 'xa' WHERE id BETWEEN 30 AND 35",
+            f"XA END {xid}",
+            f"XA PREPARE {xid}",
+            f"XA COMMIT {xid}",
+        ]:
             cur.execute(sql)
         # rows over 1 MB, inserted and updated
         big = "é" * 1_500_000

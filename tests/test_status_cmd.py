@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_merger_state_rules():
-    assert merger_state(42, None, 1.0) == {"running": True, "pid": 42, "stale": False,
-                                           "summary": "merger running (pid 42)"}
+    assert merger_state(42, None, 1.0) == {
+        "running": True,
+        "pid": 42,
+        "stale": False,
+        "summary": "merger running (pid 42)",
+    }
     assert merger_state(42, None, 300.0)["stale"] and "stuck" in merger_state(42, None, 300.0)["summary"]
     failed = merger_state(None, {"at": time.time() - 66, "reason": "SinkError: boom"}, 66)
     assert not failed["running"] and "NOT RUNNING: it failed: SinkError: boom 66s ago" in failed["summary"]
@@ -28,8 +32,13 @@ def test_merger_state_rules():
 
 
 def _status(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc.cli", "status", "-c", str(config), "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", "status", "-c", str(config), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_status_of_a_dead_merger_says_so(tmp_path):
@@ -37,15 +46,33 @@ def test_status_of_a_dead_merger_says_so(tmp_path):
     config = tmp_path / "merger.yaml"
     config.write_text(yaml.safe_dump({"state_dir": str(state), "sinks": {"delta": {"path": str(tmp_path / "d")}}}))
     store = StateStore(state)
-    table = {"phase": "snapshotting", "error": None, "blocked_on_sink": None, "snapshot": "running",
-             "chunks_done": 1, "chunks_total": 9, "snapshot_rows": 20000, "rows_applied": 5, "lag_ms": 120,
-             "last_offsets": {}, "open_windows": 1}
+    table = {
+        "phase": "snapshotting",
+        "error": None,
+        "blocked_on_sink": None,
+        "snapshot": "running",
+        "chunks_done": 1,
+        "chunks_total": 9,
+        "snapshot_rows": 20000,
+        "rows_applied": 5,
+        "lag_ms": 120,
+        "last_offsets": {},
+        "open_windows": 1,
+    }
     store.write_status({"updated_at": time.time() - 66, "last_batch": 3, "tables": {"db.t": table}})
 
     # a merger holding the lock (another process, as in real life)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys,time; from merger.state import StateStore; "
-                               f"s = StateStore({str(state)!r}); s.lock(); print('locked', flush=True); time.sleep(60)"],
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys,time; from merger.state import StateStore; "
+            f"s = StateStore({str(state)!r}); s.lock(); print('locked', flush=True); time.sleep(60)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         res = _status(config)
@@ -64,7 +91,12 @@ def test_status_of_a_dead_merger_says_so(tmp_path):
 
     # failed with a reason
     store.write_exit("SinkError: PostgreSQL text cannot hold NUL characters")
-    res = subprocess.run([sys.executable, "-m", "cdc.cli", "status", "-c", str(tmp_path / "merger.yaml")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "cdc.cli", "status", "-c", str(tmp_path / "merger.yaml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 3
     assert "merger NOT RUNNING: it failed: SinkError: PostgreSQL text cannot hold NUL" in res.stdout, res.stdout

@@ -14,33 +14,60 @@ from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import read_records, rebuild
 
 
-@pytest.mark.parametrize("query,kind,name", [
-    ("BEGIN", st.BEGIN, None), ("begin work", st.BEGIN, None), ("START TRANSACTION", st.BEGIN, None),
-    ("START TRANSACTION WITH CONSISTENT SNAPSHOT", st.BEGIN, None),
-    ("COMMIT", st.COMMIT, None), ("commit;", st.COMMIT, None), ("ROLLBACK", st.ROLLBACK, None),
-    ("SAVEPOINT `s1`", st.SAVEPOINT, "s1"), ("savepoint s2", st.SAVEPOINT, "s2"),
-    ("SAVEPOINT `a``b`", st.SAVEPOINT, "a`b"),
-    ("ROLLBACK TO `q`", st.ROLLBACK_TO, "q"), ("ROLLBACK TO SAVEPOINT q", st.ROLLBACK_TO, "q"),
-    ("rollback work to savepoint `django_1`", st.ROLLBACK_TO, "django_1"),
-    ("RELEASE SAVEPOINT `s2`", st.RELEASE, "s2"),
-    ("XA START X'7831',X'',1", st.XA_START, "X'7831',X'',1"), ("XA END X'7831',X'',1", st.XA_END, "X'7831',X'',1"),
-    ("XA PREPARE X'7831',X'',1", st.XA_PREPARE, "X'7831',X'',1"),
-    ("XA COMMIT X'7831',X'',1", st.XA_COMMIT, "X'7831',X'',1"),
-    ("XA ROLLBACK X'7832',X'',1", st.XA_ROLLBACK, "X'7832',X'',1"),
-    ("/* app */ SAVEPOINT x", st.SAVEPOINT, "x"),
-    ("ALTER TABLE t ADD COLUMN c INT", st.STATEMENT, None), ("CREATE TABLE savepoints (id INT)", st.STATEMENT, None),
-    ("ROLLBACK_LOG_TRUNCATE", st.STATEMENT, None), ("COMMITTED_TABLE", st.STATEMENT, None),
-    ("DROP TABLE `rollback`", st.STATEMENT, None),
-])
+@pytest.mark.parametrize(
+    "query,kind,name",
+    [
+        ("BEGIN", st.BEGIN, None),
+        ("begin work", st.BEGIN, None),
+        ("START TRANSACTION", st.BEGIN, None),
+        ("START TRANSACTION WITH CONSISTENT SNAPSHOT", st.BEGIN, None),
+        ("COMMIT", st.COMMIT, None),
+        ("commit;", st.COMMIT, None),
+        ("ROLLBACK", st.ROLLBACK, None),
+        ("SAVEPOINT `s1`", st.SAVEPOINT, "s1"),
+        ("savepoint s2", st.SAVEPOINT, "s2"),
+        ("SAVEPOINT `a``b`", st.SAVEPOINT, "a`b"),
+        ("ROLLBACK TO `q`", st.ROLLBACK_TO, "q"),
+        ("ROLLBACK TO SAVEPOINT q", st.ROLLBACK_TO, "q"),
+        ("rollback work to savepoint `django_1`", st.ROLLBACK_TO, "django_1"),
+        ("RELEASE SAVEPOINT `s2`", st.RELEASE, "s2"),
+        ("XA START X'7831',X'',1", st.XA_START, "X'7831',X'',1"),
+        ("XA END X'7831',X'',1", st.XA_END, "X'7831',X'',1"),
+        ("XA PREPARE X'7831',X'',1", st.XA_PREPARE, "X'7831',X'',1"),
+        ("XA COMMIT X'7831',X'',1", st.XA_COMMIT, "X'7831',X'',1"),
+        ("XA ROLLBACK X'7832',X'',1", st.XA_ROLLBACK, "X'7832',X'',1"),
+        ("/* app */ SAVEPOINT x", st.SAVEPOINT, "x"),
+        ("ALTER TABLE t ADD COLUMN c INT", st.STATEMENT, None),
+        ("CREATE TABLE savepoints (id INT)", st.STATEMENT, None),
+        ("ROLLBACK_LOG_TRUNCATE", st.STATEMENT, None),
+        ("COMMITTED_TABLE", st.STATEMENT, None),
+        ("DROP TABLE `rollback`", st.STATEMENT, None),
+    ],
+)
 def test_classify(query, kind, name):
     stmt = st.classify(query)
     assert (stmt.kind, stmt.name) == (kind, name)
 
 
 def test_which_statements_end_a_group():
-    assert [k for k in (st.BEGIN, st.COMMIT, st.ROLLBACK, st.SAVEPOINT, st.ROLLBACK_TO, st.RELEASE, st.XA_START,
-                        st.XA_END, st.XA_PREPARE, st.XA_COMMIT, st.XA_ROLLBACK, st.STATEMENT)
-            if st.Statement(k).ends_group] == [st.COMMIT, st.ROLLBACK, st.XA_PREPARE, st.XA_COMMIT, st.XA_ROLLBACK]
+    assert [
+        k
+        for k in (
+            st.BEGIN,
+            st.COMMIT,
+            st.ROLLBACK,
+            st.SAVEPOINT,
+            st.ROLLBACK_TO,
+            st.RELEASE,
+            st.XA_START,
+            st.XA_END,
+            st.XA_PREPARE,
+            st.XA_COMMIT,
+            st.XA_ROLLBACK,
+            st.STATEMENT,
+        )
+        if st.Statement(k).ends_group
+    ] == [st.COMMIT, st.ROLLBACK, st.XA_PREPARE, st.XA_COMMIT, st.XA_ROLLBACK]
     one = st.classify("XA COMMIT 'x' ONE PHASE")
     assert (one.kind, one.name, one.one_phase) == (st.XA_COMMIT, "'x'", True)
 
@@ -49,8 +76,14 @@ def test_which_statements_end_a_group():
 
 
 def _root(stack, db=None):
-    return pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, database=db, autocommit=True)
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
 
 
 def _topic_rows(stack, prefix, db, table):
@@ -82,23 +115,55 @@ def test_savepoints_and_rollback_to_reach_kafka_exactly(stack, mysql_root, uniqu
         wait_caught_up(stack, unique_name, proc=proc)
         with conn.cursor() as cur:
             # the sequence, word for word
-            for sql in ["BEGIN", "INSERT INTO t VALUES (0, 0)", "INSERT INTO t VALUES (1, 0)", "SAVEPOINT s1",
-                        "INSERT INTO t VALUES (2, 0)", "ROLLBACK TO SAVEPOINT s1", "INSERT INTO t VALUES (3, 0)",
-                        "SAVEPOINT s2", "UPDATE t SET v = 7 WHERE id = 0", "RELEASE SAVEPOINT s2",
-                        "INSERT INTO t VALUES (4, 0)", "COMMIT"]:
+            for sql in [
+                "BEGIN",
+                "INSERT INTO t VALUES (0, 0)",
+                "INSERT INTO t VALUES (1, 0)",
+                "SAVEPOINT s1",
+                "INSERT INTO t VALUES (2, 0)",
+                "ROLLBACK TO SAVEPOINT s1",
+                "INSERT INTO t VALUES (3, 0)",
+                "SAVEPOINT s2",
+                "UPDATE t SET v = 7 WHERE id = 0",
+                "RELEASE SAVEPOINT s2",
+                "INSERT INTO t VALUES (4, 0)",
+                "COMMIT",
+            ]:
                 cur.execute(sql)
             # nested savepoints, a savepoint set twice, ROLLBACK TO an outer one
-            for sql in ["BEGIN", "INSERT INTO t VALUES (10, 1)", "SAVEPOINT a", "INSERT INTO t VALUES (11, 1)",
-                        "SAVEPOINT b", "INSERT INTO t VALUES (12, 1)", "ROLLBACK TO a",
-                        "UPDATE t SET v = 2 WHERE id = 10", "SAVEPOINT a", "DELETE FROM t WHERE id = 1",
-                        "ROLLBACK TO a", "INSERT INTO t VALUES (13, 1)", "COMMIT"]:
+            for sql in [
+                "BEGIN",
+                "INSERT INTO t VALUES (10, 1)",
+                "SAVEPOINT a",
+                "INSERT INTO t VALUES (11, 1)",
+                "SAVEPOINT b",
+                "INSERT INTO t VALUES (12, 1)",
+                "ROLLBACK TO a",
+                "UPDATE t SET v = 2 WHERE id = 10",
+                "SAVEPOINT a",
+                "DELETE FROM t WHERE id = 1",
+                "ROLLBACK TO a",
+                "INSERT INTO t VALUES (13, 1)",
+                "COMMIT",
+            ]:
                 cur.execute(sql)
             # a MyISAM change after the savepoint: MariaDB logs the InnoDB rows after it and ROLLBACK TO
             cur.execute("SET SESSION binlog_direct_non_transactional_updates = 0")
-            for sql in ["BEGIN", "INSERT INTO t VALUES (50, 0)", "SAVEPOINT q", "INSERT INTO m VALUES (50, 0)",
-                        "INSERT INTO t VALUES (51, 0)", "UPDATE t SET v = 99 WHERE id = 50", "ROLLBACK TO q",
-                        "INSERT INTO t VALUES (52, 0)", "SAVEPOINT r", "INSERT INTO t VALUES (53, 0)",
-                        "INSERT INTO m VALUES (53, 0)", "RELEASE SAVEPOINT r", "COMMIT"]:
+            for sql in [
+                "BEGIN",
+                "INSERT INTO t VALUES (50, 0)",
+                "SAVEPOINT q",
+                "INSERT INTO m VALUES (50, 0)",
+                "INSERT INTO t VALUES (51, 0)",
+                "UPDATE t SET v = 99 WHERE id = 50",
+                "ROLLBACK TO q",
+                "INSERT INTO t VALUES (52, 0)",
+                "SAVEPOINT r",
+                "INSERT INTO t VALUES (53, 0)",
+                "INSERT INTO m VALUES (53, 0)",
+                "RELEASE SAVEPOINT r",
+                "COMMIT",
+            ]:
                 cur.execute(sql)
             # many row events after a savepoint, more than commit_every_events
             cur.execute("BEGIN")
@@ -149,15 +214,28 @@ def test_xa_transactions(stack, mysql_root, unique_name, tmp_path):
         u = unique_name  # XA ids are global to the server
         other = _root(stack, db)
         with conn.cursor() as cur:
-            for sql in [f"XA START '{u}x1'", "INSERT INTO t VALUES (1, 1)", "UPDATE t SET v = 2 WHERE id = 1",
-                        f"XA END '{u}x1'", f"XA PREPARE '{u}x1'"]:
+            for sql in [
+                f"XA START '{u}x1'",
+                "INSERT INTO t VALUES (1, 1)",
+                "UPDATE t SET v = 2 WHERE id = 1",
+                f"XA END '{u}x1'",
+                f"XA PREPARE '{u}x1'",
+            ]:
                 cur.execute(sql)
             with other.cursor() as cur2:  # another transaction commits between PREPARE and COMMIT
                 cur2.execute("INSERT INTO t VALUES (2, 2)")
             other.close()
-            for sql in [f"XA COMMIT '{u}x1'", f"XA START '{u}x2'", "INSERT INTO t VALUES (3, 3)",
-                        f"XA END '{u}x2'", f"XA COMMIT '{u}x2' ONE PHASE", f"XA START '{u}x3'",
-                        "INSERT INTO t VALUES (4, 4)", f"XA END '{u}x3'", f"XA ROLLBACK '{u}x3'"]:
+            for sql in [
+                f"XA COMMIT '{u}x1'",
+                f"XA START '{u}x2'",
+                "INSERT INTO t VALUES (3, 3)",
+                f"XA END '{u}x2'",
+                f"XA COMMIT '{u}x2' ONE PHASE",
+                f"XA START '{u}x3'",
+                "INSERT INTO t VALUES (4, 4)",
+                f"XA END '{u}x3'",
+                f"XA ROLLBACK '{u}x3'",
+            ]:
                 cur.execute(sql)
         wait_caught_up(stack, unique_name, proc=proc)
         rebuilt, _ = _topic_rows(stack, unique_name, db, "t")
@@ -167,15 +245,25 @@ def test_xa_transactions(stack, mysql_root, unique_name, tmp_path):
         with mysql_root.cursor() as cur:
             cur.execute(f"CREATE DATABASE {db}_other")
             cur.execute(f"CREATE TABLE {db}_other.t (id INT PRIMARY KEY)")
-            for sql in [f"XA START '{u}o'", f"INSERT INTO {db}_other.t VALUES (1)", f"XA END '{u}o'",
-                        f"XA PREPARE '{u}o'", f"XA ROLLBACK '{u}o'"]:
+            for sql in [
+                f"XA START '{u}o'",
+                f"INSERT INTO {db}_other.t VALUES (1)",
+                f"XA END '{u}o'",
+                f"XA PREPARE '{u}o'",
+                f"XA ROLLBACK '{u}o'",
+            ]:
                 cur.execute(sql)
         wait_caught_up(stack, unique_name, proc=proc)
         assert proc.alive()
 
         with conn.cursor() as cur:
-            for sql in [f"XA START '{u}x4'", "INSERT INTO t VALUES (5, 5)", f"XA END '{u}x4'",
-                        f"XA PREPARE '{u}x4'", f"XA ROLLBACK '{u}x4'"]:
+            for sql in [
+                f"XA START '{u}x4'",
+                "INSERT INTO t VALUES (5, 5)",
+                f"XA END '{u}x4'",
+                f"XA PREPARE '{u}x4'",
+                f"XA ROLLBACK '{u}x4'",
+            ]:
                 cur.execute(sql)
         deadline = time.monotonic() + 60
         while proc.alive() and time.monotonic() < deadline:

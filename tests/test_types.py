@@ -23,18 +23,45 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ingest.envelope import (EnvelopeConfig, SourceInfo, TableEncoder, TransactionTracker,
-                             drop_table_ddl, heartbeat_record, java_hashmap_order,
-                             java_string_hash, message_record, schema_change_key_schema,
-                             schema_change_record, schema_change_value_schema, source_schema,
-                             table_change_json, transaction_record)
-from ingest.types import (EMPTY_SET, ColumnSpec, ConverterConfig, TableSpec, column_codec,
-                          declared_types_from_ddl, dumps, enrich_table_spec, field_schema,
-                          java_double_str, java_float_str, json_str, mysql_json_text,
-                          parse_column_type, table_spec_from_binlog, twos_complement_bytes,
-                          with_declared_types)
+from ingest.envelope import (
+    EnvelopeConfig,
+    SourceInfo,
+    TableEncoder,
+    TransactionTracker,
+    drop_table_ddl,
+    heartbeat_record,
+    java_hashmap_order,
+    java_string_hash,
+    message_record,
+    schema_change_key_schema,
+    schema_change_record,
+    schema_change_value_schema,
+    source_schema,
+    table_change_json,
+    transaction_record,
+)
+from ingest.types import (
+    EMPTY_SET,
+    ColumnSpec,
+    ConverterConfig,
+    TableSpec,
+    column_codec,
+    declared_types_from_ddl,
+    dumps,
+    enrich_table_spec,
+    field_schema,
+    java_double_str,
+    java_float_str,
+    json_str,
+    mysql_json_text,
+    parse_column_type,
+    table_spec_from_binlog,
+    twos_complement_bytes,
+    with_declared_types,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -54,22 +81,48 @@ def col(name, type_name, **kw) -> ColumnSpec:
 # ============================================================================ numbers/strings
 
 
-@pytest.mark.parametrize("x,expected", [
-    (1.7976931348623157e308, "1.7976931348623157E308"), (-2.2250738585072014e-308, "-2.2250738585072014E-308"),
-    (-9.999999999998899e-05, "-9.999999999998899E-5"), (1.234567890123457e34, "1.234567890123457E34"),
-    (0.1, "0.1"), (0.0, "0.0"), (-0.0, "-0.0"), (123.0, "123.0"), (1e7, "1.0E7"), (9999999.0, "9999999.0"),
-    (0.001, "0.001"), (0.0009, "9.0E-4"), (1e-10, "1.0E-10"), (5e-324, "4.9E-324"), (2.5, "2.5"),
-    (1234.5670166015625, "1234.5670166015625"), (-0.0010000000474974513, "-0.0010000000474974513"),
-    (3.0, "3.0"), (1e21, "1.0E21"), (123456.7891, "123456.7891"),
-])
+@pytest.mark.parametrize(
+    "x,expected",
+    [
+        (1.7976931348623157e308, "1.7976931348623157E308"),
+        (-2.2250738585072014e-308, "-2.2250738585072014E-308"),
+        (-9.999999999998899e-05, "-9.999999999998899E-5"),
+        (1.234567890123457e34, "1.234567890123457E34"),
+        (0.1, "0.1"),
+        (0.0, "0.0"),
+        (-0.0, "-0.0"),
+        (123.0, "123.0"),
+        (1e7, "1.0E7"),
+        (9999999.0, "9999999.0"),
+        (0.001, "0.001"),
+        (0.0009, "9.0E-4"),
+        (1e-10, "1.0E-10"),
+        (5e-324, "4.9E-324"),
+        (2.5, "2.5"),
+        (1234.5670166015625, "1234.5670166015625"),
+        (-0.0010000000474974513, "-0.0010000000474974513"),
+        (3.0, "3.0"),
+        (1e21, "1.0E21"),
+        (123456.7891, "123456.7891"),
+    ],
+)
 def test_java_double_str(x, expected):
     assert java_double_str(x) == expected
 
 
-@pytest.mark.parametrize("x,expected", [
-    (3.140000104904175, "3.14"), (-1.500000053056283e-10, "-1.5E-10"), (1.25, "1.25"), (0.0, "0.0"),
-    (1e10, "1.0E10"), (1.401298464324817e-45, "1.4E-45"), (16777216.0, "1.6777216E7"), (0.1, "0.1"),
-])
+@pytest.mark.parametrize(
+    "x,expected",
+    [
+        (3.140000104904175, "3.14"),
+        (-1.500000053056283e-10, "-1.5E-10"),
+        (1.25, "1.25"),
+        (0.0, "0.0"),
+        (1e10, "1.0E10"),
+        (1.401298464324817e-45, "1.4E-45"),
+        (16777216.0, "1.6777216E7"),
+        (0.1, "0.1"),
+    ],
+)
 def test_java_float_str(x, expected):
     assert java_float_str(x) == expected
 
@@ -95,7 +148,7 @@ def test_json_str_is_jacksons():
     # verified against Debezium's output: control chars upper-case \u00XX, DEL raw,
     # non-BMP characters as escaped surrogate pairs, other non-ASCII raw
     assert json_str("\x01\x1f\x7f") == '"\\u0001\\u001F\x7f"'
-    assert json_str('a\tb\nc\\d"e\'f') == '"a\\tb\\nc\\\\d\\"e\'f"'
+    assert json_str("a\tb\nc\\d\"e'f") == '"a\\tb\\nc\\\\d\\"e\'f"'
     assert json_str("héllo wörld 😀") == '"héllo wörld \\uD83D\\uDE00"'
     assert json_str("\b\f\r/") == '"\\b\\f\\r/"'
     assert json_str("€") == '"€"'
@@ -136,9 +189,11 @@ CASES = [
     (col("v", "decimal", length=10, scale=2), Decimal("99999999.99"), '"AlQL4/8="'),
     (col("v", "decimal", length=10, scale=2), Decimal("-12.34"), '"+y4="'),
     (col("v", "decimal", length=65, scale=30), Decimal("-0.000000000000000000000000000001"), '"/w=="'),
-    (col("v", "decimal", length=65, scale=30),
-     Decimal("12345678901234567890123456789012345.123456789012345678901234567890"),
-     '"HgK8HpeFi9xsuVBY80JNfTp/7HsD4maOPwrS"'),
+    (
+        col("v", "decimal", length=65, scale=30),
+        Decimal("12345678901234567890123456789012345.123456789012345678901234567890"),
+        '"HgK8HpeFi9xsuVBY80JNfTp/7HsD4maOPwrS"',
+    ),
     (col("v", "decimal", length=5, scale=0), Decimal("-99999"), '"/nlh"'),
     (col("v", "float"), 3.140000104904175, "3.14"),
     (col("v", "float", length=7, scale=3), 1234.5670166015625, "1234.5670166015625"),
@@ -176,10 +231,16 @@ CASES = [
     (col("v", "enum", enum_values=("a", "b")), "", '""'),
     (col("v", "set", enum_values=("x", "y", "z")), {"z", "y", "x"}, '"x,y,z"'),
     (col("v", "set", enum_values=("x", "y", "z")), {"z", "x"}, '"x,z"'),
-    (col("v", "geometry"), bytes.fromhex("E6100000") + bytes.fromhex("0101000000000000000000f83f00000000000002c0"),
-     '{"wkb":"AQEAAAAAAAAAAAD4PwAAAAAAAALA","srid":4326}'),
-    (col("v", "point"), bytes(4) + bytes.fromhex("0101000000000000000000f83f00000000000002c0"),
-     '{"x":1.5,"y":-2.25,"wkb":"AQEAAAAAAAAAAAD4PwAAAAAAAALA","srid":null}'),
+    (
+        col("v", "geometry"),
+        bytes.fromhex("E6100000") + bytes.fromhex("0101000000000000000000f83f00000000000002c0"),
+        '{"wkb":"AQEAAAAAAAAAAAD4PwAAAAAAAALA","srid":4326}',
+    ),
+    (
+        col("v", "point"),
+        bytes(4) + bytes.fromhex("0101000000000000000000f83f00000000000002c0"),
+        '{"x":1.5,"y":-2.25,"wkb":"AQEAAAAAAAAAAAD4PwAAAAAAAALA","srid":null}',
+    ),
     (col("v", "date", nullable=False), None, "0"),  # zero date in a NOT NULL column
     (col("v", "date", nullable=False, default="2021-06-07"), None, "18785"),
     (col("v", "datetime", nullable=False), None, "0"),
@@ -187,32 +248,62 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("column,value,expected", CASES, ids=[f"{c.type_name}-{i}" for i, (c, _, _) in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "column,value,expected", CASES, ids=[f"{c.type_name}-{i}" for i, (c, _, _) in enumerate(CASES)]
+)
 def test_value_mapping(column, value, expected):
     codec = column_codec(column, C)
     assert codec.to_json(value) == expected
     assert dumps(codec.to_value(value)) == expected
 
 
-@pytest.mark.parametrize("props,column,value,expected", [
-    ({"decimal.handling.mode": "string"}, col("v", "decimal", length=65, scale=30), Decimal("0E-30"),
-     '"0.000000000000000000000000000000"'),
-    ({"decimal.handling.mode": "string"}, col("v", "decimal", length=10, scale=2), Decimal("-99999999.99"),
-     '"-99999999.99"'),
-    ({"decimal.handling.mode": "double"}, col("v", "decimal", length=65, scale=30),
-     Decimal("12345678901234567890123456789012345.123456789012345678901234567890"), "1.234567890123457E34"),
-    ({"decimal.handling.mode": "double"}, col("v", "decimal", length=5, scale=0), Decimal("0"), "0.0"),
-    ({"bigint.unsigned.handling.mode": "precise"}, col("v", "bigint", unsigned=True), 18446744073709551615,
-     '"AP//////////"'),
-    ({"time.precision.mode": "connect"}, col("v", "time", fsp=6), dt.timedelta(seconds=3723, microseconds=4), "3723000"),
-    ({"time.precision.mode": "connect"}, col("v", "time"), dt.timedelta(hours=838), "null"),  # out of range
-    ({"time.precision.mode": "connect"}, col("v", "time", fsp=3), -dt.timedelta(seconds=1), "null"),
-    ({"time.precision.mode": "connect"}, col("v", "datetime", fsp=5), dt.datetime(1900, 1, 1, 0, 0, 0, 10),
-     "-2208988800000"),
-    ({"time.precision.mode": "connect"}, col("v", "date"), dt.date(2024, 2, 29), "19782"),
-    ({"binary.handling.mode": "base64"}, col("v", "blob", charset="binary"), b"\x00\xff\x00", '"AP8A"'),
-    ({"binary.handling.mode": "hex"}, col("v", "blob", charset="binary"), b"\x00\xff\x00", '"00ff00"'),
-])
+@pytest.mark.parametrize(
+    "props,column,value,expected",
+    [
+        (
+            {"decimal.handling.mode": "string"},
+            col("v", "decimal", length=65, scale=30),
+            Decimal("0E-30"),
+            '"0.000000000000000000000000000000"',
+        ),
+        (
+            {"decimal.handling.mode": "string"},
+            col("v", "decimal", length=10, scale=2),
+            Decimal("-99999999.99"),
+            '"-99999999.99"',
+        ),
+        (
+            {"decimal.handling.mode": "double"},
+            col("v", "decimal", length=65, scale=30),
+            Decimal("12345678901234567890123456789012345.123456789012345678901234567890"),
+            "1.234567890123457E34",
+        ),
+        ({"decimal.handling.mode": "double"}, col("v", "decimal", length=5, scale=0), Decimal("0"), "0.0"),
+        (
+            {"bigint.unsigned.handling.mode": "precise"},
+            col("v", "bigint", unsigned=True),
+            18446744073709551615,
+            '"AP//////////"',
+        ),
+        (
+            {"time.precision.mode": "connect"},
+            col("v", "time", fsp=6),
+            dt.timedelta(seconds=3723, microseconds=4),
+            "3723000",
+        ),
+        ({"time.precision.mode": "connect"}, col("v", "time"), dt.timedelta(hours=838), "null"),  # out of range
+        ({"time.precision.mode": "connect"}, col("v", "time", fsp=3), -dt.timedelta(seconds=1), "null"),
+        (
+            {"time.precision.mode": "connect"},
+            col("v", "datetime", fsp=5),
+            dt.datetime(1900, 1, 1, 0, 0, 0, 10),
+            "-2208988800000",
+        ),
+        ({"time.precision.mode": "connect"}, col("v", "date"), dt.date(2024, 2, 29), "19782"),
+        ({"binary.handling.mode": "base64"}, col("v", "blob", charset="binary"), b"\x00\xff\x00", '"AP8A"'),
+        ({"binary.handling.mode": "hex"}, col("v", "blob", charset="binary"), b"\x00\xff\x00", '"00ff00"'),
+    ],
+)
 def test_value_mapping_modes(props, column, value, expected):
     assert column_codec(column, ConverterConfig.from_properties(props)).to_json(value) == expected
 
@@ -221,43 +312,59 @@ def test_field_schemas_match_debezium():
     f = lambda c, **p: dumps(field_schema(c, ConverterConfig.from_properties(p)))  # noqa: E731
     assert f(col("d", "decimal", length=8, scale=3, default="1.5")) == (
         '{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,'
-        '"parameters":{"scale":"3","connect.decimal.precision":"8"},"default":"Bdw=","field":"d"}')
+        '"parameters":{"scale":"3","connect.decimal.precision":"8"},"default":"Bdw=","field":"d"}'
+    )
     assert f(col("ts", "timestamp", nullable=False, default="CURRENT_TIMESTAMP")) == (
         '{"type":"string","optional":false,"name":"io.debezium.time.ZonedTimestamp","version":1,'
-        '"default":"1970-01-01T00:00:00Z","field":"ts"}')
+        '"default":"1970-01-01T00:00:00Z","field":"ts"}'
+    )
     assert f(col("st", "set", nullable=False, enum_values=("a", "b"), default="")) == (
         '{"type":"string","optional":false,"name":"io.debezium.data.EnumSet","version":1,'
-        '"parameters":{"allowed":"a,b"},"default":"","field":"st"}')
+        '"parameters":{"allowed":"a,b"},"default":"","field":"st"}'
+    )
     assert f(col("b", "bit", length=3, default="b'101'")) == (
         '{"type":"bytes","optional":true,"name":"io.debezium.data.Bits","version":1,'
-        '"parameters":{"length":"3"},"default":"BQ==","field":"b"}')
+        '"parameters":{"length":"3"},"default":"BQ==","field":"b"}'
+    )
     assert f(col("f", "float", default="1.25")) == '{"type":"float","optional":true,"default":1.25,"field":"f"}'
     assert f(col("t", "time", default="12:34:56")) == (
         '{"type":"int64","optional":true,"name":"io.debezium.time.MicroTime","version":1,"default":45296000000,'
-        '"field":"t"}')
+        '"field":"t"}'
+    )
     assert f(col("t", "time", default="12:34:56"), **{"time.precision.mode": "connect"}) == (
         '{"type":"int32","optional":true,"name":"org.apache.kafka.connect.data.Time","version":1,'
-        '"default":45296000,"field":"t"}')
-    assert f(col("d", "decimal", length=8, scale=3, default="1.5"), **{"decimal.handling.mode": "string"}) == \
-        '{"type":"string","optional":true,"default":"1.500","field":"d"}'
+        '"default":45296000,"field":"t"}'
+    )
+    assert (
+        f(col("d", "decimal", length=8, scale=3, default="1.5"), **{"decimal.handling.mode": "string"})
+        == '{"type":"string","optional":true,"default":"1.500","field":"d"}'
+    )
     assert f(col("dz", "date", nullable=False, default="0000-00-00")) == (
-        '{"type":"int32","optional":false,"name":"io.debezium.time.Date","version":1,"default":0,"field":"dz"}')
+        '{"type":"int32","optional":false,"name":"io.debezium.time.Date","version":1,"default":0,"field":"dz"}'
+    )
     assert f(col("dz", "date", default="0000-00-00")) == (
-        '{"type":"int32","optional":true,"name":"io.debezium.time.Date","version":1,"field":"dz"}')
-    assert f(col("u", "int", unsigned=True, nullable=False, default="7")) == \
-        '{"type":"int64","optional":false,"default":7,"field":"u"}'
-    assert f(col("bo", "boolean", nullable=False, default="1")) == \
-        '{"type":"boolean","optional":false,"default":true,"field":"bo"}'
+        '{"type":"int32","optional":true,"name":"io.debezium.time.Date","version":1,"field":"dz"}'
+    )
+    assert (
+        f(col("u", "int", unsigned=True, nullable=False, default="7"))
+        == '{"type":"int64","optional":false,"default":7,"field":"u"}'
+    )
+    assert (
+        f(col("bo", "boolean", nullable=False, default="1"))
+        == '{"type":"boolean","optional":false,"default":true,"field":"bo"}'
+    )
     assert f(col("g", "point")) == (
         '{"type":"struct","fields":[{"type":"double","optional":false,"field":"x"},{"type":"double",'
         '"optional":false,"field":"y"},{"type":"bytes","optional":true,"field":"wkb"},{"type":"int32",'
         '"optional":true,"field":"srid"}],"optional":true,"name":"io.debezium.data.geometry.Point","version":1,'
-        '"doc":"Geometry (POINT)","field":"g"}')
+        '"doc":"Geometry (POINT)","field":"g"}'
+    )
 
 
 def test_empty_set_needs_none_sources():
-    spec = TableSpec("d", "t", (col("id", "int", nullable=False), col("s", "set", position=2, enum_values=("a", "b"))),
-                     ("id",))
+    spec = TableSpec(
+        "d", "t", (col("id", "int", nullable=False), col("s", "set", position=2, enum_values=("a", "b"))), ("id",)
+    )
     enc = TableEncoder(spec, EnvelopeConfig("p"))
     assert enc.row_json({"id": 1, "s": None}, {"s": EMPTY_SET}) == '{"id":1,"s":""}'
     assert enc.row_json({"id": 1, "s": None}, {"s": "null"}) == '{"id":1,"s":null}'
@@ -275,14 +382,14 @@ def test_mysql_json_text_is_compact():
 
 class _Col:
     def __init__(self, **kw):
-        self.__dict__.update(dict(unsigned=False, is_primary=False, collation_name=None, enum_values=None,
-                                  set_values=None), **kw)
+        self.__dict__.update(
+            dict(unsigned=False, is_primary=False, collation_name=None, enum_values=None, set_values=None), **kw
+        )
 
 
 class _Opt:
     def __init__(self, **kw):
-        self.__dict__.update(dict(simple_primary_key_list=[], primary_keys_with_prefix={}, geometry_type_list=[]),
-                             **kw)
+        self.__dict__.update(dict(simple_primary_key_list=[], primary_keys_with_prefix={}, geometry_type_list=[]), **kw)
 
 
 class _TableMap:
@@ -307,28 +414,69 @@ def test_table_spec_from_binlog_and_information_schema():
         _Col(name="ts", type=17, fsp=3),
         _Col(name="f", type=4, size=4),
     ]
-    tm = _TableMap("db", "t", cols, bytes([0b11111100, 0b111]), _Opt(simple_primary_key_list=[1, 0],
-                                                                      geometry_type_list=[1]))
+    tm = _TableMap(
+        "db", "t", cols, bytes([0b11111100, 0b111]), _Opt(simple_primary_key_list=[1, 0], geometry_type_list=[1])
+    )
     spec = table_spec_from_binlog(tm, json_columns=["doc"])
     assert spec.primary_key == ("id", "k2")
-    assert [c.type_name for c in spec.columns] == ["varchar", "bigint", "decimal", "tinyint", "json", "enum",
-                                                     "set", "binary", "point", "timestamp", "float"]
+    assert [c.type_name for c in spec.columns] == [
+        "varchar",
+        "bigint",
+        "decimal",
+        "tinyint",
+        "json",
+        "enum",
+        "set",
+        "binary",
+        "point",
+        "timestamp",
+        "float",
+    ]
     assert [c.nullable for c in spec.columns] == [False, False] + [True] * 9
     assert spec.column("k2").length == 20 and spec.column("k2").charset == "utf8mb4"
     assert spec.column("e").enum_values == ("x", "y") and spec.column("s").length == 3
     assert spec.column("ts").fsp == 3 and spec.column("id").unsigned
     # information_schema: MariaDB quoting of defaults, exact types
     rows = [
-        {"COLUMN_NAME": "price", "COLUMN_TYPE": "decimal(10,2)", "COLUMN_DEFAULT": "1.50", "IS_NULLABLE": "YES",
-         "EXTRA": "", "ORDINAL_POSITION": 3},
-        {"column_name": "flag", "column_type": "tinyint(1)", "column_default": "1", "is_nullable": "NO",
-         "ordinal_position": 4},
-        {"COLUMN_NAME": "k2", "COLUMN_TYPE": "varchar(20)", "COLUMN_DEFAULT": "'it''s'", "IS_NULLABLE": "NO",
-         "CHARACTER_SET_NAME": "utf8mb4", "COLLATION_NAME": "utf8mb4_general_ci", "ORDINAL_POSITION": 1},
-        {"COLUMN_NAME": "f", "COLUMN_TYPE": "float(7,3)", "COLUMN_DEFAULT": "NULL", "IS_NULLABLE": "YES",
-         "ORDINAL_POSITION": 11},
-        {"COLUMN_NAME": "ts", "COLUMN_TYPE": "timestamp(3)", "COLUMN_DEFAULT": "current_timestamp(3)",
-         "IS_NULLABLE": "NO", "EXTRA": "on update current_timestamp(3)", "ORDINAL_POSITION": 10},
+        {
+            "COLUMN_NAME": "price",
+            "COLUMN_TYPE": "decimal(10,2)",
+            "COLUMN_DEFAULT": "1.50",
+            "IS_NULLABLE": "YES",
+            "EXTRA": "",
+            "ORDINAL_POSITION": 3,
+        },
+        {
+            "column_name": "flag",
+            "column_type": "tinyint(1)",
+            "column_default": "1",
+            "is_nullable": "NO",
+            "ordinal_position": 4,
+        },
+        {
+            "COLUMN_NAME": "k2",
+            "COLUMN_TYPE": "varchar(20)",
+            "COLUMN_DEFAULT": "'it''s'",
+            "IS_NULLABLE": "NO",
+            "CHARACTER_SET_NAME": "utf8mb4",
+            "COLLATION_NAME": "utf8mb4_general_ci",
+            "ORDINAL_POSITION": 1,
+        },
+        {
+            "COLUMN_NAME": "f",
+            "COLUMN_TYPE": "float(7,3)",
+            "COLUMN_DEFAULT": "NULL",
+            "IS_NULLABLE": "YES",
+            "ORDINAL_POSITION": 11,
+        },
+        {
+            "COLUMN_NAME": "ts",
+            "COLUMN_TYPE": "timestamp(3)",
+            "COLUMN_DEFAULT": "current_timestamp(3)",
+            "IS_NULLABLE": "NO",
+            "EXTRA": "on update current_timestamp(3)",
+            "ORDINAL_POSITION": 10,
+        },
         {"COLUMN_NAME": "doc", "COLUMN_TYPE": "longtext", "IS_NULLABLE": "YES", "ORDINAL_POSITION": 5},
     ]
     spec2 = enrich_table_spec(spec, rows)
@@ -343,28 +491,39 @@ def test_table_spec_from_binlog_and_information_schema():
 
 
 def test_parse_column_type_and_ddl_hints():
-    assert parse_column_type("int(10) unsigned zerofill") == {"type_name": "int", "unsigned": True,
-                                                              "zerofill": True, "length": 10}
+    assert parse_column_type("int(10) unsigned zerofill") == {
+        "type_name": "int",
+        "unsigned": True,
+        "zerofill": True,
+        "length": 10,
+    }
     assert parse_column_type("enum('a','it''s','c d')")["enum_values"] == ("a", "it's", "c d")
     assert parse_column_type("datetime(6)")["fsp"] == 6
     assert parse_column_type("double(10,4)")["scale"] == 4
-    hints = declared_types_from_ddl("CREATE TABLE t (id INT PRIMARY KEY, `b` BOOLEAN NOT NULL, j JSON, "
-                                    "d DECIMAL(5,2) DEFAULT 1.5, e ENUM('a,b','c'), PRIMARY KEY (id), "
-                                    "KEY k (d), CHECK (d > 0))")
+    hints = declared_types_from_ddl(
+        "CREATE TABLE t (id INT PRIMARY KEY, `b` BOOLEAN NOT NULL, j JSON, "
+        "d DECIMAL(5,2) DEFAULT 1.5, e ENUM('a,b','c'), PRIMARY KEY (id), "
+        "KEY k (d), CHECK (d > 0))"
+    )
     assert hints == {"id": "int", "b": "boolean", "j": "json", "d": "decimal", "e": "enum"}
 
 
 # ============================================================================ envelope
 
 
-SPEC = TableSpec("shop", "orders", (col("id", "int", nullable=False, position=1),
-                                    col("name", "varchar", position=2, length=10, charset="utf8mb4")), ("id",))
+SPEC = TableSpec(
+    "shop",
+    "orders",
+    (col("id", "int", nullable=False, position=1), col("name", "varchar", position=2, length=10, charset="utf8mb4")),
+    ("id",),
+)
 
 
 def test_envelope_layout_and_source_block():
     enc = TableEncoder(SPEC, EnvelopeConfig("app"))
-    src = SourceInfo("shop", "orders", 1795257314000, 1, "binlog.000001", 16621, row=2, gtid="0-1-29",
-                     thread=42, query="INSERT ...")
+    src = SourceInfo(
+        "shop", "orders", 1795257314000, 1, "binlog.000001", 16621, row=2, gtid="0-1-29", thread=42, query="INSERT ..."
+    )
     [rec] = enc.change("c", None, {"id": 7, "name": "x"}, src, ts_ns=1_795_257_314_329_304_395)
     assert rec.topic == "app.shop.orders" and rec.key == '{"id":7}'
     assert rec.value == (
@@ -372,7 +531,8 @@ def test_envelope_layout_and_source_block():
         '"name":"app","ts_ms":1795257314000,"snapshot":"false","db":"shop","sequence":null,'
         '"ts_us":1795257314000000,"ts_ns":1795257314000000000,"table":"orders","server_id":1,"gtid":"0-1-29",'
         '"file":"binlog.000001","pos":16621,"row":2,"thread":42,"query":null},"transaction":null,"op":"c",'
-        '"ts_ms":1795257314329,"ts_us":1795257314329304,"ts_ns":1795257314329304395}')
+        '"ts_ms":1795257314329,"ts_us":1795257314329304,"ts_ns":1795257314329304395}'
+    )
     # include_query puts the annotate text in
     enc_q = TableEncoder(SPEC, EnvelopeConfig("app", include_query=True))
     assert '"query":"INSERT ..."' in enc_q.change("c", None, {"id": 7, "name": "x"}, src)[0].value
@@ -402,12 +562,22 @@ def test_delete_tombstone_and_key_change():
 def test_schemas_enable_wrapping():
     enc = TableEncoder(SPEC, EnvelopeConfig("app", schemas_enable=True))
     [rec] = enc.change("c", None, {"id": 7, "name": "x"}, SourceInfo("shop", "orders", 1000, 1, "f", 4))
-    assert rec.key == ('{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],'
-                       '"optional":false,"name":"app.shop.orders.Key"},"payload":{"id":7}}')
+    assert rec.key == (
+        '{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],'
+        '"optional":false,"name":"app.shop.orders.Key"},"payload":{"id":7}}'
+    )
     v = json.loads(rec.value)
     assert v["schema"]["name"] == "app.shop.orders.Envelope" and v["schema"]["version"] == 2
-    assert [f["field"] for f in v["schema"]["fields"]] == ["before", "after", "source", "transaction", "op",
-                                                          "ts_ms", "ts_us", "ts_ns"]
+    assert [f["field"] for f in v["schema"]["fields"]] == [
+        "before",
+        "after",
+        "source",
+        "transaction",
+        "op",
+        "ts_ms",
+        "ts_us",
+        "ts_ns",
+    ]
     assert v["payload"]["after"] == {"id": 7, "name": "x"}
 
 
@@ -421,11 +591,19 @@ def test_transaction_metadata():
     assert tx.event("shop.lines") == '{"id":"0-1-29","total_order":2,"data_collection_order":1}'
     assert tx.event("shop.orders") == '{"id":"0-1-29","total_order":3,"data_collection_order":2}'
     end = tx.end(2000)
-    assert json.loads(end.value) == {"status": "END", "id": "0-1-29", "event_count": 3, "data_collections": [
-        {"data_collection": c, "event_count": n}
-        for c, n in zip(java_hashmap_order(["shop.orders", "shop.lines"]),
-                        [2 if c == "shop.orders" else 1 for c in java_hashmap_order(["shop.orders", "shop.lines"])])],
-        "ts_ms": 2000}
+    assert json.loads(end.value) == {
+        "status": "END",
+        "id": "0-1-29",
+        "event_count": 3,
+        "data_collections": [
+            {"data_collection": c, "event_count": n}
+            for c, n in zip(
+                java_hashmap_order(["shop.orders", "shop.lines"]),
+                [2 if c == "shop.orders" else 1 for c in java_hashmap_order(["shop.orders", "shop.lines"])],
+            )
+        ],
+        "ts_ms": 2000,
+    }
     # java.lang.String.hashCode / HashMap bucket order
     assert java_string_hash("hello") == 99162322 and java_string_hash("polygenelubricants") == -2147483648
     assert java_hashmap_order(["b", "a", "c"]) == ["a", "b", "c"]
@@ -436,8 +614,15 @@ def test_transaction_metadata():
 def test_message_record_marks_watermarks():
     cfg = EnvelopeConfig("app", schemas_enable=True)
     src = SourceInfo("shop", "orders", 1000, 1, "binlog.000001", 4)
-    rec = message_record(cfg, "app.shop.orders", TableEncoder(SPEC, cfg).source_of(src), "cdc.watermark",
-                         b'{"chunk":1}', ts_ms=5, headers=[("cdc.watermark", "low")])
+    rec = message_record(
+        cfg,
+        "app.shop.orders",
+        TableEncoder(SPEC, cfg).source_of(src),
+        "cdc.watermark",
+        b'{"chunk":1}',
+        ts_ms=5,
+        headers=[("cdc.watermark", "low")],
+    )
     v = json.loads(rec.value)
     assert v["payload"]["op"] == "m" and base64.b64decode(v["payload"]["message"]["content"]) == b'{"chunk":1}'
     assert rec.headers == [("cdc.watermark", "low")]
@@ -445,21 +630,45 @@ def test_message_record_marks_watermarks():
 
 def test_schema_change_record_shape():
     cfg = EnvelopeConfig("app")
-    spec = TableSpec("shop", "t", (col("id", "int", nullable=False, auto_increment=True),
-                                   col("e", "enum", position=2, enum_values=("a", "b"), default="a")),
-                     ("id",), default_charset="utf8mb4")
-    rec = schema_change_record(cfg, SourceInfo("shop", "t", 1000, 1, "binlog.000001", 7111),
-                               "CREATE TABLE t (...)", [table_change_json("CREATE", spec)], ts_ms=5)
+    spec = TableSpec(
+        "shop",
+        "t",
+        (
+            col("id", "int", nullable=False, auto_increment=True),
+            col("e", "enum", position=2, enum_values=("a", "b"), default="a"),
+        ),
+        ("id",),
+        default_charset="utf8mb4",
+    )
+    rec = schema_change_record(
+        cfg,
+        SourceInfo("shop", "t", 1000, 1, "binlog.000001", 7111),
+        "CREATE TABLE t (...)",
+        [table_change_json("CREATE", spec)],
+        ts_ms=5,
+    )
     assert rec.topic == "app" and rec.key == '{"databaseName":"shop"}'
     v = json.loads(rec.value)
     assert list(v) == ["source", "ts_ms", "databaseName", "schemaName", "ddl", "tableChanges"]
     tc = v["tableChanges"][0]
     assert tc["id"] == '"shop"."t"' and tc["table"]["primaryKeyColumnNames"] == ["id"]
     assert tc["table"]["columns"][1] == {
-        "name": "e", "jdbcType": 1, "nativeType": None, "typeName": "ENUM", "typeExpression": "ENUM",
-        "charsetName": "utf8mb4", "length": 1, "scale": None, "position": 2, "optional": True,
-        "autoIncremented": False, "generated": False, "comment": None, "defaultValueExpression": "a",
-        "enumValues": ["'a'", "'b'"]}
+        "name": "e",
+        "jdbcType": 1,
+        "nativeType": None,
+        "typeName": "ENUM",
+        "typeExpression": "ENUM",
+        "charsetName": "utf8mb4",
+        "length": 1,
+        "scale": None,
+        "position": 2,
+        "optional": True,
+        "autoIncremented": False,
+        "generated": False,
+        "comment": None,
+        "defaultValueExpression": "a",
+        "enumValues": ["'a'", "'b'"],
+    }
     assert tc["table"]["columns"][0]["autoIncremented"] and tc["table"]["columns"][0]["generated"]
     assert drop_table_ddl("shop", "t") == "DROP TABLE `shop`.`t`"
     assert table_change_json("DROP", None, "shop", "t") == {"type": "DROP", "id": '"shop"."t"', "table": None}
@@ -492,10 +701,16 @@ def _tag(v):
 def _untag(v):
     if not isinstance(v, dict):
         return v
-    (k, x), = v.items()
-    return {"$f": lambda: float(x), "$dec": lambda: Decimal(x), "$dt": lambda: dt.datetime.fromisoformat(x),
-            "$d": lambda: dt.date.fromisoformat(x), "$td": lambda: dt.timedelta(microseconds=x),
-            "$b": lambda: base64.b64decode(x), "$set": lambda: set(x)}[k]()
+    ((k, x),) = v.items()
+    return {
+        "$f": lambda: float(x),
+        "$dec": lambda: Decimal(x),
+        "$dt": lambda: dt.datetime.fromisoformat(x),
+        "$d": lambda: dt.date.fromisoformat(x),
+        "$td": lambda: dt.timedelta(microseconds=x),
+        "$b": lambda: base64.b64decode(x),
+        "$set": lambda: set(x),
+    }[k]()
 
 
 def _spec_to_json(spec: TableSpec) -> dict:
@@ -503,8 +718,10 @@ def _spec_to_json(spec: TableSpec) -> dict:
 
 
 def _spec_from_json(d: dict) -> TableSpec:
-    cols = tuple(ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c["enum_values"] is not None else None})
-                 for c in d["columns"])
+    cols = tuple(
+        ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c["enum_values"] is not None else None})
+        for c in d["columns"]
+    )
     return TableSpec(d["db"], d["table"], cols, tuple(d["primary_key"]), d.get("default_charset"), d.get("comment"))
 
 
@@ -516,16 +733,23 @@ def encode_events(events: list[dict], specs: list[dict], cfg: EnvelopeConfig) ->
         enc = encoders.get(ev["spec"])
         if enc is None:
             enc = encoders[ev["spec"]] = TableEncoder(_spec_from_json(specs[ev["spec"]]), cfg)
-        src = SourceInfo(ev["db"], ev["table"], ev["ts_ms"], ev["server_id"], ev["file"], ev["pos"], ev["row"],
-                         gtid=ev["gtid"])
+        src = SourceInfo(
+            ev["db"], ev["table"], ev["ts_ms"], ev["server_id"], ev["file"], ev["pos"], ev["row"], gtid=ev["gtid"]
+        )
         if ev["op"] == "t":
             if cfg.emits("t"):
                 out.append(enc.truncate(src))
             continue
         before = {k: _untag(v) for k, v in ev["before"].items()} if ev["before"] is not None else None
         after = {k: _untag(v) for k, v in ev["after"].items()} if ev["after"] is not None else None
-        out += enc.change(ev["op"], before, after, src, before_none_sources=ev.get("before_none_sources"),
-                          after_none_sources=ev.get("after_none_sources"))
+        out += enc.change(
+            ev["op"],
+            before,
+            after,
+            src,
+            before_none_sources=ev.get("before_none_sources"),
+            after_none_sources=ev.get("after_none_sources"),
+        )
     return out
 
 
@@ -553,7 +777,7 @@ def assert_same_records(ours: list, theirs: list[dict], context: str = "") -> No
                 assert a == b, f"{where}: {diffs}"
             assert a == b, where
             j = next(k for k in range(min(len(ov), len(tv))) if ov[k] != tv[k])
-            pytest.fail(f"{where}: text differs at {j}: ours …{ov[j - 60:j + 60]}… Debezium …{tv[j - 60:j + 60]}…")
+            pytest.fail(f"{where}: text differs at {j}: ours …{ov[j - 60 : j + 60]}… Debezium …{tv[j - 60 : j + 60]}…")
         theirs_h = [tuple(h) for h in t["headers"] if not h[0].startswith("__debezium.context.")]
         assert [tuple(h) for h in o.headers] == theirs_h, where
 
@@ -602,20 +826,26 @@ def test_source_schema_matches_golden():
     for path in _golden_files():
         doc = load_golden(path)
         for r in doc["records"]:
-            if _is_data_topic(r["topic"], doc["prefix"]) and r["value_text"] and r["value_text"].startswith('{"schema"'):
+            if (
+                _is_data_topic(r["topic"], doc["prefix"])
+                and r["value_text"]
+                and r["value_text"].startswith('{"schema"')
+            ):
                 schema = json.loads(r["value_text"])["schema"]
                 assert schema["fields"][2] == {**source_schema(), "field": "source"}
                 return
 
 
 def envelope_config_for(props: dict) -> EnvelopeConfig:
-    return EnvelopeConfig(topic_prefix=props["topic.prefix"],
-                          schemas_enable=props.get("value.converter.schemas.enable") == "true",
-                          key_schemas_enable=props.get("key.converter.schemas.enable") == "true",
-                          converter=ConverterConfig.from_properties(props),
-                          skipped_operations=frozenset(
-                              o.strip() for o in props.get("skipped.operations", "t").split(",")
-                              if o.strip() and o.strip() != "none"))
+    return EnvelopeConfig(
+        topic_prefix=props["topic.prefix"],
+        schemas_enable=props.get("value.converter.schemas.enable") == "true",
+        key_schemas_enable=props.get("key.converter.schemas.enable") == "true",
+        converter=ConverterConfig.from_properties(props),
+        skipped_operations=frozenset(
+            o.strip() for o in props.get("skipped.operations", "t").split(",") if o.strip() and o.strip() != "none"
+        ),
+    )
 
 
 def _is_data_topic(topic: str, prefix: str) -> bool:
@@ -675,45 +905,193 @@ DEFAULTS_DDL = """CREATE TABLE defaults_t (
   PRIMARY KEY (k2, id)
 )"""
 
-ALLTYPES_COLS = ("c_tinyint,c_tinyint_u,c_bool,c_tinyint1,c_smallint,c_smallint_u,c_mediumint,c_mediumint_u,"
-                 "c_int,c_int_u,c_bigint,c_bigint_u,c_decimal,c_decimal_big,c_numeric,c_decimal_plain,"
-                 "c_float,c_float_md,c_double,c_double_md,c_char,c_varchar,c_tinytext,c_text,c_mediumtext,"
-                 "c_longtext,c_latin1,c_char_latin1,c_binary,c_varbinary,c_tinyblob,c_blob,c_mediumblob,c_longblob,"
-                 "c_date,c_time,c_time3,c_time6,c_datetime,c_datetime1,c_datetime2,c_datetime3,c_datetime4,"
-                 "c_datetime5,c_datetime6,c_timestamp,c_timestamp3,c_timestamp6,c_year,c_json,c_bit1,c_bit8,"
-                 "c_bit10,c_bit64,c_enum,c_set")
+ALLTYPES_COLS = (
+    "c_tinyint,c_tinyint_u,c_bool,c_tinyint1,c_smallint,c_smallint_u,c_mediumint,c_mediumint_u,"
+    "c_int,c_int_u,c_bigint,c_bigint_u,c_decimal,c_decimal_big,c_numeric,c_decimal_plain,"
+    "c_float,c_float_md,c_double,c_double_md,c_char,c_varchar,c_tinytext,c_text,c_mediumtext,"
+    "c_longtext,c_latin1,c_char_latin1,c_binary,c_varbinary,c_tinyblob,c_blob,c_mediumblob,c_longblob,"
+    "c_date,c_time,c_time3,c_time6,c_datetime,c_datetime1,c_datetime2,c_datetime3,c_datetime4,"
+    "c_datetime5,c_datetime6,c_timestamp,c_timestamp3,c_timestamp6,c_year,c_json,c_bit1,c_bit8,"
+    "c_bit10,c_bit64,c_enum,c_set"
+)
 ALLTYPES_ROWS = [
     # max values, utf8mb4 (emoji), latin1, binary with zero bytes, fsp 0-6
-    (127, 255, 1, 1, 32767, 65535, 8388607, 16777215, 2147483647, 4294967295, 9223372036854775807,
-     18446744073709551615, "99999999.99", "12345678901234567890123456789012345.123456789012345678901234567890",
-     "99999", "1234567890", 3.14, "1234.567", 1.7976931348623157e308, "123456.7891",
-     "abc", "héllo wörld 😀", "tiny", "text €", "medium", "long 😀😀", "café", "é€ ",
-     b"\x00\x01", b"\x00\x00ab\x00", b"", b"\x00\xff\x00", b"mb", b"lb\x00",
-     "2024-02-29", "838:59:59", "-12:34:56.789", "01:02:03.000004",
-     "2024-01-02 03:04:05", "2024-01-02 03:04:05.1", "2024-01-02 03:04:05.12", "2024-01-02 03:04:05.123",
-     "2024-01-02 03:04:05.1234", "2024-01-02 03:04:05.12345", "2024-01-02 03:04:05.123456",
-     "2038-01-19 03:14:07", "2024-01-02 03:04:05.100", "2024-01-02 03:04:05.000001", 2155,
-     '{"k": [1, 2.50, "x\\u00e9"], "emoji": "😀", "n": null, "t": true}', 1, 255, 513, 18446744073709551615,
-     "c d", "x,z"),
+    (
+        127,
+        255,
+        1,
+        1,
+        32767,
+        65535,
+        8388607,
+        16777215,
+        2147483647,
+        4294967295,
+        9223372036854775807,
+        18446744073709551615,
+        "99999999.99",
+        "12345678901234567890123456789012345.123456789012345678901234567890",
+        "99999",
+        "1234567890",
+        3.14,
+        "1234.567",
+        1.7976931348623157e308,
+        "123456.7891",
+        "abc",
+        "héllo wörld 😀",
+        "tiny",
+        "text €",
+        "medium",
+        "long 😀😀",
+        "café",
+        "é€ ",
+        b"\x00\x01",
+        b"\x00\x00ab\x00",
+        b"",
+        b"\x00\xff\x00",
+        b"mb",
+        b"lb\x00",
+        "2024-02-29",
+        "838:59:59",
+        "-12:34:56.789",
+        "01:02:03.000004",
+        "2024-01-02 03:04:05",
+        "2024-01-02 03:04:05.1",
+        "2024-01-02 03:04:05.12",
+        "2024-01-02 03:04:05.123",
+        "2024-01-02 03:04:05.1234",
+        "2024-01-02 03:04:05.12345",
+        "2024-01-02 03:04:05.123456",
+        "2038-01-19 03:14:07",
+        "2024-01-02 03:04:05.100",
+        "2024-01-02 03:04:05.000001",
+        2155,
+        '{"k": [1, 2.50, "x\\u00e9"], "emoji": "😀", "n": null, "t": true}',
+        1,
+        255,
+        513,
+        18446744073709551615,
+        "c d",
+        "x,z",
+    ),
     # min values, empty strings, negative decimals/times, pre-epoch datetimes
-    (-128, 0, 0, 0, -32768, 0, -8388608, 0, -2147483648, 0, -9223372036854775808, 0,
-     "-99999999.99", "-0.000000000000000000000000000001", "-99999", "-1", -1.5e-10, "-0.001",
-     -2.2250738585072014e-308, "-0.0001", "", "", "", "", "", "", "", "", b"", b"", b"", b"", b"", b"",
-     "1000-01-01", "-838:59:59", "00:00:00", "-00:00:00.000001",
-     "1000-01-01 00:00:00", "1000-01-01 00:00:00.0", "1970-01-01 00:00:00", "1969-12-31 23:59:59.999",
-     "1969-12-31 23:59:59.9999", "1900-01-01 00:00:00.00001", "9999-12-31 23:59:59.999999",
-     "1970-01-01 00:00:01", "1970-01-01 00:00:01.001", "2000-02-29 12:00:00.5", 1901,
-     "[]", 0, 0, 0, 0, "a", ""),
+    (
+        -128,
+        0,
+        0,
+        0,
+        -32768,
+        0,
+        -8388608,
+        0,
+        -2147483648,
+        0,
+        -9223372036854775808,
+        0,
+        "-99999999.99",
+        "-0.000000000000000000000000000001",
+        "-99999",
+        "-1",
+        -1.5e-10,
+        "-0.001",
+        -2.2250738585072014e-308,
+        "-0.0001",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        b"",
+        b"",
+        b"",
+        b"",
+        b"",
+        b"",
+        "1000-01-01",
+        "-838:59:59",
+        "00:00:00",
+        "-00:00:00.000001",
+        "1000-01-01 00:00:00",
+        "1000-01-01 00:00:00.0",
+        "1970-01-01 00:00:00",
+        "1969-12-31 23:59:59.999",
+        "1969-12-31 23:59:59.9999",
+        "1900-01-01 00:00:00.00001",
+        "9999-12-31 23:59:59.999999",
+        "1970-01-01 00:00:01",
+        "1970-01-01 00:00:01.001",
+        "2000-02-29 12:00:00.5",
+        1901,
+        "[]",
+        0,
+        0,
+        0,
+        0,
+        "a",
+        "",
+    ),
     # zeros, escapes/control characters, two-digit years (Debezium's time adjuster)
-    (0, 128, 5, 2, 0, 32768, 0, 8388608, 0, 2147483648, 0, 9223372036854775808,
-     "0.00", "0E-30", "0", "0", 0.0, "0.000", 0.1, "0.0000",
-     "x    ", "  spaced  ", "a\tb\nc\\d\"e'f", "\x01\x1f\x7f", "ß", "z", "abc", "a",
-     b"\xff\xff\xff\xff", b"\x01", b"t", b"b", b"m", b"l",
-     "2069-12-31", "00:00:00.1", "23:59:59.999", "-00:00:01",
-     "0069-01-01 00:00:00", "0001-01-01 00:00:00.5", "0099-12-31 23:59:59.99", "0100-01-01 00:00:00",
-     "2024-06-15 12:30:45.0001", "2024-06-15 12:30:45.00001", "2024-06-15 12:30:45.000000",
-     "2024-06-15 12:30:45", "2024-06-15 12:30:45.000", "2024-06-15 12:30:45.999999", 1970,
-     '{"a":1,"b":{"c":[true,false,null]}}', 1, 128, 1, 1, "b", "z,y,x"),
+    (
+        0,
+        128,
+        5,
+        2,
+        0,
+        32768,
+        0,
+        8388608,
+        0,
+        2147483648,
+        0,
+        9223372036854775808,
+        "0.00",
+        "0E-30",
+        "0",
+        "0",
+        0.0,
+        "0.000",
+        0.1,
+        "0.0000",
+        "x    ",
+        "  spaced  ",
+        "a\tb\nc\\d\"e'f",
+        "\x01\x1f\x7f",
+        "ß",
+        "z",
+        "abc",
+        "a",
+        b"\xff\xff\xff\xff",
+        b"\x01",
+        b"t",
+        b"b",
+        b"m",
+        b"l",
+        "2069-12-31",
+        "00:00:00.1",
+        "23:59:59.999",
+        "-00:00:01",
+        "0069-01-01 00:00:00",
+        "0001-01-01 00:00:00.5",
+        "0099-12-31 23:59:59.99",
+        "0100-01-01 00:00:00",
+        "2024-06-15 12:30:45.0001",
+        "2024-06-15 12:30:45.00001",
+        "2024-06-15 12:30:45.000000",
+        "2024-06-15 12:30:45",
+        "2024-06-15 12:30:45.000",
+        "2024-06-15 12:30:45.999999",
+        1970,
+        '{"a":1,"b":{"c":[true,false,null]}}',
+        1,
+        128,
+        1,
+        1,
+        "b",
+        "z,y,x",
+    ),
     # all NULL
     (None,) * 56,
 ]
@@ -721,9 +1099,13 @@ ALLTYPES_ROWS = [
 WORKLOAD = [
     "DROP DATABASE IF EXISTS `{db}`",
     "CREATE DATABASE `{db}` CHARACTER SET utf8mb4",
-    ALLTYPES_DDL, DEFAULTS_DDL, "CREATE TABLE nopk (a INT, b VARCHAR(10))",
-    *[("INSERT INTO alltypes ({c}) VALUES ({p})".format(c=ALLTYPES_COLS, p=",".join(["%s"] * 56)), r)
-      for r in ALLTYPES_ROWS],
+    ALLTYPES_DDL,
+    DEFAULTS_DDL,
+    "CREATE TABLE nopk (a INT, b VARCHAR(10))",
+    *[
+        ("INSERT INTO alltypes ({c}) VALUES ({p})".format(c=ALLTYPES_COLS, p=",".join(["%s"] * 56)), r)
+        for r in ALLTYPES_ROWS
+    ],
     # zero dates (sql_mode='' allows them), invalid enum, empty set, YEAR 0
     "INSERT INTO alltypes (c_date, c_datetime, c_datetime3, c_datetime6, c_timestamp, c_timestamp6, c_year, "
     "c_enum, c_set) VALUES ('0000-00-00', '0000-00-00 00:00:00', '2020-00-10 00:00:00.000', "
@@ -772,22 +1154,48 @@ class WorkloadRun:
     def _connect(self):
         import pymysql
 
-        return pymysql.connect(host=self.m.host, port=self.m.port, user=self.m.user, password=self.m.password,
-                               autocommit=True, charset="utf8mb4")
+        return pymysql.connect(
+            host=self.m.host,
+            port=self.m.port,
+            user=self.m.user,
+            password=self.m.password,
+            autocommit=True,
+            charset="utf8mb4",
+        )
 
     def info_schema(self, cur) -> dict[str, dict]:
-        cur.execute("SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s ORDER BY TABLE_NAME, "
-                    "ORDINAL_POSITION", (self.db,))
+        cur.execute(
+            "SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s ORDER BY TABLE_NAME, ORDINAL_POSITION",
+            (self.db,),
+        )
         names = [d[0] for d in cur.description]
         out: dict[str, dict] = {}
         for row in cur.fetchall():
             d = dict(zip(names, row))
             out.setdefault(d["TABLE_NAME"], {"columns": [], "pk": []})["columns"].append(
-                {k: (v if not isinstance(v, bytes) else v.decode()) for k, v in d.items()
-                 if k in ("COLUMN_NAME", "ORDINAL_POSITION", "COLUMN_DEFAULT", "IS_NULLABLE", "COLUMN_TYPE",
-                          "CHARACTER_SET_NAME", "COLLATION_NAME", "EXTRA", "COLUMN_COMMENT", "IS_GENERATED")})
-        cur.execute("SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s "
-                    "AND INDEX_NAME='PRIMARY' ORDER BY TABLE_NAME, SEQ_IN_INDEX", (self.db,))
+                {
+                    k: (v if not isinstance(v, bytes) else v.decode())
+                    for k, v in d.items()
+                    if k
+                    in (
+                        "COLUMN_NAME",
+                        "ORDINAL_POSITION",
+                        "COLUMN_DEFAULT",
+                        "IS_NULLABLE",
+                        "COLUMN_TYPE",
+                        "CHARACTER_SET_NAME",
+                        "COLLATION_NAME",
+                        "EXTRA",
+                        "COLUMN_COMMENT",
+                        "IS_GENERATED",
+                    )
+                }
+            )
+        cur.execute(
+            "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s "
+            "AND INDEX_NAME='PRIMARY' ORDER BY TABLE_NAME, SEQ_IN_INDEX",
+            (self.db,),
+        )
         for table, column in cur.fetchall():
             out[table]["pk"].append(column)
         return out
@@ -801,7 +1209,7 @@ class WorkloadRun:
                 cur.execute("SET SESSION sql_mode=''")
                 cur.execute("SET SESSION time_zone='+00:00'")
                 for stmt in WORKLOAD:
-                    sql, args = (stmt if isinstance(stmt, tuple) else (stmt, None))
+                    sql, args = stmt if isinstance(stmt, tuple) else (stmt, None)
                     sql = sql.replace("{db}", self.db)
                     cur.execute(sql, args)
                     if sql.startswith("CREATE DATABASE"):
@@ -824,9 +1232,12 @@ def decode_binlog(mariadb, run: WorkloadRun) -> tuple[list[dict], list[dict], li
     db = run.db
     stream = BinLogStreamReader(
         connection_settings=dict(host=mariadb.host, port=mariadb.port, user=mariadb.user, passwd=mariadb.password),
-        server_id=random.randint(10_000, 4_000_000), is_mariadb=True, auto_position=run.gtid_start,
+        server_id=random.randint(10_000, 4_000_000),
+        is_mariadb=True,
+        auto_position=run.gtid_start,
         blocking=False,
-        only_events=[MariadbGtidEvent, QueryEvent, TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+        only_events=[MariadbGtidEvent, QueryEvent, TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+    )
     events: list[dict] = []
     specs: list[dict] = []
     spec_ids: dict[str, int] = {}
@@ -838,8 +1249,9 @@ def decode_binlog(mariadb, run: WorkloadRun) -> tuple[list[dict], list[dict], li
 
     def spec_for(tm, table):
         snap = run.snapshots[n_ddl - 1] if n_ddl else {}
-        spec = table_spec_from_binlog(tm, (snap.get(table) or {}).get("columns"), declared_types=hints.get(table),
-                                      default_charset="utf8mb4")
+        spec = table_spec_from_binlog(
+            tm, (snap.get(table) or {}).get("columns"), declared_types=hints.get(table), default_charset="utf8mb4"
+        )
         key = json.dumps(_spec_to_json(spec), sort_keys=True)
         if key not in spec_ids:
             spec_ids[key] = len(specs)
@@ -855,8 +1267,14 @@ def decode_binlog(mariadb, run: WorkloadRun) -> tuple[list[dict], list[dict], li
                 gtid = ev.gtid
                 continue
             start = ev.packet.log_pos - ev.packet.event_size
-            common = dict(db=db, ts_ms=ev.timestamp * 1000, server_id=ev.packet.server_id, file=stream.log_file,
-                          pos=start, gtid=gtid)
+            common = dict(
+                db=db,
+                ts_ms=ev.timestamp * 1000,
+                server_id=ev.packet.server_id,
+                file=stream.log_file,
+                pos=start,
+                gtid=gtid,
+            )
             if isinstance(ev, QueryEvent):
                 q = ev.query.strip()
                 schema = ev.schema.decode() if isinstance(ev.schema, bytes) else ev.schema
@@ -869,8 +1287,9 @@ def decode_binlog(mariadb, run: WorkloadRun) -> tuple[list[dict], list[dict], li
                 m = re.match(r"TRUNCATE\s+TABLE\s+`?(\w+)`?", q, re.I)
                 if m:
                     t = m.group(1)
-                    events.append(dict(common, op="t", table=t, row=0, spec=spec_for(tmap_by_name[t], t),
-                                       before=None, after=None))
+                    events.append(
+                        dict(common, op="t", table=t, row=0, spec=spec_for(tmap_by_name[t], t), before=None, after=None)
+                    )
                 ddls.append(dict(common, query=q, schema=schema, thread=ev.slave_proxy_id, snapshot=n_ddl))
                 continue
             if ev.schema != db:
@@ -882,16 +1301,27 @@ def decode_binlog(mariadb, run: WorkloadRun) -> tuple[list[dict], list[dict], li
             for i, r in enumerate(ev.rows):
                 e = dict(common, table=ev.table, row=i, spec=sid)
                 if isinstance(ev, WriteRowsEvent):
-                    e.update(op="c", before=None, after={k: _tag(v) for k, v in r["values"].items()},
-                             after_none_sources=r["none_sources"])
+                    e.update(
+                        op="c",
+                        before=None,
+                        after={k: _tag(v) for k, v in r["values"].items()},
+                        after_none_sources=r["none_sources"],
+                    )
                 elif isinstance(ev, DeleteRowsEvent):
-                    e.update(op="d", after=None, before={k: _tag(v) for k, v in r["values"].items()},
-                             before_none_sources=r["none_sources"])
+                    e.update(
+                        op="d",
+                        after=None,
+                        before={k: _tag(v) for k, v in r["values"].items()},
+                        before_none_sources=r["none_sources"],
+                    )
                 else:
-                    e.update(op="u", before={k: _tag(v) for k, v in r["before_values"].items()},
-                             after={k: _tag(v) for k, v in r["after_values"].items()},
-                             before_none_sources=r["before_none_sources"],
-                             after_none_sources=r["after_none_sources"])
+                    e.update(
+                        op="u",
+                        before={k: _tag(v) for k, v in r["before_values"].items()},
+                        after={k: _tag(v) for k, v in r["after_values"].items()},
+                        before_none_sources=r["before_none_sources"],
+                        after_none_sources=r["after_none_sources"],
+                    )
                 events.append(e)
     finally:
         stream.close()
@@ -921,8 +1351,13 @@ def check_schema_changes(cap, ddls: list[dict], specs: list[dict], run: Workload
                 continue
             snap = run.snapshots[d["snapshot"] - 1][table]
             rows = snap["columns"]
-            spec = TableSpec(run.db, table, tuple(ColumnSpec(name=x["COLUMN_NAME"], type_name="int") for x in rows),
-                             tuple(snap["pk"]), default_charset="utf8mb4")
+            spec = TableSpec(
+                run.db,
+                table,
+                tuple(ColumnSpec(name=x["COLUMN_NAME"], type_name="int") for x in rows),
+                tuple(snap["pk"]),
+                default_charset="utf8mb4",
+            )
             spec = with_declared_types(enrich_table_spec(spec, rows), hints.get(table, {}))
             changes.append(table_change_json(tc["type"], spec))
         ddl = v["ddl"]
@@ -930,9 +1365,13 @@ def check_schema_changes(cap, ddls: list[dict], specs: list[dict], run: Workload
             assert ddl == drop_table_ddl(run.db, src["table"])
         else:
             assert ddl == d["query"]
-        ours = schema_change_record(cfg, SourceInfo(run.db, src["table"], d["ts_ms"], d["server_id"], d["file"],
-                                                    d["pos"], gtid=None, thread=None), ddl, changes,
-                                    database=v["databaseName"])
+        ours = schema_change_record(
+            cfg,
+            SourceInfo(run.db, src["table"], d["ts_ms"], d["server_id"], d["file"], d["pos"], gtid=None, thread=None),
+            ddl,
+            changes,
+            database=v["databaseName"],
+        )
         assert ours.key == r.key
         ov = json.loads(ours.value)
         ov = ov.get("payload", ov) if cfg.schemas_enable else ov
@@ -948,8 +1387,12 @@ def check_schema_changes(cap, ddls: list[dict], specs: list[dict], run: Workload
                 diffs = {k: (ca[k], cb[k]) for k in cb if ca.get(k) != cb[k]}
                 # information_schema shows display widths Debezium's DDL parser does not
                 # see (int(11)); its DEFAULT text is normalised ('1.500' for 1.5)
-                if "length" in diffs and cb["length"] is None and cb["typeName"].split()[0] in (
-                        "TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "YEAR", "FLOAT", "DOUBLE", "BOOLEAN"):
+                if (
+                    "length" in diffs
+                    and cb["length"] is None
+                    and cb["typeName"].split()[0]
+                    in ("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "YEAR", "FLOAT", "DOUBLE", "BOOLEAN")
+                ):
                     diffs.pop("length")
                 if "defaultValueExpression" in diffs and _same_default(*diffs["defaultValueExpression"]):
                     diffs.pop("defaultValueExpression")
@@ -974,10 +1417,21 @@ def _same_default(ours, theirs) -> bool:
 
 SCENARIOS = [
     # name, connector properties, schemas.enable
-    ("default", {"skipped.operations": "none", "heartbeat.interval.ms": "300",
-                 "provide.transaction.metadata": "true"}, True),
-    ("modes", {"decimal.handling.mode": "string", "bigint.unsigned.handling.mode": "precise",
-               "time.precision.mode": "connect", "binary.handling.mode": "base64"}, True),
+    (
+        "default",
+        {"skipped.operations": "none", "heartbeat.interval.ms": "300", "provide.transaction.metadata": "true"},
+        True,
+    ),
+    (
+        "modes",
+        {
+            "decimal.handling.mode": "string",
+            "bigint.unsigned.handling.mode": "precise",
+            "time.precision.mode": "connect",
+            "binary.handling.mode": "base64",
+        },
+        True,
+    ),
     ("plain", {"decimal.handling.mode": "double", "include.query": "true", "skipped.operations": "none"}, False),
 ]
 
@@ -993,8 +1447,9 @@ class _BinlogTicker:
         import pymysql
 
         self._stop = threading.Event()
-        self._conn = pymysql.connect(host=mariadb.host, port=mariadb.port, user=mariadb.user,
-                                     password=mariadb.password, autocommit=True)
+        self._conn = pymysql.connect(
+            host=mariadb.host, port=mariadb.port, user=mariadb.user, password=mariadb.password, autocommit=True
+        )
         with self._conn.cursor() as cur:
             cur.execute("CREATE DATABASE IF NOT EXISTS cdc_ticker")
             cur.execute("CREATE TABLE IF NOT EXISTS cdc_ticker.tick (id INT PRIMARY KEY, n BIGINT)")
@@ -1028,8 +1483,15 @@ def test_debezium_parity(stack, tmp_path, unique_name):
         run = WorkloadRun(stack.mariadb, db)
         ticker = _BinlogTicker(stack.mariadb) if name == "default" else None
         try:
-            cap = ref.capture(run.run, databases=[db], prefix=prefix, schemas_enable=schemas, properties=props,
-                              timeout=60, settle=3.0 if name == "default" else 0)
+            cap = ref.capture(
+                run.run,
+                databases=[db],
+                prefix=prefix,
+                schemas_enable=schemas,
+                properties=props,
+                timeout=60,
+                settle=3.0 if name == "default" else 0,
+            )
         finally:
             if ticker:
                 ticker.stop()
@@ -1039,9 +1501,11 @@ def test_debezium_parity(stack, tmp_path, unique_name):
         assert len(data) >= 30, name
         assert_same_records(encode_events(events, specs, cfg), data, name)
         # Debezium on MariaDB: no GTID, no thread, no transaction metadata, query null
-        assert all(r.value is None or ('"gtid":null' in r.value and '"thread":null' in r.value
-                                       and '"query":null' in r.value)
-                   for r in cap.records if _is_data_topic(r.topic, prefix))
+        assert all(
+            r.value is None or ('"gtid":null' in r.value and '"thread":null' in r.value and '"query":null' in r.value)
+            for r in cap.records
+            if _is_data_topic(r.topic, prefix)
+        )
         assert not [r for r in cap.records if r.topic.endswith(".transaction")]
         check_schema_changes(cap, ddls, specs, run, cfg)
         if name == "default":

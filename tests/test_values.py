@@ -22,12 +22,24 @@ from merger.sinks.nul import apply_nul_policy, clean, nul_mask
 
 # (width, the bits as MySQL's b'...' literal): 0, all ones, and a few in between
 BITS = [(n, v) for n in (2, 8, 12, 17, 63, 64) for v in ("0", "1" * n, "1" + "0" * (n - 1), "10" * (n // 2))] + [
-    (12, "110001100001"), (10, "1000000001"), (64, "0" * 63 + "1"), (64, "0000000100000010" + "0" * 48)]
+    (12, "110001100001"),
+    (10, "1000000001"),
+    (64, "0" * 63 + "1"),
+    (64, "0000000100000010" + "0" * 48),
+]
 
 
 def _spec(n: int) -> TableSpec:
-    return TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False), ColumnSpec("b", "bit", 2, length=n),
-                                 ColumnSpec("flag", "bit", 3, length=1)), ("id",))
+    return TableSpec(
+        "db",
+        "t",
+        (
+            ColumnSpec("id", "int", 1, nullable=False),
+            ColumnSpec("b", "bit", 2, length=n),
+            ColumnSpec("flag", "bit", 3, length=1),
+        ),
+        ("id",),
+    )
 
 
 def _big_endian(n: int, bits: str) -> bytes:
@@ -40,8 +52,12 @@ def test_streamed_bits_become_big_endian(n, bits):
     debezium = column_codec(spec.columns[1]).to_value(bits)  # what ingest writes (little-endian)
     assert base64.b64decode(debezium) == int(bits, 2).to_bytes((n + 7) // 8, "little")
     schema = arrow_schema(spec)
-    table = rows_to_arrow(spec, schema, json_converters(spec, SourceModes()),
-                          [{"id": 1, "b": debezium, "flag": True}, {"id": 2, "b": None, "flag": False}])
+    table = rows_to_arrow(
+        spec,
+        schema,
+        json_converters(spec, SourceModes()),
+        [{"id": 1, "b": debezium, "flag": True}, {"id": 2, "b": None, "flag": False}],
+    )
     assert table.column("b").to_pylist() == [_big_endian(n, bits), None]
     assert table.column("flag").to_pylist() == [True, False]  # BIT(1) stays a boolean
     assert T.bit_width(table.schema.field("b")) == n and T.bit_width(table.schema.field("flag")) is None
@@ -54,9 +70,11 @@ def test_snapshot_bits_become_big_endian(n, bits, reader):
     AS CHAR), DECIMAL(20,0) (Spark JDBC), or an integer."""
     spec = _spec(n)
     value = int(bits, 2)
-    column = {"connectorx": pa.array([str(value), None]),
-              "jdbc": pa.array([decimal.Decimal(value), None], pa.decimal128(20, 0)),
-              "integer": pa.array([value, None], pa.uint64())}[reader]
+    column = {
+        "connectorx": pa.array([str(value), None]),
+        "jdbc": pa.array([decimal.Decimal(value), None], pa.decimal128(20, 0)),
+        "integer": pa.array([value, None], pa.uint64()),
+    }[reader]
     staged = pa.table({"id": pa.array([1, 2], pa.int32()), "b": column, "flag": pa.array([1, 0], pa.int64())})
     table = from_snapshot(spec, arrow_schema(spec), staged)
     assert table.column("b").to_pylist() == [_big_endian(n, bits), None]
@@ -107,8 +125,9 @@ def _changes(values, ops=None, key=None, json_values=None):
     return pa.table(cols)
 
 
-@pytest.mark.parametrize("policy,expected", [("strip", ["ab", "ok", None, ""]),
-                                             ("replace", ["a\ufffdb", "ok", None, "\ufffd\ufffd"])])
+@pytest.mark.parametrize(
+    "policy,expected", [("strip", ["ab", "ok", None, ""]), ("replace", ["a\ufffdb", "ok", None, "\ufffd\ufffd"])]
+)
 def test_nul_policy_strips_or_replaces_text(policy, expected):
     out = apply_nul_policy("db.t", _changes(["a\x00b", "ok", None, "\x00\x00"]), ["id"], ["v"], [], policy)
     assert out.column("v").to_pylist() == expected
@@ -120,14 +139,17 @@ def test_text_without_nul_is_handed_on_untouched():
     assert apply_nul_policy("db.t", changes, ["id"], ["v"], [], "pause") is changes
 
 
-@pytest.mark.parametrize("text,stripped,replaced", [
-    ('{"a":"x\\u0000y"}', '{"a":"xy"}', '{"a":"x\ufffdy"}'),
-    ('{"a":"\\\\u0000"}', '{"a":"\\\\u0000"}', '{"a":"\\\\u0000"}'),  # an escaped backslash, then "u0000"
-    ('{"a":"\\\\\\u0000"}', '{"a":"\\\\"}', '{"a":"\\\\\ufffd"}'),  # an escaped backslash, then U+0000
-    ('["\\u0000\\u0000\\u0000"]', '[""]', '["\ufffd\ufffd\ufffd"]'),
-    ('{"\\u0000k":1}', '{"k":1}', '{"\ufffdk":1}'),
-    ('"raw \x00 nul"', '"raw  nul"', '"raw \ufffd nul"'),
-])
+@pytest.mark.parametrize(
+    "text,stripped,replaced",
+    [
+        ('{"a":"x\\u0000y"}', '{"a":"xy"}', '{"a":"x\ufffdy"}'),
+        ('{"a":"\\\\u0000"}', '{"a":"\\\\u0000"}', '{"a":"\\\\u0000"}'),  # an escaped backslash, then "u0000"
+        ('{"a":"\\\\\\u0000"}', '{"a":"\\\\"}', '{"a":"\\\\\ufffd"}'),  # an escaped backslash, then U+0000
+        ('["\\u0000\\u0000\\u0000"]', '[""]', '["\ufffd\ufffd\ufffd"]'),
+        ('{"\\u0000k":1}', '{"k":1}', '{"\ufffdk":1}'),
+        ('"raw \x00 nul"', '"raw  nul"', '"raw \ufffd nul"'),
+    ],
+)
 def test_nul_policy_on_json_text_also_handles_the_escape(text, stripped, replaced):
     col = pa.array([text])
     assert clean(col, "strip", json=True).to_pylist() == [stripped]
@@ -165,8 +187,7 @@ def test_nul_policy_config():
     assert cfg.sinks.postgres.nul_policy == "pause"
     with pytest.raises(ConfigError) as e:
         load_model(MergerConfig, None, {"sinks.postgres.nul_policy": "drop"})
-    assert str(e.value) == ("configuration: sinks.postgres.nul_policy: must be one of "
-                            "'strip', 'replace' or 'pause'")
+    assert str(e.value) == ("configuration: sinks.postgres.nul_policy: must be one of 'strip', 'replace' or 'pause'")
 
 
 def test_postgres_sink_refuses_an_unknown_nul_policy():

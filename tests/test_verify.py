@@ -41,8 +41,9 @@ REGIONS = ["alpha", "Beta", "gamma", "Delta", "épsilon", "Zeta", "eta"]
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def verify_json(cfg: Path, *args: str) -> tuple[int, dict, str]:
@@ -58,15 +59,18 @@ def by_table(data: dict) -> dict:
 def changes(rows: pa.Table, op: str, seq: int) -> pa.Table:
     n = rows.num_rows
     return rows.append_column("_cdc_op", pa.array([op] * n, pa.string())).append_column(
-        "_cdc_seq", pa.array([seq] * n, pa.int64()))
+        "_cdc_seq", pa.array([seq] * n, pa.int64())
+    )
 
 
 def pipeline_rows(conn, spec, keys) -> pa.Table:
     """The source rows as the pipeline's snapshot reads them (to write the sinks with)."""
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT {snapshot_select(spec)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)} "
-                    f"ORDER BY {', '.join(quote_ident(k) for k in keys)}")
+        cur.execute(
+            f"SELECT {snapshot_select(spec)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)} "
+            f"ORDER BY {', '.join(quote_ident(k) for k in keys)}"
+        )
         names = [d[0] for d in cur.description]
         return canonical_source_rows(spec, names, cur.fetchall())
 
@@ -84,41 +88,78 @@ def world(stack, tmp_path_factory):
 
     db = "v" + uuid.uuid4().hex[:8]
     work = tmp_path_factory.mktemp("verify")
-    conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, autocommit=True)
+    conn = pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        autocommit=True,
+    )
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
-        cur.execute(f"CREATE TABLE `{db}`.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, "
-                    "price DECIMAL(10,2), updated DATETIME(6), note TEXT)")
-        cur.executemany(f"INSERT INTO `{db}`.items VALUES (%s, %s, %s, %s, %s, %s)",
-                        [(i * 3, f"item {i}", i % 17, Decimal(i) / 4, dt.datetime(2024, 1, 1) + dt.timedelta(
-                            minutes=i, microseconds=i), None if i % 5 else "n") for i in range(1, ITEMS + 1)])
-        cur.execute(f"CREATE TABLE `{db}`.`pair keys` (region VARCHAR(20) NOT NULL, code VARCHAR(20) NOT NULL, "
-                    "v INT, PRIMARY KEY (region, code))")
-        cur.executemany(f"INSERT INTO `{db}`.`pair keys` VALUES (%s, %s, %s)",
-                        [(r, c, i) for i, (r, c) in enumerate(
-                            (r, f"{'k' if j % 2 else 'K'}{j:03d}") for r in REGIONS for j in range(60))])
+        cur.execute(
+            f"CREATE TABLE `{db}`.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, "
+            "price DECIMAL(10,2), updated DATETIME(6), note TEXT)"
+        )
+        cur.executemany(
+            f"INSERT INTO `{db}`.items VALUES (%s, %s, %s, %s, %s, %s)",
+            [
+                (
+                    i * 3,
+                    f"item {i}",
+                    i % 17,
+                    Decimal(i) / 4,
+                    dt.datetime(2024, 1, 1) + dt.timedelta(minutes=i, microseconds=i),
+                    None if i % 5 else "n",
+                )
+                for i in range(1, ITEMS + 1)
+            ],
+        )
+        cur.execute(
+            f"CREATE TABLE `{db}`.`pair keys` (region VARCHAR(20) NOT NULL, code VARCHAR(20) NOT NULL, "
+            "v INT, PRIMARY KEY (region, code))"
+        )
+        cur.executemany(
+            f"INSERT INTO `{db}`.`pair keys` VALUES (%s, %s, %s)",
+            [
+                (r, c, i)
+                for i, (r, c) in enumerate((r, f"{'k' if j % 2 else 'K'}{j:03d}") for r in REGIONS for j in range(60))
+            ],
+        )
         cur.execute(f"CREATE TABLE `{db}`.nokey (a INT NOT NULL, b VARCHAR(10), KEY (a))")
         cur.executemany(f"INSERT INTO `{db}`.nokey VALUES (%s, %s)", [(i, str(i)) for i in range(150)])
     conn.close()
 
-    catalog = SourceCatalog(MySQLConfig(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                                        password_file=str(local_stack.secret_file(stack, "mysql_root_password"))))
+    catalog = SourceCatalog(
+        MySQLConfig(
+            host=stack.mariadb.host,
+            port=stack.mariadb.port,
+            user="root",
+            password_file=str(local_stack.secret_file(stack, "mysql_root_password")),
+        )
+    )
     delta = DeltaSink(work / "delta")
     pg = PostgresSink(stack.postgres)
     schemas, keys = {}, {"items": ["id"], "pair keys": ["region", "code"], "nokey": ["a"]}
     for name in keys:
         spec = catalog.table_spec(db, name)
         schemas[name] = arrow_schema(spec)
-        conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                               password=stack.mariadb.root_password)
+        conn = pymysql.connect(
+            host=stack.mariadb.host, port=stack.mariadb.port, user="root", password=stack.mariadb.root_password
+        )
         rows = pipeline_rows(conn, spec, keys[name])
         conn.close()
         for sink in (delta, pg):
             sink.ensure_table((db, name), schemas[name], keys[name])
             sink.apply((db, name), 1, changes(rows, "r", 1))
-    cfg = write_merger_config(stack, work / "merger.yaml", "unused", [db], work,
-                              **{"snapshot.chunk_size": 100, "snapshot.chunk_keys": {f"{db}.nokey": ["a"]}})
+    cfg = write_merger_config(
+        stack,
+        work / "merger.yaml",
+        "unused",
+        [db],
+        work,
+        **{"snapshot.chunk_size": 100, "snapshot.chunk_keys": {f"{db}.nokey": ["a"]}},
+    )
     yield {"db": db, "cfg": cfg, "work": work, "delta": delta, "pg": pg, "schemas": schemas, "stack": stack}
     pg.close()
 
@@ -142,7 +183,9 @@ def test_equal_tables_pass(world):
     finally:
         checker.close()
     assert [(r.sink, r.verdict, r.source_rows, r.chunks) for r in results] == [
-        ("delta", "equal", len(REGIONS) * 60, 5), ("postgres", "equal", len(REGIONS) * 60, 5)]
+        ("delta", "equal", len(REGIONS) * 60, 5),
+        ("postgres", "equal", len(REGIONS) * 60, 5),
+    ]
     # the human-readable table, and one table by name
     res = run_cli("verify", f"{db}.items", "-c", str(world["cfg"]), "--sink", "postgres")
     assert res.returncode == 0, res.stderr
@@ -180,8 +223,12 @@ def test_differences_are_found_with_their_keys(world):
     assert p_pairs["missing"] == [["gamma", "k001"]]
     assert p_pairs["extra"] == [["beta", "K000"]]
     assert p_pairs["different"] == [{"key": ["Zeta", "K010"], "columns": ["v"]}]
-    for other in ((f"{db}.items", "postgres"), (f"{db}.pair keys", "delta"), (f"{db}.nokey", "delta"),
-                  (f"{db}.nokey", "postgres")):
+    for other in (
+        (f"{db}.items", "postgres"),
+        (f"{db}.pair keys", "delta"),
+        (f"{db}.nokey", "delta"),
+        (f"{db}.nokey", "postgres"),
+    ):
         assert t[other]["verdict"] == "equal", t[other]
 
     res = run_cli("verify", f"{db}.items", "-c", str(world["cfg"]), "--retries", "0", "--sink", "delta")
@@ -201,7 +248,7 @@ def test_differences_are_found_with_their_keys(world):
 
 def test_rows_in_flight_are_not_reported(world):
     """A chunk that differs at first and is equal on re-check is equal (the sink caught up)."""
-    from cdc.config import load_model, MergerConfig
+    from cdc.config import MergerConfig, load_model
     from merger.verifier import TableVerifier
 
     db, delta = world["db"], world["delta"]
@@ -218,8 +265,16 @@ def test_rows_in_flight_are_not_reported(world):
     source = SourceReader(cfg.mysql)
     try:
         table = source.describe(db, "items")
-        [res] = TableVerifier(source, table, ["id"], {"delta": DeltaReader(str(world["work"] / "delta"))}, 100,
-                              retries=3, retry_wait=0.5, sleep=catch_up).run()
+        [res] = TableVerifier(
+            source,
+            table,
+            ["id"],
+            {"delta": DeltaReader(str(world["work"] / "delta"))},
+            100,
+            retries=3,
+            retry_wait=0.5,
+            sleep=catch_up,
+        ).run()
     finally:
         source.close()
     assert waits == [0.5]
@@ -229,10 +284,11 @@ def test_rows_in_flight_are_not_reported(world):
 def test_user_errors_are_one_line(world, tmp_path):
     db, cfg = world["db"], world["cfg"]
     for args, expected in (
-            ((f"{db}.nope",), "unknown table"),
-            (("nodot",), "<database>.<table>"),
-            (("--sink", "kafka"), "--sink"),
-            (("--retry-wait", "soon"), "--retry-wait")):
+        ((f"{db}.nope",), "unknown table"),
+        (("nodot",), "<database>.<table>"),
+        (("--sink", "kafka"), "--sink"),
+        (("--retry-wait", "soon"), "--retry-wait"),
+    ):
         res = run_cli("verify", "-c", str(cfg), *args)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert expected in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -91,23 +91,58 @@ def sink_rows(sink: str) -> list[dict]:
     """The values each sink must hold for SOURCE_ROWS, written out by hand."""
     pg = sink == "postgres"
     return [
-        {"id": 1, "u": Decimal(18446744073709551615), "d": D65 if pg else str(D65), "b1": True,
-         "b12": b"\x0c\x61", "b64": b"\xff" * 8,
-         "t": dt.timedelta(hours=838, minutes=59, seconds=59) if pg else 3020399 * 10**6,
-         "dt6": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
-         "ts": dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=UTC), "dd": dt.date(9999, 12, 31), "y": 2155,
-         "zd": dt.date(1970, 1, 1), "zdn": None, "c": "ab",
-         "s": "emoji 😀 ab" if pg else "emoji 😀 a\x00b",  # PostgreSQL: nul_policy strip
-         "vb": b"a\x00\x00", "bn": b"a\x00\x00\x00",
-         "j": {"a": [1.0, 2], "b": 1} if pg else '{"b": 1, "a": [1.0, 2]}', "e": "", "st": "x,y",
-         "f": F32_PI, "db": 1.7976931348623157e308, "g": WKB_1_2, "bo": True},
-        {"id": 2, "u": Decimal(0), "d": D65_MIN if pg else str(D65_MIN), "b1": False, "b12": b"\x00\x00",
-         "b64": b"\x80" + b"\x00" * 7,
-         "t": -dt.timedelta(hours=838, minutes=59, seconds=59) if pg else -3020399 * 10**6,
-         "dt6": dt.datetime(1000, 1, 1), "ts": dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
-         "dd": dt.date(1000, 1, 1), "y": 1901, "zd": dt.date(2020, 2, 29), "zdn": None, "c": "", "s": "",
-         "vb": b"", "bn": b"\x00" * 4, "j": [] if pg else "[]", "e": "b", "st": "", "f": -3.4028234663852886e+38,
-         "db": -2.2250738585072014e-308, "g": WKB_0_0, "bo": False},
+        {
+            "id": 1,
+            "u": Decimal(18446744073709551615),
+            "d": D65 if pg else str(D65),
+            "b1": True,
+            "b12": b"\x0c\x61",
+            "b64": b"\xff" * 8,
+            "t": dt.timedelta(hours=838, minutes=59, seconds=59) if pg else 3020399 * 10**6,
+            "dt6": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+            "ts": dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=UTC),
+            "dd": dt.date(9999, 12, 31),
+            "y": 2155,
+            "zd": dt.date(1970, 1, 1),
+            "zdn": None,
+            "c": "ab",
+            "s": "emoji 😀 ab" if pg else "emoji 😀 a\x00b",  # PostgreSQL: nul_policy strip
+            "vb": b"a\x00\x00",
+            "bn": b"a\x00\x00\x00",
+            "j": {"a": [1.0, 2], "b": 1} if pg else '{"b": 1, "a": [1.0, 2]}',
+            "e": "",
+            "st": "x,y",
+            "f": F32_PI,
+            "db": 1.7976931348623157e308,
+            "g": WKB_1_2,
+            "bo": True,
+        },
+        {
+            "id": 2,
+            "u": Decimal(0),
+            "d": D65_MIN if pg else str(D65_MIN),
+            "b1": False,
+            "b12": b"\x00\x00",
+            "b64": b"\x80" + b"\x00" * 7,
+            "t": -dt.timedelta(hours=838, minutes=59, seconds=59) if pg else -3020399 * 10**6,
+            "dt6": dt.datetime(1000, 1, 1),
+            "ts": dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
+            "dd": dt.date(1000, 1, 1),
+            "y": 1901,
+            "zd": dt.date(2020, 2, 29),
+            "zdn": None,
+            "c": "",
+            "s": "",
+            "vb": b"",
+            "bn": b"\x00" * 4,
+            "j": [] if pg else "[]",
+            "e": "b",
+            "st": "",
+            "f": -3.4028234663852886e38,
+            "db": -2.2250738585072014e-308,
+            "g": WKB_0_0,
+            "bo": False,
+        },
         {**NULLS, "id": 3, "y": 0, "zd": dt.date(1970, 1, 1)},
     ]
 
@@ -116,8 +151,9 @@ def _pg_connect(stack):
     import psycopg
 
     pg = stack.postgres
-    return psycopg.connect(host=pg.host, port=pg.port, user=pg.user, password=pg.password, dbname=pg.database,
-                           autocommit=True)
+    return psycopg.connect(
+        host=pg.host, port=pg.port, user=pg.user, password=pg.password, dbname=pg.database, autocommit=True
+    )
 
 
 def write_postgres(stack, schema: str, table: str, rows: list[dict]) -> None:
@@ -129,12 +165,17 @@ def write_postgres(stack, schema: str, table: str, rows: list[dict]) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         cols = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(pg)) for n, (_, pg, _) in COLUMNS.items()]
         cols.append(sql.SQL("_cdc_seq bigint NOT NULL"))
-        conn.execute(sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY (id))").format(
-            sql.Identifier(schema, table), sql.SQL(", ").join(cols)))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY (id))").format(
+                sql.Identifier(schema, table), sql.SQL(", ").join(cols)
+            )
+        )
         names = list(COLUMNS) + ["_cdc_seq"]
         insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-            sql.Identifier(schema, table), sql.SQL(", ").join(map(sql.Identifier, names)),
-            sql.SQL(", ").join(sql.Placeholder() * len(names)))
+            sql.Identifier(schema, table),
+            sql.SQL(", ").join(map(sql.Identifier, names)),
+            sql.SQL(", ").join(sql.Placeholder() * len(names)),
+        )
         for r in rows:
             values = [Jsonb(r[n]) if n == "j" and r[n] is not None else r[n] for n in COLUMNS]
             conn.execute(insert, values + [1])
@@ -153,8 +194,13 @@ def world(stack, tmp_path_factory):
     import uuid
 
     db = "vm" + uuid.uuid4().hex[:8]
-    conn = pymysql.connect(host=stack.mariadb.host, port=stack.mariadb.port, user="root",
-                           password=stack.mariadb.root_password, autocommit=True)
+    conn = pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        autocommit=True,
+    )
     with conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = ''")
         cur.execute("SET time_zone = '+00:00'")
@@ -182,9 +228,14 @@ def copies(world, tag: str, pg_rows: list[dict], delta_rows: list[dict], nul_pol
     base = world["work"] / tag
     write_delta(base, world["db"], "tricky", delta_rows)
     pg = world["stack"].postgres
-    return {"delta": DeltaReader(str(base)),
-            "postgres": PostgresReader({"host": pg.host, "port": pg.port, "user": pg.user, "password": pg.password,
-                                        "dbname": pg.database}, schema=schema, nul_policy=nul_policy)}
+    return {
+        "delta": DeltaReader(str(base)),
+        "postgres": PostgresReader(
+            {"host": pg.host, "port": pg.port, "user": pg.user, "password": pg.password, "dbname": pg.database},
+            schema=schema,
+            nul_policy=nul_policy,
+        ),
+    }
 
 
 def source_reader(world) -> SourceReader:
@@ -243,38 +294,61 @@ def _set(rows: list[dict], key: int, **values) -> list[dict]:
 def _mutations():
     """(name, function(rows, sink) -> rows, expected: ('different', key, column) |
     ('missing', key) | ('extra', key), sinks to mutate)"""
+
     def shift(v, **kw):
         return v + dt.timedelta(**kw)
+
     return [
         ("bit byte order reversed", lambda r, s: _set(r, 1, b12=b"\x61\x0c"), ("different", 1, "b12")),
         ("bit64 byte order reversed", lambda r, s: _set(r, 2, b64=b"\x00" * 7 + b"\x80"), ("different", 2, "b64")),
         ("bit(1) flipped", lambda r, s: _set(r, 2, b1=True), ("different", 2, "b1")),
         ("timestamp shifted by a zone", lambda r, s: _set(r, 1, ts=shift(r[0]["ts"], hours=1)), ("different", 1, "ts")),
-        ("timestamp read as local time", lambda r, s: _set(
-            r, 2, ts=dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=2)))),
-         ("different", 2, "ts")),
-        ("decimal scale changed", lambda r, s: _set(
-            r, 1, d=D65.scaleb(-1) if s == "postgres" else str(D65.scaleb(-1))), ("different", 1, "d")),
-        ("decimal last digit", lambda r, s: _set(
-            r, 1, d=Decimal(str(D65)[:-1] + "2") if s == "postgres" else str(D65)[:-1] + "2"),
-         ("different", 1, "d")),
+        (
+            "timestamp read as local time",
+            lambda r, s: _set(r, 2, ts=dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=2)))),
+            ("different", 2, "ts"),
+        ),
+        (
+            "decimal scale changed",
+            lambda r, s: _set(r, 1, d=D65.scaleb(-1) if s == "postgres" else str(D65.scaleb(-1))),
+            ("different", 1, "d"),
+        ),
+        (
+            "decimal last digit",
+            lambda r, s: _set(r, 1, d=Decimal(str(D65)[:-1] + "2") if s == "postgres" else str(D65)[:-1] + "2"),
+            ("different", 1, "d"),
+        ),
         ("unsigned max wrapped", lambda r, s: _set(r, 1, u=Decimal(-1)), ("different", 1, "u")),
         ("string one char short", lambda r, s: _set(r, 1, s=r[0]["s"][:-1]), ("different", 1, "s")),
         ("char padded", lambda r, s: _set(r, 1, c="ab   "), ("different", 1, "c")),
         ("varbinary trailing zero dropped", lambda r, s: _set(r, 1, vb=b"a\x00"), ("different", 1, "vb")),
         ("binary padding dropped", lambda r, s: _set(r, 1, bn=b"a"), ("different", 1, "bn")),
-        ("time beyond 24 h wrapped", lambda r, s: _set(
-            r, 1, t=dt.timedelta(hours=22, minutes=59, seconds=59) if s == "postgres" else 82799 * 10**6),
-         ("different", 1, "t")),
-        ("negative time as positive", lambda r, s: _set(
-            r, 2, t=dt.timedelta(hours=838, minutes=59, seconds=59) if s == "postgres" else 3020399 * 10**6),
-         ("different", 2, "t")),
-        ("datetime microsecond lost", lambda r, s: _set(r, 1, dt6=dt.datetime(9999, 12, 31, 23, 59, 59, 999000)),
-         ("different", 1, "dt6")),
+        (
+            "time beyond 24 h wrapped",
+            lambda r, s: _set(
+                r, 1, t=dt.timedelta(hours=22, minutes=59, seconds=59) if s == "postgres" else 82799 * 10**6
+            ),
+            ("different", 1, "t"),
+        ),
+        (
+            "negative time as positive",
+            lambda r, s: _set(
+                r, 2, t=dt.timedelta(hours=838, minutes=59, seconds=59) if s == "postgres" else 3020399 * 10**6
+            ),
+            ("different", 2, "t"),
+        ),
+        (
+            "datetime microsecond lost",
+            lambda r, s: _set(r, 1, dt6=dt.datetime(9999, 12, 31, 23, 59, 59, 999000)),
+            ("different", 1, "dt6"),
+        ),
         ("zero date in a NOT NULL column as NULL", lambda r, s: _set(r, 1, zd=None), ("different", 1, "zd")),
         ("year 0 as 1900", lambda r, s: _set(r, 3, y=1900), ("different", 3, "y")),
-        ("json value changed", lambda r, s: _set(
-            r, 1, j={"a": [1.0, 3], "b": 1} if s == "postgres" else '{"b": 1, "a": [1.0, 3]}'), ("different", 1, "j")),
+        (
+            "json value changed",
+            lambda r, s: _set(r, 1, j={"a": [1.0, 3], "b": 1} if s == "postgres" else '{"b": 1, "a": [1.0, 3]}'),
+            ("different", 1, "j"),
+        ),
         ("enum '' as NULL", lambda r, s: _set(r, 1, e=None), ("different", 1, "e")),
         ("float changed", lambda r, s: _set(r, 1, f=3.1416), ("different", 1, "f")),
         ("geometry changed", lambda r, s: _set(r, 2, g=WKB_1_2), ("different", 2, "g")),
@@ -287,8 +361,9 @@ def _mutations():
 @pytest.mark.parametrize("name,mutate,expected", _mutations(), ids=[m[0] for m in _mutations()])
 def test_every_mutation_is_found(world, name, mutate, expected):
     tag = "m" + str(abs(hash(name)) % 10**8)
-    found = verify(world, copies(world, tag, mutate(sink_rows("postgres"), "postgres"),
-                                 mutate(sink_rows("delta"), "delta")))
+    found = verify(
+        world, copies(world, tag, mutate(sink_rows("postgres"), "postgres"), mutate(sink_rows("delta"), "delta"))
+    )
     for sink, (res, whole) in found.items():
         assert res.verdict == "different", (name, sink, res)
         assert not whole.ok, (name, sink)
@@ -325,29 +400,48 @@ def test_the_command_passes_and_fails(world, tmp_path):
     representation, little-endian (exit 1, the column named)."""
     stack = world["stack"]
     copies(world, "cliok", sink_rows("postgres"), sink_rows("delta"))
-    little = copies(world, "clibit", _set(sink_rows("postgres"), 1, b12=b"\x61\x0c"),
-                    _set(sink_rows("delta"), 1, b12=b"\x61\x0c"))
+    little = copies(
+        world, "clibit", _set(sink_rows("postgres"), 1, b12=b"\x61\x0c"), _set(sink_rows("delta"), 1, b12=b"\x61\x0c")
+    )
     from cdc import stack as local_stack
 
     def config(tag):
-        cfg = {"topic_prefix": "unused",
-               "mysql": {"host": stack.mariadb.host, "port": stack.mariadb.port, "user": "root",
-                         "password_file": str(local_stack.secret_file(stack, "mysql_root_password"))},
-               "kafka": {"bootstrap_servers": stack.kafka.bootstrap},
-               "table_include": [f"{world['db']}\\.tricky"], "state_dir": str(tmp_path / "state"),
-               "sinks": {"delta": {"path": str(world["work"] / tag)},
-                         "postgres": {"host": stack.postgres.host, "port": stack.postgres.port,
-                                      "user": stack.postgres.user, "dbname": stack.postgres.database,
-                                      "schema": f"{world['db']}_{tag}",
-                                      "password_file": str(local_stack.secret_file(stack, "postgres_password"))}},
-               "snapshot": {"chunk_size": 100}}
+        cfg = {
+            "topic_prefix": "unused",
+            "mysql": {
+                "host": stack.mariadb.host,
+                "port": stack.mariadb.port,
+                "user": "root",
+                "password_file": str(local_stack.secret_file(stack, "mysql_root_password")),
+            },
+            "kafka": {"bootstrap_servers": stack.kafka.bootstrap},
+            "table_include": [f"{world['db']}\\.tricky"],
+            "state_dir": str(tmp_path / "state"),
+            "sinks": {
+                "delta": {"path": str(world["work"] / tag)},
+                "postgres": {
+                    "host": stack.postgres.host,
+                    "port": stack.postgres.port,
+                    "user": stack.postgres.user,
+                    "dbname": stack.postgres.database,
+                    "schema": f"{world['db']}_{tag}",
+                    "password_file": str(local_stack.secret_file(stack, "postgres_password")),
+                },
+            },
+            "snapshot": {"chunk_size": 100},
+        }
         path = tmp_path / f"{tag}.yaml"
         path.write_text(yaml.safe_dump(cfg))
         return path
 
     for tag, code in (("cliok", 0), ("clibit", 1)):
-        res = subprocess.run([sys.executable, "-m", "cdc.cli", "verify", "-c", str(config(tag)), "--json",
-                              "--retries", "0"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        res = subprocess.run(
+            [sys.executable, "-m", "cdc.cli", "verify", "-c", str(config(tag)), "--json", "--retries", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
         assert res.returncode == code, (tag, res.stdout, res.stderr)
         data = json.loads(res.stdout)
         for t in data["tables"]:

@@ -69,8 +69,9 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------ planning (driver)
 
-    def _snapshot(self, known: Mapping[TP, int], scan_cap: int | None,
-                  probe_end: bool = True) -> tuple[dict[TP, int], dict[TP, int]]:
+    def _snapshot(
+        self, known: Mapping[TP, int], scan_cap: int | None, probe_end: bool = True
+    ) -> tuple[dict[TP, int], dict[TP, int]]:
         """``(base, latest)`` for every known or currently matching partition: ``base`` is
         where the next batch starts (the known offset, or the earliest offset of a new
         partition), ``latest`` the end of what is readable now (never below ``base``)."""
@@ -101,8 +102,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             wanted = parse_offsets(json.loads(spec))
         except (ValueError, AttributeError, TypeError) as exc:
-            raise KafkaSourceError(
-                f"startingOffsets is not earliest, latest or JSON: {exc}") from None
+            raise KafkaSourceError(f"startingOffsets is not earliest, latest or JSON: {exc}") from None
         earliest, latest = self._snapshot({}, None)
         out = dict(earliest)
         for tp, o in wanted.items():
@@ -145,8 +145,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             base, latest = self._snapshot(known, self.opts.scan_max_records)
         self._last_latest = dict(latest)
         if self._target is not None:
-            latest = {tp: max(base[tp], min(latest[tp], self._target.get(tp, base[tp])))
-                      for tp in base}
+            latest = {tp: max(base[tp], min(latest[tp], self._target.get(tp, base[tp]))) for tp in base}
         if isinstance(limit, ReadMaxRows):
             end = plan_end(base, latest, limit.max_rows)
         elif isinstance(limit, ReadAllAvailable):
@@ -164,8 +163,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = parse_offsets(start), parse_offsets(end)
         begin.pop(TICK_TP, None)
         stop.pop(TICK_TP, None)
-        return pack_ranges(plan_ranges(begin, stop, self.opts.max_records_per_partition),
-                           self.opts.records_per_task)
+        return pack_ranges(plan_ranges(begin, stop, self.opts.max_records_per_partition), self.opts.records_per_task)
 
     def commit(self, end: dict) -> None:
         # the Spark checkpoint is the position; nothing is committed to Kafka

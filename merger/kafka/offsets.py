@@ -81,8 +81,7 @@ def allocate_limit(available: Mapping[TP, int], max_rows: int, rotate: int = 0) 
     return alloc
 
 
-def plan_end(base: Mapping[TP, int], latest: Mapping[TP, int],
-             max_rows: int | None) -> dict[TP, int]:
+def plan_end(base: Mapping[TP, int], latest: Mapping[TP, int], max_rows: int | None) -> dict[TP, int]:
     """End offsets of the next micro-batch: ``latest`` (never below ``base``), cut to
     ``max_rows`` offsets in total by :func:`allocate_limit` if given."""
     avail = {tp: max(0, latest.get(tp, b) - b) for tp, b in base.items()}
@@ -110,8 +109,9 @@ class KafkaRange(InputPartition):
         return hash((self.topic, self.partition, self.start, self.end))
 
 
-def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int],
-                max_records_per_partition: int | None = None) -> list[KafkaRange]:
+def plan_ranges(
+    start: Mapping[TP, int], end: Mapping[TP, int], max_records_per_partition: int | None = None
+) -> list[KafkaRange]:
     """Input partitions for the offsets between two checkpointed offsets. Partitions absent
     from ``start`` are new: read from their earliest offset. Partitions absent from ``end``
     (cannot happen with offsets of this source) are not read."""
@@ -165,8 +165,9 @@ def pack_ranges(ranges: Sequence[KafkaRange], records_per_task: int) -> list[Kaf
     groups: list[list[KafkaRange]] = [[] for _ in range(count)]
     loads = [0] * count
     for r in sorted(ranges, key=lambda r: (-range_size(r), r.topic, r.partition, r.start)):
-        free = [i for i in range(len(groups))
-                if all((g.topic, g.partition) != (r.topic, r.partition) for g in groups[i])]
+        free = [
+            i for i in range(len(groups)) if all((g.topic, g.partition) != (r.topic, r.partition) for g in groups[i])
+        ]
         if not free:
             groups.append([])
             loads.append(0)

@@ -38,7 +38,7 @@ class SourceOptions:
         path = opts.get("kafkaconfigfile")
         if path:
             conf.update(_read_properties(path))
-        conf.update({k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")})
+        conf.update({k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")})
         conf.update(_secret_options(opts))
         if not conf.get("bootstrap.servers"):
             raise KafkaSourceError("option kafka.bootstrap.servers is required")
@@ -100,12 +100,14 @@ class SourceOptions:
             **defaults,
         }
         conf.update(self.kafka_conf)
-        conf.update({
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error" if self.fail_on_data_loss else "earliest",
-        })
+        conf.update(
+            {
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error" if self.fail_on_data_loss else "earliest",
+            }
+        )
         return conf
 
 
@@ -116,12 +118,12 @@ def _secret_options(opts: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, ref in opts.items():
         if key.startswith("kafkasecretenv."):
-            prop = key[len("kafkasecretenv."):]
+            prop = key[len("kafkasecretenv.") :]
             if ref not in os.environ:
                 raise KafkaSourceError(f"option {key}: environment variable {ref} is not set")
             out[prop] = os.environ[ref]
         elif key.startswith("kafkasecretfile."):
-            prop = key[len("kafkasecretfile."):]
+            prop = key[len("kafkasecretfile.") :]
             try:
                 with open(ref, encoding="utf-8") as f:
                     out[prop] = f.read().rstrip("\n")

@@ -61,17 +61,18 @@ class Broker:
         from confluent_kafka.admin import OffsetSpec
 
         spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()
-        iso = (IsolationLevel.READ_UNCOMMITTED
-               if self._consumer_conf.get("isolation.level") == "read_uncommitted"
-               else IsolationLevel.READ_COMMITTED)
+        iso = (
+            IsolationLevel.READ_UNCOMMITTED
+            if self._consumer_conf.get("isolation.level") == "read_uncommitted"
+            else IsolationLevel.READ_COMMITTED
+        )
         futures = self.admin.list_offsets(
-            {TopicPartition(t, p): spec for t, p in tps}, isolation_level=iso,
-            request_timeout=self.opts.probe_timeout_s)
+            {TopicPartition(t, p): spec for t, p in tps}, isolation_level=iso, request_timeout=self.opts.probe_timeout_s
+        )
         out = {}
         for tp, fut in futures.items():
             try:
-                out[(tp.topic, tp.partition)] = fut.result(
-                    timeout=self.opts.probe_timeout_s + 5).offset
+                out[(tp.topic, tp.partition)] = fut.result(timeout=self.opts.probe_timeout_s + 5).offset
             except Exception as exc:  # noqa: BLE001 - e.g. a topic still being created
                 # skipped for this trigger: a new partition is found again next time, a
                 # known one keeps its offset (no progress) until the broker answers
@@ -145,8 +146,9 @@ class Broker:
                     log.debug("end probe: seek %s to %d: %s", tp, o, exc)
         return fresh
 
-    def _read_tails(self, froms: Mapping[TP, int], out: dict[TP, int], cap: int | None,
-                    fresh: bool, paused: list[Any]) -> None:
+    def _read_tails(
+        self, froms: Mapping[TP, int], out: dict[TP, int], cap: int | None, fresh: bool, paused: list[Any]
+    ) -> None:
         """Consume until every partition reached EOF or ``cap`` records (those are paused and
         added to ``paused``), the probe timeout passed or nothing came for a moment; raise
         ``out[tp]`` to the highest offset seen + 1."""
@@ -164,8 +166,7 @@ class Broker:
         idle_first_s, idle_after_s = 0.3, 0.06
         idle_s = idle_first_s if fresh else idle_after_s
         last_activity = time.monotonic()
-        while (len(done) < len(froms) and time.monotonic() < deadline
-               and time.monotonic() - last_activity < idle_s):
+        while len(done) < len(froms) and time.monotonic() < deadline and time.monotonic() - last_activity < idle_s:
             msgs = c.consume(num_messages=5000, timeout=0)
             if not msgs:
                 msgs = c.consume(num_messages=1, timeout=0.02)
@@ -184,8 +185,7 @@ class Broker:
                         raise KafkaSourceError(f"end probe of {tp}: {err}")
                     else:
                         log.warning("end probe of %s: %s", tp, err)
-                        if err.code() in (KafkaError._AUTO_OFFSET_RESET,
-                                          KafkaError.OFFSET_OUT_OF_RANGE):
+                        if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                             done.add(tp)
                     continue
                 out[tp] = max(out[tp], m.offset() + 1)
@@ -195,8 +195,9 @@ class Broker:
                     c.pause([paused[-1]])
                     done.add(tp)
         if len(done) < len(froms) and time.monotonic() >= deadline:
-            log.warning("end probe: no partition EOF within %.1fs for %s",
-                        self.opts.probe_timeout_s, sorted(set(froms) - done))
+            log.warning(
+                "end probe: no partition EOF within %.1fs for %s", self.opts.probe_timeout_s, sorted(set(froms) - done)
+            )
 
     def _reset_scan(self) -> None:
         try:

@@ -31,16 +31,18 @@ log = logging.getLogger("cdc.merger.kafka")
 
 # the columns of Spark's own Kafka source with includeHeaders=true
 HEADER_TYPE = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-SCHEMA = StructType([
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()),
-    StructField("timestampType", IntegerType()),
-    StructField("headers", ArrayType(HEADER_TYPE)),
-])
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField("headers", ArrayType(HEADER_TYPE)),
+    ]
+)
 
 
 def fetch_max_bytes(ranges: Sequence[KafkaRange]) -> int:
@@ -57,8 +59,7 @@ def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) 
     return read_ranges(opts, [r], schema)
 
 
-def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange],
-                schema: StructType = SCHEMA) -> Iterator[Any]:
+def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: StructType = SCHEMA) -> Iterator[Any]:
     """Yield pyarrow RecordBatches with the records of ranges ``[r.start, r.end)`` (at most
     one per topic partition), all assigned to one consumer. A range is done when offset
     ``end-1`` was delivered or the consumer position reached ``end`` (transaction markers
@@ -135,8 +136,9 @@ class _RangeReads:
             if start < 0:
                 # a partition new in this batch: its earliest offset, asked for directly
                 # (assigning OFFSET_EARLIEST cost every such read 500 ms in librdkafka)
-                start, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
-                                                          timeout=opts.probe_timeout_s, cached=False)
+                start, _ = consumer.get_watermark_offsets(
+                    TopicPartition(r.topic, r.partition), timeout=opts.probe_timeout_s, cached=False
+                )
             if start < r.end:
                 self.by_tp[(r.topic, r.partition)] = r
                 self.position[(r.topic, r.partition)] = start
@@ -188,7 +190,8 @@ class _RangeReads:
             raise KafkaSourceError(
                 f"{where}: offset {at} is no longer available ({err}); records "
                 f"were deleted before they were read (set failOnDataLoss=false to "
-                f"continue from the earliest offset)")
+                f"continue from the earliest offset)"
+            )
         if err.fatal():
             raise KafkaSourceError(f"{where}: {err}")
         log.warning("%s: %s", where, err)
@@ -212,4 +215,5 @@ class _RangeReads:
         tp = min(self.unfinished)
         raise KafkaSourceError(
             f"{self.by_tp[tp]}: no progress for {self.opts.read_timeout_s:.0f}s at offset {self.position[tp]}; "
-            f"the broker does not serve the offsets up to {self.by_tp[tp].end} (readTimeoutMs)")
+            f"the broker does not serve the offsets up to {self.by_tp[tp].end} (readTimeoutMs)"
+        )

@@ -97,8 +97,7 @@ class Sink(abc.ABC):
     different tables; calls for one table must not overlap."""
 
     @abc.abstractmethod
-    def ensure_table(self, table: TableId, arrow_schema: pa.Schema,
-                     key_columns: Sequence[str]) -> list[str]:
+    def ensure_table(self, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
         """Create the table or follow compatible changes. Returns what was done (e.g.
         ``["created"]``, ``["added column x", "widened y integer -> bigint"]``, ``[]``)."""
 
@@ -124,8 +123,7 @@ class Sink(abc.ABC):
         """Whether the sink table exists."""
         raise NotImplementedError(f"{type(self).__name__} cannot be verified by key range")
 
-    def rows_in_range(self, table: TableId, key_columns: Sequence[str], lo: tuple | None,
-                      hi: tuple | None) -> pa.Table:
+    def rows_in_range(self, table: TableId, key_columns: Sequence[str], lo: tuple | None, hi: tuple | None) -> pa.Table:
         """The user-visible rows whose key k has ``lo <= k < hi`` (None: unbounded), keys
         compared as Python compares the values: code point order for strings, whatever
         the sink's collation. Ranges cut at the same bounds therefore never overlap."""
@@ -218,8 +216,9 @@ def latest_per_key(table: TableId, changes: Changes, keys: Sequence[str]) -> pa.
     n = t.num_rows
     row = "_cdc_row"
     work = t.append_column(row, pa.array(range(n), pa.int64()))
-    order = pc.sort_indices(work, sort_keys=[(k, "ascending") for k in keys]
-                            + [(SEQ, "descending"), (row, "descending")])
+    order = pc.sort_indices(
+        work, sort_keys=[(k, "ascending") for k in keys] + [(SEQ, "descending"), (row, "descending")]
+    )
     s = t.take(order)
     if n == 1:
         return s

@@ -67,12 +67,25 @@ import pyarrow.dataset as ds
 
 from merger.sinks import types as T
 from merger.sinks.base import (
-    DELETE_OP, OP, SEQ, Changes, IncompatibleSchemaChange, Sink, SinkError, SinkUnavailable,
-    TableId, as_table_id, cast_columns, check_keys, latest_per_key, user_fields,
+    DELETE_OP,
+    OP,
+    SEQ,
+    Changes,
+    IncompatibleSchemaChange,
+    Sink,
+    SinkError,
+    SinkUnavailable,
+    TableId,
+    as_table_id,
+    cast_columns,
+    check_keys,
+    latest_per_key,
+    user_fields,
 )
 
 try:
-    from deltalake import CommitProperties, DeltaTable, Schema as DeltaSchema, Transaction, write_deltalake
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake import Schema as DeltaSchema
     from deltalake.exceptions import DeltaError, TableNotFoundError
 except ImportError as _exc:  # pragma: no cover
     raise ImportError("the Delta sink needs the deltalake package: pip install deltalake") from _exc
@@ -126,8 +139,9 @@ def _txn(app_id: str, version: int) -> CommitProperties:
 
 
 class DeltaSink(Sink):
-    def __init__(self, base_path: str | os.PathLike, storage_options: dict[str, str] | None = None,
-                 writer_properties=None):
+    def __init__(
+        self, base_path: str | os.PathLike, storage_options: dict[str, str] | None = None, writer_properties=None
+    ):
         self.base = str(base_path).rstrip("/")
         self.storage_options = storage_options
         self.writer_properties = writer_properties
@@ -169,8 +183,9 @@ class DeltaSink(Sink):
             return None
         tomb = self._open(self.tombstone_path(table))
         if tomb is None:
-            raise SinkError(f"table {table}: tombstone table missing at {self.tombstone_path(table)}; "
-                            f"call ensure_table to repair")
+            raise SinkError(
+                f"table {table}: tombstone table missing at {self.tombstone_path(table)}; call ensure_table to repair"
+            )
         keys = [n for n in _arrow_schema(tomb).names if n != SEQ]
         schema = _arrow_schema(main)
         columns = {f.name: f.type for f in schema if f.name != SEQ}
@@ -209,10 +224,13 @@ class DeltaSink(Sink):
             raise self._io_error(exc, self.table_path(table)) from None
 
     def _schemas(self, keys, columns: dict[str, pa.DataType]) -> tuple[pa.Schema, pa.Schema]:
-        main = pa.schema([pa.field(c, t, nullable=c not in keys) for c, t in columns.items()]
-                         + [pa.field(SEQ, pa.int64(), nullable=False)])
-        tomb = pa.schema([pa.field(k, columns[k], nullable=False) for k in keys]
-                         + [pa.field(SEQ, pa.int64(), nullable=False)])
+        main = pa.schema(
+            [pa.field(c, t, nullable=c not in keys) for c, t in columns.items()]
+            + [pa.field(SEQ, pa.int64(), nullable=False)]
+        )
+        tomb = pa.schema(
+            [pa.field(k, columns[k], nullable=False) for k in keys] + [pa.field(SEQ, pa.int64(), nullable=False)]
+        )
         return main, tomb
 
     def _ensure(self, table: TableId, keys, wanted) -> list[str]:
@@ -222,17 +240,28 @@ class DeltaSink(Sink):
             main_schema, tomb_schema = self._schemas(keys, wanted)
             # tombstones first (emptied: a re-created table forgets the old deletes), then the
             # table; the table's existence marks a completed creation.
-            write_deltalake(tomb_path, tomb_schema.empty_table(), mode="overwrite", schema_mode="overwrite",
-                            storage_options=self.storage_options)
-            DeltaTable.create(main_path, main_schema, mode="error", name=table.table,
-                              description=f"CDC copy of {table.database}.{table.table}; key {keys}; "
-                                          f"{SEQ} = sequence of the last applied change",
-                              storage_options=self.storage_options)
+            write_deltalake(
+                tomb_path,
+                tomb_schema.empty_table(),
+                mode="overwrite",
+                schema_mode="overwrite",
+                storage_options=self.storage_options,
+            )
+            DeltaTable.create(
+                main_path,
+                main_schema,
+                mode="error",
+                name=table.table,
+                description=f"CDC copy of {table.database}.{table.table}; key {keys}; "
+                f"{SEQ} = sequence of the last applied change",
+                storage_options=self.storage_options,
+            )
             return ["created"]
         main, tomb, old_keys, columns = current
         if old_keys is not None and set(old_keys) != set(keys):
             raise IncompatibleSchemaChange(
-                f"incompatible schema change for {table}: key columns change from {old_keys} to {keys}")
+                f"incompatible schema change for {table}: key columns change from {old_keys} to {keys}"
+            )
         added, widened, done = [], {}, []
         for c, new in wanted.items():
             if c not in columns:
@@ -242,7 +271,8 @@ class DeltaSink(Sink):
             verdict = T.compare(old, new)
             if verdict is None:
                 raise IncompatibleSchemaChange(
-                    f"incompatible schema change for {table}: column {c!r} cannot change from {old} to {new}")
+                    f"incompatible schema change for {table}: column {c!r} cannot change from {old} to {new}"
+                )
             if verdict == T.WIDEN:
                 widened[c] = new
         if added:
@@ -257,8 +287,13 @@ class DeltaSink(Sink):
             if tomb is None:
                 # lost tombstones: only possible if someone deleted them
                 log.warning("table %s: tombstone table missing, recreating it empty", table)
-                write_deltalake(tomb_path, tomb_schema.empty_table(), mode="overwrite", schema_mode="overwrite",
-                                storage_options=self.storage_options)
+                write_deltalake(
+                    tomb_path,
+                    tomb_schema.empty_table(),
+                    mode="overwrite",
+                    schema_mode="overwrite",
+                    storage_options=self.storage_options,
+                )
             else:
                 self._rewrite(tomb_path, tomb, {k: widened[k] for k in keys if k in widened})
         return done
@@ -285,8 +320,14 @@ class DeltaSink(Sink):
                     yield b.cast(schema)
 
         reader = pa.RecordBatchReader.from_batches(schema, batches())
-        write_deltalake(path, reader, mode="overwrite", schema_mode="overwrite",
-                        storage_options=self.storage_options, writer_properties=self.writer_properties)
+        write_deltalake(
+            path,
+            reader,
+            mode="overwrite",
+            schema_mode="overwrite",
+            storage_options=self.storage_options,
+            writer_properties=self.writer_properties,
+        )
 
     # ------------------------------------------------------------------ versions
 
@@ -325,17 +366,27 @@ class DeltaSink(Sink):
         if version <= main_v and version <= tomb_v:
             return False
         if version < main_v:
-            log.warning("table %s: tombstones at version %s lag the table (%s); skipping replay of %s",
-                        table, tomb_v, main_v, version)
+            log.warning(
+                "table %s: tombstones at version %s lag the table (%s); skipping replay of %s",
+                table,
+                tomb_v,
+                main_v,
+                version,
+            )
             return False
         if main_v > tomb_v and version > main_v:
-            log.warning("table %s: tombstones of version %s were never completed (the batch was not "
-                        "replayed); deletes of that batch may not be remembered", table, main_v)
+            log.warning(
+                "table %s: tombstones of version %s were never completed (the batch was not "
+                "replayed); deletes of that batch may not be remembered",
+                table,
+                main_v,
+            )
         src = latest_per_key(table, changes, m.keys)
         unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]
         if unknown:
-            raise SinkError(f"table {table}: column(s) {unknown} not in the sink table; "
-                            f"call ensure_table with the new schema first")
+            raise SinkError(
+                f"table {table}: column(s) {unknown} not in the sink table; call ensure_table with the new schema first"
+            )
         src = cast_columns(src, {c: m.columns[c] for c in src.column_names if c in m.columns})
         src = self._drop_tombstoned(m, src)
         replay = version <= main_v
@@ -353,8 +404,12 @@ class DeltaSink(Sink):
         first = m.keys[0]
         values = pc.unique(src[first])
         field, ftype = ds.field(first), dataset.schema.field(first).type
-        if pa.types.is_string(ftype) or pa.types.is_binary(ftype) or pa.types.is_large_string(ftype) \
-                or pa.types.is_large_binary(ftype):
+        if (
+            pa.types.is_string(ftype)
+            or pa.types.is_binary(ftype)
+            or pa.types.is_large_string(ftype)
+            or pa.types.is_large_binary(ftype)
+        ):
             # files written by deltalake's MERGE hold string_view/binary_view columns, whose
             # statistics pyarrow cannot compare with a plain value set ("no kernel matching
             # (string, string_view)"); a cast expression skips that pruning
@@ -375,14 +430,24 @@ class DeltaSink(Sink):
             source = src.select(cols + [SEQ, OP])
             on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in m.keys)
             newer = f"s.{_q(SEQ)} > t.{_q(SEQ)}"
-            (m.main.merge(source, predicate=on, source_alias="s", target_alias="t",
-                          writer_properties=self.writer_properties, commit_properties=_txn(m.app_main, version))
-             .when_matched_delete(predicate=f"{newer} AND s.{_q(OP)} = '{DELETE_OP}'")
-             .when_matched_update({_q(c): f"s.{_q(c)}" for c in nonkey},
-                                  predicate=f"{newer} AND s.{_q(OP)} <> '{DELETE_OP}'")
-             .when_not_matched_insert({_q(c): f"s.{_q(c)}" for c in cols + [SEQ]},
-                                      predicate=f"s.{_q(OP)} <> '{DELETE_OP}'")
-             .execute())
+            (
+                m.main.merge(
+                    source,
+                    predicate=on,
+                    source_alias="s",
+                    target_alias="t",
+                    writer_properties=self.writer_properties,
+                    commit_properties=_txn(m.app_main, version),
+                )
+                .when_matched_delete(predicate=f"{newer} AND s.{_q(OP)} = '{DELETE_OP}'")
+                .when_matched_update(
+                    {_q(c): f"s.{_q(c)}" for c in nonkey}, predicate=f"{newer} AND s.{_q(OP)} <> '{DELETE_OP}'"
+                )
+                .when_not_matched_insert(
+                    {_q(c): f"s.{_q(c)}" for c in cols + [SEQ]}, predicate=f"s.{_q(OP)} <> '{DELETE_OP}'"
+                )
+                .execute()
+            )
         self._record(m.main, m.app_main, version, main_schema)
 
     def _merge_tombs(self, m: _Meta, src: pa.Table, version: int) -> None:
@@ -393,13 +458,21 @@ class DeltaSink(Sink):
             if source.num_rows:
                 on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in m.keys)
                 newer = f"s.{_q(SEQ)} > t.{_q(SEQ)}"
-                (m.tomb.merge(source, predicate=on, source_alias="s", target_alias="t",
-                              commit_properties=_txn(m.app_tomb, version))
-                 .when_matched_update({_q(SEQ): f"s.{_q(SEQ)}"}, predicate=f"{newer} AND s.{_q(OP)} = '{DELETE_OP}'")
-                 .when_matched_delete(predicate=f"{newer} AND s.{_q(OP)} <> '{DELETE_OP}'")
-                 .when_not_matched_insert({_q(c): f"s.{_q(c)}" for c in m.keys + [SEQ]},
-                                          predicate=f"s.{_q(OP)} = '{DELETE_OP}'")
-                 .execute())
+                (
+                    m.tomb.merge(
+                        source,
+                        predicate=on,
+                        source_alias="s",
+                        target_alias="t",
+                        commit_properties=_txn(m.app_tomb, version),
+                    )
+                    .when_matched_update({_q(SEQ): f"s.{_q(SEQ)}"}, predicate=f"{newer} AND s.{_q(OP)} = '{DELETE_OP}'")
+                    .when_matched_delete(predicate=f"{newer} AND s.{_q(OP)} <> '{DELETE_OP}'")
+                    .when_not_matched_insert(
+                        {_q(c): f"s.{_q(c)}" for c in m.keys + [SEQ]}, predicate=f"s.{_q(OP)} = '{DELETE_OP}'"
+                    )
+                    .execute()
+                )
         self._record(m.tomb, m.app_tomb, version, tomb_schema)
 
     # ------------------------------------------------------------------ truncate / read
@@ -414,12 +487,20 @@ class DeltaSink(Sink):
                 return False
             replay = version <= main_v
             if not replay:
-                write_deltalake(m.main, _arrow_schema(m.main).empty_table(), mode="overwrite",
-                                commit_properties=_txn(m.app_main, version))
+                write_deltalake(
+                    m.main,
+                    _arrow_schema(m.main).empty_table(),
+                    mode="overwrite",
+                    commit_properties=_txn(m.app_main, version),
+                )
                 m.main.update_incremental()
             if tomb_v < version:
-                write_deltalake(m.tomb, _arrow_schema(m.tomb).empty_table(), mode="overwrite",
-                                commit_properties=_txn(m.app_tomb, version))
+                write_deltalake(
+                    m.tomb,
+                    _arrow_schema(m.tomb).empty_table(),
+                    mode="overwrite",
+                    commit_properties=_txn(m.app_tomb, version),
+                )
                 m.tomb.update_incremental()
             return not replay
         except (OSError, DeltaError) as exc:
@@ -444,8 +525,10 @@ class DeltaSink(Sink):
         table = as_table_id(table)
         paths = (self.table_path(table), self.tombstone_path(table))
         if "://" in self.base:
-            raise SinkError(f"table {table}: dropping tables in object storage is not supported; delete "
-                            f"{paths[0]} and {paths[1]} by hand, then `cdc resume {table}`")
+            raise SinkError(
+                f"table {table}: dropping tables in object storage is not supported; delete "
+                f"{paths[0]} and {paths[1]} by hand, then `cdc resume {table}`"
+            )
         import shutil
 
         for path in paths:  # the table first: it marks a complete creation
@@ -474,15 +557,15 @@ class DeltaSink(Sink):
         keys = [tuple(k) for k in keys]
         if not keys:
             return schema.empty_table()
-        stored = [pc.cast(pa.array([_storage_value(k[i]) for k in keys]), schema.field(c).type)
-                  for i, c in enumerate(cols)]
+        stored = [
+            pc.cast(pa.array([_storage_value(k[i]) for k in keys]), schema.field(c).type) for i, c in enumerate(cols)
+        ]
         expr = None
         for c, values in zip(cols, stored):
             e = ds.field(c).isin(values)
             expr = e if expr is None else expr & e
         first = stored[0].to_pylist()
-        prune = ([(cols[0], ">=", min(first)), (cols[0], "<=", max(first))]
-                 if all(_prunable(v) for v in first) else [])
+        prune = [(cols[0], ">=", min(first)), (cols[0], "<=", max(first))] if all(_prunable(v) for v in first) else []
         t = self._scan(m, expr, prune)
         wanted = set(zip(*(v.to_pylist() for v in stored)))
         got = list(zip(*(t.column(c).to_pylist() for c in cols))) if t.num_rows else []

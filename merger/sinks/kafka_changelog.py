@@ -65,8 +65,19 @@ import pyarrow.compute as pc
 from ingest.partitioner import partition_for
 from merger.sinks import types as T
 from merger.sinks.base import (
-    DELETE_OP, OP, SEQ, Changes, IncompatibleSchemaChange, Sink, SinkError, SinkUnavailable,
-    TableId, as_table_id, check_keys, latest_per_key, user_fields,
+    DELETE_OP,
+    OP,
+    SEQ,
+    Changes,
+    IncompatibleSchemaChange,
+    Sink,
+    SinkError,
+    SinkUnavailable,
+    TableId,
+    as_table_id,
+    check_keys,
+    latest_per_key,
+    user_fields,
 )
 
 try:
@@ -105,16 +116,35 @@ class _State:
     bits: dict[str, int] = field(default_factory=dict)  # BIT(n>1) column -> n
 
     def control_value(self) -> bytes:
-        schema = pa.schema([pa.field(c, t, metadata={T.BIT_WIDTH: str(self.bits[c]).encode()} if c in self.bits
-                                     else None) for c, t in self.columns.items()])
-        return json.dumps({"version": self.version, "keys": self.keys, "topic": self.topic,
-                           "schema": base64.b64encode(schema.serialize().to_pybytes()).decode()}).encode()
+        schema = pa.schema(
+            [
+                pa.field(c, t, metadata={T.BIT_WIDTH: str(self.bits[c]).encode()} if c in self.bits else None)
+                for c, t in self.columns.items()
+            ]
+        )
+        return json.dumps(
+            {
+                "version": self.version,
+                "keys": self.keys,
+                "topic": self.topic,
+                "schema": base64.b64encode(schema.serialize().to_pybytes()).decode(),
+            }
+        ).encode()
 
 
 class KafkaChangelogSink(Sink):
-    def __init__(self, bootstrap: "str | Mapping[str, Any]", topic_prefix: str, *,
-                 transactional_id: str | None = None, partitions: int = 1, tombstones: bool = True,
-                 compact: bool = True, decimal_handling: str = "precise", timeout_s: float = 30.0):
+    def __init__(
+        self,
+        bootstrap: "str | Mapping[str, Any]",
+        topic_prefix: str,
+        *,
+        transactional_id: str | None = None,
+        partitions: int = 1,
+        tombstones: bool = True,
+        compact: bool = True,
+        decimal_handling: str = "precise",
+        timeout_s: float = 30.0,
+    ):
         self.client = {"bootstrap.servers": bootstrap} if isinstance(bootstrap, str) else dict(bootstrap)
         if not topic_prefix or _INVALID.search(topic_prefix):
             raise SinkError(f"invalid topic prefix {topic_prefix!r} (allowed: letters, digits, '.', '_', '-')")
@@ -143,8 +173,9 @@ class KafkaChangelogSink(Sink):
                 self._admin.list_topics(timeout=min(self.timeout, 10))
             except KafkaException as exc:
                 self._admin = None
-                raise SinkUnavailable(f"Kafka broker {self.client.get('bootstrap.servers')} is unreachable: "
-                                      f"{_err_text(exc)}") from None
+                raise SinkUnavailable(
+                    f"Kafka broker {self.client.get('bootstrap.servers')} is unreachable: {_err_text(exc)}"
+                ) from None
         return self._admin
 
     def _topic_partitions(self, topic: str, create: int, compact: bool) -> int:
@@ -155,8 +186,10 @@ class KafkaChangelogSink(Sink):
             meta = admin.list_topics(timeout=self.timeout).topics.get(topic)
             if meta is None or meta.error is not None or not meta.partitions:
                 config = {"cleanup.policy": "compact"} if compact else {}
-                fut = admin.create_topics([NewTopic(topic, num_partitions=create, replication_factor=1,
-                                                    config=config)], operation_timeout=self.timeout)
+                fut = admin.create_topics(
+                    [NewTopic(topic, num_partitions=create, replication_factor=1, config=config)],
+                    operation_timeout=self.timeout,
+                )
                 try:
                     fut[topic].result(self.timeout)
                 except KafkaException as exc:
@@ -177,10 +210,17 @@ class KafkaChangelogSink(Sink):
     def _get_producer(self) -> Producer:
         if self._producer is None:
             conf = dict(self.client)
-            conf.update({"transactional.id": self.transactional_id, "enable.idempotence": True,
-                         "linger.ms": 5, "batch.num.messages": 10000,
-                         "queue.buffering.max.messages": 1000000, "queue.buffering.max.kbytes": 1048576,
-                         "transaction.timeout.ms": 120000})
+            conf.update(
+                {
+                    "transactional.id": self.transactional_id,
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    "batch.num.messages": 10000,
+                    "queue.buffering.max.messages": 1000000,
+                    "queue.buffering.max.kbytes": 1048576,
+                    "transaction.timeout.ms": 120000,
+                }
+            )
             p = Producer(conf)
             try:
                 p.init_transactions(self.timeout)  # fences an earlier instance with the same id
@@ -198,9 +238,15 @@ class KafkaChangelogSink(Sink):
         partition reached its high watermark and nothing more arrived for ``quiet_s`` (the
         local broker may under-report the high watermark)."""
         conf = dict(self.client)
-        conf.update({"group.id": f"cdc-changelog-reader-{self.prefix}", "enable.auto.commit": False,
-                     "allow.auto.create.topics": False,
-                     "isolation.level": "read_committed", "enable.partition.eof": False})
+        conf.update(
+            {
+                "group.id": f"cdc-changelog-reader-{self.prefix}",
+                "enable.auto.commit": False,
+                "allow.auto.create.topics": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": False,
+            }
+        )
         consumer = Consumer(conf)
         try:
             meta = consumer.list_topics(timeout=self.timeout).topics.get(topic)
@@ -254,9 +300,14 @@ class KafkaChangelogSink(Sink):
                 d = json.loads(v)
                 schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
                 tid = TableId(db, name)
-                states[tid] = _State(tid, d["topic"], d["keys"], {f.name: f.type for f in schema},
-                                     version=d["version"],
-                                     bits={f.name: T.bit_width(f) for f in schema if T.bit_width(f)})
+                states[tid] = _State(
+                    tid,
+                    d["topic"],
+                    d["keys"],
+                    {f.name: f.type for f in schema},
+                    version=d["version"],
+                    bits={f.name: T.bit_width(f) for f in schema if T.bit_width(f)},
+                )
             self._states = states
         return self._states
 
@@ -324,16 +375,26 @@ class KafkaChangelogSink(Sink):
             if isinstance(exc, SinkError):
                 raise
             if fatal:
-                raise SinkError(f"Kafka transactional producer failed (fenced by another instance "
-                                f"with transactional.id {self.transactional_id!r}?): {_err_text(exc)}") from None
+                raise SinkError(
+                    f"Kafka transactional producer failed (fenced by another instance "
+                    f"with transactional.id {self.transactional_id!r}?): {_err_text(exc)}"
+                ) from None
             raise SinkUnavailable(f"Kafka transaction failed: {_err_text(exc)}") from None
 
-    def _send(self, p: Producer, topic: str, key: bytes | None, value: bytes | None, partition: int,
-              headers: list | None = None) -> None:
+    def _send(
+        self,
+        p: Producer,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        headers: list | None = None,
+    ) -> None:
         while True:
             try:
-                p.produce(topic, value=value, key=key, partition=partition, headers=headers,
-                          on_delivery=self._on_delivery)
+                p.produce(
+                    topic, value=value, key=key, partition=partition, headers=headers, on_delivery=self._on_delivery
+                )
                 return
             except BufferError:
                 p.poll(0.05)
@@ -366,7 +427,8 @@ class KafkaChangelogSink(Sink):
             else:
                 if set(st.keys) != set(keys):
                     raise IncompatibleSchemaChange(
-                        f"incompatible schema change for {table}: key columns change from {st.keys} to {keys}")
+                        f"incompatible schema change for {table}: key columns change from {st.keys} to {keys}"
+                    )
                 columns = dict(st.columns)
                 for c, new in wanted.items():
                     if c not in columns:
@@ -374,16 +436,22 @@ class KafkaChangelogSink(Sink):
                         done.append(f"added column {c} {new}")
                         continue
                     verdict = T.compare(columns[c], new)
-                    if (verdict == T.WIDEN and self.decimal_handling == "precise" and pa.types.is_decimal(new)
-                            and (not pa.types.is_decimal(columns[c]) or columns[c].scale != new.scale)):
+                    if (
+                        verdict == T.WIDEN
+                        and self.decimal_handling == "precise"
+                        and pa.types.is_decimal(new)
+                        and (not pa.types.is_decimal(columns[c]) or columns[c].scale != new.scale)
+                    ):
                         raise IncompatibleSchemaChange(
                             f"incompatible schema change for {table}: column {c!r} cannot change from "
                             f"{columns[c]} to {new} (decimal_handling='precise' records carry no scale; "
-                            f"use decimal_handling='string' to follow scale changes)")
+                            f"use decimal_handling='string' to follow scale changes)"
+                        )
                     if verdict is None:
                         raise IncompatibleSchemaChange(
                             f"incompatible schema change for {table}: column {c!r} cannot change from "
-                            f"{columns[c]} to {new}")
+                            f"{columns[c]} to {new}"
+                        )
                     if verdict == T.WIDEN:
                         done.append(f"widened {c} {columns[c]} -> {new}")
                         columns[c] = new
@@ -419,8 +487,10 @@ class KafkaChangelogSink(Sink):
             src = latest_per_key(table, changes, st.keys)
             unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in st.columns]
             if unknown:
-                raise SinkError(f"table {table}: column(s) {unknown} not in the changelog schema; "
-                                f"call ensure_table with the new schema first")
+                raise SinkError(
+                    f"table {table}: column(s) {unknown} not in the changelog schema; "
+                    f"call ensure_table with the new schema first"
+                )
             records = self._records(st, src, version)
             new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
 
@@ -446,8 +516,10 @@ class KafkaChangelogSink(Sink):
         dumps = _DUMPS
         cols = [c for c in src.column_names if c in st.columns]
         # a BIT(n>1) column: known from ensure_table, or from the batch's field metadata
-        enc = {c: self._encoded_column(src[c], st.columns[c], st.bits.get(c) or T.bit_width(src.schema.field(c)))
-               for c in cols}
+        enc = {
+            c: self._encoded_column(src[c], st.columns[c], st.bits.get(c) or T.bit_width(src.schema.field(c)))
+            for c in cols
+        }
         key_parts = [(dumps(k) + ":", enc[k]) for k in st.keys]
         seqs = src[SEQ].to_pylist()
         ops = src[OP].to_pylist()
@@ -470,16 +542,38 @@ class KafkaChangelogSink(Sink):
             if op == DELETE_OP:
                 value = f'{{"before":{row},"after":null,"source":{source},"op":"d","ts_ms":{ts_ms},"transaction":null}}'
             else:
-                value = f'{{"before":null,"after":{row},"source":{source},"op":"{op}","ts_ms":{ts_ms},"transaction":null}}'
-            out.append((key, value.encode(), partition_for(key, n_parts),
-                        [(SEQ_HEADER, str(seq).encode()), (VERSION_HEADER, vbytes)], op == DELETE_OP))
+                value = (
+                    f'{{"before":null,"after":{row},"source":{source},"op":"{op}","ts_ms":{ts_ms},"transaction":null}}'
+                )
+            out.append(
+                (
+                    key,
+                    value.encode(),
+                    partition_for(key, n_parts),
+                    [(SEQ_HEADER, str(seq).encode()), (VERSION_HEADER, vbytes)],
+                    op == DELETE_OP,
+                )
+            )
         return out
 
     def _source(self, table: TableId, op: str, now: int) -> dict:
-        return {"version": "cdc-merger", "connector": "mysql", "name": self.prefix, "ts_ms": now,
-                "snapshot": "true" if op == "r" else "false", "db": table.database, "sequence": None,
-                "table": table.table, "server_id": 0, "gtid": None, "file": "", "pos": 0, "row": 0,
-                "thread": None, "query": None}
+        return {
+            "version": "cdc-merger",
+            "connector": "mysql",
+            "name": self.prefix,
+            "ts_ms": now,
+            "snapshot": "true" if op == "r" else "false",
+            "db": table.database,
+            "sequence": None,
+            "table": table.table,
+            "server_id": 0,
+            "gtid": None,
+            "file": "",
+            "pos": 0,
+            "row": 0,
+            "thread": None,
+            "query": None,
+        }
 
     def _encoded_column(self, col: pa.ChunkedArray, storage: pa.DataType, bit_width: int | None = None) -> list:
         typ = col.type
@@ -502,8 +596,10 @@ class KafkaChangelogSink(Sink):
             return pc.cast(pc.cast(col, pa.duration("us")), pa.int64()).to_pylist()
         if pa.types.is_binary(storage) and bit_width:
             width = (bit_width + 7) // 8  # big-endian -> Debezium's little-endian
-            return [None if v is None else base64.b64encode(int.from_bytes(v, "big").to_bytes(width, "little")).decode()
-                    for v in pc.cast(col, pa.binary()).to_pylist()]
+            return [
+                None if v is None else base64.b64encode(int.from_bytes(v, "big").to_bytes(width, "little")).decode()
+                for v in pc.cast(col, pa.binary()).to_pylist()
+            ]
         if pa.types.is_binary(storage):
             return [None if v is None else base64.b64encode(v).decode() for v in pc.cast(col, pa.binary()).to_pylist()]
         if pa.types.is_decimal(storage):
@@ -536,8 +632,14 @@ class KafkaChangelogSink(Sink):
                     part = partition_for(key, st.partitions)
                     headers = [(SEQ_HEADER, str(seq).encode()), (VERSION_HEADER, vbytes), (TRUNCATE_HEADER, b"1")]
                     if key in live:
-                        value = {"before": json.loads(key), "after": None, "source": self._source(table, "d", now),
-                                 "op": DELETE_OP, "ts_ms": now, "transaction": None}
+                        value = {
+                            "before": json.loads(key),
+                            "after": None,
+                            "source": self._source(table, "d", now),
+                            "op": DELETE_OP,
+                            "ts_ms": now,
+                            "transaction": None,
+                        }
                         self._send(p, st.topic, key, _DUMPS(value).encode(), part, headers)
                     self._send(p, st.topic, key, None, part, headers)
 
@@ -564,8 +666,14 @@ class KafkaChangelogSink(Sink):
                     part = partition_for(key, st.partitions)
                     headers = [(SEQ_HEADER, str(seq).encode()), (TRUNCATE_HEADER, b"1")]
                     if key in live:
-                        value = {"before": json.loads(key), "after": None, "source": self._source(table, "d", now),
-                                 "op": DELETE_OP, "ts_ms": now, "transaction": None}
+                        value = {
+                            "before": json.loads(key),
+                            "after": None,
+                            "source": self._source(table, "d", now),
+                            "op": DELETE_OP,
+                            "ts_ms": now,
+                            "transaction": None,
+                        }
                         self._send(p, st.topic, key, _DUMPS(value).encode(), part, headers)
                     self._send(p, st.topic, key, None, part, headers)
                 self._send(p, self.control_topic, self._table_key(table), None, 0)
@@ -609,21 +717,32 @@ class KafkaChangelogSink(Sink):
         if pa.types.is_timestamp(storage):
             if storage.tz is None:
                 return pc.cast(pa.array(values, pa.int64()), storage)
-            return pa.array([None if v is None else _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-                             for v in values], storage)
+            return pa.array(
+                [None if v is None else _dt.datetime.fromisoformat(v.replace("Z", "+00:00")) for v in values], storage
+            )
         if pa.types.is_time(storage) or pa.types.is_duration(storage):
             return pc.cast(pa.array(values, pa.int64()), storage)
         if pa.types.is_binary(storage) and bit_width:
             width = (bit_width + 7) // 8  # Debezium's little-endian -> big-endian, as the other sinks
-            return pa.array([None if v is None else int.from_bytes(base64.b64decode(v), "little").to_bytes(width, "big")
-                             for v in values], pa.binary())
+            return pa.array(
+                [
+                    None if v is None else int.from_bytes(base64.b64decode(v), "little").to_bytes(width, "big")
+                    for v in values
+                ],
+                pa.binary(),
+            )
         if pa.types.is_binary(storage):
             return pa.array([None if v is None else base64.b64decode(v) for v in values], pa.binary())
         if pa.types.is_decimal(storage):
             import decimal
+
             if self.decimal_handling == "precise":
-                values = [None if v is None else decimal.Decimal(
-                    int.from_bytes(base64.b64decode(v), "big", signed=True)).scaleb(-storage.scale) for v in values]
+                values = [
+                    None
+                    if v is None
+                    else decimal.Decimal(int.from_bytes(base64.b64decode(v), "big", signed=True)).scaleb(-storage.scale)
+                    for v in values
+                ]
             else:
                 values = [None if v is None else decimal.Decimal(str(v)) for v in values]
             return pa.array(values, storage)

@@ -85,8 +85,9 @@ def clean(col, policy: str, json: bool = False):
     return col
 
 
-def apply_nul_policy(table, changes: pa.Table, keys: Sequence[str], text_columns: Sequence[str],
-                     json_columns: Sequence[str], policy: str) -> pa.Table:
+def apply_nul_policy(
+    table, changes: pa.Table, keys: Sequence[str], text_columns: Sequence[str], json_columns: Sequence[str], policy: str
+) -> pa.Table:
     """``changes`` (a deduplicated change batch) with the rule applied to its text and
     JSON columns; raises :class:`UnstorableValue` for a NUL that must pause the table."""
     if changes.num_rows == 0:
@@ -116,15 +117,20 @@ def apply_nul_policy(table, changes: pa.Table, keys: Sequence[str], text_columns
 def _refuse(table, changes: pa.Table, keys, column: str, mask, json: bool, key: bool) -> None:
     row = pc.index(mask, True).as_py()
     key_value = {k: changes[k][row].as_py() for k in keys}
-    what = ("which PostgreSQL jsonb cannot store (neither the character nor its escape \\u0000)" if json
-            else "which PostgreSQL text cannot store")
+    what = (
+        "which PostgreSQL jsonb cannot store (neither the character nor its escape \\u0000)"
+        if json
+        else "which PostgreSQL text cannot store"
+    )
     if key:
         raise UnstorableValue(
             f"table {table}: key {key_value}: key column {column!r} holds a NUL character (U+0000), {what}, and "
             f"a key is never stripped or replaced (two source rows could get the same key): the table is "
-            f"paused; remove the NUL from the key in the source, then run `cdc snapshot {table}`")
+            f"paused; remove the NUL from the key in the source, then run `cdc snapshot {table}`"
+        )
     raise UnstorableValue(
         f"table {table}: key {key_value}: column {column!r} holds a NUL character (U+0000), {what} "
         f"(sinks.postgres.nul_policy: pause): the table is paused; to go on, either set "
         f"sinks.postgres.nul_policy to strip or replace, restart the merger and run `cdc resume {table}`, "
-        f"or remove the NUL in the source and run `cdc snapshot {table}`")
+        f"or remove the NUL in the source and run `cdc snapshot {table}`"
+    )

@@ -17,8 +17,9 @@ apply(table, version, changes), all in ONE transaction:
   in Arrow (max sequence per key); COPY it into a temp table (PostgreSQL's binary format,
   encoded from Arrow by pgpq, when every column has a type with a fixed binary form; CSV
   written by Arrow's C++ writer otherwise: measured 0.27 s vs 0.39 s per 200k rows); drop
-  staged changes not newer than a tombstone; MERGE into the target with the sequence guard; insert/raise tombstones for deletes whose key is now absent; remove
-  tombstones of keys upserted again; record the version; COMMIT.
+  staged changes not newer than a tombstone; MERGE into the target with the sequence
+  guard; insert/raise tombstones for deletes whose key is now absent; remove tombstones of
+  keys upserted again; record the version; COMMIT.
   Snapshot rows (op ``r``) of an integer-keyed table whose key range the target barely
   holds yet skip the staging: the few rows and tombstones in the range are read, the
   sequence rule applied to them in Arrow, and the rest COPYed into the target directly.
@@ -53,11 +54,23 @@ import pyarrow.csv as pacsv
 from pgpq import ArrowToPostgresBinaryEncoder
 
 from merger.sinks import types as T
-from merger.sinks.nul import apply_nul_policy, check_policy
 from merger.sinks.base import (
-    DELETE_OP, OP, SEQ, Changes, IncompatibleSchemaChange, Sink, SinkError, SinkUnavailable,
-    TableId, as_table_id, cast_columns, check_keys, latest_per_key, user_fields,
+    DELETE_OP,
+    OP,
+    SEQ,
+    Changes,
+    IncompatibleSchemaChange,
+    Sink,
+    SinkError,
+    SinkUnavailable,
+    TableId,
+    as_table_id,
+    cast_columns,
+    check_keys,
+    latest_per_key,
+    user_fields,
 )
+from merger.sinks.nul import apply_nul_policy, check_policy
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +83,18 @@ except ImportError as _exc:  # pragma: no cover
 MAX_IDENT_BYTES = 63
 # storage types whose Arrow form pgpq writes as exactly the column's binary COPY form (jsonb,
 # interval, bytea and numerics beyond 38 digits go as CSV)
-_BINARY_COPY_TYPES = {pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64(), pa.string(),
-                      pa.bool_(), pa.date32(), pa.timestamp("us"), pa.timestamp("us", tz="UTC")}
+_BINARY_COPY_TYPES = {
+    pa.int16(),
+    pa.int32(),
+    pa.int64(),
+    pa.float32(),
+    pa.float64(),
+    pa.string(),
+    pa.bool_(),
+    pa.date32(),
+    pa.timestamp("us"),
+    pa.timestamp("us", tz="UTC"),
+}
 # snapshot batches from this size on try the direct COPY (``_insert_snapshot_rows``)
 FAST_MIN_ROWS = 1000
 # retried as SinkUnavailable: connection exception (08), transaction rollback such as a
@@ -98,8 +121,11 @@ class PgSettings:
         if isinstance(value, Mapping):
             d = dict(value)
         else:  # e.g. cdc.stack.PostgresInfo
-            d = {k: getattr(value, k) for k in ("host", "port", "user", "password", "dbname", "database")
-                 if hasattr(value, k)}
+            d = {
+                k: getattr(value, k)
+                for k in ("host", "port", "user", "password", "dbname", "database")
+                if hasattr(value, k)
+            }
         if "database" in d and "dbname" not in d:
             d["dbname"] = d["database"]
         names = {f.name for f in fields(cls)}
@@ -132,10 +158,17 @@ def _first_line(exc: BaseException) -> str:
 
 
 class PostgresSink(Sink):
-    def __init__(self, settings: "PgSettings | Mapping[str, Any]", schema: str | None = None,
-                 control_schema: str = "_cdc", json_as_jsonb: bool = True,
-                 work_mem: str | None = "256MB", merge_join: str = "index", fast_snapshot: bool = True,
-                 nul_policy: str = "strip"):
+    def __init__(
+        self,
+        settings: "PgSettings | Mapping[str, Any]",
+        schema: str | None = None,
+        control_schema: str = "_cdc",
+        json_as_jsonb: bool = True,
+        work_mem: str | None = "256MB",
+        merge_join: str = "index",
+        fast_snapshot: bool = True,
+        nul_policy: str = "strip",
+    ):
         """``schema``: fixed target schema (default: one schema per source database).
         ``nul_policy``: strip, replace or pause: NUL characters in text (``merger.sinks.nul``).
         ``merge_join``: "index" makes the MERGE probe the target's primary key for each
@@ -171,9 +204,16 @@ class PostgresSink(Sink):
             return conn
         s = self.settings
         try:
-            conn = psycopg.connect(host=s.host, port=s.port, user=s.user, password=s.password,
-                                   dbname=s.dbname, connect_timeout=s.connect_timeout,
-                                   application_name=s.application_name, autocommit=True)
+            conn = psycopg.connect(
+                host=s.host,
+                port=s.port,
+                user=s.user,
+                password=s.password,
+                dbname=s.dbname,
+                connect_timeout=s.connect_timeout,
+                application_name=s.application_name,
+                autocommit=True,
+            )
         except psycopg.OperationalError as exc:
             raise SinkUnavailable(f"{s.where()} is unreachable: {_first_line(exc)}") from None
         self._local.conn = conn
@@ -216,9 +256,12 @@ class PostgresSink(Sink):
         cs = sql.Identifier(self.control_schema)
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('cdc-sink-control'))")
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(cs))
-        conn.execute(sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {}.{} (table_name text PRIMARY KEY, version bigint NOT NULL,"
-            " updated_at timestamptz NOT NULL DEFAULT now())").format(cs, sql.Identifier("_cdc_applied")))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.{} (table_name text PRIMARY KEY, version bigint NOT NULL,"
+                " updated_at timestamptz NOT NULL DEFAULT now())"
+            ).format(cs, sql.Identifier("_cdc_applied"))
+        )
 
     # ------------------------------------------------------------------ naming
 
@@ -239,8 +282,11 @@ class PostgresSink(Sink):
         return "tomb_" + hashlib.sha1(f"{schema}\x00{name}".encode()).hexdigest()[:24]
 
     def _ids(self, m: _Meta):
-        return (sql.Identifier(m.schema, m.name), sql.Identifier(self.control_schema, m.tomb),
-                sql.Identifier(self.control_schema, "_cdc_applied"))
+        return (
+            sql.Identifier(m.schema, m.name),
+            sql.Identifier(self.control_schema, m.tomb),
+            sql.Identifier(self.control_schema, "_cdc_applied"),
+        )
 
     # ------------------------------------------------------------------ catalog
 
@@ -252,15 +298,24 @@ class PostgresSink(Sink):
             return None
         cols = conn.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
-            " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (oid,)).fetchall()
-        keys = [r[0] for r in conn.execute(
-            "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
-            " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-            " WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n", (oid,)).fetchall()]
+            " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (oid,),
+        ).fetchall()
+        keys = [
+            r[0]
+            for r in conn.execute(
+                "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+                " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+                " WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n",
+                (oid,),
+            ).fetchall()
+        ]
         columns = {n: T.pg_type_to_storage(t) for n, t in cols if n != SEQ}
         if SEQ not in {n for n, _ in cols} or not keys:
-            raise SinkError(f"table {qualified} exists but was not created by this sink "
-                            f"(no {SEQ} column or no primary key); drop or rename it")
+            raise SinkError(
+                f"table {qualified} exists but was not created by this sink "
+                f"(no {SEQ} column or no primary key); drop or rename it"
+            )
         return _Meta(schema, name, keys, columns, self._tomb_name(schema, name))
 
     def _meta_for(self, conn, table: TableId) -> _Meta:
@@ -298,13 +353,19 @@ class PostgresSink(Sink):
         tomb = sql.Identifier(self.control_schema, self._tomb_name(schema, name))
         applied = sql.Identifier(self.control_schema, "_cdc_applied")
         if m is None:
-            cols = [sql.SQL("{} {}{}").format(sql.Identifier(c), sql.SQL(T.pg_type_name(t)),
-                                              sql.SQL(" NOT NULL") if c in keys else sql.SQL(""))
-                    for c, t in wanted.items()]
+            cols = [
+                sql.SQL("{} {}{}").format(
+                    sql.Identifier(c), sql.SQL(T.pg_type_name(t)), sql.SQL(" NOT NULL") if c in keys else sql.SQL("")
+                )
+                for c, t in wanted.items()
+            ]
             cols.append(sql.SQL("{} bigint NOT NULL").format(sql.Identifier(SEQ)))
             pk = sql.SQL(", ").join(map(sql.Identifier, keys))
-            conn.execute(sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(
-                sql.Identifier(schema, name), sql.SQL(", ").join(cols), pk))
+            conn.execute(
+                sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(
+                    sql.Identifier(schema, name), sql.SQL(", ").join(cols), pk
+                )
+            )
             # a fresh table starts fresh: no version or tombstones of an earlier one
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(tomb))
             self._create_tomb(conn, tomb, qualified, keys, wanted)
@@ -312,12 +373,16 @@ class PostgresSink(Sink):
             return ["created"]
         if set(m.keys) != set(keys):
             raise IncompatibleSchemaChange(
-                f"incompatible schema change for {table}: key columns change from {m.keys} to {keys}")
+                f"incompatible schema change for {table}: key columns change from {m.keys} to {keys}"
+            )
         done: list[str] = []
         for c, new in wanted.items():
             if c not in m.columns:
-                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                    sql.Identifier(schema, name), sql.Identifier(c), sql.SQL(T.pg_type_name(new))))
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                        sql.Identifier(schema, name), sql.Identifier(c), sql.SQL(T.pg_type_name(new))
+                    )
+                )
                 done.append(f"added column {c} {T.pg_type_name(new)}")
                 continue
             old = m.columns[c]
@@ -328,45 +393,64 @@ class PostgresSink(Sink):
             if verdict is None:
                 raise IncompatibleSchemaChange(
                     f"incompatible schema change for {table}: column {c!r} cannot change from "
-                    f"{old_name} to {T.pg_type_name(new)}")
+                    f"{old_name} to {T.pg_type_name(new)}"
+                )
             alter = sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}")
             conn.execute(alter.format(sql.Identifier(schema, name), sql.Identifier(c), sql.SQL(T.pg_type_name(new))))
             if c in keys:
                 conn.execute(alter.format(tomb, sql.Identifier(c), sql.SQL(T.pg_type_name(new))))
             done.append(f"widened {c} {old_name} -> {T.pg_type_name(new)}")
-        if conn.execute("SELECT to_regclass(%s)", (_quote(self.control_schema) + "." + _quote(m.tomb),)).fetchone()[0] is None:
+        if (
+            conn.execute("SELECT to_regclass(%s)", (_quote(self.control_schema) + "." + _quote(m.tomb),)).fetchone()[0]
+            is None
+        ):
             self._create_tomb(conn, tomb, qualified, keys, {**m.columns, **wanted})
         return done
 
     def _create_tomb(self, conn, tomb, qualified: str, keys, types) -> None:
         cols = [sql.SQL("{} {} NOT NULL").format(sql.Identifier(k), sql.SQL(T.pg_type_name(types[k]))) for k in keys]
-        conn.execute(sql.SQL("CREATE TABLE {} ({}, {} bigint NOT NULL, PRIMARY KEY ({}))").format(
-            tomb, sql.SQL(", ").join(cols), sql.Identifier(SEQ), sql.SQL(", ").join(map(sql.Identifier, keys))))
-        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
-            tomb, sql.Literal(f"cdc sink tombstones (deleted key -> sequence) of {qualified}")))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} ({}, {} bigint NOT NULL, PRIMARY KEY ({}))").format(
+                tomb, sql.SQL(", ").join(cols), sql.Identifier(SEQ), sql.SQL(", ").join(map(sql.Identifier, keys))
+            )
+        )
+        conn.execute(
+            sql.SQL("COMMENT ON TABLE {} IS {}").format(
+                tomb, sql.Literal(f"cdc sink tombstones (deleted key -> sequence) of {qualified}")
+            )
+        )
 
     # ------------------------------------------------------------------ versions
 
     def _claim(self, conn, m: _Meta, version: int) -> bool:
         """Lock the table's control row; True if ``version`` is new."""
         applied = sql.Identifier(self.control_schema, "_cdc_applied")
-        conn.execute(sql.SQL("INSERT INTO {} (table_name, version) VALUES (%s, -1) ON CONFLICT DO NOTHING")
-                     .format(applied), (m.qualified,))
-        held = conn.execute(sql.SQL("SELECT version FROM {} WHERE table_name = %s FOR UPDATE").format(applied),
-                            (m.qualified,)).fetchone()[0]
+        conn.execute(
+            sql.SQL("INSERT INTO {} (table_name, version) VALUES (%s, -1) ON CONFLICT DO NOTHING").format(applied),
+            (m.qualified,),
+        )
+        held = conn.execute(
+            sql.SQL("SELECT version FROM {} WHERE table_name = %s FOR UPDATE").format(applied), (m.qualified,)
+        ).fetchone()[0]
         return version > held
 
     def _record(self, conn, m: _Meta, version: int) -> None:
         applied = sql.Identifier(self.control_schema, "_cdc_applied")
-        conn.execute(sql.SQL("UPDATE {} SET version = %s, updated_at = now() WHERE table_name = %s")
-                     .format(applied), (version, m.qualified))
+        conn.execute(
+            sql.SQL("UPDATE {} SET version = %s, updated_at = now() WHERE table_name = %s").format(applied),
+            (version, m.qualified),
+        )
 
     def applied_version(self, table) -> int | None:
         table = as_table_id(table)
         schema, name = self.target_name(table)
         applied = sql.Identifier(self.control_schema, "_cdc_applied")
-        row = self._run(lambda c: c.execute(sql.SQL("SELECT version FROM {} WHERE table_name = %s").format(applied),
-                                            (_quote(schema) + "." + _quote(name),)).fetchone())
+        row = self._run(
+            lambda c: c.execute(
+                sql.SQL("SELECT version FROM {} WHERE table_name = %s").format(applied),
+                (_quote(schema) + "." + _quote(name),),
+            ).fetchone()
+        )
         return None if row is None or row[0] < 0 else row[0]
 
     # ------------------------------------------------------------------ apply
@@ -385,11 +469,19 @@ class PostgresSink(Sink):
         if src.num_rows:
             unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]
             if unknown:
-                raise SinkError(f"table {table}: column(s) {unknown} not in the sink table; "
-                                f"call ensure_table with the new schema first")
+                raise SinkError(
+                    f"table {table}: column(s) {unknown} not in the sink table; "
+                    f"call ensure_table with the new schema first"
+                )
             cols = [c for c in src.column_names if c in m.columns]
-            src = apply_nul_policy(table, src, m.keys, [c for c in cols if m.columns[c] == pa.string()],
-                                   [c for c in cols if T.is_json(m.columns[c])], self.nul_policy)
+            src = apply_nul_policy(
+                table,
+                src,
+                m.keys,
+                [c for c in cols if m.columns[c] == pa.string()],
+                [c for c in cols if T.is_json(m.columns[c])],
+                self.nul_policy,
+            )
             if not self._insert_snapshot_rows(conn, m, src, cols, target, tomb):
                 self._merge(conn, m, src, cols, target, tomb)
         self._record(conn, m, version)
@@ -400,15 +492,22 @@ class PostgresSink(Sink):
             conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(self.work_mem)))
         ident = {c: sql.Identifier(c) for c in cols + [SEQ, OP]}
         conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp._cdc_stage"))
-        conn.execute(sql.SQL("CREATE TEMP TABLE _cdc_stage ON COMMIT DROP AS SELECT {}, NULL::text AS {} FROM {} WITH NO DATA")
-                     .format(sql.SQL(", ").join(ident[c] for c in cols + [SEQ]), ident[OP], target))
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE _cdc_stage ON COMMIT DROP AS SELECT {}, NULL::text AS {} FROM {} WITH NO DATA"
+            ).format(sql.SQL(", ").join(ident[c] for c in cols + [SEQ]), ident[OP], target)
+        )
         self._copy(conn, m, sql.Identifier("_cdc_stage"), src, cols, with_op=True)
         on = lambda a, b: sql.SQL(" AND ").join(  # noqa: E731
-            sql.SQL("{}.{} = {}.{}").format(sql.Identifier(a), ident[k], sql.Identifier(b), ident[k]) for k in m.keys)
+            sql.SQL("{}.{} = {}.{}").format(sql.Identifier(a), ident[k], sql.Identifier(b), ident[k]) for k in m.keys
+        )
         had_tombs = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(tomb)).fetchone()[0]
         if had_tombs:
-            conn.execute(sql.SQL("DELETE FROM _cdc_stage s USING {} d WHERE {} AND s.{} <= d.{}")
-                         .format(tomb, on("s", "d"), ident[SEQ], ident[SEQ]))
+            conn.execute(
+                sql.SQL("DELETE FROM _cdc_stage s USING {} d WHERE {} AND s.{} <= d.{}").format(
+                    tomb, on("s", "d"), ident[SEQ], ident[SEQ]
+                )
+            )
         force_index = self.merge_join == "index"
         if force_index:
             conn.execute("SET LOCAL enable_hashjoin = off")
@@ -418,11 +517,16 @@ class PostgresSink(Sink):
             "MERGE INTO {target} t USING _cdc_stage s ON {on}"
             " WHEN MATCHED AND s.{seq} > t.{seq} AND s.{op} = 'd' THEN DELETE"
             " WHEN MATCHED AND s.{seq} > t.{seq} THEN UPDATE SET {sets}"
-            " WHEN NOT MATCHED AND s.{op} <> 'd' THEN INSERT ({icols}) VALUES ({ivals})").format(
-            target=target, on=on("t", "s"), seq=ident[SEQ], op=ident[OP],
+            " WHEN NOT MATCHED AND s.{op} <> 'd' THEN INSERT ({icols}) VALUES ({ivals})"
+        ).format(
+            target=target,
+            on=on("t", "s"),
+            seq=ident[SEQ],
+            op=ident[OP],
             sets=sql.SQL(", ").join(sql.SQL("{} = s.{}").format(ident[c], ident[c]) for c in nonkey),
             icols=sql.SQL(", ").join(ident[c] for c in cols + [SEQ]),
-            ivals=sql.SQL(", ").join(sql.SQL("s.{}").format(ident[c]) for c in cols + [SEQ]))
+            ivals=sql.SQL(", ").join(sql.SQL("s.{}").format(ident[c]) for c in cols + [SEQ]),
+        )
         conn.execute(merge)
         if force_index:
             conn.execute("SET LOCAL enable_hashjoin = on")
@@ -431,15 +535,27 @@ class PostgresSink(Sink):
         if pc.any(pc.equal(src[OP], DELETE_OP)).as_py():
             # the key is absent now: either this delete removed it, or it was never there
             # (a delete overtaking an older snapshot row). Present = a newer row: no tombstone.
-            conn.execute(sql.SQL(
-                "INSERT INTO {tomb} ({keys}, {seq}) SELECT {skeys}, s.{seq} FROM _cdc_stage s"
-                " WHERE s.{op} = 'd' AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {on})"
-                " ON CONFLICT ({keys}) DO UPDATE SET {seq} = GREATEST({tomb}.{seq}, EXCLUDED.{seq})").format(
-                tomb=tomb, keys=keys, seq=ident[SEQ], op=ident[OP], target=target, on=on("t", "s"),
-                skeys=sql.SQL(", ").join(sql.SQL("s.{}").format(ident[k]) for k in m.keys)))
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {tomb} ({keys}, {seq}) SELECT {skeys}, s.{seq} FROM _cdc_stage s"
+                    " WHERE s.{op} = 'd' AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {on})"
+                    " ON CONFLICT ({keys}) DO UPDATE SET {seq} = GREATEST({tomb}.{seq}, EXCLUDED.{seq})"
+                ).format(
+                    tomb=tomb,
+                    keys=keys,
+                    seq=ident[SEQ],
+                    op=ident[OP],
+                    target=target,
+                    on=on("t", "s"),
+                    skeys=sql.SQL(", ").join(sql.SQL("s.{}").format(ident[k]) for k in m.keys),
+                )
+            )
         if had_tombs:
-            conn.execute(sql.SQL("DELETE FROM {} d USING _cdc_stage s WHERE {} AND s.{} <> 'd' AND s.{} > d.{}")
-                         .format(tomb, on("d", "s"), ident[OP], ident[SEQ], ident[SEQ]))
+            conn.execute(
+                sql.SQL("DELETE FROM {} d USING _cdc_stage s WHERE {} AND s.{} <> 'd' AND s.{} > d.{}").format(
+                    tomb, on("d", "s"), ident[OP], ident[SEQ], ident[SEQ]
+                )
+            )
         conn.execute("DROP TABLE pg_temp._cdc_stage")
 
     def _insert_snapshot_rows(self, conn, m: _Meta, src: pa.Table, cols: list[str], target, tomb) -> bool:
@@ -463,8 +579,12 @@ class PostgresSink(Sink):
         bound = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(m.keys)))
         existing = {}
         for rel in (target, tomb):
-            found = conn.execute(sql.SQL("SELECT {}, {} FROM {} WHERE {} >= {} AND {} <= {} LIMIT {}").format(
-                key, ident[SEQ], rel, row, bound, row, bound, sql.Literal(limit + 1)), lo + hi).fetchall()
+            found = conn.execute(
+                sql.SQL("SELECT {}, {} FROM {} WHERE {} >= {} AND {} <= {} LIMIT {}").format(
+                    key, ident[SEQ], rel, row, bound, row, bound, sql.Literal(limit + 1)
+                ),
+                lo + hi,
+            ).fetchall()
             if len(found) > limit:
                 return False
             for r in found:  # target rows and tombstones: the highest sequence per key
@@ -480,8 +600,10 @@ class PostgresSink(Sink):
             if stale:
                 arrays = sql.SQL(", ").join(sql.SQL("%s::bigint[]") for _ in m.keys)
                 for rel in (target, tomb):
-                    conn.execute(sql.SQL("DELETE FROM {} WHERE {} IN (SELECT * FROM unnest({}))").format(
-                        rel, row, arrays), [list(col) for col in zip(*stale)])
+                    conn.execute(
+                        sql.SQL("DELETE FROM {} WHERE {} IN (SELECT * FROM unnest({}))").format(rel, row, arrays),
+                        [list(col) for col in zip(*stale)],
+                    )
         if src.num_rows:
             self._copy(conn, m, target, src, cols, with_op=False)
         return True
@@ -492,8 +614,11 @@ class PostgresSink(Sink):
         binary = self._binary(m, src, cols, names)
         fmt = sql.SQL("binary" if binary is not None else "csv")
         with conn.cursor() as cur:
-            with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
-                    rel, sql.SQL(", ").join(sql.Identifier(c) for c in names), fmt)) as cp:
+            with cur.copy(
+                sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
+                    rel, sql.SQL(", ").join(sql.Identifier(c) for c in names), fmt
+                )
+            ) as cp:
                 if binary is None:
                     for piece in _pieces(src):
                         cp.write(self._csv(m, piece, cols, with_op=with_op))
@@ -547,13 +672,22 @@ class PostgresSink(Sink):
     def _rows(self, conn, table: TableId, where: sql.Composable | None = None, params=()) -> pa.Table:
         m = self._meta_for(conn, table)
         names = list(m.columns)
-        exprs = [sql.SQL("{}::text").format(sql.Identifier(c)) if T.is_json(m.columns[c]) or m.columns[c] is None
-                 else sql.Identifier(c) for c in names]
+        exprs = [
+            sql.SQL("{}::text").format(sql.Identifier(c))
+            if T.is_json(m.columns[c]) or m.columns[c] is None
+            else sql.Identifier(c)
+            for c in names
+        ]
         with conn.cursor() as cur:
-            cur.execute(sql.SQL("SELECT {} FROM {}{} ORDER BY {}").format(
-                sql.SQL(", ").join(exprs), sql.Identifier(m.schema, m.name),
-                sql.SQL(" WHERE ") + where if where is not None else sql.SQL(""),
-                sql.SQL(", ").join(map(sql.Identifier, m.keys))), list(params) or None)
+            cur.execute(
+                sql.SQL("SELECT {} FROM {}{} ORDER BY {}").format(
+                    sql.SQL(", ").join(exprs),
+                    sql.Identifier(m.schema, m.name),
+                    sql.SQL(" WHERE ") + where if where is not None else sql.SQL(""),
+                    sql.SQL(", ").join(map(sql.Identifier, m.keys)),
+                ),
+                list(params) or None,
+            )
             data = cur.fetchall()
         columns = list(zip(*data)) if data else [[] for _ in names]
         arrays = []
@@ -568,7 +702,10 @@ class PostgresSink(Sink):
 
         def q(conn):
             m = self._meta_for(conn, table)
-            return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(m.schema, m.name))).fetchone()[0]
+            return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(m.schema, m.name))).fetchone()[
+                0
+            ]
+
         return self._run(q)
 
     # ------------------------------------------------------------------ key-range reads (verify)
@@ -584,10 +721,18 @@ class PostgresSink(Sink):
 
         def drop(conn):
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified,))
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}").format(
-                sql.Identifier(schema, name), sql.Identifier(self.control_schema, self._tomb_name(schema, name))))
-            conn.execute(sql.SQL("DELETE FROM {} WHERE table_name = %s").format(
-                sql.Identifier(self.control_schema, "_cdc_applied")), (qualified,))
+            conn.execute(
+                sql.SQL("DROP TABLE IF EXISTS {}, {}").format(
+                    sql.Identifier(schema, name), sql.Identifier(self.control_schema, self._tomb_name(schema, name))
+                )
+            )
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE table_name = %s").format(
+                    sql.Identifier(self.control_schema, "_cdc_applied")
+                ),
+                (qualified,),
+            )
+
         self._run(drop)
         self._meta.pop(table, None)
 
@@ -601,10 +746,14 @@ class PostgresSink(Sink):
             conds, params = [], []
             for bound, op in ((lo, ">="), (hi, "<")):
                 if bound is not None:
-                    conds.append(sql.SQL("{} {} ({})").format(key, sql.SQL(op),
-                                                              sql.SQL(", ").join(sql.Placeholder() * len(cols))))
+                    conds.append(
+                        sql.SQL("{} {} ({})").format(
+                            key, sql.SQL(op), sql.SQL(", ").join(sql.Placeholder() * len(cols))
+                        )
+                    )
                     params += list(bound)
             return self._rows(conn, table, sql.SQL(" AND ").join(conds) if conds else None, params)
+
         return self._run(q)
 
     def _ordered_key(self, conn, m: _Meta, cols: list[str]) -> sql.Composable:
@@ -615,7 +764,9 @@ class PostgresSink(Sink):
             "SELECT a.attname, c.collname, c.collprovider, d.datcollate, d.datlocprovider"
             " FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation"
             " JOIN pg_database d ON d.datname = current_database()"
-            " WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s)", (m.qualified, cols)).fetchall()
+            " WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s)",
+            (m.qualified, cols),
+        ).fetchall()
         byte_order = {"C", "POSIX", "C.UTF-8", "C.utf8"}
         needs = set()
         for name, coll, provider, datcollate, datprovider in rows:
@@ -626,8 +777,9 @@ class PostgresSink(Sink):
             if coll != "default" and provider == "c" and coll in byte_order:
                 continue
             needs.add(name)
-        parts = [sql.SQL('({} COLLATE "C")').format(sql.Identifier(c)) if c in needs else sql.Identifier(c)
-                 for c in cols]
+        parts = [
+            sql.SQL('({} COLLATE "C")').format(sql.Identifier(c)) if c in needs else sql.Identifier(c) for c in cols
+        ]
         return sql.SQL("({})").format(sql.SQL(", ").join(parts)) if len(parts) > 1 else parts[0]
 
     def rows_with_keys(self, table, key_columns: Sequence[str], keys) -> pa.Table:
@@ -640,11 +792,15 @@ class PostgresSink(Sink):
             one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(cols)))
             parts = []
             for i in range(0, max(len(keys), 1), 500):
-                batch = keys[i:i + 500]
-                where = (sql.SQL("{} IN ({})").format(key, sql.SQL(", ").join([one] * len(batch)))
-                         if batch else sql.SQL("false"))
+                batch = keys[i : i + 500]
+                where = (
+                    sql.SQL("{} IN ({})").format(key, sql.SQL(", ").join([one] * len(batch)))
+                    if batch
+                    else sql.SQL("false")
+                )
                 parts.append(self._rows(conn, table, where, [v for k in batch for v in k]))
             return pa.concat_tables(parts)
+
         return self._run(q)
 
 

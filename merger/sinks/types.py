@@ -59,6 +59,7 @@ def bit_width(field: pa.Field) -> int | None:
     raw = (field.metadata or {}).get(BIT_WIDTH)
     return int(raw) if raw else None
 
+
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 
 
@@ -88,8 +89,12 @@ def _common(t: pa.DataType) -> pa.DataType | None:
         return t
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return pa.string()
-    if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or pa.types.is_binary_view(t)):
+    if (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_binary_view(t)
+    ):
         return pa.binary()
     if pa.types.is_boolean(t):
         return pa.bool_()
@@ -165,9 +170,15 @@ def kafka_storage_type(t: pa.DataType) -> pa.DataType:
 # --------------------------------------------------------------------------- PostgreSQL names
 
 _PG_SIMPLE = {
-    pa.int16(): "smallint", pa.int32(): "integer", pa.int64(): "bigint",
-    pa.float32(): "real", pa.float64(): "double precision", pa.string(): "text",
-    pa.binary(): "bytea", pa.bool_(): "boolean", pa.date32(): "date",
+    pa.int16(): "smallint",
+    pa.int32(): "integer",
+    pa.int64(): "bigint",
+    pa.float32(): "real",
+    pa.float64(): "double precision",
+    pa.string(): "text",
+    pa.binary(): "bytea",
+    pa.bool_(): "boolean",
+    pa.date32(): "date",
     pa.timestamp("us"): "timestamp without time zone",
     pa.timestamp("us", tz="UTC"): "timestamp with time zone",
     pa.duration("us"): "interval",
@@ -199,7 +210,7 @@ def pg_type_to_storage(name: str) -> pa.DataType | None:
         p, _, s = name[8:-1].partition(",")
         p, s = int(p), int(s or 0)
         return pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
-    if name in ("character varying", "character", "\"char\"") or name.startswith(("character varying(", "character(")):
+    if name in ("character varying", "character", '"char"') or name.startswith(("character varying(", "character(")):
         return pa.string()
     return None
 

@@ -80,12 +80,21 @@ from typing import Any, Callable, Mapping, Sequence
 INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year")
 STRING_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
 BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
-GEOMETRY_TYPES = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-                  "multipolygon", "geometrycollection", "geomcollection")
+GEOMETRY_TYPES = (
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+    "geomcollection",
+)
 NUL_POLICIES = ("strip", "replace", "pause")
 
 # exact decimal arithmetic: the default context rounds to 28 digits (DECIMAL(65,30) has 65)
-_EXACT = Context(prec=2000, Emax=10**6, Emin=-10**6)
+_EXACT = Context(prec=2000, Emax=10**6, Emin=-(10**6))
 _EPOCH = _dt.datetime(1970, 1, 1)
 _UTC = _dt.timezone.utc
 
@@ -100,28 +109,32 @@ class Column:
     """One source column, as ``information_schema.COLUMNS`` describes it."""
 
     name: str
-    data_type: str                     # DATA_TYPE, lower case: 'int', 'bit', 'longtext'
-    column_type: str                   # COLUMN_TYPE: 'bigint(20) unsigned', 'bit(12)'
+    data_type: str  # DATA_TYPE, lower case: 'int', 'bit', 'longtext'
+    column_type: str  # COLUMN_TYPE: 'bigint(20) unsigned', 'bit(12)'
     nullable: bool = True
-    default: str | None = None         # COLUMN_DEFAULT as shown ("'2000-01-01'", 'NULL', None)
+    default: str | None = None  # COLUMN_DEFAULT as shown ("'2000-01-01'", 'NULL', None)
     numeric_scale: int | None = None
     datetime_precision: int | None = None
     character_set: str | None = None
-    is_json: bool = False              # DATA_TYPE json, or MariaDB's CHECK (json_valid(col))
+    is_json: bool = False  # DATA_TYPE json, or MariaDB's CHECK (json_valid(col))
 
     @classmethod
     def from_information_schema(cls, row: Mapping[str, Any], is_json: bool = False) -> "Column":
         def get(key):
             return row.get(key, row.get(key.lower()))
+
         data_type = str(get("DATA_TYPE")).lower()
-        return cls(name=get("COLUMN_NAME"), data_type=data_type,
-                   column_type=str(get("COLUMN_TYPE") or data_type).lower(),
-                   nullable=str(get("IS_NULLABLE") or "YES").upper() == "YES",
-                   default=get("COLUMN_DEFAULT"),
-                   numeric_scale=_int_or_none(get("NUMERIC_SCALE")),
-                   datetime_precision=_int_or_none(get("DATETIME_PRECISION")),
-                   character_set=get("CHARACTER_SET_NAME"),
-                   is_json=is_json or data_type == "json")
+        return cls(
+            name=get("COLUMN_NAME"),
+            data_type=data_type,
+            column_type=str(get("COLUMN_TYPE") or data_type).lower(),
+            nullable=str(get("IS_NULLABLE") or "YES").upper() == "YES",
+            default=get("COLUMN_DEFAULT"),
+            numeric_scale=_int_or_none(get("NUMERIC_SCALE")),
+            datetime_precision=_int_or_none(get("DATETIME_PRECISION")),
+            character_set=get("CHARACTER_SET_NAME"),
+            is_json=is_json or data_type == "json",
+        )
 
     @property
     def unsigned(self) -> bool:
@@ -166,8 +179,8 @@ def _int_or_none(v: Any) -> int | None:
 class SinkRules:
     """What the sink is, for the rules that depend on it."""
 
-    sink: str = "delta"                # "delta" | "postgres"
-    nul_policy: str = "strip"          # PostgreSQL only: strip | replace | pause
+    sink: str = "delta"  # "delta" | "postgres"
+    nul_policy: str = "strip"  # PostgreSQL only: strip | replace | pause
 
     def __post_init__(self):
         if self.sink not in ("delta", "postgres"):
@@ -255,6 +268,7 @@ def float_rule(col: Column) -> Callable[[Any], str | tuple]:
         if single:
             return repr(float(format(x, ".6g")))
         return repr(x)
+
     return conv
 
 
@@ -279,6 +293,7 @@ def bit_source(col: Column) -> Callable[[Any], str | tuple]:
         else:
             return unexpected(v)
         return _hex(n.to_bytes(width, "big"))
+
     return conv
 
 
@@ -289,6 +304,7 @@ def bit_sink(col: Column) -> Callable[[Any], str | tuple]:
         if isinstance(v, bool):
             return ("0x01" if v else "0x00") if one else unexpected(v)
         return binary(v)
+
     return conv
 
 
@@ -308,6 +324,7 @@ def string_source(col: Column, rules: SinkRules) -> Callable[[Any], str | tuple]
         elif nul == "replace":
             v = v.replace("\x00", "\ufffd")
         return v
+
     return conv
 
 
@@ -343,8 +360,11 @@ def json_value(obj: Any) -> str:
     if isinstance(obj, (list, tuple)):
         return "[" + ",".join(json_value(x) for x in obj) + "]"
     if isinstance(obj, dict):
-        return "{" + ",".join(json.dumps(str(k), ensure_ascii=False) + ":" + json_value(obj[k])
-                              for k in sorted(obj, key=str)) + "}"
+        return (
+            "{"
+            + ",".join(json.dumps(str(k), ensure_ascii=False) + ":" + json_value(obj[k]) for k in sorted(obj, key=str))
+            + "}"
+        )
     raise TypeError(f"not a JSON value: {obj!r}")
 
 
@@ -389,6 +409,7 @@ def json_source(rules: SinkRules) -> Callable[[Any], str | tuple]:
         except ValueError:
             return v
         return json_value(_map_strings(obj, lambda s: s.replace("\x00", repl)))
+
     return conv
 
 
@@ -472,6 +493,7 @@ def date_source(col: Column) -> Callable[[Any], str | None | tuple]:
     def conv(v):
         d = _source_datetime(col, v)
         return d if d is None or isinstance(d, tuple) else _date_text(d)
+
     return conv
 
 
@@ -485,6 +507,7 @@ def datetime_source(col: Column) -> Callable[[Any], str | None | tuple]:
     def conv(v):
         d = _source_datetime(col, v)
         return d if d is None or isinstance(d, tuple) else _datetime_text(d)
+
     return conv
 
 
@@ -496,9 +519,11 @@ def datetime_sink(v: Any) -> str | tuple:
 
 def timestamp_source(col: Column) -> Callable[[Any], str | None | tuple]:
     """The session runs in UTC, so a naive source value is UTC."""
+
     def conv(v):
         d = _source_datetime(col, v)
         return d if d is None or isinstance(d, tuple) else _datetime_text(d) + "Z"
+
     return conv
 
 
@@ -529,8 +554,9 @@ def time_source(v: Any) -> str | tuple:
     if isinstance(v, str):
         m = _TIME_RE.match(v)
         if m:
-            micros = ((int(m.group(2)) * 60 + int(m.group(3))) * 60 + int(m.group(4))) * 1_000_000 \
-                + int(((m.group(5) or "") + "000000")[:6])
+            micros = ((int(m.group(2)) * 60 + int(m.group(3))) * 60 + int(m.group(4))) * 1_000_000 + int(
+                ((m.group(5) or "") + "000000")[:6]
+            )
             return time_text(-micros if m.group(1) else micros)
     return unexpected(v)
 
@@ -623,7 +649,8 @@ class ColumnCanon:
         return [None if v is None else f(v) for v in values]
 
 
-def row_canons(columns: Sequence[Column], rules: SinkRules,
-               sink_types: Mapping[str, str | None] | None = None) -> list[ColumnCanon]:
+def row_canons(
+    columns: Sequence[Column], rules: SinkRules, sink_types: Mapping[str, str | None] | None = None
+) -> list[ColumnCanon]:
     sink_types = sink_types or {}
     return [ColumnCanon(c, rules, sink_types.get(c.name)) for c in columns]

@@ -13,7 +13,6 @@ import datetime as _dt
 from decimal import Decimal
 from typing import Any
 
-
 _UTC = _dt.timezone.utc
 # MariaDB orders these key types as the sinks do (numbers, instants, bytes); strings
 # follow a collation (case-insensitive, PAD SPACE), so their chunks can disagree

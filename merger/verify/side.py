@@ -50,13 +50,15 @@ class SinkSide:
 
     def rows_in_range(self, lo, hi) -> list[tuple]:
         t = self.table
-        return self.reader.rows_in_range(t.db, t.table, self.names, self.sink_cols, self.keys, self.kinds, lo, hi,
-                                         **self._read_kwargs())
+        return self.reader.rows_in_range(
+            t.db, t.table, self.names, self.sink_cols, self.keys, self.kinds, lo, hi, **self._read_kwargs()
+        )
 
     def rows_with_keys(self, canon_keys) -> list[tuple]:
         t = self.table
-        return self.reader.rows_with_keys(t.db, t.table, self.names, self.sink_cols, self.keys, self.kinds,
-                                          list(canon_keys), **self._read_kwargs())
+        return self.reader.rows_with_keys(
+            t.db, t.table, self.names, self.sink_cols, self.keys, self.kinds, list(canon_keys), **self._read_kwargs()
+        )
 
     def sink_rows(self, raw: Sequence[tuple]) -> list[tuple]:
         return canonical_rows(self.canons, raw, "sink")

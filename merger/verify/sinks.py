@@ -62,10 +62,16 @@ class PostgresReader:
             return self._conn
         s = self.settings
         try:
-            conn = psycopg.connect(host=s.get("host"), port=s.get("port"), user=s.get("user"),
-                                   password=s.get("password") or "", dbname=s.get("dbname"),
-                                   connect_timeout=int(s.get("connect_timeout", 10)),
-                                   application_name="cdc-verify", autocommit=True)
+            conn = psycopg.connect(
+                host=s.get("host"),
+                port=s.get("port"),
+                user=s.get("user"),
+                password=s.get("password") or "",
+                dbname=s.get("dbname"),
+                connect_timeout=int(s.get("connect_timeout", 10)),
+                application_name="cdc-verify",
+                autocommit=True,
+            )
         except psycopg.OperationalError as exc:
             raise SinkUnreachable(f"{self.where()} is unreachable: {_first_line(exc)}") from None
         conn.execute("SET TimeZone = 'UTC'")
@@ -109,7 +115,8 @@ class PostgresReader:
         rows = self._run(
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
             " WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-            (self._qualified(db, table),))
+            (self._qualified(db, table),),
+        )
         if not rows:
             return None
         return {n: t for n, t in rows if n != SEQ}
@@ -127,7 +134,8 @@ class PostgresReader:
             " FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation"
             " JOIN pg_database d ON d.datname = current_database()"
             " WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s)",
-            (self._qualified(db, table), list(keys)))
+            (self._qualified(db, table), list(keys)),
+        )
         byte_order = {"C", "POSIX", "C.UTF-8", "C.utf8"}
         needs = set()
         for name, coll, provider, datcollate, datprovider in rows:
@@ -138,8 +146,9 @@ class PostgresReader:
             if coll != "default" and provider == "c" and coll in byte_order:
                 continue
             needs.add(name)
-        parts = [sql.SQL('({} COLLATE "C")').format(sql.Identifier(k)) if k in needs else sql.Identifier(k)
-                 for k in keys]
+        parts = [
+            sql.SQL('({} COLLATE "C")').format(sql.Identifier(k)) if k in needs else sql.Identifier(k) for k in keys
+        ]
         expr = self._key_exprs[(db, table, tuple(keys))] = sql.SQL("({})").format(sql.SQL(", ").join(parts))
         return expr
 
@@ -149,8 +158,9 @@ class PostgresReader:
         present = [n for n in names if n in sink_cols]
         if not present:
             raise SinkReadError(f"the sink table {self._qualified(db, table)} has none of the source's columns")
-        q = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, present)),
-                                                 sql.Identifier(*self.target(db, table)))
+        q = sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(map(sql.Identifier, present)), sql.Identifier(*self.target(db, table))
+        )
         if where is not None:
             q = q + sql.SQL(" WHERE ") + where
         rows = self._run(q, list(params) or None)
@@ -169,8 +179,9 @@ class PostgresReader:
         conds, params = [], []
         for bound, op in ((lo, ">="), (hi, "<")):
             if bound is not None:
-                conds.append(sql.SQL("{} {} ({})").format(key, sql.SQL(op),
-                                                          sql.SQL(", ").join(sql.Placeholder() * len(keys))))
+                conds.append(
+                    sql.SQL("{} {} ({})").format(key, sql.SQL(op), sql.SQL(", ").join(sql.Placeholder() * len(keys)))
+                )
                 params += [postgres_param(k, v, sink_cols.get(c)) for c, k, v in zip(keys, kinds, bound)]
         where = sql.SQL(" AND ").join(conds) if conds else None
         return self._select(db, table, names, sink_cols, where, params)
@@ -182,7 +193,7 @@ class PostgresReader:
         one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(keys)))
         out: list[tuple] = []
         for i in range(0, len(canon_keys), LOOKUP_BATCH):
-            batch = canon_keys[i:i + LOOKUP_BATCH]
+            batch = canon_keys[i : i + LOOKUP_BATCH]
             where = sql.SQL("{} IN ({})").format(key, sql.SQL(", ").join([one] * len(batch)))
             params = [postgres_param(k, v, sink_cols.get(c)) for kv in batch for c, k, v in zip(keys, kinds, kv)]
             out += self._select(db, table, names, sink_cols, where, params)
@@ -263,8 +274,9 @@ class DeltaReader:
     def rows(self, db, table, names, sink_cols) -> list[tuple]:
         return self._scan(db, table, names, sink_cols, lambda t: t)
 
-    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi,
-                      key_canons: Sequence[ColumnCanon] = ()) -> list[tuple]:
+    def rows_in_range(
+        self, db, table, names, sink_cols, keys, kinds, lo, hi, key_canons: Sequence[ColumnCanon] = ()
+    ) -> list[tuple]:
         import pyarrow as pa
 
         types = {k: _arrow_type(sink_cols[k]) for k in keys if k in sink_cols}
@@ -280,8 +292,7 @@ class DeltaReader:
         if exact:
             expr = None
             for (b, lower), s in zip(bounds, stored):
-                scalars = [pa.scalar(v).cast(types[k]) if not isinstance(v, pa.Scalar) else v
-                           for k, v in zip(keys, s)]
+                scalars = [pa.scalar(v).cast(types[k]) if not isinstance(v, pa.Scalar) else v for k, v in zip(keys, s)]
                 e = _bound_filter(keys, scalars, lower)
                 expr = e if expr is None else expr & e
 
@@ -302,10 +313,12 @@ class DeltaReader:
                         continue
                     mask.append((lo_k is None or o >= lo_k) and (hi_k is None or o < hi_k))
                 return t.filter(pa.array(mask, pa.bool_())) if mask else t
+
         return self._scan(db, table, names, sink_cols, keep, prune)
 
-    def rows_with_keys(self, db, table, names, sink_cols, keys, kinds, canon_keys,
-                       key_canons: Sequence[ColumnCanon] = ()) -> list[tuple]:
+    def rows_with_keys(
+        self, db, table, names, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = ()
+    ) -> list[tuple]:
         """Rows whose canonical key is one of ``canon_keys`` (compared in Python)."""
         import pyarrow as pa
 
@@ -317,6 +330,7 @@ class DeltaReader:
             cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
             mask = [key in wanted for key in zip(*cols)]
             return t.filter(pa.array(mask, pa.bool_())) if mask else t
+
         return self._scan(db, table, names, sink_cols, keep)
 
 
@@ -349,8 +363,20 @@ def _arrow_type(name: str):
     import pyarrow as pa
 
     if not _ARROW_NAMES:
-        for t in (pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64(),
-                  pa.string(), pa.binary(), pa.date32(), pa.timestamp("us"), pa.timestamp("us", tz="UTC")):
+        for t in (
+            pa.bool_(),
+            pa.int8(),
+            pa.int16(),
+            pa.int32(),
+            pa.int64(),
+            pa.float32(),
+            pa.float64(),
+            pa.string(),
+            pa.binary(),
+            pa.date32(),
+            pa.timestamp("us"),
+            pa.timestamp("us", tz="UTC"),
+        ):
             _ARROW_NAMES[str(t)] = t
     if name in _ARROW_NAMES:
         return _ARROW_NAMES[name]
@@ -377,4 +403,5 @@ def _bound_filter(cols: list[str], values: list, lower: bool):
         if i == last:
             return f >= v if lower else f < v
         return (f > v if lower else f < v) | ((f == v) & level(i + 1))
+
     return level(0)

@@ -65,6 +65,7 @@ class SourceReader:
                 from merger.source import connect as source_connect
 
                 return source_connect(mysql)
+
             self.where = f"{mysql.host}:{mysql.port}"
         else:
             self.where = "source"
@@ -117,24 +118,38 @@ class SourceReader:
         cols = self.query(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, NUMERIC_SCALE, "
             "DATETIME_PRECISION, CHARACTER_SET_NAME FROM information_schema.COLUMNS "
-            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (db, table))
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (db, table),
+        )
         if not cols:
             return None
-        names = ("COLUMN_NAME", "DATA_TYPE", "COLUMN_TYPE", "IS_NULLABLE", "COLUMN_DEFAULT", "NUMERIC_SCALE",
-                 "DATETIME_PRECISION", "CHARACTER_SET_NAME")
+        names = (
+            "COLUMN_NAME",
+            "DATA_TYPE",
+            "COLUMN_TYPE",
+            "IS_NULLABLE",
+            "COLUMN_DEFAULT",
+            "NUMERIC_SCALE",
+            "DATETIME_PRECISION",
+            "CHARACTER_SET_NAME",
+        )
         json_cols = self._json_columns(db, table)
-        columns = tuple(Column.from_information_schema(dict(zip(names, r)), is_json=r[0] in json_cols)
-                        for r in cols)
+        columns = tuple(Column.from_information_schema(dict(zip(names, r)), is_json=r[0] in json_cols) for r in cols)
         pk = self.query(
             "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-            "AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX", (db, table))
+            "AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (db, table),
+        )
         return SourceTable(db, table, columns, tuple(r[0] for r in pk))
 
     def _json_columns(self, db: str, table: str) -> set[str]:
         """MariaDB's JSON is LONGTEXT with CHECK (json_valid(`col`))."""
         try:
-            rows = self.query("SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
-                              "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s", (db, table))
+            rows = self.query(
+                "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+                "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s",
+                (db, table),
+            )
         except SourceError:
             return set()  # a server without CHECK_CONSTRAINTS (MySQL < 8.0.16): DATA_TYPE says json
         out = set()
@@ -168,8 +183,9 @@ class SourceReader:
         lo = None
         while True:
             where = sql_predicate_literal(keys, _raw_bound(lo), None, no_backslash_escapes=self.no_backslash_escapes)
-            rows = self.query(f"SELECT {cols} FROM {table} WHERE {where} ORDER BY {cols} "
-                              f"LIMIT 1 OFFSET {int(chunk_size)}")
+            rows = self.query(
+                f"SELECT {cols} FROM {table} WHERE {where} ORDER BY {cols} LIMIT 1 OFFSET {int(chunk_size)}"
+            )
             if not rows:
                 ranges.append((lo, None))
                 return ranges
@@ -179,20 +195,23 @@ class SourceReader:
 
     def rows_in_range(self, t: SourceTable, keys: Sequence[str], lo: tuple | None, hi: tuple | None) -> list[tuple]:
         self._connection()
-        where = sql_predicate_literal(keys, _raw_bound(lo), _raw_bound(hi),
-                                      no_backslash_escapes=self.no_backslash_escapes)
+        where = sql_predicate_literal(
+            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
+        )
         return self.query(self._select(t, where))
 
-    def rows_with_keys(self, t: SourceTable, keys: Sequence[str], kinds: Sequence[str],
-                       canon_keys: Sequence[tuple]) -> list[tuple]:
+    def rows_with_keys(
+        self, t: SourceTable, keys: Sequence[str], kinds: Sequence[str], canon_keys: Sequence[tuple]
+    ) -> list[tuple]:
         """Rows whose key may equal one of ``canon_keys`` (canonical values). The caller
         keeps only exact matches: a case-insensitive collation returns 'A' for 'a'."""
         cols = "(" + ", ".join(quote_ident(k) for k in keys) + ")"
         out: list[tuple] = []
         for i in range(0, len(canon_keys), LOOKUP_BATCH):
-            batch = canon_keys[i:i + LOOKUP_BATCH]
-            tuples = ", ".join("(" + ", ".join(self.literal(source_value(k, v)) for k, v in zip(kinds, key)) + ")"
-                               for key in batch)
+            batch = canon_keys[i : i + LOOKUP_BATCH]
+            tuples = ", ".join(
+                "(" + ", ".join(self.literal(source_value(k, v)) for k, v in zip(kinds, key)) + ")" for key in batch
+            )
             out += self.query(self._select(t, f"{cols} IN ({tuples})"))
         return out
 

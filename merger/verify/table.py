@@ -23,8 +23,8 @@ class Comparison:
     sink: str
     source_rows: int
     sink_rows: int
-    missing: list = field(default_factory=list)    # keys in the source, not in the sink
-    extra: list = field(default_factory=list)      # keys in the sink, not in the source
+    missing: list = field(default_factory=list)  # keys in the source, not in the sink
+    extra: list = field(default_factory=list)  # keys in the sink, not in the source
     different: list = field(default_factory=list)  # (key, column, source value, sink value), canonical
 
     @property
@@ -34,12 +34,15 @@ class Comparison:
     def summary(self) -> str:
         if self.ok:
             return f"{self.table} ({self.sink}): {self.source_rows} rows, equal"
-        return (f"{self.table} ({self.sink}): source {self.source_rows} rows, sink {self.sink_rows}; "
-                f"missing {self.missing[:3]}, extra {self.extra[:3]}, different {self.different[:5]}")
+        return (
+            f"{self.table} ({self.sink}): source {self.source_rows} rows, sink {self.sink_rows}; "
+            f"missing {self.missing[:3]}, extra {self.extra[:3]}, different {self.different[:5]}"
+        )
 
 
-def compare_table(source: SourceReader, reader, db: str, table: str, keys: Sequence[str] | None = None,
-                  limit: int = 20) -> Comparison:
+def compare_table(
+    source: SourceReader, reader, db: str, table: str, keys: Sequence[str] | None = None, limit: int = 20
+) -> Comparison:
     """One sink table (``reader``: a ``merger.verify.sinks`` reader) against its source.
     Raises ``SinkReadError`` when the sink has no such table."""
     out = compare_tables(source, {reader.name: reader}, db, table, keys, limit)[reader.name]
@@ -48,8 +51,9 @@ def compare_table(source: SourceReader, reader, db: str, table: str, keys: Seque
     return out
 
 
-def compare_tables(source: SourceReader, readers: dict, db: str, table: str, keys: Sequence[str] | None = None,
-                   limit: int = 20) -> dict:
+def compare_tables(
+    source: SourceReader, readers: dict, db: str, table: str, keys: Sequence[str] | None = None, limit: int = 20
+) -> dict:
     """Several sinks against one read of the source: {sink name: Comparison, or the error
     text when that sink's table cannot be read}."""
     t = source.describe(db, table)
@@ -72,8 +76,16 @@ def compare_tables(source: SourceReader, readers: dict, db: str, table: str, key
             continue
         if raw_src is None:
             raw_src = source.rows(t)
-        out[name] = compare_rows(t.name, reader.name, t.column_names, side.key_pos, side.source_rows(raw_src),
-                                 side.sink_rows(raw_dst), limit, shown=_shown(side.key_pos, raw_src, raw_dst))
+        out[name] = compare_rows(
+            t.name,
+            reader.name,
+            t.column_names,
+            side.key_pos,
+            side.source_rows(raw_src),
+            side.sink_rows(raw_dst),
+            limit,
+            shown=_shown(side.key_pos, raw_src, raw_dst),
+        )
     return out
 
 
@@ -81,10 +93,19 @@ def _shown(key_pos: Sequence[int], *raw_sides: list[tuple]) -> list[list[tuple]]
     return [[tuple(r[i] for i in key_pos) for r in rows] for rows in raw_sides]
 
 
-def compare_rows(name: str, sink: str, columns: Sequence[str], key_pos: Sequence[int], src: list[tuple],
-                 dst: list[tuple], limit: int = 20, shown: list[list[tuple]] | None = None) -> Comparison:
+def compare_rows(
+    name: str,
+    sink: str,
+    columns: Sequence[str],
+    key_pos: Sequence[int],
+    src: list[tuple],
+    dst: list[tuple],
+    limit: int = 20,
+    shown: list[list[tuple]] | None = None,
+) -> Comparison:
     """Canonical rows of both sides, compared by key. ``shown``: the keys as each side
     returned them (source, sink), to report keys in their own values."""
+
     def index(rows, raw_keys):
         out: dict[bytes, tuple] = {}
         display: dict[bytes, tuple] = {}
