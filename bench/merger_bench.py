@@ -1174,7 +1174,8 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
         for s in snaps:
             if "error" in s:
                 L.append(
-                    f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | FAILED: {s['error']} |||||||||||"
+                    f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | "
+                    f"FAILED: {s['error']} |||||||||||"
                 )
                 continue
             target = ""
@@ -1183,7 +1184,8 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
             vs = f"{s['rows_per_s'] / baseline['rows_per_s']:.2f}x" if baseline and baseline["rows_per_s"] else "-"
             w = s["windows"]
             L.append(
-                f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | {s['rows']:,} | {s['chunks']} | {s['snapshot_s']:.1f} | "
+                f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | {s['rows']:,} | "
+                f"{s['chunks']} | {s['snapshot_s']:.1f} | "
                 f"{s['rows_per_s']:,.0f} | {s['wall_s']:.1f} | {s['wall_rows_per_s']:,.0f} | {vs} | {target} | "
                 f"{w['read_s_sum']:.1f}/{w['read_s_max']:.1f} ({w['windows']} windows"
                 f"{', %d expired' % w['expired'] if w['expired'] else ''}) | {s['rss']['peak_total_mb']:.0f} |"
@@ -1233,7 +1235,8 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
                     else:
                         g["other"] += v
                 L.append(
-                    f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | {c['machine_busy_s']:.1f} / {c['wall_s']:.1f} | "
+                    f"| {s['sink']}{' (warm)' if s.get('warm') else ''} | {s['parallelism']} | "
+                    f"{c['machine_busy_s']:.1f} / {c['wall_s']:.1f} | "
                     + " | ".join(
                         f"{g[k]:.1f}" for k in ("jvm", "driver", "workers", "mariadbd", "postgres", "ingest", "other")
                     )

@@ -12,6 +12,8 @@ from cdc.config import IngestConfig, MergerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "docs" / "configuration.md"
+# hand-written sections appended verbatim (options that are not configuration keys)
+INCLUDES = (ROOT / "docs" / "kafka_source.md",)
 
 
 def _type_name(annotation) -> str:
@@ -45,7 +47,9 @@ def render() -> str:
     out = [
         "# Configuration reference",
         "",
-        "Generated from the configuration models in `cdc/config.py` by `python -m cdc.docgen`; do not edit by hand.",
+        "Generated from the configuration models in `cdc/config.py` and "
+        + ", ".join(f"`docs/{p.name}`" for p in INCLUDES)
+        + " by `python -m cdc.docgen`; do not edit by hand.",
         "",
         "Each process reads one YAML file (`-c FILE`). Secrets are never written in the file: "
         "`*_env` names an environment variable, `*_file` a file that holds the secret.",
@@ -62,6 +66,8 @@ def render() -> str:
             *_rows(model),
             "",
         ]
+    for path in INCLUDES:
+        out += [path.read_text().rstrip("\n"), ""]
     return "\n".join(out)
 
 

@@ -154,7 +154,7 @@ class Merger:
 
         from merger import metrics
         from merger.catalog import SourceCatalog
-        from merger.kafka_source import CdcKafkaDataSource
+        from merger.kafka import CdcKafkaDataSource
         from merger.processor import BatchProcessor
         from merger.schema import SourceModes
         from merger.snapshot import SnapshotRunner
@@ -303,7 +303,7 @@ class Merger:
                 if runner.error is not None:
                     raise MergerError(f"snapshot failed: {_short(runner.error)}")
                 if time.monotonic() - last_status > 1.0:
-                    with processor.lock:
+                    with processor.tables.locked():
                         processor.publish_status()
                     last_status = time.monotonic()
                     logged_batch = _log_slow_batch(self.query, logged_batch)
@@ -389,19 +389,19 @@ def _append_progress(query, seen: int, path: str, ours: dict) -> int:
 
 def _publish_if_idle(processor) -> None:
     """Status now, unless a batch holds the processor (it publishes its own retries)."""
-    if processor.lock.acquire(blocking=False):
+    if processor.tables.try_lock():
         try:
             processor.publish_status()
         finally:
-            processor.lock.release()
+            processor.tables.unlock()
 
 
 def _short(exc) -> str:
     text = str(exc) if exc is not None else "unknown error"
-    lines = [l for l in text.splitlines() if l.strip()]
-    for l in lines:
-        if "Error:" in l or "Exception:" in l:
-            return l.strip()[:500]
+    lines = [line for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "Error:" in line or "Exception:" in line:
+            return line.strip()[:500]
     return (lines[0] if lines else text)[:500]
 
 

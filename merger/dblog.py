@@ -1,7 +1,8 @@
 """DBLog reconciliation of snapshot chunks against the change stream, as plain Python.
 
 No I/O here: no Spark, no Kafka, no database. The caller feeds what it reads from one
-table's topic and gets told which snapshot rows to emit, and with which sequence.
+table's topic and gets told which snapshot rows to emit, and with which sequence
+(``emitted_rows``, over Arrow).
 
 The protocol (see DESIGN.md, "Watermarks")
 -----------------------------------------
@@ -28,7 +29,7 @@ Rules, per window:
   staged rows may predate the truncate, and everything written after the truncate
   arrives as stream events anyway.
 * The window is *ready* once HIGH has been read in every partition and the rows are
-  staged. ``emit`` then streams the staged rows whose key was not seen.
+  staged. ``emitted_rows`` then keeps the staged rows whose key was not seen.
 * A window whose markers do not all arrive within a timeout (the caller passes its own
   clock values) is reported by ``expired``; the caller ``finish``-es it and retries its
   chunks in a new window with new watermarks. Markers of unknown or finished windows are
@@ -42,27 +43,35 @@ The sequence rule (see DESIGN.md, "Ordering and idempotence")
 Every change the merger applies carries an integer *sequence* that orders all changes
 of one key (all changes of a key live in that key's partition):
 
-* a streamed event: its own Kafka offset in its partition;
-* an emitted chunk row: the offset of the window's HIGH marker in the partition of the
-  row's key (``partition_of(key)``, the same partitioner as the producer's).
+* a streamed event: its binlog position (``ingest.position.EventPosition.sequence``,
+  the ``_cdc_seq`` column), which orders changes along the binlog across partitions;
+* an emitted chunk row: the binlog position of the window's HIGH watermark write. That
+  one write becomes a marker in every partition, all carrying the same position, so a
+  window has one HIGH sequence (``high_sequence``).
+
+(Topics written by Debezium itself use the Kafka offset instead, see merger.debezium.)
 
 A sink applies a change only if its sequence is greater than the one it holds for the
 key; a delete is kept as a tombstone carrying its sequence, so an older change (a replay,
-or a chunk row emitted late) can never resurrect the row. A truncate at offset o in
-partition p turns every key of p held with a smaller sequence into a tombstone at o
+or a chunk row emitted late) can never resurrect the row. A truncate at sequence s in
+partition p turns every key of p held with a smaller sequence into a tombstone at s
 (ingest writes a truncate into every partition, like a marker). ``apply_change`` and
 ``apply_truncate`` below are this rule on a dict, the reference for the real sinks.
 
-Why this converges: take a key k of partition p and an emitted row of k with sequence
-h = HIGH offset in p. If k's last change has an offset above h, that change wins in the
-sink. If it lies between LOW and h, it was read before the window became ready, so k
-was seen and its row not emitted. Otherwise k did not change after LOW, and any SELECT
-started after LOW returns k's final row.
+``emitted_rows`` is the emission rule the merger runs (over Arrow): which staged rows of
+a ready window survive, and with which sequence.
+
+Why this converges: take a key k and an emitted row of k with sequence h = the HIGH
+position. If k's last change lies after h in the binlog, that change wins in the sink.
+If it lies between LOW and h, it was read before the window became ready, so k was seen
+and its row not emitted. Otherwise k did not change after LOW, and any SELECT started
+after LOW returns k's final row.
 
 Duplicates and restarts
 -----------------------
-Records of one partition must be fed in offset order. A record at an offset not above
-the last one processed for its partition is a replay (after a crash) and is ignored;
+Records of one partition must be fed in order. A record at an "offset" (the sequence the
+caller passes) not above the last one processed for its partition is a replay (after a
+crash) and is ignored;
 ``on_event``/``on_marker`` return False for it. The caller still hands replayed events
 to the sink, whose sequence check makes that harmless. ``to_dict``/``from_dict`` give an
 exact JSON form of the state; save it after processing a batch and before committing
@@ -81,7 +90,10 @@ import datetime as _dt
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Hashable, Iterable, Iterator
+from typing import Any, Callable, Hashable, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 LOW = "LOW"
 HIGH = "HIGH"
@@ -119,8 +131,8 @@ class Window:
     window_id: str
     chunk_ids: tuple[str, ...]
     opened_at: float
-    low: dict[int, int] = field(default_factory=dict)  # partition -> LOW marker offset
-    high: dict[int, int] = field(default_factory=dict)  # partition -> HIGH marker offset
+    low: dict[int, int] = field(default_factory=dict)  # partition -> LOW marker sequence
+    high: dict[int, int] = field(default_factory=dict)  # partition -> HIGH marker sequence
     seen: set = field(default_factory=set)  # keys changed since LOW
     truncated: bool = False  # a truncate came after LOW
     staged: bool = False  # chunk rows are staged
@@ -134,7 +146,7 @@ class Reconciler:
         if not isinstance(num_partitions, int) or num_partitions < 1:
             raise ValueError(f"num_partitions must be a positive int, got {num_partitions!r}")
         self.num_partitions = num_partitions
-        self.last_offsets: dict[int, int] = {}  # partition -> last processed offset
+        self.last_offsets: dict[int, int] = {}  # partition -> last processed sequence ("offset")
         self.windows: dict[str, Window] = {}
 
     # -- windows ------------------------------------------------------------------
@@ -168,25 +180,6 @@ class Reconciler:
         ready = [w for w in self.windows.values() if self.is_ready(w.window_id)]
         ready.sort(key=lambda w: (w.opened_at, w.window_id))
         return [w.window_id for w in ready]
-
-    def emit(
-        self,
-        window_id: str,
-        staged_rows: Iterable[Row],
-        key_of: Callable[[Row], Key],
-        partition_of: Callable[[Key], int],
-    ) -> Iterator[tuple[Row, int]]:
-        """Stream ``(row, sequence)`` for the staged rows whose key was not seen.
-
-        ``staged_rows`` is consumed lazily, one row at a time. The window stays open (and
-        keeps recording keys) until ``finish``: an interrupted emission can be re-run.
-        """
-        if not self.is_ready(window_id):
-            raise ValueError(f"window {window_id!r} is not ready to emit")
-        window = self.windows[window_id]
-        if window.truncated:
-            return iter(())
-        return _unseen_rows(staged_rows, key_of, partition_of, window.seen, dict(window.high))
 
     def finish(self, window_id: str) -> None:
         """Forget a window (emitted, or given up). Its late markers are then ignored."""
@@ -290,13 +283,6 @@ class Reconciler:
         return rec
 
 
-def _unseen_rows(rows, key_of, partition_of, seen, high) -> Iterator[tuple[Row, int]]:
-    for row in rows:
-        key = key_of(row)
-        if key not in seen:
-            yield row, high[partition_of(key)]
-
-
 def _window_to_dict(w: Window) -> dict:
     seen = [encode_key(k) for k in w.seen]
     seen.sort(key=lambda e: json.dumps(e, sort_keys=True))  # deterministic output
@@ -311,6 +297,52 @@ def _window_to_dict(w: Window) -> dict:
         "staged": w.staged,
         "problem": w.problem,
     }
+
+
+# -- the emission rule --------------------------------------------------------------------
+
+
+def high_sequence(window: Window) -> int:
+    """The sequence of a ready window's emitted rows: its HIGH watermark's binlog position
+    (every partition's HIGH marker carries the same one)."""
+    return window.high[next(iter(window.high))]
+
+
+def window_survives(window: Window, truncated_through: int) -> bool:
+    """False if a truncate came after LOW: seen in the stream (``truncated``), or a cut
+    the table applied at a later position than HIGH (``truncated_through``: a truncate,
+    drop or reset read since). Nothing of such a window is emitted."""
+    return not window.truncated and high_sequence(window) >= truncated_through
+
+
+def unseen_mask(rows: pa.Table, keys: list[str], seen: set) -> pa.Array:
+    """True for the rows whose key (the ``keys`` columns, as a tuple) is not in ``seen``;
+    in bulk: a snapshot window is often large and ``seen`` small."""
+    if not seen:
+        return pa.repeat(pa.scalar(True), rows.num_rows)
+    if len(keys) == 1:
+        col = rows.column(keys[0])
+        values = pa.array([k[0] for k in seen], col.type)
+        return pc.invert(pc.is_in(col, value_set=values))
+    tuples = zip(*[rows.column(k).to_pylist() for k in keys])
+    return pa.array([key not in seen for key in tuples])
+
+
+def emitted_rows(window: Window, rows: pa.Table, keys: list[str], truncated_through: int = 0) -> pa.Table:
+    """Of a ready window's staged ``rows`` (all of them or a slice), those emitted: none if
+    the window does not survive (``window_survives``), else the rows whose key was not
+    seen since LOW, as ``r`` changes at the HIGH sequence (columns ``_cdc_op`` and
+    ``_cdc_seq`` appended). The window stays open (and keeps recording keys) until
+    ``finish``: an interrupted emission can be run again."""
+    rows = (
+        rows.filter(unseen_mask(rows, keys, window.seen))
+        if window_survives(window, truncated_through)
+        else rows.slice(0, 0)
+    )
+    seq = high_sequence(window)
+    return rows.append_column("_cdc_op", pa.repeat(pa.scalar("r"), rows.num_rows)).append_column(
+        "_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), rows.num_rows)
+    )
 
 
 # -- exact JSON form of keys -----------------------------------------------------------

@@ -9,10 +9,11 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 3. each table's changes are decoded into the table's canonical Arrow schema, fed to the
    table's DBLog ``Reconciler`` (markers and keys) and applied to every sink in binlog
    order; a truncate cuts the batch and empties the sink tables at its place; a DDL
-   marker cuts it too, and the sink tables follow the DDL there (``apply_ddl``);
+   marker cuts it too, and the sink tables follow the DDL there (``merger.table_ddl``);
 4. snapshot windows that became ready are emitted: their staged rows minus the keys seen
-   since LOW, as ``r`` changes at the HIGH watermark's sequence (decided once per batch
-   and written down first, so a re-run of the batch emits exactly the same);
+   since LOW, as ``r`` changes at the HIGH watermark's sequence (``dblog.emitted_rows``;
+   which windows, decided once per batch and written down first, so a re-run of the
+   batch emits exactly the same);
 5. the state (reconcilers, replay filter, phases) is saved under the batch id.
 
 Sequences: a change's sequence is its binlog position (``EventPosition.sequence``),
@@ -26,106 +27,54 @@ their sequence is the Kafka offset.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import shutil
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, RENAMED, spec_from_marker
+from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
 from ingest.envelope import table_change_json
-from ingest.position import POSITION_HEADER, EventPosition, ReplayFilter
+from ingest.position import EventPosition, ReplayFilter
 from ingest.tablespec import TableSpec
 from ingest.topics import table_topic
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
+from merger.emission import WindowEmitter
 from merger.errors import MergerError
-from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
-from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide, rows_to_arrow_lenient
-from merger.sinks.base import IncompatibleSchemaChange, SinkError, SinkUnavailable, UnstorableValue
+from merger.kept import keep, kept_batches, kept_dir
+from merger.records import (
+    MARKER,
+    SCHEMA,
+    WATERMARK_HEADER,
+    BadRecord,
+    ChangeEvent,
+    ParsedRecord,
+    change_event,
+    decode,
+    headers_of,
+    payload_of,
+    position_of,
+)
+from merger.schema import SourceModes
+from merger.sink_writer import SinkWriter
+from merger.sinks.base import SinkError, UnstorableValue
 from merger.state import StateStore
+from merger.table_ddl import DdlFollower
+from merger.tables import TableRegistry, TableRuntime
 
 log = logging.getLogger("cdc.merger")
 
-WATERMARK_HEADER = "cdc.watermark"
-STEP = 1_000_000
-EMIT_BATCH_ROWS = 200_000
 # a source counts as busy for this long after a batch with a streamed change
 STREAMING_RECENT_S = 5.0
 
 
-class BadRecord(ValueError):
-    pass
-
-
 class BadChange(Exception):
     """A change of a known table that cannot be applied (``on_bad_record: pause``)."""
-
-
-@dataclass
-class TableRuntime:
-    name: str
-    spec: TableSpec
-    keys: list[str]
-    partitions: int
-    reconciler: Reconciler
-    phase: str = "streaming"  # snapshotting | streaming | paused | failed
-    error: str | None = None
-    rows_applied: int = 0
-    snapshot_rows: int = 0
-    last_offsets: dict = field(default_factory=dict)
-    lag_ms: float | None = None
-    blocked_on_sink: str | None = None
-    truncated_through: int = 0  # the order of the last cut (truncate, drop, reset): older changes are void
-    emitted: dict = field(default_factory=dict)  # window id -> staged rows already emitted
-    ddl_through: int = 0  # the order of the last DDL marker applied (one per partition)
-    spec_since: int = 0  # the order of the DDL the spec comes from: older changes decode leniently
-
-    def __post_init__(self):
-        self.schema = arrow_schema(self.spec)
-        self.converters = None
-
-    def set_spec(self, spec: TableSpec, modes: SourceModes) -> None:
-        self.spec = spec
-        self.schema = arrow_schema(spec)
-        self.converters = json_converters(spec, modes)
-
-
-def _headers(raw) -> dict[str, bytes]:
-    if not raw:
-        return {}
-    return {h["key"]: h["value"] for h in raw}
-
-
-def _payload(value: bytes) -> dict:
-    try:
-        v = json.loads(value)
-    except ValueError as exc:
-        raise BadRecord(f"value is not JSON: {exc}") from None
-    if isinstance(v, dict) and "schema" in v and "payload" in v:
-        v = v["payload"]
-    if not isinstance(v, dict):
-        raise BadRecord("value is not a JSON object")
-    return v
-
-
-def _position(headers: dict, payload: dict | None) -> EventPosition | None:
-    raw = headers.get(POSITION_HEADER)
-    if raw is not None:
-        return EventPosition.decode(raw)
-    src = (payload or {}).get("source") or {}
-    if "file" in src and "pos" in src:  # topics written by Debezium itself
-        return EventPosition(src["file"], int(src["pos"]), int(src.get("row") or 0))
-    return None
 
 
 class BatchProcessor:
@@ -164,15 +113,17 @@ class BatchProcessor:
         self.window_timeout_s = window_timeout_s
         self.emit_rows_per_batch = emit_rows_per_batch
         self.on_new_table = on_new_table
-        self.tables: dict[str, TableRuntime] = {}
+        # the tables' runtimes; its lock serialises a batch against the snapshot runner
+        self.tables = TableRegistry()
         self.replay = self._new_replay_filter()
-        self.lock = threading.RLock()
         self.restored = False
         self.bad_records = 0
         self.last_batch: int | None = None
         self.batch_started: float | None = None
         self._replaying: set = set()
-        self._pool = None
+        self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
+        self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
+        self.ddl = DdlFollower(store, self.writer, self.chunk_keys, modes, on_drop)
         self._spill_done: list = []
         self._staging_done: list = []
         self.emission_pending: str | None = None  # a table with ready windows left after the last batch
@@ -180,7 +131,6 @@ class BatchProcessor:
         self.last_timing: dict = {}  # the last batch's time split (diagnostics)
         self.last_change_at = 0.0  # monotonic time of the last batch with a streamed change
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
-        self._version_bases: dict[str, int] = {}
 
     # ------------------------------------------------------------------ state
 
@@ -188,24 +138,7 @@ class BatchProcessor:
         return {
             "replay": [[t, p, pos.encode().decode(), tomb] for (t, p), (pos, tomb) in self.replay.highest.items()],
             "bad_records": self.bad_records,
-            "tables": {
-                name: {
-                    "spec": _spec_to_dict(t.spec),
-                    "keys": t.keys,
-                    "partitions": t.partitions,
-                    "reconciler": t.reconciler.to_dict(),
-                    "phase": t.phase,
-                    "error": t.error,
-                    "rows_applied": t.rows_applied,
-                    "snapshot_rows": t.snapshot_rows,
-                    "last_offsets": t.last_offsets,
-                    "truncated_through": t.truncated_through,
-                    "ddl_through": t.ddl_through,
-                    "spec_since": t.spec_since,
-                    "emitted": {w: n for w, n in t.emitted.items() if w in t.reconciler.windows},
-                }
-                for name, t in self.tables.items()
-            },
+            "tables": {name: t.to_dict() for name, t in self.tables.items()},
         }
 
     def _new_replay_filter(self) -> ReplayFilter:
@@ -218,30 +151,16 @@ class BatchProcessor:
         for topic, part, pos, tomb in state.get("replay", []):
             self.replay.highest[(topic, int(part))] = (EventPosition.decode(pos), bool(tomb))
         self.bad_records = state.get("bad_records", 0)
-        self.tables = {}
+        tables = {}
         for name, t in state.get("tables", {}).items():
-            rt = TableRuntime(
-                name,
-                _spec_from_dict(t["spec"]),
-                t["keys"],
-                t["partitions"],
-                Reconciler.from_dict(t["reconciler"]),
-                t["phase"],
-                t.get("error"),
-                t.get("rows_applied", 0),
-                t.get("snapshot_rows", 0),
-                {int(k): v for k, v in t.get("last_offsets", {}).items()},
-            )
-            rt.truncated_through = t.get("truncated_through", 0)
-            rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
-            rt.emitted = dict(t.get("emitted", {}))
+            rt = TableRuntime.from_dict(name, t, self.modes)
             # "staged" is set in memory when the rows are on disk, maybe after this state was
             # saved: the marker file beside the rows says so for a restarted merger
             for wid, window in rt.reconciler.windows.items():
                 if not window.staged and self.store.is_staged(name, wid):
                     rt.reconciler.mark_staged(wid)
-            rt.set_spec(rt.spec, self.modes)
-            self.tables[name] = rt
+            tables[name] = rt
+        self.tables.replace(tables)
 
     # ------------------------------------------------------------------ tables
 
@@ -264,8 +183,8 @@ class BatchProcessor:
                 (f"{name} has no primary key: set snapshot.chunk_keys['{name}'] to the columns that identify a row"),
             )
         else:
-            self._ensure_sinks(rt)
-        self.tables[name] = rt
+            self.writer.ensure_tables(rt)
+        self.tables.add(rt)
         if self.on_new_table and rt.phase != "failed":
             self.on_new_table(name)
         return rt
@@ -286,30 +205,12 @@ class BatchProcessor:
                 return f"{db}.{table}"
         return topic[len(self.prefix) + 1 :]
 
-    def _ensure_sinks(self, rt: TableRuntime) -> bool:
-        """Create the sink tables or follow the schema; pauses the table on a change a sink
-        cannot follow. True if some sink created the table (it holds no rows yet)."""
-        db, table = rt.name.split(".", 1)
-        created: list[bool] = []
-        for sink in self.sinks:
-            try:
-                self._with_retry(
-                    rt,
-                    sink,
-                    lambda s=sink: created.append("created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])),
-                )
-            except IncompatibleSchemaChange as exc:
-                rt.phase, rt.error = "paused", str(exc)
-                log.error("table %s paused: %s", rt.name, exc)
-                return any(created)
-        return any(created)
-
     def resume_table(self, rt: TableRuntime) -> None:
         """``cdc resume``: after an operator fixed the sink tables. The changes kept on
         disk while the table was paused are applied first by the next batch; a sink table
         the operator dropped is created again and filled by a new snapshot."""
         rt.phase, rt.error = "streaming", None
-        if self._ensure_sinks(rt) and rt.phase != "paused":
+        if self.writer.ensure_tables(rt) and rt.phase != "paused":
             log.info("table %s: a sink table was created again; re-snapshotting", rt.name)
             self.store.request("snapshot", rt.name, where=None)
         if rt.phase == "paused":
@@ -326,17 +227,15 @@ class BatchProcessor:
         """``cdc snapshot`` of a paused table: drop its sink tables, create them with the
         current schema, and forget the kept changes (the snapshot that follows covers them).
         False (the table stays paused, the reason in its error) if a sink cannot drop."""
-        db, table = rt.name.split(".", 1)
         try:
-            for sink in self.sinks:
-                self._with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
+            self.writer.drop_tables(rt)
         except SinkError as exc:
             rt.error = f"{rt.error}; cannot rebuild: {exc}"
             log.error("table %s stays paused: %s", rt.name, exc)
             return False
         shutil.rmtree(self._spill_dir(rt), ignore_errors=True)
         rt.phase, rt.error = "streaming", None
-        self._ensure_sinks(rt)
+        self.writer.ensure_tables(rt)
         log.info("table %s: sink tables dropped and created again for a new snapshot", rt.name)
         return rt.phase != "paused"
 
@@ -350,129 +249,12 @@ class BatchProcessor:
             spec = self.catalog.table_spec(db, table)
         if spec is None:
             return
-        self.apply_ddl(batch_id, rt, ALTERED, spec, None, None, step or [0])
-
-    # ------------------------------------------------------------------ schema changes
-
-    def apply_ddl(
-        self,
-        batch_id: int | None,
-        rt: TableRuntime,
-        kind: str,
-        spec: TableSpec | None,
-        sql: str | None,
-        order: int | None,
-        step: list,
-        old: TableSpec | None = None,
-    ) -> None:
-        """Make the sink tables follow a DDL (``merger.schema_change`` decides how). With
-        ``order`` (the DDL marker's place in the stream) the sink tables are emptied exactly
-        there, and changes older than it that a lagging partition brings later are void
-        (after a reset) or decoded leniently (after a re-snapshot). ``old``: the definition
-        to compare with, in the same form as ``spec`` (default: the table's)."""
-        decision = decide(kind, old or rt.spec, spec, sql)
-        if decision.action == NONE and not decision.rebuild and spec == (old or rt.spec):
-            return
-        log.info("table %s: %s: %s", rt.name, kind, decision)
-        if decision.action == DROP:
-            self._drop_windows(rt)
-            self._cancel_plan(rt)
-            if self.on_drop == "truncate" and batch_id is not None and rt.phase not in ("paused", "failed"):
-                self._truncate(batch_id, rt, step)
-                rt.truncated_through = max(rt.truncated_through, order or 0)
-            rt.phase, rt.error = "dropped", None
-            return
-        rt.set_spec(spec, self.modes)
-        keys = list(spec.primary_key) or list(self.chunk_keys.get(rt.name, []))
-        if not keys:
-            rt.phase, rt.error = (
-                "failed",
-                (
-                    f"{rt.name} has no primary key: set snapshot.chunk_keys"
-                    f"['{rt.name}'] to the columns that identify a row"
-                ),
-            )
-            log.error("table %s: %s", rt.name, rt.error)
-            return
-        rt.keys = keys
-        if rt.phase in ("dropped", "failed"):
-            rt.phase, rt.error = "streaming", None
-        if rt.phase == "paused":
-            return  # `cdc snapshot` rebuilds it with the definition it has now
-        keep = self.on_drop == "keep" and kind in (CREATED, RENAMED)
-        rebuild, action = decision.rebuild, decision.action
-        if not rebuild:
-            incompatible = self._follow_schema(rt)
-            if incompatible is not None:
-                log.info("table %s: %s: the sink tables are rebuilt", rt.name, incompatible)
-                rebuild = True
-        if rebuild:
-            if keep:
-                rt.phase, rt.error = (
-                    "paused",
-                    (
-                        f"{rt.name} was re-created with a definition its sink tables cannot hold, and on_drop is "
-                        f"keep: move the sink tables away (or set on_drop: truncate), then `cdc snapshot {rt.name}`"
-                    ),
-                )
-                log.error("table %s paused: %s", rt.name, rt.error)
-                return
-            if not self._rebuild_sinks(rt):
-                return
-        emptied = rebuild
-        if action == RESET and not rebuild and not keep and batch_id is not None:
-            self._truncate(batch_id, rt, step)
-            emptied = True
-        if emptied and order is not None:
-            rt.truncated_through = max(rt.truncated_through, order)  # older changes are void
-        if rebuild or action in (RESNAPSHOT, RESET):
-            if order is not None:
-                rt.spec_since = max(rt.spec_since, order)
-            self._drop_windows(rt)  # their rows were read with the old definition
-            self.store.request("snapshot", rt.name, where=None)
-
-    def _follow_schema(self, rt: TableRuntime) -> IncompatibleSchemaChange | None:
-        """Every sink follows the table's definition; the first change one cannot follow."""
-        db, table = rt.name.split(".", 1)
-        for sink in self.sinks:
-            try:
-                self._with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
-            except IncompatibleSchemaChange as exc:
-                return exc
-        return None
-
-    def _rebuild_sinks(self, rt: TableRuntime) -> bool:
-        """Drop the sink tables and create them with the current definition (a snapshot
-        fills them). False, with the table paused, if a sink cannot drop tables."""
-        db, table = rt.name.split(".", 1)
-        try:
-            for sink in self.sinks:
-                self._with_retry(rt, sink, lambda s=sink: s.drop_table((db, table)))
-                self._with_retry(rt, sink, lambda s=sink: s.ensure_table((db, table), rt.schema, rt.keys))
-        except SinkError as exc:
-            rt.phase, rt.error = "paused", f"the sink tables must be rebuilt for a schema change: {exc}"
-            log.error("table %s paused: %s", rt.name, rt.error)
-            return False
-        return True
-
-    def _drop_windows(self, rt: TableRuntime) -> None:
-        """Forget the table's open snapshot windows: their late markers are ignored, their
-        staged rows deleted once the batch is saved, their chunks read again."""
-        for wid in list(rt.reconciler.windows):
-            rt.reconciler.finish(wid)
-            rt.emitted.pop(wid, None)
-            self._staging_done.append(self.store.staging_dir(rt.name, wid))
-
-    def _cancel_plan(self, rt: TableRuntime) -> None:
-        plan = self.store.load_plan(rt.name)
-        if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
-            plan["cancelled"] = time.time()
-            self.store.save_plan(rt.name, plan)
+        self.ddl.apply(batch_id, rt, ALTERED, spec, None, None, step or [0], self._staging_done)
 
     # ------------------------------------------------------------------ the batch
 
     def process(self, batch_id: int, records: pa.Table) -> None:
-        with self.lock:
+        with self.tables.locked():
             self.batch_started = time.monotonic()
             if not self.restored:
                 state = self.store.load_before(batch_id)
@@ -480,107 +262,124 @@ class BatchProcessor:
                     self._restore(state)
                 self.restored = True
             step = [0]
-            rows = (
-                records.sort_by(
-                    [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
-                ).to_pylist()
-                if records.num_rows
-                else []
-            )
-            per_table: dict[str, list] = {}
-            schema_records = []
             now_ms = time.time() * 1000
-            for r in rows:
-                topic = r["topic"]
-                headers = _headers(r.get("headers"))
-                value = r.get("value")
-                try:
-                    payload = _payload(value) if value is not None else None
-                    pos = _position(headers, payload)
-                except (BadRecord, ValueError) as exc:
-                    self._bad(r, str(exc))
-                    continue
-                if not (
-                    self.replay.accept_record(topic, r["partition"], pos, payload)
-                    if self.debezium
-                    else self.replay.accept(topic, r["partition"], pos, value is None)
-                ):
-                    continue
-                if value is None:
-                    continue  # tombstone: the delete before it carries the change
-                if topic == self.prefix:
-                    schema_records.append(payload)
-                    continue
-                name = self._table_name(topic, payload)
-                if not self.accepts(name):
-                    continue
-                per_table.setdefault(name, []).append((r, headers, payload, pos))
+            per_table, schema_records = self._route(records)
             for payload in schema_records:
                 self._schema_change(batch_id, payload, step)
-            for name, rt in list(self.tables.items()):
-                # a resumed table without new records: its kept changes are due now
-                if name not in per_table and rt.phase not in ("paused", "failed") and self._spill_dir(rt).exists():
-                    try:
-                        self._replay_spill(batch_id, rt, step, now_ms)
-                    except (UnstorableValue, BadChange) as exc:
-                        self._pause_unstorable(batch_id, rt, exc, [], step, now_ms)
-            for name, items in per_table.items():
-                rt = self.tables.get(name) or self._first_met(name, items)
-                if rt is None:
-                    for r, headers, *_ in items:
-                        if DDL_HEADER not in headers:  # a DDL of a table that is gone: nothing to do
-                            self._bad(
-                                r, f"table {name} not found in the source (or the merger's user lacks SELECT on it)"
-                            )
-                    continue
-                try:
-                    self._table_batch(batch_id, rt, items, step, now_ms)
-                except (UnstorableValue, BadChange) as exc:
-                    self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
+            self._apply_kept(batch_id, per_table, step, now_ms)
+            self._apply_changes(batch_id, per_table, step, now_ms)
             streamed_s = time.monotonic() - self.batch_started
             # no streamed change in this batch: nobody waits behind the emission, and a
             # batch of an idle source costs a watermark tick round trip: emit twice as much
-            changes = any(WATERMARK_HEADER not in headers for items in per_table.values() for _, headers, *_ in items)
-            if changes:
+            if any(WATERMARK_HEADER not in it.headers for items in per_table.values() for it in items):
                 self.last_change_at = time.monotonic()
             # a batch that the tick brought while changes stream in may hold none of them:
             # it only counts as idle when no change came for a few seconds
             self._emit_ready(batch_id, step, 1 if self.changes_streaming() else 2)
-            for rt in self.tables.values():
-                for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
-                    log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)
-                    rt.reconciler.finish(wid)
-                    shutil.rmtree(self.store.staging_dir(rt.name, wid), ignore_errors=True)
+            self._expire_windows()
             crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())
-            # only now: a re-run of this batch (crash before save_batch) reads them again
-            for done in self._spill_done + self._staging_done:
-                shutil.rmtree(done, ignore_errors=True)
-            self._spill_done, self._staging_done = [], []
-            self.last_batch = batch_id
-            # windows still to emit (over the batch's budget): they need another batch
-            self.emission_pending = next(
-                (
-                    name
-                    for name, rt in sorted(self.tables.items())
-                    if rt.phase != "paused" and rt.reconciler.ready_windows()
-                ),
-                None,
-            )
-            if self.emission_pending is not None:
-                self._ask_for_batch(batch_id)
-            self.batch_finished_at = time.monotonic()
-            took = self.batch_finished_at - self.batch_started
-            self.last_timing = {"changesMs": int(1000 * streamed_s), "windowsMs": int(1000 * (took - streamed_s))}
-            (log.info if took > 2.0 else log.debug)(
-                "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)",
-                batch_id,
-                records.num_rows,
-                took,
-                streamed_s,
-                took - streamed_s,
-            )
-            self.batch_started = None
+            self._finish_batch(batch_id, records.num_rows, streamed_s)
+
+    def _route(self, records: pa.Table) -> tuple[dict[str, list[ParsedRecord]], list[dict]]:
+        """The batch's records, parsed, without replays and tombstones: per table (in
+        offset order per partition), and the schema-change topic's payloads."""
+        rows = (
+            records.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]).to_pylist()
+            if records.num_rows
+            else []
+        )
+        per_table: dict[str, list[ParsedRecord]] = {}
+        schema_records = []
+        for r in rows:
+            topic = r["topic"]
+            headers = headers_of(r.get("headers"))
+            value = r.get("value")
+            try:
+                payload = payload_of(value) if value is not None else None
+                pos = position_of(headers, payload)
+            except (BadRecord, ValueError) as exc:
+                self._bad(r, str(exc))
+                continue
+            if not (
+                self.replay.accept_record(topic, r["partition"], pos, payload)
+                if self.debezium
+                else self.replay.accept(topic, r["partition"], pos, value is None)
+            ):
+                continue
+            if value is None:
+                continue  # tombstone: the delete before it carries the change
+            if topic == self.prefix:
+                schema_records.append(payload)
+                continue
+            name = self._table_name(topic, payload)
+            if not self.accepts(name):
+                continue
+            per_table.setdefault(name, []).append(ParsedRecord(r, headers, payload, pos))
+        return per_table, schema_records
+
+    def _apply_kept(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
+        """A resumed table without new records: its kept changes are due now."""
+        for name, rt in list(self.tables.items()):
+            if name not in per_table and rt.phase not in ("paused", "failed") and self._spill_dir(rt).exists():
+                try:
+                    self._replay_spill(batch_id, rt, step, now_ms)
+                except (UnstorableValue, BadChange) as exc:
+                    self._pause_unstorable(batch_id, rt, exc, [], step, now_ms)
+
+    def _apply_changes(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
+        for name, items in per_table.items():
+            rt = self.tables.get(name) or self._first_met(name, items)
+            if rt is None:
+                for it in items:
+                    if DDL_HEADER not in it.headers:  # a DDL of a table that is gone: nothing to do
+                        self._bad(
+                            it.record, f"table {name} not found in the source (or the merger's user lacks SELECT on it)"
+                        )
+                continue
+            try:
+                self._table_batch(batch_id, rt, items, step, now_ms)
+            except (UnstorableValue, BadChange) as exc:
+                self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
+
+    def _expire_windows(self) -> None:
+        for rt in self.tables.values():
+            for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
+                log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)
+                rt.reconciler.finish(wid)
+                shutil.rmtree(self.store.staging_dir(rt.name, wid), ignore_errors=True)
+
+    def _finish_batch(self, batch_id: int, num_records: int, streamed_s: float) -> None:
+        """After the batch's state is saved: delete what it consumed, ask for the next
+        batch if windows wait, record the timing."""
+        # only now: a re-run of this batch (crash before save_batch) reads them again
+        for done in self._spill_done + self._staging_done:
+            shutil.rmtree(done, ignore_errors=True)
+        self._spill_done, self._staging_done = [], []
+        self.last_batch = batch_id
+        # windows still to emit (over the batch's budget): they need another batch
+        self.emission_pending = next(
+            (
+                name
+                for name, rt in sorted(self.tables.items())
+                if rt.phase != "paused" and rt.reconciler.ready_windows()
+            ),
+            None,
+        )
+        if self.emission_pending is not None:
+            self._ask_for_batch(batch_id)
+        self.batch_finished_at = time.monotonic()
+        took = self.batch_finished_at - self.batch_started
+        self.last_timing = {"changesMs": int(1000 * streamed_s), "windowsMs": int(1000 * (took - streamed_s))}
+        (log.info if took > 2.0 else log.debug)(
+            "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)",
+            batch_id,
+            num_records,
+            took,
+            streamed_s,
+            took - streamed_s,
+        )
+        self.batch_started = None
 
     def changes_streaming(self) -> bool:
         """A batch with a streamed change came within the last STREAMING_RECENT_S."""
@@ -634,7 +433,7 @@ class BatchProcessor:
                     self.table(name, spec)
                 continue
             if kind == "DROP":
-                self.apply_ddl(batch_id, rt, DROPPED, None, payload.get("ddl"), None, step)
+                self.ddl.apply(batch_id, rt, DROPPED, None, payload.get("ddl"), None, step, self._staging_done)
             elif spec is not None:
                 # compared in the form of tableChanges (which lacks collations, generation, ...);
                 # Debezium reports CREATE for every table at its initial snapshot, and for a
@@ -642,7 +441,7 @@ class BatchProcessor:
                 same_form = spec_from_table_change(table_change_json("ALTER", rt.spec))
                 if spec == same_form:
                     continue
-                self.apply_ddl(
+                self.ddl.apply(
                     batch_id,
                     rt,
                     CREATED if rt.phase == "dropped" else ALTERED,
@@ -650,6 +449,7 @@ class BatchProcessor:
                     payload.get("ddl") if kind == "ALTER" else None,
                     None,
                     step,
+                    self._staging_done,
                     old=same_form,
                 )
 
@@ -679,9 +479,7 @@ class BatchProcessor:
     # ------------------------------------------------------------------ changes of one table
 
     def _spill_dir(self, rt: TableRuntime) -> Path:
-        from merger.state import safe_name
-
-        return self.store.root / "paused" / safe_name(rt.name)
+        return kept_dir(self.store, rt.name)
 
     def _pause_unstorable(
         self, batch_id: int, rt: TableRuntime, exc: Exception, items: list, step: list, now_ms: float
@@ -696,109 +494,94 @@ class BatchProcessor:
         if items:
             self._table_batch(batch_id, rt, items, step, now_ms)
 
-    def _table_batch(self, batch_id: int, rt: TableRuntime, items: list, step: list, now_ms: float) -> None:
+    def _table_batch(
+        self, batch_id: int, rt: TableRuntime, items: list[ParsedRecord], step: list, now_ms: float
+    ) -> None:
         if rt.phase in ("paused", "failed"):
             # a paused table keeps its changes on disk, in order, until `cdc resume`
-            spill = self._spill_dir(rt)
-            spill.mkdir(parents=True, exist_ok=True)
-            rows = [{**r, "headers": r.get("headers")} for r, *_ in items]
-            pq.write_table(pa.Table.from_pylist(rows), spill / f"batch-{batch_id:012d}.parquet")
+            keep(self.store, batch_id, rt.name, [it.record for it in items])
             crashpoints.reached("paused_spill")
             return
         spill = self._spill_dir(rt)
         if spill.exists() and spill not in self._replaying:
             self._replay_spill(batch_id, rt, step, now_ms)
-        needed = max(it[0]["partition"] for it in items) + 1
+        needed = max(it.record["partition"] for it in items) + 1
         if needed > rt.partitions:
             # the topic was created (by the first marker or event) after we first met the table
             rt.partitions = max(needed, self.partitions_of(self.topic_of(rt.name)))
             rt.reconciler.num_partitions = rt.partitions
-        items.sort(key=lambda it: (it[3].sequence() if it[3] else 0, it[0]["partition"]))
-        events = []  # (partition, seq, op, image, marker, order)
-        for r, headers, payload, pos in items:
-            # order: binlog order across partitions (cuts at truncates); seq: the sink's
-            # sequence. They are the same for ingest's topics. On Debezium's topics many
-            # records share one position (snapshot rows; a snapshot and the first change
-            # after it), so seq is the Kafka offset: a key lives in one partition, where
-            # the offsets follow the binlog (merger/debezium.py).
-            order = pos.sequence() if pos else r["offset"]
-            seq = r["offset"] if self.debezium else order
-            rt.last_offsets[r["partition"]] = r["offset"]
-            ddl = headers.get(DDL_HEADER)
-            if ddl is not None:  # a DDL marker (ingest.ddl.ddl_marker)
-                events.append((r["partition"], seq, "s", json.loads(ddl), r, order))
-                continue
-            marker = headers.get(WATERMARK_HEADER)
-            if marker is not None or payload.get("op") == "m":
-                if marker is None:
-                    content = (payload.get("message") or {}).get("content")
-                    marker = base64.b64decode(content) if content else b"{}"
-                m = json.loads(marker)
-                events.append((r["partition"], seq, "m", m, r, order))
-                continue
-            op = payload.get("op")
-            if op in ("c", "u", "r"):
-                image = payload.get("after")
-            elif op == "d":
-                image = payload.get("before")
-            elif op == "t":
-                image = None
-            else:
-                self._bad(r, f"unknown op {op!r}", rt)
-                continue
-            if op != "t" and not isinstance(image, dict):
-                self._bad(r, f"op {op} without an image", rt)
-                continue
-            src_ts = (payload.get("source") or {}).get("ts_ms")
-            if src_ts:
-                rt.lag_ms = max(0.0, now_ms - src_ts)
-            if op == "r" and self.debezium:
-                rt.snapshot_rows += 1  # a row of Debezium's (initial or incremental) snapshot
-            events.append((r["partition"], seq, op, image, r, order))
+        items.sort(key=lambda it: (it.position.sequence() if it.position else 0, it.record["partition"]))
+        events = self._events(rt, items, now_ms)
         # the events between two DDL markers are decoded with the definition in force there
         start = 0
         for i, ev in enumerate(events):
-            if ev[2] != "s":
+            if ev.op != SCHEMA:
                 continue
             self._walk(batch_id, rt, events[start:i], step)
             start = i + 1
-            order, marker = ev[5], ev[3]
+            order, marker = ev.order, ev.image
             if order <= rt.ddl_through:
                 continue  # the same statement, read from another partition
             rt.ddl_through = order
-            self.apply_ddl(
-                batch_id, rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"), order, step
+            self.ddl.apply(
+                batch_id,
+                rt,
+                str(marker.get("kind")),
+                spec_from_marker(marker),
+                marker.get("ddl"),
+                order,
+                step,
+                self._staging_done,
             )
             if rt.phase in ("paused", "failed"):  # what follows the DDL is kept until `cdc resume`
-                spill = self._spill_dir(rt)
-                spill.mkdir(parents=True, exist_ok=True)
-                rows = [{**ev[4], "headers": ev[4].get("headers")} for ev in events[start:]]
-                if rows:  # sorts before this batch's own file, which may follow
-                    pq.write_table(pa.Table.from_pylist(rows), spill / f"batch-{batch_id:012d}-ddl.parquet")
+                # sorts before this batch's own file, which may follow
+                keep(self.store, batch_id, rt.name, [ev.record for ev in events[start:]], "-ddl")
                 return
         self._walk(batch_id, rt, events[start:], step)
+
+    def _events(self, rt: TableRuntime, items: list[ParsedRecord], now_ms: float) -> list[ChangeEvent]:
+        """The changes of the table's records, in their order (a bad one: ``_bad``)."""
+        events = []
+        for item in items:
+            r, payload = item.record, item.payload
+            rt.last_offsets[r["partition"]] = r["offset"]
+            try:
+                ev = change_event(item, self.debezium)
+            except BadRecord as exc:
+                self._bad(r, str(exc), rt)
+                continue
+            if ev.op not in (SCHEMA, MARKER):
+                src_ts = (payload.get("source") or {}).get("ts_ms")
+                if src_ts:
+                    rt.lag_ms = max(0.0, now_ms - src_ts)
+                if ev.op == "r" and self.debezium:
+                    rt.snapshot_rows += 1  # a row of Debezium's (initial or incremental) snapshot
+            events.append(ev)
+        return events
 
     def _walk(self, batch_id: int, rt: TableRuntime, events: list, step: list) -> None:
         """Decode a run of events and apply them in binlog order: markers to the
         reconciler, data events to the sinks, in slices cut at truncates."""
         current = max(rt.truncated_through, rt.spec_since)
         if any(
-            ev[3] and ev[5] >= current and any(k not in rt.converters for k in ev[3])
+            ev.image and ev.order >= current and any(k not in rt.converters for k in ev.image)
             for ev in events
-            if ev[2] not in ("m", "t")
+            if ev.op not in (MARKER, "t")
         ):
             self.refresh_spec(rt, batch_id=batch_id, step=step)  # a column we do not know: the schema changed
         # decode every data event at once
-        data = self._decode([ev for ev in events if ev[2] not in ("m", "t")], rt)
+        data = decode(
+            [ev for ev in events if ev.op not in (MARKER, "t")], rt, lambda ev, reason: self._bad(ev.record, reason, rt)
+        )
         decoded = {id(ev): i for i, ev in enumerate(data[0])} if data else {}
         keys = data[2] if data else []
         # then feed the reconciler in binlog order (markers, events, truncates interleaved:
         # a key counts as seen only for windows whose LOW came before it) and apply the
         # decoded rows in slices cut at truncates
-        start, taken = 0, []
+        taken = []
         for ev in events:
-            partition, seq, op, image, r, order = ev
-            if op == "m":
+            partition, seq, op, image, _, order = ev
+            if op == MARKER:
                 kind = str(image.get("kind", "")).upper()
                 if image.get("window") and kind in ("LOW", "HIGH"):
                     rt.reconciler.on_marker(partition, seq, image["window"], kind)
@@ -808,7 +591,7 @@ class BatchProcessor:
                 if order > rt.truncated_through:  # one truncate record per partition
                     self._apply_rows(batch_id, rt, data, taken, step)
                     taken = []
-                    self._truncate(batch_id, rt, step)
+                    self.writer.truncate(batch_id, rt, step)
                     rt.truncated_through = order
                     if self.debezium:
                         # Debezium writes one truncate record, into one partition: a change
@@ -832,14 +615,11 @@ class BatchProcessor:
         spill = self._spill_dir(rt)
         self._replaying.add(spill)
         try:
-            for f in sorted(spill.glob("batch-*.parquet")):
-                items = []
-                for r in pq.read_table(f).to_pylist():
-                    headers = _headers(r.get("headers"))
-                    payload = _payload(r["value"])  # only accepted non-tombstone records were kept
-                    items.append((r, headers, payload, _position(headers, payload)))
+            for file_name, items in kept_batches(spill):
                 if items:
-                    log.info("table %s: applying %d changes kept while it was paused (%s)", rt.name, len(items), f.name)
+                    log.info(
+                        "table %s: applying %d changes kept while it was paused (%s)", rt.name, len(items), file_name
+                    )
                     self._table_batch(batch_id, rt, items, step, now_ms)
                 if rt.phase == "paused":
                     return  # paused again: what is left stays kept (re-applying is harmless)
@@ -847,262 +627,26 @@ class BatchProcessor:
             self._replaying.discard(spill)
         self._spill_done.append(spill)
 
-    def _decode(self, evs: list, rt: TableRuntime):
-        """(events that decoded, their Arrow table with _cdc_op/_cdc_seq, their keys)."""
-        if not evs:
-            return None
-        if rt.spec_since and any(ev[5] < rt.spec_since for ev in evs):
-            # older than the DDL the definition comes from (a lagging partition): leniently
-            old = [ev for ev in evs if ev[5] < rt.spec_since]
-            new = self._decode([ev for ev in evs if ev[5] >= rt.spec_since], rt)
-            table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev[3] for ev in old], rt.keys)
-            old = [old[i] for i in kept]
-            table = table.append_column("_cdc_op", pa.array([ev[2] for ev in old], pa.string())).append_column(
-                "_cdc_seq", pa.array([ev[1] for ev in old], pa.int64())
-            )
-            if new is not None:
-                old, table = old + new[0], pa.concat_tables([table, new[1]])
-            if not old:
-                return None
-            return old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
-        try:
-            table = rows_to_arrow(
-                rt.spec,
-                rt.schema,
-                rt.converters,
-                [ev[3] for ev in evs],
-                extra={
-                    "_cdc_op": (pa.string(), [ev[2] for ev in evs]),
-                    "_cdc_seq": (pa.int64(), [ev[1] for ev in evs]),
-                },
-            )
-        except (ValueError, TypeError, pa.ArrowException) as exc:
-            good = []
-            for ev in evs:  # find the bad ones
-                try:
-                    rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev[3]])
-                    good.append(ev)
-                except (ValueError, TypeError, pa.ArrowException) as one:
-                    self._bad(ev[4], f"cannot decode for {rt.name}: {one}", rt)
-            if len(good) == len(evs):
-                raise MergerError(f"cannot decode a batch of {rt.name}: {exc}") from None
-            return self._decode(good, rt)
-        keys = list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
-        return evs, table, keys
-
     def _apply_rows(self, batch_id: int, rt: TableRuntime, data, taken: list, step: list) -> None:
         if not taken:
             return
         table = data[1]
         if len(taken) != table.num_rows:
             table = table.take(pa.array(taken, pa.int64()))
-        self._apply(batch_id, rt, table, step)
+        self.writer.apply(batch_id, rt, table, step)
         rt.rows_applied += table.num_rows
-
-    def _apply(self, batch_id: int, rt: TableRuntime, table: pa.Table, step: list) -> None:
-        version = self._version(batch_id, rt, step)
-        db, name = rt.name.split(".", 1)
-        self._each_sink(rt, lambda s: s.apply((db, name), version, table))
-
-    def _version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
-        version = self._version_base(rt) + batch_id * STEP + step[0]
-        step[0] += 1
-        return version
-
-    def _version_base(self, rt: TableRuntime) -> int:
-        """Added to every sink version of the table. Sinks skip a write whose version is
-        at or below the one they recorded, and batch ids start again at 0 with a new
-        state_dir (a new Spark checkpoint): a merger started with a new state_dir against
-        existing sink tables would have its writes skipped until its batch ids caught up.
-        So the first write of a table in a state_dir starts above what the sinks recorded
-        for it. The base is fixed in state_dir before that write, so a re-run batch gets
-        the same versions and is still skipped. (Scoping the sinks' records by a run id
-        would need a new record format in all three sinks; a base needs none.)"""
-        base = self._version_bases.get(rt.name)
-        if base is None:
-            base = self._version_bases[rt.name] = self.store.version_base(
-                rt.name, lambda: self._recorded_version(rt) + 1
-            )
-        return base
-
-    def _recorded_version(self, rt: TableRuntime) -> int:
-        """The highest version any sink recorded for the table (-1: none)."""
-        db, name = rt.name.split(".", 1)
-        held = [-1]
-        for sink in self.sinks:
-            self._with_retry(rt, sink, lambda s=sink: held.append(s.applied_version((db, name))))
-        return max(v for v in held if v is not None)
-
-    def _each_sink(self, rt: TableRuntime, call) -> None:
-        """The same write to every sink, at the same time (they wait on I/O, not the GIL)."""
-        if len(self.sinks) == 1:
-            self._with_retry(rt, self.sinks[0], lambda: call(self.sinks[0]))
-            return
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(len(self.sinks), thread_name_prefix="sink")
-        futures = [self._pool.submit(self._with_retry, rt, s, lambda s=s: call(s)) for s in self.sinks]
-        errors = [f.exception() for f in futures]  # every sink done before an error goes up
-        for exc in errors:
-            if exc is not None:
-                raise exc
-
-    def _truncate(self, batch_id: int, rt: TableRuntime, step: list) -> None:
-        version = self._version(batch_id, rt, step)
-        db, name = rt.name.split(".", 1)
-        self._each_sink(rt, lambda s: s.truncate((db, name), version))
-
-    def _with_retry(self, rt: TableRuntime, sink, call) -> None:
-        delay = 1.0
-        name = type(sink).__name__
-        while True:
-            try:
-                call()
-                crashpoints.reached(f"after_write:{name}")
-                # sinks are written in parallel: only the blocked one may clear the flag
-                if rt.blocked_on_sink and rt.blocked_on_sink.startswith(name + ":"):
-                    log.info("sink %s reachable again", name)
-                    rt.blocked_on_sink = None
-                return
-            except SinkUnavailable as exc:
-                rt.blocked_on_sink = f"{name}: {exc}"
-                log.warning("table %s blocked on sink %s: %s; retrying in %.0fs", rt.name, name, exc, delay)
-                self.publish_status()
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
 
     # ------------------------------------------------------------------ snapshot windows
 
     def _emit_ready(self, batch_id: int, step: list, budget_factor: int = 1) -> None:
-        intent = self.store.intent(batch_id)
-        if intent is None:
-            ready = [
-                [name, wid]
-                for name, rt in sorted(self.tables.items())
-                if rt.phase != "paused"
-                for wid in rt.reconciler.ready_windows()
-            ]
-            ready.sort(key=lambda nw: self.tables[nw[0]].reconciler.windows[nw[1]].opened_at)
-            # a batch that writes a lot of snapshot rows holds back the streamed changes
-            # behind it: emit about emit_rows_per_batch rows (whole windows or slices of
-            # one), the rest in the next batches. Written down first: a re-run does the same.
-            budget, emit = self.emit_rows_per_batch * budget_factor, []
-            for name, wid in ready:
-                if budget <= 0:
-                    break
-                start = self.tables[name].emitted.get(wid, 0)
-                count = min(_staged_rows(self.store.staging_dir(name, wid)) - start, budget)
-                emit.append([name, wid, start, max(count, 0)])
-                budget -= max(count, 1)
-            intent = {"emit": emit}
-            if emit:
-                self.store.save_intent(batch_id, intent)
-        for name, wid, *part in intent["emit"]:
-            rt = self.tables.get(name)
-            if rt is None or wid not in rt.reconciler.windows or rt.phase == "paused":
-                continue
-            start, count = part if part else (0, None)  # an intent of an older version: all of it
-            try:
-                self._emit_window(batch_id, rt, wid, step, start, count)
-            except UnstorableValue as exc:  # the window stays, to be emitted after `cdc resume`
-                self._pause_unstorable(batch_id, rt, exc, [], step, 0.0)
+        def pause(rt: TableRuntime, exc: UnstorableValue) -> None:  # the window stays, emitted after `cdc resume`
+            self._pause_unstorable(batch_id, rt, exc, [], step, 0.0)
 
-    def _emit_window(
-        self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int, count: int | None
-    ) -> None:
-        """Emit staged rows [start, start + count) of a ready window; finish the window
-        when that reaches its end."""
-        window = rt.reconciler.window(wid)
-        if not rt.reconciler.is_ready(wid):
-            # never the case when the intent was made; stay open (emitted later, or read again)
-            log.warning("snapshot window %s of %s is not ready after a restart; not emitted now", wid, rt.name)
-            return
-        path = self.store.staging_dir(rt.name, wid)
-        read_with = self.store.staged_columns(rt.name, wid)
-        if read_with is not None and read_with != [(f.name, str(f.type)) for f in rt.schema]:
-            # read with another definition than the one in force here (an ALTER the reader
-            # had not seen yet, or one since): a column added before the read would be
-            # written as NULL over its values. Read again, in a new window.
-            log.info(
-                "snapshot window %s of %s was read with another definition of the table; its chunks are read again",
-                wid,
-                rt.name,
-            )
-            rt.reconciler.finish(wid)
-            rt.emitted.pop(wid, None)
-            self._staging_done.append(path)
-            return
-        files = sorted(path.glob("*.parquet")) if path.exists() else []
-        total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-        end = total if count is None else min(total, start + count)
-        emitted = 0
-        # every HIGH marker of a window carries the binlog position of the one HIGH write
-        seq = window.high[next(iter(window.high))]
-        for batch in _staged_slice(files, start, end - start):
-            if window.truncated or seq < rt.truncated_through:
-                break  # a truncate came after LOW: nothing of the window survives
-            table = from_snapshot(rt.spec, rt.schema, _fill_missing(batch, rt.spec))
-            table = table.filter(_unseen_mask(table, rt.keys, window.seen))
-            if table.num_rows == 0:
-                continue
-            table = table.append_column("_cdc_op", pa.repeat(pa.scalar("r"), table.num_rows)).append_column(
-                "_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), table.num_rows)
-            )
-            self._apply(batch_id, rt, table, step)
-            emitted += table.num_rows
-            crashpoints.reached("mid_emission")
-        rt.snapshot_rows += emitted
-        finished = end >= total
-        plan = self.store.load_plan(rt.name)
-        if plan is not None:
-            plan["rows"] = plan.get("rows", 0) + emitted
-            if finished:
-                done = set(plan.get("done", []))
-                done.update(window.chunk_ids)
-                plan["done"] = sorted(done)
-                if len(done) >= len(plan.get("chunks", [])):
-                    plan["finished_at"] = time.time()
-                    if rt.phase == "snapshotting":
-                        rt.phase = "streaming"
-            self.store.save_plan(rt.name, plan)
-        if not finished:
-            rt.emitted[wid] = end
-            log.info(
-                "snapshot window %s of %s: rows %d..%d of %d emitted (%d after reconciliation)",
-                wid,
-                rt.name,
-                start,
-                end,
-                total,
-                emitted,
-            )
-            return
-        rt.emitted.pop(wid, None)
-        rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again
-        self._staging_done.append(path)
-        log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
+        self.emitter.emit_ready(batch_id, step, budget_factor, self._staging_done, pause)
 
     # ------------------------------------------------------------------ status
 
     def status(self) -> dict:
-        plans = self.store.all_plans()
-        tables = {}
-        for name, rt in sorted(self.tables.items()):
-            plan = plans.get(name) or {}
-            tables[name] = {
-                "phase": rt.phase,
-                "error": rt.error,
-                "blocked_on_sink": rt.blocked_on_sink,
-                "snapshot": _snapshot_state(plan),
-                "chunks_done": len(plan.get("done", [])),
-                "chunks_total": len(plan.get("chunks", [])),
-                "snapshot_rows": rt.snapshot_rows,
-                "rows_applied": rt.rows_applied,
-                "lag_ms": rt.lag_ms,
-                "last_offsets": rt.last_offsets,
-                "open_windows": len(rt.reconciler.windows),
-            }
         guard = getattr(self.catalog, "guard", None)
         return {
             "updated_at": time.time(),
@@ -1110,90 +654,8 @@ class BatchProcessor:
             "bad_records": self.bad_records,
             # set while a source access waits for the database to come back
             "source_unavailable": guard.status() if guard is not None else None,
-            "tables": tables,
+            "tables": self.tables.status(self.store.all_plans()),
         }
 
     def publish_status(self) -> None:
         self.store.write_status(self.status())
-
-
-def _staged_rows(path: Path) -> int:
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in path.glob("*.parquet")) if path.exists() else 0
-
-
-def _unseen_mask(table: pa.Table, keys: list[str], seen: set) -> pa.Array:
-    """True for the staged rows whose key was not changed since LOW (``Reconciler.emit``,
-    in bulk: a snapshot window is often large and ``seen`` small)."""
-    if not seen:
-        return pa.repeat(pa.scalar(True), table.num_rows)
-    if len(keys) == 1:
-        col = table.column(keys[0])
-        values = pa.array([k[0] for k in seen], col.type)
-        return pc.invert(pc.is_in(col, value_set=values))
-    rows = zip(*[table.column(k).to_pylist() for k in keys])
-    return pa.array([key not in seen for key in rows])
-
-
-def _snapshot_state(plan: dict) -> str | None:
-    """none | running | paused | cancelled | finished: the table's latest snapshot plan."""
-    if not plan:
-        return None
-    if plan.get("cancelled"):
-        return "cancelled"
-    if plan.get("finished_at"):
-        return "finished"
-    return "paused" if plan.get("paused") else "running"
-
-
-def _staged_slice(files: list[Path], start: int, count: int):
-    """Staged rows [start, start + count), in the files' order, in pieces (see
-    ``_staged_batches``)."""
-    if count <= 0:
-        return
-    pos = 0
-    for batch in _staged_batches(files):
-        lo, hi = max(start - pos, 0), min(start + count - pos, batch.num_rows)
-        pos += batch.num_rows
-        if hi > lo:
-            yield batch.slice(lo, hi - lo)
-        if pos >= start + count:
-            return
-
-
-def _staged_batches(files: list[Path]):
-    """The staged rows in pieces of about EMIT_BATCH_ROWS (few, large sink writes; the
-    driver never holds more than one piece)."""
-    pending, count = [], 0
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=EMIT_BATCH_ROWS):
-            pending.append(batch)
-            count += batch.num_rows
-            if count >= EMIT_BATCH_ROWS:
-                yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
-                pending, count = [], 0
-    if count:
-        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
-
-
-def _fill_missing(batch: pa.RecordBatch, spec: TableSpec) -> pa.Table:
-    t = pa.Table.from_batches([batch])
-    for c in spec.columns:
-        if c.name not in t.column_names:
-            t = t.append_column(c.name, pa.nulls(t.num_rows))
-    return t
-
-
-def _spec_to_dict(spec: TableSpec) -> dict:
-    from dataclasses import asdict
-
-    return asdict(spec)
-
-
-def _spec_from_dict(d: dict) -> TableSpec:
-    from ingest.tablespec import ColumnSpec
-
-    cols = tuple(
-        ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c.get("enum_values") else c.get("enum_values")})
-        for c in d["columns"]
-    )
-    return TableSpec(d["db"], d["table"], cols, tuple(d["primary_key"]), d.get("default_charset"), d.get("comment"))

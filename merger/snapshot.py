@@ -2,7 +2,9 @@
 window's chunks in parallel through Spark JDBC into staged Parquet files, write HIGH.
 
 The reconciliation itself (which staged rows survive, at which sequence) happens in the
-stream (``merger.processor`` with ``merger.dblog``); this module only produces windows.
+stream (``merger.processor`` with ``merger.dblog.emitted_rows``); this module only produces
+windows. It changes the tables' runtimes only through the registry (``merger.tables``),
+whose lock serialises it against the batch.
 Progress is persisted per chunk in the plan file; a restarted merger continues with the
 first unfinished chunk.
 """
@@ -28,6 +30,7 @@ from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
 from merger.source import SourceGuard, connect
 from merger.state import StateStore
+from merger.tables import TableRegistry
 
 log = logging.getLogger("cdc.snapshot")
 
@@ -142,6 +145,11 @@ class SnapshotRunner(threading.Thread):
         )
 
     # ------------------------------------------------------------------ requests
+
+    @property
+    def tables(self) -> TableRegistry:
+        """The processor's table registry: its lock serialises this thread against the batch."""
+        return self.processor.tables
 
     def request(self, table: str, where: str | None = None) -> None:
         """Plan a snapshot of ``table`` (a new plan replaces an unfinished one)."""
@@ -260,7 +268,7 @@ class SnapshotRunner(threading.Thread):
         for req in requests:
             table, action = req["table"], req["action"]
             plan = self.store.load_plan(table)
-            rt = self.processor.tables.get(table)
+            rt = self.tables.lookup(table)
             if self.signals is not None:
                 self.signals.handle(req)  # Debezium snapshots the table; we only ask
             elif action == "snapshot":
@@ -272,7 +280,7 @@ class SnapshotRunner(threading.Thread):
                 if rt is not None and rt.phase == "paused" and not args.get("auto"):
                     # paused by a change its sink tables cannot follow: rebuild them
                     self._drop_open_windows(table)
-                    with self.processor.lock:
+                    with self.tables.locked():
                         if not self.processor.rebuild_table(rt):
                             continue
                 self._changed.pop(table, None)
@@ -294,40 +302,33 @@ class SnapshotRunner(threading.Thread):
                 self.store.save_plan(table, plan)
                 if action == "cancel":
                     self._drop_open_windows(table)
-                    with self.processor.lock:
-                        if rt is not None and rt.phase == "snapshotting":
-                            rt.phase = "streaming"
+                    self.tables.set_phase(rt, "streaming", when="snapshotting")
                 log.info("snapshot of %s: %s", table, action)
             if action == "resume" and rt is not None and rt.phase == "paused":
-                with self.processor.lock:
+                with self.tables.locked():
                     rt.phase, rt.error = "streaming", None
                     self.processor.resume_table(rt)
 
     def _drop_open_windows(self, table: str) -> None:
         """A new plan replaces a running one: forget its open windows (their late markers
         are ignored, their staged rows deleted)."""
-        with self.processor.lock:
-            rt = self.processor.tables.get(table)
-            if rt is None:
-                return
-            for wid in list(rt.reconciler.windows):
-                rt.reconciler.finish(wid)
-                shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
+        self.tables.finish_windows(table, lambda wid: self._unstage(table, wid))
         self.pending_windows.pop(table, None)
+
+    def _unstage(self, table: str, wid: str) -> None:
+        shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
 
     def _abandon(self, table: str, rt, wid: str) -> None:
         """Give up one window (a source failure in the middle of it): its late markers are
         ignored, its staged rows deleted, its chunks read again in a new window."""
-        with self.processor.lock:
-            rt.reconciler.finish(wid)
-            shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
+        self.tables.finish_window(rt, wid, lambda w: self._unstage(table, w))
         if wid in self.pending_windows.get(table, []):
             self.pending_windows[table].remove(wid)
 
     # ------------------------------------------------------------------ planning
 
     def _plan(self, table: str, where: str | None) -> dict | None:
-        with self.processor.lock:
+        with self.tables.locked():
             rt = self.processor.table(table)
         if rt is None:
             log.error("snapshot of %s: table not found", table)
@@ -367,20 +368,18 @@ class SnapshotRunner(threading.Thread):
             "chunks": [{"id": c.id, "lo": encode_key(c.range.lo), "hi": encode_key(c.range.hi)} for c in chunks],
         }
         self.store.save_plan(table, plan)
-        with self.processor.lock:
-            if rt.phase == "streaming":
-                rt.phase = "snapshotting"
+        self.tables.set_phase(rt, "snapshotting", when="streaming")
         log.info("snapshot of %s planned: %d chunks of at most %d rows", table, len(chunks), chunk_size)
         return plan
 
     # ------------------------------------------------------------------ windows
 
     def _step(self, table: str, plan: dict) -> bool:
-        with self.processor.lock:
+        with self.tables.locked():
             plan = self.store.load_plan(table) or plan  # fresh: windows finish meanwhile
             if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):
                 return False
-            rt = self.processor.tables.get(table)
+            rt = self.tables.get(table)
             if rt is None or rt.phase in ("paused", "failed", "dropped"):
                 return False
             open_ids = [w for w in self.pending_windows.get(table, []) if w in rt.reconciler.windows]
@@ -443,8 +442,7 @@ class SnapshotRunner(threading.Thread):
         new window with new watermarks (a read must start after its LOW committed and end
         before its HIGH: a half-read window cannot be continued)."""
         wid = uuid.uuid4().hex[:16]
-        with self.processor.lock:
-            rt.reconciler.open_window(wid, [c["id"] for c in chunks], time.time())
+        self.tables.open_window(rt, wid, [c["id"] for c in chunks], time.time())
         self.pending_windows.setdefault(table, []).append(wid)
         started = time.monotonic()
         try:
@@ -452,10 +450,7 @@ class SnapshotRunner(threading.Thread):
             rows = self._read_chunks(table, rt, chunks, where, wid, tasks)
             # staged before HIGH is written: the batch that reads HIGH must find the window
             # ready, for on an idle source no other batch may follow
-            with self.processor.lock:
-                expired = wid not in rt.reconciler.windows
-                if not expired:
-                    rt.reconciler.mark_staged(wid)
+            expired = not self.tables.mark_staged(rt, wid)
             if not expired:
                 self._watermark(table, wid, "HIGH")
         except BaseException:
@@ -521,9 +516,8 @@ class SnapshotRunner(threading.Thread):
     def _read_chunks(
         self, table: str, rt, chunks: list[dict], where: str | None, wid: str, tasks: int | None = None
     ) -> int:
-        with self.processor.lock:  # one definition for the whole read, recorded with the rows
-            spec = rt.spec
-            read_with = [(f.name, str(f.type)) for f in rt.schema]
+        # one definition for the whole read, recorded with the rows
+        spec, read_with = self.tables.definition(rt)
         if is_whole_table(chunks):
             # a table smaller than one chunk: one streamed SELECT in the driver (a Spark
             # job per small table would cost more than the read, see merger.direct_read)

@@ -19,7 +19,7 @@ from typing import Any
 from merger.errors import MergerError
 
 # raised by the processor when snapshot windows are left to emit; the Kafka source
-# reports it as the offset of a pseudo-partition (merger.kafka_source.read_tick)
+# reports it as the offset of a pseudo-partition (merger.kafka.offsets.read_tick)
 TICK_FILE = "emission.tick"
 
 

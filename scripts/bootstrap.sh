@@ -29,10 +29,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.cdc-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "bootstrap: installing pip packages into .venv"
+  echo "bootstrap: installing pip packages into .venv (versions from requirements.lock)"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[merger,test]'
+  # the lock pins every package CI tested; scripts/lock.sh regenerates it
+  .venv/bin/pip install -q -c requirements.lock -e '.[merger,test]'
   echo "$want" > "$stamp"
 fi

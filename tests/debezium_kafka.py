@@ -143,7 +143,7 @@ class DebeziumKafka(IngestProcess):
         text = super().log_text()
         dbz_log = self.work / "debezium.log"
         if dbz_log.exists():
-            errors = [l for l in dbz_log.read_text(errors="replace").splitlines() if "[ERROR]" in l]
+            errors = [line for line in dbz_log.read_text(errors="replace").splitlines() if "[ERROR]" in line]
             text += "\n" + "\n".join(errors[-20:])
         return text
 

@@ -952,6 +952,6 @@ def test_containers_backend_without_docker_fails_the_session_in_one_line():
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out
-    lines = [l for l in out.splitlines() if "no Docker engine" in l]
+    lines = [line for line in out.splitlines() if "no Docker engine" in line]
     assert len(lines) == 1 and lines[0].startswith("Exit: no Docker engine: "), out
     assert "passed" not in out

@@ -1,6 +1,6 @@
 """The ways a snapshot window is staged give the same rows: Spark tasks reading with
-JDBC or with ConnectorX (large tables) and the direct streamed SELECT of a table smaller than one chunk (merger.direct_read),
-for every MariaDB column type, on the real server and a real Spark session."""
+JDBC or with ConnectorX (large tables) and the direct streamed SELECT of a table smaller
+than one chunk (merger.direct_read), for every MariaDB column type, on the real server and a real Spark session."""
 
 from __future__ import annotations
 

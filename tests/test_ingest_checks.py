@@ -28,7 +28,7 @@ def _run_ingest(config: Path, timeout: float = 60) -> subprocess.CompletedProces
 
 def _assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
     assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
-    lines = [l for l in res.stderr.splitlines() if l.strip() and " INFO " not in l]
+    lines = [line for line in res.stderr.splitlines() if line.strip() and " INFO " not in line]
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
     text = " ".join(lines)
     assert lines and lines[-1].startswith("error:") or "error:" in text, res.stderr
@@ -58,7 +58,6 @@ def test_invalid_configuration_names_the_key(tmp_path):
 @pytest.mark.integration
 def test_source_and_broker_problems_are_one_line_errors(stack, mysql_root, tmp_path, unique_name):
     base = write_config(stack, tmp_path / "ok.yaml", unique_name, ["nothing"])
-    cfg = yaml.safe_load(base.read_text())
 
     def variant(name, **changes):
         c = yaml.safe_load(base.read_text())

@@ -15,7 +15,8 @@ import pytest
 
 from ingest.position import POSITION_HEADER
 from ingest.tablespec import ColumnSpec, TableSpec
-from merger.processor import STREAMING_RECENT_S, WATERMARK_HEADER, BatchProcessor
+from merger.processor import STREAMING_RECENT_S, BatchProcessor
+from merger.records import WATERMARK_HEADER
 from merger.state import StateStore
 
 PREFIX = "p"
@@ -426,7 +427,7 @@ def test_a_snapshot_row_a_sink_cannot_store_pauses_its_table_and_keeps_the_windo
 def test_a_new_state_dir_writes_above_the_versions_the_sinks_recorded(tmp_path):
     """A merger started with a new state_dir against sink tables an earlier merger wrote:
     its batch ids start at 0 again, its writes must not be skipped."""
-    from merger.processor import STEP
+    from merger.sink_writer import STEP
 
     sink = MemorySink()
     sink.ensure_table(("db", "t"), None, ["id"])

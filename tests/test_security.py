@@ -121,7 +121,7 @@ def test_kafka_settings_reach_every_client(kafka_tls, monkeypatch, tmp_path):
 
     import ingest.producer as ip
     import merger.app as ma
-    from merger.kafka_source import SourceOptions
+    from merger.kafka import SourceOptions
     from merger.sinks.kafka_changelog import KafkaChangelogSink
 
     monkeypatch.setattr(ip, "Producer", FakeProducer)

@@ -10,8 +10,10 @@ or iterable of RecordBatches) with the table's columns plus
 
 * ``_cdc_op`` (string): ``c``/``u``/``r`` = upsert with the after image, ``d`` = delete
   (key columns set, other columns may be null);
-* ``_cdc_seq`` (int64): orders all changes of one key (the Kafka offset in the key's
-  partition, see DESIGN.md "Ordering and idempotence").
+* ``_cdc_seq`` (int64): orders all changes of one key: the change's binlog position
+  (``ingest.position.EventPosition.sequence``; a snapshot row carries its window's HIGH
+  watermark position; topics written by Debezium itself: the Kafka offset in the key's
+  partition). See DESIGN.md "Ordering and idempotence" and docs/architecture.md.
 
 Column names starting with ``_cdc_`` are reserved for this metadata; other ``_cdc_*``
 columns (e.g. ``_cdc_source`` for the changelog sink) are never stored as user columns.

@@ -1,0 +1,155 @@
+"""Emission of the ready snapshot windows, in one batch: which windows (and which slice of
+a large one) the batch emits, decided once and written down first so a re-run of the
+batch emits exactly the same; then each window's staged rows through the DBLog rule
+(``merger.dblog.emitted_rows``) to the sinks, and the snapshot plan's progress."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+from merger import crashpoints
+from merger.dblog import Window, emitted_rows, window_survives
+from merger.schema import from_snapshot
+from merger.sink_writer import SinkWriter
+from merger.sinks.base import UnstorableValue
+from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
+from merger.state import StateStore
+from merger.tables import TableRegistry, TableRuntime
+
+log = logging.getLogger("cdc.merger")
+
+
+class WindowEmitter:
+    def __init__(self, store: StateStore, tables: TableRegistry, writer: SinkWriter, rows_per_batch: int):
+        self.store = store
+        self.tables = tables
+        self.writer = writer
+        self.rows_per_batch = rows_per_batch
+
+    def emit_ready(
+        self,
+        batch_id: int,
+        step: list,
+        budget_factor: int,
+        done: list[Path],
+        pause: Callable[[TableRuntime, UnstorableValue], None],
+    ) -> None:
+        """Emit the batch's share of the ready windows. ``done`` collects the staging
+        directories consumed (deleted once the batch is saved); ``pause(rt, exc)`` is called
+        for a table whose rows a sink cannot store (its window stays)."""
+        intent = self.store.intent(batch_id)
+        if intent is None:
+            intent = self._intent(batch_id, budget_factor)
+        for name, wid, *part in intent["emit"]:
+            rt = self.tables.get(name)
+            if rt is None or wid not in rt.reconciler.windows or rt.phase == "paused":
+                continue
+            start, count = part if part else (0, None)  # an intent of an older version: all of it
+            try:
+                self.emit_window(batch_id, rt, wid, step, start, count, done)
+            except UnstorableValue as exc:  # the window stays, to be emitted after `cdc resume`
+                pause(rt, exc)
+
+    def _intent(self, batch_id: int, budget_factor: int) -> dict:
+        ready = [
+            [name, wid]
+            for name, rt in sorted(self.tables.items())
+            if rt.phase != "paused"
+            for wid in rt.reconciler.ready_windows()
+        ]
+        ready.sort(key=lambda nw: self.tables[nw[0]].reconciler.windows[nw[1]].opened_at)
+        # a batch that writes a lot of snapshot rows holds back the streamed changes
+        # behind it: emit about rows_per_batch rows (whole windows or slices of
+        # one), the rest in the next batches. Written down first: a re-run does the same.
+        budget, emit = self.rows_per_batch * budget_factor, []
+        for name, wid in ready:
+            if budget <= 0:
+                break
+            start = self.tables[name].emitted.get(wid, 0)
+            count = min(staged_rows(self.store.staging_dir(name, wid)) - start, budget)
+            emit.append([name, wid, start, max(count, 0)])
+            budget -= max(count, 1)
+        intent = {"emit": emit}
+        if emit:
+            self.store.save_intent(batch_id, intent)
+        return intent
+
+    def emit_window(
+        self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int, count: int | None, done: list[Path]
+    ) -> None:
+        """Emit staged rows [start, start + count) of a ready window; finish the window
+        when that reaches its end."""
+        window = rt.reconciler.window(wid)
+        if not rt.reconciler.is_ready(wid):
+            # never the case when the intent was made; stay open (emitted later, or read again)
+            log.warning("snapshot window %s of %s is not ready after a restart; not emitted now", wid, rt.name)
+            return
+        path = self.store.staging_dir(rt.name, wid)
+        read_with = self.store.staged_columns(rt.name, wid)
+        if read_with is not None and read_with != [(f.name, str(f.type)) for f in rt.schema]:
+            # read with another definition than the one in force here (an ALTER the reader
+            # had not seen yet, or one since): a column added before the read would be
+            # written as NULL over its values. Read again, in a new window.
+            log.info(
+                "snapshot window %s of %s was read with another definition of the table; its chunks are read again",
+                wid,
+                rt.name,
+            )
+            rt.reconciler.finish(wid)
+            rt.emitted.pop(wid, None)
+            done.append(path)
+            return
+        files = staged_files(path)
+        total = count_rows(files)
+        end = total if count is None else min(total, start + count)
+        emitted = 0
+        for batch in staged_slice(files, start, end - start):
+            if not window_survives(window, rt.truncated_through):
+                break  # a truncate came after LOW: nothing of the window survives
+            table = emitted_rows(
+                window, from_snapshot(rt.spec, rt.schema, fill_missing(batch, rt.spec)), rt.keys, rt.truncated_through
+            )
+            if table.num_rows == 0:
+                continue
+            self.writer.apply(batch_id, rt, table, step)
+            emitted += table.num_rows
+            crashpoints.reached("mid_emission")
+        rt.snapshot_rows += emitted
+        finished = end >= total
+        self._record_progress(rt, window, emitted, finished)
+        if not finished:
+            rt.emitted[wid] = end
+            log.info(
+                "snapshot window %s of %s: rows %d..%d of %d emitted (%d after reconciliation)",
+                wid,
+                rt.name,
+                start,
+                end,
+                total,
+                emitted,
+            )
+            return
+        rt.emitted.pop(wid, None)
+        rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again
+        done.append(path)
+        log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
+
+    def _record_progress(self, rt: TableRuntime, window: Window, emitted: int, finished: bool) -> None:
+        """The snapshot plan counts the rows; a finished window's chunks are done, and the
+        last one finishes the snapshot."""
+        plan = self.store.load_plan(rt.name)
+        if plan is None:
+            return
+        plan["rows"] = plan.get("rows", 0) + emitted
+        if finished:
+            done = set(plan.get("done", []))
+            done.update(window.chunk_ids)
+            plan["done"] = sorted(done)
+            if len(done) >= len(plan.get("chunks", [])):
+                plan["finished_at"] = time.time()
+                if rt.phase == "snapshotting":
+                    rt.phase = "streaming"
+        self.store.save_plan(rt.name, plan)

@@ -1,0 +1,196 @@
+"""``spark.readStream.format("cdc_kafka")``: Kafka topics as a Spark Structured Streaming
+source, written as a PySpark Python data source over confluent-kafka (librdkafka), because
+the JVM ``spark-sql-kafka`` jars are not available without Maven. Its output has the
+columns of Spark's own Kafka source with ``includeHeaders=true``, so the merger could
+switch to the native connector by configuration.
+
+Options, output schema and how it reads: docs/configuration.md, section "The `cdc_kafka`
+stream source". Spark's Python workers unpickle these classes by module path, so
+``merger`` must be importable there (``merger.app`` puts the project root on
+``PYTHONPATH`` before the JVM starts)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from merger.kafka.offsets import (
+    OFFSET_LATEST,
+    TICK_TP,
+    TP,
+    KafkaRanges,
+    format_offsets,
+    pack_ranges,
+    parse_offsets,
+    plan_end,
+    plan_ranges,
+    read_tick,
+)
+from merger.kafka.options import KafkaSourceError, SourceOptions
+from merger.kafka.probe import Broker
+from merger.kafka.reader import SCHEMA, read_ranges
+
+log = logging.getLogger("cdc.merger.kafka")
+
+FORMAT_NAME = "cdc_kafka"
+
+
+class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
+        self.opts = SourceOptions.parse(options)
+        self.schema = schema
+        self._broker: Broker | None = None
+        self._available_now = False
+        self._target: dict[TP, int] | None = None
+        self._last_latest: dict[TP, int] | None = None
+
+    # the reader is pickled into the read function: never ship driver clients
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_broker"] = None
+        return state
+
+    @property
+    def broker(self) -> Broker:
+        if self._broker is None:
+            self._broker = Broker(self.opts)
+        return self._broker
+
+    # ------------------------------------------------------------ planning (driver)
+
+    def _snapshot(
+        self, known: Mapping[TP, int], scan_cap: int | None, probe_end: bool = True
+    ) -> tuple[dict[TP, int], dict[TP, int]]:
+        """``(base, latest)`` for every known or currently matching partition: ``base`` is
+        where the next batch starts (the known offset, or the earliest offset of a new
+        partition), ``latest`` the end of what is readable now (never below ``base``)."""
+        b = self.broker
+        current = b.partitions()
+        new = [tp for tp in current if tp not in known]
+        base = dict(known)
+        base.update(b.list_offsets(new, earliest=True))
+        current = [tp for tp in current if tp in base]
+        if not probe_end:
+            return base, dict(base)
+        his = b.list_offsets(current, earliest=False)
+        latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
+        if self.opts.end_probe == "scan" and current:
+            froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in current}
+            for tp, end in b.scan(froms, scan_cap).items():
+                latest[tp] = max(latest[tp], end)
+        return base, latest
+
+    def initialOffset(self) -> dict:
+        spec = self.opts.starting_offsets
+        if spec.lower() == "earliest":
+            base, _ = self._snapshot({}, None, probe_end=False)
+            return format_offsets(base)
+        if spec.lower() == "latest":
+            _, latest = self._snapshot({}, None)
+            return format_offsets(latest)
+        try:
+            wanted = parse_offsets(json.loads(spec))
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise KafkaSourceError(f"startingOffsets is not earliest, latest or JSON: {exc}") from None
+        earliest, latest = self._snapshot({}, None)
+        out = dict(earliest)
+        for tp, o in wanted.items():
+            if o >= 0:
+                out[tp] = o
+            elif o == OFFSET_LATEST and tp in latest:
+                out[tp] = latest[tp]
+        return format_offsets(out)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # The target is fixed on the first latestOffset call that follows, when the start
+        # offsets are known (so the tail scan starts where the query stands).
+        self._available_now = True
+        self._target = None
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        known = parse_offsets(start)
+        tick = known.pop(TICK_TP, None)
+        out = self._latest(known, limit)
+        # the consumer asks for a micro-batch without new records (tickFile holds a number
+        # it raises): a higher offset of the pseudo-partition makes Spark run one
+        wanted = read_tick(self.opts.tick_file)
+        if tick is not None or wanted:
+            out = parse_offsets(out)
+            out[TICK_TP] = max(tick or 0, wanted)
+            out = format_offsets(out)
+        return out
+
+    def _latest(self, known: dict[TP, int], limit: ReadLimit) -> dict:
+        if self._available_now and self._target is None:
+            base, latest = self._snapshot(known, None)
+            self._target = dict(latest)
+            log.info("Trigger.AvailableNow target: %s", format_offsets(self._target))
+        else:
+            base, latest = self._snapshot(known, self.opts.scan_max_records)
+        self._last_latest = dict(latest)
+        if self._target is not None:
+            latest = {tp: max(base[tp], min(latest[tp], self._target.get(tp, base[tp]))) for tp in base}
+        if isinstance(limit, ReadMaxRows):
+            end = plan_end(base, latest, limit.max_rows)
+        elif isinstance(limit, ReadAllAvailable):
+            end = plan_end(base, latest, None)
+        else:
+            raise KafkaSourceError(f"read limit {limit!r} is not supported by {FORMAT_NAME}")
+        # a new partition enters the offsets once data of it is admitted
+        out = {tp: o for tp, o in end.items() if tp in known or o > base[tp]}
+        return format_offsets(out)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._last_latest is None else format_offsets(self._last_latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = parse_offsets(start), parse_offsets(end)
+        begin.pop(TICK_TP, None)
+        stop.pop(TICK_TP, None)
+        return pack_ranges(plan_ranges(begin, stop, self.opts.max_records_per_partition), self.opts.records_per_task)
+
+    def commit(self, end: dict) -> None:
+        # the Spark checkpoint is the position; nothing is committed to Kafka
+        pass
+
+    def stop(self) -> None:
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
+
+    # ------------------------------------------------------------ reading (executors)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, KafkaRanges)
+        return read_ranges(self.opts, partition.ranges, self.schema)
+
+
+class CdcKafkaDataSource(DataSource):
+    """``spark.readStream.format("cdc_kafka")``: Kafka topics as a stream (options and schema:
+    docs/configuration.md)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return CdcKafkaStreamReader(self.options, schema)

@@ -1,0 +1,178 @@
+"""Offset planning of the ``cdc_kafka`` source, pure (no broker): the checkpointed offsets
+JSON, the rate limit spread over partitions, and the ranges each micro-batch reads, packed
+into Spark tasks.
+
+Offsets (in the checkpoint) are JSON ``{"topic": {"partition": next_offset}}``, topics and
+partitions in a canonical order (Spark compares offsets by their JSON text)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+
+OFFSET_EARLIEST = -2  # as in Kafka/Spark JSON offsets
+OFFSET_LATEST = -1
+
+TP = tuple[str, int]
+
+
+# a pseudo-partition in the offsets, never read from Kafka: see ``CdcKafkaStreamReader.latestOffset``
+TICK_TP: TP = ("__cdc_tick__", 0)
+
+
+def read_tick(path: str | None) -> int:
+    """The number in the tick file (0: no file, or not written completely). Written by
+    ``merger.state.StateStore.raise_tick``; this module reads it without importing the
+    merger."""
+    if not path:
+        return 0
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def parse_offsets(offsets: Mapping[str, Mapping[str, Any]] | None) -> dict[TP, int]:
+    """``{"topic": {"0": 5}}`` -> ``{("topic", 0): 5}``."""
+    out: dict[TP, int] = {}
+    for topic, parts in (offsets or {}).items():
+        for part, off in parts.items():
+            out[(topic, int(part))] = int(off)
+    return out
+
+
+def format_offsets(tps: Mapping[TP, int]) -> dict[str, dict[str, int]]:
+    """The inverse of :func:`parse_offsets`, topics and partitions in a canonical order (Spark
+    compares offsets by their JSON text)."""
+    out: dict[str, dict[str, int]] = {}
+    for topic, part in sorted(tps):
+        out.setdefault(topic, {})[str(part)] = int(tps[(topic, part)])
+    return out
+
+
+def allocate_limit(available: Mapping[TP, int], max_rows: int, rotate: int = 0) -> dict[TP, int]:
+    """Split ``max_rows`` over partitions max-min fairly (water-filling): every partition with
+    data gets an equal share, a partition that needs less than its share gives the rest to
+    the others. When fewer rows than partitions remain, single rows go round-robin starting
+    at ``rotate`` (so no partition is starved across triggers). Never gives a partition more
+    than it has available; the sum is ``min(max_rows, sum(available))``."""
+    alloc = {tp: 0 for tp in available}
+    pending = sorted(tp for tp, n in available.items() if n > 0)
+    remaining = max(0, int(max_rows))
+    while remaining > 0 and pending:
+        share = remaining // len(pending)
+        if share == 0:
+            k = rotate % len(pending)
+            for tp in (pending[k:] + pending[:k])[:remaining]:
+                alloc[tp] += 1
+            remaining = 0
+            break
+        still = []
+        for tp in pending:
+            give = min(share, available[tp] - alloc[tp])
+            alloc[tp] += give
+            remaining -= give
+            if alloc[tp] < available[tp]:
+                still.append(tp)
+        pending = still
+    return alloc
+
+
+def plan_end(base: Mapping[TP, int], latest: Mapping[TP, int], max_rows: int | None) -> dict[TP, int]:
+    """End offsets of the next micro-batch: ``latest`` (never below ``base``), cut to
+    ``max_rows`` offsets in total by :func:`allocate_limit` if given."""
+    avail = {tp: max(0, latest.get(tp, b) - b) for tp, b in base.items()}
+    if max_rows is None:
+        return {tp: base[tp] + n for tp, n in avail.items()}
+    rotate = sum(base.values())
+    alloc = allocate_limit(avail, max_rows, rotate)
+    return {tp: base[tp] + alloc[tp] for tp in base}
+
+
+class KafkaRange(InputPartition):
+    """One Spark input partition: offsets ``[start, end)`` of one topic partition. ``start``
+    is ``OFFSET_EARLIEST`` for a partition discovered in this micro-batch."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+    def __repr__(self) -> str:
+        return f"KafkaRange({self.topic}[{self.partition}] {self.start}..{self.end})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KafkaRange) and vars(self) == vars(other)
+
+    def __hash__(self) -> int:
+        return hash((self.topic, self.partition, self.start, self.end))
+
+
+def plan_ranges(
+    start: Mapping[TP, int], end: Mapping[TP, int], max_records_per_partition: int | None = None
+) -> list[KafkaRange]:
+    """Input partitions for the offsets between two checkpointed offsets. Partitions absent
+    from ``start`` are new: read from their earliest offset. Partitions absent from ``end``
+    (cannot happen with offsets of this source) are not read."""
+    out: list[KafkaRange] = []
+    for tp in sorted(end):
+        topic, part = tp
+        e = end[tp]
+        s = start.get(tp)
+        if s is None:
+            if e > 0:
+                out.append(KafkaRange(topic, part, OFFSET_EARLIEST, e))
+            continue
+        if e <= s:
+            continue
+        step = max_records_per_partition or (e - s)
+        for lo in range(s, e, step):
+            out.append(KafkaRange(topic, part, lo, min(e, lo + step)))
+    return out
+
+
+class KafkaRanges(InputPartition):
+    """One Spark input partition: several ranges (at most one per topic partition), read
+    together by one consumer."""
+
+    def __init__(self, ranges: Sequence[KafkaRange]) -> None:
+        self.ranges = tuple(ranges)
+
+    def __repr__(self) -> str:
+        return f"KafkaRanges({', '.join(map(repr, self.ranges))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KafkaRanges) and self.ranges == other.ranges
+
+    def __hash__(self) -> int:
+        return hash(self.ranges)
+
+
+def range_size(r: KafkaRange) -> int:
+    # a new partition's start is unknown here: its end bounds the count
+    return r.end - max(r.start, 0)
+
+
+def pack_ranges(ranges: Sequence[KafkaRange], records_per_task: int) -> list[KafkaRanges]:
+    """Ranges into about ``ceil(total / records_per_task)`` tasks (never more than there are
+    ranges), balanced by offsets, largest range first. Slices of one topic partition
+    (``maxRecordsPerPartition``) go to different tasks: a consumer holds a partition once."""
+    if not ranges:
+        return []
+    total = sum(range_size(r) for r in ranges)
+    count = max(1, min(len(ranges), -(-total // max(records_per_task, 1))))
+    groups: list[list[KafkaRange]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for r in sorted(ranges, key=lambda r: (-range_size(r), r.topic, r.partition, r.start)):
+        free = [
+            i for i in range(len(groups)) if all((g.topic, g.partition) != (r.topic, r.partition) for g in groups[i])
+        ]
+        if not free:
+            groups.append([])
+            loads.append(0)
+            free = [len(groups) - 1]
+        i = min(free, key=lambda i: (loads[i], i))
+        groups[i].append(r)
+        loads[i] += range_size(r)
+    return [KafkaRanges(sorted(g, key=lambda r: (r.topic, r.partition, r.start))) for g in groups if g]

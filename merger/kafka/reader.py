@@ -1,0 +1,219 @@
+"""The executor side of the ``cdc_kafka`` source: one Spark task reads its offset ranges
+with one consumer (``assign()`` with explicit offsets, never a group, never a commit) and
+yields pyarrow RecordBatches of the output schema.
+
+A range ``[start, end)`` is done when offset ``end-1`` was delivered or the consumer
+position reached ``end``: offsets taken by transaction commit/abort markers are never
+delivered, so the reader never waits for an offset; every wait has a timeout."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from merger.kafka.offsets import TP, KafkaRange, range_size
+from merger.kafka.options import KafkaSourceError, SourceOptions
+
+log = logging.getLogger("cdc.merger.kafka")
+
+# the columns of Spark's own Kafka source with includeHeaders=true
+HEADER_TYPE = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField("headers", ArrayType(HEADER_TYPE)),
+    ]
+)
+
+
+def fetch_max_bytes(ranges: Sequence[KafkaRange]) -> int:
+    """A task's fetch size: about 1 KB per offset it reads, between 1 MB and librdkafka's
+    50 MB default. The local broker answers every fetch with up to fetch.max.bytes (it
+    ignores max.partition.fetch.bytes): 5 MB for a range of 400 records took it 60 ms,
+    1 MB 35 ms. A record larger than this is still delivered (KIP-74)."""
+    offsets = sum(range_size(r) for r in ranges)
+    return max(1 << 20, min(50 << 20, offsets * 1024))
+
+
+def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) -> Iterator[Any]:
+    """The records of one range (``read_ranges`` of one)."""
+    return read_ranges(opts, [r], schema)
+
+
+def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: StructType = SCHEMA) -> Iterator[Any]:
+    """Yield pyarrow RecordBatches with the records of ranges ``[r.start, r.end)`` (at most
+    one per topic partition), all assigned to one consumer. A range is done when offset
+    ``end-1`` was delivered or the consumer position reached ``end`` (transaction markers
+    occupy offsets that are never delivered); it is then unassigned. Fails after
+    ``read_timeout_s`` without progress on any unfinished range."""
+    from confluent_kafka import Consumer
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    ranges = [r for r in ranges if not (r.start >= 0 and r.start >= r.end)]
+    if not ranges:
+        return
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    kept: list[Any] = []  # confluent_kafka Messages of the current Arrow batch
+    consumer = Consumer(opts.consumer_conf(**{"fetch.max.bytes": fetch_max_bytes(ranges)}))
+    try:
+        reads = _RangeReads(consumer, opts, ranges)
+        if not reads.unfinished:
+            return
+        last_progress = time.monotonic()
+        batch_size = opts.arrow_batch_size
+        while reads.unfinished:
+            # drain what is queued without waiting; block briefly only on an empty queue
+            # (consume() waits for num_messages or the timeout, whichever comes first)
+            msgs = consumer.consume(num_messages=batch_size, timeout=0)
+            if not msgs:
+                msgs = consumer.consume(num_messages=1, timeout=0.2)
+            moved = reads.take(msgs, kept.append)
+            if reads.unfinished:
+                moved = reads.follow_positions() or moved
+            if len(kept) >= batch_size or (not reads.unfinished and kept):
+                yield messages_to_batch(kept, arrow_schema)
+                kept.clear()
+            if moved:
+                last_progress = time.monotonic()
+            elif reads.unfinished and time.monotonic() - last_progress > opts.read_timeout_s:
+                reads.fail_stalled()
+    finally:
+        consumer.close()
+
+
+def messages_to_batch(messages: Sequence[Any], arrow_schema: Any) -> Any:
+    """confluent_kafka Messages as a pyarrow RecordBatch of the output schema."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    stamps = [m.timestamp() for m in messages]  # (type, ms); type 0 = not available
+    ts_ms = pa.array([ts if tt else None for tt, ts in stamps], pa.int64())
+    cols = {
+        "key": pa.array([m.key() for m in messages], pa.binary()),
+        "value": pa.array([m.value() for m in messages], pa.binary()),
+        "topic": pa.array([m.topic() for m in messages], pa.string()),
+        "partition": pa.array([m.partition() for m in messages], pa.int32()),
+        "offset": pa.array([m.offset() for m in messages], pa.int64()),
+        "timestamp": pc.multiply(ts_ms, 1000).cast(arrow_schema.field("timestamp").type),
+        # librdkafka's 1 (CreateTime) / 2 (LogAppendTime) -> Kafka's ids 0 / 1
+        "timestampType": pa.array([tt - 1 if tt else None for tt, _ in stamps], pa.int32()),
+        "headers": pa.array([m.headers() for m in messages], arrow_schema.field("headers").type),
+    }
+    return pa.RecordBatch.from_arrays([cols[name] for name in arrow_schema.names], schema=arrow_schema)
+
+
+class _RangeReads:
+    """The ranges one consumer reads: where each stands, which are not done yet."""
+
+    def __init__(self, consumer: Any, opts: SourceOptions, ranges: Sequence[KafkaRange]) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer = consumer
+        self.opts = opts
+        self.by_tp: dict[TP, KafkaRange] = {}
+        self.position: dict[TP, int] = {}
+        for r in ranges:
+            start = r.start
+            if start < 0:
+                # a partition new in this batch: its earliest offset, asked for directly
+                # (assigning OFFSET_EARLIEST cost every such read 500 ms in librdkafka)
+                start, _ = consumer.get_watermark_offsets(
+                    TopicPartition(r.topic, r.partition), timeout=opts.probe_timeout_s, cached=False
+                )
+            if start < r.end:
+                self.by_tp[(r.topic, r.partition)] = r
+                self.position[(r.topic, r.partition)] = start
+        self.unfinished = set(self.by_tp)
+        if self.by_tp:
+            consumer.incremental_assign([TopicPartition(t, p, self.position[(t, p)]) for t, p in self.by_tp])
+
+    def finish(self, tp: TP) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.unfinished.discard(tp)
+        if self.unfinished:  # stop fetching past its end while the others go on
+            self.consumer.incremental_unassign([TopicPartition(*tp)])
+
+    def take(self, msgs: Sequence[Any], keep: Callable[[Any], None]) -> bool:
+        """Keep the records of ``msgs`` that are inside their unfinished range; whether any
+        range moved."""
+        from confluent_kafka import KafkaError
+
+        eof_code = KafkaError._PARTITION_EOF
+        by_tp, position, unfinished = self.by_tp, self.position, self.unfinished
+        moved = False
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != eof_code:
+                    self._on_error(m, err)
+                continue
+            tp = (m.topic(), m.partition())
+            if tp not in unfinished:
+                continue  # fetched before its range was done and unassigned
+            off = m.offset()
+            if off >= by_tp[tp].end:
+                self.finish(tp)
+                continue
+            keep(m)
+            position[tp] = off + 1
+            moved = True
+            if off + 1 >= by_tp[tp].end:
+                self.finish(tp)
+        return moved
+
+    def _on_error(self, m: Any, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        where = self.by_tp.get((m.topic(), m.partition()), f"{m.topic()}[{m.partition()}]")
+        if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            at = self.position.get((m.topic(), m.partition()), "?")
+            raise KafkaSourceError(
+                f"{where}: offset {at} is no longer available ({err}); records "
+                f"were deleted before they were read (set failOnDataLoss=false to "
+                f"continue from the earliest offset)"
+            )
+        if err.fatal():
+            raise KafkaSourceError(f"{where}: {err}")
+        log.warning("%s: %s", where, err)
+
+    def follow_positions(self) -> bool:
+        """Move the unfinished ranges to their consumer position (it steps over transaction
+        markers, which are never delivered); whether any moved."""
+        from confluent_kafka import TopicPartition
+
+        moved = False
+        for tpo in self.consumer.position([TopicPartition(t, p) for t, p in self.unfinished]):
+            tp = (tpo.topic, tpo.partition)
+            if tpo.offset > self.position[tp]:
+                self.position[tp] = tpo.offset
+                moved = True
+                if tpo.offset >= self.by_tp[tp].end:
+                    self.finish(tp)
+        return moved
+
+    def fail_stalled(self) -> None:
+        tp = min(self.unfinished)
+        raise KafkaSourceError(
+            f"{self.by_tp[tp]}: no progress for {self.opts.read_timeout_s:.0f}s at offset {self.position[tp]}; "
+            f"the broker does not serve the offsets up to {self.by_tp[tp].end} (readTimeoutMs)"
+        )

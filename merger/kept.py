@@ -1,0 +1,36 @@
+"""The changes of a paused table, kept on disk in their order until `cdc resume` (or a
+new snapshot) instead of being lost: one Parquet file of Kafka records per batch, in
+``<state_dir>/paused/<table>/``. The batch applies them again, oldest first, before
+anything newer (``BatchProcessor._replay_spill``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from merger.records import ParsedRecord, parse
+from merger.state import StateStore, safe_name
+
+
+def kept_dir(store: StateStore, table: str) -> Path:
+    return store.root / "paused" / safe_name(table)
+
+
+def keep(store: StateStore, batch_id: int, table: str, records: list[dict], suffix: str = "") -> None:
+    """Keep a batch's records of the table (``suffix``: a file that sorts before the
+    batch's own one; written only if there are records)."""
+    path = kept_dir(store, table)
+    path.mkdir(parents=True, exist_ok=True)
+    rows = [{**r, "headers": r.get("headers")} for r in records]
+    if rows or not suffix:
+        pq.write_table(pa.Table.from_pylist(rows), path / f"batch-{batch_id:012d}{suffix}.parquet")
+
+
+def kept_batches(path: Path) -> Iterator[tuple[str, list[ParsedRecord]]]:
+    """(file name, its records parsed), oldest first."""
+    for f in sorted(path.glob("batch-*.parquet")):
+        # only accepted non-tombstone records were kept
+        yield f.name, [parse(r) for r in pq.read_table(f).to_pylist()]

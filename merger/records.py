@@ -1,0 +1,170 @@
+"""Kafka records of a table's topic, parsed into the changes the merger applies.
+
+A record is parsed once (``parse``: headers, JSON payload, source position) and then
+turned into a ``ChangeEvent`` (``change_event``): a data change, a truncate, a DBLog
+watermark marker or a DDL marker, with the two orders the merger needs (see
+``ChangeEvent``); the data changes of a table are decoded into its Arrow schema
+(``decode``). No I/O here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Callable, NamedTuple
+
+import pyarrow as pa
+
+from ingest.ddl import DDL_HEADER
+from ingest.position import POSITION_HEADER, EventPosition
+from merger.errors import MergerError
+from merger.schema import rows_to_arrow
+from merger.schema_change import rows_to_arrow_lenient
+
+WATERMARK_HEADER = "cdc.watermark"
+MARKER = "m"  # op of a watermark marker
+SCHEMA = "s"  # op of a DDL marker
+
+
+class BadRecord(ValueError):
+    pass
+
+
+class ParsedRecord(NamedTuple):
+    record: dict  # the Kafka record (topic, partition, offset, value, headers)
+    headers: dict  # header name -> bytes
+    payload: Any  # the JSON value (the Debezium payload); None for a tombstone
+    position: EventPosition | None  # where in the binlog the change was read
+
+
+class ChangeEvent(NamedTuple):
+    """One change of a table, as the merger applies it."""
+
+    partition: int
+    seq: int  # the sink's sequence: orders the changes of one key (binlog position, or Kafka offset)
+    op: str  # c u d r t, MARKER (watermark) or SCHEMA (DDL marker)
+    image: Any  # the row (after; before for d), the marker's JSON, or None for a truncate
+    record: dict  # the Kafka record it came from (dead-letter, spill files)
+    order: int  # binlog order across partitions (cuts at truncates and DDL)
+
+
+class Decoded(NamedTuple):
+    events: list  # the events that decoded, in their order
+    table: pa.Table  # their rows, with _cdc_op and _cdc_seq
+    keys: list  # their keys (tuples of the key columns' values)
+
+
+def headers_of(raw) -> dict[str, bytes]:
+    if not raw:
+        return {}
+    return {h["key"]: h["value"] for h in raw}
+
+
+def payload_of(value: bytes) -> dict:
+    try:
+        v = json.loads(value)
+    except ValueError as exc:
+        raise BadRecord(f"value is not JSON: {exc}") from None
+    if isinstance(v, dict) and "schema" in v and "payload" in v:
+        v = v["payload"]
+    if not isinstance(v, dict):
+        raise BadRecord("value is not a JSON object")
+    return v
+
+
+def position_of(headers: dict, payload: dict | None) -> EventPosition | None:
+    raw = headers.get(POSITION_HEADER)
+    if raw is not None:
+        return EventPosition.decode(raw)
+    src = (payload or {}).get("source") or {}
+    if "file" in src and "pos" in src:  # topics written by Debezium itself
+        return EventPosition(src["file"], int(src["pos"]), int(src.get("row") or 0))
+    return None
+
+
+def parse(record: dict) -> ParsedRecord:
+    """Headers, payload and position of a record (raises BadRecord or ValueError)."""
+    headers = headers_of(record.get("headers"))
+    value = record.get("value")
+    payload = payload_of(value) if value is not None else None
+    return ParsedRecord(record, headers, payload, position_of(headers, payload))
+
+
+def change_event(item: ParsedRecord, debezium: bool) -> ChangeEvent:
+    """The change a parsed (non-tombstone) record carries. Raises BadRecord for an
+    unknown op or a change without its row image."""
+    r, headers, payload, pos = item
+    # order: binlog order across partitions (cuts at truncates); seq: the sink's
+    # sequence. They are the same for ingest's topics. On Debezium's topics many
+    # records share one position (snapshot rows; a snapshot and the first change
+    # after it), so seq is the Kafka offset: a key lives in one partition, where
+    # the offsets follow the binlog (merger/debezium.py).
+    order = pos.sequence() if pos else r["offset"]
+    seq = r["offset"] if debezium else order
+    ddl = headers.get(DDL_HEADER)
+    if ddl is not None:  # a DDL marker (ingest.ddl.ddl_marker)
+        return ChangeEvent(r["partition"], seq, SCHEMA, json.loads(ddl), r, order)
+    marker = headers.get(WATERMARK_HEADER)
+    if marker is not None or payload.get("op") == "m":
+        if marker is None:
+            content = (payload.get("message") or {}).get("content")
+            marker = base64.b64decode(content) if content else b"{}"
+        return ChangeEvent(r["partition"], seq, MARKER, json.loads(marker), r, order)
+    op = payload.get("op")
+    if op in ("c", "u", "r"):
+        image = payload.get("after")
+    elif op == "d":
+        image = payload.get("before")
+    elif op == "t":
+        image = None
+    else:
+        raise BadRecord(f"unknown op {op!r}")
+    if op != "t" and not isinstance(image, dict):
+        raise BadRecord(f"op {op} without an image")
+    return ChangeEvent(r["partition"], seq, op, image, r, order)
+
+
+def decode(evs: list[ChangeEvent], rt, bad: Callable[[ChangeEvent, str], None]) -> Decoded | None:
+    """The data events (no markers, no truncates) of table ``rt`` (a ``TableRuntime``)
+    decoded into its Arrow schema, with ``_cdc_op``/``_cdc_seq``. An event that does not
+    decode goes to ``bad(ev, reason)`` (which may raise) and is left out."""
+    if not evs:
+        return None
+    if rt.spec_since and any(ev.order < rt.spec_since for ev in evs):
+        # older than the DDL the definition comes from (a lagging partition): leniently
+        old = [ev for ev in evs if ev.order < rt.spec_since]
+        new = decode([ev for ev in evs if ev.order >= rt.spec_since], rt, bad)
+        table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev.image for ev in old], rt.keys)
+        old = [old[i] for i in kept]
+        table = table.append_column("_cdc_op", pa.array([ev.op for ev in old], pa.string())).append_column(
+            "_cdc_seq", pa.array([ev.seq for ev in old], pa.int64())
+        )
+        if new is not None:
+            old, table = old + new[0], pa.concat_tables([table, new[1]])
+        if not old:
+            return None
+        return Decoded(old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys])))
+    try:
+        table = rows_to_arrow(
+            rt.spec,
+            rt.schema,
+            rt.converters,
+            [ev.image for ev in evs],
+            extra={
+                "_cdc_op": (pa.string(), [ev.op for ev in evs]),
+                "_cdc_seq": (pa.int64(), [ev.seq for ev in evs]),
+            },
+        )
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        good = []
+        for ev in evs:  # find the bad ones
+            try:
+                rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image])
+                good.append(ev)
+            except (ValueError, TypeError, pa.ArrowException) as one:
+                bad(ev, f"cannot decode for {rt.name}: {one}")
+        if len(good) == len(evs):
+            raise MergerError(f"cannot decode a batch of {rt.name}: {exc}") from None
+        return decode(good, rt, bad)
+    keys = list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
+    return Decoded(evs, table, keys)

@@ -1,0 +1,61 @@
+"""The same write to every sink, in parallel, each retried while its sink is unavailable.
+
+A table whose sink is unreachable waits (``blocked_on_sink`` says on which) rather than
+fail: the write is retried with a growing delay until the sink takes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from merger import crashpoints
+from merger.sinks.base import SinkUnavailable
+
+log = logging.getLogger("cdc.merger")
+
+MAX_RETRY_DELAY_S = 30.0
+
+
+class SinkFanout:
+    def __init__(self, sinks: list, on_blocked: Callable[[], None] = lambda: None):
+        self.sinks = sinks
+        self.on_blocked = on_blocked  # called before each wait (the status shows the blocked sink)
+        self._pool = None
+
+    def each(self, rt, call: Callable) -> None:
+        """``call(sink)`` for every sink, at the same time (they wait on I/O, not the GIL).
+        ``rt``: the table written (its ``name``, and ``blocked_on_sink`` while it waits)."""
+        if len(self.sinks) == 1:
+            self.with_retry(rt, self.sinks[0], lambda: call(self.sinks[0]))
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(len(self.sinks), thread_name_prefix="sink")
+        futures = [self._pool.submit(self.with_retry, rt, s, lambda s=s: call(s)) for s in self.sinks]
+        errors = [f.exception() for f in futures]  # every sink done before an error goes up
+        for exc in errors:
+            if exc is not None:
+                raise exc
+
+    def with_retry(self, rt, sink, call: Callable) -> None:
+        """``call()`` (a write to ``sink``), again and again while the sink is unavailable."""
+        delay = 1.0
+        name = type(sink).__name__
+        while True:
+            try:
+                call()
+                crashpoints.reached(f"after_write:{name}")
+                # sinks are written in parallel: only the blocked one may clear the flag
+                if rt.blocked_on_sink and rt.blocked_on_sink.startswith(name + ":"):
+                    log.info("sink %s reachable again", name)
+                    rt.blocked_on_sink = None
+                return
+            except SinkUnavailable as exc:
+                rt.blocked_on_sink = f"{name}: {exc}"
+                log.warning("table %s blocked on sink %s: %s; retrying in %.0fs", rt.name, name, exc, delay)
+                self.on_blocked()
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY_S)

@@ -1,0 +1,222 @@
+"""The merger's runtime of each captured table, and the registry that holds them.
+
+The registry's lock serialises the two threads that change a table's runtime: the batch
+(``merger.processor``, which holds it for a whole micro-batch) and the snapshot runner
+(``merger.snapshot``, which holds it for each step of a window through the methods
+below). The lock is re-entrant: the batch may call methods that take it again.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator
+
+from ingest.tablespec import ColumnSpec, TableSpec
+from merger.dblog import Reconciler
+from merger.schema import SourceModes, arrow_schema, json_converters
+
+
+@dataclass
+class TableRuntime:
+    name: str
+    spec: TableSpec
+    keys: list[str]
+    partitions: int
+    reconciler: Reconciler
+    phase: str = "streaming"  # snapshotting | streaming | paused | failed | dropped
+    error: str | None = None
+    rows_applied: int = 0
+    snapshot_rows: int = 0
+    last_offsets: dict = field(default_factory=dict)
+    lag_ms: float | None = None
+    blocked_on_sink: str | None = None
+    truncated_through: int = 0  # the order of the last cut (truncate, drop, reset): older changes are void
+    emitted: dict = field(default_factory=dict)  # window id -> staged rows already emitted
+    ddl_through: int = 0  # the order of the last DDL marker applied (one per partition)
+    spec_since: int = 0  # the order of the DDL the spec comes from: older changes decode leniently
+
+    def __post_init__(self):
+        self.schema = arrow_schema(self.spec)
+        self.converters = None
+
+    def set_spec(self, spec: TableSpec, modes: SourceModes) -> None:
+        self.spec = spec
+        self.schema = arrow_schema(spec)
+        self.converters = json_converters(spec, modes)
+
+    def to_dict(self) -> dict:
+        """The runtime as saved with a batch (lag and sink blocking are not saved)."""
+        return {
+            "spec": spec_to_dict(self.spec),
+            "keys": self.keys,
+            "partitions": self.partitions,
+            "reconciler": self.reconciler.to_dict(),
+            "phase": self.phase,
+            "error": self.error,
+            "rows_applied": self.rows_applied,
+            "snapshot_rows": self.snapshot_rows,
+            "last_offsets": self.last_offsets,
+            "truncated_through": self.truncated_through,
+            "ddl_through": self.ddl_through,
+            "spec_since": self.spec_since,
+            "emitted": {w: n for w, n in self.emitted.items() if w in self.reconciler.windows},
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, t: dict, modes: SourceModes) -> "TableRuntime":
+        rt = cls(
+            name,
+            spec_from_dict(t["spec"]),
+            t["keys"],
+            t["partitions"],
+            Reconciler.from_dict(t["reconciler"]),
+            t["phase"],
+            t.get("error"),
+            t.get("rows_applied", 0),
+            t.get("snapshot_rows", 0),
+            {int(k): v for k, v in t.get("last_offsets", {}).items()},
+        )
+        rt.truncated_through = t.get("truncated_through", 0)
+        rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
+        rt.emitted = dict(t.get("emitted", {}))
+        rt.set_spec(rt.spec, modes)
+        return rt
+
+
+class TableRegistry:
+    """Table name -> TableRuntime, read like a dict; its lock serialises the batch against
+    the snapshot runner (take it with ``locked()`` around any change of a runtime)."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._tables: dict[str, TableRuntime] = {}
+
+    def locked(self) -> threading.RLock:
+        """``with registry.locked():`` one critical section."""
+        return self._lock
+
+    def try_lock(self) -> bool:
+        """Take the lock if nobody holds it (then ``unlock()``); False if a batch runs."""
+        return self._lock.acquire(blocking=False)
+
+    def unlock(self) -> None:
+        self._lock.release()
+
+    # -- the mapping (the batch, under the lock)
+
+    def get(self, name: str) -> TableRuntime | None:
+        return self._tables.get(name)
+
+    def __getitem__(self, name: str) -> TableRuntime:
+        return self._tables[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tables
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tables)
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def items(self):
+        return self._tables.items()
+
+    def values(self):
+        return self._tables.values()
+
+    def add(self, rt: TableRuntime) -> None:
+        self._tables[rt.name] = rt
+
+    def replace(self, tables: dict[str, TableRuntime]) -> None:
+        """All runtimes at once (a restored state)."""
+        self._tables = dict(tables)
+
+    def status(self, plans: dict[str, dict]) -> dict:
+        """Every table's status (``plans``: table -> its latest snapshot plan)."""
+        tables = {}
+        for name, rt in sorted(self._tables.items()):
+            plan = plans.get(name) or {}
+            tables[name] = {
+                "phase": rt.phase,
+                "error": rt.error,
+                "blocked_on_sink": rt.blocked_on_sink,
+                "snapshot": snapshot_state(plan),
+                "chunks_done": len(plan.get("done", [])),
+                "chunks_total": len(plan.get("chunks", [])),
+                "snapshot_rows": rt.snapshot_rows,
+                "rows_applied": rt.rows_applied,
+                "lag_ms": rt.lag_ms,
+                "last_offsets": rt.last_offsets,
+                "open_windows": len(rt.reconciler.windows),
+            }
+        return tables
+
+    # -- the snapshot runner's steps (each one critical section)
+
+    def lookup(self, name: str) -> TableRuntime | None:
+        with self._lock:
+            return self._tables.get(name)
+
+    def open_window(self, rt: TableRuntime, wid: str, chunk_ids: list[str], now: float) -> None:
+        with self._lock:
+            rt.reconciler.open_window(wid, chunk_ids, now)
+
+    def mark_staged(self, rt: TableRuntime, wid: str) -> bool:
+        """The window's rows are staged; False if the window expired meanwhile."""
+        with self._lock:
+            if wid not in rt.reconciler.windows:
+                return False
+            rt.reconciler.mark_staged(wid)
+            return True
+
+    def finish_window(self, rt: TableRuntime, wid: str, forget: Callable[[str], None]) -> None:
+        """Give up one window; ``forget(wid)`` (delete its staged rows) inside the lock."""
+        with self._lock:
+            rt.reconciler.finish(wid)
+            forget(wid)
+
+    def finish_windows(self, name: str, forget: Callable[[str], None]) -> None:
+        """Give up every open window of a table, each as ``finish_window``."""
+        with self._lock:
+            rt = self._tables.get(name)
+            if rt is None:
+                return
+            for wid in list(rt.reconciler.windows):
+                rt.reconciler.finish(wid)
+                forget(wid)
+
+    def definition(self, rt: TableRuntime) -> tuple[TableSpec, list[tuple[str, str]]]:
+        """The table's definition and its columns as (name, Arrow type): one for a whole read."""
+        with self._lock:
+            return rt.spec, [(f.name, str(f.type)) for f in rt.schema]
+
+    def set_phase(self, rt: TableRuntime | None, phase: str, when: str) -> None:
+        """``rt.phase = phase`` if it is ``when`` (snapshotting <-> streaming)."""
+        with self._lock:
+            if rt is not None and rt.phase == when:
+                rt.phase = phase
+
+
+def snapshot_state(plan: dict) -> str | None:
+    """none | running | paused | cancelled | finished: the table's latest snapshot plan."""
+    if not plan:
+        return None
+    if plan.get("cancelled"):
+        return "cancelled"
+    if plan.get("finished_at"):
+        return "finished"
+    return "paused" if plan.get("paused") else "running"
+
+
+def spec_to_dict(spec: TableSpec) -> dict:
+    return asdict(spec)
+
+
+def spec_from_dict(d: dict) -> TableSpec:
+    cols = tuple(
+        ColumnSpec(**{**c, "enum_values": tuple(c["enum_values"]) if c.get("enum_values") else c.get("enum_values")})
+        for c in d["columns"]
+    )
+    return TableSpec(d["db"], d["table"], cols, tuple(d["primary_key"]), d.get("default_charset"), d.get("comment"))

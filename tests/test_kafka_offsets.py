@@ -1,0 +1,138 @@
+"""Unit tests of the ``cdc_kafka`` source's offset planning (merger/kafka/offsets.py), pure:
+the offsets JSON, fair spreading of the rate limit, input partitions and their packing into
+tasks, the tick file. No broker, no Spark session."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from merger.kafka.offsets import (
+    OFFSET_EARLIEST,
+    TICK_TP,
+    KafkaRange,
+    KafkaRanges,
+    allocate_limit,
+    format_offsets,
+    pack_ranges,
+    parse_offsets,
+    plan_end,
+    plan_ranges,
+    read_tick,
+)
+
+
+def test_offsets_json_roundtrip_is_canonical():
+    tps = {("b", 10): 5, ("a", 2): 7, ("a", 10): 1, ("b", 0): 0}
+    js = format_offsets(tps)
+    assert list(js) == ["a", "b"]
+    assert list(js["a"]) == ["2", "10"]  # numeric partition order
+    assert parse_offsets(js) == tps
+    assert parse_offsets({}) == {} and parse_offsets(None) == {}
+
+
+def test_allocate_limit_water_filling():
+    a, b, c = ("t", 0), ("t", 1), ("t", 2)
+    # equal shares; a small partition gives its unused share to the others
+    assert allocate_limit({a: 100, b: 100, c: 100}, 30) == {a: 10, b: 10, c: 10}
+    assert allocate_limit({a: 100, b: 2, c: 100}, 30) == {a: 14, b: 2, c: 14}
+    # everything fits
+    assert allocate_limit({a: 3, b: 0, c: 4}, 100) == {a: 3, b: 0, c: 4}
+    # fewer rows than partitions with data: round robin from ``rotate``
+    assert allocate_limit({a: 5, b: 5, c: 5}, 2, rotate=0) == {a: 1, b: 1, c: 0}
+    assert allocate_limit({a: 5, b: 5, c: 5}, 2, rotate=1) == {a: 0, b: 1, c: 1}
+    assert allocate_limit({a: 5, b: 5, c: 5}, 2, rotate=2) == {a: 1, b: 0, c: 1}
+    assert allocate_limit({}, 10) == {}
+    assert allocate_limit({a: 5}, 0) == {a: 0}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.tuples(st.sampled_from("xyz"), st.integers(0, 5)), st.integers(0, 1000), max_size=12),
+    st.integers(0, 3000),
+    st.integers(0, 50),
+)
+def test_allocate_limit_properties(available, max_rows, rotate):
+    alloc = allocate_limit(available, max_rows, rotate)
+    assert set(alloc) == set(available)
+    assert sum(alloc.values()) == min(max_rows, sum(available.values()))
+    for tp, n in alloc.items():
+        assert 0 <= n <= available[tp]
+    # max-min fair: a partition left with data never got more than one row less than any other
+    for tp, n in alloc.items():
+        if n < available[tp]:
+            assert all(m <= n + 1 for m in alloc.values())
+
+
+def test_plan_end_with_and_without_limit():
+    a, b, new = ("t", 0), ("t", 1), ("u", 0)
+    base = {a: 10, b: 50, new: 0}
+    latest = {a: 40, b: 50, new: 6}
+    assert plan_end(base, latest, None) == latest
+    end = plan_end(base, latest, 10)
+    assert sum(end[tp] - base[tp] for tp in base) == 10
+    assert end == {a: 15, b: 50, new: 5}  # equal shares of 10 over the two with data
+    # never below base, even if the broker reports less (Tansu: open transaction -> 0)
+    assert plan_end({a: 10}, {a: 0}, None) == {a: 10}
+
+
+def test_plan_ranges():
+    start = {("t", 0): 5, ("t", 1): 9, ("t", 2): 3}
+    end = {("t", 0): 12, ("t", 1): 9, ("t", 2): 3, ("u", 0): 4, ("u", 1): 0}
+    assert plan_ranges(start, end) == [
+        KafkaRange("t", 0, 5, 12),
+        KafkaRange("u", 0, OFFSET_EARLIEST, 4),  # new partition: from its earliest offset
+    ]
+    assert plan_ranges(start, end, max_records_per_partition=3) == [
+        KafkaRange("t", 0, 5, 8),
+        KafkaRange("t", 0, 8, 11),
+        KafkaRange("t", 0, 11, 12),
+        KafkaRange("u", 0, OFFSET_EARLIEST, 4),
+    ]
+    assert plan_ranges(end, end) == []
+
+
+def test_pack_ranges_makes_few_tasks_of_a_small_batch():
+    ranges = [KafkaRange("t", p, 100, 400) for p in range(3)] + [KafkaRange("u", 0, OFFSET_EARLIEST, 50)]
+    assert pack_ranges(ranges, 100_000) == [KafkaRanges(sorted(ranges, key=lambda r: (r.topic, r.partition)))]
+    # a backlog: about total / records_per_task tasks, balanced
+    big = [KafkaRange("t", p, 0, 1000) for p in range(4)]
+    tasks = pack_ranges(big, 2000)
+    assert sorted(sum(r.end - r.start for r in t.ranges) for t in tasks) == [2000, 2000]
+    # one task per range, as before packing
+    assert len(pack_ranges(big, 1)) == 4
+    assert pack_ranges([], 10) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("xy"), st.integers(0, 3), st.integers(-2, 500), st.integers(1, 800)), max_size=14
+    ),
+    st.integers(1, 3000),
+)
+def test_pack_ranges_properties(raw, records_per_task):
+    ranges = []
+    for topic, part, start, size in raw:
+        start = OFFSET_EARLIEST if start < 0 else start
+        ranges.append(KafkaRange(topic, part, start, max(start, 0) + size))
+    tasks = pack_ranges(ranges, records_per_task)
+    packed = [r for t in tasks for r in t.ranges]
+    assert sorted(packed, key=repr) == sorted(ranges, key=repr)  # each range once
+    for t in tasks:
+        tps = [(r.topic, r.partition) for r in t.ranges]
+        assert len(tps) == len(set(tps)), "a consumer holds a partition once"
+    if ranges:
+        total = sum(r.end - max(r.start, 0) for r in ranges)
+        most_per_tp = max(sum(1 for q in ranges if (q.topic, q.partition) == (r.topic, r.partition)) for r in ranges)
+        assert 1 <= len(tasks) <= max(min(len(ranges), -(-total // records_per_task)), most_per_tp)
+
+
+def test_read_tick(tmp_path):
+    f = tmp_path / "emission.tick"
+    assert read_tick(None) == 0 and read_tick(str(f)) == 0  # no file
+    f.write_text("")
+    assert read_tick(str(f)) == 0  # not written completely
+    f.write_text("7\n")
+    assert read_tick(str(f)) == 7
+    assert TICK_TP not in parse_offsets(format_offsets({("t", 0): 1}))
