@@ -15,7 +15,7 @@ import time
 from decimal import Decimal
 
 from ingest.envelope import EnvelopeConfig, TableEncoder
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 
 
 def col(name: str, type_name: str, **kw) -> ColumnSpec:

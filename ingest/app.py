@@ -59,8 +59,8 @@ from ingest.producer import (
     read_all_values,
     read_resume_point,
 )
+from ingest.tablespec import TableSpec
 from ingest.topics import table_topic
-from ingest.types import TableSpec
 
 log = logging.getLogger("cdc.ingest")
 

@@ -10,18 +10,13 @@ from typing import Any
 import pymysql
 
 from cdc.config import IngestConfig
+from ingest.converters import ConverterConfig
+from ingest.declared import declared_types_from_ddl, with_declared_types
 from ingest.envelope import EnvelopeConfig, TableEncoder
 from ingest.filters import CaptureFilter
-from ingest.types import (
-    ColumnSpec,
-    ConverterConfig,
-    TableSpec,
-    declared_types_from_ddl,
-    enrich_table_spec,
-    parse_column_type,
-    table_spec_from_binlog,
-    with_declared_types,
-)
+from ingest.infoschema import enrich_table_spec, parse_column_type
+from ingest.tablemap import table_spec_from_binlog
+from ingest.tablespec import ColumnSpec, TableSpec
 
 MASK = "***"
 

@@ -51,8 +51,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ingest.columncodec import EMPTY_SET, ColumnCodec, column_codec
+from ingest.converters import ConverterConfig
+from ingest.jsontext import dumps, json_str
+from ingest.tablespec import ColumnSpec, TableSpec
 from ingest.topics import table_topic
-from ingest.types import EMPTY_SET, ColumnCodec, ColumnSpec, ConverterConfig, TableSpec, column_codec, dumps, json_str
 
 DEBEZIUM_VERSION = "3.6.3.Final"
 CONNECTOR = "mysql"

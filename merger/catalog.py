@@ -10,7 +10,7 @@ import pymysql
 
 from cdc.config import MySQLConfig
 from ingest.codec import load_table_details, spec_from_information_schema
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 from merger.source import SourceGuard, connect
 
 _ID = re.compile(r'^"((?:[^"]|"")*)"\."((?:[^"]|"")*)"$')

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import pyarrow.parquet as pq
 
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 from merger.schema import quote_ident, snapshot_expression
 
 # the text a task's error carries when the source is unreachable: merger.source retries it

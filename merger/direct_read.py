@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pymysql
 
-from ingest.types import TableSpec
+from ingest.tablespec import TableSpec
 from merger.dblog import decode_key
 from merger.schema import arrow_schema, from_snapshot, quote_ident, snapshot_select
 

@@ -39,8 +39,8 @@ import pyarrow as pa
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
 from ingest.envelope import table_change_json
 from ingest.position import EventPosition, ReplayFilter
+from ingest.tablespec import TableSpec
 from ingest.topics import table_topic
-from ingest.types import TableSpec
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 from merger.sinks.types import BIT_WIDTH
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

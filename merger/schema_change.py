@@ -43,7 +43,7 @@ from ingest.ddl import (
     UNKNOWN,
     alter_clause_kinds,
 )
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 
 NONE, FOLLOW, RESNAPSHOT, RESET, DROP = "none", "follow", "resnapshot", "reset", "drop"
 _RANK = {NONE: 0, FOLLOW: 1, RESNAPSHOT: 2, RESET: 3}

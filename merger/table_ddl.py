@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ingest.ddl import CREATED, RENAMED
-from ingest.types import TableSpec
+from ingest.tablespec import TableSpec
 from merger.schema import SourceModes
 from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide
 from merger.sink_writer import SinkWriter

@@ -95,7 +95,7 @@ def test_column_exclude_and_mask_in_the_encoded_rows():
     import json
 
     from ingest.codec import MASK, TableCodec, apply_column_filters, envelope_config
-    from ingest.types import ColumnSpec, TableSpec
+    from ingest.tablespec import ColumnSpec, TableSpec
 
     spec = TableSpec(
         "crm",

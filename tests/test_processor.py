@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest.position import POSITION_HEADER
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 from merger.processor import STREAMING_RECENT_S, BatchProcessor
 from merger.records import WATERMARK_HEADER
 from merger.state import StateStore

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from ingest.ddl import DDL_HEADER, ddl_marker
 from ingest.position import POSITION_HEADER
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 from merger.processor import BatchProcessor
 from merger.sinks.base import IncompatibleSchemaChange
 from tests.test_processor import PREFIX, RECORD_SCHEMA, SPEC, MemorySink, Stream, _open_window, _processor

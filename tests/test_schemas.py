@@ -21,7 +21,7 @@ from ingest.envelope import (
     table_change_json,
 )
 from ingest.position import POSITION_HEADER, EventPosition, ResumePoint
-from ingest.types import ColumnSpec, TableSpec
+from ingest.tablespec import ColumnSpec, TableSpec
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 

@@ -63,7 +63,7 @@ def test_an_unknown_stream_state_does_not_hold_snapshots(tmp_path):
 def test_a_resume_before_the_first_micro_batch_waits_for_the_restored_tables(tmp_path):
     """A restarted merger knows its (paused) tables only once its first micro-batch has
     restored them: a `cdc resume` asked for before must not be lost."""
-    from ingest.types import ColumnSpec, TableSpec
+    from ingest.tablespec import ColumnSpec, TableSpec
     from merger.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))

@@ -6,7 +6,8 @@ as microseconds (MicroTimestamp), INT as int64."""
 
 from __future__ import annotations
 
-from ingest.types import field_schema, table_spec_from_binlog
+from ingest.columncodec import field_schema
+from ingest.tablemap import table_spec_from_binlog
 from tests.test_types import _Col, _Opt, _TableMap
 
 
@@ -81,9 +82,9 @@ def test_string_defaults_are_unescaped_as_mariadb_quotes_them():
     """Found by the Debezium comparison (seed 13): a DEFAULT with a line feed. MariaDB's
     information_schema writes NUL, LF, CR and backslash escaped and a quote doubled; tab
     and other characters as they are (read from MariaDB 10.11)."""
-    from ingest.types import _info_default
+    from ingest.infoschema import info_default
 
     raw = "'a\\nb\\rc\td\\\\e''f\x1ag\x01h\\\\nI\\0'"
-    assert _info_default(raw) == "a\nb\rc\td\\e'f\x1ag\x01h\\nI\0"
-    assert _info_default("'it''s'") == "it's" and _info_default("NULL") is None
-    assert _info_default("42") == "42" and _info_default("current_timestamp()") == "current_timestamp()"
+    assert info_default(raw) == "a\nb\rc\td\\e'f\x1ag\x01h\\nI\0"
+    assert info_default("'it''s'") == "it's" and info_default("NULL") is None
+    assert info_default("42") == "42" and info_default("current_timestamp()") == "current_timestamp()"

@@ -1,4 +1,5 @@
-"""The Debezium type mapping and envelope encoding (ingest/types.py, ingest/envelope.py).
+"""The Debezium type mapping and envelope encoding (ingest/converters.py,
+ingest/columncodec.py, ingest/tablemap.py, ingest/jsontext.py, ingest/envelope.py).
 
 Unit tests are pure. ``test_golden_replay`` re-encodes the binlog rows stored in
 tests/golden/*.json and compares with the records the real Debezium connector produced
@@ -26,6 +27,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ingest.columncodec import EMPTY_SET, column_codec, field_schema
+from ingest.converters import ConverterConfig, twos_complement_bytes
+from ingest.declared import declared_types_from_ddl, with_declared_types
 from ingest.envelope import (
     EnvelopeConfig,
     SourceInfo,
@@ -43,25 +47,10 @@ from ingest.envelope import (
     table_change_json,
     transaction_record,
 )
-from ingest.types import (
-    EMPTY_SET,
-    ColumnSpec,
-    ConverterConfig,
-    TableSpec,
-    column_codec,
-    declared_types_from_ddl,
-    dumps,
-    enrich_table_spec,
-    field_schema,
-    java_double_str,
-    java_float_str,
-    json_str,
-    mysql_json_text,
-    parse_column_type,
-    table_spec_from_binlog,
-    twos_complement_bytes,
-    with_declared_types,
-)
+from ingest.infoschema import enrich_table_spec, parse_column_type
+from ingest.jsontext import dumps, java_double_str, java_float_str, json_str, mysql_json_text
+from ingest.tablemap import table_spec_from_binlog
+from ingest.tablespec import ColumnSpec, TableSpec
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from cdc.config import ConfigError, MergerConfig, load_model
-from ingest.types import ColumnSpec, TableSpec, column_codec
+from ingest.columncodec import column_codec
+from ingest.tablespec import ColumnSpec, TableSpec
 from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
 from merger.sinks import types as T
 from merger.sinks.base import UnstorableValue
