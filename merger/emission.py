@@ -89,7 +89,7 @@ class WindowEmitter:
             return
         path = self.store.staging_dir(rt.name, wid)
         read_with = self.store.staged_columns(rt.name, wid)
-        if read_with is not None and read_with != [(f.name, str(f.type)) for f in rt.schema]:
+        if read_with is not None and read_with != rt.columns():
             # read with another definition than the one in force here (an ALTER the reader
             # had not seen yet, or one since): a column added before the read would be
             # written as NULL over its values. Read again, in a new window.

@@ -45,6 +45,10 @@ class TableRuntime:
         self.schema = arrow_schema(spec)
         self.converters = json_converters(spec, modes)
 
+    def columns(self) -> list[tuple[str, str]]:
+        """The columns as (name, Arrow type): what a staged window records it was read with."""
+        return [(f.name, str(f.type)) for f in self.schema]
+
     def to_dict(self) -> dict:
         """The runtime as saved with a batch (lag and sink blocking are not saved)."""
         return {
@@ -190,7 +194,7 @@ class TableRegistry:
     def definition(self, rt: TableRuntime) -> tuple[TableSpec, list[tuple[str, str]]]:
         """The table's definition and its columns as (name, Arrow type): one for a whole read."""
         with self._lock:
-            return rt.spec, [(f.name, str(f.type)) for f in rt.schema]
+            return rt.spec, rt.columns()
 
     def set_phase(self, rt: TableRuntime | None, phase: str, when: str) -> None:
         """``rt.phase = phase`` if it is ``when`` (snapshotting <-> streaming)."""
