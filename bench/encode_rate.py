@@ -3,7 +3,7 @@ key + value JSON text on one core (a 10-column row, a fresh source block per row
 
     .venv/bin/python bench/encode_rate.py [--rows 20000]
 
-It was a timed test once (tests/test_types.py); rates belong here, where a figure is
+It was a timed test once (tests/unit/test_types.py); rates belong here, where a figure is
 printed next to the machine it was measured on, not asserted.
 """
 

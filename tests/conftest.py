@@ -85,3 +85,22 @@ def mysql_root(stack):
 def unique_name():
     """A short unique identifier for databases/topic prefixes of one test."""
     return "t" + uuid.uuid4().hex[:8]
+
+
+SERVER_FIXTURES = {"stack"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """tests/integration/ is integration by place; a test under tests/unit/ that needs the
+    stack is misfiled, and collection stops saying which (the split must stay true)."""
+    misfiled = []
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "integration" in parts:
+            item.add_marker(pytest.mark.integration)
+        elif "unit" in parts and SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            misfiled.append(item.nodeid)
+    if misfiled:
+        raise pytest.UsageError(
+            "unit tests that need the local stack (move them to tests/integration/): " + ", ".join(misfiled)
+        )

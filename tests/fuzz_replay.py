@@ -3,7 +3,7 @@ source: for reproducing (and cutting down) a divergence the fuzzer found.
 
     CDC_TEST_STATE_DIR=/work/stack .venv/bin/python -m tests.fuzz_replay fuzz-seed3.sql [--minimise]
 
-The file is what tests/test_fuzz.py writes (``statement;`` per line, ``--`` comments);
+The file is what tests/integration/test_fuzz.py writes (``statement;`` per line, ``--`` comments);
 ``@sync`` on a line of its own waits until the sinks are equal before going on (to put a
 statement after the merger caught up). The statements run in a new database on the
 running stack, with a fresh ingest and merger. ``--minimise`` cuts the list down with

@@ -1,4 +1,4 @@
-"""Seeded random SQL workloads for the differential fuzzer (tests/test_fuzz.py).
+"""Seeded random SQL workloads for the differential fuzzer (tests/integration/test_fuzz.py).
 
 ``Workload(seed)`` always gives the same SQL for the same seed: ``setup()`` creates the
 tables of one database and fills them a little (so that a merger started afterwards has

@@ -1,0 +1,225 @@
+"""Transaction control in the binlog: savepoints (as ORMs write them), ROLLBACK TO that
+MariaDB leaves in the binlog, XA transactions. Unit tests of the classifier, then ingest
+end to end on the real MariaDB and broker: the topics rebuild the source exactly."""
+
+from __future__ import annotations
+
+import time
+
+import pymysql
+import pytest
+
+from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+from tests.kafka_util import read_records, rebuild
+
+# ---------------------------------------------------------------------------- end to end
+
+
+def _root(stack, db=None):
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
+
+
+def _topic_rows(stack, prefix, db, table):
+    records, _ = read_records(stack.kafka.bootstrap, [f"{prefix}.{db}.{table}"])
+    return rebuild(records, ["id"]), records
+
+
+def _source(conn, table):
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT * FROM {table}")
+        return {(r["id"],): r for r in cur.fetchall()}
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_savepoints_and_rollback_to_reach_kafka_exactly(stack, mysql_root, unique_name, tmp_path):
+    """Django's nested atomic() / Spring NESTED / Rails requires_new: every change after a
+    savepoint arrives, and rows rolled back to a savepoint never do, also when MariaDB keeps
+    them in the binlog (a non-transactional change after the savepoint: ROLLBACK TO is logged)."""
+    db = f"sp_{unique_name}"
+    with mysql_root.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB")
+        cur.execute(f"CREATE TABLE {db}.m (id INT PRIMARY KEY, v INT) ENGINE=MyISAM")
+    cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], commit_every_events=50)
+    proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    conn = _root(stack, db)
+    try:
+        wait_caught_up(stack, unique_name, proc=proc)
+        with conn.cursor() as cur:
+            # the issue's sequence, word for word
+            for sql in [
+                "BEGIN",
+                "INSERT INTO t VALUES (0, 0)",
+                "INSERT INTO t VALUES (1, 0)",
+                "SAVEPOINT s1",
+                "INSERT INTO t VALUES (2, 0)",
+                "ROLLBACK TO SAVEPOINT s1",
+                "INSERT INTO t VALUES (3, 0)",
+                "SAVEPOINT s2",
+                "UPDATE t SET v = 7 WHERE id = 0",
+                "RELEASE SAVEPOINT s2",
+                "INSERT INTO t VALUES (4, 0)",
+                "COMMIT",
+            ]:
+                cur.execute(sql)
+            # nested savepoints, a savepoint set twice, ROLLBACK TO an outer one
+            for sql in [
+                "BEGIN",
+                "INSERT INTO t VALUES (10, 1)",
+                "SAVEPOINT a",
+                "INSERT INTO t VALUES (11, 1)",
+                "SAVEPOINT b",
+                "INSERT INTO t VALUES (12, 1)",
+                "ROLLBACK TO a",
+                "UPDATE t SET v = 2 WHERE id = 10",
+                "SAVEPOINT a",
+                "DELETE FROM t WHERE id = 1",
+                "ROLLBACK TO a",
+                "INSERT INTO t VALUES (13, 1)",
+                "COMMIT",
+            ]:
+                cur.execute(sql)
+            # a MyISAM change after the savepoint: MariaDB logs the InnoDB rows after it and ROLLBACK TO
+            cur.execute("SET SESSION binlog_direct_non_transactional_updates = 0")
+            for sql in [
+                "BEGIN",
+                "INSERT INTO t VALUES (50, 0)",
+                "SAVEPOINT q",
+                "INSERT INTO m VALUES (50, 0)",
+                "INSERT INTO t VALUES (51, 0)",
+                "UPDATE t SET v = 99 WHERE id = 50",
+                "ROLLBACK TO q",
+                "INSERT INTO t VALUES (52, 0)",
+                "SAVEPOINT r",
+                "INSERT INTO t VALUES (53, 0)",
+                "INSERT INTO m VALUES (53, 0)",
+                "RELEASE SAVEPOINT r",
+                "COMMIT",
+            ]:
+                cur.execute(sql)
+            # many row events after a savepoint, more than commit_every_events
+            cur.execute("BEGIN")
+            cur.execute("SAVEPOINT big")
+            for i in range(100, 120):
+                cur.execute("INSERT INTO t VALUES (%s, %s)", (i, i))
+            cur.execute("INSERT INTO m VALUES (100, 0)")
+            cur.execute("ROLLBACK TO big")
+            for i in range(200, 210):
+                cur.execute("INSERT INTO t VALUES (%s, %s)", (i, i))
+            cur.execute("COMMIT")
+            # a transaction larger than commit_every_events, cut in pieces, with savepoints in it
+            cur.execute("BEGIN")
+            for i in range(300, 420):
+                cur.execute("INSERT INTO t VALUES (%s, %s)", (i, i))
+                if i % 40 == 0:
+                    cur.execute(f"SAVEPOINT p{i}")
+            cur.execute("UPDATE t SET v = -1 WHERE id BETWEEN 300 AND 419")
+            cur.execute("COMMIT")
+            cur.execute("INSERT INTO t VALUES (1000, 0)")  # after all that, plain autocommit
+        wait_caught_up(stack, unique_name, proc=proc)
+        for table in ("t", "m"):
+            rebuilt, _ = _topic_rows(stack, unique_name, db, table)
+            source = _source(conn, table)
+            assert rebuilt == source, (table, sorted(rebuilt), sorted(source))
+        assert {0, 1, 3, 4, 10, 13, 50, 52, 53, 1000} <= {k[0] for k in _source(conn, "t")}
+        assert proc.alive()
+    finally:
+        proc.stop()
+        conn.close()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_xa_transactions(stack, mysql_root, unique_name, tmp_path):
+    """XA COMMIT (two-phase and one-phase) reaches Kafka and moves ingest's position; an XA
+    ROLLBACK after XA PREPARE (whose rows the binlog holds at the PREPARE) stops ingest with
+    an error naming the table, unless on_xa_rollback: warn."""
+    db = f"xa_{unique_name}"
+    with mysql_root.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT)")
+    cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db])
+    proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    conn = _root(stack, db)
+    try:
+        wait_caught_up(stack, unique_name, proc=proc)
+        u = unique_name  # XA ids are global to the server
+        other = _root(stack, db)
+        with conn.cursor() as cur:
+            for sql in [
+                f"XA START '{u}x1'",
+                "INSERT INTO t VALUES (1, 1)",
+                "UPDATE t SET v = 2 WHERE id = 1",
+                f"XA END '{u}x1'",
+                f"XA PREPARE '{u}x1'",
+            ]:
+                cur.execute(sql)
+            with other.cursor() as cur2:  # another transaction commits between PREPARE and COMMIT
+                cur2.execute("INSERT INTO t VALUES (2, 2)")
+            other.close()
+            for sql in [
+                f"XA COMMIT '{u}x1'",
+                f"XA START '{u}x2'",
+                "INSERT INTO t VALUES (3, 3)",
+                f"XA END '{u}x2'",
+                f"XA COMMIT '{u}x2' ONE PHASE",
+                f"XA START '{u}x3'",
+                "INSERT INTO t VALUES (4, 4)",
+                f"XA END '{u}x3'",
+                f"XA ROLLBACK '{u}x3'",
+            ]:
+                cur.execute(sql)
+        wait_caught_up(stack, unique_name, proc=proc)
+        rebuilt, _ = _topic_rows(stack, unique_name, db, "t")
+        assert rebuilt == _source(conn, "t") and set(rebuilt) == {(1,), (2,), (3,)}
+
+        # an XA transaction of a table ingest does not capture, rolled back after PREPARE: nothing to say
+        with mysql_root.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {db}_other")
+            cur.execute(f"CREATE TABLE {db}_other.t (id INT PRIMARY KEY)")
+            for sql in [
+                f"XA START '{u}o'",
+                f"INSERT INTO {db}_other.t VALUES (1)",
+                f"XA END '{u}o'",
+                f"XA PREPARE '{u}o'",
+                f"XA ROLLBACK '{u}o'",
+            ]:
+                cur.execute(sql)
+        wait_caught_up(stack, unique_name, proc=proc)
+        assert proc.alive()
+
+        with conn.cursor() as cur:
+            for sql in [
+                f"XA START '{u}x4'",
+                "INSERT INTO t VALUES (5, 5)",
+                f"XA END '{u}x4'",
+                f"XA PREPARE '{u}x4'",
+                f"XA ROLLBACK '{u}x4'",
+            ]:
+                cur.execute(sql)
+        deadline = time.monotonic() + 60
+        while proc.alive() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert not proc.alive(), "ingest went on past an XA ROLLBACK of changes it had written"
+        log = proc.log_text()
+        assert "XA ROLLBACK" in log and f"{db}.t" in log and "on_xa_rollback: warn" in log, log[-2000:]
+        assert "Traceback" not in log, log[-3000:]
+
+        cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], on_xa_rollback="warn")
+        proc = IngestProcess(cfg, tmp_path / "ingest2.log").start()
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (6, 6)")
+        wait_caught_up(stack, unique_name, proc=proc)
+        rebuilt, _ = _topic_rows(stack, unique_name, db, "t")
+        assert (6,) in rebuilt and (5,) in rebuilt  # (5,) is the documented phantom: re-snapshot the table
+    finally:
+        proc.stop()
+        conn.close()
