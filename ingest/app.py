@@ -27,19 +27,10 @@ from ingest import metrics, statements
 from ingest.binlog import open_reader
 from ingest.checks import check_source, gtid_for_file_pos
 from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
+from ingest.control_records import context_headers, heartbeat_record, message_record
 from ingest.ddl import DDL_HEADER, DROPPED, ddl_marker, parse_ddl, table_effects
 from ingest.declared import DeclaredTypes
-from ingest.envelope import (
-    SourceInfo,
-    TableEncoder,
-    TransactionTracker,
-    context_headers,
-    heartbeat_record,
-    message_record,
-    schema_change_record,
-    source_json,
-    table_change_json,
-)
+from ingest.envelope import SourceInfo, TableEncoder, source_json
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
 from ingest.position import (
@@ -59,8 +50,10 @@ from ingest.producer import (
     read_all_values,
     read_resume_point,
 )
+from ingest.schema_change_records import schema_change_record, table_change_json
 from ingest.tablespec import TableSpec
 from ingest.topics import table_topic
+from ingest.transaction_records import TransactionTracker
 
 log = logging.getLogger("cdc.ingest")
 

@@ -37,8 +37,8 @@ from typing import Callable
 import pyarrow as pa
 
 from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
-from ingest.envelope import table_change_json
 from ingest.position import EventPosition, ReplayFilter
+from ingest.schema_change_records import table_change_json
 from ingest.tablespec import TableSpec
 from ingest.topics import table_topic
 from merger import crashpoints

@@ -9,19 +9,12 @@ import jsonschema
 import pyarrow as pa
 
 from cdc.config import IngestConfig, MergerConfig
-from ingest.envelope import (
-    EnvelopeConfig,
-    SourceInfo,
-    TableEncoder,
-    TransactionTracker,
-    context_headers,
-    heartbeat_record,
-    schema_change_record,
-    source_json,
-    table_change_json,
-)
+from ingest.control_records import context_headers, heartbeat_record
+from ingest.envelope import EnvelopeConfig, SourceInfo, TableEncoder, source_json
 from ingest.position import POSITION_HEADER, EventPosition, ResumePoint
+from ingest.schema_change_records import schema_change_record, table_change_json
 from ingest.tablespec import ColumnSpec, TableSpec
+from ingest.transaction_records import TransactionTracker
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 

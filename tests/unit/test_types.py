@@ -25,29 +25,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.columncodec import EMPTY_SET, column_codec, field_schema
+from ingest.control_records import heartbeat_record, message_record
 from ingest.converters import ConverterConfig, twos_complement_bytes
 from ingest.declared import declared_types_from_ddl
-from ingest.envelope import (
-    EnvelopeConfig,
-    SourceInfo,
-    TableEncoder,
-    TransactionTracker,
+from ingest.envelope import EnvelopeConfig, SourceInfo, TableEncoder, source_schema
+from ingest.infoschema import enrich_table_spec, parse_column_type
+from ingest.jsontext import dumps, java_double_str, java_float_str, json_str, mysql_json_text
+from ingest.schema_change_records import (
     drop_table_ddl,
-    heartbeat_record,
-    java_hashmap_order,
-    java_string_hash,
-    message_record,
     schema_change_key_schema,
     schema_change_record,
     schema_change_value_schema,
-    source_schema,
     table_change_json,
-    transaction_record,
 )
-from ingest.infoschema import enrich_table_spec, parse_column_type
-from ingest.jsontext import dumps, java_double_str, java_float_str, json_str, mysql_json_text
 from ingest.tablemap import table_spec_from_binlog
 from ingest.tablespec import ColumnSpec, TableSpec
+from ingest.transaction_records import TransactionTracker, java_hashmap_order, java_string_hash, transaction_record
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
