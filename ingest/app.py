@@ -16,14 +16,12 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 
 import pymysql
-from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.config import IngestConfig
-from ingest import metrics, statements
+from ingest import metrics
 from ingest.binlog import open_reader
 from ingest.checks import check_source, gtid_for_file_pos
 from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
@@ -31,13 +29,14 @@ from ingest.control_records import context_headers, heartbeat_record, message_re
 from ingest.ddl import DDL_HEADER, DROPPED, ddl_marker, parse_ddl, table_effects
 from ingest.declared import DeclaredTypes
 from ingest.envelope import SourceInfo, TableEncoder, source_json
+from ingest.errors import IngestError
+from ingest.fatal import backwards_message, binlog_gone_message, too_large_message
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
 from ingest.position import (
     POSITION_HEADER,
     EventPosition,
     ResumePoint,
-    advance_gtid_state,
     backwards_reason,
     file_number,
 )
@@ -51,53 +50,16 @@ from ingest.producer import (
     read_resume_point,
 )
 from ingest.schema_change_records import schema_change_record, table_change_json
+from ingest.stream import BinlogStream, CommitPolicy, SourceTransaction
 from ingest.tablespec import TableSpec
 from ingest.topics import table_topic
+from ingest.transaction_control import TransactionControl
 from ingest.transaction_records import TransactionTracker
 
 log = logging.getLogger("cdc.ingest")
 
 WATERMARK_HEADER = "cdc.watermark"
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
-
-
-SOURCE_CHECK_S = 10.0  # while idle, how often ingest checks that the source's binlog did not go back
-_FL_STANDALONE = 1  # MariaDB GTID event flag: a group of one statement (DDL), no BEGIN/COMMIT
-
-
-class IngestError(RuntimeError):
-    """Fatal, user-facing error (one line)."""
-
-
-def binlog_gone_message(prefix: str, committed: ResumePoint | None, exc: BaseException) -> str:
-    """What to do when the server no longer has the binlog at ingest's position."""
-    where = f"GTID {committed.gtid_state or '<empty>'}" if committed else "the requested position"
-    server = str(exc.args[1]).splitlines()[0][:200] if len(exc.args) > 1 else ""
-    return (
-        f"the source no longer has the binlog at ingest's position ({where}; server: {server}): "
-        f"the changes since then cannot be read. Start afresh from the current position: delete "
-        f"topic {prefix}.offsets (or use a new topic_prefix), restart ingest with start.mode: current, "
-        f"then re-snapshot every table (cdc snapshot <db.table>, or a merger with a new state_dir)"
-    )
-
-
-@dataclass
-class _Trx:
-    gtid: str
-    ts_ms: int
-    thread: int | None = None
-    row_events: int = 0  # row events of this transaction seen so far
-    skip_events: int = 0  # row events already committed by an earlier run
-    events_written: int = 0
-    began: bool = False  # a BEGIN / XA START opened the group (else: one standalone statement)
-    # the group's records not sent yet (args of producer.send), so that a ROLLBACK or
-    # ROLLBACK TO later in the group can drop them; sent when the group ends or when
-    # commit_every_events of them are held (a large transaction, cut in pieces)
-    held: list = field(default_factory=list)
-    released: int = 0  # records of the group sent already (the first ones)
-    savepoints: dict = field(default_factory=dict)  # name -> records of the group before it
-    xid: str | None = None  # XA transaction id (XA START ... XA PREPARE)
-    tables: set = field(default_factory=set)  # db.table of the changes written
 
 
 class Ingest:
@@ -123,7 +85,7 @@ class Ingest:
         self.unavailable_since: float | None = None  # first failure of the current outage
         self.retries = 0
         self._details_conn: pymysql.Connection | None = None
-        self._prepared_xa: dict[str, list[str]] = {}  # XA PREPAREd xid -> captured tables it changed
+        self.transactions = TransactionControl(config)  # savepoints, rollbacks, XA across reconnects
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -183,7 +145,7 @@ class Ingest:
                 self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
             except RecordTooLarge as exc:
                 self.producer.abort()
-                raise IngestError(self._too_large_message(exc)) from None
+                raise IngestError(too_large_message(self.prefix, exc)) from None
         self.producer.abort()
 
     def _check_not_backwards(self, facts: dict) -> None:
@@ -196,7 +158,7 @@ class Ingest:
             conn.close()
         reason = backwards_reason(self.committed, facts["server_id"], facts["gtid_binlog_pos"], files)
         if reason:
-            raise IngestError(self._backwards_message(reason))
+            raise IngestError(backwards_message(self.prefix, reason))
 
     def _check_source_still_ours(self, read: ResumePoint) -> None:
         """While idle: the server's binlog has not gone behind what ingest has read."""
@@ -209,40 +171,7 @@ class Ingest:
             files = [row[0] for row in cur.fetchall()]
         reason = backwards_reason(read, int(server_id), gtid_pos or "", files)
         if reason:
-            raise IngestError(self._backwards_message(reason))
-
-    def _backwards_message(self, reason: str) -> str:
-        return (
-            f"{reason}. Changes written from here would carry positions that consumers take for "
-            f"replays and drop. Start afresh: use a new topic_prefix (or delete topic {self.prefix}.offsets "
-            f"and the table topics), restart ingest with start.mode: current, and re-snapshot every table "
-            f"into emptied sinks (a merger with a new state_dir and the new topic_prefix, after dropping its "
-            f"sink tables: their rows carry positions of the old binlog, which new ones never overwrite)"
-        )
-
-    def _too_large_message(self, exc: RecordTooLarge) -> str:
-        where = ""
-        if exc.position:
-            pos = EventPosition.decode(exc.position)
-            where = f" at binlog {pos.file}:{pos.pos} (row {pos.row})"
-        key = (exc.key or b"").decode("utf-8", "replace")
-        key = key if len(key) <= 200 else key[:200] + "..."
-        table = exc.topic[len(self.prefix) + 1 :] if exc.topic.startswith(self.prefix + ".") else exc.topic
-        if exc.by_broker:
-            limit = (
-                f"the broker refused it (its message.max.bytes, or the topic's max.message.bytes, is "
-                f"below that): raise those, and kafka.max_message_bytes ({exc.limit:,}) with them"
-            )
-        else:
-            limit = (
-                f"more than kafka.max_message_bytes ({exc.limit:,}): raise it, and the broker's "
-                f"message.max.bytes and the topic's max.message.bytes if they are lower"
-            )
-        return (
-            f"the change of {table} with key {key}{where} is a record of {exc.size:,} bytes, {limit}; "
-            f"or leave the large column out (column_exclude). Ingest stopped before this change and "
-            f"resumes at it when restarted"
-        )
+            raise IngestError(backwards_message(self.prefix, reason))
 
     def _load_ddl_history(self) -> None:
         """Declared column types from the schema-change topic (our DDL history)."""
@@ -289,127 +218,23 @@ class Ingest:
         cfg = self.config
         reader = self._reader()
         metrics.CONNECTED.set(1)
-        point = self.committed
-        gtid_state = point.gtid_state
-        file, trx = None, None
-        pending, txn_started = 0, 0.0
-        dirty = False  # the position moved past what is committed (even with no events)
-        last_heartbeat = last_commit = last_source_check = time.monotonic()
+        stream = BinlogStream(
+            self, CommitPolicy(cfg.commit_every_events, cfg.commit_every_ms, cfg.heartbeat_interval_ms)
+        )
         try:
-            for event in reader:
-                if stop.is_set():
-                    break
-                if self.unavailable_since is not None:
-                    self._reconnected()
-                now = time.monotonic()
-                if isinstance(event, RotateEvent):
-                    if file is not None and file_number(event.next_binlog) < file_number(file):
-                        raise IngestError(
-                            self._backwards_message(
-                                f"the source's binlog went from {file} back to {event.next_binlog} (RESET MASTER?)"
-                            )
-                        )
-                    file = event.next_binlog
-                    continue
-                if isinstance(event, TableMapEvent):
-                    self._table_maps[event.table_id] = event
-                    continue
-                end_pos = event.packet.log_pos
-                start_pos = end_pos - event.packet.event_size
-                if isinstance(event, MariadbGtidEvent):
-                    # MariaDB writes no BEGIN: a GTID without FL_STANDALONE opens a transaction
-                    trx = _Trx(event.gtid, event.timestamp * 1000, began=not event.flags & _FL_STANDALONE)
-                    if point.trx_gtid == event.gtid:
-                        trx.skip_events = point.trx_events
-                    continue
-                if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                    if trx is None:  # cannot happen with GTIDs on; be safe
-                        continue
-                    trx.row_events += 1
-                    if trx.row_events <= trx.skip_events:
-                        continue
-                    if not pending:
-                        txn_started = now
-                    n = self._rows(event, trx, EventPosition(file, start_pos))
-                    if len(trx.held) >= cfg.commit_every_events:
-                        n += self._release_held(trx)
-                    pending += n
-                    if pending >= cfg.commit_every_events:
-                        # a large source transaction: commit at this row-event boundary
-                        self._commit(ResumePoint(gtid_state, file, end_pos, trx.gtid, trx.row_events, trx.ts_ms))
-                        pending, last_commit = 0, now
-                    continue
-                if isinstance(event, QueryEvent):
-                    if trx is None:  # cannot happen with GTIDs on
-                        continue
-                    stmt = statements.classify(event.query)
-                    if stmt.kind == statements.STATEMENT:
-                        if not pending:
-                            txn_started = now
-                        pending += self._ddl(event, event.query.strip(), trx, EventPosition(file, start_pos))
-                        if trx.began:
-                            continue  # a statement inside a transaction does not end it
-                    else:
-                        self._transaction_control(stmt, trx, EventPosition(file, start_pos))
-                        if not stmt.ends_group:
-                            continue
-                    event = "commit"
-                elif isinstance(event, XAPrepareEvent):  # ends the group of an XA transaction's rows
-                    if trx is not None and event.one_phase:
-                        trx.xid = None  # XA COMMIT ... ONE PHASE: committed, not prepared
-                    event = "commit"
-                if isinstance(event, XidEvent) or event == "commit":
-                    if trx is not None:
-                        if trx.held:
-                            pending += self._release_held(trx)
-                        if trx.xid is not None:  # prepared: known, with the captured tables it changed (maybe none)
-                            self._prepared_xa[trx.xid] = sorted(trx.tables)
-                        gtid_state = advance_gtid_state(gtid_state, trx.gtid)
-                        metrics.TRANSACTIONS.inc()
-                        self.stats["source_transactions"] += 1
-                        if cfg.provide_transaction_metadata and trx.events_written:
-                            pending += self._transaction_end(trx)
-                        trx = None
-                        point = ResumePoint(gtid_state, file, end_pos, None, 0)
-                        dirty = True
-                        if (
-                            pending >= cfg.commit_every_events
-                            or (pending and (now - txn_started) * 1000 >= cfg.commit_every_ms)
-                            or (not pending and (now - last_commit) * 1000 >= cfg.commit_every_ms)
-                        ):
-                            self._commit(point)
-                            pending, dirty, last_commit = 0, False, now
-                    continue
-                # heartbeat from the server (idle source) or anything else: time-based work.
-                # The position is committed even without events (transactions of tables we
-                # do not capture, or the end of a transaction already cut at its last row
-                # event), so the committed position always catches up with the source.
-                if (
-                    (pending or dirty)
-                    and trx is None
-                    and (now - max(txn_started if pending else 0.0, last_commit)) * 1000 >= cfg.commit_every_ms
-                ):
-                    self._commit(point)
-                    pending, dirty, last_commit = 0, False, now
-                if trx is None and now - last_source_check >= SOURCE_CHECK_S:
-                    # idle: is the source still the binlog we read? (after RESET MASTER the
-                    # server streams nothing more on this connection, and says nothing)
-                    last_source_check = now
-                    self._check_source_still_ours(ResumePoint(gtid_state, file, end_pos, server_id=self.server_id))
-                if (
-                    cfg.heartbeat_interval_ms
-                    and trx is None
-                    and (now - last_heartbeat) * 1000 >= cfg.heartbeat_interval_ms
-                ):
-                    self._heartbeat()
-                    self._commit(point)
-                    pending, dirty, last_commit = 0, False, now
-                    last_heartbeat = now
+            stream.consume(reader, stop)
         finally:
             reader.close()
             metrics.CONNECTED.set(0)
-        if (pending or dirty) and trx is None:
-            self._commit(point)
+        stream.finish()
+
+    def _check_file_forward(self, file: str | None, next_file: str) -> None:
+        if file is not None and file_number(next_file) < file_number(file):
+            raise IngestError(
+                backwards_message(
+                    self.prefix, f"the source's binlog went from {file} back to {next_file} (RESET MASTER?)"
+                )
+            )
 
     def _commit(self, point: ResumePoint) -> None:
         point = ResumePoint(
@@ -491,7 +316,7 @@ class Ingest:
             self._last_spec[(event.schema, event.table)] = spec
         return codec
 
-    def _rows(self, event, trx: _Trx, position: EventPosition) -> int:
+    def _rows(self, event, trx: SourceTransaction, position: EventPosition) -> int:
         db, table = event.schema, event.table
         if (db, table) == self.filter.watermark_table:
             return self._watermark(event, trx, position)
@@ -553,7 +378,7 @@ class Ingest:
         trx.tables.add(codec.name)
         return 0  # held: counted when sent
 
-    def _release_held(self, trx: _Trx) -> int:
+    def _release_held(self, trx: SourceTransaction) -> int:
         """Send the group's held records (at its end, or a large group's first pieces)."""
         send = self.producer.send
         for args in trx.held:
@@ -564,81 +389,6 @@ class Ingest:
         trx.events_written += n
         self.stats["events"] += n
         return n
-
-    def _transaction_control(self, stmt: statements.Statement, trx: _Trx, position: EventPosition) -> None:
-        """BEGIN, savepoints, ROLLBACK and XA statements inside the binlog (ingest/statements.py
-        says what MariaDB writes and when)."""
-        kind, where = stmt.kind, f"GTID {trx.gtid} at {position.file}:{position.pos}"
-        if kind in (statements.BEGIN, statements.XA_START, statements.XA_END):
-            # MariaDB keeps XA START in the GTID event; XA END names the xid in the binlog
-            trx.began = True
-            trx.xid = stmt.name if kind != statements.BEGIN else None
-        elif kind == statements.SAVEPOINT:
-            trx.savepoints.pop(stmt.name, None)  # a savepoint set again moves
-            trx.savepoints[stmt.name] = trx.released + len(trx.held)
-        elif kind == statements.RELEASE:
-            trx.savepoints.pop(stmt.name, None)
-        elif kind == statements.ROLLBACK_TO:
-            if stmt.name not in trx.savepoints:
-                raise IngestError(
-                    f"transaction {where}: ROLLBACK TO SAVEPOINT {stmt.name} without its SAVEPOINT in the "
-                    f"binlog, so ingest cannot tell which row changes were rolled back. Please report this "
-                    f"with the output of mariadb-binlog for that transaction"
-                )
-            names = list(trx.savepoints)
-            mark = trx.savepoints[stmt.name]
-            if mark < trx.released:
-                raise IngestError(self._exposed(trx, where, f"ROLLBACK TO {stmt.name}"))
-            dropped = len(trx.held) - (mark - trx.released)
-            del trx.held[mark - trx.released :]
-            # savepoints set after this one are gone, this one stays (SQL semantics)
-            trx.savepoints = {n: trx.savepoints[n] for n in names[: names.index(stmt.name) + 1]}
-            log.debug("transaction %s: ROLLBACK TO %s drops %d records", where, stmt.name, dropped)
-        elif kind == statements.ROLLBACK:
-            # e.g. the changes after a SAVEPOINT at the start of a transaction, kept in the
-            # binlog by a non-transactional change and then rolled back
-            if trx.released:
-                raise IngestError(self._exposed(trx, where, "ROLLBACK"))
-            log.debug("transaction %s: ROLLBACK drops %d records", where, len(trx.held))
-            trx.held = []
-        elif kind == statements.XA_COMMIT:
-            if trx.began:
-                trx.xid = None  # XA COMMIT ... ONE PHASE closing its own group: committed
-            else:
-                self._prepared_xa.pop(stmt.name, None)
-        elif kind == statements.XA_ROLLBACK:
-            tables = self._prepared_xa.pop(stmt.name, None)
-            if tables is None or tables:
-                self._xa_rolled_back(stmt.name, tables, where)
-
-    def _exposed(self, trx: _Trx, where: str, what: str) -> str:
-        return (
-            f"transaction {where}: {what} rolls back row changes of {', '.join(sorted(trx.tables))} that "
-            f"ingest already wrote to Kafka, because the transaction had more than commit_every_events "
-            f"({self.config.commit_every_events}) changes before it. Set commit_every_events above the "
-            f"size of such transactions, delete topic {self.prefix}.offsets and the table topics (or use "
-            f"a new topic_prefix), restart ingest with start.mode: current and re-snapshot"
-        )
-
-    def _xa_rolled_back(self, xid: str, tables: list[str] | None, where: str) -> None:
-        """An XA transaction rolled back after XA PREPARE. Its row changes are in the binlog
-        at the PREPARE and were written to Kafka there (as Debezium does): they never
-        happened in the source."""
-        changed = (
-            f"its changes to {', '.join(tables)} were written to Kafka at its XA PREPARE"
-            if tables
-            else "it was prepared before this ingest process started, so ingest cannot tell whether "
-            "its changes to captured tables were written to Kafka at its XA PREPARE"
-        )
-        message = (
-            f"XA ROLLBACK {xid} ({where}): {changed}, and the source rolled them back. Re-snapshot "
-            f"the tables it changed (cdc snapshot <db.table>)"
-        )
-        if self.config.on_xa_rollback == "warn":
-            log.error("%s; going on (on_xa_rollback: warn)", message)
-            metrics.ERRORS.labels("xa_rollback").inc()
-            return
-        raise IngestError(f"{message}, then restart ingest with on_xa_rollback: warn to go past it")
 
     def _send_record(self, rec, partition: int, position: bytes | None = None) -> None:
         headers = [(k, v.encode()) for k, v in rec.headers] + self._context
@@ -654,7 +404,7 @@ class Ingest:
 
     # ------------------------------------------------------------------ markers, DDL, heartbeats
 
-    def _watermark(self, event, trx: _Trx, position: EventPosition) -> int:
+    def _watermark(self, event, trx: SourceTransaction, position: EventPosition) -> int:
         """A write to the watermark table becomes a marker in every partition of the
         target table's topic, in binlog order with that table's data events."""
         if isinstance(event, DeleteRowsEvent):
@@ -689,7 +439,7 @@ class Ingest:
             metrics.MARKERS.labels(target, str(values.get("kind"))).inc()
         return written
 
-    def _ddl(self, event, query: str, trx: _Trx, position: EventPosition) -> int:
+    def _ddl(self, event, query: str, trx: SourceTransaction, position: EventPosition) -> int:
         default_db = event.schema.decode() if isinstance(event.schema, bytes) else (event.schema or "")
         ddl = parse_ddl(query, default_db)
         self.declared.observe(ddl, query)
@@ -738,7 +488,7 @@ class Ingest:
         written += self._ddl_markers(ddl, query, trx, position, event)
         return written + 1
 
-    def _ddl_markers(self, ddl, query: str, trx: _Trx, position: EventPosition, event) -> int:
+    def _ddl_markers(self, ddl, query: str, trx: SourceTransaction, position: EventPosition, event) -> int:
         """A DDL marker into every partition of each captured table the statement dropped,
         created, renamed or altered: the schema-change topic cannot be ordered against a
         table's data events, the marker cuts each partition where the DDL fell, so the
@@ -775,7 +525,9 @@ class Ingest:
             log.info("%s %s.%s: DDL marker in %d partition(s)", kind, db, table, partitions)
         return written
 
-    def _truncate(self, db: str, table: str, trx: _Trx, position: EventPosition, event, thread: int | None) -> int:
+    def _truncate(
+        self, db: str, table: str, trx: SourceTransaction, position: EventPosition, event, thread: int | None
+    ) -> int:
         """Debezium writes one truncate record; we write it to every partition so that it
         cuts each partition's order like a watermark (consumers apply it idempotently)."""
         if not self.env.emits("t"):
@@ -803,7 +555,7 @@ class Ingest:
         self.topics.partitions(self.env.hb_topic, 1)
         self._send_record(heartbeat_record(self.env), 0)
 
-    def _transaction_end(self, trx: _Trx) -> int:
+    def _transaction_end(self, trx: SourceTransaction) -> int:
         if self._tracker.tx_id != trx.gtid:
             return 0
         self.topics.partitions(self.env.tx_topic, 1)

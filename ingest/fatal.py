@@ -1,0 +1,66 @@
+"""The one-line texts of ingest's fatal errors: what happened, and what the user does."""
+
+from __future__ import annotations
+
+from ingest.position import EventPosition, ResumePoint
+from ingest.producer import RecordTooLarge
+
+
+def binlog_gone_message(prefix: str, committed: ResumePoint | None, exc: BaseException) -> str:
+    """What to do when the server no longer has the binlog at ingest's position."""
+    where = f"GTID {committed.gtid_state or '<empty>'}" if committed else "the requested position"
+    server = str(exc.args[1]).splitlines()[0][:200] if len(exc.args) > 1 else ""
+    return (
+        f"the source no longer has the binlog at ingest's position ({where}; server: {server}): "
+        f"the changes since then cannot be read. Start afresh from the current position: delete "
+        f"topic {prefix}.offsets (or use a new topic_prefix), restart ingest with start.mode: current, "
+        f"then re-snapshot every table (cdc snapshot <db.table>, or a merger with a new state_dir)"
+    )
+
+
+def backwards_message(prefix: str, reason: str) -> str:
+    """The source's binlog went behind what ingest read: what to do."""
+    return (
+        f"{reason}. Changes written from here would carry positions that consumers take for "
+        f"replays and drop. Start afresh: use a new topic_prefix (or delete topic {prefix}.offsets "
+        f"and the table topics), restart ingest with start.mode: current, and re-snapshot every table "
+        f"into emptied sinks (a merger with a new state_dir and the new topic_prefix, after dropping its "
+        f"sink tables: their rows carry positions of the old binlog, which new ones never overwrite)"
+    )
+
+
+def too_large_message(prefix: str, exc: RecordTooLarge) -> str:
+    """A change too large for the broker: which one, and what to do."""
+    where = ""
+    if exc.position:
+        pos = EventPosition.decode(exc.position)
+        where = f" at binlog {pos.file}:{pos.pos} (row {pos.row})"
+    key = (exc.key or b"").decode("utf-8", "replace")
+    key = key if len(key) <= 200 else key[:200] + "..."
+    table = exc.topic[len(prefix) + 1 :] if exc.topic.startswith(prefix + ".") else exc.topic
+    if exc.by_broker:
+        limit = (
+            f"the broker refused it (its message.max.bytes, or the topic's max.message.bytes, is "
+            f"below that): raise those, and kafka.max_message_bytes ({exc.limit:,}) with them"
+        )
+    else:
+        limit = (
+            f"more than kafka.max_message_bytes ({exc.limit:,}): raise it, and the broker's "
+            f"message.max.bytes and the topic's max.message.bytes if they are lower"
+        )
+    return (
+        f"the change of {table} with key {key}{where} is a record of {exc.size:,} bytes, {limit}; "
+        f"or leave the large column out (column_exclude). Ingest stopped before this change and "
+        f"resumes at it when restarted"
+    )
+
+
+def exposed_rollback_message(prefix: str, commit_every_events: int, tables, where: str, what: str) -> str:
+    """A rollback of changes already written to Kafka (a transaction cut in pieces)."""
+    return (
+        f"transaction {where}: {what} rolls back row changes of {', '.join(sorted(tables))} that "
+        f"ingest already wrote to Kafka, because the transaction had more than commit_every_events "
+        f"({commit_every_events}) changes before it. Set commit_every_events above the "
+        f"size of such transactions, delete topic {prefix}.offsets and the table topics (or use "
+        f"a new topic_prefix), restart ingest with start.mode: current and re-snapshot"
+    )

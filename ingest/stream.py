@@ -1,0 +1,235 @@
+"""The binlog loop of one source connection: a handler per event type, and the commit
+policy that says when the open Kafka transaction is committed with the position.
+
+``CommitPolicy`` is pure (unit tested in tests/unit/test_commit_policy.py). ``BinlogStream``
+keeps the loop's state (the binlog file, the open source transaction, what is pending in
+the open Kafka transaction) and turns each event into calls on the ``Ingest`` process,
+which writes the records (ingest/app.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+
+from ingest import metrics, statements
+from ingest.position import EventPosition, ResumePoint, advance_gtid_state
+
+SOURCE_CHECK_S = 10.0  # while idle, how often ingest checks that the source's binlog did not go back
+_FL_STANDALONE = 1  # MariaDB GTID event flag: a group of one statement (DDL), no BEGIN/COMMIT
+
+
+@dataclass
+class SourceTransaction:
+    """The source transaction (binlog event group) being read."""
+
+    gtid: str
+    ts_ms: int
+    thread: int | None = None
+    row_events: int = 0  # row events of this transaction seen so far
+    skip_events: int = 0  # row events already committed by an earlier run
+    events_written: int = 0
+    began: bool = False  # a BEGIN / XA START opened the group (else: one standalone statement)
+    # the group's records not sent yet (args of producer.send), so that a ROLLBACK or
+    # ROLLBACK TO later in the group can drop them; sent when the group ends or when
+    # commit_every_events of them are held (a large transaction, cut in pieces)
+    held: list = field(default_factory=list)
+    released: int = 0  # records of the group sent already (the first ones)
+    savepoints: dict = field(default_factory=dict)  # name -> records of the group before it
+    xid: str | None = None  # XA transaction id (XA START ... XA PREPARE)
+    tables: set = field(default_factory=set)  # db.table of the changes written
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    """When the open Kafka transaction is committed together with the position. Times are
+    ``time.monotonic()`` seconds; ``first_pending_at`` is when its first pending record came."""
+
+    every_events: int
+    every_ms: int
+    heartbeat_ms: int = 0  # 0: no heartbeats
+
+    def inside_transaction(self, pending: int) -> bool:
+        """At a row-event boundary of a large source transaction."""
+        return pending >= self.every_events
+
+    def at_transaction_end(self, pending: int, now: float, first_pending_at: float, last_commit: float) -> bool:
+        if pending >= self.every_events:
+            return True
+        if pending:
+            return (now - first_pending_at) * 1000 >= self.every_ms
+        # nothing pending: the position alone moves on, at most every every_ms
+        return (now - last_commit) * 1000 >= self.every_ms
+
+    def while_idle(
+        self, pending: int, dirty: bool, in_transaction: bool, now: float, first_pending_at: float, last_commit: float
+    ) -> bool:
+        """Between events (a server heartbeat, an event of no interest): the position is
+        committed even without records, so that it always catches up with the source."""
+        if in_transaction or not (pending or dirty):
+            return False
+        return (now - max(first_pending_at if pending else 0.0, last_commit)) * 1000 >= self.every_ms
+
+    def heartbeat_due(self, in_transaction: bool, now: float, last_heartbeat: float) -> bool:
+        return bool(self.heartbeat_ms) and not in_transaction and (now - last_heartbeat) * 1000 >= self.heartbeat_ms
+
+
+class BinlogStream:
+    """Reads one connection's events into ``ingest`` (an ``Ingest``) until stopped."""
+
+    def __init__(self, ingest, policy: CommitPolicy):
+        self.ingest = ingest
+        self.policy = policy
+        self.point: ResumePoint = ingest.committed
+        self.gtid_state = self.point.gtid_state
+        self.file: str | None = None
+        self.trx: SourceTransaction | None = None
+        self.pending = 0  # records in the open Kafka transaction
+        self.first_pending_at = 0.0
+        self.dirty = False  # the position moved past what is committed (even with no events)
+        self.now = time.monotonic()
+        self.last_heartbeat = self.last_commit = self.last_source_check = self.now
+        self._handlers = {
+            RotateEvent: self.on_rotate,
+            TableMapEvent: self.on_table_map,
+            MariadbGtidEvent: self.on_gtid,
+            WriteRowsEvent: self.on_rows,
+            UpdateRowsEvent: self.on_rows,
+            DeleteRowsEvent: self.on_rows,
+            QueryEvent: self.on_query,
+            XAPrepareEvent: self.on_xa_prepare,
+            XidEvent: self.on_xid,
+        }
+
+    def _handler(self, event):
+        cls = type(event)
+        handler = self._handlers.get(cls)
+        if handler is None:  # a subclass (the reader's own event classes) or an event of no interest
+            handler = next((self._handlers[c] for c in cls.__mro__ if c in self._handlers), self.on_other)
+            self._handlers[cls] = handler
+        return handler
+
+    def consume(self, reader, stop: threading.Event) -> None:
+        ingest = self.ingest
+        for event in reader:
+            if stop.is_set():
+                break
+            if ingest.unavailable_since is not None:
+                ingest._reconnected()
+            self.now = time.monotonic()
+            self._handler(event)(event)
+
+    def finish(self) -> None:
+        """After the loop ended without error: what is pending is committed."""
+        if (self.pending or self.dirty) and self.trx is None:
+            self.ingest._commit(self.point)
+
+    def _committed(self, point: ResumePoint) -> None:
+        self.ingest._commit(point)
+        self.pending, self.dirty, self.last_commit = 0, False, self.now
+
+    def _add(self, n: int) -> None:
+        if not self.pending:
+            self.first_pending_at = self.now
+        self.pending += n
+
+    # ------------------------------------------------------------------ handlers
+
+    def on_rotate(self, event) -> None:
+        self.ingest._check_file_forward(self.file, event.next_binlog)
+        self.file = event.next_binlog
+
+    def on_table_map(self, event) -> None:
+        self.ingest._table_maps[event.table_id] = event
+
+    def on_gtid(self, event) -> None:
+        # MariaDB writes no BEGIN: a GTID without FL_STANDALONE opens a transaction
+        self.trx = SourceTransaction(event.gtid, event.timestamp * 1000, began=not event.flags & _FL_STANDALONE)
+        if self.point.trx_gtid == event.gtid:
+            self.trx.skip_events = self.point.trx_events
+
+    def on_rows(self, event) -> None:
+        trx = self.trx
+        if trx is None:  # cannot happen with GTIDs on; be safe
+            return
+        trx.row_events += 1
+        if trx.row_events <= trx.skip_events:
+            return
+        ingest = self.ingest
+        end_pos = event.packet.log_pos
+        if not self.pending:
+            self.first_pending_at = self.now
+        n = ingest._rows(event, trx, EventPosition(self.file, end_pos - event.packet.event_size))
+        if len(trx.held) >= self.policy.every_events:
+            n += ingest._release_held(trx)
+        self.pending += n
+        if self.policy.inside_transaction(self.pending):
+            # a large source transaction: commit at this row-event boundary (the position
+            # of an earlier group, if not committed yet, stays to be committed: dirty)
+            ingest._commit(ResumePoint(self.gtid_state, self.file, end_pos, trx.gtid, trx.row_events, trx.ts_ms))
+            self.pending, self.last_commit = 0, self.now
+
+    def on_query(self, event) -> None:
+        trx = self.trx
+        if trx is None:  # cannot happen with GTIDs on
+            return
+        position = EventPosition(self.file, event.packet.log_pos - event.packet.event_size)
+        stmt = statements.classify(event.query)
+        if stmt.kind == statements.STATEMENT:
+            self._add(self.ingest._ddl(event, event.query.strip(), trx, position))
+            if trx.began:
+                return  # a statement inside a transaction does not end it
+        else:
+            self.ingest.transactions.apply(stmt, trx, position)
+            if not stmt.ends_group:
+                return
+        self._end_group(event)
+
+    def on_xa_prepare(self, event) -> None:
+        # ends the group of an XA transaction's rows
+        if self.trx is not None and event.one_phase:
+            self.trx.xid = None  # XA COMMIT ... ONE PHASE: committed, not prepared
+        self._end_group(event)
+
+    def on_xid(self, event) -> None:
+        self._end_group(event)
+
+    def _end_group(self, event) -> None:
+        trx = self.trx
+        if trx is None:
+            return
+        ingest = self.ingest
+        if trx.held:
+            self.pending += ingest._release_held(trx)
+        if trx.xid is not None:  # prepared: known, with the captured tables it changed (maybe none)
+            ingest.transactions.prepared[trx.xid] = sorted(trx.tables)
+        self.gtid_state = advance_gtid_state(self.gtid_state, trx.gtid)
+        metrics.TRANSACTIONS.inc()
+        ingest.stats["source_transactions"] += 1
+        if ingest.config.provide_transaction_metadata and trx.events_written:
+            self.pending += ingest._transaction_end(trx)
+        self.trx = None
+        self.point = ResumePoint(self.gtid_state, self.file, event.packet.log_pos, None, 0)
+        self.dirty = True
+        if self.policy.at_transaction_end(self.pending, self.now, self.first_pending_at, self.last_commit):
+            self._committed(self.point)
+
+    def on_other(self, event) -> None:
+        """A heartbeat from the server (idle source) or anything else: time-based work."""
+        now, idle = self.now, self.trx is None
+        if self.policy.while_idle(self.pending, self.dirty, not idle, now, self.first_pending_at, self.last_commit):
+            self._committed(self.point)
+        if idle and now - self.last_source_check >= SOURCE_CHECK_S:
+            # idle: is the source still the binlog we read? (after RESET MASTER the server
+            # streams nothing more on this connection, and says nothing)
+            self.last_source_check = now
+            read = ResumePoint(self.gtid_state, self.file, event.packet.log_pos, server_id=self.ingest.server_id)
+            self.ingest._check_source_still_ours(read)
+        if self.policy.heartbeat_due(not idle, now, self.last_heartbeat):
+            self.ingest._heartbeat()
+            self._committed(self.point)
+            self.last_heartbeat = now

@@ -1,0 +1,58 @@
+"""ingest.stream.CommitPolicy: when the open Kafka transaction is committed with the position."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ingest.stream import CommitPolicy
+
+P = CommitPolicy(every_events=100, every_ms=500, heartbeat_ms=2000)
+
+
+def test_inside_a_large_transaction_only_the_event_count_commits():
+    assert not P.inside_transaction(99)
+    assert P.inside_transaction(100)
+
+
+def test_at_a_transaction_end_by_count_or_by_age_of_the_first_pending_record():
+    assert P.at_transaction_end(100, now=10.0, first_pending_at=10.0, last_commit=10.0)
+    assert not P.at_transaction_end(5, now=10.4, first_pending_at=10.0, last_commit=0.0)
+    assert P.at_transaction_end(5, now=10.5, first_pending_at=10.0, last_commit=10.4)
+
+
+def test_with_nothing_pending_the_position_alone_moves_at_most_every_interval():
+    assert not P.at_transaction_end(0, now=10.4, first_pending_at=0.0, last_commit=10.0)
+    assert P.at_transaction_end(0, now=10.5, first_pending_at=0.0, last_commit=10.0)
+
+
+def test_idle_commits_what_is_pending_or_a_moved_position_outside_a_transaction():
+    assert P.while_idle(3, False, False, now=11.0, first_pending_at=10.0, last_commit=10.0)
+    assert P.while_idle(0, True, False, now=11.0, first_pending_at=0.0, last_commit=10.0)
+    assert not P.while_idle(0, False, False, now=99.0, first_pending_at=0.0, last_commit=0.0)
+    assert not P.while_idle(3, True, True, now=99.0, first_pending_at=0.0, last_commit=0.0)
+    assert not P.while_idle(3, False, False, now=10.2, first_pending_at=10.0, last_commit=9.0)
+
+
+def test_heartbeats_outside_transactions_and_never_when_off():
+    assert P.heartbeat_due(False, now=12.0, last_heartbeat=10.0)
+    assert not P.heartbeat_due(True, now=12.0, last_heartbeat=10.0)
+    assert not P.heartbeat_due(False, now=11.9, last_heartbeat=10.0)
+    assert not CommitPolicy(100, 500, 0).heartbeat_due(False, now=1e9, last_heartbeat=0.0)
+
+
+@given(
+    pending=st.integers(0, 300),
+    dirty=st.booleans(),
+    now=st.floats(0, 100),
+    first=st.floats(0, 100),
+    last=st.floats(0, 100),
+)
+def test_nothing_pending_and_nothing_moved_is_never_committed_while_idle(pending, dirty, now, first, last):
+    """The idle rule never commits an unchanged position, and never inside a transaction."""
+    committed = P.while_idle(pending, dirty, False, now, first, last)
+    if not pending and not dirty:
+        assert not committed
+    assert not P.while_idle(pending, dirty, True, now, first, last)
+    if committed:
+        assert (now - max(first if pending else 0.0, last)) * 1000 >= P.every_ms
