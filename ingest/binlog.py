@@ -140,6 +140,7 @@ _new_header = tuple.__new__
 _MAX_PACKET_LEN = 2**24 - 1
 _R = "_BinLogStreamReader__"
 _CONNECTED_STREAM = _R + "connected_stream"
+_SKIP = object()  # an event read but not returned (fetchone reads on)
 _CONNECTED_CTL = _R + "connected_ctl"
 _USE_CHECKSUM = _R + "use_checksum"
 _OPTIONAL_META_DATA = _R + "optional_meta_data"
@@ -251,100 +252,108 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         while True:
             if self.end_log_pos and self.is_past_end_log_pos:
                 return None
-
-            if not sd[_CONNECTED_STREAM]:
-                getattr(self, _R + "connect_to_stream")()
-
-            if not sd[_CONNECTED_CTL]:
-                getattr(self, _R + "connect_to_ctl")()
-
-            try:
-                data = _read_packet_bytes(self._stream_connection)
-            except pymysql.OperationalError as error:
-                code, message = error.args
-                if code in MYSQL_EXPECTED_ERROR_CODES:
-                    # no silent reconnect (the library's loop does one): it would start again
-                    # from the GTID state the reader was opened with and replay what ingest
-                    # already committed; ingest's loop restarts from its committed position
-                    self._stream_connection.close()
-                    sd[_CONNECTED_STREAM] = False
-                raise
-
-            if data[0] == 0xFE and len(data) < 9:  # EOF packet
-                self.close()
+            data = self._next_packet(sd)
+            if data is None:  # EOF packet: the stream ended
                 return None
-
             if data[0] != 0 or len(data) < 7:  # not an OK packet
                 continue
-
             if self._lean:
-                etype = data[5]
-                event = None
-                if etype == BINLOG.TABLE_MAP_EVENT:
-                    event = self._lean_table_map(data, sd)
-                elif etype in self._fast_rows:
-                    event = self._lean_rows(data, etype, sd)
+                event = self._lean_event(data, sd)
+                if event is _SKIP:
+                    continue
                 if event is not None:
-                    header = event.packet
-                    if header[4]:
-                        self.log_pos = header[4]
-                    if self.end_log_pos and self.log_pos >= self.end_log_pos:
-                        self.is_past_end_log_pos = True
-                    if self.skip_to_timestamp and header[0] < self.skip_to_timestamp:
-                        continue
-                    if etype == BINLOG.TABLE_MAP_EVENT:
-                        self.table_map[event.table_id] = event.table_obj
-                        if not self._return_table_maps:
-                            continue
                     return event
+            event = self._library_event(data, sd)
+            if event is not None:
+                return event
 
-            binlog_event = _PacketWrapper(
-                MysqlPacket(data, self._stream_connection.encoding),
-                self.table_map,
-                self._ctl_connection,
-                self.mysql_version,
-                sd[_R + "use_checksum"],
-                sd[_R + "allowed_events_in_packet"],
-                sd[_R + "only_tables"],
-                sd[_R + "ignored_tables"],
-                sd[_R + "only_schemas"],
-                sd[_R + "ignored_schemas"],
-                sd[_R + "freeze_schema"],
-                sd[_R + "ignore_decode_errors"],
-                sd[_R + "verify_checksum"],
-                sd[_R + "optional_meta_data"],
-                sd[_R + "enable_logging"],
-                sd[_R + "use_column_name_cache"],
-                sd[_R + "post_header_lengths"],
-            )
+    def _next_packet(self, sd):
+        """The next packet of the stream (connecting first if needed); None at its end."""
+        if not sd[_CONNECTED_STREAM]:
+            getattr(self, _R + "connect_to_stream")()
+        if not sd[_CONNECTED_CTL]:
+            getattr(self, _R + "connect_to_ctl")()
+        try:
+            data = _read_packet_bytes(self._stream_connection)
+        except pymysql.OperationalError as error:
+            code, message = error.args
+            if code in MYSQL_EXPECTED_ERROR_CODES:
+                # no silent reconnect (the library's loop does one): it would start again
+                # from the GTID state the reader was opened with and replay what ingest
+                # already committed; ingest's loop restarts from its committed position
+                self._stream_connection.close()
+                sd[_CONNECTED_STREAM] = False
+            raise
+        if data[0] == 0xFE and len(data) < 9:  # EOF packet
+            self.close()
+            return None
+        return data
 
-            if binlog_event.event_type == BINLOG.ROTATE_EVENT:
-                self.log_pos = binlog_event.event.position
-                self.log_file = binlog_event.event.next_binlog
-                # table ids are not persistent across server restarts (which rotate)
-                if binlog_event.timestamp != 0:
-                    self.table_map = {}
+    def _lean_event(self, data, sd):
+        """A table map or rows event built without the library's parsing; None where the
+        library must parse it, _SKIP for an event not to return."""
+        etype = data[5]
+        event = None
+        if etype == BINLOG.TABLE_MAP_EVENT:
+            event = self._lean_table_map(data, sd)
+        elif etype in self._fast_rows:
+            event = self._lean_rows(data, etype, sd)
+        if event is None:
+            return None
+        header = event.packet
+        if header[4]:
+            self.log_pos = header[4]
+        if self.end_log_pos and self.log_pos >= self.end_log_pos:
+            self.is_past_end_log_pos = True
+        if self.skip_to_timestamp and header[0] < self.skip_to_timestamp:
+            return _SKIP
+        if etype == BINLOG.TABLE_MAP_EVENT:
+            self.table_map[event.table_id] = event.table_obj
+            if not self._return_table_maps:
+                return _SKIP
+        return event
 
-            elif binlog_event.log_pos:
-                self.log_pos = binlog_event.log_pos
-
-            if self.end_log_pos and self.log_pos >= self.end_log_pos:
-                self.is_past_end_log_pos = True
-
-            if binlog_event.event_type == BINLOG.FORMAT_DESCRIPTION_EVENT and binlog_event.event is not None:
-                self.mysql_version = binlog_event.event.mysql_version
-                sd[_R + "post_header_lengths"] = binlog_event.event.post_header_len
-
-            if self.skip_to_timestamp and binlog_event.timestamp < self.skip_to_timestamp:
-                continue
-
-            if binlog_event.event_type == BINLOG.TABLE_MAP_EVENT and binlog_event.event is not None:
-                self.table_map[binlog_event.event.table_id] = binlog_event.event.get_table()
-
-            if binlog_event.event is None or (binlog_event.event.__class__ not in sd[_R + "allowed_events"]):
-                continue
-
-            return binlog_event.event
+    def _library_event(self, data, sd):
+        """The event as mysql-replication parses it; None for one not to return."""
+        binlog_event = _PacketWrapper(
+            MysqlPacket(data, self._stream_connection.encoding),
+            self.table_map,
+            self._ctl_connection,
+            self.mysql_version,
+            sd[_R + "use_checksum"],
+            sd[_R + "allowed_events_in_packet"],
+            sd[_R + "only_tables"],
+            sd[_R + "ignored_tables"],
+            sd[_R + "only_schemas"],
+            sd[_R + "ignored_schemas"],
+            sd[_R + "freeze_schema"],
+            sd[_R + "ignore_decode_errors"],
+            sd[_R + "verify_checksum"],
+            sd[_R + "optional_meta_data"],
+            sd[_R + "enable_logging"],
+            sd[_R + "use_column_name_cache"],
+            sd[_R + "post_header_lengths"],
+        )
+        if binlog_event.event_type == BINLOG.ROTATE_EVENT:
+            self.log_pos = binlog_event.event.position
+            self.log_file = binlog_event.event.next_binlog
+            # table ids are not persistent across server restarts (which rotate)
+            if binlog_event.timestamp != 0:
+                self.table_map = {}
+        elif binlog_event.log_pos:
+            self.log_pos = binlog_event.log_pos
+        if self.end_log_pos and self.log_pos >= self.end_log_pos:
+            self.is_past_end_log_pos = True
+        if binlog_event.event_type == BINLOG.FORMAT_DESCRIPTION_EVENT and binlog_event.event is not None:
+            self.mysql_version = binlog_event.event.mysql_version
+            sd[_R + "post_header_lengths"] = binlog_event.event.post_header_len
+        if self.skip_to_timestamp and binlog_event.timestamp < self.skip_to_timestamp:
+            return None
+        if binlog_event.event_type == BINLOG.TABLE_MAP_EVENT and binlog_event.event is not None:
+            self.table_map[binlog_event.event.table_id] = binlog_event.event.get_table()
+        if binlog_event.event is None or (binlog_event.event.__class__ not in sd[_R + "allowed_events"]):
+            return None
+        return binlog_event.event
 
     # -------------------------------------------------------------- lean event building
 
@@ -363,28 +372,44 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         event.__dict__ = d
         return event
 
+    def _lean_table(self, table):
+        """What every rows event of ``table`` shares (kept on the table map object), or
+        False when its rows cannot be decoded natively (the library decodes them)."""
+        dec = decoder_for(table, self._ignore_decode_errors)
+        lean = (
+            (
+                dec,
+                table.table_id,
+                len(table.columns),
+                (len(table.columns) + 7) >> 3,
+                table.columns,
+                table.primary_key,
+                table.schema,
+                table.table,
+            )
+            if dec is not None
+            else False
+        )
+        table.__dict__[self._lean_attr] = lean
+        return lean
+
+    def _refresh_common(self, ctl, sd) -> None:
+        """The fields of every lean rows event that depend on the control connection."""
+        self._common = {
+            "_ctl_connection": ctl,
+            "dbms": ctl._get_dbms(),
+            "_ignore_decode_errors": self._ignore_decode_errors,
+            "_rd_use_checksum": sd[_USE_CHECKSUM],
+        }
+        self._common_ctl = ctl
+
     def _lean_rows(self, data, etype, sd):
         table = self.table_map.get(int.from_bytes(data[20:26], "little"))
         if table is None:
             return None
         lean = table.__dict__.get(self._lean_attr)
         if lean is None:
-            dec = decoder_for(table, self._ignore_decode_errors)
-            lean = (
-                (
-                    dec,
-                    table.table_id,
-                    len(table.columns),
-                    (len(table.columns) + 7) >> 3,
-                    table.columns,
-                    table.primary_key,
-                    table.schema,
-                    table.table,
-                )
-                if dec is not None
-                else False
-            )
-            table.__dict__[self._lean_attr] = lean
+            lean = self._lean_table(table)
         if not lean:
             return None
         dec, table_id, ncols, nbytes, columns, primary_key, schema, table_name = lean
@@ -421,13 +446,7 @@ class IngestBinLogStreamReader(BinLogStreamReader):
             return None
         ctl = self._ctl_connection
         if self._common_ctl is not ctl:
-            self._common = {
-                "_ctl_connection": ctl,
-                "dbms": ctl._get_dbms(),
-                "_ignore_decode_errors": self._ignore_decode_errors,
-                "_rd_use_checksum": sd[_USE_CHECKSUM],
-            }
-            self._common_ctl = ctl
+            self._refresh_common(ctl, sd)
         d = self._common.copy()
         d.update(
             packet=header,

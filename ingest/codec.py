@@ -10,7 +10,7 @@ from typing import Any
 import pymysql
 
 from cdc.config import IngestConfig
-from ingest.converters import ConverterConfig
+from ingest.converter_config import ConverterConfig
 from ingest.declared import declared_types_from_ddl, with_declared_types
 from ingest.envelope import EnvelopeConfig, TableEncoder
 from ingest.filters import CaptureFilter

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ingest.converters import CONVERTERS, Converter, ConverterConfig
+from ingest.converter_config import ConverterConfig
+from ingest.converters import CONVERTERS, Converter
 from ingest.defaults import JsonDefault, raw_default
 from ingest.jsontext import dumps
 from ingest.tablespec import TYPE_SYNONYMS, ColumnSpec, TableSpec

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.tablespec import BINARY_TYPES, GEOMETRY_TYPES, INTEGER_TYPES, STRING_TYPES, ColumnSpec
 
 if TYPE_CHECKING:
-    from ingest.converters import ConverterConfig
+    from ingest.converter_config import ConverterConfig
 
 _EPOCH_DT = _dt.datetime(1970, 1, 1)
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ingest.columncodec import EMPTY_SET, ColumnCodec, column_codec
-from ingest.converters import ConverterConfig
+from ingest.converter_config import ConverterConfig
 from ingest.jsontext import dumps, json_str
 from ingest.tablespec import TableSpec
 from ingest.topics import table_topic

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from ingest.columncodec import EMPTY_SET, column_codec, field_schema
 from ingest.control_records import heartbeat_record, message_record
-from ingest.converters import ConverterConfig, twos_complement_bytes
+from ingest.converter_config import ConverterConfig
+from ingest.converters import twos_complement_bytes
 from ingest.declared import declared_types_from_ddl
 from ingest.envelope import EnvelopeConfig, SourceInfo, TableEncoder, source_schema
 from ingest.infoschema import enrich_table_spec, parse_column_type
