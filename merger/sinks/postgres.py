@@ -50,8 +50,6 @@ from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-from pgpq import ArrowToPostgresBinaryEncoder
 
 from merger.sinks import types as T
 from merger.sinks.base import (
@@ -65,12 +63,13 @@ from merger.sinks.base import (
     SinkUnavailable,
     TableId,
     as_table_id,
-    cast_columns,
     check_keys,
     latest_per_key,
     user_fields,
 )
 from merger.sinks.nul import apply_nul_policy, check_policy
+from merger.sinks.postgres_copy import PostgresCopy
+from merger.sinks.postgres_reads import PostgresReads
 
 log = logging.getLogger(__name__)
 
@@ -81,22 +80,6 @@ except ImportError as _exc:  # pragma: no cover
     raise ImportError("the PostgreSQL sink needs psycopg 3: pip install 'psycopg[binary]'") from _exc
 
 MAX_IDENT_BYTES = 63
-# storage types whose Arrow form pgpq writes as exactly the column's binary COPY form (jsonb,
-# interval, bytea and numerics beyond 38 digits go as CSV)
-_BINARY_COPY_TYPES = {
-    pa.int16(),
-    pa.int32(),
-    pa.int64(),
-    pa.float32(),
-    pa.float64(),
-    pa.string(),
-    pa.bool_(),
-    pa.date32(),
-    pa.timestamp("us"),
-    pa.timestamp("us", tz="UTC"),
-}
-# snapshot batches from this size on try the direct COPY (``_insert_snapshot_rows``)
-FAST_MIN_ROWS = 1000
 # retried as SinkUnavailable: connection exception (08), transaction rollback such as a
 # deadlock (40), insufficient resources (53), operator intervention: shutdown, restart (57)
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57")
@@ -157,7 +140,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresSink(Sink):
+class PostgresSink(PostgresCopy, PostgresReads, Sink):
     def __init__(
         self,
         settings: "PgSettings | Mapping[str, Any]",
@@ -558,98 +541,6 @@ class PostgresSink(Sink):
             )
         conn.execute("DROP TABLE pg_temp._cdc_stage")
 
-    def _insert_snapshot_rows(self, conn, m: _Meta, src: pa.Table, cols: list[str], target, tomb) -> bool:
-        """Snapshot rows (op ``r`` only) over a key range the target barely holds yet: COPY
-        them straight into the target instead of staging + MERGE (measured ~2x faster for
-        an initial load). The few rows and tombstones already in the range are read first
-        and the sequence rule is applied to them here; more than a few: False (MERGE).
-        Integer keys only (at most bigint), where PostgreSQL's order is the batch's order."""
-        if not self.fast_snapshot or src.num_rows < FAST_MIN_ROWS:
-            return False
-        if not all(pa.types.is_integer(t) and t != pa.uint64() for t in (src.schema.field(k).type for k in m.keys)):
-            return False
-        if not pc.all(pc.equal(src[OP], "r")).as_py():
-            return False
-        limit = max(FAST_MIN_ROWS, src.num_rows // 20)
-        ident = {c: sql.Identifier(c) for c in cols + [SEQ]}
-        key = sql.SQL(", ").join(ident[k] for k in m.keys)
-        row = sql.SQL("({})").format(key)
-        lo = [src[k][0].as_py() for k in m.keys]  # src is sorted by key (latest_per_key)
-        hi = [src[k][src.num_rows - 1].as_py() for k in m.keys]
-        bound = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(m.keys)))
-        existing = {}
-        for rel in (target, tomb):
-            found = conn.execute(
-                sql.SQL("SELECT {}, {} FROM {} WHERE {} >= {} AND {} <= {} LIMIT {}").format(
-                    key, ident[SEQ], rel, row, bound, row, bound, sql.Literal(limit + 1)
-                ),
-                lo + hi,
-            ).fetchall()
-            if len(found) > limit:
-                return False
-            for r in found:  # target rows and tombstones: the highest sequence per key
-                k = tuple(r[:-1])
-                existing[k] = max(existing.get(k, r[-1]), r[-1])
-        if existing:
-            # the sequence rule for the keys the sink holds: newer staged rows replace them
-            seqs = src[SEQ].to_pylist()
-            keys = list(zip(*[src[k].to_pylist() for k in m.keys]))
-            keep = [existing.get(k, -1) < q for k, q in zip(keys, seqs)]
-            stale = [k for k, ok in zip(keys, keep) if ok and k in existing]
-            src = src.filter(pa.array(keep))
-            if stale:
-                arrays = sql.SQL(", ").join(sql.SQL("%s::bigint[]") for _ in m.keys)
-                for rel in (target, tomb):
-                    conn.execute(
-                        sql.SQL("DELETE FROM {} WHERE {} IN (SELECT * FROM unnest({}))").format(rel, row, arrays),
-                        [list(col) for col in zip(*stale)],
-                    )
-        if src.num_rows:
-            self._copy(conn, m, target, src, cols, with_op=False)
-        return True
-
-    def _copy(self, conn, m: _Meta, rel, src: pa.Table, cols: list[str], with_op: bool) -> None:
-        """COPY the batch's columns (plus the sequence, and the op for the staging table)."""
-        names = cols + ([SEQ, OP] if with_op else [SEQ])
-        binary = self._binary(m, src, cols, names)
-        fmt = sql.SQL("binary" if binary is not None else "csv")
-        with conn.cursor() as cur:
-            with cur.copy(
-                sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
-                    rel, sql.SQL(", ").join(sql.Identifier(c) for c in names), fmt
-                )
-            ) as cp:
-                if binary is None:
-                    for piece in _pieces(src):
-                        cp.write(self._csv(m, piece, cols, with_op=with_op))
-                    return
-                encoder = ArrowToPostgresBinaryEncoder(binary.schema)
-                cp.write(encoder.write_header())
-                for piece in _pieces(binary):
-                    for batch in piece.to_batches():
-                        cp.write(encoder.write_batch(batch))
-                cp.write(encoder.finish())
-
-    def _binary(self, m: _Meta, src: pa.Table, cols: list[str], names: list[str]) -> pa.Table | None:
-        """The columns cast to the sink's storage types, for a binary COPY; None when a
-        column's type has no fixed binary form here (then CSV)."""
-        storage = {c: m.columns[c] for c in cols}
-        for c, t in storage.items():
-            if not (t in _BINARY_COPY_TYPES or pa.types.is_decimal128(t)):
-                return None
-        # NUL characters are gone already (``nul_policy``, in ``_apply``)
-        return cast_columns(src.select(names), {**storage, SEQ: pa.int64(), OP: pa.string()})
-
-    def _csv(self, m: _Meta, src: pa.Table, cols: list[str], with_op: bool = True) -> memoryview:
-        arrays = []
-        for c in cols:
-            arrays.append(_pg_text(src[c], m.columns[c], c))
-        arrays += [src[SEQ], src[OP]] if with_op else [src[SEQ]]
-        out = pa.table(arrays, names=[f"c{i}" for i in range(len(arrays))])
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(out, sink, pacsv.WriteOptions(include_header=False, batch_size=65536))
-        return memoryview(sink.getvalue())
-
     # ------------------------------------------------------------------ truncate / read
 
     def truncate(self, table, version: int) -> bool:
@@ -664,49 +555,6 @@ class PostgresSink(Sink):
         conn.execute(sql.SQL("TRUNCATE {}, {}").format(target, tomb))
         self._record(conn, m, version)
         return True
-
-    def rows(self, table) -> pa.Table:
-        table = as_table_id(table)
-        return self._run(self._rows, table)
-
-    def _rows(self, conn, table: TableId, where: sql.Composable | None = None, params=()) -> pa.Table:
-        m = self._meta_for(conn, table)
-        names = list(m.columns)
-        exprs = [
-            sql.SQL("{}::text").format(sql.Identifier(c))
-            if T.is_json(m.columns[c]) or m.columns[c] is None
-            else sql.Identifier(c)
-            for c in names
-        ]
-        with conn.cursor() as cur:
-            cur.execute(
-                sql.SQL("SELECT {} FROM {}{} ORDER BY {}").format(
-                    sql.SQL(", ").join(exprs),
-                    sql.Identifier(m.schema, m.name),
-                    sql.SQL(" WHERE ") + where if where is not None else sql.SQL(""),
-                    sql.SQL(", ").join(map(sql.Identifier, m.keys)),
-                ),
-                list(params) or None,
-            )
-            data = cur.fetchall()
-        columns = list(zip(*data)) if data else [[] for _ in names]
-        arrays = []
-        for c, values in zip(names, columns):
-            t = m.columns[c]
-            t = pa.string() if t is None or T.is_json(t) else t
-            arrays.append(pa.array(list(values), type=t))
-        return pa.table(arrays, names=names)
-
-    def count(self, table) -> int:
-        table = as_table_id(table)
-
-        def q(conn):
-            m = self._meta_for(conn, table)
-            return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(m.schema, m.name))).fetchone()[
-                0
-            ]
-
-        return self._run(q)
 
     # ------------------------------------------------------------------ key-range reads (verify)
 
@@ -735,99 +583,3 @@ class PostgresSink(Sink):
 
         self._run(drop)
         self._meta.pop(table, None)
-
-    def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
-        table = as_table_id(table)
-        cols = list(key_columns)
-
-        def q(conn):
-            m = self._meta_for(conn, table)
-            key = self._ordered_key(conn, m, cols)
-            conds, params = [], []
-            for bound, op in ((lo, ">="), (hi, "<")):
-                if bound is not None:
-                    conds.append(
-                        sql.SQL("{} {} ({})").format(
-                            key, sql.SQL(op), sql.SQL(", ").join(sql.Placeholder() * len(cols))
-                        )
-                    )
-                    params += list(bound)
-            return self._rows(conn, table, sql.SQL(" AND ").join(conds) if conds else None, params)
-
-        return self._run(q)
-
-    def _ordered_key(self, conn, m: _Meta, cols: list[str]) -> sql.Composable:
-        """The key as a row value compared in code point order: text columns whose
-        collation is not byte order get COLLATE "C" (correct, but then the primary key
-        index is not used for the range)."""
-        rows = conn.execute(
-            "SELECT a.attname, c.collname, c.collprovider, d.datcollate, d.datlocprovider"
-            " FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation"
-            " JOIN pg_database d ON d.datname = current_database()"
-            " WHERE a.attrelid = to_regclass(%s) AND a.attname = ANY(%s)",
-            (m.qualified, cols),
-        ).fetchall()
-        byte_order = {"C", "POSIX", "C.UTF-8", "C.utf8"}
-        needs = set()
-        for name, coll, provider, datcollate, datprovider in rows:
-            if coll is None or coll in ("C", "POSIX"):
-                continue
-            if coll == "default" and datprovider == "c" and datcollate in byte_order:
-                continue
-            if coll != "default" and provider == "c" and coll in byte_order:
-                continue
-            needs.add(name)
-        parts = [
-            sql.SQL('({} COLLATE "C")').format(sql.Identifier(c)) if c in needs else sql.Identifier(c) for c in cols
-        ]
-        return sql.SQL("({})").format(sql.SQL(", ").join(parts)) if len(parts) > 1 else parts[0]
-
-    def rows_with_keys(self, table, key_columns: Sequence[str], keys) -> pa.Table:
-        table = as_table_id(table)
-        cols = list(key_columns)
-        keys = [tuple(k) for k in keys]
-
-        def q(conn):
-            key = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, cols)))
-            one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(cols)))
-            parts = []
-            for i in range(0, max(len(keys), 1), 500):
-                batch = keys[i : i + 500]
-                where = (
-                    sql.SQL("{} IN ({})").format(key, sql.SQL(", ").join([one] * len(batch)))
-                    if batch
-                    else sql.SQL("false")
-                )
-                parts.append(self._rows(conn, table, where, [v for k in batch for v in k]))
-            return pa.concat_tables(parts)
-
-        return self._run(q)
-
-
-def _pieces(table: pa.Table, rows: int = 32768):
-    """The rows in pieces: PostgreSQL parses one piece of the COPY while the next is encoded."""
-    for start in range(0, table.num_rows, rows):
-        yield table.slice(start, rows)
-
-
-def _pg_text(col: pa.ChunkedArray, storage: pa.DataType | None, name: str) -> pa.ChunkedArray | pa.Array:
-    """One column as values PostgreSQL's CSV COPY reads into the column's type."""
-    typ = col.type
-    if storage is None:  # a column of a type we did not create: hand over text
-        return pc.cast(col, pa.string())
-    if pa.types.is_duration(storage):
-        if pa.types.is_time(typ):
-            col = pc.cast(pc.cast(col, pa.time64("us")), pa.int64())
-        elif pa.types.is_duration(typ):
-            col = pc.cast(pc.cast(col, pa.duration("us")), pa.int64())
-        else:
-            col = pc.cast(col, pa.int64())
-        return pc.binary_join_element_wise(pc.cast(col, pa.string()), "", " microseconds")
-    if pa.types.is_binary(storage):
-        col = pc.cast(col, pa.binary()) if not pa.types.is_binary(typ) else col
-        return pa.array([None if v is None else "\\x" + v.hex() for v in col.to_pylist()], pa.string())
-    if T.is_json(storage) or pa.types.is_string(storage):
-        if isinstance(typ, pa.BaseExtensionType):
-            col = pa.chunked_array([c.storage for c in col.chunks], type=typ.storage_type)
-        return pc.cast(col, pa.string())  # without NUL characters (``nul_policy``, in ``_apply``)
-    return cast_columns(pa.table({name: col}), {name: storage})[name]

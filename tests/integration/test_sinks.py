@@ -315,6 +315,7 @@ def test_postgres_binary_copy_round_trip(pg_sink, monkeypatch):
     """Tables whose columns all have a fixed binary COPY form go through pgpq's encoder
     (both the direct snapshot COPY and the staging + MERGE path): the same values."""
     from merger.sinks import postgres as pgmod
+    from merger.sinks import postgres_copy
 
     binary_cols = [f for f in ALL_TYPES if f.name not in ("b", "tm", "dur", "j")]
     schema = pa.schema(binary_cols)
@@ -327,7 +328,7 @@ def test_postgres_binary_copy_round_trip(pg_sink, monkeypatch):
         return out
 
     monkeypatch.setattr(pgmod.PostgresSink, "_binary", spy)
-    monkeypatch.setattr(pgmod, "FAST_MIN_ROWS", 2)
+    monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 2)
     expected = [{k: v for k, v in r.items() if k in schema.names} for r in _expected_all_types("postgres")]
     for op in ("r", "c"):  # r: the direct COPY into the target, c: staging + MERGE
         t = fresh()
@@ -366,9 +367,9 @@ INT_STEP = st.one_of(
 def test_postgres_snapshot_copy_path_matches_model(pg_sink, monkeypatch, steps):
     """Snapshot rows COPYed straight into the target (few rows in the key range) or MERGEd
     (many): either way the sequence rule holds against rows and tombstones."""
-    from merger.sinks import postgres
+    from merger.sinks import postgres_copy
 
-    monkeypatch.setattr(postgres, "FAST_MIN_ROWS", 2)
+    monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 2)
     t = TableId("fast" + uuid.uuid4().hex[:8], "model")
     pg_sink.ensure_table(t, INT_SCHEMA, ["k"])
     model: dict = {}  # key -> (seq, row or None)
@@ -441,10 +442,9 @@ NUL_ROWS = [
 def test_postgres_nul_policy_strips_or_replaces_text_and_jsonb(stack, policy, char, fast, monkeypatch):
     """PostgreSQL text refuses U+0000 and jsonb also its escape: both paths (MERGE and the
     snapshot COPY) store the value by the rule; the batch is not refused."""
-    from merger.sinks import PostgresSink
-    from merger.sinks import postgres as pg
+    from merger.sinks import PostgresSink, postgres_copy
 
-    monkeypatch.setattr(pg, "FAST_MIN_ROWS", 1 if fast else 10**9)
+    monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 1 if fast else 10**9)
     s, t = PostgresSink(stack.postgres, nul_policy=policy), fresh()
     try:
         s.ensure_table(t, NUL_SCHEMA, ["id"])
