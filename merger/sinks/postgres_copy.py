@@ -66,51 +66,6 @@ class PostgresCopy:
         pacsv.write_csv(out, sink, pacsv.WriteOptions(include_header=False, batch_size=65536))
         return memoryview(sink.getvalue())
 
-
-# storage types whose Arrow form pgpq writes as exactly the column's binary COPY form (jsonb,
-# interval, bytea and numerics beyond 38 digits go as CSV)
-_BINARY_COPY_TYPES = {
-    pa.int16(),
-    pa.int32(),
-    pa.int64(),
-    pa.float32(),
-    pa.float64(),
-    pa.string(),
-    pa.bool_(),
-    pa.date32(),
-    pa.timestamp("us"),
-    pa.timestamp("us", tz="UTC"),
-}
-
-
-def _pieces(table: pa.Table, rows: int = 32768):
-    """The rows in pieces: PostgreSQL parses one piece of the COPY while the next is encoded."""
-    for start in range(0, table.num_rows, rows):
-        yield table.slice(start, rows)
-
-
-def _pg_text(col: pa.ChunkedArray, storage: pa.DataType | None, name: str) -> pa.ChunkedArray | pa.Array:
-    """One column as values PostgreSQL's CSV COPY reads into the column's type."""
-    typ = col.type
-    if storage is None:  # a column of a type we did not create: hand over text
-        return pc.cast(col, pa.string())
-    if pa.types.is_duration(storage):
-        if pa.types.is_time(typ):
-            col = pc.cast(pc.cast(col, pa.time64("us")), pa.int64())
-        elif pa.types.is_duration(typ):
-            col = pc.cast(pc.cast(col, pa.duration("us")), pa.int64())
-        else:
-            col = pc.cast(col, pa.int64())
-        return pc.binary_join_element_wise(pc.cast(col, pa.string()), "", " microseconds")
-    if pa.types.is_binary(storage):
-        col = pc.cast(col, pa.binary()) if not pa.types.is_binary(typ) else col
-        return pa.array([None if v is None else "\\x" + v.hex() for v in col.to_pylist()], pa.string())
-    if T.is_json(storage) or pa.types.is_string(storage):
-        if isinstance(typ, pa.BaseExtensionType):
-            col = pa.chunked_array([c.storage for c in col.chunks], type=typ.storage_type)
-        return pc.cast(col, pa.string())  # without NUL characters (``nul_policy``, in ``_apply``)
-    return cast_columns(pa.table({name: col}), {name: storage})[name]
-
     def _insert_snapshot_rows(self, conn, m: _Meta, src: pa.Table, cols: list[str], target, tomb) -> bool:
         """Snapshot rows (op ``r`` only) over a key range the target barely holds yet: COPY
         them straight into the target instead of staging + MERGE (measured ~2x faster for
@@ -160,6 +115,51 @@ def _pg_text(col: pa.ChunkedArray, storage: pa.DataType | None, name: str) -> pa
         if src.num_rows:
             self._copy(conn, m, target, src, cols, with_op=False)
         return True
+
+
+# storage types whose Arrow form pgpq writes as exactly the column's binary COPY form (jsonb,
+# interval, bytea and numerics beyond 38 digits go as CSV)
+_BINARY_COPY_TYPES = {
+    pa.int16(),
+    pa.int32(),
+    pa.int64(),
+    pa.float32(),
+    pa.float64(),
+    pa.string(),
+    pa.bool_(),
+    pa.date32(),
+    pa.timestamp("us"),
+    pa.timestamp("us", tz="UTC"),
+}
+
+
+def _pieces(table: pa.Table, rows: int = 32768):
+    """The rows in pieces: PostgreSQL parses one piece of the COPY while the next is encoded."""
+    for start in range(0, table.num_rows, rows):
+        yield table.slice(start, rows)
+
+
+def _pg_text(col: pa.ChunkedArray, storage: pa.DataType | None, name: str) -> pa.ChunkedArray | pa.Array:
+    """One column as values PostgreSQL's CSV COPY reads into the column's type."""
+    typ = col.type
+    if storage is None:  # a column of a type we did not create: hand over text
+        return pc.cast(col, pa.string())
+    if pa.types.is_duration(storage):
+        if pa.types.is_time(typ):
+            col = pc.cast(pc.cast(col, pa.time64("us")), pa.int64())
+        elif pa.types.is_duration(typ):
+            col = pc.cast(pc.cast(col, pa.duration("us")), pa.int64())
+        else:
+            col = pc.cast(col, pa.int64())
+        return pc.binary_join_element_wise(pc.cast(col, pa.string()), "", " microseconds")
+    if pa.types.is_binary(storage):
+        col = pc.cast(col, pa.binary()) if not pa.types.is_binary(typ) else col
+        return pa.array([None if v is None else "\\x" + v.hex() for v in col.to_pylist()], pa.string())
+    if T.is_json(storage) or pa.types.is_string(storage):
+        if isinstance(typ, pa.BaseExtensionType):
+            col = pa.chunked_array([c.storage for c in col.chunks], type=typ.storage_type)
+        return pc.cast(col, pa.string())  # without NUL characters (``nul_policy``, in ``_apply``)
+    return cast_columns(pa.table({name: col}), {name: storage})[name]
 
 
 # snapshot batches from this size on try the direct COPY (``_insert_snapshot_rows``)
