@@ -57,7 +57,6 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from datetime import timedelta as _timedelta
 from pathlib import Path
 from typing import Sequence
 
@@ -82,6 +81,7 @@ from merger.sinks.base import (
     latest_per_key,
     user_fields,
 )
+from merger.sinks.delta_reads import DeltaReads, _arrow_schema
 
 try:
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -130,15 +130,11 @@ class _Meta:
         return f"cdc-sink-tombstones:{self.table_id}"
 
 
-def _arrow_schema(dt: DeltaTable) -> pa.Schema:
-    return pa.schema(dt.schema().to_arrow())
-
-
 def _txn(app_id: str, version: int) -> CommitProperties:
     return CommitProperties(app_transactions=[Transaction(app_id, version)])
 
 
-class DeltaSink(Sink):
+class DeltaSink(DeltaReads, Sink):
     def __init__(
         self, base_path: str | os.PathLike, storage_options: dict[str, str] | None = None, writer_properties=None
     ):
@@ -506,16 +502,6 @@ class DeltaSink(Sink):
         except (OSError, DeltaError) as exc:
             raise self._io_error(exc, self.table_path(table)) from None
 
-    def rows(self, table) -> pa.Table:
-        table = as_table_id(table)
-        m = self._meta_for(table)
-        t = m.main.to_pyarrow_table(columns=list(m.columns))
-        return _plain(t)
-
-    def count(self, table) -> int:
-        table = as_table_id(table)
-        return self._meta_for(table).main.count()
-
     # ------------------------------------------------------------------ key-range reads (verify)
 
     def has_table(self, table) -> bool:
@@ -534,109 +520,6 @@ class DeltaSink(Sink):
         for path in paths:  # the table first: it marks a complete creation
             shutil.rmtree(path, ignore_errors=True)
         self._meta.pop(table, None)
-
-    def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
-        """Arrow compares strings and bytes bytewise (UTF-8: code point order), as Python
-        does. Files are pruned by the Delta log's min/max of the leading key column."""
-        table = as_table_id(table)
-        m = self._meta_for(table)
-        cols = list(key_columns)
-        schema = self._read_schema(m)
-        parts = [_bound_filter(schema, cols, b, lower) for b, lower in ((lo, True), (hi, False)) if b is not None]
-        expr = None
-        for p in parts:
-            expr = p if expr is None else expr & p
-        prune = [(cols[0], op, b[0]) for b, op in ((lo, ">="), (hi, "<=")) if b is not None and _prunable(b[0])]
-        return self._scan(m, expr, prune)
-
-    def rows_with_keys(self, table, key_columns: Sequence[str], keys) -> pa.Table:
-        table = as_table_id(table)
-        m = self._meta_for(table)
-        cols = list(key_columns)
-        schema = self._read_schema(m)
-        keys = [tuple(k) for k in keys]
-        if not keys:
-            return schema.empty_table()
-        stored = [
-            pc.cast(pa.array([_storage_value(k[i]) for k in keys]), schema.field(c).type) for i, c in enumerate(cols)
-        ]
-        expr = None
-        for c, values in zip(cols, stored):
-            e = ds.field(c).isin(values)
-            expr = e if expr is None else expr & e
-        first = stored[0].to_pylist()
-        prune = [(cols[0], ">=", min(first)), (cols[0], "<=", max(first))] if all(_prunable(v) for v in first) else []
-        t = self._scan(m, expr, prune)
-        wanted = set(zip(*(v.to_pylist() for v in stored)))
-        got = list(zip(*(t.column(c).to_pylist() for c in cols))) if t.num_rows else []
-        return t.filter(pa.array([k in wanted for k in got], pa.bool_())) if got else t
-
-    def _read_schema(self, m: _Meta) -> pa.Schema:
-        return _plain(_arrow_schema(m.main).empty_table().select(list(m.columns))).schema
-
-    def _scan(self, m: _Meta, expr, prune: list) -> pa.Table:
-        """The rows matching ``expr``, filtered batch by batch in memory: pyarrow cannot
-        push a string filter down into these files (delta-rs writes string_view, and the
-        statistics guarantees then fail to bind), so only whole files are pruned."""
-        try:
-            dataset = m.main.to_pyarrow_dataset(file_pruning_predicate=prune or None)
-        except (DeltaError, ValueError, TypeError) as exc:  # a bound delta-rs cannot parse
-            log.debug("no file pruning for %s: %s", prune, exc)
-            dataset = m.main.to_pyarrow_dataset()
-        schema = self._read_schema(m)
-        out = []
-        for batch in dataset.to_batches(columns=list(m.columns)):
-            t = _plain(pa.Table.from_batches([batch]))
-            if expr is not None:
-                t = t.filter(expr)
-            if t.num_rows:
-                out.append(t.cast(schema))
-        return pa.concat_tables(out) if out else schema.empty_table()
-
-
-def _prunable(v) -> bool:
-    """Values delta-rs file pruning parses reliably."""
-    return isinstance(v, (int, str)) and not isinstance(v, bool)
-
-
-def _storage_value(v):
-    """A canonical key value as Delta stores it (TIME: int64 microseconds)."""
-    if isinstance(v, _timedelta):
-        return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
-    return v
-
-
-def _bound_filter(schema: pa.Schema, cols: list[str], bound, lower: bool):
-    """``key >= bound`` (lower) or ``key < bound`` as a dataset expression, lexicographic
-    over the columns; a leading-column term first, for file pruning."""
-    values = [pc.cast(pa.scalar(_storage_value(v)), schema.field(c).type) for c, v in zip(cols, bound)]
-    last = len(values) - 1
-
-    def level(i: int):
-        f, v = ds.field(cols[i]), values[i]
-        if i == last:
-            return f >= v if lower else f < v
-        return (f > v if lower else f < v) | ((f == v) & level(i + 1))
-
-    expr = level(0)
-    if last > 0:
-        f, v = ds.field(cols[0]), values[0]
-        expr = (f >= v if lower else f <= v) & expr
-    return expr
-
-
-def _plain(t: pa.Table) -> pa.Table:
-    """View/large types as their plain equivalents (what delta-rs returns varies)."""
-    fields = []
-    for f in t.schema:
-        typ = f.type
-        if pa.types.is_string_view(typ) or pa.types.is_large_string(typ):
-            typ = pa.string()
-        elif pa.types.is_binary_view(typ) or pa.types.is_large_binary(typ):
-            typ = pa.binary()
-        fields.append(pa.field(f.name, typ, f.nullable))
-    schema = pa.schema(fields)
-    return t if schema == t.schema else t.cast(schema)
 
 
 def _left_join(src: pa.Table, tombs: pa.Table, keys: list[str]) -> pa.Table:
