@@ -7,3 +7,7 @@ class MergerError(RuntimeError):
 
 class TablePaused(MergerError):
     """A table cannot be merged until an operator acts (e.g. an incompatible DDL)."""
+
+
+class BadChange(Exception):
+    """A change of a known table that cannot be applied (``on_bad_record: pause``)."""

@@ -31,7 +31,6 @@ import json
 import logging
 import shutil
 import time
-from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
@@ -45,8 +44,9 @@ from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.emission import WindowEmitter
-from merger.errors import MergerError
-from merger.kept import keep, kept_batches, kept_dir
+from merger.errors import BadChange, MergerError
+from merger.kept import keep
+from merger.pausing import PausedTables
 from merger.records import (
     MARKER,
     SCHEMA,
@@ -73,11 +73,7 @@ log = logging.getLogger("cdc.merger")
 STREAMING_RECENT_S = 5.0
 
 
-class BadChange(Exception):
-    """A change of a known table that cannot be applied (``on_bad_record: pause``)."""
-
-
-class BatchProcessor:
+class BatchProcessor(PausedTables):
     def __init__(
         self,
         prefix: str,
@@ -205,24 +201,6 @@ class BatchProcessor:
                 return f"{db}.{table}"
         return topic[len(self.prefix) + 1 :]
 
-    def resume_table(self, rt: TableRuntime) -> None:
-        """``cdc resume``: after an operator fixed the sink tables. The changes kept on
-        disk while the table was paused are applied first by the next batch; a sink table
-        the operator dropped is created again and filled by a new snapshot."""
-        rt.phase, rt.error = "streaming", None
-        if self.writer.ensure_tables(rt) and rt.phase != "paused":
-            log.info("table %s: a sink table was created again; re-snapshotting", rt.name)
-            self.store.request("snapshot", rt.name, where=None)
-        if rt.phase == "paused":
-            log.error("table %s is still paused: %s", rt.name, rt.error)
-        else:
-            log.info("table %s resumed", rt.name)
-            if self._spill_dir(rt).exists():  # the kept changes are applied by the next batch: ask for one
-                try:
-                    self.store.raise_tick(self.store.tick() + 1)
-                except OSError as exc:
-                    log.warning("cannot write the emission tick: %s", exc)
-
     def rebuild_table(self, rt: TableRuntime) -> bool:
         """``cdc snapshot`` of a paused table: drop its sink tables, create them with the
         current schema, and forget the kept changes (the snapshot that follows covers them).
@@ -317,15 +295,6 @@ class BatchProcessor:
                 continue
             per_table.setdefault(name, []).append(ParsedRecord(r, headers, payload, pos))
         return per_table, schema_records
-
-    def _apply_kept(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
-        """A resumed table without new records: its kept changes are due now."""
-        for name, rt in list(self.tables.items()):
-            if name not in per_table and rt.phase not in ("paused", "failed") and self._spill_dir(rt).exists():
-                try:
-                    self._replay_spill(batch_id, rt, step, now_ms)
-                except (UnstorableValue, BadChange) as exc:
-                    self._pause_unstorable(batch_id, rt, exc, [], step, now_ms)
 
     def _apply_changes(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
         for name, items in per_table.items():
@@ -478,22 +447,6 @@ class BatchProcessor:
 
     # ------------------------------------------------------------------ changes of one table
 
-    def _spill_dir(self, rt: TableRuntime) -> Path:
-        return kept_dir(self.store, rt.name)
-
-    def _pause_unstorable(
-        self, batch_id: int, rt: TableRuntime, exc: Exception, items: list, step: list, now_ms: float
-    ) -> None:
-        """A sink cannot store a value of the table (e.g. a NUL with ``nul_policy: pause``), or
-        a change cannot be applied (``on_bad_record: pause``):
-        pause the table, and keep its records of this batch on disk like those of any
-        paused table. Some of them may be applied already (by another sink, or before the
-        failing write): applying them again on `cdc resume` changes nothing."""
-        rt.phase, rt.error = "paused", str(exc)
-        log.error("table %s paused: %s", rt.name, exc)
-        if items:
-            self._table_batch(batch_id, rt, items, step, now_ms)
-
     def _table_batch(
         self, batch_id: int, rt: TableRuntime, items: list[ParsedRecord], step: list, now_ms: float
     ) -> None:
@@ -607,25 +560,6 @@ class BatchProcessor:
                 continue  # older than a truncate already applied (a lagging partition)
             taken.append(i)
         self._apply_rows(batch_id, rt, data, taken, step)
-
-    def _replay_spill(self, batch_id: int, rt: TableRuntime, step: list, now_ms: float) -> None:
-        """Apply the changes a paused table kept on disk, in their order, before anything
-        newer. The files are deleted only after the batch's state is saved: a re-run batch
-        applies them again with the same versions, which the sinks skip."""
-        spill = self._spill_dir(rt)
-        self._replaying.add(spill)
-        try:
-            for file_name, items in kept_batches(spill):
-                if items:
-                    log.info(
-                        "table %s: applying %d changes kept while it was paused (%s)", rt.name, len(items), file_name
-                    )
-                    self._table_batch(batch_id, rt, items, step, now_ms)
-                if rt.phase == "paused":
-                    return  # paused again: what is left stays kept (re-applying is harmless)
-        finally:
-            self._replaying.discard(spill)
-        self._spill_done.append(spill)
 
     def _apply_rows(self, batch_id: int, rt: TableRuntime, data, taken: list, step: list) -> None:
         if not taken:
