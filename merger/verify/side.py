@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from merger.verify.canonical import ColumnCanon, row_canons
+from merger.verify.column_canon import ColumnCanon, row_canons
 from merger.verify.keys import ALIGNED_KINDS, key_kind, order_key
 from merger.verify.source import SourceTable
 

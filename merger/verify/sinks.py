@@ -17,7 +17,8 @@ from functools import partial
 from typing import Any, Sequence
 
 from merger.errors import MergerError
-from merger.verify.canonical import ColumnCanon, SinkRules
+from merger.verify.canonical import SinkRules
+from merger.verify.column_canon import ColumnCanon
 from merger.verify.keys import delta_value, order_key, postgres_param
 
 LOOKUP_BATCH = 500
