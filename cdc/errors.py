@@ -7,8 +7,8 @@ from cdc.stack import StackError
 def _user_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [ConfigError, StackError]
     try:
-        from ingest.app import IngestError
         from ingest.checks import SourceError
+        from ingest.errors import IngestError
         from ingest.producer import BrokerError
 
         errors += [IngestError, SourceError, BrokerError]

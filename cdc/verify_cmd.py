@@ -62,7 +62,7 @@ def open_sinks(cfg: MergerConfig, only: str | None) -> dict[str, Any]:
 
 
 def resolve_tables(cfg: MergerConfig, source_tables: Sequence[str], named: Sequence[str]) -> list[str]:
-    from merger.verifier import merger_tables
+    from merger.verify.chunked import merger_tables
 
     handled = merger_tables(source_tables, cfg.table_include, cfg.table_exclude, cfg.watermark_table)
     if not named:
@@ -99,7 +99,7 @@ def run_verify(
     err: Console,
 ) -> int:
     from merger.catalog import SourceCatalog
-    from merger.verifier import TableResult, TableVerifier
+    from merger.verify.chunked import TableResult, TableVerifier
     from merger.verify.source import SourceReader
 
     catalog = SourceCatalog(cfg.mysql, guard=_no_retries())

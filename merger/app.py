@@ -157,7 +157,7 @@ class Merger:
         from merger.kafka import CdcKafkaDataSource
         from merger.processor import BatchProcessor
         from merger.schema import SourceModes
-        from merger.snapshot import SnapshotRunner
+        from merger.snapshot.runner import SnapshotRunner
         from merger.state import StateStore
 
         cfg = self.config

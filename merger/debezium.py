@@ -46,8 +46,8 @@ import uuid
 import pymysql
 
 from ingest.position import EventPosition, ReplayFilter
-from merger.chunking import quote_ident
 from merger.errors import MergerError
+from merger.snapshot.chunking import quote_ident
 
 log = logging.getLogger("cdc.merger")
 

@@ -51,7 +51,7 @@ _JDBC_UNAVAILABLE = (
     "Connection was killed",
     "unexpected end of stream",
     "cdc-source-unavailable",
-)  # merger.chunk_read's tasks
+)  # merger.snapshot.chunk_read's tasks
 _JDBC_FATAL = ("Access denied", "SQLInvalidAuthorizationSpecException", "Unknown database", "SQLSyntaxErrorException")
 
 

@@ -2,7 +2,7 @@
 
 The registry's lock serialises the two threads that change a table's runtime: the batch
 (``merger.processor``, which holds it for a whole micro-batch) and the snapshot runner
-(``merger.snapshot``, which holds it for each step of a window through the methods
+(``merger.snapshot.runner``, which holds it for each step of a window through the methods
 below). The lock is re-entrant: the batch may call methods that take it again.
 """
 

@@ -11,9 +11,9 @@ import yaml
 
 from cdc import stack as local_stack
 from merger.catalog import SourceCatalog
-from merger.chunking import quote_ident
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
+from merger.snapshot.chunking import quote_ident
 from merger.verify.sinks import DeltaReader, PostgresReader
 from merger.verify.source import SourceReader
 from merger.verify.table import compare_tables
@@ -134,10 +134,10 @@ class SinkChecker:
         retries: int = 0,
         retry_wait: float = 1.0,
     ) -> list:
-        """`cdc verify`'s chunked comparison (merger.verifier), both sinks: TableResults
+        """`cdc verify`'s chunked comparison (merger.verify.chunked), both sinks: TableResults
         (``.verdict``, ``.missing``, ``.extra``, ``.different``). Memory bounded by the
         chunk size, so it suits large tables better than ``compare``."""
-        from merger.verifier import TableVerifier
+        from merger.verify.chunked import TableVerifier
 
         source = self._source()
         readers = self.readers()

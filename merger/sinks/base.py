@@ -116,7 +116,7 @@ class Sink(abc.ABC):
     def count(self, table: TableId) -> int:
         return self.rows(table).num_rows
 
-    # Reads for `cdc verify` (merger/verifier.py). Keys and bounds are tuples of canonical
+    # Reads for `cdc verify` (merger/verify/chunked.py). Keys and bounds are tuples of canonical
     # values (merger.schema) of ``key_columns``, in that order.
 
     def has_table(self, table: TableId) -> bool:

@@ -6,6 +6,7 @@
 * ``sinks``: each sink read with its own client, in its own types;
 * ``keys``: key values for range reads and key lookups;
 * ``side``: one sink table with its canonical functions;
-* ``table``: a whole-table comparison (tests, demo); ``merger.verifier`` is the chunked
-  one behind ``cdc verify``.
+* ``table``: a whole-table comparison (tests, demo);
+* ``chunked``: the chunked comparison behind ``cdc verify`` (key ranges, digests, re-checks);
+* ``digest``: order-independent chunk digests and diffs, pure.
 """

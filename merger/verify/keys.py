@@ -71,7 +71,7 @@ def order_key(kinds: list[str], canon: tuple) -> tuple:
 
 
 def source_value(kind: str, canon: str) -> Any:
-    """A canonical key value as ``merger.chunking.sql_literal`` writes it for the source
+    """A canonical key value as ``merger.snapshot.chunking.sql_literal`` writes it for the source
     (the session runs in UTC)."""
     v = python_value(kind, canon)
     if kind == "timestamp":

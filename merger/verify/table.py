@@ -1,5 +1,5 @@
 """Compare a whole sink table with its source, row by row, in canonical form (tests and
-the demo; ``cdc verify`` compares in chunks, see ``merger.verifier``).
+the demo; ``cdc verify`` compares in chunks, see ``merger.verify.chunked``).
 
 The source is read with one plain ``SELECT `col`, ... FROM db.t`` (no lock); the sink with
 its own client. Both sides are canonicalised (``merger.verify.canonical``) and compared by

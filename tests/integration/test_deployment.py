@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from cdc.config import IngestConfig, MergerConfig
-from merger.snapshot import watermark_ddl
+from merger.snapshot.runner import watermark_ddl
 from tests.unit.test_deployment import (
     INGEST,
     MERGER_DEBEZIUM,
@@ -67,7 +67,7 @@ def test_deployed_users_and_grants_suffice_on_mariadb(stack, mysql_root, unique_
     from ingest.checks import check_source
     from merger import checks as merger_checks
     from merger.debezium import SignalWriter, signal_ddl
-    from merger.snapshot import SnapshotRunner
+    from merger.snapshot.runner import SnapshotRunner
 
     users = {INGEST.mysql.user: f"{unique_name}_i", MERGER_INGEST.mysql.user: f"{unique_name}_m"}
     debezium_merger = f"{unique_name}_d"

@@ -1,6 +1,7 @@
 """The ways a snapshot window is staged give the same rows: Spark tasks reading with
 JDBC or with ConnectorX (large tables) and the direct streamed SELECT of a table smaller
-than one chunk (merger.direct_read), for every MariaDB column type, on the real server and a real Spark session."""
+than one chunk (merger.snapshot.direct_read), for every MariaDB column type, on the real
+server and a real Spark session."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from cdc import stack as local_stack
 from cdc.config import MergerConfig
 from merger.catalog import SourceCatalog
 from merger.dblog import encode_key
-from merger.direct_read import is_whole_table, stage_table
 from merger.processor import BatchProcessor
 from merger.schema import from_snapshot
+from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.state import StateStore
 from tests.integration.test_types import WORKLOAD
 
@@ -38,7 +39,7 @@ def _staged(path, rt) -> pa.Table:
 @pytest.mark.timeout(600)
 def test_direct_read_stages_what_spark_jdbc_stages(stack, tmp_path, unique_name):
     from merger.app import make_spark
-    from merger.snapshot import SnapshotRunner
+    from merger.snapshot.runner import SnapshotRunner
 
     db = f"dr_{unique_name}"
     conn = pymysql.connect(
@@ -99,7 +100,7 @@ def test_direct_read_stages_what_spark_jdbc_stages(stack, tmp_path, unique_name)
 
 
 def test_split_evenly_gives_consecutive_runs_of_near_equal_length():
-    from merger.snapshot import split_evenly
+    from merger.snapshot.runner import split_evenly
 
     items = list(range(10))
     for parts in range(1, 14):
@@ -113,7 +114,7 @@ def test_split_evenly_gives_consecutive_runs_of_near_equal_length():
 def test_connectorx_read_errors_say_whether_to_retry(stack, tmp_path):
     """A read task's error carries the mark merger.source retries on (server unreachable)
     or the one it stops on (a server error to fix), at once."""
-    from merger.chunk_read import UNAVAILABLE_MARK, stage_query
+    from merger.snapshot.chunk_read import UNAVAILABLE_MARK, stage_query
     from merger.source import is_transient
 
     source = {

@@ -353,7 +353,7 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
     from merger.app import make_spark
     from merger.catalog import SourceCatalog
     from merger.processor import BatchProcessor
-    from merger.snapshot import SnapshotRunner
+    from merger.snapshot.runner import SnapshotRunner
     from merger.source import SourceGuard
 
     db = f"fw_{unique_name}"

@@ -41,7 +41,7 @@ def _mysql_user(root, user: str, password: str, *grants: str) -> None:
 
 
 def _watermark_table(root) -> None:
-    from merger.snapshot import watermark_ddl
+    from merger.snapshot.runner import watermark_ddl
 
     with root.cursor() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS cdc")

@@ -24,10 +24,10 @@ import yaml
 from cdc import stack as local_stack
 from cdc.config import MySQLConfig
 from merger.catalog import SourceCatalog
-from merger.direct_read import canonical_source_rows
 from merger.schema import arrow_schema, quote_ident, snapshot_select
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
+from merger.snapshot.direct_read import canonical_source_rows
 from merger.verify.sinks import DeltaReader
 from merger.verify.source import SourceReader
 from tests.merger_harness import SinkChecker, write_merger_config
@@ -249,7 +249,7 @@ def test_differences_are_found_with_their_keys(world):
 def test_rows_in_flight_are_not_reported(world):
     """A chunk that differs at first and is equal on re-check is equal (the sink caught up)."""
     from cdc.config import MergerConfig, load_model
-    from merger.verifier import TableVerifier
+    from merger.verify.chunked import TableVerifier
 
     db, delta = world["db"], world["delta"]
     items = (db, "items")

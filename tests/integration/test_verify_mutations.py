@@ -1,4 +1,4 @@
-"""Verify can fail: mutation tests of `cdc verify` (merger.verifier) and of the tests'
+"""Verify can fail: mutation tests of `cdc verify` (merger.verify.chunked) and of the tests'
 whole-table oracle (merger.verify.table).
 
 The source is a real MariaDB table holding the tricky values (unsigned BIGINT max,
@@ -25,7 +25,7 @@ import pymysql
 import pytest
 import yaml
 
-from merger.verifier import TableVerifier
+from merger.verify.chunked import TableVerifier
 from merger.verify.sinks import DeltaReader, PostgresReader
 from merger.verify.source import SourceReader
 from merger.verify.table import compare_table

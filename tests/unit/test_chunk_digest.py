@@ -1,4 +1,4 @@
-"""Unit tests of merger.chunk_digest (the pure core of `cdc verify`) and of the pure
+"""Unit tests of merger.verify.digest (the pure core of `cdc verify`) and of the pure
 helpers of the command (durations, table selection, exit codes)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from merger.chunk_digest import Digest, diff, digest, encode_row, encode_value, row_hash, table_rows
+from merger.verify.digest import Digest, diff, digest, encode_row, encode_value, row_hash, table_rows
 
 COLUMNS = ["id", "name", "qty"]
 KEYS = ["id"]
@@ -168,7 +168,7 @@ def test_parse_duration():
 
 
 def test_merger_tables_follow_include_exclude_and_skip_watermarks():
-    from merger.verifier import merger_tables
+    from merger.verify.chunked import merger_tables
 
     tables = ["shop.orders", "shop.items", "cdc.cdc_watermarks", "hr.people", "shop.tmp_x"]
     assert merger_tables(tables, [], [], "cdc.cdc_watermarks") == [
@@ -182,7 +182,7 @@ def test_merger_tables_follow_include_exclude_and_skip_watermarks():
 
 def test_exit_code():
     from cdc.verify_cmd import exit_code
-    from merger.verifier import TableResult
+    from merger.verify.chunked import TableResult
 
     equal = TableResult("a.b", "delta")
     different = TableResult("a.b", "postgres", mismatched_chunks=1)

@@ -1,4 +1,4 @@
-"""Tests of merger.chunking: plans cover the key space exactly once, boundary planning
+"""Tests of merger.snapshot.chunking: plans cover the key space exactly once, boundary planning
 bounds chunk sizes, and the SQL predicates select exactly the keys of a range (checked
 by running them in SQLite, which reads backtick identifiers and OR/AND the same way)."""
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from merger.chunking import (
+from merger.snapshot.chunking import (
     Chunk,
     KeyRange,
     as_key,

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from merger.chunking import make_chunks, plan_by_boundaries, plan_numeric
 from merger.dblog import (
     DELETED,
     HIGH,
@@ -31,6 +30,7 @@ from merger.dblog import (
     encode_key,
     live_rows,
 )
+from merger.snapshot.chunking import make_chunks, plan_by_boundaries, plan_numeric
 
 
 def crc_partitioner(num_partitions):

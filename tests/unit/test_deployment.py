@@ -32,7 +32,7 @@ from ingest.checks import REQUIRED_VARIABLES
 from ingest.envelope import EnvelopeConfig
 from ingest.filters import CaptureFilter
 from merger.app import subscribe_pattern
-from merger.snapshot import watermark_ddl
+from merger.snapshot.runner import watermark_ddl
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -132,7 +132,7 @@ def test_lenient_decode_nulls_values_that_no_longer_fit_and_drops_keys_that_do_n
 def test_a_read_that_met_a_changed_table_is_told_apart_from_real_errors():
     import pymysql
 
-    from merger.snapshot import _changed_line, table_changed
+    from merger.snapshot.runner import _changed_line, table_changed
 
     assert table_changed(pymysql.err.OperationalError(1054, "Unknown column 'v' in 'field list'"))
     assert table_changed(pymysql.err.ProgrammingError(1146, "Table 'db.t' doesn't exist"))

@@ -209,7 +209,7 @@ def test_mysql_tls_reaches_pymysql_binlog_reader_and_jdbc(tmp_path, monkeypatch)
     assert conn.ctx.verify_mode == ssl.CERT_REQUIRED and conn.ctx.check_hostname
 
     # Spark JDBC: TLS in the URL, the secrets only in the (redacted) properties
-    from merger.snapshot import SnapshotRunner
+    from merger.snapshot.runner import SnapshotRunner
 
     runner = SnapshotRunner.__new__(SnapshotRunner)
     runner.config = MergerConfig(mysql=m)

@@ -7,8 +7,8 @@ import threading
 import time
 
 from cdc.config import MergerConfig
-from merger import snapshot
-from merger.snapshot import SnapshotRunner
+from merger.snapshot import runner as snapshot
+from merger.snapshot.runner import SnapshotRunner
 from merger.state import StateStore
 
 

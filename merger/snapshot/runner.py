@@ -21,13 +21,13 @@ import uuid
 import pymysql
 
 from cdc.config import MergerConfig
-from merger.chunk_read import chunk_query, stage_window, warm_up_workers
-from merger.chunking import boundary_sql, make_chunks, plan_by_boundaries, quote_ident, sql_predicate_literal
 from merger.dblog import decode_key, encode_key
-from merger.direct_read import is_whole_table, stage_table
 from merger.errors import MergerError
 from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
+from merger.snapshot.chunk_read import chunk_query, stage_window, warm_up_workers
+from merger.snapshot.chunking import boundary_sql, make_chunks, plan_by_boundaries, quote_ident, sql_predicate_literal
+from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.source import SourceGuard, connect
 from merger.state import StateStore
 from merger.tables import TableRegistry
@@ -520,7 +520,7 @@ class SnapshotRunner(threading.Thread):
         spec, read_with = self.tables.definition(rt)
         if is_whole_table(chunks):
             # a table smaller than one chunk: one streamed SELECT in the driver (a Spark
-            # job per small table would cost more than the read, see merger.direct_read)
+            # job per small table would cost more than the read, see merger.snapshot.direct_read)
             conn = self._connect()
             try:
                 rows = stage_table(

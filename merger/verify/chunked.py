@@ -9,7 +9,7 @@ shows up as a difference.
 
 Per table: plan key ranges on the source (boundary queries on the key columns); per
 chunk read the source rows of the range and each sink's rows of the same range,
-canonicalise both, compare their digests (``merger.chunk_digest``) and, when they differ,
+canonicalise both, compare their digests (``merger.verify.digest``) and, when they differ,
 their keys. Every source query is one autocommit SELECT (no lock, no long transaction);
 at most one chunk per side is in memory.
 
@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from merger.chunk_digest import ChunkDiff, diff, digest, encode_row, encode_value
 from merger.verify.canonical import UnsupportedColumn
+from merger.verify.digest import ChunkDiff, diff, digest, encode_row, encode_value
 from merger.verify.keys import UnsupportedKey
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
