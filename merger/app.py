@@ -150,15 +150,11 @@ class Merger:
             self.locked_store.write_exit(None)
 
     def _run(self, stop: threading.Event | None = None) -> None:
-        from confluent_kafka.admin import AdminClient
-
         from merger import metrics
-        from merger.catalog import SourceCatalog
+        from merger.checks import check_source
         from merger.kafka import CdcKafkaDataSource
-        from merger.processor import BatchProcessor
-        from merger.schema import SourceModes
         from merger.snapshot.runner import SnapshotRunner
-        from merger.state import StateStore
+        from merger.source import SourceGuard
 
         cfg = self.config
         stop = stop or self.stop_event
@@ -167,149 +163,35 @@ class Merger:
         cfg.mysql.jdbc_secret_properties(), cfg.mysql.ssl()
         if cfg.sinks.postgres:
             cfg.sinks.postgres.settings()
-        store = StateStore(cfg.state_dir)
-        store.lock()
-        self.locked_store = store
-        for leftover in store.clear_interrupted_checkpoint_writes():
-            log.info("removed %s from the checkpoint (a write interrupted by a crash)", leftover)
+        store = self._open_state()
         kafka_conf = cfg.kafka.client_config()
-        admin = AdminClient(kafka_conf)
-        try:
-            admin.list_topics(timeout=15)
-        except Exception as exc:
-            raise MergerError(f"Kafka broker unreachable at {cfg.kafka.bootstrap_servers}: {exc}") from None
-        partitions: dict[str, int] = {}
-
-        def partitions_of(topic: str) -> int:
-            if topic not in partitions:
-                # all topics: a request naming the topic could auto-create it
-                md = admin.list_topics(timeout=15).topics.get(topic)
-                if md is None or not md.partitions:
-                    return 1  # not created yet: asked again when its records arrive
-                partitions[topic] = len(md.partitions)
-            return partitions[topic]
-
-        include = [re.compile(p) for p in cfg.table_include]
-        exclude = [re.compile(p) for p in cfg.table_exclude]
-
-        def accepts(name: str) -> bool:
-            if name in (cfg.watermark_table, cfg.signal_table):  # our / Debezium's snapshot bookkeeping
-                return False
-            if include and not any(p.fullmatch(name) for p in include):
-                return False
-            return not any(p.fullmatch(name) for p in exclude)
-
-        from merger.checks import check_source
-        from merger.source import SourceGuard
-
+        partitions_of = _partition_counter(kafka_conf, cfg.kafka.bootstrap_servers)
+        accepts = table_filter(cfg)
         # credentials and privileges, before Spark starts (a source that is down is waited for)
         SourceGuard(stop).call("checking the source user's privileges", check_source, cfg, accepts)
-        dead_letter = self._dead_letter_writer(kafka_conf)
         sinks = build_sinks(cfg)
-        runner_box: list = []
-
-        def on_new_table(name: str) -> None:
-            if cfg.snapshot.auto_new_tables and store.load_plan(name) is None:
-                store.request("snapshot", name, where=None, auto=True)
-
         # one guard for every source access (catalog, planning, watermarks, chunk reads):
         # retries with backoff while the source is down, shown in `cdc status`
         source_guard = SourceGuard(stop)
-        processor = BatchProcessor(
-            cfg.topic_prefix,
-            store,
-            sinks,
-            SourceCatalog(cfg.mysql, source_guard),
-            partitions_of,
-            SourceModes(),
-            accepts=accepts,
-            chunk_keys=cfg.snapshot.chunk_keys,
-            on_bad_record=cfg.on_bad_record,
-            dead_letter=dead_letter,
-            window_timeout_s=cfg.snapshot.window_timeout_s,
-            on_new_table=on_new_table,
-            emit_rows_per_batch=cfg.snapshot.emit_rows_per_batch,
-            source_connector=cfg.source_connector,
-            on_drop=cfg.on_drop,
-        )
+        processor = self._processor(store, sinks, kafka_conf, partitions_of, accepts, source_guard)
         source_guard.on_change = lambda: _publish_if_idle(processor)
         metrics.serve(cfg.metrics_port, cfg.metrics_address)
         spark = make_spark(cfg)
         spark.dataSource.register(CdcKafkaDataSource)
         runner = SnapshotRunner(cfg, spark, store, processor, source_guard)
         runner.ensure_watermark_table()
-        runner_box.append(runner)
-
         if cfg.snapshot.auto_new_tables:
             # existing tables are snapshotted at the first start, changed or not
             for name in processor.catalog.list_tables():
                 if accepts(name) and store.load_plan(name) is None:
                     store.request("snapshot", name, where=None, auto=True)
-        pattern = subscribe_pattern(cfg)
-        reader = spark.readStream.format("cdc_kafka")
-        for k, v in source_options(cfg).items():
-            reader = reader.option(k, v)
-        df = reader.load()
-
-        # diagnostics: every micro-batch's progress (Spark's time split) as JSON lines
-        progress_log = os.environ.get("CDC_MERGER_PROGRESS_LOG")
-        batch_times: dict = {}  # batch id -> our own split of addBatch (only for the progress log)
-
-        def on_batch(batch_df, batch_id: int) -> None:
-            t0 = time.monotonic()
-            records = batch_df.toArrow()
-            t1 = time.monotonic()
-            processor.process(batch_id, records)
-            t2 = time.monotonic()
-            metrics.observe(processor.status())
-            if not progress_log:
-                return
-            batch_times[batch_id] = {
-                "readMs": int(1000 * (t1 - t0)),
-                "processMs": int(1000 * (t2 - t1)),
-                "statusMs": int(1000 * (time.monotonic() - t2)),
-                **processor.last_timing,
-            }
-            batch_times.pop(batch_id - 200, None)
-
-        writer = (
-            df.writeStream.foreachBatch(on_batch)
-            .option("checkpointLocation", str(store.checkpoint))
-            .queryName("cdc-merger")
-        )
-        if cfg.trigger_interval_ms:
-            writer = writer.trigger(processingTime=f"{cfg.trigger_interval_ms} milliseconds")
-        self.query = writer.start()
-        query = self.query
-
-        def stream_ready() -> bool:
-            if processor.last_batch is not None:
-                return True
-            status = query.status  # no data at all: no batch, but the trigger waits
-            return not status["isTriggerActive"] and status["message"].startswith("Waiting")
-
-        runner.stream_ready = stream_ready
+        progress = _BatchProgress(os.environ.get("CDC_MERGER_PROGRESS_LOG"))
+        self.query = self._start_query(spark, processor, store, progress)
+        runner.stream_ready = _stream_ready(self.query, processor)
         runner.start()
-        log.info("merger running: topics %s, state in %s", pattern, cfg.state_dir)
+        log.info("merger running: topics %s, state in %s", subscribe_pattern(cfg), cfg.state_dir)
         try:
-            last_status, logged_batch = 0.0, -1
-            progress_seen = -1
-            while not stop.is_set():
-                if not self.query.isActive:
-                    if processor.fatal is not None:
-                        raise processor.fatal  # our own one-line reason, not Spark's wrapping
-                    exc = self.query.exception()
-                    raise MergerError(f"streaming query stopped: {_short(exc)}")
-                if runner.error is not None:
-                    raise MergerError(f"snapshot failed: {_short(runner.error)}")
-                if time.monotonic() - last_status > 1.0:
-                    with processor.tables.locked():
-                        processor.publish_status()
-                    last_status = time.monotonic()
-                    logged_batch = _log_slow_batch(self.query, logged_batch)
-                    if progress_log:
-                        progress_seen = _append_progress(self.query, progress_seen, progress_log, batch_times)
-                stop.wait(0.2)
+            self._watch(stop, processor, runner, progress)
         finally:
             stop.set()  # ends the source guard's retries too
             runner.stop_event.set()
@@ -323,6 +205,93 @@ class Merger:
                     sink.close()
                 except Exception:
                     pass
+
+    def _open_state(self):
+        from merger.state import StateStore
+
+        store = StateStore(self.config.state_dir)
+        store.lock()
+        self.locked_store = store
+        for leftover in store.clear_interrupted_checkpoint_writes():
+            log.info("removed %s from the checkpoint (a write interrupted by a crash)", leftover)
+        return store
+
+    def _processor(self, store, sinks, kafka_conf, partitions_of, accepts, source_guard):
+        from merger.catalog import SourceCatalog
+        from merger.processor import BatchProcessor
+        from merger.schema import SourceModes
+
+        cfg = self.config
+
+        def on_new_table(name: str) -> None:
+            if cfg.snapshot.auto_new_tables and store.load_plan(name) is None:
+                store.request("snapshot", name, where=None, auto=True)
+
+        return BatchProcessor(
+            cfg.topic_prefix,
+            store,
+            sinks,
+            SourceCatalog(cfg.mysql, source_guard),
+            partitions_of,
+            SourceModes(),
+            accepts=accepts,
+            chunk_keys=cfg.snapshot.chunk_keys,
+            on_bad_record=cfg.on_bad_record,
+            dead_letter=self._dead_letter_writer(kafka_conf),
+            window_timeout_s=cfg.snapshot.window_timeout_s,
+            on_new_table=on_new_table,
+            emit_rows_per_batch=cfg.snapshot.emit_rows_per_batch,
+            source_connector=cfg.source_connector,
+            on_drop=cfg.on_drop,
+        )
+
+    def _start_query(self, spark, processor, store, progress: "_BatchProgress"):
+        """The one streaming query: every table topic through cdc_kafka, each micro-batch
+        handed to the processor as Arrow."""
+        from merger import metrics
+
+        cfg = self.config
+        reader = spark.readStream.format("cdc_kafka")
+        for k, v in source_options(cfg).items():
+            reader = reader.option(k, v)
+
+        def on_batch(batch_df, batch_id: int) -> None:
+            t0 = time.monotonic()
+            records = batch_df.toArrow()
+            t1 = time.monotonic()
+            processor.process(batch_id, records)
+            t2 = time.monotonic()
+            metrics.observe(processor.status())
+            progress.record(batch_id, t0, t1, t2, processor.last_timing)
+
+        writer = (
+            reader.load()
+            .writeStream.foreachBatch(on_batch)
+            .option("checkpointLocation", str(store.checkpoint))
+            .queryName("cdc-merger")
+        )
+        if cfg.trigger_interval_ms:
+            writer = writer.trigger(processingTime=f"{cfg.trigger_interval_ms} milliseconds")
+        return writer.start()
+
+    def _watch(self, stop: threading.Event, processor, runner, progress: "_BatchProgress") -> None:
+        """Until stopped: fails on a stopped query or snapshot runner; status every second."""
+        last_status, logged_batch = 0.0, -1
+        while not stop.is_set():
+            if not self.query.isActive:
+                if processor.fatal is not None:
+                    raise processor.fatal  # our own one-line reason, not Spark's wrapping
+                exc = self.query.exception()
+                raise MergerError(f"streaming query stopped: {_short(exc)}")
+            if runner.error is not None:
+                raise MergerError(f"snapshot failed: {_short(runner.error)}")
+            if time.monotonic() - last_status > 1.0:
+                with processor.tables.locked():
+                    processor.publish_status()
+                last_status = time.monotonic()
+                logged_batch = _log_slow_batch(self.query, logged_batch)
+                progress.append(self.query)
+            stop.wait(0.2)
 
     def _dead_letter_writer(self, kafka_conf: dict):
         from confluent_kafka import Producer
@@ -342,6 +311,81 @@ class Merger:
             producer.flush(10)
 
         return write
+
+
+def table_filter(config: MergerConfig):
+    """Which source tables the merger takes: table_include / table_exclude, never the
+    snapshot bookkeeping tables (ours and Debezium's)."""
+    include = [re.compile(p) for p in config.table_include]
+    exclude = [re.compile(p) for p in config.table_exclude]
+
+    def accepts(name: str) -> bool:
+        if name in (config.watermark_table, config.signal_table):
+            return False
+        if include and not any(p.fullmatch(name) for p in include):
+            return False
+        return not any(p.fullmatch(name) for p in exclude)
+
+    return accepts
+
+
+def _partition_counter(kafka_conf: dict, bootstrap: str):
+    """A topic's partition count, asked of the broker once it exists (the broker is
+    checked reachable first)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka_conf)
+    try:
+        admin.list_topics(timeout=15)
+    except Exception as exc:
+        raise MergerError(f"Kafka broker unreachable at {bootstrap}: {exc}") from None
+    partitions: dict[str, int] = {}
+
+    def partitions_of(topic: str) -> int:
+        if topic not in partitions:
+            # all topics: a request naming the topic could auto-create it
+            md = admin.list_topics(timeout=15).topics.get(topic)
+            if md is None or not md.partitions:
+                return 1  # not created yet: asked again when its records arrive
+            partitions[topic] = len(md.partitions)
+        return partitions[topic]
+
+    return partitions_of
+
+
+def _stream_ready(query, processor):
+    def ready() -> bool:
+        if processor.last_batch is not None:
+            return True
+        status = query.status  # no data at all: no batch, but the trigger waits
+        return not status["isTriggerActive"] and status["message"].startswith("Waiting")
+
+    return ready
+
+
+class _BatchProgress:
+    """Diagnostics (CDC_MERGER_PROGRESS_LOG): every micro-batch's progress (Spark's time
+    split, and ours of addBatch) as JSON lines."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self.batch_times: dict = {}  # batch id -> our own split of addBatch
+        self.seen = -1
+
+    def record(self, batch_id: int, t0: float, t1: float, t2: float, timing: dict) -> None:
+        if not self.path:
+            return
+        self.batch_times[batch_id] = {
+            "readMs": int(1000 * (t1 - t0)),
+            "processMs": int(1000 * (t2 - t1)),
+            "statusMs": int(1000 * (time.monotonic() - t2)),
+            **timing,
+        }
+        self.batch_times.pop(batch_id - 200, None)
+
+    def append(self, query) -> None:
+        if self.path:
+            self.seen = _append_progress(query, self.seen, self.path, self.batch_times)
 
 
 def _log_slow_batch(query, logged: int) -> int:
