@@ -33,6 +33,10 @@ DEMO_DB = "demo_shop"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class DemoError(RuntimeError):
+    """The demo could not finish (printed as one line, with the log to read)."""
+
+
 def _root(info, db=None):
     return pymysql.connect(
         host=info.mariadb.host,
@@ -194,38 +198,7 @@ def run_demo(state_dir: Path, rows: int, console: Console) -> None:
         console.rule("[bold]3. snapshots while a live workload runs")
         workload.start()
         tables = [f"{DEMO_DB}.customers", f"{DEMO_DB}.orders"]
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("chunks  {task.fields[rows]:>9,} rows  {task.fields[phase]}"),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
-            tasks = {t: progress.add_task(t, total=None, rows=0, phase="waiting") for t in tables}
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline:
-                for proc, name in ((ingest, "ingest"), (merger, "merger")):
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"{name} exited; see {work / (name + '.log')}")
-                st = _status(work).get("tables", {})
-                done = 0
-                for t in tables:
-                    s = st.get(t)
-                    if not s:
-                        continue
-                    progress.update(
-                        tasks[t],
-                        total=max(1, s["chunks_total"]),
-                        completed=s["chunks_done"],
-                        rows=s["snapshot_rows"],
-                        phase=s["phase"],
-                    )
-                    if s["chunks_total"] and s["chunks_done"] >= s["chunks_total"] and s["phase"] == "streaming":
-                        done += 1
-                if done == len(tables):
-                    break
-                time.sleep(0.5)
+        _wait_for_snapshots(ingest, merger, work, tables, console)
         time.sleep(3)
         workload.stop.set()
         workload.join(10)
@@ -249,6 +222,46 @@ def run_demo(state_dir: Path, rows: int, console: Console) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
     console.print("the stack keeps running: `cdc stack down` stops it")
+
+
+def _wait_for_snapshots(
+    ingest, merger, work: Path, tables: list[str], console: Console, timeout_s: float = 600
+) -> None:
+    """Shows each table's snapshot progress (from the merger's status file) until every
+    table is snapshotted and streaming."""
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("chunks  {task.fields[rows]:>9,} rows  {task.fields[phase]}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        tasks = {t: progress.add_task(t, total=None, rows=0, phase="waiting") for t in tables}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for proc, name in ((ingest, "ingest"), (merger, "merger")):
+                if proc.poll() is not None:
+                    raise DemoError(f"{name} exited; see {work / (name + '.log')}")
+            st = _status(work).get("tables", {})
+            done = 0
+            for t in tables:
+                s = st.get(t)
+                if not s:
+                    continue
+                progress.update(
+                    tasks[t],
+                    total=max(1, s["chunks_total"]),
+                    completed=s["chunks_done"],
+                    rows=s["snapshot_rows"],
+                    phase=s["phase"],
+                )
+                if s["chunks_total"] and s["chunks_done"] >= s["chunks_total"] and s["phase"] == "streaming":
+                    done += 1
+            if done == len(tables):
+                return
+            time.sleep(0.5)
+    raise DemoError(f"the snapshots did not finish within {timeout_s:.0f} s; see {work / 'merger.log'}")
 
 
 def _show_events(bootstrap: str, topic: str, console: Console, n: int) -> None:
@@ -340,4 +353,4 @@ def _compare(info, work: Path, tables: list[str], console: Console) -> None:
             )
     console.print(result)
     if pending:
-        raise RuntimeError(f"sinks did not converge for {pending}")
+        raise DemoError(f"sinks did not converge for {pending}")

@@ -14,6 +14,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         errors += [IngestError, SourceError, BrokerError]
     except ImportError:  # pragma: no cover - partial installs
         pass
+    from cdc.demo import DemoError
+
+    errors.append(DemoError)
     try:
         from merger.errors import MergerError
 

