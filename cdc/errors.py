@@ -1,29 +1,21 @@
-"""The exceptions whose message is meant for the user (printed as one line, exit 2)."""
+"""The error root of the project, the bottom layer every package may import.
 
-from cdc.config import ConfigError
-from cdc.stack import StackError
+* ``CdcError``: every exception the project defines derives from it.
+* ``UserError``: a message meant for the user (bad configuration, an unreachable or
+  misconfigured server, a table that needs an operator): the CLI prints it as one line
+  and exits 2, never a stack trace.
 
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [ConfigError, StackError]
-    try:
-        from ingest.checks import SourceError
-        from ingest.errors import IngestError
-        from ingest.producer import BrokerError
-
-        errors += [IngestError, SourceError, BrokerError]
-    except ImportError:  # pragma: no cover - partial installs
-        pass
-    from cdc.demo import DemoError
-
-    errors.append(DemoError)
-    try:
-        from merger.errors import MergerError
-
-        errors.append(MergerError)
-    except ImportError:
-        pass
-    return tuple(errors)
+Each class keeps its standard base too (``ValueError``, ``RuntimeError``...), so code
+catching those catches them as before.
+"""
 
 
-USER_ERRORS = _user_errors()
+class CdcError(Exception):
+    """Root of the project's exceptions."""
+
+
+class UserError(CdcError):
+    """A one-line message for the user (printed by the CLI, exit 2)."""
+
+
+USER_ERRORS = (UserError,)

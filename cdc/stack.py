@@ -20,11 +20,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cdc.errors import UserError
+
 COMPONENTS = ("mariadb", "kafka", "postgres")
 DEFAULT_STATE_DIR = Path(os.environ.get("CDC_STATE_DIR", ".cdc"))
 
 
-class StackError(RuntimeError):
+class StackError(UserError, RuntimeError):
     """A user-facing problem with the local stack (printed as one line)."""
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pymysql
 
 from cdc.config import IngestConfig
+from cdc.errors import UserError
 
 
-class SourceError(RuntimeError):
+class SourceError(UserError, RuntimeError):
     """A problem with the source server that an operator must fix (user-facing text)."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cdc.errors import UserError
 
-class IngestError(RuntimeError):
+
+class IngestError(UserError, RuntimeError):
     """Fatal, user-facing error (one line)."""

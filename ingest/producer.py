@@ -15,19 +15,20 @@ from typing import Iterable
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdc.errors import CdcError, UserError
 from ingest.position import ResumePoint
 
 log = logging.getLogger(__name__)
 
 
-class BrokerError(RuntimeError):
+class BrokerError(UserError, RuntimeError):
     """The broker is unreachable or refused something; the message is user-facing."""
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # when neither the config nor the broker says
 
 
-class RecordTooLarge(RuntimeError):
+class RecordTooLarge(CdcError, RuntimeError):
     """A record larger than the producer or the broker accepts: retrying cannot help."""
 
     def __init__(self, topic: str, key: bytes | None, size: int, limit: int, position: bytes | None, by_broker: bool):

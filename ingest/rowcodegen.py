@@ -10,8 +10,10 @@ import struct
 
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 
+from cdc.errors import CdcError
 
-class _Fallback(Exception):
+
+class _Fallback(CdcError):
     """The generated decoder met data it does not reproduce exactly: use the library."""
 
 
@@ -98,7 +100,7 @@ _BASE_NS = {
 }
 
 
-class Unsupported(Exception):
+class Unsupported(CdcError):
     pass
 
 

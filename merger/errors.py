@@ -1,7 +1,9 @@
 """User-facing merger errors (printed as one line by the CLI)."""
 
+from cdc.errors import CdcError, UserError
 
-class MergerError(RuntimeError):
+
+class MergerError(UserError, RuntimeError):
     pass
 
 
@@ -9,5 +11,5 @@ class TablePaused(MergerError):
     """A table cannot be merged until an operator acts (e.g. an incompatible DDL)."""
 
 
-class BadChange(Exception):
+class BadChange(CdcError):
     """A change of a known table that cannot be applied (``on_bad_record: pause``)."""

@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdc.errors import CdcError
 
-class KafkaSourceError(RuntimeError):
+
+class KafkaSourceError(CdcError, RuntimeError):
     """A problem reading Kafka that a user must look at (bad option, data loss, timeout)."""
 
 

@@ -46,10 +46,7 @@ from typing import Iterable, NamedTuple, Sequence, Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
-try:  # the merger's user-facing error base, when that module exists
-    from merger.errors import MergerError as _Base  # type: ignore
-except Exception:  # pragma: no cover - depends on the rest of the checkout
-    _Base = RuntimeError
+from merger.errors import MergerError
 
 OP, SEQ = "_cdc_op", "_cdc_seq"
 RESERVED_PREFIX = "_cdc_"
@@ -59,7 +56,7 @@ DELETE_OP = "d"
 Changes = Union[pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
 
 
-class SinkError(_Base):
+class SinkError(MergerError):
     """A sink problem with a user-facing one-line message."""
 
 

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from cdc.errors import CdcError
+
 SAME, WIDEN = "same", "widen"
 
 #: Arrow field metadata of a MySQL BIT(n>1) column (``merger.schema``): its width n. The
@@ -63,7 +65,7 @@ def bit_width(field: pa.Field) -> int | None:
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 
 
-class UnsupportedType(TypeError):
+class UnsupportedType(CdcError, TypeError):
     """An Arrow type the sink cannot store."""
 
 

@@ -77,6 +77,8 @@ from dataclasses import dataclass
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Callable, Mapping
 
+from cdc.errors import CdcError
+
 INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year")
 STRING_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set")
 BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
@@ -99,7 +101,7 @@ _EPOCH = _dt.datetime(1970, 1, 1)
 _UTC = _dt.timezone.utc
 
 
-class UnsupportedColumn(ValueError):
+class UnsupportedColumn(CdcError, ValueError):
     """A column type this module has no canonical form for (verify reports an error for
     the table rather than skipping the column)."""
 

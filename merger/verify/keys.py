@@ -13,13 +13,15 @@ import datetime as _dt
 from decimal import Decimal
 from typing import Any
 
+from cdc.errors import CdcError
+
 _UTC = _dt.timezone.utc
 # MariaDB orders these key types as the sinks do (numbers, instants, bytes); strings
 # follow a collation (case-insensitive, PAD SPACE), so their chunks can disagree
 ALIGNED_KINDS = ("int", "bool", "decimal", "float", "date", "datetime", "timestamp", "time", "binary", "bit")
 
 
-class UnsupportedKey(ValueError):
+class UnsupportedKey(CdcError, ValueError):
     pass
 
 

@@ -156,8 +156,8 @@ def test_table_rows():
 
 
 def test_parse_duration():
+    from cdc.cli.verify import parse_duration
     from cdc.config import ConfigError
-    from cdc.verify_cmd import parse_duration
 
     assert parse_duration("2s") == 2.0
     assert parse_duration("500ms") == 0.5
@@ -181,7 +181,7 @@ def test_merger_tables_follow_include_exclude_and_skip_watermarks():
 
 
 def test_exit_code():
-    from cdc.verify_cmd import exit_code
+    from cdc.cli.verify import exit_code
     from merger.verify.chunked import TableResult
 
     equal = TableResult("a.b", "delta")

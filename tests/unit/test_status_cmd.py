@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from cdc.cli import merger_state
+from cdc.cli.app import merger_state
 from merger.state import StateStore
 
 ROOT = Path(__file__).resolve().parents[2]

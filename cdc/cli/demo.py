@@ -28,12 +28,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cdc import stack as local_stack
+from cdc.errors import UserError
 
 DEMO_DB = "demo_shop"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
-class DemoError(RuntimeError):
+class DemoError(UserError, RuntimeError):
     """The demo could not finish (printed as one line, with the log to read)."""
 
 
@@ -267,7 +268,7 @@ def _wait_for_snapshots(
 def _show_events(bootstrap: str, topic: str, console: Console, n: int) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
-    from cdc.tail import format_record
+    from cdc.cli.tail import format_record
 
     consumer = Consumer(
         {

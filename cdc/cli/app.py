@@ -144,7 +144,7 @@ def tail(
     state_dir: Path = STATE_DIR_OPTION,
 ):
     """Print the records of a topic as they arrive (read_committed)."""
-    from cdc.tail import tail_topic
+    from cdc.cli.tail import tail_topic
 
     if not bootstrap:
         bootstrap = local_stack.StackInfo.load(state_dir).kafka.bootstrap
@@ -155,7 +155,7 @@ def tail(
 def demo(state_dir: Path = STATE_DIR_OPTION, rows: int = typer.Option(200_000, help="rows of the demo orders table")):
     """The whole path on the local stack: load tables, start ingest and the merger, snapshot
     while a live workload runs, show change events, compare every sink table with its source."""
-    from cdc.demo import run_demo
+    from cdc.cli.demo import run_demo
 
     _setup_logging(False)
     run_demo(state_dir, rows, Console())
@@ -368,7 +368,7 @@ def verify(
 ):
     """Compare each sink table with its source in key-range chunks, without locking the
     source. Exit code 0: all equal; 1: a difference; 2: a table could not be verified."""
-    from cdc.verify_cmd import parse_duration, run_verify
+    from cdc.cli.verify import parse_duration, run_verify
 
     wait = parse_duration(retry_wait)
     named = [_check_table(t) for t in tables or []]

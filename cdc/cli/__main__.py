@@ -1,0 +1,5 @@
+"""``python -m cdc.cli``."""
+
+from cdc.cli.app import main
+
+main()
