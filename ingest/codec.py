@@ -10,6 +10,7 @@ from typing import Any
 import pymysql
 
 from cdc.config import IngestConfig
+from cdc.quoting import quote_ident
 from ingest.converter_config import ConverterConfig
 from ingest.declared import declared_types_from_ddl, with_declared_types
 from ingest.envelope import EnvelopeConfig, TableEncoder
@@ -37,10 +38,6 @@ def envelope_config(config: IngestConfig) -> EnvelopeConfig:
         # the merger needs truncates; Debezium skips them unless told otherwise
         skipped_operations=frozenset(config.skipped_operations),
     )
-
-
-def quote_ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def load_table_details(conn: pymysql.Connection, db: str, table: str) -> dict[str, Any]:

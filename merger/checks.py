@@ -14,8 +14,8 @@ from typing import Callable, Iterable
 import pymysql
 
 from cdc.config import MergerConfig
+from cdc.quoting import quote_ident
 from merger.errors import MergerError
-from merger.snapshot.chunking import quote_ident
 from merger.source import SourceUnavailable, is_transient
 
 #: privilege errors: table access denied (1142), column access denied (1143),

@@ -45,9 +45,9 @@ import uuid
 
 import pymysql
 
+from cdc.quoting import quote_ident
 from ingest.position import EventPosition, ReplayFilter
 from merger.errors import MergerError
-from merger.snapshot.chunking import quote_ident
 
 log = logging.getLogger("cdc.merger")
 

@@ -32,6 +32,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc.quoting import quote_ident
 from ingest.tablespec import ColumnSpec, TableSpec
 from merger.sinks.types import BIT_WIDTH
 
@@ -282,10 +283,6 @@ def rows_to_arrow(
 
 
 # ------------------------------------------------------------------ snapshot SELECT -> Arrow
-
-
-def quote_ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def snapshot_expression(c: ColumnSpec) -> str:

@@ -10,10 +10,10 @@ import pymysql
 import yaml
 
 from cdc import stack as local_stack
+from cdc.quoting import quote_ident
 from merger.catalog import SourceCatalog
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
-from merger.snapshot.chunking import quote_ident
 from merger.verify.sinks import DeltaReader, PostgresReader
 from merger.verify.source import SourceReader
 from merger.verify.table import compare_tables

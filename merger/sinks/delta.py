@@ -64,6 +64,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from cdc.quoting import quote_ident
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,
@@ -106,11 +107,6 @@ def _component(name: str) -> str:
     if name in (".", ".."):
         return "~2E" * len(name)
     return "".join(f"~{ord(ch):02X}" if ch in _PATH_ESCAPED else ch for ch in name)
-
-
-def _q(name: str) -> str:
-    """A column reference for delta-rs SQL predicates (backtick-quoted)."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 @dataclass
@@ -424,8 +420,8 @@ class DeltaSink(DeltaReads, Sink):
             cols = [c for c in src.column_names if c in m.columns]
             nonkey = [c for c in cols if c not in m.keys] + [SEQ]
             source = src.select(cols + [SEQ, OP])
-            on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in m.keys)
-            newer = f"s.{_q(SEQ)} > t.{_q(SEQ)}"
+            on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in m.keys)
+            newer = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
             (
                 m.main.merge(
                     source,
@@ -435,12 +431,14 @@ class DeltaSink(DeltaReads, Sink):
                     writer_properties=self.writer_properties,
                     commit_properties=_txn(m.app_main, version),
                 )
-                .when_matched_delete(predicate=f"{newer} AND s.{_q(OP)} = '{DELETE_OP}'")
+                .when_matched_delete(predicate=f"{newer} AND s.{quote_ident(OP)} = '{DELETE_OP}'")
                 .when_matched_update(
-                    {_q(c): f"s.{_q(c)}" for c in nonkey}, predicate=f"{newer} AND s.{_q(OP)} <> '{DELETE_OP}'"
+                    {quote_ident(c): f"s.{quote_ident(c)}" for c in nonkey},
+                    predicate=f"{newer} AND s.{quote_ident(OP)} <> '{DELETE_OP}'",
                 )
                 .when_not_matched_insert(
-                    {_q(c): f"s.{_q(c)}" for c in cols + [SEQ]}, predicate=f"s.{_q(OP)} <> '{DELETE_OP}'"
+                    {quote_ident(c): f"s.{quote_ident(c)}" for c in cols + [SEQ]},
+                    predicate=f"s.{quote_ident(OP)} <> '{DELETE_OP}'",
                 )
                 .execute()
             )
@@ -452,8 +450,8 @@ class DeltaSink(DeltaReads, Sink):
             relevant = pc.or_(pc.equal(src[OP], DELETE_OP), pc.is_valid(src[TSEQ]))
             source = src.filter(relevant).select(m.keys + [SEQ, OP])
             if source.num_rows:
-                on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in m.keys)
-                newer = f"s.{_q(SEQ)} > t.{_q(SEQ)}"
+                on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in m.keys)
+                newer = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
                 (
                     m.tomb.merge(
                         source,
@@ -462,10 +460,14 @@ class DeltaSink(DeltaReads, Sink):
                         target_alias="t",
                         commit_properties=_txn(m.app_tomb, version),
                     )
-                    .when_matched_update({_q(SEQ): f"s.{_q(SEQ)}"}, predicate=f"{newer} AND s.{_q(OP)} = '{DELETE_OP}'")
-                    .when_matched_delete(predicate=f"{newer} AND s.{_q(OP)} <> '{DELETE_OP}'")
+                    .when_matched_update(
+                        {quote_ident(SEQ): f"s.{quote_ident(SEQ)}"},
+                        predicate=f"{newer} AND s.{quote_ident(OP)} = '{DELETE_OP}'",
+                    )
+                    .when_matched_delete(predicate=f"{newer} AND s.{quote_ident(OP)} <> '{DELETE_OP}'")
                     .when_not_matched_insert(
-                        {_q(c): f"s.{_q(c)}" for c in m.keys + [SEQ]}, predicate=f"s.{_q(OP)} = '{DELETE_OP}'"
+                        {quote_ident(c): f"s.{quote_ident(c)}" for c in m.keys + [SEQ]},
+                        predicate=f"s.{quote_ident(OP)} = '{DELETE_OP}'",
                     )
                     .execute()
                 )

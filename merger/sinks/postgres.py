@@ -51,6 +51,7 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc.quoting import pg_ident
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,
@@ -128,11 +129,7 @@ class _Meta:
 
     @property
     def qualified(self) -> str:
-        return _quote(self.schema) + "." + _quote(self.name)
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+        return pg_ident(self.schema) + "." + pg_ident(self.name)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -275,7 +272,7 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
 
     def _load_meta(self, conn, table: TableId) -> _Meta | None:
         schema, name = self.target_name(table)
-        qualified = _quote(schema) + "." + _quote(name)
+        qualified = pg_ident(schema) + "." + pg_ident(name)
         oid = conn.execute("SELECT to_regclass(%s)::oid", (qualified,)).fetchone()[0]
         if oid is None:
             return None
@@ -329,7 +326,7 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
         return self._run(self._ensure, table, schema, name, keys, wanted)
 
     def _ensure(self, conn, table, schema, name, keys, wanted) -> list[str]:
-        qualified = _quote(schema) + "." + _quote(name)
+        qualified = pg_ident(schema) + "." + pg_ident(name)
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified,))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         m = self._load_meta(conn, table)
@@ -384,7 +381,9 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
                 conn.execute(alter.format(tomb, sql.Identifier(c), sql.SQL(T.pg_type_name(new))))
             done.append(f"widened {c} {old_name} -> {T.pg_type_name(new)}")
         if (
-            conn.execute("SELECT to_regclass(%s)", (_quote(self.control_schema) + "." + _quote(m.tomb),)).fetchone()[0]
+            conn.execute(
+                "SELECT to_regclass(%s)", (pg_ident(self.control_schema) + "." + pg_ident(m.tomb),)
+            ).fetchone()[0]
             is None
         ):
             self._create_tomb(conn, tomb, qualified, keys, {**m.columns, **wanted})
@@ -431,7 +430,7 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
         row = self._run(
             lambda c: c.execute(
                 sql.SQL("SELECT version FROM {} WHERE table_name = %s").format(applied),
-                (_quote(schema) + "." + _quote(name),),
+                (pg_ident(schema) + "." + pg_ident(name),),
             ).fetchone()
         )
         return None if row is None or row[0] < 0 else row[0]
@@ -565,7 +564,7 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
     def drop_table(self, table) -> None:
         table = as_table_id(table)
         schema, name = self.target_name(table)
-        qualified = _quote(schema) + "." + _quote(name)
+        qualified = pg_ident(schema) + "." + pg_ident(name)
 
         def drop(conn):
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified,))

@@ -22,8 +22,9 @@ from urllib.parse import quote
 
 import pyarrow.parquet as pq
 
+from cdc.quoting import quote_ident
 from ingest.tablespec import ColumnSpec, TableSpec
-from merger.schema import quote_ident, snapshot_expression
+from merger.schema import snapshot_expression
 
 # the text a task's error carries when the source is unreachable: merger.source retries it
 UNAVAILABLE_MARK = "cdc-source-unavailable"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from cdc.quoting import quote_ident
 from merger.dblog import encode_key
 
 
@@ -204,15 +205,6 @@ def _cut(lo: tuple | None, hi: tuple | None, next_boundary) -> Iterator[KeyRange
 # with a 4-column primary key: EXPLAIN shows a range scan on PRIMARY for this form and a
 # full table scan for ``(a, b) >= (x, y) AND (a, b) < (...)``. The redundant leading
 # ``a >= x`` / ``a <= x`` term is a plain range on the first index column.
-
-
-def quote_ident(name: str) -> str:
-    """A MariaDB/MySQL identifier in backticks, embedded backticks doubled."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"an identifier must be a non-empty string, got {name!r}")
-    if "\x00" in name:
-        raise ValueError(f"an identifier can't contain NUL: {name!r}")
-    return "`" + name.replace("`", "``") + "`"
 
 
 def quote_table(table: str | Sequence[str], quote: Callable[[str], str] = quote_ident) -> str:

@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pymysql
 
+from cdc.quoting import quote_ident
 from ingest.tablespec import TableSpec
 from merger.dblog import decode_key
-from merger.schema import arrow_schema, from_snapshot, quote_ident, snapshot_select
+from merger.schema import arrow_schema, from_snapshot, snapshot_select
 
 
 def is_whole_table(chunks: list[dict]) -> bool:

@@ -21,12 +21,13 @@ import uuid
 import pymysql
 
 from cdc.config import MergerConfig
+from cdc.quoting import quote_ident
 from merger.dblog import decode_key, encode_key
 from merger.errors import MergerError
 from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
 from merger.snapshot.chunk_read import chunk_query, stage_window, warm_up_workers
-from merger.snapshot.chunking import boundary_sql, make_chunks, plan_by_boundaries, quote_ident, sql_predicate_literal
+from merger.snapshot.chunking import boundary_sql, make_chunks, plan_by_boundaries, sql_predicate_literal
 from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.source import SourceGuard, connect
 from merger.state import StateStore

@@ -16,8 +16,9 @@ from typing import Any, Callable, Sequence
 
 import pymysql
 
+from cdc.quoting import quote_ident
 from merger.errors import MergerError
-from merger.snapshot.chunking import quote_ident, quote_table, sql_literal, sql_predicate_literal
+from merger.snapshot.chunking import quote_table, sql_literal, sql_predicate_literal
 from merger.verify.canonical import Column
 from merger.verify.keys import source_value
 

@@ -14,8 +14,8 @@ import re
 import pymysql
 import pytest
 
+from cdc.quoting import quote_ident as q
 from ingest.topics import table_topic
-from merger.snapshot.chunking import quote_ident as q
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import list_topics
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
