@@ -212,6 +212,14 @@ def integer(v: Any) -> str | tuple:
     return unexpected(v)
 
 
+def integer_sink(v: Any) -> str | tuple:
+    """A sink's integer: an int (or an integral Decimal), never text (a sink that stored
+    an integer column as text differs from its source)."""
+    if isinstance(v, str):
+        return unexpected(v)
+    return integer(v)
+
+
 def boolean_of_int(v: Any) -> str | tuple:
     """A BOOLEAN (tinyint(1)) source value where the sink column is boolean."""
     if isinstance(v, bool):

@@ -21,6 +21,7 @@ from merger.verify.canonical import (
     float_rule,
     geometry_source,
     integer,
+    integer_sink,
     json_parsed,
     json_source,
     json_text,
@@ -54,7 +55,7 @@ class ColumnCanon:
                 src = dst = boolean_of_int
                 self.kind = "bool"
             else:
-                src = dst = integer
+                src, dst = integer, integer_sink
         elif kind == "decimal":
             src = dst = decimal
         elif kind == "float":
@@ -96,7 +97,7 @@ class ColumnCanon:
 
     def sinks(self, values: Sequence[Any]) -> list:
         f = self._dst
-        if f is integer:
+        if f is integer_sink:
             return [str(v) if type(v) is int else None if v is None else f(v) for v in values]
         if f is string_sink:
             return [v if type(v) is str or v is None else f(v) for v in values]
