@@ -268,6 +268,13 @@ def _same(a, b):
         return a.hex() == b.hex() or (math.isnan(a) and math.isnan(b))
     if isinstance(a, Decimal):
         return str(a) == str(b)
+    if isinstance(a, dt.datetime) and a.tzinfo is not None:
+        # the same wall time and offset; == is always False across zones for an ambiguous
+        # (repeated) local time, e.g. 1983-09-24 23:00 in Europe/Nicosia (PEP 495)
+        return b.tzinfo is not None and (a.replace(tzinfo=None), a.utcoffset()) == (
+            b.replace(tzinfo=None),
+            b.utcoffset(),
+        )
     return a == b
 
 
