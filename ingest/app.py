@@ -21,25 +21,23 @@ import pymysql
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.config import IngestConfig
+from cdc.metrics_http import serve as serve_metrics
+from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.position import EventPosition
+from cdc.wire.topics import table_topic
 from ingest import metrics
 from ingest.binlog import open_reader
 from ingest.checks import check_source, gtid_for_file_pos
 from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
 from ingest.control_records import context_headers, heartbeat_record, message_record
-from ingest.ddl import DDL_HEADER, DROPPED, ddl_marker, parse_ddl, table_effects
+from ingest.ddl import DROPPED, ddl_marker, parse_ddl, table_effects
 from ingest.declared import DeclaredTypes
 from ingest.envelope import SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
 from ingest.fatal import backwards_message, binlog_gone_message, too_large_message
 from ingest.filters import CaptureFilter
 from ingest.partitioner import partition_for
-from ingest.position import (
-    POSITION_HEADER,
-    EventPosition,
-    ResumePoint,
-    backwards_reason,
-    file_number,
-)
+from ingest.position import ResumePoint, backwards_reason, file_number
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
     BrokerError,
@@ -52,13 +50,11 @@ from ingest.producer import (
 from ingest.schema_change_records import schema_change_record, table_change_json
 from ingest.stream import BinlogStream, CommitPolicy, SourceTransaction
 from ingest.tablespec import TableSpec
-from ingest.topics import table_topic
 from ingest.transaction_control import TransactionControl
 from ingest.transaction_records import TransactionTracker
 
 log = logging.getLogger("cdc.ingest")
 
-WATERMARK_HEADER = "cdc.watermark"
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
 
 
@@ -92,7 +88,7 @@ class Ingest:
     def run(self, stop: threading.Event | None = None) -> None:
         stop = stop or threading.Event()
         facts = check_source(self.config)
-        metrics.serve(self.config.metrics_port, self.config.metrics_address)
+        serve_metrics(self.config.metrics_port, self.config.metrics_address)
         self.topics = Topics(self.kafka_conf)
         self.topics.check_reachable()
         self.topics.partitions(self.offsets_topic, 1, compact=True)

@@ -274,8 +274,6 @@ def alter_clause_kinds(sql: str) -> list[str]:
 
 # ---------------------------------------------------------------------- the DDL marker
 
-DDL_HEADER = "cdc.ddl"
-
 
 def ddl_marker(db: str, table: str, kind: str, sql: str, spec) -> dict:
     """The content of a DDL marker (schemas/ddl-marker.schema.json): the table, what the

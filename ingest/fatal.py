@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ingest.position import EventPosition, ResumePoint
+from cdc.wire.position import EventPosition
+from ingest.position import ResumePoint
 from ingest.producer import RecordTooLarge
 
 

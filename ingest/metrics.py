@@ -3,7 +3,7 @@ overlap: MilliSecondsBehindSource, TotalNumberOfEventsSeen, ...)."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge
 
 EVENTS = Counter("cdc_ingest_events", "Change events written, by table and op", ["table", "op"])
 TRANSACTIONS = Counter("cdc_ingest_source_transactions", "Source transactions read")
@@ -20,12 +20,3 @@ UNAVAILABLE = Gauge(
     "cdc_ingest_unavailable", "1 while ingest waits for the source or the broker to come back, by kind", ["kind"]
 )
 RETRY_DELAY = Gauge("cdc_ingest_retry_delay_seconds", "Backoff before the next retry (0 while streaming)")
-
-_started = False
-
-
-def serve(port: int, address: str = "127.0.0.1") -> None:
-    global _started
-    if port and not _started:
-        start_http_server(port, addr=address)
-        _started = True

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc.wire.position import EventPosition
 from ingest import metrics, statements
-from ingest.position import EventPosition, ResumePoint, advance_gtid_state
+from ingest.position import ResumePoint, advance_gtid_state
 
 SOURCE_CHECK_S = 10.0  # while idle, how often ingest checks that the source's binlog did not go back
 _FL_STANDALONE = 1  # MariaDB GTID event flag: a group of one statement (DDL), no BEGIN/COMMIT

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 
 from cdc.config import IngestConfig
+from cdc.wire.position import EventPosition
 from ingest import metrics, statements
 from ingest.errors import IngestError
 from ingest.fatal import exposed_rollback_message
-from ingest.position import EventPosition
 from ingest.stream import SourceTransaction
 
 log = logging.getLogger("cdc.ingest")

@@ -150,7 +150,7 @@ class Merger:
             self.locked_store.write_exit(None)
 
     def _run(self, stop: threading.Event | None = None) -> None:
-        from merger import metrics
+        from cdc.metrics_http import serve as serve_metrics
         from merger.checks import check_source
         from merger.kafka import CdcKafkaDataSource
         from merger.snapshot.runner import SnapshotRunner
@@ -175,7 +175,7 @@ class Merger:
         source_guard = SourceGuard(stop)
         processor = self._processor(store, sinks, kafka_conf, partitions_of, accepts, source_guard)
         source_guard.on_change = lambda: _publish_if_idle(processor)
-        metrics.serve(cfg.metrics_port, cfg.metrics_address)
+        serve_metrics(cfg.metrics_port, cfg.metrics_address)
         spark = make_spark(cfg)
         spark.dataSource.register(CdcKafkaDataSource)
         runner = SnapshotRunner(cfg, spark, store, processor, source_guard)

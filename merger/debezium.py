@@ -46,7 +46,7 @@ import uuid
 import pymysql
 
 from cdc.quoting import quote_ident
-from ingest.position import EventPosition, ReplayFilter
+from cdc.wire.position import EventPosition, ReplayFilter
 from merger.errors import MergerError
 
 log = logging.getLogger("cdc.merger")

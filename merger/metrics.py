@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Gauge, start_http_server
+from prometheus_client import Gauge
 
 BEHIND = Gauge("cdc_merger_MilliSecondsBehindSource", "Source commit to sink apply, last batch", ["table"])
 ROWS_SCANNED = Gauge("cdc_merger_snapshot_RowsScanned", "Snapshot rows emitted", ["table"])
@@ -13,14 +13,6 @@ BAD_RECORDS = Gauge("cdc_merger_bad_records", "Records sent to the dead-letter t
 LAST_BATCH = Gauge("cdc_merger_last_batch", "Id of the last micro-batch")
 
 PHASES = ("snapshotting", "streaming", "paused", "failed", "dropped")
-_started = False
-
-
-def serve(port: int, address: str = "127.0.0.1") -> None:
-    global _started
-    if port and not _started:
-        start_http_server(port, addr=address)
-        _started = True
 
 
 def observe(status: dict) -> None:

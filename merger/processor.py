@@ -35,11 +35,12 @@ from typing import Callable
 
 import pyarrow as pa
 
-from ingest.ddl import ALTERED, CREATED, DDL_HEADER, DROPPED, spec_from_marker
-from ingest.position import EventPosition, ReplayFilter
+from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
+from cdc.wire.position import EventPosition, ReplayFilter
+from cdc.wire.topics import table_topic
+from ingest.ddl import ALTERED, CREATED, DROPPED, spec_from_marker
 from ingest.schema_change_records import table_change_json
 from ingest.tablespec import TableSpec
-from ingest.topics import table_topic
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
@@ -50,7 +51,6 @@ from merger.pausing import PausedTables
 from merger.records import (
     MARKER,
     SCHEMA,
-    WATERMARK_HEADER,
     BadRecord,
     ChangeEvent,
     ParsedRecord,

@@ -15,13 +15,12 @@ from typing import Any, Callable, NamedTuple
 
 import pyarrow as pa
 
-from ingest.ddl import DDL_HEADER
-from ingest.position import POSITION_HEADER, EventPosition
+from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.position import EventPosition
 from merger.errors import MergerError
 from merger.schema import rows_to_arrow
 from merger.schema_change import rows_to_arrow_lenient
 
-WATERMARK_HEADER = "cdc.watermark"
 MARKER = "m"  # op of a watermark marker
 SCHEMA = "s"  # op of a DDL marker
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ingest.position import POSITION_HEADER, EventPosition, ReplayFilter
+from cdc.wire.headers import POSITION_HEADER
+from cdc.wire.position import EventPosition, ReplayFilter
 
 
 @dataclass

@@ -51,7 +51,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
+from cdc.wire.topics import INVALID_TOPIC_CHARS, changelog_topic_safe
 from ingest.partitioner import partition_for
 from merger.sinks import types as T
 from merger.sinks.base import (
@@ -85,17 +85,12 @@ except ImportError as _exc:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 TRUNCATE_HEADER = "cdc.truncate"
-_INVALID = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def _err_text(exc: BaseException) -> str:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0].str()
     return str(exc)
-
-
-def topic_safe(name: str) -> str:
-    return _INVALID.sub("_", name) or "_"
 
 
 @dataclass
@@ -141,7 +136,7 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
         timeout_s: float = 30.0,
     ):
         self.client = {"bootstrap.servers": bootstrap} if isinstance(bootstrap, str) else dict(bootstrap)
-        if not topic_prefix or _INVALID.search(topic_prefix):
+        if not topic_prefix or INVALID_TOPIC_CHARS.search(topic_prefix):
             raise SinkError(f"invalid topic prefix {topic_prefix!r} (allowed: letters, digits, '.', '_', '-')")
         if decimal_handling not in ("precise", "string", "double"):
             raise SinkError(f"decimal_handling must be precise, string or double, not {decimal_handling!r}")
@@ -413,7 +408,7 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             st = states.get(table)
             done: list[str] = []
             if st is None:
-                topic = f"{self.prefix}.{topic_safe(table.database)}.{topic_safe(table.table)}"
+                topic = f"{self.prefix}.{changelog_topic_safe(table.database)}.{changelog_topic_safe(table.table)}"
                 clash = [s.table for s in states.values() if s.topic == topic]
                 if clash:
                     raise SinkError(f"table {table}: topic {topic} is already used by table {clash[0]}")

@@ -3,7 +3,7 @@ backticks, spaces, reserved words, dots, ``%`` and non-ASCII letters go through 
 the broker and the merger into Delta and PostgreSQL, snapshot and streaming alike, and
 the sink tables equal the source row for row.
 
-Topic names are made legal the way Debezium does it (``ingest.topics``); the merger routes
+Topic names are made legal the way Debezium does it (``cdc.wire.topics``); the merger routes
 records by their ``source`` block, so the lossy topic names do not matter to it.
 """
 
@@ -15,7 +15,7 @@ import pymysql
 import pytest
 
 from cdc.quoting import quote_ident as q
-from ingest.topics import table_topic
+from cdc.wire.topics import table_topic
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import list_topics
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config

@@ -9,7 +9,7 @@ import json
 
 import pyarrow as pa
 
-from ingest.position import EventPosition
+from cdc.wire.position import EventPosition
 from merger.debezium import DebeziumReplayFilter, signal_row
 
 P = EventPosition

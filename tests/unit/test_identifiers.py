@@ -3,13 +3,13 @@ backticks, spaces, reserved words, dots, ``%`` and non-ASCII letters go through 
 the broker and the merger into Delta and PostgreSQL, snapshot and streaming alike, and
 the sink tables equal the source row for row.
 
-Topic names are made legal the way Debezium does it (``ingest.topics``); the merger routes
+Topic names are made legal the way Debezium does it (``cdc.wire.topics``); the merger routes
 records by their ``source`` block, so the lossy topic names do not matter to it.
 """
 
 from __future__ import annotations
 
-from ingest.topics import table_topic, topic_safe
+from cdc.wire.topics import table_topic, topic_safe
 
 
 def test_topic_names_are_sanitized_like_debezium():

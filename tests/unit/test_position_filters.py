@@ -3,8 +3,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc.config import IngestConfig
+from cdc.wire.position import EventPosition
 from ingest.filters import CaptureFilter
-from ingest.position import EventPosition, ResumePoint, advance_gtid_state, parse_gtid
+from ingest.position import ResumePoint, advance_gtid_state, parse_gtid
 
 
 def test_event_position_orders_by_file_sequence_then_pos_then_row():
@@ -54,7 +55,7 @@ def test_capture_filter_rules():
 
 
 def test_replay_filter_drops_replayed_suffix_keeps_tombstone_and_pk_change():
-    from ingest.position import ReplayFilter
+    from cdc.wire.position import ReplayFilter
 
     f = ReplayFilter()
     d = EventPosition("b.000001", 100, 0)

@@ -13,10 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.position import POSITION_HEADER
+from cdc.wire.headers import POSITION_HEADER, WATERMARK_HEADER
 from ingest.tablespec import ColumnSpec, TableSpec
 from merger.processor import STREAMING_RECENT_S, BatchProcessor
-from merger.records import WATERMARK_HEADER
 from merger.state import StateStore
 
 PREFIX = "p"

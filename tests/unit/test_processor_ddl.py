@@ -9,8 +9,8 @@ import json
 
 import pyarrow as pa
 
-from ingest.ddl import DDL_HEADER, ddl_marker
-from ingest.position import POSITION_HEADER
+from cdc.wire.headers import DDL_HEADER, POSITION_HEADER
+from ingest.ddl import ddl_marker
 from ingest.tablespec import ColumnSpec, TableSpec
 from merger.processor import BatchProcessor
 from merger.sinks.base import IncompatibleSchemaChange

@@ -15,6 +15,7 @@ by that, so tables that share a topic are still merged apart.
 from __future__ import annotations
 
 import functools
+import re
 
 MAX_TOPIC_LENGTH = 249
 REPLACEMENT = "_"
@@ -44,3 +45,13 @@ def topic_safe(name: str) -> str:
 def table_topic(prefix: str, db: str, table: str) -> str:
     """The topic of a table's change events: ``<prefix>.<db>.<table>``, made legal."""
     return topic_safe(f"{prefix}.{db}.{table}")
+
+
+# The merged-changelog sink's topics (merger/sinks/kafka_changelog.py) keep their own,
+# older rule: one "_" per character Kafka does not allow, no length cap. Their names are
+# in use; the Debezium rule above would rename topics of non-BMP or overlong names.
+INVALID_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def changelog_topic_safe(name: str) -> str:
+    return INVALID_TOPIC_CHARS.sub("_", name) or "_"

@@ -1,0 +1,7 @@
+"""Names of the headers ingest puts on records (beside Debezium's own)."""
+
+from __future__ import annotations
+
+POSITION_HEADER = "cdc.position"  # EventPosition.encode(): binlog file:pos:row[:part]
+WATERMARK_HEADER = "cdc.watermark"  # a watermark marker: {"table", "window", "kind"}
+DDL_HEADER = "cdc.ddl"  # a DDL marker (ingest/ddl.py ddl_marker)
