@@ -1017,7 +1017,7 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
     if "delta" in sinks:
         pollers.append(DeltaPoller(run.delta_base, writer, args.delta_poll_ms / 1000))
     if args.kafka_probe:
-        from ingest.topics import table_topic
+        from cdc.wire.topics import table_topic
 
         pollers.append(KafkaPoller(info.kafka.bootstrap, table_topic(run.prefix, DB, LAT), writer))
     marks: dict[str, float] = {}

@@ -53,7 +53,7 @@ from ingest.tablespec import TableSpec
 from ingest.transaction_control import TransactionControl
 from ingest.transaction_records import TransactionTracker
 
-log = logging.getLogger("cdc.ingest")
+log = logging.getLogger(__name__)
 
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
 

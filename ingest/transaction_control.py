@@ -12,7 +12,7 @@ from ingest.errors import IngestError
 from ingest.fatal import exposed_rollback_message
 from ingest.stream import SourceTransaction
 
-log = logging.getLogger("cdc.ingest")
+log = logging.getLogger(__name__)
 
 
 class TransactionControl:

@@ -25,7 +25,7 @@ from cdc.config import MergerConfig, load_model
 from merger.errors import MergerError
 from merger.state import TICK_FILE
 
-log = logging.getLogger("cdc.merger")
+log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 JDBC_JARS = ["/usr/share/java/mariadb-java-client.jar"]

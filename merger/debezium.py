@@ -49,7 +49,7 @@ from cdc.quoting import quote_ident
 from cdc.wire.position import EventPosition, ReplayFilter
 from merger.errors import MergerError
 
-log = logging.getLogger("cdc.merger")
+log = logging.getLogger(__name__)
 
 # source.snapshot of the records of an initial (or blocking) snapshot: Debezium's
 # SnapshotRecord values other than "false" and "incremental"

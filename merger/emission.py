@@ -19,7 +19,7 @@ from merger.staging import count_rows, fill_missing, staged_files, staged_rows, 
 from merger.state import StateStore
 from merger.tables import TableRegistry, TableRuntime
 
-log = logging.getLogger("cdc.merger")
+log = logging.getLogger(__name__)
 
 
 class WindowEmitter:

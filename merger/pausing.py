@@ -11,7 +11,7 @@ from merger.kept import kept_batches, kept_dir
 from merger.sinks.base import UnstorableValue
 from merger.tables import TableRuntime
 
-log = logging.getLogger("cdc.merger")
+log = logging.getLogger(__name__)
 
 
 class PausedTables:

@@ -67,7 +67,7 @@ from merger.state import StateStore
 from merger.table_ddl import DdlFollower
 from merger.tables import TableRegistry, TableRuntime
 
-log = logging.getLogger("cdc.merger")
+log = logging.getLogger(__name__)
 
 # a source counts as busy for this long after a batch with a streamed change
 STREAMING_RECENT_S = 5.0

@@ -14,7 +14,7 @@ from merger.sinks.fanout import SinkFanout
 from merger.state import StateStore
 from merger.tables import TableRuntime
 
-log = logging.getLogger("cdc.merger")
+log = logging.getLogger(__name__)
 
 STEP = 1_000_000  # sink versions per batch: version = base + batch_id * STEP + step
 

@@ -23,7 +23,7 @@ import tenacity
 
 from merger.errors import MergerError
 
-log = logging.getLogger("cdc.source")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

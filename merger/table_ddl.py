@@ -17,7 +17,7 @@ from merger.sink_writer import SinkWriter
 from merger.state import StateStore
 from merger.tables import TableRuntime
 
-log = logging.getLogger("cdc.merger")
+log = logging.getLogger(__name__)
 
 
 class DdlFollower:

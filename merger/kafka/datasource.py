@@ -41,7 +41,7 @@ from merger.kafka.options import KafkaSourceError, SourceOptions
 from merger.kafka.probe import Broker
 from merger.kafka.reader import SCHEMA, read_ranges
 
-log = logging.getLogger("cdc.merger.kafka")
+log = logging.getLogger(__name__)
 
 FORMAT_NAME = "cdc_kafka"
 

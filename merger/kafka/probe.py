@@ -19,7 +19,7 @@ from typing import Any
 from merger.kafka.offsets import TP
 from merger.kafka.options import KafkaSourceError, SourceOptions
 
-log = logging.getLogger("cdc.merger.kafka")
+log = logging.getLogger(__name__)
 
 
 class Broker:

@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 from merger.kafka.offsets import TP, KafkaRange, range_size
 from merger.kafka.options import KafkaSourceError, SourceOptions
 
-log = logging.getLogger("cdc.merger.kafka")
+log = logging.getLogger(__name__)
 
 # the columns of Spark's own Kafka source with includeHeaders=true
 HEADER_TYPE = StructType([StructField("key", StringType()), StructField("value", BinaryType())])

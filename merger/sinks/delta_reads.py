@@ -20,7 +20,7 @@ from merger.sinks.base import (
 if TYPE_CHECKING:
     from merger.sinks.delta import _Meta
 
-log = logging.getLogger("merger.sinks.delta")
+log = logging.getLogger(__name__)
 
 
 class DeltaReads:

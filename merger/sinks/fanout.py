@@ -13,7 +13,7 @@ from typing import Callable
 from merger import crashpoints
 from merger.sinks.base import SinkUnavailable
 
-log = logging.getLogger("cdc.merger")
+log = logging.getLogger(__name__)
 
 MAX_RETRY_DELAY_S = 30.0
 

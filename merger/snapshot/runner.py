@@ -33,7 +33,7 @@ from merger.source import SourceGuard, connect
 from merger.state import StateStore
 from merger.tables import TableRegistry
 
-log = logging.getLogger("cdc.snapshot")
+log = logging.getLogger(__name__)
 
 MAX_OPEN_WINDOWS = 3
 # while changes stream in (one in the last few seconds), read the next window only once the

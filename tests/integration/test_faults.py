@@ -417,7 +417,7 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
             return read(table, rt, chunks, where, wid, *rest)
 
         runner._read_chunks = read_then_stop_the_source
-        with caplog.at_level(logging.INFO, logger="cdc.source"):
+        with caplog.at_level(logging.INFO, logger="merger.source"):
             runner._step(table, plan)  # returns once a window of these chunks is staged
         first, wanted = reads[0], tuple(c["id"] for c in plan["chunks"][:4])
         assert first not in rt.reconciler.windows

@@ -33,7 +33,7 @@ def test_the_wait_is_bounded(tmp_path, monkeypatch, caplog):
     runner = _runner(tmp_path)
     runner.stream_ready = lambda: False
     started = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="cdc.snapshot"):
+    with caplog.at_level(logging.INFO, logger="merger.snapshot.runner"):
         runner._wait_for_stream()
     assert 0.5 <= time.monotonic() - started < 25
     assert "snapshots start anyway" in caplog.text

@@ -79,7 +79,7 @@ def test_guard_retries_transient_failures_with_backoff_and_reports_them(caplog):
             raise pymysql.err.OperationalError(2003, "Can't connect to MySQL server")
         return "rows"
 
-    with caplog.at_level(logging.INFO, logger="cdc.source"):
+    with caplog.at_level(logging.INFO, logger="merger.source"):
         assert guard.call("reading x", flaky) == "rows"
     assert seen[0] is None
     assert [s["retries"] for s in seen[1:]] == [1, 2, 3, 4]
