@@ -23,6 +23,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from cdc.config import IngestConfig
 from cdc.metrics_http import serve as serve_metrics
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.markers import encode_marker, watermark_marker
 from cdc.wire.position import EventPosition
 from cdc.wire.topics import table_topic
 from ingest import metrics
@@ -417,8 +418,7 @@ class Ingest:
                 continue
             topic = table_topic(self.prefix, db, table)
             partitions = self._partitions(db, table)
-            marker = {"table": target, "window": values.get("window_id"), "kind": values.get("kind")}
-            payload = json.dumps(marker, separators=(",", ":"))
+            payload = watermark_marker(target, values.get("window_id"), values.get("kind"))
             source = source_json(
                 self.env,
                 SourceInfo(
@@ -498,8 +498,7 @@ class Ingest:
                 spec = spec_from_details(db, table, self._details(db, table), None, self.declared.get(db, table))
                 if spec is not None:
                     spec, _ = apply_column_filters(spec, self.filter)
-            marker = ddl_marker(db, table, kind, query, spec)
-            payload = json.dumps(marker, separators=(",", ":"))
+            payload = encode_marker(ddl_marker(db, table, kind, query, spec))
             source = source_json(
                 self.env,
                 SourceInfo(db, table, trx.ts_ms, event.packet.server_id, position.file, position.pos, row, trx.gtid),

@@ -16,6 +16,7 @@ from typing import Any, Callable, NamedTuple
 import pyarrow as pa
 
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.markers import decode_marker
 from cdc.wire.position import EventPosition
 from merger.errors import MergerError
 from merger.schema import rows_to_arrow
@@ -102,13 +103,13 @@ def change_event(item: ParsedRecord, debezium: bool) -> ChangeEvent:
     seq = r["offset"] if debezium else order
     ddl = headers.get(DDL_HEADER)
     if ddl is not None:  # a DDL marker (ingest.ddl.ddl_marker)
-        return ChangeEvent(r["partition"], seq, SCHEMA, json.loads(ddl), r, order)
+        return ChangeEvent(r["partition"], seq, SCHEMA, decode_marker(ddl), r, order)
     marker = headers.get(WATERMARK_HEADER)
     if marker is not None or payload.get("op") == "m":
         if marker is None:
             content = (payload.get("message") or {}).get("content")
             marker = base64.b64decode(content) if content else b"{}"
-        return ChangeEvent(r["partition"], seq, MARKER, json.loads(marker), r, order)
+        return ChangeEvent(r["partition"], seq, MARKER, decode_marker(marker), r, order)
     op = payload.get("op")
     if op in ("c", "u", "r"):
         image = payload.get("after")
