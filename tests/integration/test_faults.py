@@ -323,7 +323,7 @@ def test_source_restart_during_snapshot_and_streaming(stack, tmp_path, unique_na
         p.check_alive()
 
         merger_log, ingest_log = p.merger.log_text(), p.ingest.log_text()
-        retries = [line for line in merger_log.splitlines() if "WARNING cdc.source: source unavailable" in line]
+        retries = [line for line in merger_log.splitlines() if "WARNING merger.source: source unavailable" in line]
         assert any(f"snapshot of {db}." in line for line in retries), retries[:5]  # the runner waited
         assert "source reachable again" in merger_log
         assert "source connection lost" in ingest_log and "reachable again" in ingest_log
