@@ -116,13 +116,14 @@ class BinlogStream:
 
     def consume(self, reader, stop: threading.Event) -> None:
         ingest = self.ingest
+        handler_of = self._handlers.get  # per event: one dict lookup, no extra call
         for event in reader:
             if stop.is_set():
                 break
             if ingest.unavailable_since is not None:
                 ingest._reconnected()
             self.now = time.monotonic()
-            self._handler(event)(event)
+            (handler_of(type(event)) or self._handler(event))(event)
 
     def finish(self) -> None:
         """After the loop ended without error: what is pending is committed."""
