@@ -118,8 +118,15 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
     try:
         for table in ("t", "u"):
             checker.wait_equal(db, table, proc=merger, timeout_s=400)
-        st = _table_status(mcfg, f"{db}.t")
-        assert st["phase"] == "streaming" and st["snapshot"] == "finished"
+        # the status file is written after a batch: the phase may lag the rows by one batch
+        st = _wait(
+            lambda: (lambda s: s if s.get("phase") == "streaming" and s.get("snapshot") == "finished" else None)(
+                _table_status(mcfg, f"{db}.t")
+            ),
+            120,
+            "table t to finish its snapshot",
+            merger,
+        )
         assert st["chunks_done"] == st["chunks_total"] == 3
 
         # -- metrics: Debezium-like names, values as status says
