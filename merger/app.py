@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 JDBC_JARS = ["/usr/share/java/mariadb-java-client.jar"]
 
 
-def make_spark(config: MergerConfig):
+def make_spark(config: MergerConfig, class_archive: bool = True):
     """A SparkSession; local mode unless started by spark-submit. The project must be
-    importable by Spark's Python workers (PYTHONPATH is set before the JVM starts)."""
+    importable by Spark's Python workers (PYTHONPATH is set before the JVM starts).
+    ``class_archive``: start the JVM from the class-data archive if there is one."""
     paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -68,6 +69,13 @@ def make_spark(config: MergerConfig):
     if jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(config.spark_conf)
+    if class_archive and config.spark_class_archive and "SPARK_SUBMIT" not in os.environ:
+        from merger import spark_archive
+
+        # before the JVM starts: a session that exists already keeps its options
+        options = " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"), spark_archive.java_options()]))
+        if options:
+            conf["spark.driver.extraJavaOptions"] = options
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

@@ -376,6 +376,22 @@ def verify(
     sys.exit(run_verify(cfg, named, sink, chunk_size, retries, wait, limit, as_json, console))
 
 
+@app.command("spark-archive")
+def spark_archive(force: bool = typer.Option(False, "--force", help="build it again even if it exists")):
+    """Build the JVM class-data archive that starts the merger's Spark ~2 s faster (local
+    mode). The README's install builds it; run this after changing Java or Spark."""
+    from merger import spark_archive as archive
+
+    _setup_logging(False)
+    path = archive.archive_path()
+    if path is not None and path.is_file() and not force:
+        console.print(f"exists: {path}")
+        return
+    if path is not None:
+        console.print("building the Spark class-data archive (a short Spark run, ~30 s)...")
+    console.print(f"written: {archive.build(force=force)}")
+
+
 # ------------------------------------------------------------------ entry point
 
 

@@ -1,0 +1,66 @@
+"""The merger's Spark starts from the class-data archive, and ignores a bad one.
+
+Each case starts its own JVM in a child process (a session in this process would be
+reused by ``getOrCreate`` with its old options)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from merger import spark_archive
+from tests.conftest import ROOT
+
+SESSION = """
+import sys
+from cdc.config import MergerConfig
+from merger.app import make_spark
+spark = make_spark(MergerConfig(spark_conf={"spark.driver.extraJavaOptions": sys.argv[1]}))
+assert spark.sql("SELECT 41 + 1 AS x").collect()[0].x == 42
+args = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+print("JVM-ARGS", " ".join(str(a) for a in args))
+"""
+
+
+def _start_session(tmp_path, java_options: str, env: dict | None = None) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", SESSION, java_options],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return next(line for line in out.stdout.splitlines() if line.startswith("JVM-ARGS"))
+
+
+@pytest.mark.timeout(600)
+def test_the_merger_jvm_maps_the_archive_that_bootstrap_built(tmp_path):
+    path = spark_archive.build()  # the README's install built it: this only checks it is there
+    loads = tmp_path / "class-load.log"
+    args = _start_session(tmp_path, f"-Xlog:class+load=info:file={loads}")
+    assert f"-XX:SharedArchiveFile={path}" in args
+    assert f"-Xlog:class+load=info:file={loads}" in args  # the user's options are kept
+    text = loads.read_text()
+    shared = text.count("source: shared objects file (top)")  # the dynamic archive's layer
+    assert shared > 5000, f"only {shared} classes came from the archive"
+
+
+@pytest.mark.timeout(600)
+def test_a_corrupt_archive_is_ignored_and_spark_starts(tmp_path):
+    env = {"CDC_CACHE_DIR": str(tmp_path / "cache")}
+    path = subprocess.run(
+        [sys.executable, "-c", "from merger.spark_archive import archive_path; print(archive_path())"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(b"\x00garbage" * 100_000)
+    args = _start_session(tmp_path, "", env)
+    assert f"-XX:SharedArchiveFile={path}" in args
