@@ -1,6 +1,8 @@
 """Shared fixtures. Integration tests run against the embedded local stack (real MariaDB,
 the Tansu broker, PostgreSQL), started once per test session under .cdc/test-stack
 (override with CDC_TEST_STATE_DIR) and stopped at the end if this session started it.
+Under pytest-xdist (``-n 2``) each worker has its own stack (``<state dir>-gw0``, ...): a
+test that restarts a server never disturbs another worker's test.
 With ``--backend containers`` (or CDC_TEST_BACKEND=containers) the stack is MySQL 8.4, Apache
 Kafka and PostgreSQL in Docker containers instead (tests/container_stack.py)."""
 
@@ -44,16 +46,23 @@ def pytest_configure(config):
             pytest.exit(f"no Docker engine: {problem}", returncode=4)
 
 
+def _stack_dir(base: str) -> Path:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return Path(f"{base}-{worker}" if worker else base)
+
+
 @pytest.fixture(scope="session")
 def stack(request) -> local_stack.StackInfo:
     if _backend(request.config) == "containers":
         from tests.container_stack import ContainerStack
 
-        containers = ContainerStack(Path(os.environ.get("CDC_TEST_STATE_DIR", ROOT / ".cdc" / "test-containers")))
+        containers = ContainerStack(
+            _stack_dir(os.environ.get("CDC_TEST_STATE_DIR") or str(ROOT / ".cdc" / "test-containers"))
+        )
         yield containers.start()
         containers.stop()
         return
-    state_dir = Path(os.environ.get("CDC_TEST_STATE_DIR", ROOT / ".cdc" / "test-stack"))
+    state_dir = _stack_dir(os.environ.get("CDC_TEST_STATE_DIR") or str(ROOT / ".cdc" / "test-stack"))
     already = False
     try:
         already = all(c["running"] for c in local_stack.status(state_dir).values())
