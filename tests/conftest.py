@@ -113,3 +113,27 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             "unit tests that need the local stack (move them to tests/integration/): " + ", ".join(misfiled)
         )
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1:
+        items[:] = _balanced(items, workers)
+
+
+def _balanced(items: list, workers: int) -> list:
+    """The order for pytest-xdist's worksteal scheduler, which gives each worker a
+    contiguous share of the collection and lets an idle worker steal from the end of
+    another's: each share starts with its part of the tests marked slow (a minute or
+    more), then the other integration tests, and ends with unit tests, so that the
+    workers end together and what is stolen at the end is short. Same on every worker."""
+
+    def group(item) -> int:
+        if item.get_closest_marker("slow") or item.get_closest_marker("soak"):
+            return 0
+        return 1 if item.get_closest_marker("integration") else 2
+
+    shares: list[list] = [[] for _ in range(workers)]
+    dealt = 0
+    for g in (0, 1, 2):
+        for item in (i for i in items if group(i) == g):
+            shares[dealt % workers].append(item)
+            dealt += 1
+    return [item for share in shares for item in share]

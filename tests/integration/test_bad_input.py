@@ -88,6 +88,7 @@ def _bad_records(db: str) -> list[tuple[bytes, str]]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
 def test_dead_letters_and_incompatible_ddl_pause_resume_snapshot(stack, tmp_path, unique_name):

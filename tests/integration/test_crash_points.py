@@ -87,6 +87,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_merger_killed_at_each_crash_point_converges(stack, unique_name, tmp_path):
     db = f"cp_{unique_name}"

@@ -183,6 +183,7 @@ def _plan_signal(tmp_path, table: str) -> str | None:
     return json.loads(plan.read_text()).get("debezium_signal")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_merger_on_debezium_topics_with_incremental_snapshot(stack, tmp_path, unique_name):
     started = time.monotonic()

@@ -242,6 +242,7 @@ def _start(stack, name: str) -> None:
 # ---------------------------------------------------------------------- the source goes away
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_source_restart_during_snapshot_and_streaming(stack, tmp_path, unique_name):
     """MariaDB is stopped (a clean shutdown) for ~15 s while `num` is being snapshotted,
@@ -495,6 +496,7 @@ def test_postgres_sink_maps_a_stopped_server_to_sink_unavailable(stack, unique_n
         sink.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name):
     """PostgreSQL is stopped (fast shutdown) for 30 s under CI, 60 s otherwise, while

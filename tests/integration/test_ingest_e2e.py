@@ -188,6 +188,7 @@ def test_randomized_workload_rebuilds_every_table(stack, mysql_root, unique_name
         conn.close()
 
 
+@pytest.mark.slow
 def test_kill9_at_random_moments_every_change_exactly_once(stack, mysql_root, unique_name, tmp_path):
     db = f"k9_{unique_name}"
     _setup_db(mysql_root, db)
@@ -236,6 +237,7 @@ def test_kill9_at_random_moments_every_change_exactly_once(stack, mysql_root, un
         conn.close()
 
 
+@pytest.mark.slow
 def test_one_million_row_transaction_memory_stays_flat(stack, mysql_root, unique_name, tmp_path):
     rows = 1_000_000
     db = f"big_{unique_name}"

@@ -93,6 +93,7 @@ def _start(stack, tmp_path, unique_name, db, **merger_extra):
     return ingest, merger
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_snapshot_under_concurrent_writes_then_truncate_add_column_new_table(stack, tmp_path, unique_name):
     db = f"mg_{unique_name}"
@@ -163,6 +164,7 @@ def test_snapshot_under_concurrent_writes_then_truncate_add_column_new_table(sta
         checker.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, unique_name):
     db = f"mk_{unique_name}"

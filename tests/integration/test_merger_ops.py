@@ -84,6 +84,7 @@ def _metric(text: str, name: str, table: str) -> float | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, unique_name):
     db = f"ops_{unique_name}"

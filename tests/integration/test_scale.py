@@ -194,6 +194,7 @@ def _t(i: int) -> str:
     return f"t{i:04d}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3600 if FULL else 900)
 def test_many_tables_start_stream_and_memory_stays_bounded(stack, tmp_path, unique_name):
     """A database of 1,000 tables (200 under plain CI) of 20 rows each: ingest and the
@@ -283,6 +284,7 @@ def test_many_tables_start_stream_and_memory_stays_bounded(stack, tmp_path, uniq
 # ---------------------------------------------------------------------- one large transaction
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(2400 if FULL else 900)
 def test_large_transaction_through_the_merger_memory_bounded(stack, tmp_path, unique_name):
     """One source transaction of 1,000,000 rows (300,000 under plain CI) inserted after the

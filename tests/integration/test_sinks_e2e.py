@@ -273,6 +273,7 @@ def test_nul_policy_pause_pauses_only_that_table_until_an_operator_acts(stack, t
         checker.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_a_merger_with_a_new_state_dir_keeps_writing_existing_sink_tables(stack, tmp_path, unique_name):
     """The docs' remedy for several situations is a merger with a new state_dir. Its batch
