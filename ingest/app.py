@@ -24,7 +24,7 @@ from cdc.config import IngestConfig
 from cdc.metrics_http import serve as serve_metrics
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import encode_marker, watermark_marker
-from cdc.wire.position import EventPosition
+from cdc.wire.position import EventPosition, position_bytes
 from cdc.wire.topics import table_topic
 from ingest import metrics
 from ingest.binlog import open_reader
@@ -37,10 +37,10 @@ from ingest.envelope import SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
 from ingest.fatal import backwards_message, binlog_gone_message, too_large_message
 from ingest.filters import CaptureFilter
-from ingest.partitioner import partition_for
 from ingest.position import ResumePoint, backwards_reason, file_number
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    UNASSIGNED_PARTITION,
     BrokerError,
     RecordTooLarge,
     Topics,
@@ -68,6 +68,7 @@ class Ingest:
         self._tracker = TransactionTracker(self.env)
         # Debezium 3.x puts these context headers on every record
         self._context = [(k, v.encode()) for k, v in context_headers(self.env)]
+        self._behind_ts, self._behind_due = 0, 0  # when the lag gauge was last set
         self._table_maps: dict[int, object] = {}
         self.offsets_topic = f"{self.prefix}.offsets"
         self.source_key = json.dumps({"server": self.prefix}, separators=(",", ":")).encode()
@@ -320,9 +321,14 @@ class Ingest:
         if not self.filter.captures_table(db, table):
             return 0
         codec = self._codec(event)
-        if event.timestamp:
+        if event.timestamp and (event.timestamp != self._behind_ts or self.stats["events"] >= self._behind_due):
+            # the gauge moves with the event's time (whole seconds): set once per second of
+            # source time, or every 1,000 events, not per event
+            self._behind_ts, self._behind_due = event.timestamp, self.stats["events"] + 1000
             metrics.BEHIND.set(max(0, time.time() * 1000 - event.timestamp * 1000))
-        partitions = self._partitions(db, table)
+        partitions = codec.partitions
+        if partitions is None:
+            partitions = codec.partitions = self._partitions(db, table)  # also creates the topic
         if isinstance(event, WriteRowsEvent):
             op = "c"
         elif isinstance(event, UpdateRowsEvent):
@@ -341,8 +347,10 @@ class Ingest:
         # the row event's own time (its statement's), as Debezium: the GTID event of a
         # transaction is stamped at commit, which may be seconds later
         ts_ms = event.timestamp * 1000 if event.timestamp else trx.ts_ms
-        written = 0
-        for row_index, row in enumerate(event.rows):
+        context = self._context
+        topic = codec.topic
+        rows = event.rows
+        for row_index, row in enumerate(rows):
             if op == "u":
                 before, after = row["before_values"], row["after_values"]
                 bns, ans = row.get("before_none_sources"), row.get("after_none_sources")
@@ -357,21 +365,25 @@ class Ingest:
             records = enc.change(
                 op, before, after, source, transaction=transaction, before_none_sources=bns, after_none_sources=ans
             )
-            pos = EventPosition(position.file, position.pos, row_index)
-            pos_bytes = pos.encode()
+            pos_bytes = position_bytes(position.file, position.pos, row_index)
             for i, rec in enumerate(records):
                 # the create half of a primary-key change sorts after its delete half
                 pb = (
                     pos_bytes
                     if not (op == "u" and i and rec.value is not None)
-                    else EventPosition(pos.file, pos.pos, pos.row, 1).encode()
+                    else position_bytes(position.file, position.pos, row_index, 1)
                 )
-                key = rec.key.encode() if rec.key is not None else None
-                part = partition_for(key, partitions) if key is not None else (row_index % partitions)
-                headers = [(POSITION_HEADER, pb)] + [(k, v.encode()) for k, v in rec.headers] + self._context
-                hold((codec.topic, key, rec.value.encode() if rec.value is not None else None, part, headers))
-            written += len(records)
-            metrics.EVENTS.labels(codec.name, op).inc()
+                if rec.key is not None:
+                    # librdkafka's murmur2_random partitioner: Kafka's Java default (see producer.py)
+                    key, part = rec.key.encode(), UNASSIGNED_PARTITION
+                else:
+                    key, part = None, row_index % partitions
+                if rec.headers:
+                    headers = [(POSITION_HEADER, pb), *[(k, v.encode()) for k, v in rec.headers], *context]
+                else:
+                    headers = [(POSITION_HEADER, pb), *context]
+                hold((topic, key, rec.value.encode() if rec.value is not None else None, part, headers))
+        codec.events_counter(op).inc(len(rows))
         trx.tables.add(codec.name)
         return 0  # held: counted when sent
 

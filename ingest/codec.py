@@ -11,6 +11,7 @@ import pymysql
 
 from cdc.config import IngestConfig
 from cdc.quoting import quote_ident
+from ingest import metrics
 from ingest.converter_config import ConverterConfig
 from ingest.declared import declared_types_from_ddl, with_declared_types
 from ingest.envelope import EnvelopeConfig, TableEncoder
@@ -160,6 +161,16 @@ class TableCodec:
         self.topic = self.encoder.topic
         self.masked = masked
         self.name = f"{spec.db}.{spec.table}"
+        self.partitions: int | None = None  # of the table's topic, once known
+        self._counters: dict = {}
+
+    def events_counter(self, op: str):
+        """The events metric's child for this table and op (a labels() lookup costs more
+        than the increment)."""
+        counter = self._counters.get(op)
+        if counter is None:
+            counter = self._counters[op] = metrics.EVENTS.labels(self.name, op)
+        return counter
 
     def mask(self, row: dict | None) -> dict | None:
         if row is None or not self.masked:

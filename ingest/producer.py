@@ -26,6 +26,7 @@ class BrokerError(UserError, RuntimeError):
 
 
 DEFAULT_MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # when neither the config nor the broker says
+UNASSIGNED_PARTITION = -1  # send(): librdkafka places the record by its key (murmur2, Kafka's default)
 
 
 class RecordTooLarge(CdcError, RuntimeError):
@@ -135,6 +136,10 @@ class TransactionalProducer:
                 "queue.buffering.max.kbytes": 1048576,
                 "compression.type": conf.get("compression.type", "none"),
                 "transaction.timeout.ms": 60000,
+                # a record sent to UNASSIGNED_PARTITION is placed by librdkafka (in C) with
+                # Kafka's Java default partitioner for keyed records (murmur2, as
+                # ingest/partitioner.py): the same partition as Debezium's and partition_for's
+                "partitioner": "murmur2_random",
                 # a Python callback per record cost ~1 us each; only failures need one
                 "delivery.report.only.error": True,
                 "on_delivery": self._on_delivery,

@@ -1,21 +1,24 @@
 """ingest's transactional producer against the real broker: a record the broker does not
 acknowledge fails the commit (nothing is committed past it), although librdkafka calls
-back only on failures (``delivery.report.only.error``)."""
+back only on failures (``delivery.report.only.error``); a keyed record left to librdkafka's
+partitioner lands where Kafka's Java default partitioner puts it."""
 
 from __future__ import annotations
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ingest.partitioner import partition_for
 from ingest.position import ResumePoint
-from ingest.producer import BrokerError, TransactionalProducer
+from ingest.producer import UNASSIGNED_PARTITION, BrokerError, TransactionalProducer
+from tests.kafka_util import read_records
 
 pytestmark = pytest.mark.integration
 
 
-def _create(bootstrap: str, *topics: str) -> None:
+def _create(bootstrap: str, *topics: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+    for future in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
         future.result(timeout=30)
 
 
@@ -42,3 +45,21 @@ def test_acknowledged_records_commit(stack, unique_name):
         producer.send(topic, str(i).encode(), b"v", 0)
     producer.commit(offsets, b"source", ResumePoint("0-1-1"))
     assert not producer.in_transaction
+
+
+@pytest.mark.timeout(120)
+def test_keyed_records_land_on_the_java_partitioners_partition(stack, unique_name):
+    bootstrap = stack.kafka.bootstrap
+    topic, offsets = f"{unique_name}.t", f"{unique_name}.offsets"
+    _create(bootstrap, topic, partitions=7)
+    _create(bootstrap, offsets)
+    producer = TransactionalProducer({"bootstrap.servers": bootstrap}, f"tx-{unique_name}", timeout_s=20)
+    keys = [f'{{"id":{i}}}'.encode() for i in range(300)] + ['{"k":"é😀"}'.encode(), b"", b"x" * 1000]
+    for key in keys:
+        producer.send(topic, key, b"v", UNASSIGNED_PARTITION, [("cdc.position", b"binlog.000001:4:0")])
+    producer.commit(offsets, b"source", ResumePoint("0-1-1"))
+    records, _ = read_records(bootstrap, [topic], dedup=False)
+    assert sorted(r.key for r in records) == sorted(keys)
+    # partition_for: murmur2 checked against the values of Kafka's own Utils test
+    assert {r.key: r.partition for r in records} == {k: partition_for(k, 7) for k in keys}
+    assert len({r.partition for r in records}) == 7
