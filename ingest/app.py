@@ -389,9 +389,7 @@ class Ingest:
 
     def _release_held(self, trx: SourceTransaction) -> int:
         """Send the group's held records (at its end, or a large group's first pieces)."""
-        send = self.producer.send
-        for args in trx.held:
-            send(*args)
+        self.producer.send_all(trx.held)
         n = len(trx.held)
         trx.held = []
         trx.released += n

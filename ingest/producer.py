@@ -132,7 +132,7 @@ class TransactionalProducer:
                 # broker spent 19% of a core at 5 ms, 4% at 50 ms, 2% at 200 ms
                 "linger.ms": conf.get("linger.ms", 100),
                 "batch.num.messages": 10000,
-                "queue.buffering.max.messages": 500000,
+                "queue.buffering.max.messages": conf.get("queue.buffering.max.messages", 500000),
                 "queue.buffering.max.kbytes": 1048576,
                 "compression.type": conf.get("compression.type", "none"),
                 "transaction.timeout.ms": 60000,
@@ -214,6 +214,20 @@ class TransactionalProducer:
                         False,
                     ) from None
                 raise BrokerError(f"cannot produce: {_error_text(exc)}") from None
+
+    def send_all(self, records: list[tuple]) -> None:
+        """``send(*args)`` for each of ``records``, with one Python call per record fewer."""
+        if not self._open:
+            self.begin()
+        produce = self._producer.produce
+        for i, (topic, key, value, partition, headers) in enumerate(records):
+            try:
+                produce(topic, value, key, partition, headers=headers)
+            except (BufferError, KafkaException):  # queue full, or an error: send() handles it
+                self.send(topic, key, value, partition, headers)
+                for rest in records[i + 1 :]:
+                    self.send(*rest)
+                return
 
     def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
         """Flush the events, then write the position and commit all of it at once."""

@@ -63,3 +63,25 @@ def test_keyed_records_land_on_the_java_partitioners_partition(stack, unique_nam
     # partition_for: murmur2 checked against the values of Kafka's own Utils test
     assert {r.key: r.partition for r in records} == {k: partition_for(k, 7) for k in keys}
     assert len({r.partition for r in records}) == 7
+
+
+@pytest.mark.timeout(120)
+def test_send_all_waits_when_the_queue_is_full(stack, unique_name):
+    bootstrap = stack.kafka.bootstrap
+    topic, offsets = f"{unique_name}.t", f"{unique_name}.offsets"
+    _create(bootstrap, topic, partitions=3)
+    _create(bootstrap, offsets)
+    # a queue of 7 records: send_all meets BufferError many times and must send every record once
+    producer = TransactionalProducer(
+        {"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 7, "linger.ms": 0},
+        f"tx-{unique_name}",
+        timeout_s=20,
+    )
+    held = [
+        (topic, str(i).encode(), str(i).encode(), i % 3, [("cdc.position", f"f.000001:4:{i}".encode())])
+        for i in range(200)
+    ]
+    producer.send_all(held)
+    producer.commit(offsets, b"source", ResumePoint("0-1-1"))
+    records, _ = read_records(bootstrap, [topic], dedup=False)
+    assert sorted(int(r.value) for r in records) == list(range(200))
