@@ -415,28 +415,15 @@ class TableEncoder:
             if snapshot == "false"
             else self._src_mid.replace('"snapshot":"false"', '"snapshot":' + json_str(snapshot))
         )
+        # one f-string: a single allocation where a chain of + copies the text each time
+        gtid_json = "null" if gtid is None else json_str(gtid)
+        thread_json = "null" if thread is None else thread
+        query_json = "null" if query is None or not self.cfg.include_query else json_str(query)
         return (
-            self._src_head
-            + str(ts_ms)
-            + mid
-            + str(ts_ms * 1000)
-            + ',"ts_ns":'
-            + str(ts_ms * 1_000_000)
-            + self._src_table
-            + str(server_id)
-            + ',"gtid":'
-            + ("null" if gtid is None else json_str(gtid))
-            + ',"file":'
-            + json_str(file)
-            + ',"pos":'
-            + str(pos)
-            + ',"row":'
-            + str(row)
-            + ',"thread":'
-            + ("null" if thread is None else str(thread))
-            + ',"query":'
-            + ("null" if query is None or not self.cfg.include_query else json_str(query))
-            + "}"
+            f"{self._src_head}{ts_ms}{mid}{ts_ms * 1000}"
+            f',"ts_ns":{ts_ms * 1_000_000}{self._src_table}{server_id}'
+            f',"gtid":{gtid_json},"file":{json_str(file)},"pos":{pos},"row":{row}'
+            f',"thread":{thread_json},"query":{query_json}}}'
         )
 
     def source_of(self, s: SourceInfo) -> str:
@@ -456,25 +443,9 @@ class TableEncoder:
         if ts_ns is None:
             ts_ns = time.time_ns()
         return (
-            self._value_head
-            + '{"before":'
-            + before_json
-            + ',"after":'
-            + after_json
-            + ',"source":'
-            + source
-            + ',"transaction":'
-            + transaction
-            + ',"op":"'
-            + op
-            + '","ts_ms":'
-            + str(ts_ns // 1_000_000)
-            + ',"ts_us":'
-            + str(ts_ns // 1_000)
-            + ',"ts_ns":'
-            + str(ts_ns)
-            + "}"
-            + self._value_tail
+            f'{self._value_head}{{"before":{before_json},"after":{after_json},"source":{source}'
+            f',"transaction":{transaction},"op":"{op}","ts_ms":{ts_ns // 1_000_000}'
+            f',"ts_us":{ts_ns // 1_000},"ts_ns":{ts_ns}}}{self._value_tail}'
         )
 
     # ---- whole events
