@@ -135,6 +135,8 @@ class PacketHeader(tuple):
 # OK byte, then timestamp, event type, server id, event size, log position, flags
 _HEADER = struct.Struct("<xIBIIIH").unpack_from
 _new_header = tuple.__new__
+_LOG_POS = struct.Struct("<14xI").unpack_from  # the event header's log_pos (after the OK byte)
+_KNOWN_MAP = object()  # _lean_table_map: the same map as the one the reader already holds
 
 
 _MAX_PACKET_LEN = 2**24 - 1
@@ -270,6 +272,13 @@ class IngestBinLogStreamReader(BinLogStreamReader):
                 event = None
                 if etype == BINLOG.TABLE_MAP_EVENT:
                     event = self._lean_table_map(data, sd)
+                    if event is _KNOWN_MAP:
+                        log_pos = _LOG_POS(data)[0]
+                        if log_pos:
+                            self.log_pos = log_pos
+                        if self.end_log_pos and self.log_pos >= self.end_log_pos:
+                            self.is_past_end_log_pos = True
+                        continue
                 elif etype in self._fast_rows:
                     event = self._lean_rows(data, etype, sd)
                 if event is not None:
@@ -356,6 +365,10 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         state = _cache.get((bool(sd[_OPTIONAL_META_DATA]), data[20 : 20 + size]))
         if state is None:
             return None
+        if self.table_map.get(state["table_id"]) is state["table_obj"]:
+            # the map this reader returned last for the table id (MariaDB writes one before
+            # every rows event): nothing new for the consumer, no event built
+            return _KNOWN_MAP
         d = state.copy()
         d["packet"] = header
         d["timestamp"] = header[0]
