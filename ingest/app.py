@@ -350,6 +350,7 @@ class Ingest:
         context = self._context
         topic = codec.topic
         rows = event.rows
+        src_head, src_tail = enc.source_split(ts_ms, server_id, position.file, position.pos, trx.gtid, trx.thread)
         for row_index, row in enumerate(rows):
             if op == "u":
                 before, after = row["before_values"], row["after_values"]
@@ -360,7 +361,7 @@ class Ingest:
                 before, after, bns, ans = row["values"], None, row.get("none_sources"), None
             if mask is not None:
                 before, after = mask(before), mask(after)
-            source = enc.source_json(ts_ms, server_id, position.file, position.pos, row_index, trx.gtid, trx.thread)
+            source = f"{src_head}{row_index}{src_tail}"
             transaction = tracker.event(codec.name) if tracker is not None else "null"
             records = enc.change(
                 op, before, after, source, transaction=transaction, before_none_sources=bns, after_none_sources=ans

@@ -409,22 +409,38 @@ class TableEncoder:
         query: str | None = None,
         snapshot: str = "false",
     ) -> str:
+        head, tail = self.source_split(ts_ms, server_id, file, pos, gtid, thread, query, snapshot)
+        return f"{head}{row}{tail}"
+
+    def source_split(
+        self,
+        ts_ms: int,
+        server_id: int,
+        file: str,
+        pos: int,
+        gtid: str | None = None,
+        thread: int | None = None,
+        query: str | None = None,
+        snapshot: str = "false",
+    ) -> tuple[str, str]:
+        """The source block's text before and after the row number, which alone differs
+        between the rows of one binlog event: ``f"{head}{row}{tail}"``."""
         ts_ms = int(ts_ms)
         mid = (
             self._src_mid
             if snapshot == "false"
             else self._src_mid.replace('"snapshot":"false"', '"snapshot":' + json_str(snapshot))
         )
-        # one f-string: a single allocation where a chain of + copies the text each time
+        # f-strings: one allocation each, where a chain of + copies the text at every step
         gtid_json = "null" if gtid is None else json_str(gtid)
         thread_json = "null" if thread is None else thread
         query_json = "null" if query is None or not self.cfg.include_query else json_str(query)
-        return (
+        head = (
             f"{self._src_head}{ts_ms}{mid}{ts_ms * 1000}"
             f',"ts_ns":{ts_ms * 1_000_000}{self._src_table}{server_id}'
-            f',"gtid":{gtid_json},"file":{json_str(file)},"pos":{pos},"row":{row}'
-            f',"thread":{thread_json},"query":{query_json}}}'
+            f',"gtid":{gtid_json},"file":{json_str(file)},"pos":{pos},"row":'
         )
+        return head, f',"thread":{thread_json},"query":{query_json}}}'
 
     def source_of(self, s: SourceInfo) -> str:
         return self.source_json(s.ts_ms, s.server_id, s.file, s.pos, s.row, s.gtid, s.thread, s.query, s.snapshot)
