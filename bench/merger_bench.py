@@ -46,6 +46,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -1324,9 +1325,15 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
     return L
 
 
+def _commit() -> str:
+    res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    return (res.stdout.strip() or "unknown") + (" (modified)" if dirty.stdout.strip() else "")
+
+
 def record(args, lines: list[str]) -> None:
     head = (
-        f"\n### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d')} "
+        f"\n### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d %H:%M')}, commit {_commit()} "
         f"(`bench/merger_bench.py --rows {args.rows} --parallelism {args.parallelism} --sinks {args.sinks}"
         f"{' --skip-latency' if args.skip_latency else ''}`)\n"
     )
