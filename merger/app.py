@@ -83,6 +83,24 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
     return spark
 
 
+def stop_spark(spark, timeout_s: float = 30.0) -> None:
+    """Stops the session and, in local mode, waits for the JVM to exit: until then it may
+    still write to stderr. Never raises (it runs while an error is on its way out)."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    try:
+        spark.stop()
+    except Exception as exc:
+        log.debug("stopping Spark: %s", exc)
+    if proc is None:  # spark-submit: the JVM is our parent and ends after us
+        return
+    try:
+        proc.stdin.close()  # Spark's JVM exits when its parent's pipe closes
+        proc.wait(timeout=timeout_s)
+    except Exception as exc:
+        log.debug("the Spark JVM did not exit in %.0fs (%s): killed", timeout_s, exc)
+        proc.kill()
+
+
 def build_sinks(config: MergerConfig) -> list:
     sinks = []
     if config.sinks.delta:
@@ -185,34 +203,39 @@ class Merger:
         source_guard.on_change = lambda: _publish_if_idle(processor)
         serve_metrics(cfg.metrics_port, cfg.metrics_address)
         spark = make_spark(cfg)
-        spark.dataSource.register(CdcKafkaDataSource)
-        runner = SnapshotRunner(cfg, spark, store, processor, source_guard)
-        runner.ensure_watermark_table()
-        if cfg.snapshot.auto_new_tables:
-            # existing tables are snapshotted at the first start, changed or not
-            for name in processor.catalog.list_tables():
-                if accepts(name) and store.load_plan(name) is None:
-                    store.request("snapshot", name, where=None, auto=True)
-        progress = _BatchProgress(os.environ.get("CDC_MERGER_PROGRESS_LOG"))
-        self.query = self._start_query(spark, processor, store, progress)
-        runner.stream_ready = _stream_ready(self.query, processor)
-        runner.start()
-        log.info("merger running: topics %s, state in %s", subscribe_pattern(cfg), cfg.state_dir)
         try:
-            self._watch(stop, processor, runner, progress)
-        finally:
-            stop.set()  # ends the source guard's retries too
-            runner.stop_event.set()
+            spark.dataSource.register(CdcKafkaDataSource)
+            runner = SnapshotRunner(cfg, spark, store, processor, source_guard)
+            runner.ensure_watermark_table()
+            if cfg.snapshot.auto_new_tables:
+                # existing tables are snapshotted at the first start, changed or not
+                for name in processor.catalog.list_tables():
+                    if accepts(name) and store.load_plan(name) is None:
+                        store.request("snapshot", name, where=None, auto=True)
+            progress = _BatchProgress(os.environ.get("CDC_MERGER_PROGRESS_LOG"))
+            self.query = self._start_query(spark, processor, store, progress)
+            runner.stream_ready = _stream_ready(self.query, processor)
+            runner.start()
+            log.info("merger running: topics %s, state in %s", subscribe_pattern(cfg), cfg.state_dir)
             try:
-                self.query.stop()
-            except Exception:
-                pass
-            runner.join(timeout=30)
-            for sink in sinks:
+                self._watch(stop, processor, runner, progress)
+            finally:
+                stop.set()  # ends the source guard's retries too
+                runner.stop_event.set()
                 try:
-                    sink.close()
+                    self.query.stop()
                 except Exception:
                     pass
+                runner.join(timeout=30)
+                for sink in sinks:
+                    try:
+                        sink.close()
+                    except Exception:
+                        pass
+        finally:
+            # the JVM goes before the error is printed: its shutdown messages would follow
+            # the one-line error on stderr
+            stop_spark(spark)
 
     def _open_state(self):
         from merger.state import StateStore
