@@ -128,7 +128,7 @@ def _warm_up_source():
 def _warm_up(dump_to: str) -> None:
     """The child of ``build``: loads what a merger loads, then lets the JVM exit and dump."""
     from cdc.config import MergerConfig
-    from merger.app import make_spark
+    from merger.app import make_spark, stop_spark
 
     # the merger's own session settings (same jars, same Python workers), dumping at exit
     dump = f"-XX:ArchiveClassesAtExit={dump_to} -Xlog:cds=off"
@@ -144,10 +144,7 @@ def _warm_up(dump_to: str) -> None:
     while not query.recentProgress and time.monotonic() < deadline:
         time.sleep(0.2)
     query.stop()
-    proc = spark.sparkContext._gateway.proc  # the JVM: dumps the archive as it exits
-    spark.stop()
-    proc.stdin.close()  # Spark's JVM exits when its parent's pipe closes
-    proc.wait(timeout=BUILD_TIMEOUT_S)
+    stop_spark(spark, BUILD_TIMEOUT_S)  # the JVM dumps the archive as it exits
 
 
 if __name__ == "__main__":

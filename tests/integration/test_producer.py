@@ -22,6 +22,14 @@ def _create(bootstrap: str, *topics: str, partitions: int = 1) -> None:
         future.result(timeout=30)
 
 
+def _topics(bootstrap: str, unique_name: str, partitions: int) -> tuple[str, str]:
+    """A table topic of ``partitions`` partitions and an offsets topic (one partition)."""
+    topic, offsets = f"{unique_name}.t", f"{unique_name}.offsets"
+    _create(bootstrap, topic, partitions=partitions)
+    _create(bootstrap, offsets)
+    return topic, offsets
+
+
 @pytest.mark.timeout(120)
 def test_a_record_the_broker_refuses_fails_the_commit(stack, unique_name):
     bootstrap = stack.kafka.bootstrap
@@ -50,9 +58,7 @@ def test_acknowledged_records_commit(stack, unique_name):
 @pytest.mark.timeout(120)
 def test_keyed_records_land_on_the_java_partitioners_partition(stack, unique_name):
     bootstrap = stack.kafka.bootstrap
-    topic, offsets = f"{unique_name}.t", f"{unique_name}.offsets"
-    _create(bootstrap, topic, partitions=7)
-    _create(bootstrap, offsets)
+    topic, offsets = _topics(bootstrap, unique_name, partitions=7)
     producer = TransactionalProducer({"bootstrap.servers": bootstrap}, f"tx-{unique_name}", timeout_s=20)
     keys = [f'{{"id":{i}}}'.encode() for i in range(300)] + ['{"k":"é😀"}'.encode(), b"", b"x" * 1000]
     for key in keys:
@@ -68,9 +74,7 @@ def test_keyed_records_land_on_the_java_partitioners_partition(stack, unique_nam
 @pytest.mark.timeout(120)
 def test_send_all_waits_when_the_queue_is_full(stack, unique_name):
     bootstrap = stack.kafka.bootstrap
-    topic, offsets = f"{unique_name}.t", f"{unique_name}.offsets"
-    _create(bootstrap, topic, partitions=3)
-    _create(bootstrap, offsets)
+    topic, offsets = _topics(bootstrap, unique_name, partitions=3)
     # a queue of 7 records: send_all meets BufferError many times and must send every record once
     producer = TransactionalProducer(
         {"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 7, "linger.ms": 0},
