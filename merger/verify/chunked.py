@@ -13,6 +13,12 @@ canonicalise both, compare their digests (``merger.verify.digest``) and, when th
 their keys. Every source query is one autocommit SELECT (no lock, no long transaction);
 at most one chunk per side is in memory.
 
+Fast path (``merger.verify.sql_digest``): where the table's column types allow it, each
+side first computes the chunk's digest itself, in SQL (MariaDB, PostgreSQL, DataFusion over
+Delta), and only a chunk whose digests differ is read row by row as above. Equal digests
+settle a chunk; a difference proves nothing until the rows are compared. The result says
+how many chunks the digests settled, and why a sink was compared row by row.
+
 The source is live: a chunk that differs is read again, both sides, after
 ``retry_wait`` seconds, up to ``retries`` times. Only keys that differ in every attempt
 are reported; a chunk whose difference goes away is equal (its rows were in flight).
@@ -29,6 +35,7 @@ other side before it counts as a difference.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -37,7 +44,8 @@ from merger.verify.digest import ChunkDiff, diff, digest, encode_row, encode_val
 from merger.verify.keys import UnsupportedKey
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
-from merger.verify.source import SourceReader, SourceTable
+from merger.verify.source import SourceError, SourceReader, SourceTable
+from merger.verify.sql_digest import Digest
 
 
 @dataclass
@@ -53,6 +61,8 @@ class TableResult:
     different: list = field(default_factory=list)  # (key, columns)
     unlisted: int = 0  # differing keys beyond the limit
     in_flight_chunks: int = 0  # differed at first, settled on re-check
+    digest_chunks: int = 0  # settled by the SQL digests alone (no row read)
+    row_path: str | None = None  # why the chunks were compared row by row, if they were
     error: str | None = None
     note: str | None = None
     skipped: bool = False
@@ -77,6 +87,8 @@ class TableResult:
             "sink_rows": self.sink_rows,
             "mismatched_chunks": self.mismatched_chunks,
             "in_flight_chunks": self.in_flight_chunks,
+            "digest_chunks": self.digest_chunks,
+            "row_path": self.row_path,
             "missing": [list(k) for k in self.missing],
             "extra": [list(k) for k in self.extra],
             "different": [{"key": list(k), "columns": list(c)} for k, c in self.different],
@@ -101,6 +113,7 @@ class TableVerifier:
         limit: int = 20,
         sleep: Callable[[float], None] = time.sleep,
         on_progress: Callable[[str, int, int, int], None] | None = None,
+        digests: bool = True,
     ):
         self.source = source
         self.table = table
@@ -114,6 +127,7 @@ class TableVerifier:
         self.sleep = sleep
         self.on_progress = on_progress  # (table, chunks done, chunks total, source rows so far)
         self.columns = table.column_names
+        self.digests = digests  # False: every chunk row by row (--compare rows)
 
     def run(self) -> list[TableResult]:
         results = {name: TableResult(self.name, name) for name in self.sinks}
@@ -132,27 +146,79 @@ class TableVerifier:
         ranges = self.source.plan(self.table, self.keys, self.chunk_size)
         bounds = [hi for _, hi in ranges[:-1]]
         sink_ranges = {name: side.ranges(bounds) for name, side in sides.items()}
+        fast = self._fast_sides(sides, results)
         source_rows = 0
-        for i, (lo, hi) in enumerate(ranges):
-            raw = self.source.rows_in_range(self.table, self.keys, lo, hi)
-            source_rows += len(raw)
-            for name, res in results.items():
-                res.chunks += 1
-                if res.error:
-                    continue
-                if name not in sides:
-                    res.source_rows += len(raw)
-                    res.mismatched_chunks += 1 if raw else 0
-                    continue
-                try:
-                    self._chunk(sides[name], res, (lo, hi), sink_ranges[name][i], raw)
-                except SinkUnreachable:
-                    raise
-                except (SinkReadError, UnsupportedKey) as exc:
-                    res.error = str(exc)
-            if self.on_progress:
-                self.on_progress(self.name, i + 1, len(ranges), source_rows)
+        with ThreadPoolExecutor(max_workers=max(1, len(fast))) as pool:
+            for i, (lo, hi) in enumerate(ranges):
+                settled = self._digests(pool, fast, results, (lo, hi), sink_ranges, i)
+                raw = None  # the source rows, read when a sink needs them
+                for name, res in results.items():
+                    res.chunks += 1
+                    if res.error:
+                        continue
+                    if name in settled:
+                        res.digest_chunks += 1
+                        res.source_rows += settled[name]
+                        res.sink_rows += settled[name]
+                        continue
+                    if raw is None:
+                        raw = self.source.rows_in_range(self.table, self.keys, lo, hi)
+                    if name not in sides:
+                        res.source_rows += len(raw)
+                        res.mismatched_chunks += 1 if raw else 0
+                        continue
+                    try:
+                        self._chunk(sides[name], res, (lo, hi), sink_ranges[name][i], raw)
+                    except SinkUnreachable:
+                        raise
+                    except (SinkReadError, UnsupportedKey) as exc:
+                        res.error = str(exc)
+                source_rows += len(raw) if raw is not None else max(settled.values(), default=0)
+                if self.on_progress:
+                    self.on_progress(self.name, i + 1, len(ranges), source_rows)
         return list(results.values())
+
+    # ------------------------------------------------------------------ the fast path
+
+    def _fast_sides(self, sides: dict[str, SinkSide], results: dict[str, TableResult]) -> dict[str, SinkSide]:
+        """The sinks whose chunks are compared by SQL digests first; the others say why not."""
+        fast = {}
+        for name, side in sides.items():
+            if not self.digests:
+                results[name].row_path = "row comparison asked for (--compare rows)"
+            elif not side.aligned:
+                results[name].row_path = "the key's order differs between the source and the sink"
+            elif not side.digest_plan.usable:
+                results[name].row_path = side.digest_plan.reason
+            else:
+                fast[name] = side
+        return fast
+
+    def _digests(self, pool, fast, results, rng: tuple, sink_ranges, i: int) -> dict[str, int]:
+        """Compare this chunk's digests on the fast sinks: {sink: rows} for the chunks they
+        settle. The sinks' queries run while the source's runs. A digest query that fails
+        sends that sink to the row path for the rest of the table (said in its result)."""
+        live = {n: s for n, s in fast.items() if results[n].row_path is None and not results[n].error}
+        if not live:
+            return {}
+        pending = {n: pool.submit(s.digest_in_range, *sink_ranges[n][i]) for n, s in live.items()}
+        source: dict[str, Digest] = {}  # per source row text (sinks may share one)
+        settled = {}
+        for name, side in live.items():
+            row_sql = side.digest_plan.source_row
+            try:
+                if row_sql not in source:
+                    source[row_sql] = self.source.digest_in_range(self.table, self.keys, *rng, row_sql)
+                theirs = pending[name].result()
+            except SinkUnreachable:
+                raise
+            except (SinkReadError, SourceError) as exc:
+                results[name].row_path = f"the digest query failed: {exc}"
+                continue
+            if theirs == source[row_sql]:
+                settled[name] = theirs.rows
+        wait(pending.values())  # a reader is used by one thread at a time
+        return settled
 
     def _chunk(self, side: SinkSide, res: TableResult, rng: tuple, srng: tuple, raw: list[tuple]) -> None:
         persistent: set | None = None

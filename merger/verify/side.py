@@ -9,6 +9,10 @@ from typing import Sequence
 from merger.verify.column_canon import ColumnCanon, row_canons
 from merger.verify.keys import ALIGNED_KINDS, key_kind, order_key
 from merger.verify.source import SourceTable
+from merger.verify.sql_digest import DigestPlan, plan
+
+# the key kinds whose range each sink's digest query can write
+_DIGEST_KEY_KINDS = {"postgres": ALIGNED_KINDS, "delta": ("int", "date")}
 
 
 def canonical_rows(canons: Sequence[ColumnCanon], rows: Sequence[tuple], side: str) -> list[tuple]:
@@ -38,6 +42,21 @@ class SinkSide:
         self.kinds = [key_kind(c.kind) for c in self.key_canons]
         self.key_pos = [self.names.index(k) for k in self.keys]
         self.aligned = all(k in ALIGNED_KINDS for k in self.kinds)
+        self.digest_plan = self._digest_plan()
+
+    def _digest_plan(self) -> DigestPlan:
+        """The SQL texts of the fast path, or why this table is compared row by row."""
+        key_kinds = _DIGEST_KEY_KINDS.get(self.reader.name, ())
+        odd = [k for k, kind in zip(self.keys, self.kinds) if kind not in key_kinds]
+        if odd:
+            return DigestPlan(reason=f"key column(s) {odd} cannot bound a digest query on this sink")
+        return plan(self.table.columns, self.reader.rules, self.sink_cols)
+
+    def digest_in_range(self, lo, hi):
+        t = self.table
+        return self.reader.digest_in_range(
+            t.db, t.table, self.sink_cols, self.keys, self.kinds, lo, hi, self.digest_plan.sink_row
+        )
 
     def source_rows(self, raw: Sequence[tuple]) -> list[tuple]:
         return canonical_rows(self.canons, raw, "source")

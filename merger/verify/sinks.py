@@ -20,6 +20,14 @@ from merger.errors import MergerError
 from merger.verify.canonical import SinkRules
 from merger.verify.column_canon import ColumnCanon
 from merger.verify.keys import delta_value, order_key, postgres_param
+from merger.verify.sql_digest import (
+    Digest,
+    datafusion_literal,
+    datafusion_query,
+    postgres_query,
+    range_predicate,
+    words_digest,
+)
 
 LOOKUP_BATCH = 500
 SEQ = "_cdc_seq"  # the sinks' own bookkeeping column: not a source column
@@ -173,19 +181,38 @@ class PostgresReader:
     def rows(self, db, table, names, sink_cols) -> list[tuple]:
         return self._select(db, table, names, sink_cols)
 
-    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi) -> list[tuple]:
+    def _range_where(self, db, table, sink_cols, keys, kinds, lo, hi, literal: bool = False):
+        """``key >= lo AND key < hi`` with placeholders and their params, or (``literal``)
+        with the values written in."""
         from psycopg import sql
 
         key = self._key_expr(db, table, keys)
         conds, params = [], []
         for bound, op in ((lo, ">="), (hi, "<")):
             if bound is not None:
-                conds.append(
-                    sql.SQL("{} {} ({})").format(key, sql.SQL(op), sql.SQL(", ").join(sql.Placeholder() * len(keys)))
-                )
-                params += [postgres_param(k, v, sink_cols.get(c)) for c, k, v in zip(keys, kinds, bound)]
-        where = sql.SQL(" AND ").join(conds) if conds else None
+                values = [postgres_param(k, v, sink_cols.get(c)) for c, k, v in zip(keys, kinds, bound)]
+                slots = [sql.Literal(v) for v in values] if literal else sql.Placeholder() * len(keys)
+                conds.append(sql.SQL("{} {} ({})").format(key, sql.SQL(op), sql.SQL(", ").join(slots)))
+                params += [] if literal else values
+        return (sql.SQL(" AND ").join(conds) if conds else None), params
+
+    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi) -> list[tuple]:
+        where, params = self._range_where(db, table, sink_cols, keys, kinds, lo, hi)
         return self._select(db, table, names, sink_cols, where, params)
+
+    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str) -> Digest:
+        """The chunk's digest, computed by PostgreSQL (``merger.verify.sql_digest``)."""
+        from psycopg import sql
+
+        where, _ = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, literal=True)
+        conn = self._connection()
+        q = postgres_query(
+            row_sql,
+            sql.Identifier(*self.target(db, table)).as_string(conn),
+            None if where is None else where.as_string(conn),
+        )
+        (rows, total), *_ = self._run(q)  # no params: a '%' in the text is plain text
+        return Digest.of(rows, total)
 
     def rows_with_keys(self, db, table, names, sink_cols, keys, kinds, canon_keys) -> list[tuple]:
         from psycopg import sql
@@ -317,6 +344,29 @@ class DeltaReader:
 
         return self._scan(db, table, names, sink_cols, keep, prune)
 
+    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str) -> Digest:
+        """The chunk's digest: DataFusion (delta-rs's ``QueryBuilder``) hashes each row's
+        text; the hashes are summed here. Integer and date keys only (raises NoSqlText)."""
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+        from deltalake.exceptions import DeltaError
+
+        dt = self._open(db, table)
+        if dt is None:
+            raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
+        bounds = [None if b is None else [datafusion_literal(k, v) for k, v in zip(kinds, b)] for b in (lo, hi)]
+        where = range_predicate("datafusion", keys, *bounds)
+        try:
+            result = QueryBuilder().register("chunk_table", dt).execute(datafusion_query(row_sql, "chunk_table", where))
+            hashes = pa.table(result.read_all()).column(0)
+        except (OSError, DeltaError) as exc:
+            raise SinkReadError(f"Delta table {self.path(db, table)}: {_first_line(exc)}") from None
+        except Exception as exc:  # DataFusion's own errors have no Python class of their own
+            where_ = self.path(db, table)
+            raise SinkReadError(f"Delta table {where_}: digest query failed: {_first_line(exc)}") from None
+        packed = b"".join(_binary_values(c) for c in hashes.chunks)
+        return words_digest(len(hashes), packed)
+
     def rows_with_keys(
         self, db, table, names, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = ()
     ) -> list[tuple]:
@@ -333,6 +383,21 @@ class DeltaReader:
             return t.filter(pa.array(mask, pa.bool_())) if mask else t
 
         return self._scan(db, table, names, sink_cols, keep)
+
+
+def _binary_values(chunk) -> bytes:
+    """The values of a binary array without nulls, back to back."""
+    import array
+
+    import pyarrow as pa
+
+    if chunk.null_count:
+        raise SinkReadError("the Delta digest query returned NULL hashes")
+    chunk = chunk.cast(pa.binary())
+    offsets = array.array("i")
+    offsets.frombytes(chunk.buffers()[1])
+    start, end = offsets[chunk.offset], offsets[chunk.offset + len(chunk)]
+    return chunk.buffers()[2].to_pybytes()[start:end] if len(chunk) else b""
 
 
 def _plain_type(typ):

@@ -6,6 +6,10 @@ gets from the server is what is compared (through ``canonical``).
 Every query is its own autocommit statement (a consistent read: no lock, no long
 transaction). The session runs with ``time_zone = '+00:00'`` so TIMESTAMP values come back
 in UTC, and ``NAMES utf8mb4`` so every character arrives.
+
+The one exception is ``digest_in_range``, verify's fast path: the server hashes each row's
+text (``merger.verify.sql_digest``) and returns a chunk digest; a chunk whose digest
+differs from the sink's is read again here with the plain SELECT.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from merger.errors import MergerError
 from merger.snapshot.chunking import quote_table, sql_literal, sql_predicate_literal
 from merger.verify.canonical import Column
 from merger.verify.keys import source_value
+from merger.verify.sql_digest import Digest, mariadb_query
 
 LOOKUP_BATCH = 1000
 
@@ -200,6 +205,15 @@ class SourceReader:
             keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
         )
         return self.query(self._select(t, where))
+
+    def digest_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str) -> Digest:
+        """The chunk's digest, computed by the server (``merger.verify.sql_digest``)."""
+        self._connection()
+        where = sql_predicate_literal(
+            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
+        )
+        (rows, total), *_ = self.query(mariadb_query(row_sql, quote_table((t.db, t.table)), where))
+        return Digest.of(rows, total)
 
     def rows_with_keys(
         self, t: SourceTable, keys: Sequence[str], kinds: Sequence[str], canon_keys: Sequence[tuple]
