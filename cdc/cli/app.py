@@ -364,16 +364,23 @@ def verify(
     retries: int = typer.Option(3, "--retries", min=0, help="re-checks of a differing chunk"),
     retry_wait: str = typer.Option("2s", "--retry-wait", help="wait before a re-check (2s, 500ms)"),
     limit: int = typer.Option(20, "--limit", min=1, help="differing keys listed per table and sink"),
+    compare: str = typer.Option(
+        "digest",
+        "--compare",
+        help="digest: each side hashes a chunk in SQL and only differing chunks are read row by row; "
+        "rows: read and compare every row",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Compare each sink table with its source in key-range chunks, without locking the
     source. Exit code 0: all equal; 1: a difference; 2: a table could not be verified."""
-    from cdc.cli.verify import parse_duration, run_verify
+    from cdc.cli.verify import parse_compare, parse_duration, run_verify
 
     wait = parse_duration(retry_wait)
+    digests = parse_compare(compare)
     named = [_check_table(t) for t in tables or []]
     cfg = load_merger_config(config, local, state_dir)
-    sys.exit(run_verify(cfg, named, sink, chunk_size, retries, wait, limit, as_json, console))
+    sys.exit(run_verify(cfg, named, sink, chunk_size, retries, wait, limit, as_json, console, digests=digests))
 
 
 @app.command("spark-archive")

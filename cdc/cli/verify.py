@@ -32,6 +32,13 @@ def parse_duration(text: str) -> float:
     return value * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
 
 
+def parse_compare(text: str) -> bool:
+    """--compare digest|rows -> whether chunks are compared by SQL digests first."""
+    if text not in ("digest", "rows"):
+        raise ConfigError(f"--compare: {text!r} is not digest or rows")
+    return text == "digest"
+
+
 def open_sinks(cfg: MergerConfig, only: str | None) -> dict[str, Any]:
     """Readers of the configured sinks by name (``merger.verify.sinks``: each sink's own
     client); None for a sink that cannot be read by key range."""
@@ -97,6 +104,7 @@ def run_verify(
     limit: int,
     as_json: bool,
     err: Console,
+    digests: bool = True,
 ) -> int:
     from merger.catalog import SourceCatalog
     from merger.verify.chunked import TableResult, TableVerifier
@@ -133,6 +141,7 @@ def run_verify(
                         retry_wait=retry_wait,
                         limit=limit,
                         on_progress=advance,
+                        digests=digests,
                     )
                     results += verifier.run() if readable else []
                 results += [
@@ -238,6 +247,7 @@ def render(results, console: Console) -> None:
         ("source rows", "right"),
         ("sink rows", "right"),
         ("mismatched chunks", "right"),
+        ("by digest", "right"),
         ("verdict", "left"),
     ):
         # names in full (folded), never cut to "…"
@@ -251,6 +261,7 @@ def render(results, console: Console) -> None:
             f"{r.source_rows:,}",
             f"{r.sink_rows:,}",
             str(r.mismatched_chunks),
+            str(r.digest_chunks),
             f"[{colour[r.verdict]}]{r.verdict}",
         )
     console.print(table)
@@ -268,6 +279,8 @@ def render(results, console: Console) -> None:
             lines.append("different values: " + ", ".join(f"{_key_text(k)} [{', '.join(c)}]" for k, c in r.different))
         if r.unlisted:
             lines.append(f"... and {r.unlisted} more differing keys")
+        if r.row_path and not r.skipped and not r.error:
+            lines.append(f"compared row by row: {r.row_path}")
         if r.in_flight_chunks and r.verdict != "error":
             lines.append(f"{r.in_flight_chunks} chunk(s) differed at first and settled on re-check (rows in flight)")
         if lines:
