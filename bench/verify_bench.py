@@ -1,0 +1,214 @@
+"""`cdc verify` throughput on an unchanged table, per sink, next to a plain `SELECT *`.
+
+A table of --rows rows (integer key; BIGINT, VARCHAR with accents and an emoji, DECIMAL,
+DATETIME(6), DATE, a TEXT that is NULL in every tenth row) is created in MariaDB of the
+local stack and written to PostgreSQL and Delta through the merger's own sink classes (so
+the sinks hold the pipeline's column types). Then, in the same run:
+
+* baseline: pymysql `SELECT *` of the whole table, fetched (what reading it costs a client);
+* `cdc verify`'s comparison (merger.verify.chunked.TableVerifier, the code the command
+  runs), each sink alone, `--compare digest` (the SQL digests) and `--compare rows`
+  (every row read and compared in Python), and both sinks in one run.
+
+Every figure is wall time from the start of the verification (chunk planning included) to
+its result, and rows/s = source rows / that time.
+
+    .venv/bin/python bench/verify_bench.py [--rows 1000000] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DB = "verify_bench"
+TABLE = "orders"
+TARGET = 1_000_000  # rows/s per sink (issue 12)
+
+
+def make_table(info, rows: int, work: Path) -> float:
+    """The source table and both sink copies; returns the seconds it took."""
+    import pyarrow as pa
+    import pymysql
+
+    from cdc import stack as local_stack
+    from cdc.config import MySQLConfig
+    from merger.catalog import SourceCatalog
+    from merger.schema import arrow_schema, snapshot_select
+    from merger.sinks.delta import DeltaSink
+    from merger.sinks.postgres import PostgresSink
+    from merger.snapshot.direct_read import canonical_source_rows
+
+    t0 = time.time()
+    m = info.mariadb
+    conn = pymysql.connect(host=m.host, port=m.port, user="root", password=m.root_password, charset="utf8mb4")
+    conn.autocommit(True)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB} CHARACTER SET utf8mb4")
+        cur.execute(
+            f"CREATE TABLE {DB}.{TABLE} (id INT PRIMARY KEY, customer BIGINT NOT NULL, name VARCHAR(60), "
+            "amount DECIMAL(12,2), created DATETIME(6), due DATE, note TEXT)"
+        )
+        cur.execute(
+            f"INSERT INTO {DB}.{TABLE} SELECT seq, seq * 7919 % 100003, CONCAT('customer ', seq, ' é😀'), "
+            "seq / 100, TIMESTAMP('2020-01-01') + INTERVAL seq SECOND + INTERVAL (seq % 1000) MICROSECOND, "
+            "DATE('2000-01-01') + INTERVAL (seq % 9000) DAY, IF(seq % 10 = 0, NULL, REPEAT('x', seq % 50)) "
+            f"FROM {DB}.seq_1_to_{int(rows)}"
+        )
+    catalog = SourceCatalog(
+        MySQLConfig(
+            host=m.host,
+            port=m.port,
+            user="root",
+            password_file=str(local_stack.secret_file(info, "mysql_root_password")),
+        )
+    )
+    spec = catalog.table_spec(DB, TABLE)
+    schema = arrow_schema(spec)
+    sinks = [DeltaSink(work / "delta"), PostgresSink(info.postgres)]
+    import psycopg
+
+    p = info.postgres
+    with psycopg.connect(
+        host=p.host, port=p.port, user=p.user, password=p.password, dbname=p.database, autocommit=True
+    ) as pg:
+        pg.execute(f"DROP SCHEMA IF EXISTS {DB} CASCADE")  # the sink's schema is the database's name
+    for sink in sinks:
+        sink.ensure_table((DB, TABLE), schema, ["id"])
+    step = 200_000
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        for lo in range(1, rows + 1, step):
+            cur.execute(
+                f"SELECT {snapshot_select(spec)} FROM {DB}.{TABLE} WHERE id >= %s AND id < %s ORDER BY id",
+                (lo, lo + step),
+            )
+            names = [d[0] for d in cur.description]
+            part = canonical_source_rows(spec, names, cur.fetchall())
+            n = part.num_rows
+            part = part.append_column("_cdc_op", pa.array(["r"] * n, pa.string()))
+            part = part.append_column("_cdc_seq", pa.array([1] * n, pa.int64()))
+            for sink in sinks:
+                sink.apply((DB, TABLE), 1 + lo // step, part)
+    sinks[1].close()
+    conn.close()
+    return time.time() - t0
+
+
+def select_all(info) -> float:
+    import pymysql
+
+    m = info.mariadb
+    conn = pymysql.connect(host=m.host, port=m.port, user="root", password=m.root_password, charset="utf8mb4")
+    t0 = time.time()
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {DB}.{TABLE}")
+        n = len(cur.fetchall())
+    took = time.time() - t0
+    conn.close()
+    assert n > 0
+    return took
+
+
+def run_verify(info, work: Path, sinks: list[str], digests: bool, chunk_size: int) -> tuple[float, list]:
+    import pymysql
+
+    from merger.verify.chunked import TableVerifier
+    from merger.verify.sinks import DeltaReader, PostgresReader
+    from merger.verify.source import SourceReader
+
+    m, p = info.mariadb, info.postgres
+    source = SourceReader(lambda: pymysql.connect(host=m.host, port=m.port, user="root", password=m.root_password))
+    make = {
+        "delta": lambda: DeltaReader(str(work / "delta")),
+        "postgres": lambda: PostgresReader(
+            {"host": p.host, "port": p.port, "user": p.user, "password": p.password, "dbname": p.database}
+        ),
+    }
+    readers = {n: make[n]() for n in sinks}
+    try:
+        t0 = time.time()
+        table = source.describe(DB, TABLE)
+        results = TableVerifier(source, table, ["id"], readers, chunk_size, retries=0, digests=digests).run()
+        took = time.time() - t0
+    finally:
+        source.close()
+        for r in readers.values():
+            r.close()
+    for r in results:
+        if r.verdict != "equal":
+            raise SystemExit(f"verify found the copy {r.verdict}: {r.to_json()}")
+    return took, results
+
+
+def _commit() -> str:
+    res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    return (res.stdout.strip() or "unknown") + (" (modified)" if dirty.stdout.strip() else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--chunk-size", type=int, default=100_000, help="verify's chunk size")
+    ap.add_argument("--skip-rows", action="store_true", help="do not time --compare rows (slow)")
+    ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
+    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    args = ap.parse_args(argv)
+
+    from cdc import stack as local_stack
+
+    info = local_stack.up(Path(args.state_dir))
+    work = Path(args.state_dir) / "verify-bench"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    print(f"making {args.rows:,} rows in MariaDB, PostgreSQL and Delta ...", flush=True)
+    made = make_table(info, args.rows, work)
+    print(f"  {made:.1f} s", flush=True)
+    base = select_all(info)
+    runs = []
+    for sinks in (["postgres"], ["delta"], ["postgres", "delta"]):
+        for digests in (True, False):
+            if not digests and (args.skip_rows or len(sinks) > 1):
+                continue
+            took, results = run_verify(info, work, sinks, digests, args.chunk_size)
+            by = {r.sink: r.digest_chunks for r in results}
+            runs.append((sinks, digests, took, by, results[0].chunks))
+            print(f"  {'+'.join(sinks)} {'digest' if digests else 'rows'}: {took:.2f} s", flush=True)
+    n = args.rows
+    lines = [
+        f"{n:,} rows, chunk size {args.chunk_size:,}. Baseline in the same run: pymysql `SELECT *` of the table "
+        f"{base:.2f} s = {n / base:,.0f} rows/s.",
+        "",
+        "| sinks | compare | wall s | rows/s per sink | vs SELECT * | chunks settled by digest | target |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for sinks, digests, took, by, chunks in runs:
+        per_sink = n * len(sinks) / took
+        settled = ", ".join(f"{k} {v}/{chunks}" for k, v in by.items())
+        lines.append(
+            f"| {'+'.join(sinks)} | {'digest' if digests else 'rows'} | {took:.2f} | {per_sink:,.0f} | "
+            f"{base / took * len(sinks):.2f}x | {settled} | {'met' if per_sink >= TARGET else 'not met'} "
+            f"(>= {TARGET:,}) |"
+        )
+    print("\n".join(lines))
+    if args.record:
+        head = (
+            f"\n### verify: unchanged table — {time.strftime('%Y-%m-%d %H:%M')}, commit {_commit()} "
+            f"(`bench/verify_bench.py --rows {n}`)\n"
+        )
+        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+            f.write(head + "\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
