@@ -35,17 +35,16 @@ other side before it counts as a difference.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from merger.verify.canonical import UnsupportedColumn
 from merger.verify.digest import ChunkDiff, diff, digest, encode_row, encode_value
+from merger.verify.fast_path import ChunkDigests
 from merger.verify.keys import UnsupportedKey
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
-from merger.verify.source import SourceError, SourceReader, SourceTable
-from merger.verify.sql_digest import Digest
+from merger.verify.source import SourceReader, SourceTable
 
 
 @dataclass
@@ -146,39 +145,49 @@ class TableVerifier:
         ranges = self.source.plan(self.table, self.keys, self.chunk_size)
         bounds = [hi for _, hi in ranges[:-1]]
         sink_ranges = {name: side.ranges(bounds) for name, side in sides.items()}
-        fast = self._fast_sides(sides, results)
+        fast = ChunkDigests(self.source, self.table, self.keys, self._fast_sides(sides, results))
         source_rows = 0
-        with ThreadPoolExecutor(max_workers=max(1, len(fast))) as pool:
-            for i, (lo, hi) in enumerate(ranges):
-                settled = self._digests(pool, fast, results, (lo, hi), sink_ranges, i)
-                raw = None  # the source rows, read when a sink needs them
-                for name, res in results.items():
-                    res.chunks += 1
-                    if res.error:
-                        continue
-                    if name in settled:
-                        res.digest_chunks += 1
-                        res.source_rows += settled[name]
-                        res.sink_rows += settled[name]
-                        continue
-                    if raw is None:
-                        raw = self.source.rows_in_range(self.table, self.keys, lo, hi)
-                    if name not in sides:
-                        res.source_rows += len(raw)
-                        res.mismatched_chunks += 1 if raw else 0
-                        continue
-                    try:
-                        self._chunk(sides[name], res, (lo, hi), sink_ranges[name][i], raw)
-                    except SinkUnreachable:
-                        raise
-                    except (SinkReadError, UnsupportedKey) as exc:
-                        res.error = str(exc)
-                source_rows += len(raw) if raw is not None else max(settled.values(), default=0)
-                if self.on_progress:
-                    self.on_progress(self.name, i + 1, len(ranges), source_rows)
+        try:
+            chunks = list(enumerate(ranges))
+            for w in range(0, len(chunks), fast.window):
+                window = chunks[w : w + fast.window]
+                settled = fast.settle(window, sink_ranges)
+                for name, why in fast.failed.items():
+                    results[name].row_path = why
+                for i, rng in window:
+                    source_rows += self._settle(results, sides, i, rng, sink_ranges, settled[i])
+                    if self.on_progress:
+                        self.on_progress(self.name, i + 1, len(ranges), source_rows)
+        finally:
+            fast.close()
         return list(results.values())
 
-    # ------------------------------------------------------------------ the fast path
+    def _settle(self, results, sides, i: int, rng: tuple, sink_ranges, settled: dict[str, int]) -> int:
+        """One chunk for every sink: counted when its digests settled it, else compared row
+        by row. Returns the chunk's source rows."""
+        raw = None  # the source rows, read when a sink needs them
+        for name, res in results.items():
+            res.chunks += 1
+            if res.error:
+                continue
+            if name in settled:
+                res.digest_chunks += 1
+                res.source_rows += settled[name]
+                res.sink_rows += settled[name]
+                continue
+            if raw is None:
+                raw = self.source.rows_in_range(self.table, self.keys, *rng)
+            if name not in sides:
+                res.source_rows += len(raw)
+                res.mismatched_chunks += 1 if raw else 0
+                continue
+            try:
+                self._chunk(sides[name], res, rng, sink_ranges[name][i], raw)
+            except SinkUnreachable:
+                raise
+            except (SinkReadError, UnsupportedKey) as exc:
+                res.error = str(exc)
+        return len(raw) if raw is not None else max(settled.values(), default=0)
 
     def _fast_sides(self, sides: dict[str, SinkSide], results: dict[str, TableResult]) -> dict[str, SinkSide]:
         """The sinks whose chunks are compared by SQL digests first; the others say why not."""
@@ -193,32 +202,6 @@ class TableVerifier:
             else:
                 fast[name] = side
         return fast
-
-    def _digests(self, pool, fast, results, rng: tuple, sink_ranges, i: int) -> dict[str, int]:
-        """Compare this chunk's digests on the fast sinks: {sink: rows} for the chunks they
-        settle. The sinks' queries run while the source's runs. A digest query that fails
-        sends that sink to the row path for the rest of the table (said in its result)."""
-        live = {n: s for n, s in fast.items() if results[n].row_path is None and not results[n].error}
-        if not live:
-            return {}
-        pending = {n: pool.submit(s.digest_in_range, *sink_ranges[n][i]) for n, s in live.items()}
-        source: dict[str, Digest] = {}  # per source row text (sinks may share one)
-        settled = {}
-        for name, side in live.items():
-            row_sql = side.digest_plan.source_row
-            try:
-                if row_sql not in source:
-                    source[row_sql] = self.source.digest_in_range(self.table, self.keys, *rng, row_sql)
-                theirs = pending[name].result()
-            except SinkUnreachable:
-                raise
-            except (SinkReadError, SourceError) as exc:
-                results[name].row_path = f"the digest query failed: {exc}"
-                continue
-            if theirs == source[row_sql]:
-                settled[name] = theirs.rows
-        wait(pending.values())  # a reader is used by one thread at a time
-        return settled
 
     def _chunk(self, side: SinkSide, res: TableResult, rng: tuple, srng: tuple, raw: list[tuple]) -> None:
         persistent: set | None = None

@@ -79,6 +79,12 @@ class SourceReader:
         self._conn: pymysql.Connection | None = None
         self.no_backslash_escapes = False
 
+    def sibling(self) -> "SourceReader":
+        """Another reader of the same server, with a connection of its own."""
+        other = SourceReader(self._connect_fn)
+        other.where = self.where
+        return other
+
     def _connection(self) -> pymysql.Connection:
         if self._conn is None:
             conn = self._connect_fn()

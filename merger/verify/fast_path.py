@@ -1,0 +1,92 @@
+"""Verify's fast path, run: the SQL digests of a window of chunks, on the source and on
+each sink, at the same time (``merger.verify.sql_digest`` writes the SQL).
+
+The source's per-row work (text, MD5) is the slowest part, so the window's source digests
+run on ``SOURCE_CONNECTIONS`` connections of their own, side by side; each sink computes
+the window's digests one after the other on its reader, meanwhile. Each side's query is
+one autocommit SELECT. The caller compares the chunks the digests leave unsettled row by
+row, with its own connections, after the window's queries have ended.
+"""
+
+from __future__ import annotations
+
+import queue
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Sequence
+
+from merger.verify.side import SinkSide
+from merger.verify.sinks import SinkReadError, SinkUnreachable
+from merger.verify.source import SourceError, SourceReader, SourceTable
+from merger.verify.sql_digest import Digest
+
+SOURCE_CONNECTIONS = 2  # concurrent digest queries on the source
+
+
+class ChunkDigests:
+    """Settles chunks by digest: ``settle(window)`` -> {chunk index: {sink: rows}}."""
+
+    def __init__(self, source: SourceReader, table: SourceTable, keys: Sequence[str], sides: dict[str, SinkSide]):
+        self.table = table
+        self.keys = list(keys)
+        self.sides = sides
+        self.failed: dict[str, str] = {}  # sink -> why its digests stopped (then: row path)
+        self._readers: queue.SimpleQueue[SourceReader] = queue.SimpleQueue()
+        self._opened = [source.sibling() for _ in range(SOURCE_CONNECTIONS)]
+        for r in self._opened:
+            self._readers.put(r)
+        self._pool = ThreadPoolExecutor(max_workers=SOURCE_CONNECTIONS + max(1, len(sides)))
+
+    @property
+    def window(self) -> int:
+        return 2 * SOURCE_CONNECTIONS
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        for r in self._opened:
+            r.close()
+
+    def _source_digest(self, rng: tuple, row_sql: str) -> Digest:
+        reader = self._readers.get()
+        try:
+            return reader.digest_in_range(self.table, self.keys, *rng, row_sql)
+        finally:
+            self._readers.put(reader)
+
+    @staticmethod
+    def _sink_digests(side: SinkSide, sink_ranges: list[tuple]) -> list[Digest]:
+        return [side.digest_in_range(*r) for r in sink_ranges]
+
+    def settle(self, chunks: list[tuple[int, tuple]], sink_ranges: dict[str, list[tuple]]) -> dict[int, dict[str, int]]:
+        """``chunks``: (index, (lo, hi)) in source bounds; ``sink_ranges``: each sink's
+        bounds by index. A failed digest query sends its sink to the row path for the rest
+        of the table (``failed`` says why); an unreachable sink raises."""
+        live = {n: s for n, s in self.sides.items() if n not in self.failed}
+        out: dict[int, dict[str, int]] = {i: {} for i, _ in chunks}
+        if not live:
+            return out
+        sinks: dict[str, Future] = {
+            n: self._pool.submit(self._sink_digests, s, [sink_ranges[n][i] for i, _ in chunks]) for n, s in live.items()
+        }
+        texts = {s.digest_plan.source_row for s in live.values()}  # sinks may share one
+        source: dict[tuple[int, str], Future] = {
+            (i, t): self._pool.submit(self._source_digest, rng, t) for i, rng in chunks for t in texts
+        }
+        errors: list[BaseException] = []
+        for name, side in live.items():
+            try:
+                theirs = sinks[name].result()
+                ours = [source[(i, side.digest_plan.source_row)].result() for i, _ in chunks]
+            except SinkUnreachable as exc:
+                errors.append(exc)
+                continue
+            except (SinkReadError, SourceError) as exc:
+                self.failed[name] = f"the digest query failed: {exc}"
+                continue
+            for (i, _), a, b in zip(chunks, ours, theirs):
+                if a == b:
+                    out[i][name] = a.rows
+        for f in [*sinks.values(), *source.values()]:
+            f.exception()  # every query of the window has ended before the row path runs
+        if errors:
+            raise errors[0]
+        return out
