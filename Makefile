@@ -15,6 +15,7 @@ test: bootstrap
 bench: bootstrap
 	.venv/bin/python -m bench.ingest_throughput
 	.venv/bin/python bench/merger_bench.py
+	.venv/bin/python bench/verify_bench.py
 
 stack-down:
 	.venv/bin/cdc stack down
