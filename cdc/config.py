@@ -378,8 +378,8 @@ class SnapshotConfig(_Model):
         ge=1,
         le=64,
         description="reads at once: a window's chunks are split into this many runs, one "
-        "Spark JDBC partition (one source connection) each; in local mode the "
-        "default spark_master gets parallelism + 2 task slots",
+        "Spark task (one source connection) each; in local mode with the default spark_master, "
+        "at most the machine's cores (more only contend), and Spark gets that + 2 task slots",
     )
     chunks_per_window: int = Field(4, ge=1, description="chunks between one LOW and one HIGH watermark")
     window_timeout_s: float = Field(120.0, gt=0, description="retry a window whose markers do not arrive")
@@ -426,7 +426,7 @@ class MergerConfig(_Model):
     spark_master: str = Field(
         "local[2]",
         description="used when not started by spark-submit; the default "
-        "local[2] becomes local[snapshot.parallelism + 2]",
+        "local[2] becomes local[min(snapshot.parallelism, cores) + 2]",
     )
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description=("extra Spark settings, over the merger's own")

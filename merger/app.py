@@ -44,11 +44,13 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
     jars = [j for j in JDBC_JARS if Path(j).exists()]
     builder = SparkSession.builder.appName("cdc-merger")
     if "SPARK_SUBMIT" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
+        from merger.snapshot.chunk_read import local_default_master, read_parallelism
+
         master = config.spark_master
-        if master == "local[2]":
+        if local_default_master(config):
             # task slots (threads) for the snapshot's reads plus the stream's Kafka tasks: a
             # read must not queue behind a micro-batch (measured: the first window took 6 s)
-            master = f"local[{config.snapshot.parallelism + 2}]"
+            master = f"local[{read_parallelism(config) + 2}]"
         builder = builder.master(master)
         # workers import the installed pyspark (cached bytecode), not the bundled zip
         builder = builder.config("spark.python.daemon.module", "merger.spark_daemon")

@@ -26,6 +26,31 @@ from cdc.quoting import quote_ident
 from ingest.tablespec import ColumnSpec, TableSpec
 from merger.schema import snapshot_expression
 
+DEFAULT_MASTER = "local[2]"  # cdc.config's spark_master default: the merger sizes it
+
+
+def local_default_master(config, environ=None) -> bool:
+    """The merger starts Spark itself (not spark-submit) with the default spark_master, so
+    it decides the task slots."""
+    import os
+
+    env = os.environ if environ is None else environ
+    return "SPARK_SUBMIT" not in env and not env.get("SPARK_ENV_LOADED") and config.spark_master == DEFAULT_MASTER
+
+
+def read_parallelism(config, cores: int | None = None, environ=None) -> int:
+    """Snapshot reads at once: ``snapshot.parallelism``, but in local mode with the default
+    master at most the machine's cores. Each read is a Python worker converting rows next
+    to the sinks, the JVM and the stream on the same cores: more reads than cores only
+    contend (measured on 2 cores: parallelism 4 read 1M rows 10-20% slower than 2)."""
+    import os
+
+    wanted = config.snapshot.parallelism
+    if not local_default_master(config, environ):
+        return wanted
+    return max(1, min(wanted, cores if cores is not None else (os.cpu_count() or 1)))
+
+
 # the text a task's error carries when the source is unreachable: merger.source retries it
 UNAVAILABLE_MARK = "cdc-source-unavailable"
 # what ConnectorX says when the connection fails or breaks (no server error code)

@@ -26,7 +26,7 @@ from merger.dblog import decode_key, encode_key
 from merger.errors import MergerError
 from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
-from merger.snapshot.chunk_read import chunk_query, stage_window, warm_up_workers
+from merger.snapshot.chunk_read import chunk_query, read_parallelism, stage_window, warm_up_workers
 from merger.snapshot.chunking import boundary_sql, make_chunks, plan_by_boundaries, sql_predicate_literal
 from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.source import SourceGuard, connect
@@ -117,6 +117,14 @@ class SnapshotRunner(threading.Thread):
 
             self.signals = SignalWriter(config.mysql, config.signal_table, store, self.guard)
         self.error: BaseException | None = None
+        self.parallelism = read_parallelism(config)  # reads at once (capped at the cores in local mode)
+        if self.parallelism < config.snapshot.parallelism:
+            log.info(
+                "snapshot.parallelism %d: %d reads at once, the machine's cores (local mode); set spark_master to "
+                "choose the task slots yourself",
+                config.snapshot.parallelism,
+                self.parallelism,
+            )
         m = config.mysql
         # ConnectorX has no TLS settings here: TLS asked for -> Spark JDBC
         self.reader = config.snapshot.reader
@@ -396,10 +404,10 @@ class SnapshotRunner(threading.Thread):
         if not todo:
             return False
         # a window holds at least `parallelism` chunks, one read each at least
-        per_window = max(self.config.snapshot.chunks_per_window, self.config.snapshot.parallelism)
+        per_window = max(self.config.snapshot.chunks_per_window, self.parallelism)
         chunks = todo[:per_window]
         # while changes stream in, one read task: the other core serves the stream
-        tasks = STREAMING_READ_TASKS if streaming else self.config.snapshot.parallelism
+        tasks = STREAMING_READ_TASKS if streaming else self.parallelism
         since = self._changed.get(table)
         if since is not None and time.monotonic() - since < 2.0 * len(self._changed_retries(table)):
             return False
@@ -532,7 +540,7 @@ class SnapshotRunner(threading.Thread):
             self.store.mark_staged(table, wid, read_with)
             return rows
         path = self.store.staging_dir(table, wid)
-        groups = split_evenly(chunks, tasks or self.config.snapshot.parallelism)
+        groups = split_evenly(chunks, tasks or self.parallelism)
         if self.reader == "connectorx":
             ranges = [_ranges_predicate(rt.keys, group) for group in groups]
             self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")

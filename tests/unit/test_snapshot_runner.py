@@ -79,3 +79,21 @@ def test_a_resume_before_the_first_micro_batch_waits_for_the_restored_tables(tmp
     processor.restored = True
     runner._handle_requests()
     assert rt.phase == "streaming" and rt.error is None
+
+
+def test_reads_at_once_are_capped_at_the_cores_only_when_the_merger_sizes_local_spark():
+    from merger.snapshot.chunk_read import read_parallelism
+
+    def cfg(parallelism, master="local[2]"):
+        return MergerConfig(snapshot={"parallelism": parallelism}, spark_master=master)
+
+    local = {}
+    assert read_parallelism(cfg(4), cores=2, environ=local) == 2
+    assert read_parallelism(cfg(2), cores=2, environ=local) == 2
+    assert read_parallelism(cfg(1), cores=8, environ=local) == 1
+    assert read_parallelism(cfg(8), cores=8, environ=local) == 8
+    assert read_parallelism(cfg(4), cores=1, environ=local) == 1
+    # the user chose the task slots, or spark-submit did: parallelism as configured
+    assert read_parallelism(cfg(4, "local[8]"), cores=2, environ=local) == 4
+    assert read_parallelism(cfg(4), cores=2, environ={"SPARK_SUBMIT": "1"}) == 4
+    assert read_parallelism(cfg(4), cores=2, environ={"SPARK_ENV_LOADED": "1"}) == 4
