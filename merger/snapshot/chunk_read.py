@@ -139,11 +139,12 @@ def stage_query(source: dict, query: str, path: str, batch_rows: int) -> int:
     return rows
 
 
-def warm_up_workers(spark, source: dict, directory: Path) -> int:
-    """One task per task slot, at the merger's start: each starts a Python worker (they are
-    reused), loads ConnectorX with a one-row read, and imports what the stream's Kafka
-    reads need, so that neither the first window nor the first micro-batches pay for it."""
-    slots = max(1, spark.sparkContext.defaultParallelism)
+def warm_up_workers(spark, source: dict, directory: Path, tasks: int | None = None) -> int:
+    """One task per read slot (default: every task slot), at the merger's start: each starts
+    a Python worker (they are reused), loads ConnectorX with a one-row read, and imports
+    what the stream's Kafka reads need, so that neither the first window nor the first
+    micro-batches pay for it."""
+    slots = max(1, tasks or spark.sparkContext.defaultParallelism)
     directory.mkdir(parents=True, exist_ok=True)
 
     def warm(i: int) -> int:

@@ -510,7 +510,8 @@ class SnapshotRunner(threading.Thread):
         path = self.store.root / "warm-up"
         try:
             if self.reader == "connectorx":  # starts the Python workers, loads ConnectorX
-                warm_up_workers(self.spark, self.source, path)
+                # the reads' slots only: the stream's first micro-batch runs meanwhile
+                warm_up_workers(self.spark, self.source, path, self.parallelism)
             else:
                 props = {**self.config.mysql.jdbc_secret_properties(), "driver": "org.mariadb.jdbc.Driver"}
                 df = self.spark.read.jdbc(self.jdbc_url(), "(SELECT 1 AS x) AS cdc_warm_up", properties=props)
