@@ -261,7 +261,18 @@ class IngestConfig(_Model):
     topic_partitions_per_table: dict[str, int] = Field(default_factory=dict)
     heartbeat_interval_ms: int = Field(10_000, ge=0, description="0 disables heartbeats")
     watermark_table: str = Field("cdc.cdc_watermarks", description="db.table of DBLog watermarks")
-    commit_every_events: int = Field(5_000, ge=1, description="events per Kafka transaction, at most")
+    commit_every_events: int = Field(
+        20_000,
+        ge=1,
+        description="events per Kafka transaction, at most; also the records of one source "
+        "transaction held back (for a ROLLBACK TO) before they are sent",
+    )
+    hold_max_mb: int = Field(
+        64,
+        ge=1,
+        description="MB of one source transaction's records held back (so that a ROLLBACK TO can "
+        "drop them) before they are sent, at most: bounds ingest's memory for large rows",
+    )
     commit_every_ms: int = Field(200, ge=1, description="Kafka transaction age, at most")
     on_xa_rollback: Literal["fail", "warn"] = Field(
         "fail",

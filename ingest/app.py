@@ -217,7 +217,10 @@ class Ingest:
         reader = self._reader()
         metrics.CONNECTED.set(1)
         stream = BinlogStream(
-            self, CommitPolicy(cfg.commit_every_events, cfg.commit_every_ms, cfg.heartbeat_interval_ms)
+            self,
+            CommitPolicy(
+                cfg.commit_every_events, cfg.commit_every_ms, cfg.heartbeat_interval_ms, cfg.hold_max_mb << 20
+            ),
         )
         try:
             stream.consume(reader, stop)
@@ -350,6 +353,7 @@ class Ingest:
         context = self._context
         topic = codec.topic
         rows = event.rows
+        held_bytes = 0
         src_head, src_tail = enc.source_split(ts_ms, server_id, position.file, position.pos, trx.gtid, trx.thread)
         for row_index, row in enumerate(rows):
             if op == "u":
@@ -383,7 +387,10 @@ class Ingest:
                     headers = [(POSITION_HEADER, pb), *[(k, v.encode()) for k, v in rec.headers], *context]
                 else:
                     headers = [(POSITION_HEADER, pb), *context]
-                hold((topic, key, rec.value.encode() if rec.value is not None else None, part, headers))
+                value = rec.value.encode() if rec.value is not None else None
+                held_bytes += (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+                hold((topic, key, value, part, headers))
+        trx.held_bytes += held_bytes
         codec.events_counter(op).inc(len(rows))
         trx.tables.add(codec.name)
         return 0  # held: counted when sent
@@ -393,6 +400,7 @@ class Ingest:
         self.producer.send_all(trx.held)
         n = len(trx.held)
         trx.held = []
+        trx.held_bytes = 0
         trx.released += n
         trx.events_written += n
         self.stats["events"] += n

@@ -56,12 +56,13 @@ def too_large_message(prefix: str, exc: RecordTooLarge) -> str:
     )
 
 
-def exposed_rollback_message(prefix: str, commit_every_events: int, tables, where: str, what: str) -> str:
+def exposed_rollback_message(prefix: str, config, tables, where: str, what: str) -> str:
     """A rollback of changes already written to Kafka (a transaction cut in pieces)."""
     return (
         f"transaction {where}: {what} rolls back row changes of {', '.join(sorted(tables))} that "
         f"ingest already wrote to Kafka, because the transaction had more than commit_every_events "
-        f"({commit_every_events}) changes before it. Set commit_every_events above the "
-        f"size of such transactions, delete topic {prefix}.offsets and the table topics (or use "
-        f"a new topic_prefix), restart ingest with start.mode: current and re-snapshot"
+        f"({config.commit_every_events}) changes, or more than hold_max_mb ({config.hold_max_mb} MB) of "
+        f"them, before it. Set those above the size of such transactions, delete topic {prefix}.offsets "
+        f"and the table topics (or use a new topic_prefix), restart ingest with start.mode: current and "
+        f"re-snapshot"
     )

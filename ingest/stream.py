@@ -37,8 +37,9 @@ class SourceTransaction:
     began: bool = False  # a BEGIN / XA START opened the group (else: one standalone statement)
     # the group's records not sent yet (args of producer.send), so that a ROLLBACK or
     # ROLLBACK TO later in the group can drop them; sent when the group ends or when
-    # commit_every_events of them are held (a large transaction, cut in pieces)
+    # commit_every_events of them, or hold_max_mb, are held (a large transaction, cut in pieces)
     held: list = field(default_factory=list)
+    held_bytes: int = 0  # keys and values of the held records (bounded by hold_max_mb)
     released: int = 0  # records of the group sent already (the first ones)
     savepoints: dict = field(default_factory=dict)  # name -> records of the group before it
     xid: str | None = None  # XA transaction id (XA START ... XA PREPARE)
@@ -53,6 +54,12 @@ class CommitPolicy:
     every_events: int
     every_ms: int
     heartbeat_ms: int = 0  # 0: no heartbeats
+    hold_max_bytes: int = 64 << 20
+
+    def release_held(self, held: int, held_bytes: int) -> bool:
+        """A source transaction's held records are sent before its end (then a ROLLBACK TO
+        cannot reach them any more): at commit_every_events of them, or hold_max_mb."""
+        return held >= self.every_events or held_bytes >= self.hold_max_bytes
 
     def inside_transaction(self, pending: int) -> bool:
         """At a row-event boundary of a large source transaction."""
@@ -166,7 +173,7 @@ class BinlogStream:
         if not self.pending:
             self.first_pending_at = self.now
         n = ingest._rows(event, trx, EventPosition(self.file, end_pos - event.packet.event_size))
-        if len(trx.held) >= self.policy.every_events:
+        if self.policy.release_held(len(trx.held), trx.held_bytes):
             n += ingest._release_held(trx)
         self.pending += n
         if self.policy.inside_transaction(self.pending):

@@ -45,12 +45,11 @@ class TransactionControl:
             mark = trx.savepoints[stmt.name]
             if mark < trx.released:
                 raise IngestError(
-                    exposed_rollback_message(
-                        self.prefix, self.config.commit_every_events, trx.tables, where, f"ROLLBACK TO {stmt.name}"
-                    )
+                    exposed_rollback_message(self.prefix, self.config, trx.tables, where, f"ROLLBACK TO {stmt.name}")
                 )
             dropped = len(trx.held) - (mark - trx.released)
             del trx.held[mark - trx.released :]
+            trx.held_bytes = sum(len(r[1] or b"") + len(r[2] or b"") for r in trx.held)
             # savepoints set after this one are gone, this one stays (SQL semantics)
             trx.savepoints = {n: trx.savepoints[n] for n in names[: names.index(stmt.name) + 1]}
             log.debug("transaction %s: ROLLBACK TO %s drops %d records", where, stmt.name, dropped)
@@ -58,13 +57,9 @@ class TransactionControl:
             # e.g. the changes after a SAVEPOINT at the start of a transaction, kept in the
             # binlog by a non-transactional change and then rolled back
             if trx.released:
-                raise IngestError(
-                    exposed_rollback_message(
-                        self.prefix, self.config.commit_every_events, trx.tables, where, "ROLLBACK"
-                    )
-                )
+                raise IngestError(exposed_rollback_message(self.prefix, self.config, trx.tables, where, "ROLLBACK"))
             log.debug("transaction %s: ROLLBACK drops %d records", where, len(trx.held))
-            trx.held = []
+            trx.held, trx.held_bytes = [], 0
         elif kind == statements.XA_COMMIT:
             if trx.began:
                 trx.xid = None  # XA COMMIT ... ONE PHASE closing its own group: committed

@@ -137,6 +137,61 @@ def test_savepoints_and_rollback_to_reach_kafka_exactly(stack, mysql_root, uniqu
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_large_rows_held_for_a_savepoint_are_bounded_in_bytes(stack, mysql_root, unique_name, tmp_path):
+    """Records held back for a ROLLBACK TO are sent once they reach hold_max_mb, whatever
+    their count: a rollback reaching back past them cannot be honoured, so ingest stops
+    with the error that says what to do (never writes the rolled-back rows silently). Under
+    the bound, the same transaction rolls back cleanly."""
+    db = f"hb_{unique_name}"
+    with mysql_root.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.doc (id INT PRIMARY KEY, body LONGTEXT) ENGINE=InnoDB")
+        cur.execute(f"CREATE TABLE {db}.m (id INT PRIMARY KEY) ENGINE=MyISAM")
+    big = "x" * 300_000
+
+    def transaction(cur, first: int) -> None:
+        # the MyISAM row keeps the rolled-back part in the binlog, with its ROLLBACK TO
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO doc VALUES (%s, 'before')", (first + 200,))
+        cur.execute("SAVEPOINT s")
+        for i in range(first, first + 8):  # 8 rows of 300 KB: 2.4 MB held
+            cur.execute("INSERT INTO doc VALUES (%s, %s)", (i, big))
+        cur.execute("INSERT INTO m VALUES (%s)", (first,))
+        cur.execute("ROLLBACK TO s")
+        cur.execute("INSERT INTO doc VALUES (%s, 'kept')", (first + 100,))
+        cur.execute("COMMIT")
+
+    conn = _root(stack, db)
+    cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], commit_every_events=1000, hold_max_mb=4)
+    proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    try:
+        wait_caught_up(stack, unique_name, proc=proc)
+        with conn.cursor() as cur:
+            transaction(cur, 0)
+        wait_caught_up(stack, unique_name, proc=proc)
+        rebuilt, _ = _topic_rows(stack, unique_name, db, "doc")
+        assert set(rebuilt) == {(100,), (200,)} and rebuilt == _source(conn, "doc")
+        proc.stop()
+
+        cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], commit_every_events=1000, hold_max_mb=1)
+        proc = IngestProcess(cfg, tmp_path / "ingest2.log").start()
+        wait_caught_up(stack, unique_name, proc=proc)
+        with conn.cursor() as cur:
+            transaction(cur, 1000)
+        deadline = time.monotonic() + 60
+        while proc.alive() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert not proc.alive(), "ingest went on past a ROLLBACK TO of records it had already sent"
+        log = proc.log_text()
+        assert "ROLLBACK TO s" in log and f"{db}.doc" in log and "hold_max_mb (1 MB)" in log, log[-2000:]
+        assert "Traceback" not in log, log[-3000:]
+    finally:
+        proc.stop()
+        conn.close()
+
+
+@pytest.mark.integration
 @pytest.mark.timeout(400)
 def test_xa_transactions(stack, mysql_root, unique_name, tmp_path):
     """XA COMMIT (two-phase and one-phase) reaches Kafka and moves ingest's position; an XA

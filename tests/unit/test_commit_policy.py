@@ -15,6 +15,13 @@ def test_inside_a_large_transaction_only_the_event_count_commits():
     assert P.inside_transaction(100)
 
 
+def test_held_records_are_sent_at_the_count_or_the_byte_bound():
+    policy = CommitPolicy(every_events=100, every_ms=500, hold_max_bytes=1 << 20)
+    assert not policy.release_held(99, (1 << 20) - 1)
+    assert policy.release_held(100, 10)
+    assert policy.release_held(3, 1 << 20)  # three large rows
+
+
 def test_at_a_transaction_end_by_count_or_by_age_of_the_first_pending_record():
     assert P.at_transaction_end(100, now=10.0, first_pending_at=10.0, last_commit=10.0)
     assert not P.at_transaction_end(5, now=10.4, first_pending_at=10.0, last_commit=0.0)
