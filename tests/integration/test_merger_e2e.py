@@ -157,6 +157,10 @@ def test_snapshot_under_concurrent_writes_then_truncate_add_column_new_table(sta
         for table in ("comp", "skey", "later", "num"):
             checker.wait_equal(db, table, proc=merger)
         assert ingest.alive()
+        # the checkpoint is written without Hadoop's .crc files (each costs forked processes)
+        batches = [p for p in offsets.iterdir() if p.name.isdigit()]
+        assert batches, list(offsets.iterdir())
+        assert not list((tmp_path / "state" / "checkpoint").rglob("*.crc")), list(offsets.iterdir())
     finally:
         writer.stop.set()
         merger.stop()
