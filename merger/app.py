@@ -73,6 +73,7 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
         # Spark keeps a pool of Python workers per environment; SQL tasks (the Kafka
         # source) add this variable, RDD tasks (chunk reads) do not: with it in both, both
         # share one pool, and the workers the start-up read spawned serve the stream too
+        # (the read uses the reads' slots only: the stream may add a worker of its own)
         "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
         # local files without Hadoop's .crc companions: without Hadoop's native library,
         # every checkpoint file it writes and renames forks chmod/readlink, 20 processes per
