@@ -97,7 +97,40 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_query_failure(spark)
     return spark
+
+
+# the loggers that print a failed query's Java stack trace before our one-line error (Spark
+# 4.x and 3.x class names); ``Merger._watch`` logs an unexpected failure's trace itself
+QUERY_FAILURE_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+)
+
+
+def _quiet_query_failure(spark) -> None:
+    try:
+        jvm = spark.sparkContext._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in QUERY_FAILURE_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception as exc:  # another logging backend: its traces stay, nothing breaks
+        log.debug("cannot quiet the query failure log: %s", exc)
+
+
+class _ReportedElsewhere(logging.Filter):
+    """Drops py4j's "exception while executing the Python Proxy" record (with its Python
+    traceback) for an error the merger reports in one line itself (``processor.fatal``);
+    any other exception keeps its record."""
+
+    def __init__(self, reported):
+        super().__init__()
+        self.reported = reported
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or exc is not self.reported()
 
 
 def stop_spark(spark, timeout_s: float = 30.0) -> None:
@@ -302,6 +335,8 @@ class Merger:
         reader = spark.readStream.format("cdc_kafka")
         for k, v in source_options(cfg).items():
             reader = reader.option(k, v)
+        # the batch's one-line fatal error (on_bad_record: stop) needs no Python traceback
+        logging.getLogger("py4j.clientserver").addFilter(_ReportedElsewhere(lambda: processor.fatal))
 
         def on_batch(batch_df, batch_id: int) -> None:
             t0 = time.monotonic()
@@ -330,6 +365,8 @@ class Merger:
                 if processor.fatal is not None:
                     raise processor.fatal  # our own one-line reason, not Spark's wrapping
                 exc = self.query.exception()
+                # Spark's own log of it is off (_quiet_query_failure): its trace goes here
+                log.error("streaming query stopped: %s", _with_trace(exc))
                 raise MergerError(f"streaming query stopped: {_short(exc)}")
             if runner.error is not None:
                 raise MergerError(f"snapshot failed: {_short(runner.error)}")
@@ -486,6 +523,12 @@ def _publish_if_idle(processor) -> None:
             processor.publish_status()
         finally:
             processor.tables.unlock()
+
+
+def _with_trace(exc) -> str:
+    desc = getattr(exc, "_desc", None) or str(exc)
+    trace = getattr(exc, "_stackTrace", None)
+    return f"{desc}\n{trace}" if trace else desc
 
 
 def _short(exc) -> str:

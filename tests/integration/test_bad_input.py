@@ -195,6 +195,8 @@ def test_dead_letters_and_incompatible_ddl_pause_resume_snapshot(stack, tmp_path
     assert last.startswith("error: bad record in topic "), res.stderr[-3000:]
     assert f"topic {topic} partition 0 offset {first_offset}" in last, last
     assert "not JSON" in last and "on_bad_record" in last, last
+    # a user's bad record is one line, not a Python traceback nor Spark's Java stack trace
+    assert "Traceback" not in res.stderr and "\tat org.apache" not in res.stderr, res.stderr[-3000:]
     root.close()
 
 
