@@ -39,6 +39,7 @@ import pymysql
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import commit_label  # noqa: E402
 from cdc import stack as local_stack  # noqa: E402
 
 DB = "bench_ingest"
@@ -303,12 +304,6 @@ def _child(args: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _commit() -> str:
-    res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
-    return (res.stdout.strip() or "unknown") + (" (modified)" if dirty.stdout.strip() else "")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=500_000)
@@ -353,7 +348,7 @@ def main() -> None:
             r["ratio"] = "" if r["tool"].startswith("ingest") else f"{by_tool['ingest'] / r['events_per_s']:.2f}x"
     if args.record:
         lines = [
-            f"\n### ingest streaming throughput — {time.strftime('%Y-%m-%d')}, commit {_commit()}, "
+            f"\n### ingest streaming throughput — {time.strftime('%Y-%m-%d')}, commit {commit_label()}, "
             f"{os.cpu_count()} cores, {args.rows:,} rows in transactions of 1,000, each tool from the start "
             "of the same binlog\n",
             "| workload | tool | events | seconds (first to last event) | events/s | ingest ÷ tool | peak RSS MB |",

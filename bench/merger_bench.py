@@ -46,7 +46,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -61,6 +60,7 @@ if str(ROOT) not in sys.path:
 import pymysql  # noqa: E402
 import pymysql.cursors  # noqa: E402
 
+from bench import commit_label  # noqa: E402
 from cdc import stack as local_stack  # noqa: E402
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config  # noqa: E402
 from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E402
@@ -1325,15 +1325,9 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
     return L
 
 
-def _commit() -> str:
-    res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
-    return (res.stdout.strip() or "unknown") + (" (modified)" if dirty.stdout.strip() else "")
-
-
 def record(args, lines: list[str]) -> None:
     head = (
-        f"\n### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d %H:%M')}, commit {_commit()} "
+        f"\n### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d %H:%M')}, commit {commit_label()} "
         f"(`bench/merger_bench.py --rows {args.rows} --parallelism {args.parallelism} --sinks {args.sinks}"
         f"{' --skip-latency' if args.skip_latency else ''}`)\n"
     )

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench import commit_label  # noqa: E402
 
 DB = "verify_bench"
 TABLE = "orders"
@@ -149,12 +150,6 @@ def run_verify(info, work: Path, sinks: list[str], digests: bool, chunk_size: in
     return took, results
 
 
-def _commit() -> str:
-    res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
-    return (res.stdout.strip() or "unknown") + (" (modified)" if dirty.stdout.strip() else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -202,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     if args.record:
         head = (
-            f"\n### verify: unchanged table — {time.strftime('%Y-%m-%d %H:%M')}, commit {_commit()} "
+            f"\n### verify: unchanged table — {time.strftime('%Y-%m-%d %H:%M')}, commit {commit_label()} "
             f"(`bench/verify_bench.py --rows {n}`)\n"
         )
         with open(ROOT / "bench" / "RESULTS.md", "a") as f:
