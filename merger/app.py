@@ -46,9 +46,9 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
 
     jars = [j for j in JDBC_JARS if Path(j).exists()]
     builder = SparkSession.builder.appName("cdc-merger")
-    if "SPARK_SUBMIT" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
-        from merger.snapshot.chunk_read import local_default_master, read_parallelism
+    from merger.snapshot.chunk_read import launched_locally, local_default_master, read_parallelism
 
+    if launched_locally():
         master = config.spark_master
         if local_default_master(config):
             # task slots (threads) for the snapshot's reads plus the stream's Kafka tasks: a
@@ -117,6 +117,9 @@ def _quiet_query_failure(spark) -> None:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
     except Exception as exc:  # another logging backend: its traces stay, nothing breaks
         log.debug("cannot quiet the query failure log: %s", exc)
+
+
+PY4J_LOGGER = "py4j.clientserver"  # logs an exception raised in foreachBatch, with its traceback
 
 
 class _ReportedElsewhere(logging.Filter):
@@ -212,6 +215,7 @@ class Merger:
         self.config = config
         self.stop_event = threading.Event()
         self.query = None
+        self._reported_elsewhere = _ReportedElsewhere(lambda: None)  # on py4j's logger while a query runs
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Runs until stopped; records why it ended in state_dir (``cdc status`` shows it)."""
@@ -286,6 +290,7 @@ class Merger:
             # the JVM goes before the error is printed: its shutdown messages would follow
             # the one-line error on stderr
             stop_spark(spark)
+            logging.getLogger(PY4J_LOGGER).removeFilter(self._reported_elsewhere)
 
     def _open_state(self):
         from merger.state import StateStore
@@ -336,7 +341,8 @@ class Merger:
         for k, v in source_options(cfg).items():
             reader = reader.option(k, v)
         # the batch's one-line fatal error (on_bad_record: stop) needs no Python traceback
-        logging.getLogger("py4j.clientserver").addFilter(_ReportedElsewhere(lambda: processor.fatal))
+        self._reported_elsewhere.reported = lambda: processor.fatal
+        logging.getLogger(PY4J_LOGGER).addFilter(self._reported_elsewhere)
 
         def on_batch(batch_df, batch_id: int) -> None:
             t0 = time.monotonic()

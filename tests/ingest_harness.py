@@ -85,6 +85,13 @@ class IngestProcess:
     def alive(self) -> bool:
         return bool(self.proc) and self.proc.poll() is None
 
+    def wait_exit(self, timeout_s: float = 90) -> bool:
+        """Waits (bounded) for the process to end by itself; True if it did."""
+        deadline = time.monotonic() + timeout_s
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        return not self.alive()
+
     def peak_rss_kb(self) -> int:
         try:
             for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

@@ -29,13 +29,18 @@ from merger.schema import snapshot_expression
 DEFAULT_MASTER = "local[2]"  # cdc.config's spark_master default: the merger sizes it
 
 
-def local_default_master(config, environ=None) -> bool:
-    """The merger starts Spark itself (not spark-submit) with the default spark_master, so
-    it decides the task slots."""
+def launched_locally(environ=None) -> bool:
+    """The merger starts Spark itself (local mode), not spark-submit."""
     import os
 
     env = os.environ if environ is None else environ
-    return "SPARK_SUBMIT" not in env and not env.get("SPARK_ENV_LOADED") and config.spark_master == DEFAULT_MASTER
+    return "SPARK_SUBMIT" not in env and not env.get("SPARK_ENV_LOADED")
+
+
+def local_default_master(config, environ=None) -> bool:
+    """The merger starts Spark itself with the default spark_master, so it decides the
+    task slots."""
+    return launched_locally(environ) and config.spark_master == DEFAULT_MASTER
 
 
 def read_parallelism(config, cores: int | None = None, environ=None) -> int:

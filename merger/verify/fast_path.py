@@ -25,6 +25,8 @@ SOURCE_CONNECTIONS = 2  # concurrent digest queries on the source
 class ChunkDigests:
     """Settles chunks by digest: ``settle(window)`` -> {chunk index: {sink: rows}}."""
 
+    window = 2 * SOURCE_CONNECTIONS  # chunks per settle(): the sinks run ahead of the source
+
     def __init__(self, source: SourceReader, table: SourceTable, keys: Sequence[str], sides: dict[str, SinkSide]):
         self.table = table
         self.keys = list(keys)
@@ -35,10 +37,6 @@ class ChunkDigests:
         for r in self._opened:
             self._readers.put(r)
         self._pool = ThreadPoolExecutor(max_workers=SOURCE_CONNECTIONS + max(1, len(sides)))
-
-    @property
-    def window(self) -> int:
-        return 2 * SOURCE_CONNECTIONS
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from cdc.quoting import pg_ident, quote_ident
 from merger.verify.canonical import Column, SinkRules, UnsupportedColumn
 
 DIALECTS = ("mariadb", "postgres", "datafusion")
@@ -85,9 +86,8 @@ class DigestPlan:
 
 
 def quote(dialect: str, name: str) -> str:
-    if dialect == "mariadb":
-        return "`" + name.replace("`", "``") + "`"
-    return '"' + name.replace('"', '""') + '"'
+    """An identifier in a dialect: backticks in MariaDB, double quotes in PostgreSQL and DataFusion."""
+    return quote_ident(name) if dialect == "mariadb" else pg_ident(name)
 
 
 def _decimal_type(text: str) -> tuple[int, int] | None:

@@ -6,7 +6,6 @@ every other test on the shared one) with the shared broker."""
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pymysql
 import pytest
@@ -22,13 +21,6 @@ def private_stack(stack, tmp_path):
     own = local_stack.up(tmp_path / "own", components=("mariadb",))
     yield dataclasses.replace(own, kafka=stack.kafka)
     local_stack.down(tmp_path / "own", components=("mariadb",))
-
-
-def _wait_exit(proc, timeout_s=90):
-    deadline = time.monotonic() + timeout_s
-    while proc.alive() and time.monotonic() < deadline:
-        time.sleep(0.3)
-    return not proc.alive()
 
 
 @pytest.mark.integration
@@ -58,7 +50,7 @@ def test_reset_master_stops_ingest_with_the_way_out(private_stack, unique_name, 
             cur.execute("RESET MASTER")
             cur.execute(f"INSERT INTO {db}.t VALUES (100, 100)")
         proc = IngestProcess(cfg, tmp_path / "ingest2.log").start()
-        assert _wait_exit(proc), "ingest started on a binlog that went backwards"
+        assert proc.wait_exit(), "ingest started on a binlog that went backwards"
         log = proc.log_text()
         assert "error: " in log and "behind" in log and "new topic_prefix" in log, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
@@ -75,7 +67,7 @@ def test_reset_master_stops_ingest_with_the_way_out(private_stack, unique_name, 
         with conn.cursor() as cur:
             cur.execute("RESET MASTER")
             cur.execute(f"INSERT INTO {db}.t VALUES (102, 102)")
-        assert _wait_exit(proc), "ingest went on after RESET MASTER"
+        assert proc.wait_exit(), "ingest went on after RESET MASTER"
         log = proc.log_text()
         assert "error: " in log and "Traceback" not in log, log[-3000:]
         records, _ = read_records(st.kafka.bootstrap, [f"{unique_name}b.{db}.t"])

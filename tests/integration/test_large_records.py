@@ -4,8 +4,6 @@ ingest resumes at that very change once the limit is raised. Real MariaDB and br
 
 from __future__ import annotations
 
-import time
-
 import pymysql
 import pytest
 
@@ -13,12 +11,6 @@ from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import read_records, rebuild
 
 pytestmark = pytest.mark.integration
-
-
-def _wait_exit(proc: IngestProcess, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while proc.alive() and time.monotonic() < deadline:
-        time.sleep(0.3)
 
 
 @pytest.mark.timeout(400)
@@ -58,7 +50,7 @@ def test_oversized_row_stops_with_a_clear_error_then_resumes(stack, mysql_root, 
             cur.execute("INSERT INTO other VALUES (2, 2)")
             cur.execute("UPDATE doc SET body = CONCAT(body, 'y') WHERE id = 1")
             cur.execute("INSERT INTO other VALUES (3, 3)")
-        _wait_exit(proc)
+        proc.wait_exit()
         assert not proc.alive(), "ingest kept running past a record it cannot write"
         log = proc.log_text()
         error = [line for line in log.splitlines() if line.startswith("error: ")]

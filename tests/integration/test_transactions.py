@@ -4,8 +4,6 @@ end to end on the real MariaDB and broker: the topics rebuild the source exactly
 
 from __future__ import annotations
 
-import time
-
 import pymysql
 import pytest
 
@@ -179,10 +177,7 @@ def test_large_rows_held_for_a_savepoint_are_bounded_in_bytes(stack, mysql_root,
         wait_caught_up(stack, unique_name, proc=proc)
         with conn.cursor() as cur:
             transaction(cur, 1000)
-        deadline = time.monotonic() + 60
-        while proc.alive() and time.monotonic() < deadline:
-            time.sleep(0.3)
-        assert not proc.alive(), "ingest went on past a ROLLBACK TO of records it had already sent"
+        assert proc.wait_exit(60), "ingest went on past a ROLLBACK TO of records it had already sent"
         log = proc.log_text()
         assert "ROLLBACK TO s" in log and f"{db}.doc" in log and "hold_max_mb (1 MB)" in log, log[-2000:]
         assert "Traceback" not in log, log[-3000:]
@@ -260,10 +255,7 @@ def test_xa_transactions(stack, mysql_root, unique_name, tmp_path):
                 f"XA ROLLBACK '{u}x4'",
             ]:
                 cur.execute(sql)
-        deadline = time.monotonic() + 60
-        while proc.alive() and time.monotonic() < deadline:
-            time.sleep(0.3)
-        assert not proc.alive(), "ingest went on past an XA ROLLBACK of changes it had written"
+        assert proc.wait_exit(60), "ingest went on past an XA ROLLBACK of changes it had written"
         log = proc.log_text()
         assert "XA ROLLBACK" in log and f"{db}.t" in log and "on_xa_rollback: warn" in log, log[-2000:]
         assert "Traceback" not in log, log[-3000:]

@@ -76,6 +76,18 @@ def pipeline_rows(conn, spec, keys) -> pa.Table:
         return canonical_source_rows(spec, names, cur.fetchall())
 
 
+def root_catalog(stack) -> SourceCatalog:
+    """The pipeline's catalog of the source, as root (its table specs write the sinks)."""
+    return SourceCatalog(
+        MySQLConfig(
+            host=stack.mariadb.host,
+            port=stack.mariadb.port,
+            user="root",
+            password_file=str(local_stack.secret_file(stack, "mysql_root_password")),
+        )
+    )
+
+
 def one_row(schema: pa.Schema, **values) -> pa.Table:
     return pa.Table.from_pylist([values], schema=schema)
 
@@ -131,14 +143,7 @@ def world(stack, tmp_path_factory):
         cur.executemany(f"INSERT INTO `{db}`.nokey VALUES (%s, %s)", [(i, str(i)) for i in range(150)])
     conn.close()
 
-    catalog = SourceCatalog(
-        MySQLConfig(
-            host=stack.mariadb.host,
-            port=stack.mariadb.port,
-            user="root",
-            password_file=str(local_stack.secret_file(stack, "mysql_root_password")),
-        )
-    )
+    catalog = root_catalog(stack)
     delta = DeltaSink(work / "delta")
     pg = PostgresSink(stack.postgres)
     schemas, keys = {}, {"items": ["id"], "pair keys": ["region", "code"], "nokey": ["a"]}

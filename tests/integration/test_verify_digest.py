@@ -19,16 +19,13 @@ import pyarrow as pa
 import pymysql
 import pytest
 
-from cdc import stack as local_stack
-from cdc.config import MySQLConfig
-from merger.catalog import SourceCatalog
 from merger.schema import arrow_schema
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
 from merger.verify.chunked import TableVerifier
 from merger.verify.sinks import DeltaReader, PostgresReader
 from merger.verify.source import SourceReader
-from tests.integration.test_verify import changes, pipeline_rows
+from tests.integration.test_verify import changes, pipeline_rows, root_catalog
 
 pytestmark = pytest.mark.integration
 
@@ -118,14 +115,7 @@ def world(stack, tmp_path_factory):
         )
         cur.execute(f"CREATE TABLE `{db}`.floats (id INT PRIMARY KEY, x DOUBLE)")
         cur.execute(f"INSERT INTO `{db}`.floats VALUES (1, 0.1), (2, NULL)")
-    catalog = SourceCatalog(
-        MySQLConfig(
-            host=stack.mariadb.host,
-            port=stack.mariadb.port,
-            user="root",
-            password_file=str(local_stack.secret_file(stack, "mysql_root_password")),
-        )
-    )
+    catalog = root_catalog(stack)
     sinks = {"delta": DeltaSink(work / "delta"), "postgres": PostgresSink(stack.postgres)}
     schemas = {}
     for name in ("fast", "floats"):
