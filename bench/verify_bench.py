@@ -19,6 +19,7 @@ its result, and rows/s = source rows / that time.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cdc import stack as local_stack
 
+    load = os.getloadavg()
     info = local_stack.up(Path(args.state_dir))
     work = Path(args.state_dir) / "verify-bench"
     shutil.rmtree(work, ignore_errors=True)
@@ -179,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             runs.append((sinks, digests, took, by, results[0].chunks))
             print(f"  {'+'.join(sinks)} {'digest' if digests else 'rows'}: {took:.2f} s", flush=True)
     n = args.rows
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     lines = [
+        f"Machine: {os.cpu_count()} CPUs, {mem_gb:.0f} GB; load average at start {' '.join(f'{x:.2f}' for x in load)}.",
+        "",
         f"{n:,} rows, chunk size {args.chunk_size:,}. Baseline in the same run: pymysql `SELECT *` of the table "
         f"{base:.2f} s = {n / base:,.0f} rows/s.",
         "",
