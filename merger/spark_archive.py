@@ -6,9 +6,13 @@ that later JVMs map instead (``-XX:SharedArchiveFile``). Measured on the develop
 2-core machine: SparkSession ready 4.9 s -> 2.9 s, first SQL job 2.1 s -> 1.0 s.
 
 The archive belongs to one Java and one Spark installation: its file name is a hash of
-both, so another installation simply finds none. The JVM checks the archive again when it
-maps it and ignores one that does not match (``-Xshare:auto``): the archive can only make
-a start faster, never change what the merger does. ``build`` writes it with a short
+both, down to each jar's size and modification time, which the JVM checks when it maps
+the archive (a reinstalled .venv at the same path, same versions, has new jar times and
+would otherwise find an archive the JVM silently refuses). Another installation simply
+finds none. ``build`` removes the archives of installations that are gone or replaced.
+The JVM checks the archive again when it maps it and ignores one that does not match
+(``-Xshare:auto``): the archive can only make a start faster, never change what the
+merger does. ``build`` writes it with a short
 warm-up run (SQL, Arrow, a Python worker, a streaming micro-batch) in a child process,
 to a temporary name renamed into place once the JVM has exited.
 """
@@ -49,6 +53,27 @@ def _java() -> str | None:
     return os.path.realpath(exe) if exe and os.path.exists(exe) else None
 
 
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def installation_key(java: str, spark_home: Path, spark_version: str) -> str:
+    """What the JVM checks when it maps an archive: Java (its binary and its modules
+    image) and the jars on Spark's class path, by name, size and modification time."""
+    modules = Path(java).parent.parent / "lib" / "modules"
+    jars = sorted((p.name, *_stat(p)) for p in (spark_home / "jars").glob("*.jar"))
+    java_parts = (java, os.stat(java).st_mtime_ns, _stat(modules) if modules.is_file() else None)
+    key = repr((java_parts, str(spark_home), spark_version, jars))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
 def archive_path() -> Path | None:
     """Where this installation's archive is (whether or not it exists); None without Java."""
     java = _java()
@@ -56,10 +81,29 @@ def archive_path() -> Path | None:
         return None
     import pyspark
 
-    spark_home = Path(pyspark.__file__).parent
-    jars = sorted((p.name, p.stat().st_size) for p in (spark_home / "jars").glob("*.jar"))
-    key = repr((java, os.stat(java).st_mtime_ns, str(spark_home), pyspark.__version__, jars))
-    return cache_dir() / f"spark-{pyspark.__version__}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+    key = installation_key(java, _spark_home(), pyspark.__version__)
+    return cache_dir() / f"spark-{pyspark.__version__}-{key}.jsa"
+
+
+def _owner_file(archive: Path) -> Path:
+    return archive.with_name(archive.name + ".home")
+
+
+def remove_stale(keep: Path, spark_home: Path) -> list[Path]:
+    """Removes the archives built for ``spark_home`` before (a replaced installation) or for
+    a Spark installation that no longer exists; each archive names its Spark in a
+    ``.home`` file beside it. Archives without one are left alone."""
+    removed = []
+    for owner in keep.parent.glob("spark-*.jsa.home"):
+        archive = owner.with_name(owner.name[: -len(".home")])
+        if archive == keep:
+            continue
+        home = Path(owner.read_text().strip())
+        if home == spark_home or not (home / "jars").is_dir():
+            archive.unlink(missing_ok=True)
+            owner.unlink(missing_ok=True)
+            removed.append(archive)
+    return removed
 
 
 def java_options() -> str:
@@ -93,6 +137,7 @@ def build(force: bool = False) -> Path:
         if not tmp.is_file() or tmp.stat().st_size == 0:
             raise SparkArchiveError("the JVM exited without writing the archive")
         os.replace(tmp, path)
+        _owner_file(path).write_text(str(_spark_home()) + "\n")
     except subprocess.CalledProcessError as exc:
         tail = " | ".join(exc.stderr.decode(errors="replace").strip().splitlines()[-3:])
         raise SparkArchiveError(f"the Spark warm-up run that writes the archive failed: {tail}") from exc
@@ -101,6 +146,8 @@ def build(force: bool = False) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     log.info("Spark class-data archive written in %.1fs: %s", time.monotonic() - started, path)
+    for old in remove_stale(path, _spark_home()):
+        log.info("removed the class-data archive of a replaced or removed Spark installation: %s", old)
     return path
 
 

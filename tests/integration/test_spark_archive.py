@@ -40,12 +40,18 @@ def _start_session(tmp_path, java_options: str, env: dict | None = None) -> str:
 def test_the_merger_jvm_maps_the_archive_that_bootstrap_built(tmp_path):
     path = spark_archive.build()  # the README's install built it: this only checks it is there
     loads = tmp_path / "class-load.log"
-    args = _start_session(tmp_path, f"-Xlog:class+load=info:file={loads}")
+    # the JVM's own reason when it refuses the archive (the merger's `-Xlog:cds=off` only
+    # silences standard output, not this file)
+    cds = tmp_path / "cds.log"
+    user = f"-Xlog:class+load=info:file={loads} -Xlog:cds=info,cds+dynamic=info,class+path=info:file={cds}"
+    args = _start_session(tmp_path, user)
     assert f"-XX:SharedArchiveFile={path}" in args
     assert f"-Xlog:class+load=info:file={loads}" in args  # the user's options are kept
     text = loads.read_text()
     shared = text.count("source: shared objects file (top)")  # the dynamic archive's layer
-    assert shared > 5000, f"only {shared} classes came from the archive"
+    said = ("mismatch", "error", "fail", "unable", "not the one")
+    why = [line[:300] for line in cds.read_text().splitlines() if any(w in line.lower() for w in said)]
+    assert shared > 5000, f"only {shared} classes came from the archive {path}; the JVM said: {why[-8:]}"
 
 
 @pytest.mark.timeout(600)

@@ -1,5 +1,6 @@
 """The class-data archive's location and JVM options (merger/spark_archive.py); no JVM runs."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,59 @@ def test_an_existing_archive_is_not_built_again(cache, monkeypatch):
     path.write_bytes(b"x")
     monkeypatch.setattr(spark_archive.subprocess, "run", lambda *a, **k: pytest.fail("built again"))
     assert spark_archive.build() == path
+
+
+def _spark_home(root: Path, jars: dict[str, bytes]) -> Path:
+    (root / "jars").mkdir(parents=True)
+    for name, data in jars.items():
+        (root / "jars" / name).write_bytes(data)
+    return root
+
+
+def test_a_reinstalled_jar_with_the_same_size_gets_another_archive(tmp_path):
+    # the JVM refuses an archive whose class-path jars have other modification times
+    # (a .venv made again at the same path): the key must change with them
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\n")
+    home = _spark_home(tmp_path / "spark", {"a.jar": b"aaaa", "b.jar": b"bbbb"})
+    key = spark_archive.installation_key(str(java), home, "4.3.0")
+    assert spark_archive.installation_key(str(java), home, "4.3.0") == key
+    st = (home / "jars" / "b.jar").stat()
+    os.utime(home / "jars" / "b.jar", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    touched = spark_archive.installation_key(str(java), home, "4.3.0")
+    assert touched != key
+    (home / "jars" / "b.jar").write_bytes(b"bbbbb")
+    assert spark_archive.installation_key(str(java), home, "4.3.0") not in (key, touched)
+    # Java's modules image is checked too (a JDK update)
+    modules = tmp_path / "jdk" / "lib" / "modules"
+    modules.parent.mkdir(parents=True)
+    modules.write_bytes(b"m")
+    with_modules = spark_archive.installation_key(str(java), home, "4.3.0")
+    modules.write_bytes(b"mm")
+    assert spark_archive.installation_key(str(java), home, "4.3.0") != with_modules
+
+
+def test_building_removes_the_archives_of_replaced_and_removed_installations(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    here = _spark_home(tmp_path / "here", {"a.jar": b"a"})
+    elsewhere = _spark_home(tmp_path / "elsewhere", {"a.jar": b"a"})
+
+    def archive(name: str, home: Path | None) -> Path:
+        path = cache / f"spark-4.3.0-{name}.jsa"
+        path.write_bytes(b"jsa")
+        if home is not None:
+            (cache / f"{path.name}.home").write_text(f"{home}\n")
+        return path
+
+    new = archive("new", here)
+    replaced = archive("old", here)  # the same path, an earlier install
+    other = archive("other", elsewhere)  # another live installation
+    gone = archive("gone", tmp_path / "deleted-venv")
+    unowned = archive("unowned", None)  # made before archives named their Spark
+    removed = spark_archive.remove_stale(new, here)
+    assert sorted(removed) == sorted([replaced, gone])
+    assert not replaced.exists() and not gone.exists()
+    assert not (cache / f"{replaced.name}.home").exists()
+    assert new.exists() and other.exists() and unowned.exists()
