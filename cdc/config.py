@@ -449,6 +449,15 @@ class MergerConfig(_Model):
     )
     trigger_interval_ms: int = Field(500, ge=0)
     max_records_per_trigger: int = Field(200_000, ge=1)
+    batch_memory_mb: int = Field(
+        512,
+        ge=16,
+        description="the merger's memory for one micro-batch of changes, about: a batch admits the records "
+        "whose estimated cost fits (8 KB plus 8x its bytes per record, learned per topic from the batches "
+        "before), so wide rows make smaller batches; a topic seen for the first time starts with "
+        "batch_memory_mb/64 per record. One record larger than this still goes through, alone. "
+        "See docs/operations.md, Memory",
+    )
     records_per_task: int = Field(
         100_000,
         ge=1,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model
 from merger.errors import MergerError
-from merger.state import TICK_FILE
+from merger.state import RECORD_SIZES_FILE, TICK_FILE
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +202,9 @@ def source_options(config: MergerConfig) -> dict[str, str]:
         # the processor raises the number in this file when snapshot rows are left
         # to emit: the source then gives Spark a reason for another micro-batch
         "tickFile": str(Path(config.state_dir).resolve() / TICK_FILE),
+        # each batch's records fit the memory budget by the record sizes the processor learns
+        "batchMemoryBytes": str(config.batch_memory_mb * 1024 * 1024),
+        "recordSizesFile": str(Path(config.state_dir).resolve() / RECORD_SIZES_FILE),
     }
     for k, v in config.kafka.extra.items():
         opts[f"kafka.{k}"] = str(v).lower() if isinstance(v, bool) else str(v)

@@ -46,6 +46,7 @@ from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.emission import WindowEmitter
 from merger.errors import BadChange, MergerError
+from merger.kafka.admission import learn, observed_sizes
 from merger.kept import keep
 from merger.pausing import PausedTables
 from merger.records import (
@@ -113,6 +114,8 @@ class BatchProcessor(PausedTables):
         self.tables = TableRegistry()
         self.replay = self._new_replay_filter()
         self.restored = False
+        self.record_sizes: dict[str, float] | None = None  # merger.kafka.admission, loaded at first use
+        self.last_batch_bytes = 0  # keys and values of the last batch's records
         self.bad_records = 0
         self.last_batch: int | None = None
         self.batch_started: float | None = None
@@ -257,7 +260,26 @@ class BatchProcessor(PausedTables):
             self._expire_windows()
             crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())
+            self._learn_record_sizes(records)
             self._finish_batch(batch_id, records.num_rows, streamed_s)
+
+    def _learn_record_sizes(self, records: pa.Table) -> None:
+        """Each topic's bytes per record, for the Kafka source's admission of the next
+        batches (``batch_memory_mb``); written only when an estimate moved by 5 %."""
+        observed = observed_sizes(records)
+        self.last_batch_bytes = sum(size for _, size in observed.values())
+        if not observed:
+            return
+        if self.record_sizes is None:
+            self.record_sizes = self.store.load_record_sizes()
+        new = learn(self.record_sizes, observed)
+        moved = any(abs(b - self.record_sizes.get(t, -1.0)) > 0.05 * b for t, b in new.items())
+        self.record_sizes = new
+        if moved:
+            try:
+                self.store.save_record_sizes(new)
+            except OSError as exc:  # the planner goes on with the estimates it has
+                log.warning("cannot write the record sizes: %s", exc)
 
     def _route(self, records: pa.Table) -> tuple[dict[str, list[ParsedRecord]], list[dict]]:
         """The batch's records, parsed, without replays and tombstones: per table (in
@@ -339,11 +361,16 @@ class BatchProcessor(PausedTables):
             self._ask_for_batch(batch_id)
         self.batch_finished_at = time.monotonic()
         took = self.batch_finished_at - self.batch_started
-        self.last_timing = {"changesMs": int(1000 * streamed_s), "windowsMs": int(1000 * (took - streamed_s))}
+        self.last_timing = {
+            "changesMs": int(1000 * streamed_s),
+            "windowsMs": int(1000 * (took - streamed_s)),
+            "recordBytes": self.last_batch_bytes,
+        }
         (log.info if took > 2.0 else log.debug)(
-            "batch %d: %d records in %.2fs (changes %.2fs, snapshot windows %.2fs)",
+            "batch %d: %d records (%.1f MB) in %.2fs (changes %.2fs, snapshot windows %.2fs)",
             batch_id,
             num_records,
+            self.last_batch_bytes / 1e6,
             took,
             streamed_s,
             took - streamed_s,

@@ -21,6 +21,8 @@ from merger.errors import MergerError
 # raised by the processor when snapshot windows are left to emit; the Kafka source
 # reports it as the offset of a pseudo-partition (merger.kafka.offsets.read_tick)
 TICK_FILE = "emission.tick"
+# bytes per record per topic, learned by the processor, read by the Kafka source's planner
+RECORD_SIZES_FILE = "record-sizes.json"
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -120,6 +122,28 @@ class StateStore:
         tmp = self.tick_path.with_name(TICK_FILE + ".tmp")
         tmp.write_text(str(int(value)))
         os.replace(tmp, self.tick_path)
+
+    # -- record sizes (the Kafka source's admission, merger.kafka.admission) ----------
+
+    @property
+    def record_sizes_path(self) -> Path:
+        return self.root.resolve() / RECORD_SIZES_FILE
+
+    def load_record_sizes(self) -> dict[str, float]:
+        """What ``save_record_sizes`` wrote; empty when missing or unreadable (the planner
+        reads the file itself: ``merger.kafka.offsets.read_record_sizes``)."""
+        try:
+            data = read_json(self.record_sizes_path, {})
+            return {str(t): float(b) for t, b in data.items()}
+        except (OSError, ValueError, AttributeError, TypeError):
+            return {}
+
+    def save_record_sizes(self, sizes: dict[str, float]) -> None:
+        """No fsync: estimates lost in a crash are learned again (a topic without one is
+        admitted a few records at first)."""
+        tmp = self.record_sizes_path.with_name(RECORD_SIZES_FILE + ".tmp")
+        tmp.write_text(json.dumps({t: round(b, 1) for t, b in sorted(sizes.items())}))
+        os.replace(tmp, self.record_sizes_path)
 
     # -- Spark checkpoint ----------------------------------------------------------
 

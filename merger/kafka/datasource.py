@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from merger.kafka.admission import record_cost
 from merger.kafka.offsets import (
     OFFSET_LATEST,
     TICK_TP,
@@ -35,6 +36,7 @@ from merger.kafka.offsets import (
     parse_offsets,
     plan_end,
     plan_ranges,
+    read_record_sizes,
     read_tick,
 )
 from merger.kafka.options import KafkaSourceError, SourceOptions
@@ -147,11 +149,18 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             latest = {tp: max(base[tp], min(latest[tp], self._target.get(tp, base[tp]))) for tp in base}
         if isinstance(limit, ReadMaxRows):
-            end = plan_end(base, latest, limit.max_rows)
+            max_rows = limit.max_rows
         elif isinstance(limit, ReadAllAvailable):
-            end = plan_end(base, latest, None)
+            max_rows = None
         else:
             raise KafkaSourceError(f"read limit {limit!r} is not supported by {FORMAT_NAME}")
+        budget = self.opts.batch_memory_bytes
+        if budget:
+            sizes = read_record_sizes(self.opts.record_sizes_file)
+            costs = {tp: record_cost(sizes.get(tp[0]), budget) for tp in base}
+            end = plan_end(base, latest, max_rows, costs, budget)
+        else:
+            end = plan_end(base, latest, max_rows)
         # a new partition enters the offsets once data of it is admitted
         out = {tp: o for tp, o in end.items() if tp in known or o > base[tp]}
         return format_offsets(out)

@@ -7,6 +7,7 @@ partitions in a canonical order (Spark compares offsets by their JSON text)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,20 @@ def read_tick(path: str | None) -> int:
             return int(f.read().strip() or 0)
     except (OSError, ValueError):
         return 0
+
+
+def read_record_sizes(path: str | None) -> dict[str, float]:
+    """Bytes per record per topic, as the merger learned them (``merger.kafka.admission.learn``,
+    written by ``merger.state.StateStore.save_record_sizes``); empty without a file or when
+    it cannot be read (every topic is then new to the admission)."""
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return {str(t): float(b) for t, b in data.items() if isinstance(b, (int, float)) and b >= 0}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def parse_offsets(offsets: Mapping[str, Mapping[str, Any]] | None) -> dict[TP, int]:
@@ -81,14 +96,26 @@ def allocate_limit(available: Mapping[TP, int], max_rows: int, rotate: int = 0) 
     return alloc
 
 
-def plan_end(base: Mapping[TP, int], latest: Mapping[TP, int], max_rows: int | None) -> dict[TP, int]:
+def plan_end(
+    base: Mapping[TP, int],
+    latest: Mapping[TP, int],
+    max_rows: int | None,
+    costs: Mapping[TP, float] | None = None,
+    budget: float | None = None,
+) -> dict[TP, int]:
     """End offsets of the next micro-batch: ``latest`` (never below ``base``), cut to
-    ``max_rows`` offsets in total by :func:`allocate_limit` if given."""
+    ``max_rows`` offsets in total by :func:`allocate_limit` if given, and to the records
+    whose ``costs`` fit ``budget`` if given (``merger.kafka.admission.admit``)."""
     avail = {tp: max(0, latest.get(tp, b) - b) for tp, b in base.items()}
-    if max_rows is None:
-        return {tp: base[tp] + n for tp, n in avail.items()}
     rotate = sum(base.values())
-    alloc = allocate_limit(avail, max_rows, rotate)
+    if costs is not None and budget is not None:
+        from merger.kafka.admission import admit
+
+        alloc = admit(avail, costs, budget, max_rows, rotate)
+    elif max_rows is None:
+        return {tp: base[tp] + n for tp, n in avail.items()}
+    else:
+        alloc = allocate_limit(avail, max_rows, rotate)
     return {tp: base[tp] + alloc[tp] for tp in base}
 
 

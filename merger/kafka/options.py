@@ -32,6 +32,8 @@ class SourceOptions:
     probe_timeout_s: float = 15.0
     arrow_batch_size: int = 10_000
     tick_file: str | None = None
+    batch_memory_bytes: int | None = None
+    record_sizes_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -84,6 +86,8 @@ class SourceOptions:
             probe_timeout_s=pos_int("probeTimeoutMs", 15_000) / 1000.0,
             arrow_batch_size=pos_int("arrowBatchSize", 10_000),
             tick_file=opts.get("tickfile") or None,
+            batch_memory_bytes=pos_int("batchMemoryBytes", None),
+            record_sizes_file=opts.get("recordsizesfile") or None,
         )
 
     def matches(self, topic: str) -> bool:

@@ -570,3 +570,63 @@ def test_tick_file_brings_a_batch_without_records(bootstrap, unique_name, tmp_pa
         assert parse_offsets(more) == {(topic, 0): 5, TICK_TP: 7} and len(rows) == 2
     finally:
         reader.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_batch_admits_records_by_their_learned_size(bootstrap, unique_name, tmp_path):
+    """batchMemoryBytes: a topic of wide records gets as many records as its share of the
+    budget pays for, a narrow topic beside it is not held back, and a topic without a
+    learned size starts with budget/64 per record. Then reading what was admitted learns
+    the sizes, as the merger's processor does."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from merger.kafka.admission import UNKNOWN_SHARE, learn, observed_sizes, record_cost
+    from merger.state import StateStore
+
+    wide, narrow = f"{unique_name}.db.wide", f"{unique_name}.db.narrow"
+    create_topics(bootstrap, [wide, narrow], partitions=1)
+    p = producer(bootstrap)
+    for i in range(40):
+        p.produce(wide, key=f"w{i}".encode(), value=b"w" * 200_000)
+    for i in range(200):
+        p.produce(narrow, key=f"n{i}".encode(), value=b"n" * 100)
+    p.flush(15)
+    store = StateStore(tmp_path / "state")
+    budget = 4 * 1024 * 1024
+    opts = source_options(
+        bootstrap,
+        subscribePattern=rf"^{unique_name}\..*",
+        batchMemoryBytes=str(budget),
+        recordSizesFile=str(store.record_sizes_path),
+    )
+    reader = CdcKafkaStreamReader(opts, SCHEMA)
+    try:
+        start = reader.initialOffset()
+        # nothing learned: budget/64 per record, shared by the two topics (32 records)
+        first = parse_offsets(reader.latestOffset(start, ReadMaxRows(100_000)))
+        assert first == {(wide, 0): UNKNOWN_SHARE // 2, (narrow, 0): UNKNOWN_SHARE // 2}
+        store.save_record_sizes({wide: 200_004, narrow: 104})
+        end = reader.latestOffset(start, ReadMaxRows(100_000))
+        admitted = parse_offsets(end)
+        # the narrow topic's 200 records (8.6 KB each) fit its half; the wide one gets the rest
+        assert admitted[(narrow, 0)] == 200
+        left = budget - 200 * record_cost(104, budget)
+        assert admitted[(wide, 0)] == int(left // record_cost(200_004, budget)) < 40
+        rows = []
+        for r in reader.partitions(start, end):
+            for batch in reader.read(r):
+                rows.append(batch)
+        import pyarrow as pa
+
+        seen = observed_sizes(pa.Table.from_batches(rows))
+        k = admitted[(wide, 0)]
+        narrow_bytes = sum(len(f"n{i}") + 100 for i in range(200))
+        assert seen == {wide: (k, sum(len(f"w{i}") + 200_000 for i in range(k))), narrow: (200, narrow_bytes)}
+        assert learn({}, seen)[narrow] == narrow_bytes / 200
+        # max_rows first (5 each), then the budget: the wide topic gets what is left of it
+        few = parse_offsets(reader.latestOffset(start, ReadMaxRows(10)))
+        wide_few = int((budget - 5 * record_cost(104, budget)) // record_cost(200_004, budget))
+        assert few == {(wide, 0): min(5, wide_few), (narrow, 0): 5}
+    finally:
+        reader.stop()

@@ -474,3 +474,28 @@ def test_a_change_that_cannot_be_decoded_pauses_its_table_by_default(tmp_path, p
     assert "offset" in rt.error and "cannot decode" in rt.error and "cdc snapshot db.t" in rt.error, rt.error
     assert (proc.store.root / "paused").exists()  # the changes are kept
     assert proc.status()["tables"]["db.t"]["phase"] == "paused"
+
+
+def test_each_batch_teaches_the_record_sizes_the_kafka_source_admits_by(tmp_path):
+    from merger.kafka.offsets import read_record_sizes
+
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    s = Stream()
+    for i in range(10):
+        s.change("c", {"id": i}, after={"id": i, "v": "x" * 10})
+    batch = s.batch()
+    proc.process(0, batch)
+    path = str(proc.store.record_sizes_path)
+    narrow = read_record_sizes(path)[s.topic]
+    size = sum(len(r["key"]) + len(r["value"]) for r in batch.to_pylist())
+    assert narrow == pytest.approx(size / 10, abs=0.1)  # what the planner reads
+    assert proc.last_timing["recordBytes"] == size
+    for i in range(10, 12):
+        s.change("c", {"id": i}, after={"id": i, "v": "y" * 5000})
+    proc.process(1, s.batch())
+    wide = read_record_sizes(path)[s.topic]
+    assert wide > 5000  # wider rows: the estimate rises at once
+    fresh = _processor(tmp_path, MemorySink())
+    fresh.process(2, s.batch())  # an empty batch learns nothing, keeps the file
+    assert read_record_sizes(path)[s.topic] == wide
