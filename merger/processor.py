@@ -266,8 +266,8 @@ class BatchProcessor(PausedTables):
     def _learn_record_sizes(self, records: pa.Table) -> None:
         """Each topic's bytes per record, for the Kafka source's admission of the next
         batches (``batch_memory_mb``); written only when an estimate moved by 5 %."""
-        observed = observed_sizes(records)
-        self.last_batch_bytes = sum(size for _, size in observed.values())
+        self.last_batch_bytes = sum(size for _, size in observed_sizes(records).values())
+        observed = observed_sizes(records, skip_headers=(WATERMARK_HEADER, DDL_HEADER))
         if not observed:
             return
         if self.record_sizes is None:

@@ -98,18 +98,29 @@ def batch_cost(alloc: Mapping[TP, int], costs: Mapping[TP, float]) -> float:
     return sum(n * costs[tp] for tp, n in alloc.items() if n)
 
 
-def observed_sizes(records) -> dict[str, tuple[int, int]]:
+def observed_sizes(records, skip_headers: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
     """``topic -> (records, bytes of keys and values)`` of a micro-batch's Arrow records
-    (the source's columns: topic, key, value)."""
+    (the source's columns: topic, key, value, headers), without the records that carry
+    one of ``skip_headers``: the merger skips its watermark and DDL markers, small
+    records in a table's topic that say nothing of its rows' width (a topic seen only
+    through them stays new to the admission)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if records.num_rows == 0:
         return {}
+    if skip_headers and "headers" in records.column_names:
+        headers = records.column("headers").combine_chunks()
+        names = pc.struct_field(pc.list_flatten(headers), "key")
+        marked = pc.is_in(names, value_set=pa.array(skip_headers, pa.string()))
+        rows = pc.filter(pc.list_parent_indices(headers), marked)
+        keep = pc.invert(pc.is_in(pa.array(range(records.num_rows), pa.int64()), value_set=rows))
+    else:
+        keep = pa.array([True] * records.num_rows)
     size = pc.add(
         pc.fill_null(pc.binary_length(records.column("key")), 0),
         pc.fill_null(pc.binary_length(records.column("value")), 0),
     )
-    table = pa.table({"topic": records.column("topic"), "size": pc.cast(size, pa.int64())})
+    table = pa.table({"topic": records.column("topic"), "size": pc.cast(size, pa.int64())}).filter(keep)
     grouped = table.group_by("topic").aggregate([("size", "count"), ("size", "sum")]).to_pylist()
     return {g["topic"]: (g["size_count"], g["size_sum"] or 0) for g in grouped}

@@ -103,6 +103,15 @@ def test_observed_sizes_counts_keys_and_values_per_topic():
     )
     assert observed_sizes(records) == {"a": (2, 2 + 100 + 3), "b": (2, 10 + 1 + 1)}
     assert observed_sizes(records.slice(0, 0)) == {}
+    marked = records.append_column(
+        "headers",
+        pa.array(
+            [[{"key": "pos", "value": b"1"}], [], [{"key": "pos", "value": b"2"}, {"key": "wm", "value": b"x"}], None],
+            pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+        ),
+    )
+    assert observed_sizes(marked, skip_headers=("wm",)) == {"a": (2, 2 + 100 + 3), "b": (1, 1 + 1)}
+    assert observed_sizes(marked.slice(2, 1), skip_headers=("wm",)) == {}  # only a marker: nothing learned
 
 
 def test_plan_end_with_costs_admits_from_base(tmp_path):

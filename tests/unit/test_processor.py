@@ -499,3 +499,9 @@ def test_each_batch_teaches_the_record_sizes_the_kafka_source_admits_by(tmp_path
     fresh = _processor(tmp_path, MemorySink())
     fresh.process(2, s.batch())  # an empty batch learns nothing, keeps the file
     assert read_record_sizes(path)[s.topic] == wide
+    # a topic seen only through watermark markers (an empty table's snapshot) stays new:
+    # the markers say nothing of the width of its rows
+    other = Stream("db.u")
+    other.marker("w9", "LOW")
+    fresh.process(3, other.batch())
+    assert other.topic not in read_record_sizes(path)
