@@ -16,6 +16,7 @@ bench: bootstrap
 	.venv/bin/python -m bench.ingest_throughput
 	.venv/bin/python bench/merger_bench.py
 	.venv/bin/python bench/verify_bench.py
+	.venv/bin/python bench/memory_bench.py
 
 stack-down:
 	.venv/bin/cdc stack down
