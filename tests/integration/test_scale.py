@@ -353,7 +353,7 @@ def test_wide_rows_make_smaller_batches_within_batch_memory_mb(stack, tmp_path, 
 
     from merger.kafka.admission import BYTES_FACTOR, RECORD_OVERHEAD
 
-    rows, budget_mb = (1_500 if FULL else 900), 32
+    rows, budget_mb = (1_500 if FULL else 1_000), 32
     db = f"wr_{unique_name}"
     progress = tmp_path / "progress.jsonl"
     monkeypatch.setenv("CDC_MERGER_PROGRESS_LOG", str(progress))
@@ -408,7 +408,7 @@ def test_wide_rows_make_smaller_batches_within_batch_memory_mb(stack, tmp_path, 
         f"{total / 1e6:.0f} MB in all, largest batch {max(s for _, s in loaded) / 1e6:.1f} MB; RSS idle "
         f"{', '.join(f'{k} {v / MB:.0f} MB' for k, v in idle.items())}; peak {probe.report()}"
     )
-    assert total > 4 * budget  # the backlog was well over one batch's budget
+    assert total > 3 * budget  # the backlog was well over one batch's budget
     assert len(loaded) >= BYTES_FACTOR * total / budget * 0.8, loaded  # so it came in many batches
     # within the budget (the first of the topic at budget/64 per record; the others by the
     # estimate learned from the batches before: 10 % for the spread of sizes), but for the
