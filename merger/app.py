@@ -28,6 +28,7 @@ from merger.state import RECORD_SIZES_FILE, TICK_FILE
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
+SPARK_SITE = ROOT / "merger" / "spark_site"
 JDBC_JARS = ["/usr/share/java/mariadb-java-client.jar"]
 
 
@@ -38,7 +39,13 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
     """A SparkSession; local mode unless started by spark-submit. The project must be
     importable by Spark's Python workers (PYTHONPATH is set before the JVM starts).
     ``class_archive``: start the JVM from the class-data archive if there is one."""
-    paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    from merger.snapshot.chunk_read import launched_locally, local_default_master, read_parallelism
+
+    local = launched_locally()
+    # the project for the workers; locally also merger/spark_site, whose sitecustomize makes
+    # every Python process Spark starts import the installed pyspark, not the bundled zip
+    ours = [str(ROOT)] + ([str(SPARK_SITE)] if local else [])
+    paths = ours + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -46,9 +53,7 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
 
     jars = [j for j in JDBC_JARS if Path(j).exists()]
     builder = SparkSession.builder.appName("cdc-merger")
-    from merger.snapshot.chunk_read import launched_locally, local_default_master, read_parallelism
-
-    if launched_locally():
+    if local:
         master = config.spark_master
         if local_default_master(config):
             # task slots (threads) for the snapshot's reads plus the stream's Kafka tasks: a

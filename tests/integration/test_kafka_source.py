@@ -259,6 +259,42 @@ def test_python_workers_import_the_installed_pyspark(spark):
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_spark_planner_processes_import_the_installed_pyspark(spark):
+    """Spark plans a Python data source's read in a process of its own daemon
+    (``pyspark.daemon``, not the merger's): merger/spark_site's sitecustomize makes it
+    import the installed pyspark too, not the zip it would compile on every start."""
+    import pyspark
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class WhereReader(DataSourceReader):
+        def partitions(self):
+            import pyspark as planner_pyspark
+
+            return [InputPartition(planner_pyspark.__file__)]
+
+        def read(self, partition):
+            import pyspark as worker_pyspark
+
+            yield (partition.value, worker_pyspark.__file__)
+
+    class WhereSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "cdc_test_where"
+
+        def schema(self):
+            return "planner STRING, worker STRING"
+
+        def reader(self, schema):
+            return WhereReader()
+
+    spark.dataSource.register(WhereSource)
+    rows = spark.read.format("cdc_test_where").load().collect()
+    assert [(r.planner, r.worker) for r in rows] == [(pyspark.__file__, pyspark.__file__)]
+
+
+@pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_rate_limit_bounds_every_batch(spark, bootstrap, unique_name, tmp_path):
     topic = f"{unique_name}.db.t"

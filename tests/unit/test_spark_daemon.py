@@ -36,3 +36,27 @@ def test_no_installed_pyspark_keeps_the_zip():
 
 def test_no_spark_home_changes_nothing():
     assert without_bundled_pyspark([ZIP, SITE], None) == [ZIP, SITE]
+
+
+def test_spark_site_drops_the_zip_at_start_and_runs_the_sitecustomize_it_hides(tmp_path):
+    # merger/spark_site is on the PYTHONPATH of every Python process the local Spark starts
+    import subprocess
+    import sys
+
+    from merger.app import ROOT, SPARK_SITE
+
+    hidden = tmp_path / "other"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text("import os\nos.environ['HIDDEN_RAN'] = '1'\n")
+    probe = "import os, sys; print(os.environ.get('HIDDEN_RAN'), any(p.endswith('pyspark.zip') for p in sys.path))"
+    env = {
+        "PYTHONPATH": os.pathsep.join([ZIP, PY4J, str(ROOT), str(SPARK_SITE), str(hidden)]),
+        "SPARK_HOME": INSTALLED,
+        "PATH": os.environ.get("PATH", ""),
+    }
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "False"]
+    # another Spark (spark-submit's own): its zip stays
+    other = {**env, "SPARK_HOME": str(tmp_path / "spark")}
+    out = subprocess.run([sys.executable, "-c", probe], env=other, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "True"]
