@@ -384,6 +384,13 @@ class SinksConfig(_Model):
 class SnapshotConfig(_Model):
     auto_new_tables: bool = Field(True, description="snapshot a table when it is seen for the first time")
     chunk_size: int = Field(50_000, ge=100, description="rows per chunk, at most")
+    chunk_mb: int = Field(
+        128,
+        ge=1,
+        description="MB per chunk, about, by the source's average row length (information_schema.TABLES."
+        "AVG_ROW_LENGTH, BLOB and TEXT included): fewer rows per chunk for a table of wide rows, as one "
+        "Spark task holds a chunk in memory while it reads and stages it; the log says when it cuts",
+    )
     parallelism: int = Field(
         2,
         ge=1,

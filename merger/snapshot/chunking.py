@@ -113,6 +113,19 @@ def validate_plan(ranges: Sequence[KeyRange]) -> None:
 # -- planners ----------------------------------------------------------------------------
 
 
+MIN_CHUNK_ROWS = 10
+
+
+def rows_per_chunk(chunk_size: int, chunk_mb: int, avg_row_length: int | None) -> int:
+    """Rows per chunk: ``chunk_size``, fewer when rows of ``avg_row_length`` bytes (the
+    source's estimate; None or 0 when it has none) would make a chunk of more than
+    ``chunk_mb`` MB; never below MIN_CHUNK_ROWS (or chunk_size if that is lower)."""
+    if not avg_row_length or avg_row_length <= 0:
+        return chunk_size
+    fit = (chunk_mb * 1024 * 1024) // int(avg_row_length)
+    return max(min(chunk_size, MIN_CHUNK_ROWS), min(chunk_size, fit))
+
+
 def plan_numeric(min_key: Any, max_key: Any, row_estimate: int, chunk_size: int) -> list[KeyRange]:
     """Even split of an integer key (or the leading integer column of a composite key).
 

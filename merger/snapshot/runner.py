@@ -27,7 +27,13 @@ from merger.errors import MergerError
 from merger.processor import BatchProcessor
 from merger.schema import snapshot_select
 from merger.snapshot.chunk_read import chunk_query, read_parallelism, stage_window, warm_up_workers
-from merger.snapshot.chunking import boundary_sql, make_chunks, plan_by_boundaries, sql_predicate_literal
+from merger.snapshot.chunking import (
+    boundary_sql,
+    make_chunks,
+    plan_by_boundaries,
+    rows_per_chunk,
+    sql_predicate_literal,
+)
 from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.source import SourceGuard, connect
 from merger.state import StateStore
@@ -349,12 +355,30 @@ class SnapshotRunner(threading.Thread):
             log.info("snapshot of %s not planned: the table was dropped", table)
             return None
         db, name = table.split(".", 1)
-        chunk_size = self.config.snapshot.chunk_size
+        settings = self.config.snapshot
+        chunk_size = settings.chunk_size
 
         def plan_ranges():
+            nonlocal chunk_size
             conn = self._connect()
             try:
                 with conn.cursor() as cur:
+                    cur.execute(
+                        "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES "
+                        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                        (db, name),
+                    )
+                    found = cur.fetchone()
+                    avg = int(found[0]) if found and found[0] else None
+                    chunk_size = rows_per_chunk(settings.chunk_size, settings.chunk_mb, avg)
+                    if chunk_size < settings.chunk_size:
+                        log.info(
+                            "snapshot of %s: rows of %d bytes on average: chunks of %d rows (snapshot.chunk_mb %d)",
+                            table,
+                            avg,
+                            chunk_size,
+                            settings.chunk_mb,
+                        )
 
                     def next_boundary(lo, hi=None):
                         sql, params = boundary_sql((db, name), rt.keys, lo, chunk_size, hi)

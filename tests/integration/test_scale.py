@@ -417,3 +417,50 @@ def test_wide_rows_make_smaller_batches_within_batch_memory_mb(stack, tmp_path, 
     assert sorted(costs)[int(0.9 * len(costs))] <= 1.1 * budget, loaded
     assert max(costs) <= 2 * budget, loaded
     assert probe.peak["merger_python"] - idle["merger_python"] < 600 * MB, probe.report()
+
+
+@pytest.mark.timeout(600)
+def test_a_table_of_wide_rows_is_snapshotted_in_chunks_of_chunk_mb(stack, tmp_path, unique_name):
+    """snapshot.chunk_mb: a table of ~120 KB rows (its statistics say so) is planned in
+    chunks of ~4 MB instead of chunk_size rows, each read by one Spark task, and the sinks
+    end equal to the source."""
+    rows = 400
+    db = f"wc_{unique_name}"
+    conn = _conn(stack)
+    rng = random.Random(3)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.wide (id INT PRIMARY KEY, body LONGTEXT, pic MEDIUMBLOB)")
+        for lo in range(0, rows, 50):
+            values = [(i, ("ü" * 30 + "y" * 70) * 900, rng.randbytes(20_000)) for i in range(lo, lo + 50)]
+            cur.executemany(f"INSERT INTO {db}.wide VALUES (%s, %s, %s)", values)
+        cur.execute(f"ANALYZE TABLE {db}.wide")
+        cur.fetchall()
+        cur.execute(
+            "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'wide'",
+            (db,),
+        )
+        avg = cur.fetchone()[0]
+    assert avg > 100_000, avg
+    ingest, merger = _start(stack, tmp_path, unique_name, db, merger_extra={"snapshot.chunk_mb": 4})
+    store = StateStore(tmp_path / "state")
+    try:
+        plan = _wait(
+            lambda: (p := store.load_plan(f"{db}.wide") or {}).get("finished_at") and p,
+            400,
+            "the snapshot of wide",
+            (ingest, merger),
+        )
+        checker = SinkChecker(stack, tmp_path)
+        try:
+            checker.wait_equal(db, "wide", timeout_s=300, proc=merger)
+        finally:
+            checker.close()
+        log_text = merger.log_text()
+    finally:
+        merger.stop()
+        ingest.stop()
+    per_chunk = 4 * 1024 * 1024 // avg
+    assert len(plan["chunks"]) >= rows // per_chunk, plan["chunks"]  # not one chunk of chunk_size rows
+    assert f"chunks of {per_chunk} rows (snapshot.chunk_mb 4)" in log_text

@@ -463,3 +463,14 @@ def test_boundary_sql_and_plan_against_sqlite(values, size):
         sizes.append(db.execute("SELECT COUNT(*) FROM t WHERE " + sql % (("?",) * len(params)), params).fetchone()[0])
     assert sum(sizes) == len(values)
     assert all(s == size for s in sizes[:-1]) and sizes[-1] <= size
+
+
+def test_rows_per_chunk_cuts_chunks_of_wide_rows_to_chunk_mb():
+    from merger.snapshot.chunking import MIN_CHUNK_ROWS, rows_per_chunk
+
+    assert rows_per_chunk(50_000, 128, None) == 50_000  # no statistics: the row count alone
+    assert rows_per_chunk(50_000, 128, 0) == 50_000
+    assert rows_per_chunk(50_000, 128, 91) == 50_000  # narrow rows: 128 MB is 1.4M of them
+    assert rows_per_chunk(50_000, 128, 117_931) == 128 * 1024 * 1024 // 117_931 == 1_138
+    assert rows_per_chunk(50_000, 1, 50 * 1024 * 1024) == MIN_CHUNK_ROWS  # never below
+    assert rows_per_chunk(5, 1, 50 * 1024 * 1024) == 5  # the floor is never above chunk_size
