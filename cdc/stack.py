@@ -227,6 +227,7 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
     m.port = free_port(m.port)
     m.socket = str(datadir / "mariadbd.sock")
     log = state / "mariadb.log"
+    _mariadb_tmpdir(datadir).mkdir(parents=True, exist_ok=True)
     pid = _spawn(_mariadb_args(info, mariadbd, datadir, report_mysql8_version), log)
     _pid_file(state, "mariadb").write_text(str(pid))
     _wait(lambda: port_open(m.port), 60, "MariaDB", datadir / "error.log")
@@ -244,11 +245,13 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
 def _install_mariadb(datadir: Path, m) -> None:
     """A new data directory, and new passwords for root and the stack's user."""
     datadir.mkdir(parents=True, exist_ok=True)
+    _mariadb_tmpdir(datadir).mkdir(parents=True, exist_ok=True)
     res = subprocess.run(
         [
             _need("mariadb-install-db", "mariadb-server"),
             "--no-defaults",
             f"--datadir={datadir}",
+            f"--tmpdir={_mariadb_tmpdir(datadir)}",
             "--user=" + pwd.getpwuid(os.getuid()).pw_name,
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
@@ -260,6 +263,14 @@ def _install_mariadb(datadir: Path, m) -> None:
         raise StackError(f"mariadb-install-db failed: {res.stderr.strip()[-300:]}")
     m.root_password = secrets.token_hex(12)
     m.password = secrets.token_hex(12)
+
+
+def _mariadb_tmpdir(datadir: Path) -> Path:
+    """The server's own temporary directory: at start a server deletes every ``#sql*`` file
+    in its tmpdir, so two stacks sharing /tmp (tests run one per worker) could delete each
+    other's temporary tables (seen: a stack's install failing with "Unknown table
+    'mysql.tmp_user_sys'" while another one started)."""
+    return datadir.parent / "mariadb-tmp"
 
 
 def _mariadb_args(info: StackInfo, mariadbd: str, datadir: Path, report_mysql8_version: bool) -> list[str]:
@@ -276,6 +287,7 @@ def _mariadb_args(info: StackInfo, mariadbd: str, datadir: Path, report_mysql8_v
         f"--socket={m.socket}",
         f"--pid-file={datadir / 'mariadbd.pid'}",
         f"--log-error={datadir / 'error.log'}",
+        f"--tmpdir={_mariadb_tmpdir(datadir)}",
         f"--log-bin={datadir / 'binlog'}",
         "--binlog-format=ROW",
         "--binlog-row-image=FULL",
