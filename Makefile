@@ -17,6 +17,7 @@ bench: bootstrap
 	.venv/bin/python bench/merger_bench.py
 	.venv/bin/python bench/verify_bench.py
 	.venv/bin/python bench/memory_bench.py
+	.venv/bin/python bench/start_bench.py
 
 stack-down:
 	.venv/bin/cdc stack down
