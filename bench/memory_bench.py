@@ -36,19 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import commit_label  # noqa: E402
+from bench import append_results, commit_label, rss_kb  # noqa: E402
 
 MB = 1024 * 1024
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def _java_child(pid: int) -> int | None:
@@ -79,7 +69,7 @@ class Peaks(threading.Thread):
         while not self.stop.wait(0.2):
             if self.jvm is None:
                 self.jvm = _java_child(self.pid)
-            now = {"python": _rss_kb(self.pid), "jvm": _rss_kb(self.jvm) if self.jvm else 0}
+            now = {"python": rss_kb(self.pid), "jvm": rss_kb(self.jvm)}
             if now["jvm"] and not self.first:
                 self.first = dict(now)
             for k, v in now.items():
@@ -235,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = report(args, runs)
     print("\n".join(lines))
     if args.record:
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write("\n" + "\n".join(lines) + "\n")
+        append_results(lines)
     return 0
 
 

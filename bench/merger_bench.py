@@ -61,6 +61,7 @@ import pymysql  # noqa: E402
 import pymysql.cursors  # noqa: E402
 
 from bench import commit_label  # noqa: E402
+from bench import rss_kb as _rss_kb  # noqa: E402
 from cdc import stack as local_stack  # noqa: E402
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config  # noqa: E402
 from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E402
@@ -227,16 +228,6 @@ def _machine_busy() -> tuple[float, float]:
     f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = f[3] + (f[4] if len(f) > 4 else 0)
     return (sum(f) - idle) / CLK_TCK, sum(f) / CLK_TCK
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def _cmdline(pid: int) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import commit_label  # noqa: E402
+from bench import append_results, commit_label  # noqa: E402
 
 BASELINE = """
 import time
@@ -164,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(lines))
     if args.record:
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write("\n" + "\n".join(lines) + "\n")
+        append_results(lines)
     return 0
 
 

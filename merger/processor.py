@@ -34,6 +34,7 @@ import time
 from typing import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition, ReplayFilter
@@ -46,7 +47,7 @@ from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.emission import WindowEmitter
 from merger.errors import BadChange, MergerError
-from merger.kafka.admission import learn, observed_sizes
+from merger.kafka.admission import learn, observed_sizes, record_bytes
 from merger.kept import keep
 from merger.pausing import PausedTables
 from merger.records import (
@@ -266,8 +267,9 @@ class BatchProcessor(PausedTables):
     def _learn_record_sizes(self, records: pa.Table) -> None:
         """Each topic's bytes per record, for the Kafka source's admission of the next
         batches (``batch_memory_mb``); written only when an estimate moved by 5 %."""
-        self.last_batch_bytes = sum(size for _, size in observed_sizes(records).values())
-        observed = observed_sizes(records, skip_headers=(WATERMARK_HEADER, DDL_HEADER))
+        sizes = record_bytes(records)
+        self.last_batch_bytes = pc.sum(sizes).as_py() or 0
+        observed = observed_sizes(records, (WATERMARK_HEADER, DDL_HEADER), sizes)
         if not observed:
             return
         if self.record_sizes is None:
