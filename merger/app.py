@@ -34,6 +34,13 @@ JDBC_JARS = ["/usr/share/java/mariadb-java-client.jar"]
 
 CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 
+# The driver JVM compiles with C1 only. It runs the same few hundred planner and scheduler
+# methods twice a second, so C2 kept recompiling them for minutes (measured at 10 changes/s:
+# the JIT threads were 2/3 of the JVM's CPU 30-50 s after the start, still 1/3 after 3 min).
+# C1-only, same bench, back to back: the JVM's CPU at 1,000 changes/s 15.6 -> 10.4 core-s per
+# minute; during a 1M-row snapshot 2.7 -> 1.2 core-s, wall 11.7-12.4 -> 10.1-10.2 s.
+DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+
 
 def make_spark(config: MergerConfig, class_archive: bool = True):
     """A SparkSession; local mode unless started by spark-submit. The project must be
@@ -91,13 +98,15 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
     if jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(config.spark_conf)
-    if class_archive and config.spark_class_archive and "SPARK_SUBMIT" not in os.environ:
-        from merger import spark_archive
+    if "SPARK_SUBMIT" not in os.environ:  # we start the driver JVM (before it starts: options)
+        archive = ""
+        if class_archive and config.spark_class_archive:
+            from merger import spark_archive
 
-        # before the JVM starts: a session that exists already keeps its options
-        options = " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions"), spark_archive.java_options()]))
-        if options:
-            conf["spark.driver.extraJavaOptions"] = options
+            archive = spark_archive.java_options()
+        # ours first: a user's own -XX:TieredStopAtLevel in spark_conf comes later and wins
+        options = [DRIVER_JIT_OPTIONS, conf.get("spark.driver.extraJavaOptions"), archive]
+        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, options))
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

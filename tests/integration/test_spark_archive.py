@@ -20,10 +20,15 @@ spark = make_spark(MergerConfig(spark_conf={"spark.driver.extraJavaOptions": sys
 assert spark.sql("SELECT 41 + 1 AS x").collect()[0].x == 42
 args = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
 print("JVM-ARGS", " ".join(str(a) for a in args))
+jvm = spark.sparkContext._jvm
+bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+    jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+)
+print("JIT-LEVEL", bean.getVMOption("TieredStopAtLevel").getValue())
 """
 
 
-def _start_session(tmp_path, java_options: str, env: dict | None = None) -> str:
+def _start_session(tmp_path, java_options: str, env: dict | None = None, jit_level: str | None = None) -> str:
     out = subprocess.run(
         [sys.executable, "-c", SESSION, java_options],
         cwd=ROOT,
@@ -33,6 +38,8 @@ def _start_session(tmp_path, java_options: str, env: dict | None = None) -> str:
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    if jit_level is not None:
+        assert f"JIT-LEVEL {jit_level}" in out.stdout.splitlines(), out.stdout[-2000:]
     return next(line for line in out.stdout.splitlines() if line.startswith("JVM-ARGS"))
 
 
@@ -44,7 +51,7 @@ def test_the_merger_jvm_maps_the_archive_that_bootstrap_built(tmp_path):
     # silences standard output, not this file)
     cds = tmp_path / "cds.log"
     user = f"-Xlog:class+load=info:file={loads} -Xlog:cds=info,cds+dynamic=info,class+path=info:file={cds}"
-    args = _start_session(tmp_path, user)
+    args = _start_session(tmp_path, user, jit_level="1")  # the merger's JVM compiles with C1 only
     assert f"-XX:SharedArchiveFile={path}" in args
     assert f"-Xlog:class+load=info:file={loads}" in args  # the user's options are kept
     text = loads.read_text()
@@ -70,3 +77,9 @@ def test_a_corrupt_archive_is_ignored_and_spark_starts(tmp_path):
         f.write(b"\x00garbage" * 100_000)
     args = _start_session(tmp_path, "", env)
     assert f"-XX:SharedArchiveFile={path}" in args
+
+
+@pytest.mark.timeout(600)
+def test_a_users_own_jit_level_wins_over_the_mergers(tmp_path):
+    args = _start_session(tmp_path, "-XX:TieredStopAtLevel=4", jit_level="4")
+    assert args.index("-XX:TieredStopAtLevel=1") < args.index("-XX:TieredStopAtLevel=4")
