@@ -368,6 +368,16 @@ class PostgresSinkConfig(_Model):
 
 class DeltaSinkConfig(_Model):
     path: str = Field(..., description="base directory (or object-store URL) of the Delta tables")
+    compact_every_commits: int = Field(
+        100,
+        ge=0,
+        description="after this many micro-batches that wrote rows to a table, compact its small files "
+        "(delta-rs OPTIMIZE compact, dataChange=false): each batch adds a file, and a MERGE's cost grows "
+        "with the files it opens; 0 = never (then run OPTIMIZE yourself)",
+    )
+    compact_target_mb: int = Field(
+        32, ge=1, description="files under this size are binned into files of about this size; larger ones stay"
+    )
 
 
 class KafkaChangelogSinkConfig(_Model):

@@ -173,7 +173,14 @@ def build_sinks(config: MergerConfig) -> list:
     if config.sinks.delta:
         from merger.sinks.delta import DeltaSink
 
-        sinks.append(DeltaSink(config.sinks.delta.path))
+        delta = config.sinks.delta
+        sinks.append(
+            DeltaSink(
+                delta.path,
+                compact_every_commits=delta.compact_every_commits,
+                compact_target_mb=delta.compact_target_mb,
+            )
+        )
     if config.sinks.postgres:
         from merger.sinks.postgres import PostgresSink
 

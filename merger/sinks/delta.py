@@ -40,8 +40,9 @@ schema changes), so a table that is dropped and re-created starts with fresh ver
 Schema changes: an added column is added (``ALTER``, metadata only); a widened type is
 followed by rewriting the table with the wider type (streamed, one overwrite commit;
 Delta type widening is not available in delta-rs). Costs: MERGE rewrites every data file
-holding a matched key (copy-on-write); files accumulate with small batches, so run
-``OPTIMIZE``/``VACUUM`` periodically (out of scope here). Measured here (2 cores, shared):
+holding a matched key (copy-on-write); files accumulate with small batches, so every
+``compact_every_commits`` batches that wrote rows the small files are compacted
+(``_compact_when_due``); ``VACUUM`` is left to the user. Measured here (2 cores, shared):
 1M new rows of a 6-column table in batches of 100k: 420-570k rows/s (delta-rs prunes
 files by the batch's key range); 100k random updates into that 1M-row table: ~0.55 s per
 batch (~150-185k rows/s), because every file is rewritten: the cost of an update batch
@@ -56,6 +57,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -109,6 +111,11 @@ def _component(name: str) -> str:
     return "".join(f"~{ord(ch):02X}" if ch in _PATH_ESCAPED else ch for ch in name)
 
 
+# small-file compaction (DeltaSinkConfig's compact_every_commits / compact_target_mb)
+COMPACT_EVERY_COMMITS = 100
+COMPACT_TARGET_MB = 32
+
+
 @dataclass
 class _Meta:
     main: DeltaTable
@@ -132,12 +139,20 @@ def _txn(app_id: str, version: int) -> CommitProperties:
 
 class DeltaSink(DeltaReads, Sink):
     def __init__(
-        self, base_path: str | os.PathLike, storage_options: dict[str, str] | None = None, writer_properties=None
+        self,
+        base_path: str | os.PathLike,
+        storage_options: dict[str, str] | None = None,
+        writer_properties=None,
+        compact_every_commits: int = COMPACT_EVERY_COMMITS,
+        compact_target_mb: int = COMPACT_TARGET_MB,
     ):
         self.base = str(base_path).rstrip("/")
         self.storage_options = storage_options
         self.writer_properties = writer_properties
+        self.compact_every_commits = compact_every_commits
+        self.compact_target_bytes = compact_target_mb << 20
         self._meta: dict[TableId, _Meta] = {}
+        self._writes_since_compaction: dict[TableId, int] = {}
         self._lock = threading.Lock()
         if "://" not in self.base:
             Path(self.base).mkdir(parents=True, exist_ok=True)
@@ -385,7 +400,39 @@ class DeltaSink(DeltaReads, Sink):
         if not replay:
             self._merge_main(m, src, version)
         self._merge_tombs(m, src, version)
+        if src.num_rows:
+            self._compact_when_due(table, m)
         return not replay
+
+    def _compact_when_due(self, table: TableId, m: _Meta) -> None:
+        """Every ``compact_every_commits`` writes of rows to a table, its small files are
+        compacted (delta-rs OPTIMIZE: files under the target size binned into files of about
+        it; one commit with dataChange=false, so readers see the same rows). Each micro-batch
+        adds a file, and a MERGE opens every file whose key range it may touch: measured, a
+        3-row MERGE into a 2,122-row table of 423 files took 110 ms of CPU, 20 ms after
+        compaction; the merger's CPU at 10 changes/s grew from 0.14 to 0.51 of a core in 3
+        minutes without it. Files at the target size are left alone."""
+        if self.compact_every_commits <= 0:
+            return
+        n = self._writes_since_compaction.get(table, 0) + 1
+        self._writes_since_compaction[table] = n
+        if n < self.compact_every_commits:
+            return
+        self._writes_since_compaction[table] = 0
+        started = time.monotonic()
+        done = []
+        for dt in (m.main, m.tomb):
+            target = self.compact_target_bytes
+            metrics = dt.optimize.compact(target_size=target, writer_properties=self.writer_properties)
+            dt.update_incremental()
+            done.append(f"{metrics.get('numFilesRemoved', 0)} -> {metrics.get('numFilesAdded', 0)}")
+        log.info(
+            "table %s: compacted its small Delta files (table %s, tombstones %s files) in %.2fs",
+            table,
+            done[0],
+            done[1],
+            time.monotonic() - started,
+        )
 
     def _drop_tombstoned(self, m: _Meta, src: pa.Table) -> pa.Table:
         """Drop changes not newer than their key's tombstone; adds column TSEQ (the

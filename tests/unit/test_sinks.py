@@ -274,7 +274,57 @@ def test_delta_matches_model(tmp_path_factory, steps):
     run_model(_delta(tmp_path_factory), steps)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEP, min_size=1, max_size=10))
+def test_delta_compacted_every_other_batch_matches_model(tmp_path_factory, steps):
+    from merger.sinks import DeltaSink
+
+    run_model(DeltaSink(tmp_path_factory.mktemp("delta"), compact_every_commits=2), steps)
+
+
 # ----------------------------------------------------------------------------- Delta specifics
+
+
+def _active_files(path: str) -> int:
+    from deltalake import DeltaTable
+
+    return len(DeltaTable(path).file_uris())
+
+
+@pytest.mark.parametrize("every", [10, 0])
+def test_delta_small_files_are_compacted_every_n_batches(tmp_path_factory, every):
+    """Each batch of new rows adds a file; every `compact_every_commits` batches the small
+    ones become one, and the table, its versions and the refusal of replays are unchanged (0 = never:
+    the files pile up, which shows the count below is the compaction's doing)."""
+    from deltalake import DeltaTable
+
+    from merger.sinks import DeltaSink
+
+    s, t = DeltaSink(tmp_path_factory.mktemp("delta"), compact_every_commits=every), fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    expected = {}
+    for v in range(1, 26):
+        rows = [{"id": v, "v": f"new{v}", "n": v, "_cdc_op": "c", "_cdc_seq": 10 * v}]
+        if v % 5 == 0:  # an update of an older row: a MERGE rewrites the file holding it
+            rows.append({"id": v - 1, "v": f"upd{v}", "n": -v, "_cdc_op": "u", "_cdc_seq": 10 * v + 1})
+        if v % 7 == 0:
+            rows.append({"id": v - 3, "_cdc_op": "d", "_cdc_seq": 10 * v + 2})
+        assert s.apply(t, v, batch(SIMPLE, rows)) is True
+        for r in rows:
+            expected.pop(r["id"], None)
+            if r["_cdc_op"] != "d":
+                expected[r["id"]] = {"id": r["id"], "v": r["v"], "n": r["n"]}
+    assert sorted_rows(s.rows(t), ["id"]) == sorted(expected.values(), key=lambda r: r["id"])
+    assert s.applied_version(t) == 25
+    assert s.apply(t, 20, batch(SIMPLE, [{"id": 99, "v": "x", "_cdc_op": "c", "_cdc_seq": 1}])) is False
+    operations = [h["operation"] for h in DeltaTable(s.table_path(t)).history()]
+    files = _active_files(s.table_path(t))
+    if every:
+        assert operations.count("OPTIMIZE") == 2  # after batches 10 and 20
+        assert files <= 6, files  # one compacted file plus the batches since
+    else:
+        assert "OPTIMIZE" not in operations
+        assert files >= 15, files
 
 
 def test_delta_crash_between_table_and_tombstones(delta_sink, monkeypatch):
