@@ -15,20 +15,14 @@ def commit_label() -> str:
     return (res.stdout.strip() or "unknown") + (" (modified)" if dirty.stdout.strip() else "")
 
 
-def rss_kb(pid: int | None) -> int:
-    """A process's resident memory in KB (0 when it is gone or None)."""
-    if not pid:
-        return 0
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def append_results(lines: list[str]) -> None:
     """Appends a recorded figure's markdown lines to bench/RESULTS.md."""
     with open(ROOT / "bench" / "RESULTS.md", "a") as f:
         f.write("\n" + "\n".join(lines) + "\n")
+
+
+def publish(lines: list[str], record: bool) -> None:
+    """Prints a bench's markdown figures; with ``record``, appends them to bench/RESULTS.md."""
+    print("\n".join(lines))
+    if record:
+        append_results(lines)

@@ -36,23 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import append_results, commit_label, rss_kb  # noqa: E402
+from bench import commit_label, publish  # noqa: E402
+from tests.procfs import java_child, rss_kb  # noqa: E402
 
 MB = 1024 * 1024
-
-
-def _java_child(pid: int) -> int | None:
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            status = (p / "status").read_text()
-            cmd = (p / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if f"PPid:\t{pid}\n" in status and b"java" in cmd:
-            return int(p.name)
-    return None
 
 
 class Peaks(threading.Thread):
@@ -68,7 +55,7 @@ class Peaks(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(0.2):
             if self.jvm is None:
-                self.jvm = _java_child(self.pid)
+                self.jvm = java_child(self.pid)
             now = {"python": rss_kb(self.pid), "jvm": rss_kb(self.jvm)}
             if now["jvm"] and not self.first:
                 self.first = dict(now)
@@ -223,9 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     lines = report(args, runs)
-    print("\n".join(lines))
-    if args.record:
-        append_results(lines)
+    publish(lines, args.record)
     return 0
 
 

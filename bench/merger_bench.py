@@ -60,11 +60,11 @@ if str(ROOT) not in sys.path:
 import pymysql  # noqa: E402
 import pymysql.cursors  # noqa: E402
 
-from bench import commit_label  # noqa: E402
-from bench import rss_kb as _rss_kb  # noqa: E402
+from bench import append_results, commit_label  # noqa: E402
 from cdc import stack as local_stack  # noqa: E402
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config  # noqa: E402
 from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E402
+from tests.procfs import rss_kb as _rss_kb  # noqa: E402
 
 DB = "bench_merger"
 BIG = "big"
@@ -1340,12 +1340,11 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
 
 def record(args, lines: list[str]) -> None:
     head = (
-        f"\n### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d %H:%M')}, commit {commit_label()} "
+        f"### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d %H:%M')}, commit {commit_label()} "
         f"(`bench/merger_bench.py --rows {args.rows} --parallelism {args.parallelism} --sinks {args.sinks}"
-        f"{' --skip-latency' if args.skip_latency else ''}`)\n"
+        f"{' --skip-latency' if args.skip_latency else ''}`)"
     )
-    with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-        f.write(head + "\n" + "\n".join(lines) + "\n")
+    append_results([head, "", *lines])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import append_results, commit_label  # noqa: E402
+from bench import commit_label, publish  # noqa: E402
 
 BASELINE = """
 import time
@@ -162,9 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| baseline: plain PySpark session, then its first job done | "
         f"{statistics.median(b[0] for b in bases):.2f}, {statistics.median(b[1] for b in bases):.2f} |",
     ]
-    print("\n".join(lines))
-    if args.record:
-        append_results(lines)
+    publish(lines, args.record)
     return 0
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import commit_label  # noqa: E402
+from bench import append_results, commit_label  # noqa: E402
 
 DB = "verify_bench"
 TABLE = "orders"
@@ -202,11 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     if args.record:
         head = (
-            f"\n### verify: unchanged table — {time.strftime('%Y-%m-%d %H:%M')}, commit {commit_label()} "
-            f"(`bench/verify_bench.py --rows {n}`)\n"
+            f"### verify: unchanged table — {time.strftime('%Y-%m-%d %H:%M')}, commit {commit_label()} "
+            f"(`bench/verify_bench.py --rows {n}`)"
         )
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write(head + "\n" + "\n".join(lines) + "\n")
+        append_results([head, "", *lines])
     return 0
 
 

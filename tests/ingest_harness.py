@@ -15,6 +15,7 @@ import yaml
 from cdc import stack as local_stack
 from ingest.position import ResumePoint
 from ingest.producer import read_resume_point
+from tests import procfs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,22 +94,10 @@ class IngestProcess:
         return not self.alive()
 
     def peak_rss_kb(self) -> int:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
+        return procfs.peak_rss_kb(self.proc.pid)
 
     def rss_kb(self) -> int:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
+        return procfs.rss_kb(self.proc.pid)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -20,6 +20,7 @@ import pymysql
 import pytest
 
 from merger.state import StateStore
+from tests import procfs
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
@@ -41,33 +42,6 @@ def _conn(stack, db=None):
     )
 
 
-def _proc_status(pid: int) -> dict:
-    out = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM", "PPid"):
-                out[key] = int(value.split()[0])
-    except OSError:
-        pass
-    return out
-
-
-def _children(pid: int) -> list[int]:
-    kids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit() and _proc_status(int(p.name)).get("PPid") == pid:
-            kids.append(int(p.name))
-    return kids
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 class MemoryProbe(threading.Thread):
     """Samples the RSS of ingest, of the merger's Python driver and of its Spark driver JVM
     (the java child of the merger process) every second; keeps the peaks."""
@@ -79,18 +53,14 @@ class MemoryProbe(threading.Thread):
         self.stop = threading.Event()
 
     def jvm_pid(self) -> int | None:
-        for kid in _children(self.merger.proc.pid):
-            if "java" in _cmdline(kid):
-                return kid
-        return None
+        return procfs.java_child(self.merger.proc.pid)
 
     def sample(self) -> dict:
         now = {
-            "ingest": _proc_status(self.ingest.proc.pid).get("VmRSS", 0),
-            "merger_python": _proc_status(self.merger.proc.pid).get("VmRSS", 0),
+            "ingest": procfs.rss_kb(self.ingest.proc.pid),
+            "merger_python": procfs.rss_kb(self.merger.proc.pid),
+            "merger_jvm": procfs.rss_kb(self.jvm_pid()),
         }
-        jvm = self.jvm_pid()
-        now["merger_jvm"] = _proc_status(jvm).get("VmRSS", 0) if jvm else 0
         for k, v in now.items():
             self.peak[k] = max(self.peak[k], v)
         return now
