@@ -174,7 +174,8 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
     db = f"mk_{unique_name}"
     rows = 60_000 if IS_CI else BIG_ROWS
     _create(stack, db, rows)
-    # small windows, one emitted per batch: the snapshot of `num` lasts many batches
+    # small windows, one emitted per batch: the snapshot of `num` lasts many batches; the
+    # Delta tables are compacted every third batch, so kills land in and around compactions
     ingest, merger = _start(
         stack,
         tmp_path,
@@ -184,6 +185,7 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
             "snapshot.chunk_size": rows // 20,
             "snapshot.chunks_per_window": 1,
             "snapshot.emit_rows_per_batch": rows // 20,
+            "sinks.delta.compact_every_commits": 3,
         },
     )
     checker = SinkChecker(stack, tmp_path)
@@ -217,6 +219,7 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
         assert writer.error is None, writer.error
         for table in ("num", "skey", "comp"):
             checker.wait_equal(db, table, proc=merger, timeout_s=400)
+        assert "compacted its small Delta files" in merger.log_text()
     finally:
         writer.stop.set()
         merger.stop()
