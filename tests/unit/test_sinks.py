@@ -362,6 +362,90 @@ def test_delta_crash_between_table_and_tombstones(delta_sink, monkeypatch):
     assert s2.rows(t).num_rows == 0  # ...and the tombstones were completed
 
 
+def test_delta_tombstones_written_only_when_they_change(delta_sink, monkeypatch):
+    """A batch with no delete and no write of a tombstoned key records its tombstone step in
+    the table's own commit: the tombstone table gets no commit, and a replay of that batch,
+    or of any before it, is still refused without writing anything."""
+    from deltalake import DeltaTable
+
+    s, t = delta_sink, fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    tombs = DeltaTable(s.tombstone_path(t))
+    created = tombs.version()
+    for v in range(1, 6):
+        rows = [{"id": v, "v": f"r{v}", "n": v, "_cdc_op": "c", "_cdc_seq": 10 * v}]
+        assert s.apply(t, v, batch(SIMPLE, rows)) is True
+    tombs.update_incremental()
+    assert tombs.version() == created  # five batches, no tombstone commit
+    main = DeltaTable(s.table_path(t))
+    main_version = main.version()
+
+    def must_not_write(self, *a, **k):
+        raise AssertionError("a replay wrote the tombstones")
+
+    monkeypatch.setattr(type(s), "_merge_tombs", must_not_write)
+    restarted = type(s)(s.base)
+    for v in (5, 3):
+        assert restarted.apply(t, v, batch(SIMPLE, [{"id": 9, "v": "x", "_cdc_op": "c", "_cdc_seq": 1}])) is False
+    monkeypatch.undo()
+    main.update_incremental()
+    assert main.version() == main_version
+    # a delete writes the tombstones; the next clean batch again does not
+    assert s.apply(t, 6, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 60}])) is True
+    tombs.update_incremental()
+    assert tombs.version() == created + 1
+    assert s.apply(t, 7, batch(SIMPLE, [{"id": 1, "v": "old", "_cdc_op": "r", "_cdc_seq": 5}])) is True
+    assert s.apply(t, 8, batch(SIMPLE, [{"id": 8, "v": "r8", "n": 8, "_cdc_op": "c", "_cdc_seq": 80}])) is True
+    tombs.update_incremental()
+    assert tombs.version() == created + 1
+    assert sorted(r["id"] for r in s.rows(t).to_pylist()) == [2, 3, 4, 5, 8]  # the stale id 1 stayed deleted
+
+
+def test_delta_merge_skips_files_outside_the_batch_key_range(delta_sink):
+    """Snapshot chunks arrive as key ranges: a MERGE reads only the files whose key range
+    meets the batch's (with a streamed MERGE, delta-rs scans every file of the table,
+    so each chunk cost more than the one before)."""
+    from deltalake import DeltaTable
+
+    s, t = delta_sink, fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    for v in range(1, 7):
+        ids = range(100 * v, 100 * v + 100)
+        s.apply(t, v, batch(SIMPLE, [{"id": i, "v": "r", "n": 1, "_cdc_op": "r", "_cdc_seq": 0} for i in ids]))
+    last = DeltaTable(s.table_path(t)).history(1)[0]
+    assert last["operation"] == "MERGE"
+    metrics = last["operationMetrics"]
+    assert metrics["num_target_files_skipped_during_scan"] == 5, metrics
+    assert metrics["num_target_files_scanned"] == 0, metrics
+    assert s.rows(t).num_rows == 600
+
+
+def test_delta_replay_after_table_commit_of_an_older_release(delta_sink):
+    """A table commit that recorded only the table's version (written before tombstone
+    steps could be recorded with it), then a crash: the replay records the tombstone
+    step, so later batches see no lag."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    s, t = delta_sink, fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    s.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 5}]))
+    main = DeltaTable(s.table_path(t))
+    app = f"cdc-sink:{main.metadata().id}"
+    rows = batch(SIMPLE, [{"id": 2, "v": "b", "n": 2, "_cdc_op": "c", "_cdc_seq": 6}])
+    write_deltalake(
+        main,
+        rows.drop_columns(["_cdc_op"]),
+        mode="append",
+        commit_properties=CommitProperties(app_transactions=[Transaction(app, 2)]),
+    )
+    restarted = type(s)(s.base)
+    assert restarted.apply(t, 2, rows) is False
+    tombs = DeltaTable(s.tombstone_path(t))
+    assert tombs.transaction_version(f"cdc-sink-tombstones:{main.metadata().id}") == 2
+    assert restarted.apply(t, 2, rows) is False
+    assert sorted(r["id"] for r in restarted.rows(t).to_pylist()) == [1, 2]
+
+
 def test_delta_layout_and_log(delta_sink):
     from deltalake import DeltaTable
 
