@@ -12,12 +12,13 @@ demo: bootstrap
 test: bootstrap
 	./scripts/test.sh
 
+# every bench takes BENCH_ARGS, e.g. make bench BENCH_ARGS="--record --state-dir /tmp/bench-stack"
 bench: bootstrap
-	.venv/bin/python -m bench.ingest_throughput
-	.venv/bin/python bench/merger_bench.py
-	.venv/bin/python bench/verify_bench.py
-	.venv/bin/python bench/memory_bench.py
-	.venv/bin/python bench/start_bench.py
+	.venv/bin/python -m bench.ingest_throughput $(BENCH_ARGS)
+	.venv/bin/python bench/merger_bench.py $(BENCH_ARGS)
+	.venv/bin/python bench/verify_bench.py $(BENCH_ARGS)
+	.venv/bin/python bench/memory_bench.py $(BENCH_ARGS)
+	.venv/bin/python bench/start_bench.py $(BENCH_ARGS)
 
 stack-down:
 	.venv/bin/cdc stack down
