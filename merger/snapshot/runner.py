@@ -42,10 +42,12 @@ from merger.tables import TableRegistry
 log = logging.getLogger(__name__)
 
 MAX_OPEN_WINDOWS = 3
-# while changes stream in (one in the last few seconds), read the next window only once the
-# previous one is emitted: reading ahead takes the CPU the streamed changes wait for
-# (measured on 2 cores: p99 commit -> sink 6.5 s with 3 windows read ahead, see bench/RESULTS.md)
-MAX_OPEN_WINDOWS_STREAMING = 1
+# while changes stream in (one in the last few seconds), read at most one window ahead of
+# the one being emitted: reading ahead takes the CPU the streamed changes wait for. Measured
+# on 2 cores at 1,000 changes/s (bench/RESULTS.md): 3 windows ahead gave p99 commit -> sink
+# 6.5 s (session 6); none ahead 96-100k snapshot rows/s at p99 1.1-1.2 s; one ahead
+# 124-132k rows/s at p99 1.3-1.45 s (the next window is read while this one is emitted)
+MAX_OPEN_WINDOWS_STREAMING = 2
 # and read each window with one task (one source connection) instead of `parallelism`
 STREAMING_READ_TASKS = 1
 # snapshots start once the stream has finished its first trigger, or after this long
