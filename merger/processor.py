@@ -73,6 +73,9 @@ log = logging.getLogger(__name__)
 
 # a source counts as busy for this long after a batch with a streamed change
 STREAMING_RECENT_S = 5.0
+# on an idle source a batch emits this many times snapshot.emit_rows_per_batch: each batch
+# costs ~0.4 s of Spark's own work (offsets, the Kafka read job, the log), and nobody waits
+IDLE_EMIT_FACTOR = 5
 
 
 class BatchProcessor(PausedTables):
@@ -257,7 +260,7 @@ class BatchProcessor(PausedTables):
                 self.last_change_at = time.monotonic()
             # a batch that the tick brought while changes stream in may hold none of them:
             # it only counts as idle when no change came for a few seconds
-            self._emit_ready(batch_id, step, 1 if self.changes_streaming() else 2)
+            self._emit_ready(batch_id, step, 1 if self.changes_streaming() else IDLE_EMIT_FACTOR)
             self._expire_windows()
             crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())

@@ -15,7 +15,7 @@ import pytest
 
 from cdc.wire.headers import POSITION_HEADER, WATERMARK_HEADER
 from ingest.tablespec import ColumnSpec, TableSpec
-from merger.processor import STREAMING_RECENT_S, BatchProcessor
+from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, BatchProcessor
 from merger.state import StateStore
 
 PREFIX = "p"
@@ -226,31 +226,34 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
     assert not (tmp_path / "state" / "staging").exists() or not any((tmp_path / "state" / "staging").rglob("*.parquet"))
 
 
-def test_a_batch_without_streamed_changes_emits_twice_the_budget(tmp_path):
+def test_a_batch_without_streamed_changes_emits_more_than_the_budget(tmp_path):
     """Nobody waits behind the emission of a batch that brought only markers (an idle
-    source, whose every batch costs a watermark tick): it emits 2 x emit_rows_per_batch.
-    A batch without changes while changes stream in (one within STREAMING_RECENT_S) is
-    not idle: the next change waits behind it."""
+    source, whose every batch costs a watermark tick and Spark's own work): it emits
+    IDLE_EMIT_FACTOR x emit_rows_per_batch. A batch without changes while changes stream
+    in (one within STREAMING_RECENT_S) is not idle: the next change waits behind it."""
+    assert IDLE_EMIT_FACTOR > 1
+    budget, idle = 30, 30 * IDLE_EMIT_FACTOR
+    rows = 2 * idle + 2 * budget + 20
     sink = MemorySink()
-    proc = _processor(tmp_path, sink, emit_rows_per_batch=30)
+    proc = _processor(tmp_path, sink, emit_rows_per_batch=budget)
     s = Stream()
     proc.process(0, s.batch())
-    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in range(200)])
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in range(rows)])
     s.marker("w1", "LOW")
     rt.reconciler.mark_staged("w1")
     s.marker("w1", "HIGH")
     proc.process(1, s.batch())
-    assert len(sink.state()) == 60
-    s.change("c", {"id": 500}, after={"id": 500, "v": "live"})
+    assert len(sink.state()) == idle
+    s.change("c", {"id": 10_000}, after={"id": 10_000, "v": "live"})
     proc.process(2, s.batch())
-    assert len(sink.state()) == 91  # 30 more snapshot rows, and the change
+    assert len(sink.state()) == idle + budget + 1  # the budget's snapshot rows, and the change
     proc.process(3, s.batch())
-    assert len(sink.state()) == 121  # no change in it, but one a moment ago: 30
+    assert len(sink.state()) == idle + 2 * budget + 1  # no change in it, but one a moment ago
     proc.last_change_at -= STREAMING_RECENT_S  # quiet for a while: idle again
     proc.process(4, s.batch())
-    assert len(sink.state()) == 181
+    assert len(sink.state()) == 2 * idle + 2 * budget + 1
     proc.process(5, s.batch())
-    assert len(sink.state()) == 201 and not rt.reconciler.windows
+    assert len(sink.state()) == rows + 1 and not rt.reconciler.windows
 
 
 def test_a_batch_run_again_after_a_crash_changes_nothing(tmp_path):
