@@ -376,7 +376,11 @@ class DeltaSinkConfig(_Model):
         "with the files it opens; 0 = never (then run OPTIMIZE yourself)",
     )
     compact_target_mb: int = Field(
-        32, ge=1, description="files under this size are binned into files of about this size; larger ones stay"
+        4,
+        ge=1,
+        description="size of the files a table is written in (its delta.targetFileSize) and compacted to: "
+        "files under it are binned into files of about it, larger ones stay. A MERGE rewrites every file "
+        "holding a key it updates or deletes: smaller files make updates cheaper, larger ones make reads faster",
     )
 
 

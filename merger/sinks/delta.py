@@ -91,6 +91,7 @@ from merger.sinks.base import (
     user_fields,
 )
 from merger.sinks.delta_reads import DeltaReads, _arrow_schema
+from merger.sinks.key_ranges import range_filter
 
 try:
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -119,7 +120,8 @@ def _component(name: str) -> str:
 
 # small-file compaction (DeltaSinkConfig's compact_every_commits / compact_target_mb)
 COMPACT_EVERY_COMMITS = 100
-COMPACT_TARGET_MB = 32
+COMPACT_TARGET_MB = 4
+TARGET_FILE_SIZE = "delta.targetFileSize"  # delta-rs writes (MERGE included) split files at it
 
 
 @dataclass
@@ -267,10 +269,14 @@ class DeltaSink(DeltaReads, Sink):
                 name=table.table,
                 description=f"CDC copy of {table.database}.{table.table}; key {keys}; "
                 f"{SEQ} = sequence of the last applied change",
+                configuration={TARGET_FILE_SIZE: str(self.compact_target_bytes)},
                 storage_options=self.storage_options,
             )
             return ["created"]
         main, tomb, old_keys, columns = current
+        if main.metadata().configuration.get(TARGET_FILE_SIZE) != str(self.compact_target_bytes):
+            # a table of an older release, or compact_target_mb changed (a metadata commit)
+            main.alter.set_table_properties({TARGET_FILE_SIZE: str(self.compact_target_bytes)})
         if old_keys is not None and set(old_keys) != set(keys):
             raise IncompatibleSchemaChange(
                 f"incompatible schema change for {table}: key columns change from {old_keys} to {keys}"
@@ -485,6 +491,11 @@ class DeltaSink(DeltaReads, Sink):
             nonkey = [c for c in cols if c not in m.keys] + [SEQ]
             source = src.select(cols + [SEQ, OP])
             on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in m.keys)
+            # every key of the batch is in these ranges, so no match is lost; the files
+            # between them are not read (merger/sinks/key_ranges.py)
+            ranges = range_filter(source[m.keys[0]], f"t.{quote_ident(m.keys[0])}")
+            if ranges is not None:
+                on = f"{on} AND {ranges}"
             newer = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
             (
                 m.main.merge(

@@ -420,6 +420,55 @@ def test_delta_merge_skips_files_outside_the_batch_key_range(delta_sink):
     assert s.rows(t).num_rows == 600
 
 
+@pytest.mark.parametrize("ranges", [True, False])
+def test_delta_merge_of_old_and_new_keys_skips_the_files_between(delta_sink, monkeypatch, ranges):
+    """Updates of old rows and inserts of new ones span the whole key range: filtered by
+    the batch's key ranges the MERGE reads only the files holding them (without the
+    filter, a broken copy, it reads all ten)."""
+    from deltalake import DeltaTable
+
+    import merger.sinks.delta as delta_module
+
+    if not ranges:
+        monkeypatch.setattr(delta_module, "range_filter", lambda *a, **k: None)
+    s, t = delta_sink, fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    for v in range(1, 11):
+        ids = range(100 * v, 100 * v + 100)
+        s.apply(t, v, batch(SIMPLE, [{"id": i, "v": "r", "n": 1, "_cdc_op": "r", "_cdc_seq": 0} for i in ids]))
+    mixed = [{"id": i, "v": "upd", "n": 2, "_cdc_op": "u", "_cdc_seq": 5} for i in (105, 106)]
+    mixed += [{"id": i, "v": "new", "n": 3, "_cdc_op": "c", "_cdc_seq": 6} for i in (5000, 5001)]
+    s.apply(t, 11, batch(SIMPLE, mixed))
+    metrics = DeltaTable(s.table_path(t)).history(1)[0]["operationMetrics"]
+    assert metrics["num_target_rows_updated"] == 2 and metrics["num_target_rows_inserted"] == 2
+    rows = {r["id"]: r["v"] for r in s.rows(t).to_pylist()}
+    assert len(rows) == 1002 and rows[105] == rows[106] == "upd" and rows[5000] == "new" and rows[107] == "r"
+    if ranges:
+        assert metrics["num_target_files_scanned"] == 1, metrics
+        assert metrics["num_target_files_skipped_during_scan"] == 9, metrics
+    else:
+        assert metrics["num_target_files_scanned"] == 10, metrics
+
+
+def test_delta_tables_are_written_in_files_of_the_compaction_target(tmp_path_factory):
+    """New tables get delta.targetFileSize = compact_target_mb (MERGE output files are cut
+    at it, so an update rewrites at most about that much per file it touches); a table of
+    an older release, or after the setting changed, gets it on ensure_table."""
+    from deltalake import DeltaTable
+
+    from merger.sinks import DeltaSink
+
+    base = tmp_path_factory.mktemp("delta")
+    s, t = DeltaSink(base, compact_target_mb=2), fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    assert DeltaTable(s.table_path(t)).metadata().configuration["delta.targetFileSize"] == str(2 << 20)
+    s.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 1}]))
+    s2 = DeltaSink(base, compact_target_mb=8)
+    s2.ensure_table(t, SIMPLE, ["id"])
+    assert DeltaTable(s.table_path(t)).metadata().configuration["delta.targetFileSize"] == str(8 << 20)
+    assert s2.applied_version(t) == 1 and s2.rows(t).num_rows == 1
+
+
 def test_delta_replay_after_table_commit_of_an_older_release(delta_sink):
     """A table commit that recorded only the table's version (written before tombstone
     steps could be recorded with it), then a crash: the replay records the tombstone
