@@ -1265,7 +1265,8 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
             f"every {args.delta_poll_ms} ms for the next commit file, the rows of the files that commit adds seen "
             "from the moment the file exists (read with pyarrow afterwards); latency = seen - commit time "
             "(upper bound, resolution = poll interval). "
-            f"Merger writes to sinks {'+'.join(lat['sinks'])} (written at the same time, each in its own thread, per batch); "
+            f"Merger writes to sinks {'+'.join(lat['sinks'])} "
+            "(written at the same time, each in its own thread, per batch); "
             f"snapshot during phase 2: {args.rows:,} rows, parallelism {args.latency_parallelism}):",
             "",
             "| phase | sink | seconds | writes | changes/s | p50 s | p99 s | max s | not seen | target p99 <= 3 s |",

@@ -39,7 +39,8 @@ def test_split_at_the_widest_gap(values):
 def test_clusters_of_an_update_and_insert_batch():
     keys = pa.chunked_array([list(range(100, 350)), list(range(20_001, 20_251))])
     assert key_ranges(keys) == [(100, 349), (20_001, 20_250)]
-    assert range_filter(keys, "t.`id`") == "((t.`id` >= 100 AND t.`id` <= 349) OR (t.`id` >= 20001 AND t.`id` <= 20250))"
+    expected = "((t.`id` >= 100 AND t.`id` <= 349) OR (t.`id` >= 20001 AND t.`id` <= 20250))"
+    assert range_filter(keys, "t.`id`") == expected
 
 
 def test_unsigned_and_extreme_keys():
