@@ -51,9 +51,10 @@ files by the batch's key range); 100k random updates into that 1M-row table: ~0.
 batch (~150-185k rows/s), because every file is rewritten: the cost of an update batch
 grows with the table when its keys are spread over all files (bench/sink_throughput.py).
 Every apply adds a commit to the table (an empty one included) and one to the tombstones
-when it has tombstones to write (delta-rs checkpoints every 100 commits). MERGEs run with
-``streamed_exec=False``: the batch is in memory anyway, and only then does delta-rs prune
-the table's files by the batch's key range (measured: 1M snapshot rows in batches of 100k,
+when it has tombstones to write (delta-rs checkpoints every 100 commits). MERGEs of tables with integer keys
+run with ``streamed_exec=False``: the batch is in memory anyway, and only then does delta-rs
+prune the table's files by the batch's key range (not for other key types: their file
+statistics are inexact, see ``_Meta.prunable``) (measured: 1M snapshot rows in batches of 100k,
 0.08 s of CPU per batch instead of 0.20-0.24 s growing with the table).
 Tombstones stay until the key is written again or the table is truncated.
 """
@@ -131,6 +132,14 @@ class _Meta:
     keys: list[str]
     columns: dict[str, pa.DataType]  # user column -> storage type
     table_id: str
+
+    @property
+    def prunable(self) -> bool:
+        """Whether a MERGE may skip files by their key statistics: only for integer keys.
+        delta-rs writes other types' statistics inexactly (a decimal(20, 0) max of
+        18446744073709551614 as 9223372036854775807, timestamps in milliseconds), and a file
+        skipped by a wrong statistic loses its deletes and duplicates its updates."""
+        return all(pa.types.is_integer(self.columns[k]) for k in self.keys)
 
     @property
     def app_main(self) -> str:
@@ -460,6 +469,8 @@ class DeltaSink(DeltaReads, Sink):
         if src.num_rows == 0 or not m.tomb.file_uris():
             return src.append_column(TSEQ, pa.nulls(src.num_rows, pa.int64()))
         dataset = m.tomb.to_pyarrow_dataset()
+        if not m.prunable:
+            dataset = _without_log_statistics(dataset)
         first = m.keys[0]
         values = pc.unique(src[first])
         field, ftype = ds.field(first), dataset.schema.field(first).type
@@ -493,7 +504,7 @@ class DeltaSink(DeltaReads, Sink):
             on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in m.keys)
             # every key of the batch is in these ranges, so no match is lost; the files
             # between them are not read (merger/sinks/key_ranges.py)
-            ranges = range_filter(source[m.keys[0]], f"t.{quote_ident(m.keys[0])}")
+            ranges = range_filter(source[m.keys[0]], f"t.{quote_ident(m.keys[0])}") if m.prunable else None
             if ranges is not None:
                 on = f"{on} AND {ranges}"
             newer = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
@@ -503,7 +514,7 @@ class DeltaSink(DeltaReads, Sink):
                     predicate=on,
                     source_alias="s",
                     target_alias="t",
-                    streamed_exec=False,
+                    streamed_exec=not m.prunable,
                     writer_properties=self.writer_properties,
                     commit_properties=_txn(version, *apps),
                 )
@@ -539,7 +550,7 @@ class DeltaSink(DeltaReads, Sink):
                     predicate=on,
                     source_alias="s",
                     target_alias="t",
-                    streamed_exec=False,
+                    streamed_exec=not m.prunable,
                     commit_properties=_txn(version, m.app_tomb),
                 )
                 .when_matched_update(
@@ -604,6 +615,15 @@ class DeltaSink(DeltaReads, Sink):
         for path in paths:  # the table first: it marks a complete creation
             shutil.rmtree(path, ignore_errors=True)
         self._meta.pop(table, None)
+
+
+def _without_log_statistics(dataset: ds.FileSystemDataset) -> ds.FileSystemDataset:
+    """The same files without the guarantees deltalake derives from the Delta log's
+    statistics: inexact for some key types (a decimal(20, 0) max of 18446744073709551614
+    logged as 9223372036854775807), they made a filtered read miss a tombstone, and a stale
+    snapshot row of a deleted key came back. Parquet's own statistics still prune."""
+    fragments = [f.format.make_fragment(f.path, f.filesystem) for f in dataset.get_fragments()]
+    return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
 
 
 def _left_join(src: pa.Table, tombs: pa.Table, keys: list[str]) -> pa.Table:

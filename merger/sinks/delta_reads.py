@@ -79,6 +79,8 @@ class DeltaReads:
         """The rows matching ``expr``, filtered batch by batch in memory: pyarrow cannot
         push a string filter down into these files (delta-rs writes string_view, and the
         statistics guarantees then fail to bind), so only whole files are pruned."""
+        if not m.prunable:
+            prune = []  # the log's statistics of this key type are inexact (_Meta.prunable)
         try:
             dataset = m.main.to_pyarrow_dataset(file_pruning_predicate=prune or None)
         except (DeltaError, ValueError, TypeError) as exc:  # a bound delta-rs cannot parse
