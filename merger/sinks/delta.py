@@ -154,6 +154,12 @@ def _txn(version: int, *app_ids: str) -> CommitProperties:
     return CommitProperties(app_transactions=[Transaction(app_id, version) for app_id in app_ids])
 
 
+# the MERGE conditions on a change (alias s) and the row or tombstone it meets (alias t)
+_NEWER = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
+_IS_DELETE = f"s.{quote_ident(OP)} = '{DELETE_OP}'"
+_NOT_DELETE = f"s.{quote_ident(OP)} <> '{DELETE_OP}'"
+
+
 class DeltaSink(DeltaReads, Sink):
     def __init__(
         self,
@@ -451,8 +457,9 @@ class DeltaSink(DeltaReads, Sink):
         started = time.monotonic()
         done = []
         for dt in (m.main, m.tomb):
-            target = self.compact_target_bytes
-            metrics = dt.optimize.compact(target_size=target, writer_properties=self.writer_properties)
+            metrics = dt.optimize.compact(
+                target_size=self.compact_target_bytes, writer_properties=self.writer_properties
+            )
             dt.update_incremental()
             done.append(f"{metrics.get('numFilesRemoved', 0)} -> {metrics.get('numFilesAdded', 0)}")
         log.info(
@@ -501,66 +508,60 @@ class DeltaSink(DeltaReads, Sink):
             cols = [c for c in src.column_names if c in m.columns]
             nonkey = [c for c in cols if c not in m.keys] + [SEQ]
             source = src.select(cols + [SEQ, OP])
-            on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in m.keys)
-            # every key of the batch is in these ranges, so no match is lost; the files
-            # between them are not read (merger/sinks/key_ranges.py)
-            ranges = range_filter(source[m.keys[0]], f"t.{quote_ident(m.keys[0])}") if m.prunable else None
-            if ranges is not None:
-                on = f"{on} AND {ranges}"
-            newer = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
             (
-                m.main.merge(
-                    source,
-                    predicate=on,
-                    source_alias="s",
-                    target_alias="t",
-                    streamed_exec=not m.prunable,
-                    writer_properties=self.writer_properties,
-                    commit_properties=_txn(version, *apps),
-                )
-                .when_matched_delete(predicate=f"{newer} AND s.{quote_ident(OP)} = '{DELETE_OP}'")
+                self._merge_into(m, m.main, source, _txn(version, *apps), self.writer_properties)
+                .when_matched_delete(predicate=f"{_NEWER} AND {_IS_DELETE}")
                 .when_matched_update(
                     {quote_ident(c): f"s.{quote_ident(c)}" for c in nonkey},
-                    predicate=f"{newer} AND s.{quote_ident(OP)} <> '{DELETE_OP}'",
+                    predicate=f"{_NEWER} AND {_NOT_DELETE}",
                 )
                 .when_not_matched_insert(
                     {quote_ident(c): f"s.{quote_ident(c)}" for c in cols + [SEQ]},
-                    predicate=f"s.{quote_ident(OP)} <> '{DELETE_OP}'",
+                    predicate=_NOT_DELETE,
                 )
                 .execute()
             )
         self._record(m.main, version, main_schema, *apps)
 
     @staticmethod
+    def _merge_into(m: _Meta, dt: DeltaTable, source: pa.Table, commit: CommitProperties, writer_properties=None):
+        """A MERGE of ``source`` (alias s) into ``dt`` (alias t, the table or its
+        tombstones) on the table's keys; files are skipped by key only where the log's
+        statistics are exact (``_Meta.prunable``)."""
+        on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in m.keys)
+        # every key of the batch is in these ranges, so no match is lost; the files
+        # between them are not read (merger/sinks/key_ranges.py)
+        ranges = range_filter(source[m.keys[0]], f"t.{quote_ident(m.keys[0])}") if m.prunable else None
+        if ranges is not None:
+            on = f"{on} AND {ranges}"
+        return dt.merge(
+            source,
+            predicate=on,
+            source_alias="s",
+            target_alias="t",
+            streamed_exec=not m.prunable,
+            writer_properties=writer_properties,
+            commit_properties=commit,
+        )
+
+    @staticmethod
     def _tombstone_changes(m: _Meta, src: pa.Table) -> pa.Table:
         """The rows the tombstone MERGE needs: deletes, and writes of tombstoned keys."""
-        if not src.num_rows:
-            return src.select(m.keys + [SEQ, OP])
         relevant = pc.or_(pc.equal(src[OP], DELETE_OP), pc.is_valid(src[TSEQ]))
         return src.filter(relevant).select(m.keys + [SEQ, OP])
 
     def _merge_tombs(self, m: _Meta, source: pa.Table, version: int) -> None:
         tomb_schema = _arrow_schema(m.tomb)
         if source.num_rows:
-            on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in m.keys)
-            newer = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
             (
-                m.tomb.merge(
-                    source,
-                    predicate=on,
-                    source_alias="s",
-                    target_alias="t",
-                    streamed_exec=not m.prunable,
-                    commit_properties=_txn(version, m.app_tomb),
-                )
+                self._merge_into(m, m.tomb, source, _txn(version, m.app_tomb))
                 .when_matched_update(
-                    {quote_ident(SEQ): f"s.{quote_ident(SEQ)}"},
-                    predicate=f"{newer} AND s.{quote_ident(OP)} = '{DELETE_OP}'",
+                    {quote_ident(SEQ): f"s.{quote_ident(SEQ)}"}, predicate=f"{_NEWER} AND {_IS_DELETE}"
                 )
-                .when_matched_delete(predicate=f"{newer} AND s.{quote_ident(OP)} <> '{DELETE_OP}'")
+                .when_matched_delete(predicate=f"{_NEWER} AND {_NOT_DELETE}")
                 .when_not_matched_insert(
                     {quote_ident(c): f"s.{quote_ident(c)}" for c in m.keys + [SEQ]},
-                    predicate=f"s.{quote_ident(OP)} = '{DELETE_OP}'",
+                    predicate=_IS_DELETE,
                 )
                 .execute()
             )
