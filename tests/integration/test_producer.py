@@ -6,6 +6,7 @@ partitioner lands where Kafka's Java default partitioner puts it."""
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ingest.partitioner import partition_for
@@ -16,10 +17,14 @@ from tests.kafka_util import read_records
 pytestmark = pytest.mark.integration
 
 
-def _create(bootstrap: str, *topics: str, partitions: int = 1) -> None:
+def _create(bootstrap: str, *topics: str, partitions: int = 1, exist_ok: bool = False) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
-        future.result(timeout=30)
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
 
 
 def _topics(bootstrap: str, unique_name: str, partitions: int) -> tuple[str, str]:
@@ -34,11 +39,14 @@ def _topics(bootstrap: str, unique_name: str, partitions: int) -> tuple[str, str
 def test_a_record_the_broker_refuses_fails_the_commit(stack, unique_name):
     bootstrap = stack.kafka.bootstrap
     producer = TransactionalProducer({"bootstrap.servers": bootstrap}, f"tx-{unique_name}", timeout_s=20)
-    # created after the producer started: it knows nothing of the topic when the record
-    # is queued, so the unknown partition is found later, in a delivery report
     topic, offsets = f"{unique_name}.t", f"{unique_name}.offsets"
-    _create(bootstrap, topic, offsets)
-    producer.send(topic, b"k", b"v", 5)
+    _create(bootstrap, offsets)
+    # queued before its topic exists, so librdkafka cannot refuse it at once (it does when it
+    # has already seen the topic's metadata): the unknown partition is found when the topic
+    # appears (the broker may create it on the producer's metadata request, with its default
+    # partition count) and reaches the commit as a delivery report
+    producer.send(topic, b"k", b"v", 1000)
+    _create(bootstrap, topic, exist_ok=True)
     with pytest.raises(BrokerError, match="events not acknowledged.*[Uu]nknown partition"):
         producer.commit(offsets, b"source", ResumePoint("0-1-1"))
 
