@@ -484,8 +484,12 @@ class Ingest:
                 if spec is not None:
                     spec, _ = apply_column_filters(spec, self.filter)
                     changes.append(table_change_json("CREATE" if ddl.kind == "CREATE" else "ALTER", spec))
+                    # a TRUNCATE before the next row event carries this version, as Debezium's does
+                    self._last_spec[(db, table)] = spec
         elif ddl.kind == "DROP":
             changes = [table_change_json("DROP", None, db, table) for db, table in captured]
+            for key in captured:
+                self._last_spec.pop(key, None)
         source = SourceInfo(
             database or "",
             captured[0][1] if captured else None,
