@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta as _timedelta
+from decimal import Decimal as _Decimal
 from typing import TYPE_CHECKING, Sequence
 
 import pyarrow as pa
@@ -103,10 +104,17 @@ def _prunable(v) -> bool:
 
 
 def _storage_value(v):
-    """A canonical key value as Delta stores it (TIME: int64 microseconds)."""
+    """A canonical key value as Delta stores it (TIME: int64 microseconds). An integer
+    outside int64 (a BIGINT UNSIGNED key, stored as decimal(20, 0)) as a Decimal: Arrow
+    would infer int64 for it and overflow."""
     if isinstance(v, _timedelta):
         return (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+    if isinstance(v, int) and not isinstance(v, bool) and not _INT64_MIN <= v <= _INT64_MAX:
+        return _Decimal(v)
     return v
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _bound_filter(schema: pa.Schema, cols: list[str], bound, lower: bool):

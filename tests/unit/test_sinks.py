@@ -487,6 +487,10 @@ def test_delta_deletes_and_updates_of_extreme_keys(tmp_path_factory, kind):
     got = sorted((r["v"], r["id"]) for r in s.rows(t).to_pylist())
     assert [v for v, _ in got] == ["c", "u"], got
     assert len({i for _, i in got}) == 2
+    # read back by the source's own key values (what cdc verify asks for)
+    assert [r["v"] for r in s.rows_with_keys(t, ["id"], [(keys[1],), (keys[2],)]).to_pylist()] == ["u"]
+    assert sorted(r["v"] for r in s.rows_in_range(t, ["id"], (keys[0],), (keys[2],)).to_pylist()) == ["c", "u"]
+    assert [r["v"] for r in s.rows_in_range(t, ["id"], (keys[1],), None).to_pylist()] == ["u"]
 
 
 def test_delta_tables_are_written_in_files_of_the_compaction_target(tmp_path_factory):
