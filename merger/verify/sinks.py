@@ -315,12 +315,12 @@ class DeltaReader:
         exact = all(v is not None for s in stored for v in s)
         prune = []
         for (b, lower), s in zip(bounds, stored):
-            if exact and _prunable(s[0]):
+            if exact and delta_statistics_exact(sink_cols[keys[0]]) and _prunable(s[0]):
                 prune.append((keys[0], ">=" if lower else "<=", s[0]))
         if exact:
             expr = None
             for (b, lower), s in zip(bounds, stored):
-                scalars = [pa.scalar(v).cast(types[k]) if not isinstance(v, pa.Scalar) else v for k, v in zip(keys, s)]
+                scalars = [_scalar(v).cast(types[k]) for k, v in zip(keys, s)]
                 e = _bound_filter(keys, scalars, lower)
                 expr = e if expr is None else expr & e
 
@@ -456,6 +456,28 @@ def _arrow_type(name: str):
 def _prunable(v: Any) -> bool:
     """Values delta-rs file pruning parses reliably."""
     return isinstance(v, (int, str)) and not isinstance(v, bool)
+
+
+def delta_statistics_exact(type_name: str | None) -> bool:
+    """Whether the Delta log's min/max of a column of this type (its Arrow name) are exact,
+    so that a read or a digest query may skip files by them. delta-rs writes integers and
+    dates exactly, but a decimal(20, 0) max of 18446744073709551614 (a BIGINT UNSIGNED key)
+    as 9223372036854775807 and timestamps cut to milliseconds: a query pruned by them
+    misses rows, and then misses an extra row in the sink too."""
+    import re
+
+    return bool(type_name) and (re.fullmatch(r"u?int(8|16|32|64)", type_name) or type_name.startswith("date32"))
+
+
+def _scalar(v: Any):
+    """An Arrow scalar of ``v``; an integer beyond int64 (BIGINT UNSIGNED) as a decimal."""
+    import pyarrow as pa
+
+    if isinstance(v, pa.Scalar):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+        return pa.scalar(Decimal(v))
+    return pa.scalar(v)
 
 
 def _bound_filter(cols: list[str], values: list, lower: bool):
