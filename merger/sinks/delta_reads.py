@@ -103,6 +103,9 @@ def _prunable(v) -> bool:
     return isinstance(v, (int, str)) and not isinstance(v, bool)
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _storage_value(v):
     """A canonical key value as Delta stores it (TIME: int64 microseconds). An integer
     outside int64 (a BIGINT UNSIGNED key, stored as decimal(20, 0)) as a Decimal: Arrow
@@ -112,9 +115,6 @@ def _storage_value(v):
     if isinstance(v, int) and not isinstance(v, bool) and not _INT64_MIN <= v <= _INT64_MAX:
         return _Decimal(v)
     return v
-
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _bound_filter(schema: pa.Schema, cols: list[str], bound, lower: bool):
