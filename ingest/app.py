@@ -31,11 +31,11 @@ from ingest.binlog import open_reader
 from ingest.checks import check_source, gtid_for_file_pos
 from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
 from ingest.control_records import context_headers, heartbeat_record, message_record
-from ingest.ddl import DROPPED, ddl_marker, parse_ddl, table_effects
+from ingest.ddl import DROPPED, ddl_marker, parse_ddl, table_effects, unclassified_tables
 from ingest.declared import DeclaredTypes
 from ingest.envelope import SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
-from ingest.fatal import backwards_message, binlog_gone_message, too_large_message
+from ingest.fatal import backwards_message, binlog_gone_message, too_large_message, unclassified_ddl_message
 from ingest.filters import CaptureFilter
 from ingest.position import ResumePoint, backwards_reason, file_number
 from ingest.producer import (
@@ -463,7 +463,10 @@ class Ingest:
                 del self._codecs[key]
             self._table_details.pop((db, table), None)
         captured = [(db, t) for db, t in ddl.tables if self.filter.captures_table(db, t)]
-        if ddl.kind == "OTHER" or (ddl.tables and not captured):
+        if ddl.kind == "OTHER":
+            self._refuse_unclassified(query, default_db, position)
+            return 0
+        if ddl.tables and not captured:
             return 0
         if ddl.kind == "DATABASE" and not self.filter.captures_database(ddl.database or ""):
             return 0
@@ -507,13 +510,31 @@ class Ingest:
         written += self._ddl_markers(ddl, query, trx, position, event)
         return written + 1
 
+    def _refuse_unclassified(self, query: str, default_db: str, position: EventPosition) -> None:
+        """A table statement the parser cannot classify that names a captured table (one
+        ingest has met, or that the source has now) stops ingest before it."""
+        names = [n for n in unclassified_tables(query, default_db) if self.filter.captures_table(*n)]
+        touched = [n for n in names if n in self._last_spec or self._table_exists(*n)]
+        if touched:
+            where = f"binlog {position.file}:{position.pos}"
+            raise IngestError(unclassified_ddl_message(self.prefix, touched, where, query))
+
+    def _table_exists(self, db: str, table: str) -> bool:
+        if self._details_conn is None or not self._details_conn.open:
+            self._details_conn = pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
+        with self._details_conn.cursor() as cur:
+            cur.execute(
+                "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, table)
+            )
+            return cur.fetchone() is not None
+
     def _ddl_markers(self, ddl, query: str, trx: SourceTransaction, position: EventPosition, event) -> int:
         """A DDL marker into every partition of each captured table the statement dropped,
         created, renamed or altered: the schema-change topic cannot be ordered against a
         table's data events, the marker cuts each partition where the DDL fell, so the
         merger knows which changes came before it (see ``merger.schema_change``)."""
         written = 0
-        for row, ((db, table), kind) in enumerate(table_effects(ddl, query)):
+        for row, ((db, table), kind) in enumerate(table_effects(ddl)):
             if not self.filter.captures_table(db, table):
                 continue
             spec = None

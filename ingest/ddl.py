@@ -12,7 +12,18 @@ from dataclasses import dataclass
 
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$\u0080-\uffff]+)"
 _NAME = rf"({_IDENT})(?:\s*\.\s*({_IDENT}))?"
-_COMMENTS = re.compile(r"/\*(?!!).*?\*/|--[^\n]*|#[^\n]*", re.S)
+_COMMENTS = re.compile(r"/\*(?!M?!).*?\*/|--[^\n]*|#[^\n]*", re.S)
+# executable comments: MySQL's /*!NNNNN ... */ and MariaDB's /*M!NNNNNN ... */ run on any
+# server of that version or later (every MariaDB runs the 5-digit ones); the binlog keeps a
+# statement as the client wrote it, so mysqldump's `/*!50100 ALTER TABLE ... */` arrives so
+_EXECUTABLE = re.compile(r"/\*M?!\d{0,6}(.*?)\*/", re.S)
+
+
+def statement_text(sql: str) -> str:
+    """The statement as the server ran it: executable comments opened, other comments gone.
+    (A MariaDB-only comment for a version newer than the server would not have run; the
+    binlog of a server only holds what it ran, so that case does not arise here.)"""
+    return _COMMENTS.sub(" ", _EXECUTABLE.sub(lambda m: f" {m.group(1)} ", sql)).strip()
 
 
 @dataclass(frozen=True)
@@ -20,6 +31,7 @@ class DDL:
     kind: str  # CREATE, ALTER, DROP, RENAME, TRUNCATE, DATABASE, OTHER
     tables: tuple[tuple[str, str], ...]  # (db, table); db filled from the default schema
     database: str | None = None  # for CREATE/DROP/ALTER DATABASE
+    exchanged: tuple[str, str] | None = None  # ALTER TABLE a EXCHANGE PARTITION p WITH TABLE b: b (also in tables)
 
 
 def _unquote(ident: str | None) -> str | None:
@@ -36,7 +48,7 @@ def _qualified(m: re.Match, default_db: str, g1: int = 1) -> tuple[str, str]:
 
 
 def parse_ddl(sql: str, default_db: str) -> DDL:
-    text = _COMMENTS.sub(" ", sql).strip()
+    text = statement_text(sql)
     flags = re.I | re.S
     m = re.match(
         r"(CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
@@ -64,6 +76,12 @@ def parse_ddl(sql: str, default_db: str) -> DDL:
         r = re.search(rf"\bRENAME\s+(?!(?:COLUMN|INDEX|KEY)\b)(?:TO\s+|AS\s+)?{_NAME}", text[m.end() :], flags)
         if r:
             tables.append(_qualified(r, default_db))
+        # the other table of an EXCHANGE PARTITION gets the partition's rows, without row events
+        x = re.search(rf"\bEXCHANGE\s+PARTITION\s+{_IDENT}\s+WITH\s+TABLE\s+{_NAME}", text[m.end() :], flags)
+        if x:
+            other = _qualified(x, default_db, 1)
+            if other not in tables:
+                return DDL("ALTER", (*tables, other), exchanged=other)
         return DDL("ALTER", tuple(tables))
     m = re.match(r"DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(.*)$", text, flags)
     if m:
@@ -91,12 +109,41 @@ def parse_ddl(sql: str, default_db: str) -> DDL:
     return DDL("OTHER", ())
 
 
+# the objects a CREATE/ALTER/DROP may be about that hold no table rows
+_NOT_TABLES = re.compile(
+    r"\b(?:VIEW|PROCEDURE|FUNCTION|TRIGGER|EVENT|USER|ROLE|SERVER|PACKAGE|SEQUENCE|DATABASE|SCHEMA|"
+    r"TABLESPACE|LOGFILE|INDEX|SPATIAL\s+REFERENCE\s+SYSTEM|RESOURCE\s+GROUP)\b|\bTABLES?\b",
+    re.I,
+)
+
+
+def unclassified_tables(sql: str, default_db: str) -> list[tuple[str, str]]:
+    """For a statement ``parse_ddl`` calls OTHER: the names in it that may be tables whose
+    definition or rows it changed without row events, when it is a CREATE/ALTER/DROP/
+    RENAME/TRUNCATE of a table or of something unknown. Ingest stops
+    on such a statement if it names a captured table, rather than let the sinks go stale;
+    statements about views, routines, users and the like name no table here."""
+    text = statement_text(sql)
+    verb = re.match(r"(CREATE|ALTER|DROP|RENAME|TRUNCATE)\b", text, re.I)
+    if not verb:
+        return []
+    what = _NOT_TABLES.search(text, verb.end())
+    if what and not re.fullmatch(r"TABLES?", what.group(0), re.I):
+        return []
+    names = []
+    for m in re.finditer(_NAME, text[verb.end() :]):
+        name = _qualified(m, default_db)
+        if name not in names:
+            names.append(name)
+    return names
+
+
 # ---------------------------------------------------------------------- what a DDL did to each table
 
 DROPPED, CREATED, RENAMED, ALTERED = "DROP", "CREATE", "RENAME", "ALTER"
 
 
-def table_effects(ddl: DDL, sql: str = "") -> list[tuple[tuple[str, str], str]]:
+def table_effects(ddl: DDL) -> list[tuple[tuple[str, str], str]]:
     """What the statement did to each table name it names, in order of first mention:
 
     * DROP: the name no longer holds that table (dropped, or renamed away);
@@ -114,7 +161,7 @@ def table_effects(ddl: DDL, sql: str = "") -> list[tuple[tuple[str, str], str]]:
     pairs: list[tuple[tuple[str, str], tuple[str, str]]] = []
     if ddl.kind == "RENAME":
         pairs = list(zip(ddl.tables[0::2], ddl.tables[1::2]))
-    elif ddl.kind == "ALTER" and len(ddl.tables) == 2:
+    elif ddl.kind == "ALTER" and len(ddl.tables) == 2 and ddl.exchanged is None:
         pairs = [(ddl.tables[0], ddl.tables[1])]  # ALTER TABLE a ... RENAME TO b
     if pairs:
         state: dict[tuple[str, str], str] = {}
@@ -125,13 +172,7 @@ def table_effects(ddl: DDL, sql: str = "") -> list[tuple[tuple[str, str], str]]:
             state[src], state[dst] = DROPPED, RENAMED
         return [(t, kind) for t, kind in state.items() if kind != DROPPED or existed[t]]
     if ddl.kind == "ALTER":
-        out = [(t, ALTERED) for t in ddl.tables]
-        m = re.search(rf"\bEXCHANGE\s+PARTITION\s+{_IDENT}\s+WITH\s+TABLE\s+{_NAME}", _COMMENTS.sub(" ", sql), re.I)
-        if m and ddl.tables:
-            other = _qualified(m, ddl.tables[0][0], 1)
-            if other not in ddl.tables:
-                out.append((other, ALTERED))
-        return out
+        return [(t, ALTERED) for t in ddl.tables]
     return []
 
 
@@ -249,7 +290,7 @@ def alter_clause_kinds(sql: str) -> list[str]:
     that gives them a value (DEFAULT, NOT NULL, generated, ...); ``column`` changes,
     converts, renames or drops a column; ``rows`` deletes or replaces rows (DROP/TRUNCATE/
     EXCHANGE PARTITION, ALTER IGNORE ... ADD UNIQUE); ``unknown`` anything else."""
-    text = _COMMENTS.sub(" ", sql).strip()
+    text = statement_text(sql)
     flags = re.I | re.S
     if re.match(r"(?:CREATE\s+(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?|DROP\s+)INDEX\b", text, flags):
         return [INDEX]

@@ -66,3 +66,17 @@ def exposed_rollback_message(prefix: str, config, tables, where: str, what: str)
         f"and the table topics (or use a new topic_prefix), restart ingest with start.mode: current and "
         f"re-snapshot"
     )
+
+
+def unclassified_ddl_message(prefix: str, tables, where: str, statement: str) -> str:
+    """A DDL that touches captured tables in a way ingest cannot tell: stop before it."""
+    names = ", ".join(f"{db}.{t}" for db, t in tables)
+    text = " ".join(statement.split())
+    text = text if len(text) <= 300 else text[:300] + "..."
+    return (
+        f"the statement at {where} changes captured table(s) {names} in a way ingest cannot classify, "
+        f"so their sink tables would go stale without a change on the topics: {text!r}. Ingest stopped "
+        f"before it and stops here again when restarted. To go on: add the table(s) to table_exclude, "
+        f"restart ingest until it is past this statement, then remove them from table_exclude and "
+        f"re-snapshot them (cdc snapshot <db.table>); and please report the statement"
+    )

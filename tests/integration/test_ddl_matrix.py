@@ -16,6 +16,7 @@ import pytest
 
 from merger.state import StateStore
 from tests.ingest_harness import IngestProcess, write_config
+from tests.kafka_util import read_records
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
 
 pytestmark = pytest.mark.integration
@@ -269,6 +270,70 @@ def test_on_drop_keep_leaves_the_rows_of_a_dropped_table(stack, tmp_path, unique
         # the sinks are written in parallel: each is waited for on its own
         _wait(lambda: merged(checker.pg), "old rows kept, new ones merged in (PostgreSQL)", 240, merger)
         _wait(lambda: merged(checker.delta), "old rows kept, new ones merged in (Delta)", 240, merger)
+    finally:
+        merger.stop()
+        ingest.stop()
+        checker.close()
+
+
+@pytest.mark.timeout(600)
+def test_ddl_in_executable_comments_and_exchanges_reaches_the_sinks(stack, tmp_path, unique_name):
+    """Two DDL forms the parser used to call OTHER (no schema record, no DDL marker, sinks
+    stale): a statement in an executable comment, as mysqldump writes them, and an EXCHANGE
+    PARTITION whose first table is not captured while the other one is."""
+    db = f"dx_{unique_name}"
+    conn = _conn(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"CREATE DATABASE {db}")
+    conn.close()
+    _run(
+        stack,
+        db,
+        [
+            "CREATE TABLE exe (id INT PRIMARY KEY, v VARCHAR(20))",
+            "INSERT INTO exe SELECT seq, CONCAT('v', seq) FROM seq_1_to_50",
+            "CREATE TABLE xc (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO xc SELECT seq, seq FROM seq_1_to_40",
+            # not captured: its partition p0 is swapped into the captured xc
+            "CREATE TABLE xpart (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) "
+            "(PARTITION p0 VALUES LESS THAN (100), PARTITION p1 VALUES LESS THAN MAXVALUE)",
+            "INSERT INTO xpart SELECT seq, -seq FROM seq_1_to_150",
+        ],
+    )
+    excluded = [f"{db}\\.xpart"]
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], table_exclude=excluded)
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, table_exclude=excluded)
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    checker = SinkChecker(stack, tmp_path)
+    try:
+        for table in ("exe", "xc"):
+            checker.wait_equal(db, table, proc=merger)
+        _run(
+            stack,
+            db,
+            [
+                # existing rows get 7 without a row event
+                "/*!50100 ALTER TABLE exe ADD COLUMN must INT NOT NULL DEFAULT 7 */",
+                "UPDATE exe SET must = 1 WHERE id <= 3",
+                # xc's rows are replaced by p0's 99 rows without a row event
+                "ALTER TABLE xpart EXCHANGE PARTITION p0 WITH TABLE xc",
+                "UPDATE xc SET v = 1000 WHERE id = 5",
+            ],
+        )
+        for table in ("exe", "xc"):
+            checker.wait_equal(db, table, proc=merger, timeout_s=180)
+        assert ingest.alive(), ingest.log_text()[-3000:]
+        # both statements are schema changes on the topic, each with the captured table
+        records, _ = read_records(stack.kafka.bootstrap, [unique_name], idle_s=1.0, timeout_s=60)
+        touched = {
+            (c["id"], r.payload["ddl"].split()[0])
+            for r in records
+            if r.payload and r.payload.get("ddl")
+            for c in r.payload.get("tableChanges") or []
+        }
+        assert {(f'"{db}"."exe"', "/*!50100"), (f'"{db}"."xc"', "ALTER")} <= touched, touched
     finally:
         merger.stop()
         ingest.stop()
