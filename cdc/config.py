@@ -492,7 +492,8 @@ class MergerConfig(_Model):
     on_bad_record: Literal["pause", "dead_letter", "stop"] = Field(
         "pause",
         description="a record the merger cannot apply: `pause` pauses its table (its changes kept on disk; "
-        "records of no known table go to the dead-letter topic), `dead_letter` writes it to "
+        "an unreadable record also goes to the dead-letter topic; records of no known table go there too), "
+        "`dead_letter` writes it to "
         "<prefix>.dlq and goes on, `stop` stops the merger",
     )
     on_drop: Literal["truncate", "keep"] = Field(

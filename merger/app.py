@@ -29,6 +29,7 @@ from merger.state import RECORD_SIZES_FILE, TICK_FILE
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
+DEAD_LETTER_TIMEOUT_S = 30.0  # the broker's acknowledgement of a dead-letter record
 SPARK_SITE = ROOT / "merger" / "spark_site"
 JDBC_JARS = ["/usr/share/java/mariadb-java-client.jar"]
 
@@ -423,8 +424,22 @@ class Merger:
                 ("cdc.dlq.partition", str(record["partition"]).encode()),
                 ("cdc.dlq.offset", str(record["offset"]).encode()),
             ]
-            producer.produce(topic, key=record.get("key"), value=record.get("value"), headers=headers)
-            producer.flush(10)
+            failed = []
+            producer.produce(
+                topic,
+                key=record.get("key"),
+                value=record.get("value"),
+                headers=headers,
+                on_delivery=lambda err, _msg: err is not None and failed.append(err),
+            )
+            # confirmed before the batch goes on: a record the broker did not take would be lost
+            if producer.flush(DEAD_LETTER_TIMEOUT_S) or failed:
+                why = failed[0] if failed else f"no acknowledgement within {DEAD_LETTER_TIMEOUT_S:.0f}s"
+                raise MergerError(
+                    f"cannot write the record at topic {record['topic']} partition {record['partition']} offset "
+                    f"{record['offset']} to the dead-letter topic {topic}: {why}. The batch is not committed; "
+                    f"the merger reads it again when restarted (check the broker and the topic)"
+                )
 
         return write
 

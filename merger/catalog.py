@@ -9,8 +9,10 @@ import threading
 import pymysql
 
 from cdc.config import MySQLConfig
+from cdc.quoting import quote_ident
 from ingest.codec import load_table_details, spec_from_information_schema
 from ingest.tablespec import ColumnSpec, TableSpec
+from merger.checks import DENIED
 from merger.source import SourceGuard, connect
 
 _ID = re.compile(r'^"((?:[^"]|"")*)"\."((?:[^"]|"")*)"$')
@@ -109,6 +111,29 @@ class SourceCatalog:
         if not details.get("columns"):
             return None
         return spec_from_information_schema(db, table, details)
+
+    def select_denied(self, db: str, table: str) -> str | None:
+        """Why the merger's user may not read ``db.table`` (with the GRANT that fixes
+        it), or None if it may, or if the table does not exist."""
+
+        def query(conn):
+            with conn.cursor() as cur:
+                try:
+                    cur.execute(f"SELECT 1 FROM {quote_ident(db)}.{quote_ident(table)} LIMIT 0")
+                    cur.fetchall()
+                    return None
+                except (pymysql.err.OperationalError, pymysql.err.ProgrammingError) as exc:
+                    if not exc.args or exc.args[0] not in DENIED:
+                        return None  # 1146: gone
+                cur.execute("SELECT CURRENT_USER()")
+                user, _, host = cur.fetchone()[0].rpartition("@")
+                account = f"'{user}'@'{host}'"
+                return (
+                    f"user {account} lacks SELECT on it: GRANT SELECT ON "
+                    f"{quote_ident(db)}.{quote_ident(table)} TO {account}"
+                )
+
+        return self._query(f"checking SELECT on {db}.{table}", query)
 
     def list_tables(self) -> list[str]:
         """Base tables of the source outside the system databases, as db.table."""

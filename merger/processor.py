@@ -134,6 +134,7 @@ class BatchProcessor(PausedTables):
         self.last_timing: dict = {}  # the last batch's time split (diagnostics)
         self.last_change_at = 0.0  # monotonic time of the last batch with a streamed change
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
+        self.unparseable: dict[str, list[tuple[dict, str]]] = {}  # this batch's unreadable records, per table
 
     # ------------------------------------------------------------------ state
 
@@ -304,7 +305,12 @@ class BatchProcessor(PausedTables):
                 payload = payload_of(value) if value is not None else None
                 pos = position_of(headers, payload)
             except (BadRecord, ValueError) as exc:
-                self._bad(r, str(exc))
+                name = self._table_name(topic, {})
+                if self.on_bad_record == "pause" and topic != self.prefix and self.accepts(name):
+                    # the table pauses here (its later changes kept in order), not only a warning
+                    self.unparseable.setdefault(name, []).append((r, str(exc)))
+                else:
+                    self._bad(r, str(exc))
                 continue
             if not (
                 self.replay.accept_record(topic, r["partition"], pos, payload)
@@ -324,19 +330,55 @@ class BatchProcessor(PausedTables):
         return per_table, schema_records
 
     def _apply_changes(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
+        self._pause_unparseable(batch_id, per_table, step, now_ms)
         for name, items in per_table.items():
             rt = self.tables.get(name) or self._first_met(name, items)
             if rt is None:
-                for it in items:
-                    if DDL_HEADER not in it.headers:  # a DDL of a table that is gone: nothing to do
-                        self._bad(
-                            it.record, f"table {name} not found in the source (or the merger's user lacks SELECT on it)"
-                        )
+                changes = [it for it in items if DDL_HEADER not in it.headers]  # a gone table's DDL: nothing to do
+                if changes:
+                    self._refuse_unreadable(name)
+                for it in changes:
+                    self._bad(it.record, f"table {name} not found in the source")
                 continue
             try:
                 self._table_batch(batch_id, rt, items, step, now_ms)
             except (UnstorableValue, BadChange) as exc:
                 self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
+
+    def _refuse_unreadable(self, name: str) -> None:
+        """Changes of a table the merger's user may not read: stop with the GRANT to run,
+        rather than send them to the dead-letter topic as if the table were gone."""
+        denied = self.catalog.select_denied(*name.split(".", 1)) if self.catalog is not None else None
+        if denied:
+            self.fatal = MergerError(
+                f"the topics hold changes of {name}, but {denied}; the merger stops here and resumes at "
+                f"these changes once it may read the table"
+            )
+            raise self.fatal from None
+
+    def _pause_unparseable(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
+        """``on_bad_record: pause``: a table with a record that cannot be parsed pauses at
+        it; the record goes to the dead-letter topic (confirmed) and the table's other
+        changes are kept on disk in order until `cdc resume` or `cdc snapshot`."""
+        bad, self.unparseable = self.unparseable, {}
+        for name, records in bad.items():
+            rt = self.tables.get(name) or self.table(name)
+            if rt is None:
+                for r, reason in records:
+                    self._bad(r, reason)
+                continue
+            for r, reason in records:
+                self.bad_records += 1
+                self._to_dead_letter(r, reason)
+            r, reason = records[0]
+            exc = BadChange(
+                f"the record at topic {r['topic']} partition {r['partition']} offset {r['offset']} cannot be "
+                f"read: {reason}. It is in the dead-letter topic; the table's later changes are kept: "
+                f"`cdc snapshot {name}` reads the table again, `cdc resume {name}` goes on without the record"
+            )
+            if rt.phase in ("paused", "failed"):
+                continue  # already paused: its changes are kept
+            self._pause_unstorable(batch_id, rt, exc, per_table.pop(name, []), step, now_ms)
 
     def _expire_windows(self) -> None:
         for rt in self.tables.values():
@@ -411,8 +453,17 @@ class BatchProcessor(PausedTables):
             )
             raise self.fatal from None
         log.warning("bad record at %s[%s]@%s: %s", record["topic"], record["partition"], record["offset"], reason)
-        if self.dead_letter is not None:
+        self._to_dead_letter(record, reason)
+
+    def _to_dead_letter(self, record: dict, reason: str) -> None:
+        """The record to the dead-letter topic, acknowledged by the broker, or the batch fails."""
+        if self.dead_letter is None:
+            return
+        try:
             self.dead_letter(record, reason)
+        except MergerError as exc:
+            self.fatal = exc
+            raise
 
     def _schema_change(self, batch_id: int, payload: dict, step: list) -> None:
         """A record of the schema-change topic. Ingest also writes each DDL as a marker

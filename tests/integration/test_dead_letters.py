@@ -1,0 +1,177 @@
+"""What happens to records the merger cannot use (issue: dead letters acknowledged, and
+the default ``on_bad_record: pause`` really pauses), on the real broker, MariaDB,
+Delta and PostgreSQL:
+
+* a record that cannot be parsed on a table's topic pauses that table (the record goes
+  to ``<prefix>.dlq``, the table's later changes are kept), the other tables keep
+  flowing, and ``cdc resume`` brings the table back equal to the source;
+* changes of a table the merger's user may not read stop the merger with the GRANT to
+  run, instead of going to the dead-letter topic as if the table were gone;
+* a dead-letter record the broker does not acknowledge fails the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pymysql
+import pytest
+import yaml
+from confluent_kafka import Producer
+
+from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+from tests.kafka_util import read_records
+from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.unit.test_bad_input import _cli
+
+pytestmark = pytest.mark.integration
+
+
+def _root(stack, db=None):
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
+
+
+def _status(config) -> dict:
+    res = _cli("status", "--json", "-c", str(config))
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def _wait(predicate, what: str, timeout_s: float, proc=None):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise AssertionError(f"process exited while waiting for {what}:\n{proc.log_text()[-4000:]}")
+        value = predicate()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{proc.log_text()[-3000:]}" if proc else ""))
+
+
+def _setup(stack, db: str, tables: list[str], rows: int = 200) -> None:
+    conn = _root(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"USE {db}")
+        for t in tables:
+            cur.execute(f"CREATE TABLE {db}.{t} (id INT PRIMARY KEY, v INT, s VARCHAR(20))")
+            cur.execute(f"INSERT INTO {db}.{t} SELECT seq, seq, CONCAT('s', seq) FROM seq_1_to_{rows}")
+    conn.close()
+
+
+@pytest.mark.timeout(600)
+def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, tmp_path, unique_name):
+    db = f"dl_{unique_name}"
+    _setup(stack, db, ["good", "hit"])
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"])
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)  # on_bad_record: pause
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    checker = SinkChecker(stack, tmp_path)
+    root = _root(stack, db)
+    topic = f"{unique_name}.{db}.hit"
+    try:
+        for t in ("good", "hit"):
+            checker.wait_equal(db, t, proc=merger)
+        producer = Producer({"bootstrap.servers": stack.kafka.bootstrap})
+        producer.produce(topic, key=b'{"id":1}', value=b"this is { not JSON", partition=0)
+        assert producer.flush(30) == 0
+        with root.cursor() as cur:
+            cur.execute("UPDATE hit SET v = -v WHERE id % 3 = 0")
+            cur.execute("DELETE FROM hit WHERE id % 7 = 0")
+            cur.execute("UPDATE good SET v = -v WHERE id % 4 = 0")
+        wait_caught_up(stack, unique_name, proc=ingest)
+        # the other table flows on; the hit table pauses with the record's place and what to do
+        checker.wait_equal(db, "good", proc=merger)
+        table = _wait(
+            lambda: (t := _status(mcfg)["tables"].get(f"{db}.hit", {})).get("phase") == "paused" and t,
+            "the table with the bad record to pause",
+            120,
+            merger,
+        )
+        assert f"topic {topic} partition 0" in table["error"] and "cdc resume" in table["error"], table
+        dlq, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.dlq"], idle_s=2, dedup=False)
+        assert [r.value for r in dlq] == [b"this is { not JSON"]
+        assert dlq[0].headers["cdc.dlq.topic"].decode() == topic
+        # its changes after the record were kept, not lost: resume applies them
+        res = _cli("resume", f"{db}.hit", "-c", str(mcfg))
+        assert res.returncode == 0, res.stderr
+        checker.wait_equal(db, "hit", proc=merger)
+        _wait(
+            lambda: _status(mcfg)["tables"].get(f"{db}.hit", {}).get("phase") == "streaming",
+            "the table streaming again",
+            120,
+            merger,
+        )
+    finally:
+        root.close()
+        merger.stop()
+        ingest.stop()
+        checker.close()
+
+
+@pytest.mark.timeout(600)
+def test_changes_of_a_table_the_merger_may_not_read_stop_it_with_the_grant(stack, tmp_path, unique_name, monkeypatch):
+    db = f"dg_{unique_name}"
+    _setup(stack, db, ["open_t", "secret"])
+    user, password = f"m_{unique_name}"[:32], "pw-merger"
+    conn = _root(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
+        cur.execute(f"GRANT SELECT ON {db}.open_t TO '{user}'@'%'")
+        cur.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON cdc.* TO '{user}'@'%'")
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"])
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
+    cfg = yaml.safe_load(mcfg.read_text())
+    cfg["mysql"].pop("password_file")
+    cfg["mysql"].update(user=user, password_env="CDC_TEST_MERGER_PW")
+    mcfg.write_text(yaml.safe_dump(cfg))
+    checker = SinkChecker(stack, tmp_path)
+    monkeypatch.setenv("CDC_TEST_MERGER_PW", password)
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    try:
+        checker.wait_equal(db, "open_t", proc=merger)
+        with conn.cursor() as cur:
+            cur.execute(f"UPDATE {db}.secret SET v = -v WHERE id <= 10")
+            cur.execute(f"UPDATE {db}.open_t SET v = -v WHERE id <= 10")
+        wait_caught_up(stack, unique_name, proc=ingest)
+        assert merger.wait_exit(180), "the merger went on without the table it may not read"
+        assert merger.proc.returncode != 0
+        log = merger.log_text()
+        line = [ln for ln in log.splitlines() if "GRANT SELECT ON" in ln]
+        assert line and f"`{db}`.`secret`" in line[-1], log[-3000:]
+        dlq, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.dlq"], idle_s=2, timeout_s=30, dedup=False)
+        assert not dlq, [r.value for r in dlq]
+    finally:
+        merger.stop()
+        ingest.stop()
+        checker.close()
+        with conn.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'%'")
+        conn.close()
+
+
+def test_a_dead_letter_the_broker_does_not_acknowledge_fails_the_batch():
+    """No broker at the address: the write is not confirmed within its timeout, and the
+    writer raises (the batch fails) instead of going on as if the record were kept."""
+    from cdc.config import MergerConfig
+    from merger.app import Merger
+    from merger.errors import MergerError
+
+    write = Merger(MergerConfig())._dead_letter_writer(
+        {"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 3000, "socket.connection.setup.timeout.ms": 1000}
+    )
+    record = {"topic": "p.db.t", "partition": 0, "offset": 7, "key": b"k", "value": b"v", "headers": []}
+    with pytest.raises(MergerError, match=r"offset 7 to the dead-letter topic .*\.dlq"):
+        write(record, "not JSON")
