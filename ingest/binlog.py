@@ -15,6 +15,11 @@ row decoders (ingest.rowdecode) and a lean packet path for the frequent events.
   table the decoders do not handle, extra rows-event header data), goes through the
   library's own path. ``event.packet`` of the fast events is a ``PacketHeader`` carrying
   the header fields (timestamp, event_type, server_id, event_size, log_pos, flags).
+* Compressed events (MariaDB's ``log_bin_compress=ON``): turned back into the plain event
+  (ingest.binlog_compression) before either path; ``event.packet.event_size`` stays the
+  compressed size, so that ``log_pos - event_size`` is still the event's start in the binlog.
+* Event types: one that ingest does not read and that may carry changes stops ingest with
+  one line (ingest.event_types), where the library would drop it silently.
 
 Nothing here patches mysql-replication globally: other readers in the process get the
 stock classes.
@@ -44,6 +49,9 @@ from pymysqlreplication.event import (
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from ingest.binlog_compression import COMPRESSED_EVENT_TYPES, CompressedEventError, uncompressed_event
+from ingest.errors import IngestError
+from ingest.event_types import IGNORABLE_FLAG, PASSED_OVER_TYPES, READ_TYPES, event_type_name, unhandled_event_message
 from ingest.rowdecode import (
     FAST_ROWS_CLASSES,
     STOCK_ROWS_CLASSES,
@@ -267,6 +275,11 @@ class IngestBinLogStreamReader(BinLogStreamReader):
                 return None
             if data[0] != 0 or len(data) < 7:  # not an OK packet
                 continue
+            compressed_size = 0
+            if data[5] not in READ_TYPES:
+                self._refuse_unhandled(data)  # or go on: the library passes over it
+            elif data[5] in COMPRESSED_EVENT_TYPES:
+                data, compressed_size = self._uncompressed(data, sd)
             if self._lean:
                 etype = data[5]
                 event = None
@@ -293,10 +306,44 @@ class IngestBinLogStreamReader(BinLogStreamReader):
                         self.table_map[event.table_id] = event.table_obj
                         if not self._return_table_maps:
                             continue
+                    if compressed_size:
+                        event.packet = _new_header(PacketHeader, (*header[:3], compressed_size, *header[4:]))
                     return event
             event = self._library_event(data, sd)
             if event is not None:
+                if compressed_size:
+                    event.packet.event_size = compressed_size
                 return event
+
+    def _refuse_unhandled(self, data) -> None:
+        """An event type ingest does not read: passed over if it carries no change (or the
+        server marks it ignorable), else ingest stops (never skips a change silently)."""
+        etype = data[5]
+        if etype in PASSED_OVER_TYPES or _HEADER(data)[5] & IGNORABLE_FLAG:
+            return
+        raise IngestError(unhandled_event_message(etype, self.log_file, self._event_start(data)))
+
+    def _uncompressed(self, data, sd) -> tuple[bytes, int]:
+        """A compressed event (log_bin_compress=ON) as the plain event it stands for, and
+        the compressed event's size: what the binlog holds, so positions stay the server's."""
+        etype, size = data[5], _HEADER(data)[3]
+        phls = sd[_POST_HEADER_LENGTHS]
+        try:
+            plain = uncompressed_event(
+                data[1:], phls[etype - 1] if phls and etype <= len(phls) else None, bool(sd[_USE_CHECKSUM])
+            )
+        except CompressedEventError as exc:
+            raise IngestError(
+                f"compressed binlog event {event_type_name(etype)} at {self.log_file}:{self._event_start(data)} "
+                f"cannot be decompressed: {exc}. Ingest stopped before it; check the binlog with mariadb-binlog "
+                f"(a corrupt binlog: re-snapshot the captured tables and start ingest past it)"
+            ) from None
+        return b"\x00" + plain, size
+
+    @staticmethod
+    def _event_start(data) -> int:
+        header = _HEADER(data)
+        return header[4] - header[3]
 
     def _connect(self, sd) -> None:
         if not sd[_CONNECTED_STREAM]:
