@@ -56,6 +56,14 @@ from ingest.transaction_records import TransactionTracker
 
 log = logging.getLogger(__name__)
 
+
+def _operation(event) -> str:
+    """The Debezium op of a rows event's changes."""
+    if isinstance(event, WriteRowsEvent):
+        return "c"
+    return "u" if isinstance(event, UpdateRowsEvent) else "d"
+
+
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
 
 
@@ -317,6 +325,15 @@ class Ingest:
             self._last_spec[(event.schema, event.table)] = spec
         return codec
 
+    def holds_records_of(self, event) -> str | None:
+        """The table (db.table) whose change records a rows event becomes, held in its source
+        transaction until sent; None if it becomes none (a table not captured, an operation
+        not emitted, the watermark table's markers, which are sent at once)."""
+        db, table = event.schema, event.table
+        if (db, table) == self.filter.watermark_table or not self.filter.captures_table(db, table):
+            return None
+        return f"{db}.{table}" if self.env.emits(_operation(event)) else None
+
     def _rows(self, event, trx: SourceTransaction, position: EventPosition) -> int:
         db, table = event.schema, event.table
         if (db, table) == self.filter.watermark_table:
@@ -332,12 +349,7 @@ class Ingest:
         partitions = codec.partitions
         if partitions is None:
             partitions = codec.partitions = self._partitions(db, table)  # also creates the topic
-        if isinstance(event, WriteRowsEvent):
-            op = "c"
-        elif isinstance(event, UpdateRowsEvent):
-            op = "u"
-        else:
-            op = "d"
+        op = _operation(event)
         if not self.env.emits(op):
             return 0
         enc = codec.encoder

@@ -45,6 +45,14 @@ class SourceTransaction:
     xid: str | None = None  # XA transaction id (XA START ... XA PREPARE)
     tables: set = field(default_factory=set)  # db.table of the changes written
 
+    def written_before_resume(self, table: str) -> None:
+        """A row event of this group whose records an earlier run committed to Kafka
+        (skipped on resume). It counts as released, so that a ROLLBACK TO a savepoint set
+        before it is refused as it is without a resume (a count of one per event is
+        enough: only whether records were sent after a savepoint matters)."""
+        self.released += 1
+        self.tables.add(table)
+
 
 @dataclass(frozen=True)
 class CommitPolicy:
@@ -166,9 +174,12 @@ class BinlogStream:
         if trx is None:  # cannot happen with GTIDs on; be safe
             return
         trx.row_events += 1
-        if trx.row_events <= trx.skip_events:
-            return
         ingest = self.ingest
+        if trx.row_events <= trx.skip_events:
+            table = ingest.holds_records_of(event)
+            if table is not None:
+                trx.written_before_resume(table)
+            return
         end_pos = event.packet.log_pos
         if not self.pending:
             self.first_pending_at = self.now

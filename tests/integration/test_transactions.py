@@ -4,9 +4,12 @@ end to end on the real MariaDB and broker: the topics rebuild the source exactly
 
 from __future__ import annotations
 
+import json
+
 import pymysql
 import pytest
 
+from ingest.producer import read_resume_point
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import read_records, rebuild
 
@@ -267,6 +270,87 @@ def test_xa_transactions(stack, mysql_root, unique_name, tmp_path):
         wait_caught_up(stack, unique_name, proc=proc)
         rebuilt, _ = _topic_rows(stack, unique_name, db, "t")
         assert (6,) in rebuilt and (5,) in rebuilt  # (5,) is the documented phantom: re-snapshot the table
+    finally:
+        proc.stop()
+        conn.close()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_rollback_to_a_savepoint_from_before_a_resume_stops_ingest(stack, mysql_root, unique_name, tmp_path):
+    """Issue 22, item 4: ingest resumes inside a large transaction whose first pieces are
+    in Kafka already, then reads a ROLLBACK TO a savepoint set before them. The pieces
+    cannot be taken back: the guard that stops ingest without a resume must hold after one.
+
+    The resume is made deterministic: a row too large for kafka.max_message_bytes, sent at
+    once (above hold_max_mb) after three pieces were committed, stops the first run (ingest
+    says it resumes at that row); the second run, with higher limits, resumes after the
+    committed pieces and holds the rest (fewer than commit_every_events) until the ROLLBACK TO."""
+    db = f"rs_{unique_name}"
+    with mysql_root.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, body LONGTEXT) ENGINE=InnoDB")
+        cur.execute(f"CREATE TABLE {db}.m (id INT PRIMARY KEY) ENGINE=MyISAM")
+    conn = _root(stack, db)
+    cfg = write_config(
+        stack,
+        tmp_path / "ingest.yaml",
+        unique_name,
+        [db],
+        commit_every_events=20,
+        hold_max_mb=1,
+        **{"kafka.max_message_bytes": 1_000_000},
+    )
+    proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    try:
+        wait_caught_up(stack, unique_name, proc=proc)
+        with conn.cursor() as cur:
+            # the MyISAM row keeps the rolled-back rows in the binlog, with the ROLLBACK TO
+            cur.execute("SET SESSION binlog_direct_non_transactional_updates = 0")
+            cur.execute("BEGIN")
+            cur.execute("INSERT INTO t VALUES (0, 'before')")
+            cur.execute("SAVEPOINT s")
+            for i in range(1, 71):  # row events 2-71: pieces committed at 20, 40 and 60
+                cur.execute("INSERT INTO t VALUES (%s, 'rolled back')", (i,))
+            cur.execute("INSERT INTO t VALUES (999, %s)", ("x" * 1_500_000,))  # too large for the first run
+            for i in range(71, 76):
+                cur.execute("INSERT INTO t VALUES (%s, 'rolled back')", (i,))
+            cur.execute("INSERT INTO m VALUES (1)")
+            cur.execute("ROLLBACK TO s")
+            cur.execute("INSERT INTO t VALUES (500, 'kept')")
+            cur.execute("COMMIT")
+        assert proc.wait_exit(60), "the first run did not stop at the row too large for it"
+        assert "kafka.max_message_bytes" in proc.log_text(), proc.log_text()[-2000:]
+        point = read_resume_point(
+            {"bootstrap.servers": stack.kafka.bootstrap},
+            f"{unique_name}.offsets",
+            json.dumps({"server": unique_name}, separators=(",", ":")).encode(),
+            timeout_s=10,
+        )
+        assert point is not None and point.trx_gtid and point.trx_events >= 40, point  # pieces in Kafka
+        records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.t"])
+        assert len([r for r in records if r.value is not None]) >= 40
+
+        cfg = write_config(
+            stack,
+            tmp_path / "ingest.yaml",
+            unique_name,
+            [db],
+            commit_every_events=20,
+            hold_max_mb=8,
+            **{"kafka.max_message_bytes": 10_000_000},
+        )
+        proc = IngestProcess(cfg, tmp_path / "ingest2.log").start()
+        if not proc.wait_exit(60):
+            rebuilt, _ = _topic_rows(stack, unique_name, db, "t")
+            phantoms = sorted(set(rebuilt) - set(_source(conn, "t")))
+            raise AssertionError(
+                f"ingest went on past a ROLLBACK TO over pieces written before the resume; "
+                f"phantom rows in Kafka: {phantoms[:10]}... ({len(phantoms)})"
+            )
+        log = proc.log_text()
+        assert "ROLLBACK TO s" in log and f"{db}.t" in log and "commit_every_events (20)" in log, log[-2000:]
+        assert "Traceback" not in log, log[-3000:]
     finally:
         proc.stop()
         conn.close()

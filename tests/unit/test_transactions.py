@@ -4,9 +4,16 @@ end to end on the real MariaDB and broker: the topics rebuild the source exactly
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from cdc.config import IngestConfig
 from ingest import statements as st
+from ingest.errors import IngestError
+from ingest.position import ResumePoint
+from ingest.stream import BinlogStream, CommitPolicy, SourceTransaction
+from ingest.transaction_control import TransactionControl
 
 
 @pytest.mark.parametrize(
@@ -65,3 +72,86 @@ def test_which_statements_end_a_group():
     ] == [st.COMMIT, st.ROLLBACK, st.XA_PREPARE, st.XA_COMMIT, st.XA_ROLLBACK]
     one = st.classify("XA COMMIT 'x' ONE PHASE")
     assert (one.kind, one.name, one.one_phase) == (st.XA_COMMIT, "'x'", True)
+
+
+# ---------------------------------------------------------------------------- a resume inside a transaction
+
+
+class _Ingest:
+    """What BinlogStream calls on the ingest process: records held per rows event of a
+    captured table (one each), sent by ``_release_held``; nothing written anywhere."""
+
+    def __init__(self, committed: ResumePoint, captured: set[str]):
+        self.committed = committed
+        self.captured = captured
+        self.config = IngestConfig(topic_prefix="p", commit_every_events=20)
+        self.transactions = TransactionControl(self.config)
+
+    def holds_records_of(self, event):
+        name = f"{event.schema}.{event.table}"
+        return name if name in self.captured else None
+
+    def _rows(self, event, trx, position) -> int:
+        name = self.holds_records_of(event)
+        if name is not None:
+            trx.held.append(("topic", None, b"{}", 0, []))
+            trx.tables.add(name)
+        return 0
+
+    def _release_held(self, trx) -> int:
+        n, trx.held = len(trx.held), []
+        trx.released += n
+        return n
+
+    def _ddl(self, *args) -> int:
+        return 0
+
+
+def _packet(pos: int):
+    return SimpleNamespace(log_pos=pos + 100, event_size=100, server_id=1, timestamp=0)
+
+
+def _run(committed: ResumePoint, captured: set[str], script: list[tuple[str, str]]) -> SourceTransaction:
+    """Feeds a transaction (GTID 0-1-9) to a BinlogStream resumed at ``committed``:
+    ("row", "db.table") or ("sql", statement)."""
+    stream = BinlogStream(_Ingest(committed, captured), CommitPolicy(every_events=1000, every_ms=10_000))
+    stream.file = "binlog.000001"
+    stream.on_gtid(SimpleNamespace(gtid="0-1-9", timestamp=0, flags=0, packet=_packet(0)))
+    for pos, (kind, what) in enumerate(script, 1):
+        if kind == "row":
+            db, table = what.split(".")
+            stream.on_rows(SimpleNamespace(schema=db, table=table, packet=_packet(pos * 100)))
+        else:
+            stream.on_query(SimpleNamespace(query=what, packet=_packet(pos * 100)))
+    return stream.trx
+
+
+SCRIPT = [
+    ("row", "shop.orders"),
+    ("sql", "SAVEPOINT s"),
+    ("row", "shop.orders"),
+    ("row", "shop.orders"),
+    ("row", "shop.log"),
+    ("row", "shop.orders"),
+    ("sql", "ROLLBACK TO s"),
+]
+
+
+@pytest.mark.parametrize("skipped", [2, 3, 4])
+def test_rollback_to_a_savepoint_before_row_events_written_by_an_earlier_run_is_refused(skipped):
+    """Resumed after ``skipped`` row events of the transaction (committed to Kafka by the
+    run before), of which at least one after SAVEPOINT s: the ROLLBACK TO s would have to
+    take them back."""
+    resumed = ResumePoint("0-1-8", "binlog.000001", 300, trx_gtid="0-1-9", trx_events=skipped)
+    with pytest.raises(IngestError, match=r"ROLLBACK TO s rolls back row changes of shop\.orders that ingest already"):
+        _run(resumed, {"shop.orders"}, SCRIPT)
+
+
+def test_rollback_to_a_savepoint_after_what_an_earlier_run_wrote_drops_only_what_is_held():
+    # resumed after the first row event only (before the savepoint), or after rows of a
+    # table not captured (no record written): nothing written after s, the rollback drops
+    # the held records; without a resume, the one record before s stays
+    for skipped, captured, held_left in [(1, {"shop.orders"}, 0), (3, {"shop.log"}, 0), (0, {"shop.orders"}, 1)]:
+        resumed = ResumePoint("0-1-8", trx_gtid="0-1-9" if skipped else None, trx_events=skipped)
+        trx = _run(resumed, captured, SCRIPT)
+        assert len(trx.held) == held_left and "s" in trx.savepoints
