@@ -254,8 +254,9 @@ def test_dead_letter_records_match_schema(monkeypatch):
         def __init__(self, conf):
             pass
 
-        def produce(self, topic, key=None, value=None, headers=None):
+        def produce(self, topic, key=None, value=None, headers=None, on_delivery=None):
             produced.append((topic, key, value, headers))
+            on_delivery(None, None)  # acknowledged
 
         def flush(self, timeout=None):
             return 0
