@@ -14,7 +14,7 @@ from merger import crashpoints
 from merger.dblog import Window, emitted_rows, window_survives
 from merger.schema import from_snapshot
 from merger.sink_writer import SinkWriter
-from merger.sinks.base import UnstorableValue
+from merger.sinks.base import TableFault
 from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
 from merger.state import StateStore
 from merger.tables import TableRegistry, TableRuntime
@@ -35,7 +35,7 @@ class WindowEmitter:
         step: list,
         budget_factor: int,
         done: list[Path],
-        pause: Callable[[TableRuntime, UnstorableValue], None],
+        pause: Callable[[TableRuntime, TableFault], None],
     ) -> None:
         """Emit the batch's share of the ready windows. ``done`` collects the staging
         directories consumed (deleted once the batch is saved); ``pause(rt, exc)`` is called
@@ -50,7 +50,7 @@ class WindowEmitter:
             start, count = part if part else (0, None)  # an intent of an older version: all of it
             try:
                 self.emit_window(batch_id, rt, wid, step, start, count, done)
-            except UnstorableValue as exc:  # the window stays, to be emitted after `cdc resume`
+            except TableFault as exc:  # the window stays, to be emitted after `cdc resume`
                 pause(rt, exc)
 
     def _intent(self, batch_id: int, budget_factor: int) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from merger.errors import BadChange
 from merger.kept import kept_batches, kept_dir
-from merger.sinks.base import UnstorableValue
+from merger.sinks.base import TableFault
 from merger.tables import TableRuntime
 
 log = logging.getLogger(__name__)
@@ -76,5 +76,5 @@ class PausedTables:
             if name not in per_table and rt.phase not in ("paused", "failed") and self._spill_dir(rt).exists():
                 try:
                     self._replay_spill(batch_id, rt, step, now_ms)
-                except (UnstorableValue, BadChange) as exc:
+                except (TableFault, BadChange) as exc:
                     self._pause_unstorable(batch_id, rt, exc, [], step, now_ms)

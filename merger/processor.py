@@ -64,7 +64,7 @@ from merger.records import (
 )
 from merger.schema import SourceModes
 from merger.sink_writer import SinkWriter
-from merger.sinks.base import SinkError, UnstorableValue
+from merger.sinks.base import SinkError, TableFault
 from merger.state import StateStore
 from merger.table_ddl import DdlFollower
 from merger.tables import TableRegistry, TableRuntime
@@ -342,7 +342,7 @@ class BatchProcessor(PausedTables):
                 continue
             try:
                 self._table_batch(batch_id, rt, items, step, now_ms)
-            except (UnstorableValue, BadChange) as exc:
+            except (TableFault, BadChange) as exc:
                 self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
 
     def _refuse_unreadable(self, name: str) -> None:
@@ -656,7 +656,7 @@ class BatchProcessor(PausedTables):
     # ------------------------------------------------------------------ snapshot windows
 
     def _emit_ready(self, batch_id: int, step: list, budget_factor: int = 1) -> None:
-        def pause(rt: TableRuntime, exc: UnstorableValue) -> None:  # the window stays, emitted after `cdc resume`
+        def pause(rt: TableRuntime, exc: TableFault) -> None:  # the window stays, emitted after `cdc resume`
             self._pause_unstorable(batch_id, rt, exc, [], step, 0.0)
 
         self.emitter.emit_ready(batch_id, step, budget_factor, self._staging_done, pause)

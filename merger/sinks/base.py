@@ -68,7 +68,13 @@ class IncompatibleSchemaChange(SinkError):
     """A schema change the sink cannot follow; the merger pauses the table."""
 
 
-class UnstorableValue(SinkError):
+class TableFault(SinkError):
+    """A fault of one sink table that the merger cannot mend by itself and that must not
+    stop the other tables: the merger pauses that table (its changes kept on disk) with
+    the message, which says what the operator does (``cdc resume`` / ``cdc snapshot``)."""
+
+
+class UnstorableValue(TableFault):
     """A value the sink cannot store under its configured rule (a NUL character in
     PostgreSQL text with ``nul_policy: pause``, see ``merger.sinks.nul``); the message
     names the table, key and column. The merger pauses that table."""

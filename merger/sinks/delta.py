@@ -33,7 +33,10 @@ merger then replays ``version`` (Spark re-runs the batch with the same id): step
 skipped, and step 2 reads the very tombstones it read the first time (nothing else wrote
 them), so step 4 computes and commits exactly what the lost attempt would have. While the
 tombstones lag, readers are not affected (they only read the table), and no newer batch
-is applied before the replay completes it. A tombstone may be older than the row of its
+is applied before the replay completes it: a newer version (a merger that did not re-run
+the batch, a new ``state_dir``) is refused with ``TableFault``, which pauses the table
+until ``cdc snapshot`` rebuilds it, since the deletes of the unfinished step are not
+remembered. A tombstone may be older than the row of its
 key (a delete that lost to a newer row); such a tombstone can never hide or resurrect
 anything, because a key's row always carries a higher sequence than its tombstone.
 
@@ -84,6 +87,7 @@ from merger.sinks.base import (
     Sink,
     SinkError,
     SinkUnavailable,
+    TableFault,
     TableId,
     as_table_id,
     cast_columns,
@@ -405,21 +409,15 @@ class DeltaSink(DeltaReads, Sink):
         main_v, tomb_v = self._versions(m)
         if version <= main_v and version <= tomb_v:
             return False
-        if version < main_v:
-            log.warning(
-                "table %s: tombstones at version %s lag the table (%s); skipping replay of %s",
-                table,
-                tomb_v,
-                main_v,
-                version,
-            )
-            return False
-        if main_v > tomb_v and version > main_v:
-            log.warning(
-                "table %s: tombstones of version %s were never completed (the batch was not "
-                "replayed); deletes of that batch may not be remembered",
-                table,
-                main_v,
+        if main_v > tomb_v and version != main_v:
+            # the tombstones of the table's last write were never completed, and this is not
+            # the replay that completes them (Spark re-runs a batch with the same versions):
+            # the deletes of that write are not remembered, and an older change of such a key
+            # would bring its row back. Never go on as if nothing happened.
+            raise TableFault(
+                f"table {table}: the Delta tombstones of version {main_v} were never written (the batch that "
+                f"wrote the table was not run again; now version {version}), so a deleted row could come back: "
+                f"`cdc snapshot {table.database}.{table.table}` rebuilds the table"
             )
         src = latest_per_key(table, changes, m.keys)
         unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]

@@ -362,6 +362,36 @@ def test_delta_crash_between_table_and_tombstones(delta_sink, monkeypatch):
     assert s2.rows(t).num_rows == 0  # ...and the tombstones were completed
 
 
+def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_sink, monkeypatch):
+    """The table commit lands and the tombstone commit never does; if the next write is
+    not the replay of that version (a merger that did not re-run the batch), the deletes
+    are not remembered: the sink refuses (the merger pauses the table) instead of warning
+    and letting an older change bring a deleted row back."""
+    from merger.sinks import DeltaSink
+    from merger.sinks.base import TableFault
+
+    s, t = delta_sink, fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    s.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 5}]))
+
+    def crash(self, *a, **k):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(type(s), "_merge_tombs", crash)
+    with pytest.raises(KeyboardInterrupt):
+        s.apply(t, 2, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}]))
+    monkeypatch.undo()
+    s2 = DeltaSink(s.base)
+    zombie = batch(SIMPLE, [{"id": 1, "v": "zombie", "_cdc_op": "r", "_cdc_seq": 5}])
+    for version in (3, 1_000_000):  # a newer batch, or a new state_dir's versions
+        with pytest.raises(TableFault, match="tombstones of version 2 were never written.*cdc snapshot"):
+            s2.apply(t, version, zombie)
+    assert s2.rows(t).num_rows == 0  # the deleted row stays deleted
+    assert s2.apply(t, 2, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}])) is False  # the replay mends it
+    s2.apply(t, 3, zombie)
+    assert s2.rows(t).num_rows == 0
+
+
 def test_delta_tombstones_written_only_when_they_change(delta_sink, monkeypatch):
     """A batch with no delete and no write of a tombstoned key records its tombstone step in
     the table's own commit: the tombstone table gets no commit, and a replay of that batch,
