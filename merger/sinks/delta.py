@@ -95,17 +95,25 @@ from merger.sinks.base import (
     latest_per_key,
     user_fields,
 )
-from merger.sinks.delta_reads import DeltaReads, _arrow_schema
+from merger.sinks.delta_reads import DeltaReads, delta_arrow_schema
 from merger.sinks.key_ranges import range_filter
 
 try:
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
     from deltalake import Schema as DeltaSchema
-    from deltalake.exceptions import DeltaError, TableNotFoundError
+    from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 except ImportError as _exc:  # pragma: no cover
     raise ImportError("the Delta sink needs the deltalake package: pip install deltalake") from _exc
 
 log = logging.getLogger(__name__)
+
+COMMIT_CONFLICT_RETRIES = 5  # Delta commits of one step that may conflict with another writer in a row
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
 
 RESERVED_DB = "_cdc"
 TSEQ = "_cdc_tseq"
@@ -220,8 +228,8 @@ class DeltaSink(DeltaReads, Sink):
             raise SinkError(
                 f"table {table}: tombstone table missing at {self.tombstone_path(table)}; call ensure_table to repair"
             )
-        keys = [n for n in _arrow_schema(tomb).names if n != SEQ]
-        schema = _arrow_schema(main)
+        keys = [n for n in delta_arrow_schema(tomb).names if n != SEQ]
+        schema = delta_arrow_schema(main)
         columns = {f.name: f.type for f in schema if f.name != SEQ}
         return _Meta(main, tomb, keys, columns, main.metadata().id)
 
@@ -341,14 +349,14 @@ class DeltaSink(DeltaReads, Sink):
         if main is None:
             return None
         tomb = self._open(self.tombstone_path(table))
-        keys = [n for n in _arrow_schema(tomb).names if n != SEQ] if tomb is not None else None
-        columns = {f.name: f.type for f in _arrow_schema(main) if f.name != SEQ}
+        keys = [n for n in delta_arrow_schema(tomb).names if n != SEQ] if tomb is not None else None
+        columns = {f.name: f.type for f in delta_arrow_schema(main) if f.name != SEQ}
         return main, tomb, keys, columns
 
     def _rewrite(self, path: str, dt: DeltaTable, new_types: dict[str, pa.DataType]) -> None:
         """Rewrite a table with wider column types: one overwrite commit (app-transaction
         versions live in the log, so they survive)."""
-        old = _arrow_schema(dt)
+        old = delta_arrow_schema(dt)
         schema = pa.schema([pa.field(f.name, new_types.get(f.name, f.type), f.nullable) for f in old])
         dataset = dt.to_pyarrow_dataset()
 
@@ -400,12 +408,31 @@ class DeltaSink(DeltaReads, Sink):
         table = as_table_id(table)
         version = int(version)
         m = self._meta_for(table)
-        try:
-            return self._apply(table, m, version, changes)
-        except (OSError, DeltaError) as exc:
-            raise self._io_error(exc, self.table_path(table)) from None
+        src = None  # the batch, deduplicated once: a retry after a conflict applies it again
+        for attempt in range(1, COMMIT_CONFLICT_RETRIES + 1):
+            try:
+                if src is None:
+                    src = latest_per_key(table, changes, m.keys)
+                return self._apply(table, m, version, src)
+            except CommitFailedError as exc:
+                # another writer committed between our read and our commit (a user's OPTIMIZE,
+                # VACUUM, DELETE): read the table again and redo the step; the versions make a
+                # step that did commit a no-op
+                if attempt == COMMIT_CONFLICT_RETRIES:
+                    raise TableFault(
+                        f"table {table}: {COMMIT_CONFLICT_RETRIES} Delta commits in a row conflicted with another "
+                        f"writer of {self.table_path(table)} ({_first_line(exc)}): stop the other writer (a second "
+                        f"merger on these tables?), then `cdc resume {table.database}.{table.table}`"
+                    ) from None
+                log.warning("table %s: Delta commit conflict (%s); retrying", table, _first_line(exc))
+                time.sleep(0.1 * attempt)
+                self._meta.pop(table, None)
+                m = self._meta_for(table)
+            except (OSError, DeltaError) as exc:
+                raise self._io_error(exc, self.table_path(table)) from None
+        raise AssertionError("unreachable")
 
-    def _apply(self, table: TableId, m: _Meta, version: int, changes: Changes) -> bool:
+    def _apply(self, table: TableId, m: _Meta, version: int, src: pa.Table) -> bool:
         main_v, tomb_v = self._versions(m)
         if version <= main_v and version <= tomb_v:
             return False
@@ -419,7 +446,6 @@ class DeltaSink(DeltaReads, Sink):
                 f"wrote the table was not run again; now version {version}), so a deleted row could come back: "
                 f"`cdc snapshot {table.database}.{table.table}` rebuilds the table"
             )
-        src = latest_per_key(table, changes, m.keys)
         unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]
         if unknown:
             raise SinkError(
@@ -501,7 +527,7 @@ class DeltaSink(DeltaReads, Sink):
         # a tombstone step with nothing to write is done with the table's own commit: no
         # empty commit in the tombstones (~10 ms of a ~50 ms batch)
         apps = (m.app_main, m.app_tomb) if tombs_unchanged else (m.app_main,)
-        main_schema = _arrow_schema(m.main)
+        main_schema = delta_arrow_schema(m.main)
         if src.num_rows:
             cols = [c for c in src.column_names if c in m.columns]
             nonkey = [c for c in cols if c not in m.keys] + [SEQ]
@@ -549,7 +575,7 @@ class DeltaSink(DeltaReads, Sink):
         return src.filter(relevant).select(m.keys + [SEQ, OP])
 
     def _merge_tombs(self, m: _Meta, source: pa.Table, version: int) -> None:
-        tomb_schema = _arrow_schema(m.tomb)
+        tomb_schema = delta_arrow_schema(m.tomb)
         if source.num_rows:
             (
                 self._merge_into(m, m.tomb, source, _txn(version, m.app_tomb))
@@ -579,7 +605,7 @@ class DeltaSink(DeltaReads, Sink):
             if not replay:
                 write_deltalake(
                     m.main,
-                    _arrow_schema(m.main).empty_table(),
+                    delta_arrow_schema(m.main).empty_table(),
                     mode="overwrite",
                     commit_properties=_txn(version, m.app_main),
                 )
@@ -587,7 +613,7 @@ class DeltaSink(DeltaReads, Sink):
             if tomb_v < version:
                 write_deltalake(
                     m.tomb,
-                    _arrow_schema(m.tomb).empty_table(),
+                    delta_arrow_schema(m.tomb).empty_table(),
                     mode="overwrite",
                     commit_properties=_txn(version, m.app_tomb),
                 )

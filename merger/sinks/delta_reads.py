@@ -74,7 +74,7 @@ class DeltaReads:
         return t.filter(pa.array([k in wanted for k in got], pa.bool_())) if got else t
 
     def _read_schema(self, m: _Meta) -> pa.Schema:
-        return _plain(_arrow_schema(m.main).empty_table().select(list(m.columns))).schema
+        return _plain(delta_arrow_schema(m.main).empty_table().select(list(m.columns))).schema
 
     def _scan(self, m: _Meta, expr, prune: list) -> pa.Table:
         """The rows matching ``expr``, filtered batch by batch in memory: pyarrow cannot
@@ -136,7 +136,7 @@ def _bound_filter(schema: pa.Schema, cols: list[str], bound, lower: bool):
     return expr
 
 
-def _arrow_schema(dt: DeltaTable) -> pa.Schema:
+def delta_arrow_schema(dt: DeltaTable) -> pa.Schema:
     return pa.schema(dt.schema().to_arrow())
 
 

@@ -392,6 +392,50 @@ def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_sin
     assert s2.rows(t).num_rows == 0
 
 
+def test_delta_commit_conflict_with_a_users_optimize_is_retried(delta_sink, monkeypatch):
+    """A user's OPTIMIZE commits between the sink's read and its MERGE commit (a real
+    delta-rs conflict): the step is done again on the new table version; a writer that
+    conflicts every time pauses the table instead of stopping the merger."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from merger.sinks.base import TableFault
+
+    s, t = delta_sink, fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    for v in range(1, 6):
+        s.apply(t, v, batch(SIMPLE, [{"id": v, "v": f"r{v}", "n": v, "_cdc_op": "c", "_cdc_seq": 10 * v}]))
+    original = type(s)._merge_main
+    races = []
+
+    def users_optimize_first(self, *a, **k):
+        if not races:
+            races.append(DeltaTable(self.table_path(t)).optimize.compact())
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(type(s), "_merge_main", users_optimize_first)
+    rows = [
+        {"id": 1, "v": "upd", "n": 1, "_cdc_op": "u", "_cdc_seq": 100},
+        {"id": 9, "v": "new", "_cdc_op": "c", "_cdc_seq": 101},
+    ]
+    assert s.apply(t, 6, batch(SIMPLE, rows)) is True
+    assert races and races[0]["numFilesRemoved"] == 5
+    got = {r["id"]: r["v"] for r in s.rows(t).to_pylist()}
+    assert got == {1: "upd", 2: "r2", 3: "r3", 4: "r4", 5: "r5", 9: "new"}
+
+    def another_writer_every_time(self, m, *a, **k):
+        row = DeltaTable(self.table_path(t)).to_pyarrow_table().slice(0, 1)
+        # a row in the batch's key range: its file is one the MERGE must read
+        foreign = row.set_column(0, "id", pa.array([2], row.schema.field("id").type))
+        write_deltalake(self.table_path(t), foreign, mode="append")
+        races.append(1)
+        return original(self, m, *a, **k)
+
+    monkeypatch.setattr(type(s), "_merge_main", another_writer_every_time)
+    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    with pytest.raises(TableFault, match="conflicted with another writer.*cdc resume"):
+        s.apply(t, 7, batch(SIMPLE, [{"id": 2, "v": "u2", "n": 2, "_cdc_op": "u", "_cdc_seq": 200}]))
+
+
 def test_delta_tombstones_written_only_when_they_change(delta_sink, monkeypatch):
     """A batch with no delete and no write of a tombstoned key records its tombstone step in
     the table's own commit: the tombstone table gets no commit, and a replay of that batch,
