@@ -35,18 +35,25 @@ from ingest.ddl import DROPPED, ddl_marker, parse_ddl, table_effects, unclassifi
 from ingest.declared import DeclaredTypes
 from ingest.envelope import SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
-from ingest.fatal import backwards_message, binlog_gone_message, too_large_message, unclassified_ddl_message
+from ingest.fatal import (
+    backwards_message,
+    binlog_gone_message,
+    offsets_blocked_message,
+    too_large_message,
+    unclassified_ddl_message,
+)
 from ingest.filters import CaptureFilter
 from ingest.position import ResumePoint, backwards_reason, file_number
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
     UNASSIGNED_PARTITION,
     BrokerError,
+    OffsetsBlocked,
     RecordTooLarge,
     Topics,
     TransactionalProducer,
     read_all_values,
-    read_resume_point,
+    read_offsets,
 )
 from ingest.schema_change_records import schema_change_record, table_change_json
 from ingest.stream import BinlogStream, CommitPolicy, SourceTransaction
@@ -64,6 +71,9 @@ def _operation(event) -> str:
     return "u" if isinstance(event, UpdateRowsEvent) else "d"
 
 
+# how long a transaction open on the offsets partition (another producer's) is waited for
+# before ingest stops: the positions behind it cannot be read
+OFFSETS_WAIT_S = 15.0
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
 
 
@@ -111,7 +121,13 @@ class Ingest:
             self.config.kafka.max_message_bytes or self.topics.broker_max_message_bytes() or DEFAULT_MAX_MESSAGE_BYTES
         )
         self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
-        self.committed = read_resume_point(self.kafka_conf, self.offsets_topic, self.source_key, settle_s=15)
+        try:
+            offsets = read_offsets(
+                self.kafka_conf, self.offsets_topic, self.source_key, wait_s=OFFSETS_WAIT_S, missing_ok=False
+            )
+        except OffsetsBlocked as exc:
+            raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
+        self.committed = offsets.point
         if self.committed is None:
             self.committed = ResumePoint(gtid_state=self._start_gtid(facts))
             log.info("no committed position: starting at GTID %s", self.committed.gtid_state or "<empty>")

@@ -80,3 +80,14 @@ def unclassified_ddl_message(prefix: str, tables, where: str, statement: str) ->
         f"restart ingest until it is past this statement, then remove them from table_exclude and "
         f"re-snapshot them (cdc snapshot <db.table>); and please report the statement"
     )
+
+
+def offsets_blocked_message(prefix: str, waited_s: float) -> str:
+    """Positions are on the offsets topic but none is readable: never start from start.mode."""
+    return (
+        f"ingest cannot read its committed position: a transaction of another producer stayed open on "
+        f"{prefix}.offsets for {waited_s:.0f}s (another ingest or tool writing topic_prefix {prefix}, or "
+        f"a stuck producer), which hides the positions behind it. Starting from start.mode would lose "
+        f"every change since the last commit, so ingest stopped. Stop that producer (or wait for its "
+        f"transaction timeout), check that the broker is healthy, then restart ingest"
+    )
