@@ -284,7 +284,11 @@ class IngestConfig(_Model):
     metrics_address: str = Field(
         "127.0.0.1", description="address the metrics port listens on (0.0.0.0: all, e.g. in a container)"
     )
-    state_name: str | None = Field(None, description="transactional.id suffix; default prefix")
+    state_name: str | None = Field(
+        None,
+        description="transactional.id suffix (default: topic_prefix); still one ingest per topic_prefix "
+        "(operations.md: A second ingest)",
+    )
 
     _regexes = field_validator(
         "database_include", "database_exclude", "table_include", "table_exclude", "column_exclude", "column_mask"

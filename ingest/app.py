@@ -12,15 +12,20 @@ records, consumers drop the replay by its ``cdc.position``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 
 import pymysql
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.config import IngestConfig
+from cdc.errors import CdcError
 from cdc.metrics_http import serve as serve_metrics
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import encode_marker, watermark_marker
@@ -38,17 +43,21 @@ from ingest.errors import IngestError
 from ingest.fatal import (
     backwards_message,
     binlog_gone_message,
+    instance_running_message,
     offsets_blocked_message,
+    taken_over_message,
     too_large_message,
     unclassified_ddl_message,
 )
 from ingest.filters import CaptureFilter
+from ingest.lease import RENEW_S, Lease, held_by_another, lease_key, lease_transactional_id
 from ingest.position import ResumePoint, backwards_reason, file_number
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
     UNASSIGNED_PARTITION,
     BrokerError,
     OffsetsBlocked,
+    ProducerFenced,
     RecordTooLarge,
     Topics,
     TransactionalProducer,
@@ -102,6 +111,9 @@ class Ingest:
         self.retries = 0
         self._details_conn: pymysql.Connection | None = None
         self.transactions = TransactionControl(config)  # savepoints, rollbacks, XA across reconnects
+        self._lease: Lease | None = None  # this instance's, once claimed
+        self._lease_producer: TransactionalProducer | None = None
+        self._lease_renewed = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -123,10 +135,16 @@ class Ingest:
         self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
         try:
             offsets = read_offsets(
-                self.kafka_conf, self.offsets_topic, self.source_key, wait_s=OFFSETS_WAIT_S, missing_ok=False
+                self.kafka_conf,
+                self.offsets_topic,
+                self.source_key,
+                lease_key(self.prefix),
+                wait_s=OFFSETS_WAIT_S,
+                missing_ok=False,
             )
         except OffsetsBlocked as exc:
             raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
+        self._claim_lease(txn_id, Lease.from_json(offsets.lease) if offsets.lease else None)
         self.committed = offsets.point
         if self.committed is None:
             self.committed = ResumePoint(gtid_state=self._start_gtid(facts))
@@ -153,32 +171,85 @@ class Ingest:
                     raise IngestError(binlog_gone_message(self.prefix, self.committed, exc)) from None
                 if isinstance(exc, pymysql.err.InternalError):
                     raise
-                self._recover(f"source connection lost ({exc}); retrying in {self.backoff:.0f}s", "source")
-                stop.wait(self.backoff)
-                self.backoff = min(self.backoff * 2, 30.0)
+                # also 4052: another replica with our server_id (another ingest?) took the stream
+                self._retry_later(stop, f"source connection lost ({exc})", "source")
             except _TRANSIENT_MYSQL as exc:
-                self._recover(f"source connection lost ({exc}); retrying in {self.backoff:.0f}s", "source")
-                stop.wait(self.backoff)
-                self.backoff = min(self.backoff * 2, 30.0)
+                self._retry_later(stop, f"source connection lost ({exc})", "source")
             except BrokerError as exc:
-                self._recover(f"broker error ({exc}); retrying in {self.backoff:.0f}s", "broker")
-                stop.wait(self.backoff)
-                self.backoff = min(self.backoff * 2, 30.0)
+                self._retry_later(stop, f"broker error ({exc})", "broker")
                 self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
             except RecordTooLarge as exc:
                 self.producer.abort()
                 raise IngestError(too_large_message(self.prefix, exc)) from None
+            except ProducerFenced:
+                # another producer with our transactional.id: the lease says who goes on. A new
+                # producer of ours would fence the other one back, so only the lease holder
+                # makes one (the other one, a zombie, stops at its next lease renewal)
+                if not self.producer.fenced:  # the lease producer was fenced, not this one
+                    self.producer.abort()
+                self._stop_if_taken_over()
+                log.warning(
+                    "ingest's producer was fenced by an instance that no longer holds the lease: taking it back"
+                )
+                self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
         self.producer.abort()
+        self._lease_producer.abort()
+
+    def _retry_later(self, stop: threading.Event, what: str, kind: str) -> None:
+        self._recover(f"{what}; retrying in {self.backoff:.0f}s", kind)
+        stop.wait(self.backoff)
+        self.backoff = min(self.backoff * 2, 30.0)
+        self._stop_if_taken_over()
+
+    def _stop_if_taken_over(self) -> None:
+        """Before a retry: stop if a newer instance fenced our lease. Two instances with one
+        server_id take the binlog stream from each other, and a producer that librdkafka
+        reports fenced only as a fatal error would be made again, fencing the newer one."""
+        try:
+            self._renew_lease()
+        except ProducerFenced:
+            raise IngestError(taken_over_message(self.prefix, self._newest_lease())) from None
+        except BrokerError:
+            self._lease_producer.abort()  # the broker is away: the next retry checks again
+
+    def _claim_lease(self, identity: str, held: Lease | None) -> None:
+        """Stop if another instance runs for this prefix; else fence any earlier one and say
+        that this one writes it now (``ingest.lease``)."""
+        now_ms = int(time.time() * 1000)
+        if held_by_another(held, identity, now_ms):
+            raise IngestError(instance_running_message(self.prefix, held, (now_ms - held.renewed_ms) / 1000))
+        self._lease_producer = TransactionalProducer(self.kafka_conf, lease_transactional_id(self.prefix))
+        self._lease = Lease(identity, self.config.state_name, socket.gethostname(), os.getpid(), uuid.uuid4().hex, 0)
+        self._renew_lease()
+
+    def _renew_lease(self) -> None:
+        self._lease = dataclasses.replace(self._lease, renewed_ms=int(time.time() * 1000))
+        self._lease_producer.commit_with(self.offsets_topic, lease_key(self.prefix), self._lease.to_json())
+        self._lease_renewed = time.monotonic()
+
+    def _newest_lease(self) -> Lease | None:
+        """The lease of the instance that took over, if it is readable (for the message)."""
+        try:
+            raw = read_offsets(
+                self.kafka_conf, self.offsets_topic, self.source_key, lease_key(self.prefix), timeout_s=5
+            ).lease
+        except CdcError:
+            return None
+        lease = Lease.from_json(raw) if raw else None
+        return lease if lease is not None and lease.run != self._lease.run else None
 
     def _check_not_backwards(self, facts: dict) -> None:
         conn = pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
         try:
             with conn.cursor() as cur:
+                # now, not at start: a predecessor still running may have committed since
+                cur.execute("SELECT @@gtid_binlog_pos")
+                gtid_pos = cur.fetchone()[0] or ""
                 cur.execute("SHOW BINARY LOGS")
                 files = [row[0] for row in cur.fetchall()]
         finally:
             conn.close()
-        reason = backwards_reason(self.committed, facts["server_id"], facts["gtid_binlog_pos"], files)
+        reason = backwards_reason(self.committed, facts["server_id"], gtid_pos, files)
         if reason:
             raise IngestError(backwards_message(self.prefix, reason))
 
@@ -218,6 +289,8 @@ class Ingest:
             self.producer.abort()
         except Exception:  # the producer may be unusable; it is recreated by the caller
             pass
+        if self._lease_producer is not None:
+            self._lease_producer.abort()  # never recreated: a new one would fence a newer instance
 
     def _start_gtid(self, facts: dict) -> str:
         start = self.config.start
@@ -271,6 +344,8 @@ class Ingest:
             int(time.time() * 1000),
             self.server_id,
         )
+        if time.monotonic() - self._lease_renewed >= RENEW_S:
+            self._renew_lease()  # fenced (another instance took over): nothing more is committed
         self.producer.commit(self.offsets_topic, self.source_key, point)
         self.committed = point
         self.stats["kafka_transactions"] += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cdc.wire.position import EventPosition
+from ingest.lease import TTL_S, Lease
 from ingest.position import ResumePoint
 from ingest.producer import RecordTooLarge
 
@@ -90,4 +91,24 @@ def offsets_blocked_message(prefix: str, waited_s: float) -> str:
         f"a stuck producer), which hides the positions behind it. Starting from start.mode would lose "
         f"every change since the last commit, so ingest stopped. Stop that producer (or wait for its "
         f"transaction timeout), check that the broker is healthy, then restart ingest"
+    )
+
+
+def instance_running_message(prefix: str, lease: Lease, age_s: float) -> str:
+    """Another ingest holds the prefix's lease: this one does not start."""
+    return (
+        f"another ingest is running for topic_prefix {prefix}: {lease.describe()}, lease renewed "
+        f"{age_s:.0f}s ago. Only one ingest may write a topic_prefix: stop that one first (if it is gone, "
+        f"start this one again after {TTL_S:.0f}s), or give this one its own topic_prefix"
+    )
+
+
+def taken_over_message(prefix: str, lease: Lease | None) -> str:
+    """A newer ingest fenced this one: it stops (restarting would fence the newer one back)."""
+    who = lease.describe() if lease is not None else "another instance"
+    return (
+        f"another ingest took over topic_prefix {prefix}: {who}. Only one ingest may write a "
+        f"topic_prefix, so this one stopped (its open Kafka transaction is aborted; the other one "
+        f"resumes from the last committed position). If the other one is the mistake, stop it and "
+        f"start this one again"
     )

@@ -26,6 +26,20 @@ class BrokerError(UserError, RuntimeError):
     """The broker is unreachable or refused something; the message is user-facing."""
 
 
+class ProducerFenced(CdcError, RuntimeError):
+    """A newer producer with the same transactional.id took over: this one must stop, never
+    start again (a new producer would fence the newer one back, and so on forever)."""
+
+
+# another producer initialised our transactional.id (KIP-588: PRODUCER_FENCED is only that;
+# INVALID_PRODUCER_EPOCH may also be a transaction timed out, which a new producer recovers)
+FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+
+
+def _fenced(exc: KafkaException) -> bool:
+    return bool(exc.args) and isinstance(exc.args[0], KafkaError) and exc.args[0].code() in FENCED_CODES
+
+
 DEFAULT_MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # when neither the config nor the broker says
 UNASSIGNED_PARTITION = -1  # send(): librdkafka places the record by its key (murmur2, Kafka's default)
 
@@ -147,6 +161,7 @@ class TransactionalProducer:
                 # a Python callback per record cost ~1 us each; only failures need one
                 "delivery.report.only.error": True,
                 "on_delivery": self._on_delivery,
+                "error_cb": self._on_error,
             }
         )
         self._timeout = timeout_s
@@ -154,15 +169,36 @@ class TransactionalProducer:
         self._open = False
         self._errors: list[str] = []
         self._too_large: RecordTooLarge | None = None
+        self._fenced: str | None = None
         try:
             # fences any earlier instance with the same transactional.id
             self._producer.init_transactions(timeout_s)
         except KafkaException as exc:
             raise BrokerError(f"cannot initialise Kafka transactions: {_error_text(exc)}") from None
 
+    def _on_error(self, err) -> None:
+        if err.code() in FENCED_CODES:
+            self._fenced = err.str()
+
+    def _fenced_by(self, exc: KafkaException) -> str | None:
+        """Why ``exc`` means a newer producer took over, or None."""
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is not None and err.code() in FENCED_CODES:
+            self._fenced = err.str()
+        elif err is not None and (err.fatal() or err.code() == KafkaError._FATAL) and not self._fenced:
+            # librdkafka names a fatal error once, to the error callback; later calls say _FATAL
+            try:
+                self._producer.poll(0)
+            except KafkaException as named:
+                if _fenced(named):
+                    self._fenced = _error_text(named)
+        return self._fenced
+
     def _on_delivery(self, err, msg) -> None:
         if err is None:
             return
+        if err.code() in FENCED_CODES:
+            self._fenced = err.str()
         if err.code() == KafkaError.MSG_SIZE_TOO_LARGE and self._too_large is None:
             headers = dict(msg.headers() or [])
             self._too_large = RecordTooLarge(
@@ -180,8 +216,15 @@ class TransactionalProducer:
             try:
                 self._producer.begin_transaction()
             except KafkaException as exc:
+                if self._fenced_by(exc):
+                    raise ProducerFenced(self._fenced) from None
                 raise BrokerError(f"cannot begin a Kafka transaction: {_error_text(exc)}") from None
             self._open = True
+
+    @property
+    def fenced(self) -> bool:
+        """A newer producer with our transactional.id took over (its start aborted our transaction)."""
+        return self._fenced is not None
 
     @property
     def in_transaction(self) -> bool:
@@ -204,6 +247,8 @@ class TransactionalProducer:
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:  # e.g. the transaction failed: retried with a new producer
+                if self._fenced_by(exc):
+                    raise ProducerFenced(self._fenced) from None
                 if (
                     exc.args
                     and isinstance(exc.args[0], KafkaError)
@@ -227,7 +272,10 @@ class TransactionalProducer:
         for i, (topic, key, value, partition, headers) in enumerate(records):
             try:
                 produce(topic, value, key, partition, headers=headers)
-            except (BufferError, KafkaException):  # queue full, or an error: send() handles it
+            except (BufferError, KafkaException) as exc:  # queue full, or an error: send() handles it
+                # librdkafka names a fencing once (_FENCED), then says only _FATAL
+                if isinstance(exc, KafkaException) and self._fenced_by(exc):
+                    raise ProducerFenced(self._fenced) from None
                 self.send(topic, key, value, partition, headers)
                 for rest in records[i + 1 :]:
                     self.send(*rest)
@@ -235,16 +283,24 @@ class TransactionalProducer:
 
     def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
         """Flush the events, then write the position and commit all of it at once."""
+        self.commit_with(offsets_topic, source_key, point.to_json())
+
+    def commit_with(self, topic: str, key: bytes, value: bytes) -> None:
+        """Flush the events, then write ``value`` (partition 0) and commit all of it at once."""
         self.begin()  # a position alone (no events since the last commit) is a transaction too
         remaining = self._producer.flush(self._timeout)
+        if self._fenced:
+            raise ProducerFenced(self._fenced)
         if self._too_large is not None:
             raise self._too_large
         if remaining or self._errors:
             raise BrokerError(f"events not acknowledged: {self._errors[:1] or remaining}")
         try:
-            self._producer.produce(offsets_topic, value=point.to_json(), key=source_key, partition=0)
+            self._producer.produce(topic, value=value, key=key, partition=0)
             self._producer.commit_transaction(self._timeout)
         except KafkaException as exc:
+            if self._fenced_by(exc):
+                raise ProducerFenced(self._fenced) from None
             raise BrokerError(f"cannot commit the Kafka transaction: {_error_text(exc)}") from None
         if self._errors:
             raise BrokerError(f"position not acknowledged: {self._errors[0]}")
