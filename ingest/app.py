@@ -181,6 +181,9 @@ class Ingest:
             except RecordTooLarge as exc:
                 self.producer.abort()
                 raise IngestError(too_large_message(self.prefix, exc)) from None
+            except IngestError:
+                self.producer.abort()  # what the stream refuses: nothing of the open transaction stays
+                raise
             except ProducerFenced:
                 # another producer with our transactional.id: the lease says who goes on. A new
                 # producer of ours would fence the other one back, so only the lease holder
@@ -534,7 +537,7 @@ class Ingest:
             target = values.get("table_name")
             if not target or "." not in target:
                 continue
-            db, table = target.split(".", 1)
+            db, table = target.split(".", 1)  # a captured database's name has no '.' (ingest.filters)
             if not self.filter.captures_table(db, table):
                 log.warning("watermark for %s ignored: table not captured", target)
                 continue

@@ -7,6 +7,7 @@ import pymysql
 
 from cdc.config import IngestConfig
 from cdc.errors import UserError
+from ingest.filters import CaptureFilter
 
 
 class SourceError(UserError, RuntimeError):
@@ -86,6 +87,11 @@ def check_source(config: IngestConfig) -> dict:
                 f"GRANT {', '.join(m.split(' (')[0] for m in missing)} ON *.* TO "
                 f"'{config.mysql.user}'@'%'"
             )
+        with conn.cursor() as cur:
+            cur.execute("SHOW DATABASES")
+            capture = CaptureFilter(config)
+            for (db,) in cur.fetchall():
+                capture.captures_database(db)  # refuses a captured database with a '.' in its name
         return {
             "flavor": flavor,
             "gtid_binlog_pos": variables.get("gtid_binlog_pos", ""),

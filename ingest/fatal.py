@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from cdc.wire.position import EventPosition
 from ingest.lease import TTL_S, Lease
 from ingest.position import ResumePoint
@@ -111,4 +113,26 @@ def taken_over_message(prefix: str, lease: Lease | None) -> str:
         f"topic_prefix, so this one stopped (its open Kafka transaction is aborted; the other one "
         f"resumes from the last committed position). If the other one is the mistake, stop it and "
         f"start this one again"
+    )
+
+
+def position_wrapped_message(prefix: str, file: str | None, log_pos: int, file_end: int) -> str:
+    """The binlog file passed 4 GiB: its positions wrapped, changes after it cannot be ordered."""
+    return (
+        f"binlog {file} is larger than 4 GiB: an event's position ({log_pos}) wrapped below the "
+        f"previous one ({file_end}) in the event header's 4-byte field, so the changes from here would "
+        f"sort before those already written and consumers would drop them. Ingest stopped before them. "
+        f"Keep transactions well below 4 GiB (max_binlog_cache_size <= 4G, as MariaDB recommends); then "
+        f"start afresh after this file: delete topic {prefix}.offsets (or use a new topic_prefix), start "
+        f"ingest with start.mode: current, and re-snapshot every table"
+    )
+
+
+def dotted_database_message(db: str) -> str:
+    """A captured database whose name has a '.': refused, never misrouted."""
+    pattern = re.escape(db).replace("\\", "\\\\")
+    return (
+        f"database {db!r} is captured, but its name has a '.': ingest cannot capture it (a table's name "
+        f"db.table is read up to its first '.', so its tables would be taken for tables of another "
+        f'database). Exclude it (database_exclude: ["{pattern}"]) or rename it, then start ingest again'
     )

@@ -7,6 +7,8 @@ import re
 from functools import lru_cache
 
 from cdc.config import IngestConfig
+from ingest.errors import IngestError
+from ingest.fatal import dotted_database_message
 
 SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 
@@ -40,17 +42,28 @@ class CaptureFilter:
         name = f"{db}.{table}"
         if self._t_in and not self._match(self._t_in, name):
             return False
-        return not self._match(self._t_out, name)
+        if self._match(self._t_out, name):
+            return False
+        return _undotted(db)
 
     def captures_database(self, db: str) -> bool:
         if db in SYSTEM_DATABASES:
             return False
         if self._db_in and not self._match(self._db_in, db):
             return False
-        return not self._match(self._db_out, db)
+        return not self._match(self._db_out, db) and _undotted(db)
 
     def excluded_column(self, db: str, table: str, column: str) -> bool:
         return self._match(self._c_out, f"{db}.{table}.{column}")
 
     def masked_column(self, db: str, table: str, column: str) -> bool:
         return self._match(self._c_mask, f"{db}.{table}.{column}")
+
+
+def _undotted(db: str) -> bool:
+    """True for a database ingest can capture; IngestError for one whose name has a '.':
+    every consumer (the merger, watermark rows, ``cdc snapshot db.table``) reads a table's
+    name ``db.table`` up to the first '.', so its tables would be taken for others."""
+    if "." in db:
+        raise IngestError(dotted_database_message(db))
+    return True

@@ -93,3 +93,13 @@ def advance_gtid_state(state: str, gtid: str) -> str:
     entries = {parse_gtid(g)[0]: g for g in state.split(",") if g.strip()}
     entries[domain] = gtid
     return ",".join(entries[d] for d in sorted(entries))
+
+
+def event_start(log_pos: int, event_size: int, file_end: int) -> int | None:
+    """Where an event starts in its binlog file, from its header (``log_pos``: where it
+    ends), or None if that 4-byte field wrapped: the file passed 4 GiB (one transaction
+    larger than the rest of the file's room). ``file_end``: the highest end read in the file."""
+    start = log_pos - event_size
+    if start < 0 or log_pos < file_end:
+        return None
+    return start

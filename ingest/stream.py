@@ -18,7 +18,9 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 
 from cdc.wire.position import EventPosition
 from ingest import metrics, statements
-from ingest.position import ResumePoint, advance_gtid_state
+from ingest.errors import IngestError
+from ingest.fatal import position_wrapped_message
+from ingest.position import ResumePoint, advance_gtid_state, event_start
 
 SOURCE_CHECK_S = 10.0  # while idle, how often ingest checks that the source's binlog did not go back
 _FL_STANDALONE = 1  # MariaDB GTID event flag: a group of one statement (DDL), no BEGIN/COMMIT
@@ -103,6 +105,7 @@ class BinlogStream:
         self.point: ResumePoint = ingest.committed
         self.gtid_state = self.point.gtid_state
         self.file: str | None = None
+        self.file_end = 0  # the highest event end read in self.file (what a wrap goes below)
         self.trx: SourceTransaction | None = None
         self.pending = 0  # records in the open Kafka transaction
         self.first_pending_at = 0.0
@@ -158,7 +161,19 @@ class BinlogStream:
 
     def on_rotate(self, event) -> None:
         self.ingest._check_file_forward(self.file, event.next_binlog)
+        if event.next_binlog != self.file:
+            self.file_end = 0
         self.file = event.next_binlog
+
+    def _position(self, event) -> EventPosition:
+        """The event's position; a file past 4 GiB (its header's 4-byte position wrapped)
+        stops ingest here: the changes after it would sort before those already written."""
+        end = event.packet.log_pos
+        start = event_start(end, event.packet.event_size, self.file_end)
+        if start is None:
+            raise IngestError(position_wrapped_message(self.ingest.prefix, self.file, end, self.file_end))
+        self.file_end = end
+        return EventPosition(self.file, start)
 
     def on_table_map(self, event) -> None:
         self.ingest._table_maps[event.table_id] = event
@@ -183,7 +198,7 @@ class BinlogStream:
         end_pos = event.packet.log_pos
         if not self.pending:
             self.first_pending_at = self.now
-        n = ingest._rows(event, trx, EventPosition(self.file, end_pos - event.packet.event_size))
+        n = ingest._rows(event, trx, self._position(event))
         if self.policy.release_held(len(trx.held), trx.held_bytes):
             n += ingest._release_held(trx)
         self.pending += n
@@ -197,7 +212,7 @@ class BinlogStream:
         trx = self.trx
         if trx is None:  # cannot happen with GTIDs on
             return
-        position = EventPosition(self.file, event.packet.log_pos - event.packet.event_size)
+        position = self._position(event)
         stmt = statements.classify(event.query)
         if stmt.kind == statements.STATEMENT:
             self._add(self.ingest._ddl(event, event.query.strip(), trx, position))

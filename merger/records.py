@@ -73,12 +73,19 @@ def payload_of(value: bytes) -> dict:
 
 
 def position_of(headers: dict, payload: dict | None) -> EventPosition | None:
+    """The record's binlog position, validated (ValueError or BadRecord if garbled): the
+    replay filter must never advance to a position that is not one."""
     raw = headers.get(POSITION_HEADER)
     if raw is not None:
         return EventPosition.decode(raw)
     src = (payload or {}).get("source") or {}
     if "file" in src and "pos" in src:  # topics written by Debezium itself
-        return EventPosition(src["file"], int(src["pos"]), int(src.get("row") or 0))
+        try:
+            return EventPosition(str(src["file"]), int(src["pos"]), int(src.get("row") or 0)).checked()
+        except TypeError:
+            raise BadRecord(
+                f"source.file/pos/row is not a binlog position: {src.get('file')!r}:{src.get('pos')!r}"
+            ) from None
     return None
 
 

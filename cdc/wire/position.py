@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from functools import total_ordering
 
 FILE_SEQ = re.compile(r"\.(\d+)$")
+MAX_FILE_NUMBER = 999_999  # MariaDB's binlog files are numbered .000001 to .999999
+POSITION_LIMIT = 1 << 32  # an event header's position field has 4 bytes (ingest stops at a wrap)
 
 
 @total_ordering
@@ -32,20 +34,41 @@ class EventPosition:
         """A positive int64 that orders positions along the binlog: file number, then
         ``pos + row`` (a row index is always smaller than its event's size, so this never
         reaches the next event), then ``part``. The merger orders the changes of a key by
-        it, across partitions and for snapshot rows (the HIGH watermark's sequence)."""
+        it, across partitions and for snapshot rows (the HIGH watermark's sequence).
+        ValueError for a position outside that range (``checked``): it never overflows."""
         m = FILE_SEQ.search(self.file)
         file_seq = int(m.group(1)) if m else 0
-        return (file_seq << 33) | ((self.pos + self.row) << 1) | (self.part & 1)
+        self._check(file_seq)
+        return (file_seq << 33) | ((self.pos + self.row) << 1) | self.part
+
+    def checked(self) -> "EventPosition":
+        """Itself, if it is a position the sequence can order; else ValueError (a garbled
+        header, or a binlog file past 4 GiB, whose header positions wrap)."""
+        m = FILE_SEQ.search(self.file)
+        self._check(int(m.group(1)) if m else 0)
+        return self
+
+    def _check(self, file_seq: int) -> None:
+        if file_seq > MAX_FILE_NUMBER:
+            raise ValueError(f"binlog position {self.file}: file number beyond {MAX_FILE_NUMBER}")
+        if not (self.pos >= 0 and self.row >= 0 and self.pos + self.row < POSITION_LIMIT and self.part in (0, 1)):
+            raise ValueError(
+                f"binlog position {self.file}:{self.pos}:{self.row}:{self.part} out of range "
+                f"(0 <= pos + row < 2^32, part 0 or 1)"
+            )
 
     def encode(self) -> bytes:
         return position_bytes(self.file, self.pos, self.row, self.part)
 
     @classmethod
     def decode(cls, raw: bytes | str) -> "EventPosition":
+        """The position a ``cdc.position`` header carries; ValueError if it is not one."""
         text = raw.decode() if isinstance(raw, bytes) else raw
-        file, rest = text.split(":", 1)
-        parts = [int(x) for x in rest.split(":")]
-        return cls(file, *parts)
+        file, sep, rest = text.partition(":")
+        parts = [int(x) for x in rest.split(":")] if sep else []
+        if not file or not 1 <= len(parts) <= 3:
+            raise ValueError(f"not a binlog position (file:pos[:row[:part]]): {text[:100]!r}")
+        return cls(file, *parts).checked()
 
 
 def position_bytes(file: str, pos: int, row: int = 0, part: int = 0) -> bytes:

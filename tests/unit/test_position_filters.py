@@ -3,9 +3,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc.config import IngestConfig
-from cdc.wire.position import EventPosition
+from cdc.wire.position import MAX_FILE_NUMBER, EventPosition
 from ingest.filters import CaptureFilter
-from ingest.position import ResumePoint, advance_gtid_state, parse_gtid
+from ingest.position import ResumePoint, advance_gtid_state, event_start, parse_gtid
 
 
 def test_event_position_orders_by_file_sequence_then_pos_then_row():
@@ -16,10 +16,65 @@ def test_event_position_orders_by_file_sequence_then_pos_then_row():
     assert EventPosition("binlog.000010", 4, 5) < EventPosition("binlog.000010", 200, 0)
 
 
-@given(st.integers(1, 999999), st.integers(4, 2**32), st.integers(0, 10**6))
+@given(st.integers(1, 999999), st.integers(4, 2**32 - 1), st.integers(0, 10**6))
 def test_event_position_encode_roundtrip(seq, pos, row):
-    p = EventPosition(f"binlog.{seq:06d}", pos, row)
+    p = EventPosition(f"binlog.{seq:06d}", pos, min(row, 2**32 - 1 - pos))
     assert EventPosition.decode(p.encode()) == p
+
+
+@given(
+    st.integers(1, MAX_FILE_NUMBER),
+    st.lists(st.tuples(st.integers(2, 2**28), st.integers(1, 500)), min_size=1, max_size=60),
+)
+def test_sequence_strictly_grows_along_a_file_and_fits_a_positive_int64(file_no, events):
+    """Events (size, rows) one after the other in one file up to its 4 GiB limit: every
+    record's sequence (rows, and both halves of a key change) is above the one before."""
+    file, start, seqs = f"binlog.{file_no:06d}", 4, []
+    for size, rows in events:
+        size = max(size, 2 * rows)  # a row takes more than a byte
+        if start + size > 2**32:
+            break
+        for row in range(rows):
+            for part in (0, 1):
+                seqs.append(EventPosition(file, start, row, part).sequence())
+        start += size
+    assert seqs == sorted(set(seqs))
+    assert all(0 < q < 2**63 for q in seqs)
+    last = EventPosition(f"binlog.{MAX_FILE_NUMBER}", 2**32 - 2, 1, 1).sequence()
+    assert seqs[-1] < last < 2**63 if seqs else last < 2**63
+
+
+@pytest.mark.parametrize(
+    "position",
+    [
+        EventPosition("binlog.000001", 2**32, 0),
+        EventPosition("binlog.000001", 2**32 - 5, 5),
+        EventPosition("binlog.000001", -1, 0),
+        EventPosition("binlog.000001", 4, -1),
+        EventPosition("binlog.000001", 4, 0, 2),
+        EventPosition(f"binlog.{MAX_FILE_NUMBER + 1}", 4, 0),
+    ],
+)
+def test_sequence_refuses_what_it_cannot_order(position):
+    with pytest.raises(ValueError, match="binlog position"):
+        position.sequence()
+    with pytest.raises(ValueError):
+        EventPosition.decode(position.encode())
+
+
+@given(st.integers(4, 2**32 - 1), st.lists(st.integers(19, 2**30), min_size=1, max_size=40))
+def test_event_start_from_headers_stops_at_the_4_gib_wrap(first, sizes):
+    """The header carries where an event ends, in 4 bytes: past 4 GiB it wraps. Every
+    event before the wrap gets its true start; the first one past it is refused."""
+    file_end, real = 0, first
+    for size in sizes:
+        real_end = real + size
+        start = event_start(real_end % 2**32, size, file_end)
+        if real_end >= 2**32:
+            assert start is None
+            return
+        assert start == real
+        file_end, real = real_end, real_end
 
 
 def test_gtid_state_advances_per_domain():
@@ -76,7 +131,7 @@ def test_replay_filter_drops_replayed_suffix_keeps_tombstone_and_pk_change():
 
 @given(
     st.lists(
-        st.tuples(st.integers(1, 2**20), st.integers(4, 2**31), st.integers(0, 5000), st.integers(0, 1)),
+        st.tuples(st.integers(1, MAX_FILE_NUMBER), st.integers(4, 2**31), st.integers(0, 5000), st.integers(0, 1)),
         min_size=2,
         max_size=30,
     )
@@ -117,3 +172,17 @@ def test_column_exclude_and_mask_in_the_encoded_rows():
     [rec] = codec.encoder.change("c", None, row, codec.encoder.source_json(0, 1, "b.000001", 4))
     after = json.loads(rec.value)["after"]
     assert after == {"id": 1, "email": MASK, "age": MASK}
+
+
+def test_a_captured_database_named_with_a_dot_is_refused_an_excluded_one_is_not():
+    from ingest.errors import IngestError
+
+    every = CaptureFilter(IngestConfig())
+    with pytest.raises(IngestError) as refused:
+        every.captures_database("a.b")
+    assert "database 'a.b'" in str(refused.value) and 'database_exclude: ["a\\\\.b"]' in str(refused.value)
+    with pytest.raises(IngestError, match="database 'a.b'"):
+        every.captures_table("a.b", "t")
+    assert every.captures_table("a", "b.t")  # a table's name may have one: db.table splits at the first
+    excluded = CaptureFilter(IngestConfig(database_exclude=[r"a\.b"]))
+    assert not excluded.captures_database("a.b") and not excluded.captures_table("a.b", "t")
