@@ -514,15 +514,21 @@ def test_each_batch_teaches_the_record_sizes_the_kafka_source_admits_by(tmp_path
     "garbled",
     [b"bin.000001:99999999999:0", b"bin.000001:-5:0", b"bin.000001:1:0:7", b"bin.000001:1:0:1:9", b"no position"],
 )
-def test_a_garbled_position_header_is_a_bad_record_and_never_advances_the_replay_filter(tmp_path, garbled):
+@pytest.mark.parametrize("policy", ["dead_letter", "pause"])
+def test_a_garbled_position_header_is_a_bad_record_and_never_advances_the_replay_filter(tmp_path, garbled, policy):
     sink = MemorySink()
-    proc = _processor(tmp_path, sink)
-    proc.table("db.t", SPEC)
+    dead = []
+    proc = _processor(tmp_path, sink, on_bad_record=policy, dead_letter=lambda r, why: dead.append(r["offset"]))
+    rt = proc.table("db.t", SPEC)
     s = Stream(partitions=1)
     s.change("c", {"id": 1}, after={"id": 1, "v": "a"})
     s.change("c", {"id": 2}, after={"id": 2, "v": "b"})
     s.pending[-1]["headers"][0]["value"] = garbled
     s.change("c", {"id": 3}, after={"id": 3, "v": "c"})
     proc.process(0, s.batch())
-    assert proc.bad_records == 1
+    assert proc.bad_records == 1 and dead == [1]
+    if policy == "pause":  # the table stops at the record, its changes kept until `cdc resume`
+        assert rt.phase == "paused" and "offset 1" in rt.error and sink.state() == {}
+        proc.resume_table(rt)
+        proc.process(1, Stream(partitions=1).batch())
     assert sink.state() == {(1,): {"id": 1, "v": "a"}, (3,): {"id": 3, "v": "c"}}
