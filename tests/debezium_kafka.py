@@ -6,7 +6,8 @@ record goes to the local broker exactly as Kafka Connect's worker would write it
 
 * topic = the record's destination (``<prefix>.<db>.<table>``, ``<prefix>`` for schema
   changes, the notification topic);
-* key and value = the bytes of Connect's JsonConverter (``schemas.enable=false``), the
+* key and value = the bytes of Connect's JsonConverter (``schemas.enable=false``, or true through
+  ``properties``), the
   headers as Debezium set them;
 * partition = Kafka's default partitioner for keyed records (murmur2 of the key bytes;
   confluent-kafka's ``murmur2_random``), topics created up front with ``partitions``
@@ -248,6 +249,8 @@ class _KafkaWriter:
             counts["tombstone"] = counts.get("tombstone", 0) + 1
             return
         v = json.loads(value)
+        if isinstance(v, dict) and set(v) == {"schema", "payload"}:  # value.converter.schemas.enable=true
+            v = v["payload"]
         if topic == notification_topic(self.prefix):
             data = v.get("additional_data") or {}
             st["notifications"].append(

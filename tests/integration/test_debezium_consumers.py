@@ -51,6 +51,15 @@ transforms.unwrap.type=io.debezium.transforms.ExtractNewRecordState
 UNWRAP = "transforms=unwrap\ntransforms.unwrap.type=io.debezium.transforms.ExtractNewRecordState\n"
 # what consumers commonly add: deletes as rows with __deleted, the op and table as fields
 COMMON = "transforms.unwrap.delete.tombstone.handling.mode=rewrite\ntransforms.unwrap.add.fields=op,table\n"
+# what the consumer (filter + COMMON) makes of the workload's change records and
+# tombstones: the same from ingest's topic and from Debezium's own connector's
+_ROW = "record:__deleted,__op,__table,id,name,"
+CHANGES_SEEN = {
+    "c": {_ROW + "note,qty": 1, _ROW + "qty": 26},
+    "u": {_ROW + "note,qty": 4, _ROW + "qty": 6},
+    "d": {_ROW + "note,qty": 1, _ROW + "qty": 2},
+    "tombstone": {"dropped": 3},
+}
 
 
 def _jars() -> str:
@@ -233,6 +242,8 @@ def test_debezium_consumer_on_ingest_topics(stack, tmp_path, unique_name, consum
             # tombstone that follows it in the topic is dropped
             assert (out["outcome"] == "dropped") == (kind in ("ddl", "watermark", "t", "tombstone")), (name, kind, out)
         assert _canonical(_rebuild(outcomes, kinds, truncates=True)) == source, name
+        if name == "filtered-rewrite":
+            assert {k: v for k, v in summaries[name].items() if k in CHANGES_SEEN} == CHANGES_SEEN
         assert _canonical(_rebuild(outcomes, kinds, truncates=False)) == {**source, **_canonical(truncated)}, name
 
     # 2. without the filter: ExtractNewRecordState hands every marker on unchanged, as a
@@ -264,6 +275,66 @@ def test_debezium_consumer_on_ingest_topics(stack, tmp_path, unique_name, consum
             assert out["outcome"] == "dropped", out
         else:
             assert out["outcome"] == "record" and out["value"] == rec.payload, out
+
+
+@pytest.mark.debezium
+def test_debezium_connector_through_the_same_consumer(stack, tmp_path, unique_name, consumer_classes):
+    """The same workload captured by Debezium 3.6's own MySQL connector (Connect schemas,
+    skipped.operations=none so it writes its truncate) through the same consumer: no op m
+    record, one truncate (dropped by ExtractNewRecordState like ours), the marker filter
+    changes nothing, and the change records come out as from ingest's topic."""
+    from tests.debezium_kafka import DebeziumKafka
+
+    db = unique_name
+    conn = _conn(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute(f"CREATE TABLE `{db}`.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
+        cur.execute(
+            f"CREATE TABLE `{db}`.dbz_signal (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, "
+            "data VARCHAR(2048) NULL)"
+        )
+        cur.execute(f"CREATE TABLE `{db}`.dbz_probe (id BIGINT AUTO_INCREMENT PRIMARY KEY, tag VARCHAR(64))")
+    conn.close()
+    prefix = f"dz{unique_name}"
+    dbz = DebeziumKafka(
+        stack,
+        tmp_path / "dbz",
+        prefix,
+        [db],
+        signal_table=f"{db}.dbz_signal",
+        probe_table=f"{db}.dbz_probe",
+        tables=[f"{db}.items"],
+        properties={
+            "key.converter.schemas.enable": "true",
+            "value.converter.schemas.enable": "true",
+            "skipped.operations": "none",
+        },
+    ).start()
+    try:
+        dbz.wait_for(DebeziumKafka.initial_snapshot_done, 120, "the initial snapshot")
+        truncated = _workload(stack, db)
+        conn = _conn(stack, db)
+        with conn.cursor() as cur:  # Debezium has delivered the workload once this row is on Kafka
+            cur.execute("INSERT INTO dbz_probe (tag) VALUES ('done')")
+        conn.close()
+        dbz.wait_for(lambda s: "done" in s.get("probes", []), 90, "the probe row")
+    finally:
+        dbz.stop()
+    records, _ = read_records(stack.kafka.bootstrap, [f"{prefix}.{db}.items"], timeout_s=60, dedup=False)
+    kinds = _kinds(records)
+    assert "ddl" not in kinds and "watermark" not in kinds and kinds.count("t") == 1, kinds
+    source = _canonical(_source_rows(stack, db))
+    seen = {}
+    for name, props in (("unwrap-rewrite", UNWRAP + COMMON), ("filtered-rewrite", MARKER_FILTER + COMMON)):
+        outcomes = _consume(consumer_classes, tmp_path, name, records, props)
+        seen[name] = outcomes
+        summary = _summary(kinds, outcomes)
+        print("debezium", name, json.dumps(summary, sort_keys=True))
+        assert summary["t"] == {"dropped": 1}
+        assert {k: v for k, v in summary.items() if k in CHANGES_SEEN} == CHANGES_SEEN
+        assert _canonical(_rebuild(outcomes, kinds, truncates=False)) == {**source, **_canonical(truncated)}
+    assert seen["unwrap-rewrite"] == seen["filtered-rewrite"]
 
 
 def _schemaless() -> str:
