@@ -71,8 +71,8 @@ def _jars() -> str:
 @pytest.fixture(scope="session")
 def consumer_classes(tmp_path_factory) -> Path:
     """DebeziumConsumer.java compiled once per session against the Debezium/Kafka jars."""
-    if shutil.which("javac") is None:
-        pytest.skip("javac not found: the Debezium-format consumer is compiled at test time")
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        pytest.skip("javac/java not found: the Debezium-format consumer is compiled at test time")
     out = tmp_path_factory.mktemp("dbz-consumer")
     subprocess.run(["javac", "-d", str(out), "-cp", _jars(), str(JAVA_SOURCE)], check=True, timeout=120)
     return out
