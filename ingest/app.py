@@ -33,13 +33,14 @@ from cdc.wire.position import EventPosition, position_bytes
 from cdc.wire.topics import table_topic
 from ingest import metrics
 from ingest.binlog import open_reader
-from ingest.checks import check_source, gtid_for_file_pos
+from ingest.checks import check_source, gtid_for_file_pos, read_server_state
 from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
 from ingest.control_records import context_headers, heartbeat_record, message_record
 from ingest.ddl import DROPPED, ddl_marker, parse_ddl, table_effects, unclassified_tables
 from ingest.declared import DeclaredTypes
 from ingest.envelope import SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
+from ingest.failover import continuation
 from ingest.fatal import (
     backwards_message,
     binlog_gone_message,
@@ -48,10 +49,11 @@ from ingest.fatal import (
     taken_over_message,
     too_large_message,
     unclassified_ddl_message,
+    unverifiable_failover_message,
 )
 from ingest.filters import CaptureFilter
 from ingest.lease import RENEW_S, Lease, held_by_another, lease_key, lease_transactional_id
-from ingest.position import ResumePoint, backwards_reason, file_number
+from ingest.position import ResumePoint, file_number
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
     UNASSIGNED_PARTITION,
@@ -105,6 +107,8 @@ class Ingest:
         self._last_spec: dict[tuple[str, str], TableSpec] = {}
         self.declared = DeclaredTypes()
         self.committed: ResumePoint | None = None
+        self.server_id = 0  # @@server_id of the server streamed from (checked at every connect)
+        self.epoch = 0  # EventPosition.epoch of the records written from that server
         self.stats = {"events": 0, "kafka_transactions": 0, "source_transactions": 0}
         self.backoff = 1.0  # seconds before the next retry; back to 1 once streaming again
         self.unavailable_since: float | None = None  # first failure of the current outage
@@ -156,8 +160,8 @@ class Ingest:
                 self.committed.trx_events,
                 self.committed.trx_gtid,
             )
-            self._check_not_backwards(facts)
-        self.server_id = facts["server_id"]
+        # the server's binlog is checked against this point on every connect of the stream
+        self.server_id, self.epoch = facts["server_id"], self.committed.epoch
         self._load_ddl_history()
         self.backoff = 1.0
         while not stop.is_set():
@@ -241,33 +245,43 @@ class Ingest:
         lease = Lease.from_json(raw) if raw else None
         return lease if lease is not None and lease.run != self._lease.run else None
 
-    def _check_not_backwards(self, facts: dict) -> None:
-        conn = pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
-        try:
-            with conn.cursor() as cur:
-                # now, not at start: a predecessor still running may have committed since
-                cur.execute("SELECT @@gtid_binlog_pos")
-                gtid_pos = cur.fetchone()[0] or ""
-                cur.execute("SHOW BINARY LOGS")
-                files = [row[0] for row in cur.fetchall()]
-        finally:
-            conn.close()
-        reason = backwards_reason(self.committed, facts["server_id"], gtid_pos, files)
-        if reason:
-            raise IngestError(backwards_message(self.prefix, reason))
+    def _source_connected(self, conn) -> None:
+        """On every (re)connect of the binlog stream, on its connection, before the first
+        event: the server continues what ingest committed, either the same binlog or, after
+        a failover, another server's that holds every transaction ingest has read (then the
+        positions go on at the next epoch). Anything else stops ingest with the way out."""
+        server = read_server_state(conn)
+        verdict = continuation(self.committed, server)
+        if verdict.backwards:
+            raise IngestError(backwards_message(self.prefix, verdict.backwards))
+        if verdict.unverifiable:
+            raise IngestError(unverifiable_failover_message(verdict.unverifiable))
+        if verdict.moved:
+            log.warning(
+                "the source is server_id %d now (ingest's position is on server_id %s); its binlog holds every "
+                "transaction ingest has read (GTID %s): continuing there, positions at epoch %d",
+                server.server_id,
+                self.committed.server_id,
+                self.committed.gtid_state,
+                verdict.epoch,
+            )
+        self.server_id, self.epoch = server.server_id, verdict.epoch
 
     def _check_source_still_ours(self, read: ResumePoint) -> None:
-        """While idle: the server's binlog has not gone behind what ingest has read."""
+        """While idle: the server's binlog has not gone behind what ingest has read, and the
+        source address still leads to the server streamed from (else reconnect: the new
+        connection is checked like every one)."""
         if self._details_conn is None or not self._details_conn.open:
             self._details_conn = pymysql.connect(**self.config.mysql.connect_kwargs(), autocommit=True)
-        with self._details_conn.cursor() as cur:
-            cur.execute("SELECT @@server_id, @@gtid_binlog_pos")
-            server_id, gtid_pos = cur.fetchone()
-            cur.execute("SHOW BINARY LOGS")
-            files = [row[0] for row in cur.fetchall()]
-        reason = backwards_reason(read, int(server_id), gtid_pos or "", files)
-        if reason:
-            raise IngestError(backwards_message(self.prefix, reason))
+        server = read_server_state(self._details_conn)
+        if server.server_id != self.server_id:
+            raise ConnectionError(
+                f"the source address leads to server_id {server.server_id} now, the binlog stream is on "
+                f"server_id {self.server_id}: reconnecting"
+            )
+        verdict = continuation(read, server)
+        if verdict.backwards:
+            raise IngestError(backwards_message(self.prefix, verdict.backwards))
 
     def _load_ddl_history(self) -> None:
         """Declared column types from the schema-change topic (our DDL history)."""
@@ -310,11 +324,21 @@ class Ingest:
     # ------------------------------------------------------------------ streaming
 
     def _reader(self):
-        return open_reader(self.config.mysql.connect_kwargs(), self.config.server_id, self.committed.gtid_state)
+        return open_reader(
+            self.config.mysql.connect_kwargs(),
+            self.config.server_id,
+            self.committed.gtid_state,
+            on_connect=self._source_connected,
+        )
 
     def _stream(self, stop: threading.Event) -> None:
         cfg = self.config
         reader = self._reader()
+        try:
+            reader.open()  # checks the server (_source_connected) before the first event
+        except BaseException:
+            reader.close()
+            raise
         metrics.CONNECTED.set(1)
         stream = BinlogStream(
             self,
@@ -346,6 +370,7 @@ class Ingest:
             point.trx_events,
             int(time.time() * 1000),
             self.server_id,
+            self.epoch,
         )
         if time.monotonic() - self._lease_renewed >= RENEW_S:
             self._renew_lease()  # fenced (another instance took over): nothing more is committed
@@ -476,13 +501,13 @@ class Ingest:
             records = enc.change(
                 op, before, after, source, transaction=transaction, before_none_sources=bns, after_none_sources=ans
             )
-            pos_bytes = position_bytes(position.file, position.pos, row_index)
+            pos_bytes = position_bytes(position.file, position.pos, row_index, 0, position.epoch)
             for i, rec in enumerate(records):
                 # the create half of a primary-key change sorts after its delete half
                 pb = (
                     pos_bytes
                     if not (op == "u" and i and rec.value is not None)
-                    else position_bytes(position.file, position.pos, row_index, 1)
+                    else position_bytes(position.file, position.pos, row_index, 1, position.epoch)
                 )
                 if rec.key is not None:
                     # librdkafka's murmur2_random partitioner: Kafka's Java default (see producer.py)
@@ -550,7 +575,7 @@ class Ingest:
                     db, table, trx.ts_ms, event.packet.server_id, position.file, position.pos, row_index, trx.gtid
                 ),
             )
-            pos = EventPosition(position.file, position.pos, row_index).encode()
+            pos = position_bytes(position.file, position.pos, row_index, 0, position.epoch)
             rec = message_record(
                 self.env, topic, source, "cdc.watermark", payload, headers=[(WATERMARK_HEADER, payload)]
             )
@@ -578,7 +603,7 @@ class Ingest:
             return 0
         database = ddl.database or (captured[0][0] if captured else default_db)
         thread = getattr(event, "slave_proxy_id", None)
-        pos = EventPosition(position.file, position.pos, 0).encode()
+        pos = position_bytes(position.file, position.pos, 0, 0, position.epoch)
         written = 0
         if ddl.kind == "TRUNCATE":
             # a truncate record per partition, and no schema change: Debezium writes none
@@ -662,7 +687,7 @@ class Ingest:
                 headers=[(DDL_HEADER, payload)],
             )
             # one row index per table: tables whose names share a topic keep distinct positions
-            pos = EventPosition(position.file, position.pos, row).encode()
+            pos = position_bytes(position.file, position.pos, row, 0, position.epoch)
             partitions = self._partitions(db, table)
             for p in range(partitions):
                 self._send_record(rec, p, pos)
@@ -690,7 +715,7 @@ class Ingest:
         rec = enc.truncate(
             SourceInfo(db, table, ts_ms, event.packet.server_id, position.file, position.pos, 0, trx.gtid, thread)
         )
-        pos = EventPosition(position.file, position.pos, 0).encode()
+        pos = position_bytes(position.file, position.pos, 0, 0, position.epoch)
         for p in range(partitions):
             self._send_record(rec, p, pos)
         metrics.EVENTS.labels(f"{db}.{table}", "t").inc()

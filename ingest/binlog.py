@@ -221,8 +221,9 @@ class IngestBinLogStreamReader(BinLogStreamReader):
     lean path for table-map cache hits and rows events (see the module docstring).
     ``fetchone`` follows the library's loop step for step."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, on_stream_connect=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self._on_stream_connect = on_stream_connect
         allowed = set(getattr(self, _R + "allowed_events"))
         # callers naming the library's rows classes get ingest's (subclasses of them)
         for etype, fast in FAST_ROWS_CLASSES.items():
@@ -345,11 +346,40 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         header = _HEADER(data)
         return header[4] - header[3]
 
+    def open(self) -> None:
+        """Connects now (else the first ``fetchone`` does): ``on_stream_connect`` has run
+        when this returns."""
+        self._connect(self.__dict__)
+
     def _connect(self, sd) -> None:
         if not sd[_CONNECTED_STREAM]:
-            getattr(self, _R + "connect_to_stream")()
+            if self._on_stream_connect is None:
+                getattr(self, _R + "connect_to_stream")()
+            else:
+                self._connect_checked_stream()
         if not sd[_CONNECTED_CTL]:
             getattr(self, _R + "connect_to_ctl")()
+
+    def _connect_checked_stream(self) -> None:
+        """The library's stream connection, with ``on_stream_connect(conn)`` run on it before
+        the binlog dump is requested: the check sees the very server the events come from
+        (behind a proxy or a virtual IP, a second connection could reach another one)."""
+        connect, check = self.pymysql_wrapper, self._on_stream_connect
+
+        def checked(**settings):
+            conn = connect(**settings)
+            try:
+                check(conn)
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+
+        self.pymysql_wrapper = checked
+        try:
+            getattr(self, _R + "connect_to_stream")()
+        finally:
+            self.pymysql_wrapper = connect
 
     def _stream_failed(self, error: pymysql.OperationalError, sd) -> None:
         code, message = error.args
@@ -532,9 +562,16 @@ class IngestBinLogStreamReader(BinLogStreamReader):
 
 
 def open_reader(
-    connect_kwargs: dict, server_id: int, gtid_state: str, heartbeat_s: float = 1.0, *, blocking: bool = True
+    connect_kwargs: dict,
+    server_id: int,
+    gtid_state: str,
+    heartbeat_s: float = 1.0,
+    *,
+    blocking: bool = True,
+    on_connect=None,
 ) -> BinLogStreamReader:
-    """A MariaDB binlog stream starting after ``gtid_state`` (blocking unless told)."""
+    """A MariaDB binlog stream starting after ``gtid_state`` (blocking unless told);
+    ``on_connect(conn)`` runs on the stream's connection before the dump starts."""
     settings = {
         "host": connect_kwargs["host"],
         "port": connect_kwargs["port"],
@@ -554,4 +591,5 @@ def open_reader(
         resume_stream=True,
         slave_heartbeat=heartbeat_s,
         only_events=EVENTS,
+        on_stream_connect=on_connect,
     )

@@ -7,6 +7,7 @@ import pymysql
 
 from cdc.config import IngestConfig
 from cdc.errors import UserError
+from ingest.failover import ServerState
 from ingest.filters import CaptureFilter
 
 
@@ -112,3 +113,14 @@ def gtid_for_file_pos(config: IngestConfig, file: str, pos: int) -> str:
     if not row or row[0] is None:
         raise SourceError(f"binlog position {file}:{pos} is not in the server's binlogs")
     return row[0]
+
+
+def read_server_state(conn: pymysql.Connection) -> ServerState:
+    """The server's identity and binlog state, read on ``conn`` (the binlog connection
+    itself, before its dump starts, so that the facts are of the server it streams from)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@server_id, @@gtid_binlog_pos, @@gtid_binlog_state, @@gtid_strict_mode")
+        server_id, pos, state, strict = cur.fetchone()
+        cur.execute("SHOW BINARY LOGS")
+        files = tuple(row[0] for row in cur.fetchall())
+    return ServerState(int(server_id), pos or "", state or "", bool(int(strict)), files)

@@ -33,6 +33,15 @@ def backwards_message(prefix: str, reason: str) -> str:
     )
 
 
+def unverifiable_failover_message(reason: str) -> str:
+    """Another server whose binlog cannot be shown to hold what ingest read: what to do."""
+    return (
+        f"{reason}. Set gtid_strict_mode=ON on that server (and on every server it may fail over to; "
+        f"MariaDB's failover setting) and restart ingest: it continues there if the server's binlog holds "
+        f"every transaction ingest has read, else it says so"
+    )
+
+
 def too_large_message(prefix: str, exc: RecordTooLarge) -> str:
     """A change too large for the broker: which one, and what to do."""
     where = ""

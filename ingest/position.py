@@ -32,6 +32,7 @@ class ResumePoint:
     trx_events: int = 0
     ts_ms: int = 0
     server_id: int | None = None  # @@server_id of the source the position is on
+    epoch: int = 0  # EventPosition.epoch of the records: +1 at each failover ingest continued across
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -47,19 +48,12 @@ def file_number(name: str | None) -> int:
     return int(m.group(1)) if m else -1
 
 
-def backwards_reason(
-    committed: ResumePoint, server_id: int, gtid_binlog_pos: str, binlog_files: list[str]
-) -> str | None:
-    """Why the source's binlog is no longer the one ``committed`` points into, or None.
+def backwards_reason(committed: ResumePoint, gtid_binlog_pos: str, binlog_files: list[str]) -> str | None:
+    """Why the same server's binlog is no longer the one ``committed`` points into, or None.
 
-    Positions (file, offset) order the changes only along one server's binlog. After a
-    failover to another server, or ``RESET MASTER``, new changes could carry positions at
-    or below ones already written, and every consumer would drop them as replays."""
-    if committed.server_id is not None and committed.server_id != server_id:
-        return (
-            f"the source is another server now (server_id {server_id}; ingest's position is on "
-            f"server_id {committed.server_id}): binlog positions of two servers cannot be compared"
-        )
+    Positions (file, offset) order the changes only along one binlog. After ``RESET
+    MASTER``, new changes could carry positions at or below ones already written, and every
+    consumer would drop them as replays. (Another server: ``ingest.failover``.)"""
     have = {parse_gtid(g)[0]: parse_gtid(g)[2] for g in gtid_binlog_pos.split(",") if g.strip()}
     for gtid in committed.gtid_state.split(","):
         if not gtid.strip():

@@ -103,6 +103,7 @@ class BinlogStream:
         self.ingest = ingest
         self.policy = policy
         self.point: ResumePoint = ingest.committed
+        self.epoch = ingest.epoch  # of this connection's server (set when it connected)
         self.gtid_state = self.point.gtid_state
         self.file: str | None = None
         self.file_end = 0  # the highest event end read in self.file (what a wrap goes below)
@@ -173,7 +174,7 @@ class BinlogStream:
         if start is None:
             raise IngestError(position_wrapped_message(self.ingest.prefix, self.file, end, self.file_end))
         self.file_end = end
-        return EventPosition(self.file, start)
+        return EventPosition(self.file, start, epoch=self.epoch)
 
     def on_table_map(self, event) -> None:
         self.ingest._table_maps[event.table_id] = event
@@ -262,7 +263,9 @@ class BinlogStream:
             # idle: is the source still the binlog we read? (after RESET MASTER the server
             # streams nothing more on this connection, and says nothing)
             self.last_source_check = now
-            read = ResumePoint(self.gtid_state, self.file, event.packet.log_pos, server_id=self.ingest.server_id)
+            read = ResumePoint(
+                self.gtid_state, self.file, event.packet.log_pos, server_id=self.ingest.server_id, epoch=self.epoch
+            )
             self.ingest._check_source_still_ours(read)
         if self.policy.heartbeat_due(not idle, now, self.last_heartbeat):
             self.ingest._heartbeat()

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-POSITION_HEADER = "cdc.position"  # EventPosition.encode(): binlog file:pos:row[:part]
+POSITION_HEADER = "cdc.position"  # EventPosition.encode(): binlog file:pos:row[:part[:epoch]]
 WATERMARK_HEADER = "cdc.watermark"  # a watermark marker: {"table", "window", "kind"}
 DDL_HEADER = "cdc.ddl"  # a DDL marker (ingest/ddl.py ddl_marker)

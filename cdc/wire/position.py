@@ -1,5 +1,5 @@
-"""The position every record carries (binlog file, event start, row, part) and the replay
-rule consumers apply with it."""
+"""The position every record carries (epoch, binlog file, event start, row, part) and the
+replay rule consumers apply with it."""
 
 from __future__ import annotations
 
@@ -8,38 +8,58 @@ from dataclasses import dataclass
 from functools import total_ordering
 
 FILE_SEQ = re.compile(r"\.(\d+)$")
-MAX_FILE_NUMBER = 999_999  # MariaDB's binlog files are numbered .000001 to .999999
-POSITION_LIMIT = 1 << 32  # an event header's position field has 4 bytes (ingest stops at a wrap)
+# ``sequence()``'s layout, low bits first: part | pos + row | file number | epoch, in a
+# positive int64 (63 bits). Event header positions are 32 bits; binlog file numbers go to
+# 999999 (< 2**20); the epoch takes the rest.
+PART_BITS = 1
+POS_BITS = 32
+FILE_BITS = 20
+EPOCH_BITS = 63 - FILE_BITS - POS_BITS - PART_BITS  # 10
+FILE_SHIFT = PART_BITS + POS_BITS
+EPOCH_SHIFT = FILE_SHIFT + FILE_BITS
+MAX_EPOCH = (1 << EPOCH_BITS) - 1
+MAX_FILE_NUMBER = 999_999  # MariaDB's binlog files are numbered .000001 to .999999 (< 2**FILE_BITS)
+POSITION_LIMIT = 1 << POS_BITS  # an event header's position field has 4 bytes (ingest stops at a wrap)
 
 
 @total_ordering
 @dataclass(frozen=True)
 class EventPosition:
-    """binlog file, start of the binlog event, row inside the event, and ``part``: 1 for
-    the create half of a primary-key change (its delete half is part 0)."""
+    """binlog file, start of the binlog event, row inside the event, ``part``: 1 for the
+    create half of a primary-key change (its delete half is part 0), and ``epoch``: the
+    number of changes of source server ingest continued across (a failover), which sorts
+    above the binlog coordinates because the new server's are not comparable with the old
+    one's."""
 
     file: str
     pos: int
     row: int = 0
     part: int = 0
+    epoch: int = 0
 
-    def key(self) -> tuple[int, str, int, int, int]:
+    def key(self) -> tuple[int, int, str, int, int, int]:
         m = FILE_SEQ.search(self.file)
-        return (int(m.group(1)) if m else -1, self.file, self.pos, self.row, self.part)
+        return (self.epoch, int(m.group(1)) if m else -1, self.file, self.pos, self.row, self.part)
 
     def __lt__(self, other: "EventPosition") -> bool:
         return self.key() < other.key()
 
     def sequence(self) -> int:
-        """A positive int64 that orders positions along the binlog: file number, then
-        ``pos + row`` (a row index is always smaller than its event's size, so this never
-        reaches the next event), then ``part``. The merger orders the changes of a key by
-        it, across partitions and for snapshot rows (the HIGH watermark's sequence).
-        ValueError for a position outside that range (``checked``): it never overflows."""
+        """A positive int64 that orders positions: epoch, then file number, then ``pos +
+        row`` (a row index is always smaller than its event's size, so this never reaches
+        the next event), then ``part`` (the bit widths above). The merger orders the
+        changes of a key by it, across partitions and for snapshot rows (the HIGH
+        watermark's sequence). ValueError for a position outside that range (``checked``):
+        it never overflows."""
         m = FILE_SEQ.search(self.file)
         file_seq = int(m.group(1)) if m else 0
         self._check(file_seq)
-        return (file_seq << 33) | ((self.pos + self.row) << 1) | self.part
+        return (
+            (self.epoch << EPOCH_SHIFT)
+            | (file_seq << FILE_SHIFT)
+            | ((self.pos + self.row) << PART_BITS)
+            | self.part
+        )
 
     def checked(self) -> "EventPosition":
         """Itself, if it is a position the sequence can order; else ValueError (a garbled
@@ -51,6 +71,8 @@ class EventPosition:
     def _check(self, file_seq: int) -> None:
         if file_seq > MAX_FILE_NUMBER:
             raise ValueError(f"binlog position {self.file}: file number beyond {MAX_FILE_NUMBER}")
+        if not 0 <= self.epoch <= MAX_EPOCH:
+            raise ValueError(f"position epoch {self.epoch} outside 0..{MAX_EPOCH}")
         if not (self.pos >= 0 and self.row >= 0 and self.pos + self.row < POSITION_LIMIT and self.part in (0, 1)):
             raise ValueError(
                 f"binlog position {self.file}:{self.pos}:{self.row}:{self.part} out of range "
@@ -58,7 +80,7 @@ class EventPosition:
             )
 
     def encode(self) -> bytes:
-        return position_bytes(self.file, self.pos, self.row, self.part)
+        return position_bytes(self.file, self.pos, self.row, self.part, self.epoch)
 
     @classmethod
     def decode(cls, raw: bytes | str) -> "EventPosition":
@@ -66,14 +88,17 @@ class EventPosition:
         text = raw.decode() if isinstance(raw, bytes) else raw
         file, sep, rest = text.partition(":")
         parts = [int(x) for x in rest.split(":")] if sep else []
-        if not file or not 1 <= len(parts) <= 3:
-            raise ValueError(f"not a binlog position (file:pos[:row[:part]]): {text[:100]!r}")
+        if not file or not 1 <= len(parts) <= 4:
+            raise ValueError(f"not a binlog position (file:pos[:row[:part[:epoch]]]): {text[:100]!r}")
         return cls(file, *parts).checked()
 
 
-def position_bytes(file: str, pos: int, row: int = 0, part: int = 0) -> bytes:
-    """``EventPosition(file, pos, row, part).encode()`` without building the object (once per
-    record on ingest's hot path): ``file:pos:row``, then ``:part`` when part is not 0."""
+def position_bytes(file: str, pos: int, row: int = 0, part: int = 0, epoch: int = 0) -> bytes:
+    """``EventPosition(file, pos, row, part, epoch).encode()`` without building the object
+    (once per record on ingest's hot path): ``file:pos:row``, then ``:part`` when part is not
+    0, then ``:epoch`` when the epoch is not 0 (a header without it is epoch 0)."""
+    if epoch:
+        return f"{file}:{pos}:{row}:{part}:{epoch}".encode()
     if part:
         return f"{file}:{pos}:{row}:{part}".encode()
     return f"{file}:{pos}:{row}".encode()
