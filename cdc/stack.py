@@ -40,6 +40,7 @@ class MariaDBInfo:
     socket: str = ""
     datadir: str = ""
     version: str = ""
+    server_id: int = 1  # distinct per server of a replication pair (tests' GTID replica)
 
 
 @dataclass
@@ -292,7 +293,7 @@ def _mariadb_args(info: StackInfo, mariadbd: str, datadir: Path, report_mysql8_v
         "--binlog-format=ROW",
         "--binlog-row-image=FULL",
         "--binlog-row-metadata=FULL",
-        "--server-id=1",
+        f"--server-id={m.server_id}",
         "--gtid-strict-mode=1",
         "--log-slave-updates=1",
         "--skip-name-resolve",

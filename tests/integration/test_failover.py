@@ -1,0 +1,186 @@
+"""Failover to a GTID replica (issue 22 item 1), on a private primary/replica pair behind a
+switchable TCP proxy (tests/failover_harness.py; the shared broker and PostgreSQL).
+
+* Switches under a steady write load, ingest running through one and killed -9 right after
+  the next: ingest carries on on each new primary at the next epoch, and both sinks equal
+  the last primary row for row.
+* A lossy switch (a replica stopped before the last transactions ingest read, then written
+  to): ingest stops with one line and the way out, and writes nothing of the new server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+
+from cdc import stack as local_stack
+from ingest.producer import read_resume_point
+from tests.failover_harness import (
+    TcpProxy,
+    WriteLoad,
+    caught_up,
+    promote,
+    query_one,
+    root,
+    start_replica,
+    start_server,
+)
+from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+from tests.kafka_util import read_records, rebuild
+from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+
+TABLES = ["a", "b"]
+
+
+@pytest.fixture
+def pair(stack, tmp_path):
+    """(primary, replica, proxy, the stack as clients see it: MariaDB through the proxy)."""
+    if not stack.mariadb.datadir:
+        pytest.skip("needs the local stack's MariaDB binaries")
+    dirs = [tmp_path / "primary", tmp_path / "replica"]
+    proxy = None
+    try:
+        primary = start_server(dirs[0], 1)
+        replica = start_replica(primary, dirs[1], 2)
+        proxy = TcpProxy(primary.mariadb.port)
+        via = local_stack.StackInfo(
+            state_dir=str(tmp_path / "via"),
+            mariadb=dataclasses.replace(primary.mariadb, port=proxy.port),
+            kafka=stack.kafka,
+            postgres=stack.postgres,
+        )
+        yield primary, replica, proxy, via
+    finally:
+        if proxy is not None:
+            proxy.close()
+        for d in dirs:
+            local_stack.down(d, components=("mariadb",))
+
+
+def _create_tables(info, db: str, rows: int) -> None:
+    conn = root(info)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"USE {db}")
+        for t in TABLES:
+            cur.execute(f"CREATE TABLE {db}.{t} (id INT PRIMARY KEY, v VARCHAR(40), n INT NOT NULL)")
+            cur.execute(f"INSERT INTO {db}.{t} SELECT seq, CONCAT('s', seq), 0 FROM seq_1_to_{rows}")
+    conn.close()
+
+
+def _resume_point(via, prefix: str):
+    key = json.dumps({"server": prefix}, separators=(",", ":")).encode()
+    return read_resume_point({"bootstrap.servers": via.kafka.bootstrap}, f"{prefix}.offsets", key, timeout_s=10)
+
+
+def _fail_over(load: WriteLoad, old, new, proxy: TcpProxy) -> None:
+    """Writes paused, the replica caught up and promoted, the address moved, writes resumed."""
+    load.pause()
+    caught_up(old, new)
+    promote(new)
+    proxy.switch(new.mariadb.port)
+    load.resume()
+
+
+def _reparent(server, primary) -> None:
+    """The old primary becomes a replica of the new one, from its own GTID position."""
+    with root(server).cursor() as cur:
+        cur.execute("SET GLOBAL read_only = 1")
+        cur.execute(
+            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='root', MASTER_PASSWORD=%s, "
+            "MASTER_USE_GTID=current_pos, MASTER_CONNECT_RETRY=1",
+            (primary.mariadb.port, primary.mariadb.root_password),
+        )
+        cur.execute("START SLAVE")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)
+def test_switch_to_the_gtid_replica_under_load_and_kill9_ingest(pair, tmp_path, unique_name):
+    """Two failovers under a steady write load: A -> B while ingest runs (it reconnects and
+    goes on at epoch 1), then B -> A (A made a replica of B first) with ingest killed -9 at
+    once and started again (epoch 2). The sinks equal the last primary row for row."""
+    primary, replica, proxy, via = pair
+    db = f"fo_{unique_name}"
+    _create_tables(via, db, 500)
+    icfg = write_config(via, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    mcfg = write_merger_config(via, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
+    ingest = IngestProcess(icfg, tmp_path / "ingest1.log").start()
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    load = WriteLoad(via, proxy.port, db, TABLES)
+    checker = SinkChecker(via, tmp_path)
+    try:
+        wait_caught_up(via, unique_name, proc=ingest)
+        load.start()
+        time.sleep(5)
+
+        _fail_over(load, primary, replica, proxy)  # ingest running: it reconnects by itself
+        time.sleep(5)
+        assert query_one(via, "SELECT @@server_id")[0] == 2
+        point = wait_caught_up(via, unique_name, proc=ingest)
+        assert (point.server_id, point.epoch) == (2, 1), point
+
+        _reparent(primary, replica)
+        before = load.statements
+        _fail_over(load, replica, primary, proxy)
+        ingest.kill9()  # right after the switch
+        ingest = IngestProcess(icfg, tmp_path / "ingest2.log").start()
+        time.sleep(6)
+        load.stop()
+        assert load.statements > before + 50, (before, load.statements)  # writes went on on the new primary
+        assert query_one(via, "SELECT @@server_id")[0] == 1
+
+        point = wait_caught_up(via, unique_name, proc=ingest)
+        assert (point.server_id, point.epoch) == (1, 2), point
+        for t in TABLES:
+            checker.wait_equal(db, t, timeout_s=240, proc=merger)
+        logs = (tmp_path / "ingest1.log").read_text(errors="replace") + ingest.log_text()
+        for epoch in (1, 2):
+            assert f"continuing there, positions at epoch {epoch}" in logs, logs[-3000:]
+        assert "error: " not in logs and "Traceback" not in logs, logs[-3000:]
+    finally:
+        if load.is_alive():
+            load.stop()
+        checker.close()
+        merger.stop()
+        ingest.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_lossy_switch_stops_ingest_with_the_way_out(pair, tmp_path, unique_name):
+    primary, replica, proxy, via = pair
+    db = f"fl_{unique_name}"
+    _create_tables(via, db, 10)
+    caught_up(primary, replica)
+    cfg = write_config(via, tmp_path / "ingest.yaml", unique_name, [db])
+    ingest = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    try:
+        wait_caught_up(via, unique_name, proc=ingest)
+        # the replica stops receiving; the primary commits three more that ingest reads
+        with root(replica).cursor() as cur:
+            cur.execute("STOP SLAVE")
+        with root(primary).cursor() as cur:
+            for i in range(3):
+                cur.execute(f"INSERT INTO {db}.a VALUES (%s, 'lost', 0)", (100 + i,))
+        read = wait_caught_up(via, unique_name, proc=ingest)
+        # promoted as it is, written to (its own GTIDs take the lost ones' seq_nos), switched to
+        promote(replica)
+        with root(replica).cursor() as cur:
+            for i in range(5):
+                cur.execute(f"INSERT INTO {db}.b VALUES (%s, 'new', 0)", (200 + i,))
+        proxy.switch(replica.mariadb.port)
+
+        assert ingest.wait_exit(60), "ingest went on on a server that lacks transactions it has read"
+        log = ingest.log_text()
+        errors = [line for line in log.splitlines() if "error: " in line]
+        assert len(errors) == 1 and "Traceback" not in log, log[-3000:]
+        assert "does not hold GTID" in errors[0] and read.gtid_state in errors[0], errors[0]
+        assert "new topic_prefix" in errors[0], errors[0]
+        records, _ = read_records(via.kafka.bootstrap, [f"{unique_name}.{db}.b"])
+        assert not [k for k in rebuild(records, ["id"]) if k[0] >= 200]  # nothing of the new server
+        assert _resume_point(via, unique_name).gtid_state == read.gtid_state
+    finally:
+        ingest.stop()
