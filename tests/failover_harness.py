@@ -104,7 +104,7 @@ def promote(replica: local_stack.StackInfo) -> None:
 
 class TcpProxy:
     """Forwards 127.0.0.1:<port> to the current target port; ``switch`` changes the target
-    and closes every connection already forwarded (as a moved virtual IP does to them)."""
+    and closes every connection already forwarded (as a moved virtual IP does to them) or not."""
 
     def __init__(self, target_port: int):
         self.target_port = target_port
@@ -154,8 +154,12 @@ class TcpProxy:
             pass
         s.close()
 
-    def switch(self, target_port: int) -> None:
+    def switch(self, target_port: int, close_existing: bool = True) -> None:
+        """New connections go to ``target_port``; existing ones are closed, or, as some
+        virtual IPs leave them, stay with the old server."""
         self.target_port = target_port
+        if not close_existing:
+            return
         with self._lock:
             current = list(self._open)
         for s in current:

@@ -189,3 +189,32 @@ def test_a_lossy_switch_stops_ingest_with_the_way_out(pair, tmp_path, unique_nam
         assert _resume_point(via, unique_name).gtid_state == read.gtid_state
     finally:
         ingest.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_an_address_moved_under_an_open_stream_is_noticed_while_idle(pair, tmp_path, unique_name):
+    """The address moves but the binlog connection stays with the old primary (no writes
+    there any more, the server keeps it open): the idle check (every 10 s) sees the address
+    lead to another server and reconnects; the new server is checked like every connect."""
+    primary, replica, proxy, via = pair
+    db = f"fi_{unique_name}"
+    _create_tables(via, db, 10)
+    cfg = write_config(via, tmp_path / "ingest.yaml", unique_name, [db])
+    ingest = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    try:
+        wait_caught_up(via, unique_name, proc=ingest)
+        caught_up(primary, replica)
+        promote(replica)
+        proxy.switch(replica.mariadb.port, close_existing=False)
+        with root(via).cursor() as cur:
+            assert query_one(via, "SELECT @@server_id")[0] == 2
+            cur.execute(f"INSERT INTO {db}.b VALUES (300, 'new', 0)")
+        point = wait_caught_up(via, unique_name, timeout_s=60, proc=ingest)
+        assert (point.server_id, point.epoch) == (2, 1), point
+        records, _ = read_records(via.kafka.bootstrap, [f"{unique_name}.{db}.b"])
+        [new] = [r for r in records if r.value is not None and r.position and r.position.epoch == 1]
+        assert rebuild([new], ["id"]) == {(300,): {"id": 300, "v": "new", "n": 0}}
+        assert "error: " not in ingest.log_text()
+    finally:
+        ingest.stop()
