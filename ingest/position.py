@@ -8,11 +8,13 @@ Two things live here:
   transaction is cut into several Kafka transactions (always at a row-event boundary),
   ``trx_gtid`` names it and ``trx_events`` counts its row events already committed, so
   a restart skips exactly those.
-* ``EventPosition``: the position carried by every record (header ``cdc.position``):
-  binlog file, start offset of the binlog event, row index inside the event. It only
-  grows along the binlog, so a consumer drops any record at or below the highest
-  position it already took from a partition: that is what makes a replayed suffix
-  (after ingest was killed) harmless even on brokers that show aborted records.
+* ``EventPosition`` (cdc.wire.position): the position carried by every record (header
+  ``cdc.position``): binlog file, start offset of the binlog event, row index inside the
+  event, and the epoch (one more at each failover ingest continued across, see
+  ingest.failover, committed here as ``ResumePoint.epoch``). It only grows along the
+  binlog, so a consumer drops any record at or below the highest position it already
+  took from a partition: that is what makes a replayed suffix (after ingest was killed)
+  harmless even on brokers that show aborted records.
 """
 
 from __future__ import annotations
