@@ -54,12 +54,7 @@ class EventPosition:
         m = FILE_SEQ.search(self.file)
         file_seq = int(m.group(1)) if m else 0
         self._check(file_seq)
-        return (
-            (self.epoch << EPOCH_SHIFT)
-            | (file_seq << FILE_SHIFT)
-            | ((self.pos + self.row) << PART_BITS)
-            | self.part
-        )
+        return (self.epoch << EPOCH_SHIFT) | (file_seq << FILE_SHIFT) | ((self.pos + self.row) << PART_BITS) | self.part
 
     def checked(self) -> "EventPosition":
         """Itself, if it is a position the sequence can order; else ValueError (a garbled

@@ -512,7 +512,14 @@ def test_each_batch_teaches_the_record_sizes_the_kafka_source_admits_by(tmp_path
 
 @pytest.mark.parametrize(
     "garbled",
-    [b"bin.000001:99999999999:0", b"bin.000001:-5:0", b"bin.000001:1:0:7", b"bin.000001:1:0:1:9", b"no position"],
+    [
+        b"bin.000001:99999999999:0",
+        b"bin.000001:-5:0",
+        b"bin.000001:1:0:7",
+        b"bin.000001:1:0:0:99999",
+        b"bin.000001:1:0:1:9:9",
+        b"no position",
+    ],
 )
 @pytest.mark.parametrize("policy", ["dead_letter", "pause"])
 def test_a_garbled_position_header_is_a_bad_record_and_never_advances_the_replay_filter(tmp_path, garbled, policy):
