@@ -13,10 +13,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from cdc import stack as local_stack
 
 ROOT = Path(__file__).resolve().parents[1]
+# no per-example deadline: on a loaded 2-core machine (two test workers, servers, Spark) an
+# example's time says nothing about the code, and a timing failure is a flaky test
+settings.register_profile("cdc", deadline=None)
+settings.load_profile("cdc")
 IS_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BACKENDS = ("local", "containers")
 
