@@ -273,7 +273,14 @@ class IngestConfig(_Model):
         description="MB of one source transaction's records held back (so that a ROLLBACK TO can "
         "drop them) before they are sent, at most: bounds ingest's memory for large rows",
     )
-    commit_every_ms: int = Field(200, ge=1, description="Kafka transaction age, at most")
+    commit_every_ms: int = Field(
+        200,
+        ge=1,
+        description="least time between two Kafka commits: a source transaction that ends later than that "
+        "after the last commit is committed at once (an isolated change on a quiet source waits for no "
+        "timer), sooner ones wait for the next commit; also the server heartbeat period asked for (at "
+        "most 1 s), which bounds that wait while the source is quiet",
+    )
     on_xa_rollback: Literal["fail", "warn"] = Field(
         "fail",
         description="an XA transaction rolled back after XA PREPARE, whose changes were written "

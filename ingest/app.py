@@ -323,29 +323,28 @@ class Ingest:
 
     # ------------------------------------------------------------------ streaming
 
-    def _reader(self):
+    def _reader(self, heartbeat_s: float):
         return open_reader(
             self.config.mysql.connect_kwargs(),
             self.config.server_id,
             self.committed.gtid_state,
+            heartbeat_s,
             on_connect=self._source_connected,
         )
 
     def _stream(self, stop: threading.Event) -> None:
         cfg = self.config
-        reader = self._reader()
+        policy = CommitPolicy(
+            cfg.commit_every_events, cfg.commit_every_ms, cfg.heartbeat_interval_ms, cfg.hold_max_mb << 20
+        )
+        reader = self._reader(policy.server_heartbeat_s())
         try:
             reader.open()  # checks the server (_source_connected) before the first event
         except BaseException:
             reader.close()
             raise
         metrics.CONNECTED.set(1)
-        stream = BinlogStream(
-            self,
-            CommitPolicy(
-                cfg.commit_every_events, cfg.commit_every_ms, cfg.heartbeat_interval_ms, cfg.hold_max_mb << 20
-            ),
-        )
+        stream = BinlogStream(self, policy)
         try:
             stream.consume(reader, stop)
         finally:

@@ -59,7 +59,12 @@ class SourceTransaction:
 @dataclass(frozen=True)
 class CommitPolicy:
     """When the open Kafka transaction is committed together with the position. Times are
-    ``time.monotonic()`` seconds; ``first_pending_at`` is when its first pending record came."""
+    ``time.monotonic()`` seconds; ``last_commit`` is when the last one was committed.
+
+    ``every_ms`` spaces the commits, it does not delay a change: a source transaction that
+    ends ``every_ms`` or more after the last commit is committed at once (on a quiet source
+    an isolated change goes out without waiting for a timer), one that ends sooner waits
+    with the rest until the first transaction end or server heartbeat past that mark."""
 
     every_events: int
     every_ms: int
@@ -75,22 +80,23 @@ class CommitPolicy:
         """At a row-event boundary of a large source transaction."""
         return pending >= self.every_events
 
-    def at_transaction_end(self, pending: int, now: float, first_pending_at: float, last_commit: float) -> bool:
-        if pending >= self.every_events:
-            return True
-        if pending:
-            return (now - first_pending_at) * 1000 >= self.every_ms
-        # nothing pending: the position alone moves on, at most every every_ms
-        return (now - last_commit) * 1000 >= self.every_ms
+    def at_transaction_end(self, pending: int, now: float, last_commit: float) -> bool:
+        """Records pending or not (then the position alone moves on), at most one commit
+        per ``every_ms`` unless ``every_events`` records are pending."""
+        return pending >= self.every_events or (now - last_commit) * 1000 >= self.every_ms
 
-    def while_idle(
-        self, pending: int, dirty: bool, in_transaction: bool, now: float, first_pending_at: float, last_commit: float
-    ) -> bool:
+    def while_idle(self, pending: int, dirty: bool, in_transaction: bool, now: float, last_commit: float) -> bool:
         """Between events (a server heartbeat, an event of no interest): the position is
         committed even without records, so that it always catches up with the source."""
         if in_transaction or not (pending or dirty):
             return False
-        return (now - max(first_pending_at if pending else 0.0, last_commit)) * 1000 >= self.every_ms
+        return (now - last_commit) * 1000 >= self.every_ms
+
+    def server_heartbeat_s(self) -> float:
+        """The server's heartbeat period asked for: while the source is quiet a heartbeat is
+        what wakes the loop, so a change that had to wait for the next commit waits at most
+        about ``every_ms`` (and never more than a second, the reader's former default)."""
+        return min(1.0, self.every_ms / 1000)
 
     def heartbeat_due(self, in_transaction: bool, now: float, last_heartbeat: float) -> bool:
         return bool(self.heartbeat_ms) and not in_transaction and (now - last_heartbeat) * 1000 >= self.heartbeat_ms
@@ -109,7 +115,6 @@ class BinlogStream:
         self.file_end = 0  # the highest event end read in self.file (what a wrap goes below)
         self.trx: SourceTransaction | None = None
         self.pending = 0  # records in the open Kafka transaction
-        self.first_pending_at = 0.0
         self.dirty = False  # the position moved past what is committed (even with no events)
         self.now = time.monotonic()
         self.last_heartbeat = self.last_commit = self.last_source_check = self.now
@@ -154,8 +159,6 @@ class BinlogStream:
         self.pending, self.dirty, self.last_commit = 0, False, self.now
 
     def _add(self, n: int) -> None:
-        if not self.pending:
-            self.first_pending_at = self.now
         self.pending += n
 
     # ------------------------------------------------------------------ handlers
@@ -197,8 +200,6 @@ class BinlogStream:
                 trx.written_before_resume(table)
             return
         end_pos = event.packet.log_pos
-        if not self.pending:
-            self.first_pending_at = self.now
         n = ingest._rows(event, trx, self._position(event))
         if self.policy.release_held(len(trx.held), trx.held_bytes):
             n += ingest._release_held(trx)
@@ -251,13 +252,13 @@ class BinlogStream:
         self.trx = None
         self.point = ResumePoint(self.gtid_state, self.file, event.packet.log_pos, None, 0)
         self.dirty = True
-        if self.policy.at_transaction_end(self.pending, self.now, self.first_pending_at, self.last_commit):
+        if self.policy.at_transaction_end(self.pending, self.now, self.last_commit):
             self._committed(self.point)
 
     def on_other(self, event) -> None:
         """A heartbeat from the server (idle source) or anything else: time-based work."""
         now, idle = self.now, self.trx is None
-        if self.policy.while_idle(self.pending, self.dirty, not idle, now, self.first_pending_at, self.last_commit):
+        if self.policy.while_idle(self.pending, self.dirty, not idle, now, self.last_commit):
             self._committed(self.point)
         if idle and now - self.last_source_check >= SOURCE_CHECK_S:
             # idle: is the source still the binlog we read? (after RESET MASTER the server
