@@ -361,6 +361,7 @@ class Merger:
         """The one streaming query: every table topic through cdc_kafka, each micro-batch
         handed to the processor as Arrow."""
         from merger import metrics
+        from merger.sinks.base import SinkFull
 
         cfg = self.config
         reader = spark.readStream.format("cdc_kafka")
@@ -374,7 +375,11 @@ class Merger:
             t0 = time.monotonic()
             records = batch_df.toArrow()
             t1 = time.monotonic()
-            processor.process(batch_id, records)
+            try:
+                processor.process(batch_id, records)
+            except SinkFull as exc:
+                processor.fatal = exc  # the merger stops with this one line, not Spark's wrapping of it
+                raise
             t2 = time.monotonic()
             metrics.observe(processor.status())
             progress.record(batch_id, t0, t1, t2, processor.last_timing)

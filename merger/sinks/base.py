@@ -33,7 +33,8 @@ Rules every sink follows
   widened type); anything else raises :class:`IncompatibleSchemaChange` (the merger pauses
   that table). Columns that disappear from the source schema are kept in the sink (no
   longer written: null for new rows, unchanged on update).
-* Transient failures raise :class:`SinkUnavailable`; retrying is the caller's job.
+* Transient failures raise :class:`SinkUnavailable`; retrying is the caller's job. A full
+  disk raises :class:`SinkFull` (not retried: the merger stops).
 * A value the sink cannot store by its rules raises :class:`UnstorableValue` (the merger
   pauses that table); nothing of the batch is written by that sink.
 """
@@ -62,6 +63,12 @@ class SinkError(MergerError):
 
 class SinkUnavailable(SinkError):
     """The sink's server/storage is unreachable; retry later (the caller's job)."""
+
+
+class SinkFull(SinkError):
+    """The sink's storage is full. Waiting does not free space, so the merger stops (its
+    batch is not committed: after an operator frees space and restarts it, the batch is
+    written again and nothing is lost)."""
 
 
 class IncompatibleSchemaChange(SinkError):

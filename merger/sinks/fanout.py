@@ -1,7 +1,8 @@
 """The same write to every sink, in parallel, each retried while its sink is unavailable.
 
 A table whose sink is unreachable waits (``blocked_on_sink`` says on which) rather than
-fail: the write is retried with a growing delay until the sink takes it.
+fail: the write is retried with a growing delay until the sink takes it. A full sink
+(``SinkFull``) is not waited for: the error goes up, naming the table and the sink.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import time
 from typing import Callable
 
 from merger import crashpoints
-from merger.sinks.base import SinkUnavailable
+from merger.sinks.base import SinkFull, SinkUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class SinkFanout:
                     log.info("sink %s reachable again", name)
                     rt.blocked_on_sink = None
                 return
+            except SinkFull as exc:
+                raise SinkFull(f"table {rt.name}, sink {name}: {exc}") from None
             except SinkUnavailable as exc:
                 rt.blocked_on_sink = f"{name}: {exc}"
                 log.warning("table %s blocked on sink %s: %s; retrying in %.0fs", rt.name, name, exc, delay)

@@ -61,6 +61,7 @@ from merger.sinks.base import (
     IncompatibleSchemaChange,
     Sink,
     SinkError,
+    SinkFull,
     SinkUnavailable,
     TableId,
     as_table_id,
@@ -82,8 +83,10 @@ except ImportError as _exc:  # pragma: no cover
 
 MAX_IDENT_BYTES = 63
 # retried as SinkUnavailable: connection exception (08), transaction rollback such as a
-# deadlock (40), insufficient resources (53), operator intervention: shutdown, restart (57)
+# deadlock (40), insufficient resources (53: out of memory, too many connections) except a
+# full disk, operator intervention: shutdown, restart (57)
 _TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "57")
+DISK_FULL_SQLSTATE = "53100"  # SinkFull: waiting does not free space
 
 
 @dataclass
@@ -226,6 +229,12 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
             if conn.closed or conn.broken:
                 self._local.conn = None
                 raise SinkUnavailable(f"{self.settings.where()}: connection lost: {_first_line(exc)}") from None
+            if exc.sqlstate == DISK_FULL_SQLSTATE:
+                raise SinkFull(
+                    f"{self.settings.where()}: disk full ({_first_line(exc)}): free space on the PostgreSQL "
+                    "server (or move the sink's tables to a tablespace with room), then start the merger again; "
+                    "nothing is lost, the batch was not committed and is written again"
+                ) from None
             if (exc.sqlstate or "")[:2] in _TRANSIENT_SQLSTATE_CLASSES:
                 raise SinkUnavailable(f"{self.settings.where()}: {_first_line(exc)}") from None
             raise SinkError(f"PostgreSQL error: {_first_line(exc)}") from None
