@@ -373,7 +373,8 @@ def verify(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Compare each sink table with its source in key-range chunks, without locking the
-    source. Exit code 0: all equal; 1: a difference; 2: a table could not be verified."""
+    source. Exit code 0: all equal; 1: a difference; 2: a table could not be verified;
+    3: a sink was skipped (nothing compared for it)."""
     from cdc.cli.verify import parse_compare, parse_duration, run_verify
 
     wait = parse_duration(retry_wait)

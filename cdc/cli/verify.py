@@ -1,8 +1,10 @@
 """`cdc verify`: which tables and sinks to verify, and the report (a table or JSON).
 
 Exit codes: 0 every sink table equals its source; 1 a difference was found; 2 a table
-could not be verified (no key) and nothing differed. Unreachable servers and bad options
-end earlier, with one line and exit code 2 (cdc.cli).
+could not be verified (no key) and nothing differed; 3 nothing differed and nothing failed,
+but a sink was skipped for some table (nothing compared for it: a run that verified
+nothing is not a success). Unreachable servers and bad options end earlier, with one line
+and exit code 2 (cdc.cli).
 """
 
 from __future__ import annotations
@@ -87,11 +89,34 @@ def resolve_tables(cfg: MergerConfig, source_tables: Sequence[str], named: Seque
     return list(dict.fromkeys(named))
 
 
+EXIT_EQUAL, EXIT_DIFFERENT, EXIT_NOT_VERIFIED, EXIT_SKIPPED = 0, 1, 2, 3
+
+
 def exit_code(results) -> int:
     verdicts = {r.verdict for r in results}
     if "different" in verdicts:
-        return 1
-    return 2 if "error" in verdicts else 0
+        return EXIT_DIFFERENT
+    if "error" in verdicts:
+        return EXIT_NOT_VERIFIED
+    return EXIT_SKIPPED if "skipped" in verdicts else EXIT_EQUAL
+
+
+def skipped_line(results) -> str | None:
+    """One line: which sinks were skipped for which tables, why, and what to do."""
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        if r.skipped:
+            by_reason.setdefault((r.sink, r.note or "skipped"), []).append(r.table)
+    if not by_reason:
+        return None
+    parts = [
+        f"sink {sink} for {len(tables)} table(s) ({', '.join(tables)}): {why}"
+        for (sink, why), tables in by_reason.items()
+    ]
+    return (
+        "nothing was compared for " + "; ".join(parts) + f" (exit code {EXIT_SKIPPED}; --sink delta or --sink postgres "
+        "verifies only the sinks that can be read)"
+    )
 
 
 def run_verify(
@@ -145,9 +170,7 @@ def run_verify(
                     )
                     results += verifier.run() if readable else []
                 results += [
-                    TableResult(
-                        name, n, skipped=True, note="not verified: changelog topics cannot be read by key range"
-                    )
+                    TableResult(name, n, skipped=True, note="changelog topics cannot be read by key range")
                     for n, s in sinks.items()
                     if s is None
                 ]
@@ -159,7 +182,7 @@ def run_verify(
                 s.close()
             except Exception:
                 pass
-    return _report(results, as_json)
+    return _report(results, as_json, err)
 
 
 def _progress(err: Console) -> Progress:
@@ -193,9 +216,12 @@ def _chunk_keys(cfg: MergerConfig, name: str, table) -> tuple[list[str], str | N
     return keys, None
 
 
-def _report(results: list, as_json: bool) -> int:
-    """Prints the results (a table, or JSON) and returns the exit code."""
+def _report(results: list, as_json: bool, err: Console) -> int:
+    """Prints the results (a table, or JSON; what was skipped, on stderr) and returns the exit code."""
     code = exit_code(results)
+    skipped = skipped_line(results)
+    if skipped:
+        err.print(escape(skipped), highlight=False, soft_wrap=True)
     if as_json:
         print(
             json.dumps(

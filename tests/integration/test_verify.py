@@ -387,3 +387,36 @@ def test_unsigned_keys_beyond_int64(stack, tmp_path):
         assert d["missing"] == [[ids[200]]] and [[int(k) for k in r] for r in d["extra"]] == [[2**64 - 2]], d
     finally:
         pg.close()
+
+
+def test_a_skipped_sink_is_not_a_success(world, tmp_path):
+    """Issue 22 item 10: a run in which a sink was only skipped (nothing compared for it)
+    exits 3 with one line saying what was skipped and why, not 0. Only the sinks that can
+    be read (--sink) give 0; a difference (1) or an error (2) still wins over a skip."""
+    db = world["db"]
+    raw = yaml.safe_load(world["cfg"].read_text())
+    raw["sinks"]["kafka_changelog"] = {"topic_prefix": "merged"}
+    with_changelog = tmp_path / "with_changelog.yaml"
+    with_changelog.write_text(yaml.safe_dump(raw))
+    res = run_cli("verify", f"{db}.items", "-c", str(with_changelog), "--retries", "0")
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    skipped = [line for line in res.stderr.splitlines() if "nothing was compared" in line]
+    assert len(skipped) == 1, res.stderr
+    assert "kafka_changelog" in skipped[0] and f"{db}.items" in skipped[0] and "key range" in skipped[0], skipped
+    code, data, err = verify_json(with_changelog, f"{db}.items", "--retries", "0")
+    assert code == 3 and data["exit_code"] == 3 and not data["ok"], (data, err)
+    assert {(t["sink"], t["verdict"]) for t in data["tables"]} == {
+        ("delta", "equal"),
+        ("postgres", "equal"),
+        ("kafka_changelog", "skipped"),
+    }
+    assert "nothing was compared" in err
+    # only the changelog sink: verified nothing at all
+    raw["sinks"] = {"kafka_changelog": {"topic_prefix": "merged"}}
+    only_changelog = tmp_path / "only_changelog.yaml"
+    only_changelog.write_text(yaml.safe_dump(raw))
+    code, data, err = verify_json(only_changelog, f"{db}.items")
+    assert code == 3 and [t["verdict"] for t in data["tables"]] == ["skipped"], (data, err)
+    # the sinks that can be read, alone: a success
+    code, data, err = verify_json(with_changelog, f"{db}.items", "--retries", "0", "--sink", "postgres")
+    assert code == 0 and "nothing was compared" not in err, (data, err)
