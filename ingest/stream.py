@@ -156,7 +156,8 @@ class BinlogStream:
 
     def _committed(self, point: ResumePoint) -> None:
         self.ingest._commit(point)
-        self.pending, self.dirty, self.last_commit = 0, False, self.now
+        # spaced from the commit's end: time spent committing is not reading time
+        self.pending, self.dirty, self.last_commit = 0, False, time.monotonic()
 
     def _add(self, n: int) -> None:
         self.pending += n
@@ -208,7 +209,7 @@ class BinlogStream:
             # a large source transaction: commit at this row-event boundary (the position
             # of an earlier group, if not committed yet, stays to be committed: dirty)
             ingest._commit(ResumePoint(self.gtid_state, self.file, end_pos, trx.gtid, trx.row_events, trx.ts_ms))
-            self.pending, self.last_commit = 0, self.now
+            self.pending, self.last_commit = 0, time.monotonic()
 
     def on_query(self, event) -> None:
         trx = self.trx
