@@ -1435,7 +1435,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallelism", default="1,2,4", help="snapshot.parallelism values, comma-separated")
     ap.add_argument("--sinks", default="delta,postgres", help="delta,postgres (each snapshot run: one sink)")
     ap.add_argument("--chunk-size", type=int, default=50_000)
-    ap.add_argument("--trigger-ms", type=int, default=500, help="merger trigger_interval_ms (product default 500)")
+    ap.add_argument("--trigger-ms", type=int, default=200, help="merger trigger_interval_ms (product default 200)")
     ap.add_argument("--snapshot-timeout", type=float, default=0, help="seconds; default 300 + rows/2000")
     ap.add_argument(
         "--spark-conf",

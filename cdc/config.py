@@ -479,7 +479,13 @@ class MergerConfig(_Model):
         description="local mode: start Spark's JVM from the class-data archive that `cdc spark-archive` "
         "builds (the README's install does), ~2 s faster; without one the JVM starts as usual",
     )
-    trigger_interval_ms: int = Field(500, ge=0)
+    trigger_interval_ms: int = Field(
+        200,
+        ge=0,
+        description="ms between micro-batches while changes arrive slower than a batch takes; a change on a "
+        "quiet source waits up to this long for its batch (measured: 200 ms costs ~1 % of a core more than "
+        "500 ms on an idle source); 0: no pause (the topics are polled without rest while idle)",
+    )
     max_records_per_trigger: int = Field(200_000, ge=1)
     batch_memory_mb: int = Field(
         512,
