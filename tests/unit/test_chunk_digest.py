@@ -188,7 +188,7 @@ def test_exit_code():
     different = TableResult("a.b", "postgres", mismatched_chunks=1)
     error = TableResult("a.c", "delta", error="no primary key")
     skipped = TableResult("a.b", "kafka_changelog", skipped=True, note="not verified")
-    assert exit_code([equal, skipped]) == 0
+    assert exit_code([equal, skipped]) == 3  # a sink only skipped is not a success
     assert exit_code([equal, different, error]) == 1
     assert exit_code([equal, error]) == 2
     assert TableResult("a.b", "delta", note="the sink has no table a.b").verdict == "different"
