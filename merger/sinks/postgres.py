@@ -63,6 +63,7 @@ from merger.sinks.base import (
     SinkError,
     SinkFull,
     SinkUnavailable,
+    TableFault,
     TableId,
     as_table_id,
     check_keys,
@@ -217,14 +218,26 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
             self._conns.clear()
         self._local = threading.local()
 
-    def _run(self, fn, *args):
-        """Run fn(conn, *args) inside one transaction, mapping errors to sink errors."""
+    def _run(self, fn, *args, table: TableId | None = None):
+        """Run fn(conn, *args) inside one transaction, mapping errors to sink errors (a write
+        of ``table`` that its sink table refuses: ``TableFault``, which pauses that table)."""
         conn = self._conn()
         try:
             with conn.transaction():
                 return fn(conn, *args)
         except (SinkError, KeyboardInterrupt):
             raise
+        except (psycopg.ProgrammingError, psycopg.IntegrityError, psycopg.DataError) as exc:
+            if table is None:
+                raise SinkError(f"PostgreSQL error: {_first_line(exc)}") from None
+            self._meta.pop(table, None)  # read the table's definition again on the next write
+            schema, name = self.target_name(table)
+            raise TableFault(
+                f"table {table}: the PostgreSQL table {schema}.{name} refuses the merger's write "
+                f"({exc.sqlstate}: {_first_line(exc)}): was it altered or dropped by someone else? Undo that (or drop "
+                f"the table), then `cdc resume {table.database}.{table.table}` (a dropped table is created again and "
+                f"snapshotted), or `cdc snapshot {table.database}.{table.table}` rebuilds it"
+            ) from None
         except psycopg.OperationalError as exc:
             if conn.closed or conn.broken:
                 self._local.conn = None
@@ -449,7 +462,7 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
     def apply(self, table, version: int, changes: Changes) -> bool:
         table = as_table_id(table)
         version = int(version)
-        return self._run(self._apply, table, version, changes)
+        return self._run(self._apply, table, version, changes, table=table)
 
     def _apply(self, conn, table: TableId, version: int, changes: Changes) -> bool:
         m = self._meta_for(conn, table)
@@ -553,7 +566,7 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
 
     def truncate(self, table, version: int) -> bool:
         table = as_table_id(table)
-        return self._run(self._truncate, table, int(version))
+        return self._run(self._truncate, table, int(version), table=table)
 
     def _truncate(self, conn, table: TableId, version: int) -> bool:
         m = self._meta_for(conn, table)

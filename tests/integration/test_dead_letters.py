@@ -1,4 +1,4 @@
-"""What happens to records the merger cannot use (issue: dead letters acknowledged, and
+"""What happens to records and sink tables the merger cannot use (issue: dead letters acknowledged, and
 the default ``on_bad_record: pause`` really pauses), on the real broker, MariaDB,
 Delta and PostgreSQL:
 
@@ -175,3 +175,58 @@ def test_a_dead_letter_the_broker_does_not_acknowledge_fails_the_batch():
     record = {"topic": "p.db.t", "partition": 0, "offset": 7, "key": b"k", "value": b"v", "headers": []}
     with pytest.raises(MergerError, match=r"offset 7 to the dead-letter topic .*\.dlq"):
         write(record, "not JSON")
+
+
+@pytest.mark.timeout(600)
+def test_a_postgres_sink_table_altered_then_dropped_by_a_user_pauses_only_that_table(stack, tmp_path, unique_name):
+    """A user drops a column of one PostgreSQL sink table: that table pauses with the
+    reason (the other one flows on, the merger keeps running); the user then drops the
+    table and `cdc resume` creates it again and snapshots it."""
+    import psycopg
+
+    db = f"dp_{unique_name}"
+    _setup(stack, db, ["mine", "theirs"])
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"])
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    checker = SinkChecker(stack, tmp_path)
+    root = _root(stack, db)
+    pg = psycopg.connect(
+        host=stack.postgres.host,
+        port=stack.postgres.port,
+        user=stack.postgres.user,
+        password=stack.postgres.password,
+        dbname=stack.postgres.database,
+        autocommit=True,
+    )
+    try:
+        for t in ("mine", "theirs"):
+            checker.wait_equal(db, t, proc=merger)
+        pg.execute(f'ALTER TABLE "{db}"."theirs" DROP COLUMN s')
+        with root.cursor() as cur:
+            cur.execute("UPDATE theirs SET s = 'changed', v = -v WHERE id % 3 = 0")
+            cur.execute("UPDATE mine SET s = 'changed', v = -v WHERE id % 3 = 0")
+        wait_caught_up(stack, unique_name, proc=ingest)
+        checker.wait_equal(db, "mine", proc=merger)
+        table = _wait(
+            lambda: (t := _status(mcfg)["tables"].get(f"{db}.theirs", {})).get("phase") == "paused" and t,
+            "the altered table to pause",
+            120,
+            merger,
+        )
+        assert "refuses the merger's write" in table["error"] and "cdc resume" in table["error"], table
+        with root.cursor() as cur:  # the other table still streams
+            cur.execute("DELETE FROM mine WHERE id % 5 = 0")
+        checker.wait_equal(db, "mine", proc=merger)
+        pg.execute(f'DROP TABLE "{db}"."theirs"')
+        res = _cli("resume", f"{db}.theirs", "-c", str(mcfg))
+        assert res.returncode == 0, res.stderr
+        checker.wait_equal(db, "theirs", proc=merger, timeout_s=180)
+        assert merger.alive()
+    finally:
+        pg.close()
+        root.close()
+        merger.stop()
+        ingest.stop()
+        checker.close()
