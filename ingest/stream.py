@@ -205,9 +205,11 @@ class BinlogStream:
         if self.policy.release_held(len(trx.held), trx.held_bytes):
             n += ingest._release_held(trx)
         self.pending += n
-        if self.policy.inside_transaction(self.pending):
+        if self.policy.inside_transaction(self.pending) and not trx.held:
             # a large source transaction: commit at this row-event boundary (the position
-            # of an earlier group, if not committed yet, stays to be committed: dirty)
+            # of an earlier group, if not committed yet, stays to be committed: dirty).
+            # Never while records of events read are still held: the point says every row
+            # event up to here is in Kafka, and a resume would skip the held ones
             ingest._commit(ResumePoint(self.gtid_state, self.file, end_pos, trx.gtid, trx.row_events, trx.ts_ms))
             self.pending, self.last_commit = 0, time.monotonic()
 

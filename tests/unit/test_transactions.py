@@ -156,3 +156,37 @@ def test_rollback_to_a_savepoint_after_what_an_earlier_run_wrote_drops_only_what
         resumed = ResumePoint("0-1-8", trx_gtid="0-1-9" if skipped else None, trx_events=skipped)
         trx = _run(resumed, captured, SCRIPT)
         assert len(trx.held) == held_left and "s" in trx.savepoints
+
+
+class _IngestWithMarkers(_Ingest):
+    """Rows of ``db.marks`` are sent at once, three records each (as watermark markers are
+    sent into every partition); other captured rows are held. Commits are recorded with
+    what was still held at that moment."""
+
+    def __init__(self, committed: ResumePoint, captured: set[str]):
+        super().__init__(committed, captured)
+        self.commits: list[tuple[int, int]] = []  # (trx_events of the point, records still held)
+        self.trx = None
+
+    def _rows(self, event, trx, position) -> int:
+        self.trx = trx
+        if f"{event.schema}.{event.table}" == "db.marks":
+            return 3
+        return super()._rows(event, trx, position)
+
+    def _commit(self, point: ResumePoint) -> None:
+        self.commits.append((point.trx_events, len(self.trx.held)))
+
+
+def test_a_commit_inside_a_transaction_never_covers_row_events_whose_records_are_held():
+    """A resume point inside a transaction says 'these row events are in Kafka': a commit
+    taken while records of earlier events are still held (sent directly written records,
+    such as markers, filled the commit's quota) would make a resume skip them."""
+    ingest = _IngestWithMarkers(ResumePoint("0-1-8"), {"db.t"})
+    stream = BinlogStream(ingest, CommitPolicy(every_events=3, every_ms=10_000))
+    stream.file = "binlog.000001"
+    stream.on_gtid(SimpleNamespace(gtid="0-1-9", timestamp=0, flags=0, packet=_packet(0)))
+    for pos, table in enumerate(["t", "marks", "t", "marks", "t", "t", "t", "marks"], 1):
+        stream.on_rows(SimpleNamespace(schema="db", table=table, packet=_packet(pos * 100)))
+    assert ingest.commits, "the markers filled the quota: a commit inside the transaction is due"
+    assert all(held == 0 for _, held in ingest.commits), ingest.commits
