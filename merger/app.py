@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model
 from merger.errors import MergerError
-from merger.state import RECORD_SIZES_FILE, TICK_FILE
+from merger.state import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +228,8 @@ def source_options(config: MergerConfig) -> dict[str, str]:
         # each batch's records fit the memory budget by the record sizes the processor learns
         "batchMemoryBytes": str(config.batch_memory_mb * 1024 * 1024),
         "recordSizesFile": str(Path(config.state_dir).resolve() / RECORD_SIZES_FILE),
+        # the ids of the topics read: a topic deleted and created again stops the source
+        "topicIdsFile": str(Path(config.state_dir).resolve() / TOPIC_IDS_FILE),
     }
     for k, v in config.kafka.extra.items():
         opts[f"kafka.{k}"] = str(v).lower() if isinstance(v, bool) else str(v)

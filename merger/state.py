@@ -23,6 +23,7 @@ from merger.errors import MergerError
 TICK_FILE = "emission.tick"
 # bytes per record per topic, learned by the processor, read by the Kafka source's planner
 RECORD_SIZES_FILE = "record-sizes.json"
+TOPIC_IDS_FILE = "topic-ids.json"  # merger.kafka.topic_identity: the ids of the topics read
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

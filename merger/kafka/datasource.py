@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -42,6 +43,7 @@ from merger.kafka.offsets import (
 from merger.kafka.options import KafkaSourceError, SourceOptions
 from merger.kafka.probe import Broker
 from merger.kafka.reader import SCHEMA, read_ranges
+from merger.kafka.topic_identity import TopicIdentities
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._target: dict[TP, int] | None = None
         self._last_latest: dict[TP, int] | None = None
+        self._identities: TopicIdentities | None = None  # created where planning runs
 
     # the reader is pickled into the read function: never ship driver clients
     def __getstate__(self) -> dict[str, Any]:
@@ -86,12 +89,23 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not probe_end:
             return base, dict(base)
         his = b.list_offsets(current, earliest=False)
+        self._check_topic_identity(known, his)
         latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
         if self.opts.end_probe == "scan" and current:
             froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in current}
             for tp, end in b.scan(froms, scan_cap).items():
                 latest[tp] = max(latest[tp], end)
         return base, latest
+
+    def _check_topic_identity(self, known: Mapping[TP, int], ends: Mapping[TP, int]) -> None:
+        """Stop if a topic read before was deleted and created again (merger.kafka.topic_identity)."""
+        if self._identities is None:
+            self._identities = TopicIdentities(self.opts.topic_ids_file)
+        topics = sorted({t for t, _ in known})
+        end_below_read = any(ends.get(tp, off) < off for tp, off in known.items())
+        now = time.monotonic()
+        if topics and self._identities.due(now, topics, end_below_read):
+            self._identities.check(now, self.broker.topic_ids(topics))
 
     def initialOffset(self) -> dict:
         spec = self.opts.starting_offsets

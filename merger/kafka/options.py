@@ -34,6 +34,7 @@ class SourceOptions:
     tick_file: str | None = None
     batch_memory_bytes: int | None = None
     record_sizes_file: str | None = None
+    topic_ids_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -88,6 +89,7 @@ class SourceOptions:
             tick_file=opts.get("tickfile") or None,
             batch_memory_bytes=pos_int("batchMemoryBytes", None),
             record_sizes_file=opts.get("recordsizesfile") or None,
+            topic_ids_file=opts.get("topicidsfile") or None,
         )
 
     def matches(self, topic: str) -> bool:

@@ -54,6 +54,21 @@ class Broker:
             out.extend((name, p) for p in topic.partitions)
         return sorted(out)
 
+    def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        """Each topic's id (empty for a topic the broker did not describe this time)."""
+        if not topics:
+            return {}
+        from confluent_kafka import TopicCollection
+
+        out = {}
+        futures = self.admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.opts.probe_timeout_s)
+        for name, fut in futures.items():
+            try:
+                out[name] = str(fut.result(timeout=self.opts.probe_timeout_s + 5).topic_id or "")
+            except Exception as exc:  # noqa: BLE001 - e.g. a topic being created: asked again next time
+                log.warning("DescribeTopics %s: %s", name, exc)
+        return out
+
     def list_offsets(self, tps: Sequence[TP], earliest: bool) -> dict[TP, int]:
         if not tps:
             return {}
