@@ -80,11 +80,23 @@ def admit(
         if not whole:
             for tp in pending:  # the level: as many records as the share pays for
                 alloc[tp] = min(wanted[tp], int(share // costs[tp]))
+                remaining -= alloc[tp] * costs[tp]
             break
         for tp in whole:
             alloc[tp] = wanted[tp]
             remaining -= wanted[tp] * costs[tp]
         pending = [tp for tp in pending if tp not in whole]
+    # what the level's rounding down left: one more record each, round-robin from
+    # `rotate`, while it pays for them (one each: fair to one record). With more partitions than the budget pays records
+    # for (hundreds of new topics at budget / UNKNOWN_SHARE each) the level is 0 for every
+    # one: without this a batch took one record, and the watermark markers of hundreds of
+    # tables took one batch each (issue 23)
+    if pending:
+        k = rotate % len(pending)
+        for tp in pending[k:] + pending[:k]:
+            if alloc[tp] < wanted[tp] and costs[tp] <= remaining:
+                alloc[tp] += 1
+                remaining -= costs[tp]
     if not any(alloc.values()):
         # progress before the bound: one record, round-robin over the batches
         ready = sorted(tp for tp, n in wanted.items() if n > 0)

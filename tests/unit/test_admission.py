@@ -53,11 +53,16 @@ def test_admit_fits_the_budget_never_exceeds_what_is_there_and_always_moves(avai
     if batch_cost(wanted, costs) <= budget:
         assert got == wanted  # the budget cuts only when it must
     else:
-        # max-min fair in memory: one more record of a partition cut short would take it
-        # over the memory of every other partition (unless only the progress rule moved)
+        # max-min fair in memory, to one record: one more record of a partition cut short
+        # would take it over the memory of every other partition less one of its records
+        # (unless only the progress rule moved)
         forced = total == 1
         for tp in (tp for tp in available if got[tp] < wanted[tp] and not forced):
-            assert all((got[tp] + 1) * costs[tp] > got[o] * costs[o] for o in available)
+            assert all((got[tp] + 1) * costs[tp] > (got[o] - 1) * costs[o] for o in available)
+        # the level's rounding leaves no partition without a record the budget's rest pays for
+        if not forced:
+            for tp in (tp for tp in available if got[tp] == 0 and wanted[tp] > 0):
+                assert batch_cost(got, costs) + costs[tp] > budget
 
 
 def test_admit_shares_the_budget_so_wide_rows_do_not_hold_back_narrow_ones():
@@ -75,6 +80,25 @@ def test_admit_shares_the_budget_so_wide_rows_do_not_hold_back_narrow_ones():
     assert admit({wide: 5, ("wide", 1): 5}, two, 10, None, rotate=1) == {wide: 0, ("wide", 1): 1}
     assert admit({wide: 0}, costs, 10, None) == {wide: 0}
     assert admit({small: 100, wide: 5}, costs, 4_000_000, 10) == {small: 5, wide: 3}  # max_rows first
+
+
+def test_hundreds_of_new_topics_get_as_many_records_as_the_budget_pays_for():
+    """Issue 23: 600 partitions of new topics (200 tables, 3 partitions each, holding only
+    watermark markers) at budget / UNKNOWN_SHARE per record. The level gives each 0 records;
+    a batch must still take UNKNOWN_SHARE of them (it took one), round-robin over batches."""
+    budget = 512 * MB
+    available = {(f"t{i:03d}", p): 2 for i in range(200) for p in range(3)}
+    costs = {tp: record_cost(None, budget) for tp in available}
+    taken: dict = {}
+    for batch in range(2 * len(available) // UNKNOWN_SHARE + 2):
+        rotate = sum(taken.values())
+        got = admit({tp: available[tp] - taken.get(tp, 0) for tp in available}, costs, budget, None, rotate)
+        if sum(available.values()) - sum(taken.values()) >= UNKNOWN_SHARE:
+            assert sum(got.values()) == UNKNOWN_SHARE, batch
+        assert batch_cost(got, costs) <= budget
+        for tp, n in got.items():
+            taken[tp] = taken.get(tp, 0) + n
+    assert taken == available  # every marker read within 2 * 600 / 64 + 2 batches
 
 
 def test_record_cost_of_a_known_and_a_new_topic():
