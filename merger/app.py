@@ -297,6 +297,7 @@ class Merger:
             progress = _BatchProgress(os.environ.get("CDC_MERGER_PROGRESS_LOG"))
             self.query = self._start_query(spark, processor, store, progress)
             runner.stream_ready = _stream_ready(self.query, processor)
+            processor.reader_behind = _reader_behind(self.query)
             runner.start()
             log.info("merger running: topics %s, state in %s", subscribe_pattern(cfg), cfg.state_dir)
             try:
@@ -490,6 +491,26 @@ def _partition_counter(kafka_conf: dict, bootstrap: str):
         return partitions[topic]
 
     return partitions_of
+
+
+def _reader_behind(query):
+    """topic -> its partitions where the last micro-batch stopped short of the end its
+    planning saw (the admission's cut): snapshot windows wait there rather than expire."""
+    from merger.kafka.offsets import lagging_partitions
+
+    def behind(topic: str) -> set[int]:
+        try:
+            progress = query.lastProgress
+            sources = progress["sources"] if progress else []
+            lagging = set()
+            for src in sources:
+                lagging |= lagging_partitions(src["endOffset"], src["latestOffset"])
+        except Exception as exc:  # unknown: the window expires as it always did
+            log.debug("reader progress unknown: %s", exc)
+            return set()
+        return {p for t, p in lagging if t == topic}
+
+    return behind
 
 
 def _stream_ready(query, processor):

@@ -31,9 +31,10 @@ Rules, per window:
 * The window is *ready* once HIGH has been read in every partition and the rows are
   staged. ``emitted_rows`` then keeps the staged rows whose key was not seen.
 * A window whose markers do not all arrive within a timeout (the caller passes its own
-  clock values) is reported by ``expired``; the caller ``finish``-es it and retries its
-  chunks in a new window with new watermarks. Markers of unknown or finished windows are
-  ignored, so window ids must never be reused.
+  clock values) is reported by ``expired``, unless the reader has not yet read all of a
+  partition that lacks its HIGH marker (the caller says which are behind); the caller
+  ``finish``-es it and retries its chunks in a new window with new watermarks. Markers
+  of unknown or finished windows are ignored, so window ids must never be reused.
 * A HIGH marker without a LOW marker before it in the same partition means the window
   can't be reconciled (LOW was lost, or the window was opened after LOW was written);
   such a window is reported by ``expired`` at once, with ``Window.problem`` saying why.
@@ -90,7 +91,7 @@ import datetime as _dt
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Collection, Hashable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -185,16 +186,24 @@ class Reconciler:
         """Forget a window (emitted, or given up). Its late markers are then ignored."""
         self.windows.pop(window_id, None)
 
-    def expired(self, now: float, timeout: float) -> list[str]:
+    def expired(self, now: float, timeout: float, behind: Collection[int] = ()) -> list[str]:
         """Ids of windows to give up and retry with new watermarks, oldest first.
 
         A window expires when its HIGH marker has not been read in every partition
-        ``timeout`` after it was opened, or at once when it has a ``problem``.
+        ``timeout`` after it was opened, or at once when it has a ``problem``. Not while a
+        partition that lacks its HIGH marker is in ``behind`` (it holds records the reader
+        has not read yet: the marker may be among them, and a window read again would only
+        add markers behind the same backlog).
         """
         out = [
             w
             for w in self.windows.values()
-            if w.problem is not None or (len(w.high) < self.num_partitions and now - w.opened_at > timeout)
+            if w.problem is not None
+            or (
+                len(w.high) < self.num_partitions
+                and now - w.opened_at > timeout
+                and not any(p in behind and p not in w.high for p in range(self.num_partitions))
+            )
         ]
         out.sort(key=lambda w: (w.opened_at, w.window_id))
         return [w.window_id for w in out]

@@ -133,6 +133,7 @@ class WindowEmitter:
             )
             return
         rt.emitted.pop(wid, None)
+        rt.windows_expired = 0
         rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again
         done.append(path)
         log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)

@@ -73,6 +73,9 @@ log = logging.getLogger(__name__)
 
 # a source counts as busy for this long after a batch with a streamed change
 STREAMING_RECENT_S = 5.0
+# a table whose snapshot windows expire this many times in a row (none emitted between)
+# is paused with the reason: retrying for ever would look like a snapshot that runs
+WINDOW_EXPIRIES_LIMIT = 3
 # on an idle source a batch emits this many times snapshot.emit_rows_per_batch: each batch
 # costs ~0.4 s of Spark's own work (offsets, the Kafka read job, the log), and nobody waits
 IDLE_EMIT_FACTOR = 5
@@ -114,6 +117,9 @@ class BatchProcessor(PausedTables):
         self.window_timeout_s = window_timeout_s
         self.emit_rows_per_batch = emit_rows_per_batch
         self.on_new_table = on_new_table
+        # topic -> its partitions that hold records the stream has not read yet (set by the
+        # app from the query's progress): a window's markers may wait there, unread
+        self.reader_behind: Callable[[str], set[int]] = lambda topic: set()
         # the tables' runtimes; its lock serialises a batch against the snapshot runner
         self.tables = TableRegistry()
         self.replay = self._new_replay_filter()
@@ -381,11 +387,39 @@ class BatchProcessor(PausedTables):
             self._pause_unstorable(batch_id, rt, exc, per_table.pop(name, []), step, now_ms)
 
     def _expire_windows(self) -> None:
+        now = time.time()
         for rt in self.tables.values():
-            for wid in rt.reconciler.expired(time.time(), self.window_timeout_s):
-                log.warning("snapshot window %s of %s expired; its chunks will be read again", wid, rt.name)
+            if not rt.reconciler.expired(now, self.window_timeout_s):
+                continue  # the common case: no broker question
+            topic = self.topic_of(rt.name)
+            behind = self.reader_behind(topic)
+            for wid in rt.reconciler.expired(now, self.window_timeout_s, behind):
+                window = rt.reconciler.window(wid)
+                missing = sorted(set(range(rt.reconciler.num_partitions)) - set(window.high))
                 rt.reconciler.finish(wid)
                 shutil.rmtree(self.store.staging_dir(rt.name, wid), ignore_errors=True)
+                rt.windows_expired += 1
+                if rt.windows_expired >= WINDOW_EXPIRIES_LIMIT and rt.phase not in ("paused", "failed"):
+                    why = window.problem or (
+                        f"its HIGH watermark marker did not reach partition(s) {missing} of topic {topic} within "
+                        f"snapshot.window_timeout_s ({self.window_timeout_s:.0f}s), and the merger had read "
+                        "everything there"
+                    )
+                    rt.phase = "paused"
+                    rt.error = (
+                        f"snapshot of {rt.name}: {rt.windows_expired} windows in a row expired ({why}). Is ingest "
+                        "running and capturing the watermark table? Fix that, then `cdc resume "
+                        f"{rt.name}` (its snapshot goes on)"
+                    )
+                    log.error("table %s paused: %s", rt.name, rt.error)
+                    continue
+                log.warning(
+                    "snapshot window %s of %s expired (%d in a row; paused at %d); its chunks will be read again",
+                    wid,
+                    rt.name,
+                    rt.windows_expired,
+                    WINDOW_EXPIRIES_LIMIT,
+                )
 
     def _finish_batch(self, batch_id: int, num_records: int, streamed_s: float) -> None:
         """After the batch's state is saved: delete what it consumed, ask for the next

@@ -35,6 +35,7 @@ class TableRuntime:
     emitted: dict = field(default_factory=dict)  # window id -> staged rows already emitted
     ddl_through: int = 0  # the order of the last DDL marker applied (one per partition)
     spec_since: int = 0  # the order of the DDL the spec comes from: older changes decode leniently
+    windows_expired: int = 0  # snapshot windows expired in a row (since one was emitted)
 
     def __post_init__(self):
         self.schema = arrow_schema(self.spec)
@@ -64,6 +65,7 @@ class TableRuntime:
             "truncated_through": self.truncated_through,
             "ddl_through": self.ddl_through,
             "spec_since": self.spec_since,
+            "windows_expired": self.windows_expired,
             "emitted": {w: n for w, n in self.emitted.items() if w in self.reconciler.windows},
         }
 
@@ -83,6 +85,7 @@ class TableRuntime:
         )
         rt.truncated_through = t.get("truncated_through", 0)
         rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
+        rt.windows_expired = t.get("windows_expired", 0)
         rt.emitted = dict(t.get("emitted", {}))
         rt.set_spec(rt.spec, modes)
         return rt

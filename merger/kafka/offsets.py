@@ -68,6 +68,21 @@ def format_offsets(tps: Mapping[TP, int]) -> dict[str, dict[str, int]]:
     return out
 
 
+def lagging_partitions(end: Any, latest: Any) -> set[TP]:
+    """The partitions where a micro-batch's ``end`` offsets stop short of the ``latest``
+    ones its planning saw (both as in Spark's query progress: JSON text or already parsed;
+    None or unreadable: none): the reader is behind there, records wait unread."""
+
+    def parsed(value: Any) -> dict[TP, int]:
+        try:
+            return parse_offsets(json.loads(value) if isinstance(value, str) else value)
+        except (ValueError, TypeError, AttributeError):
+            return {}
+
+    ends = parsed(end)
+    return {tp for tp, o in parsed(latest).items() if tp != TICK_TP and tp in ends and o > ends[tp]}
+
+
 def allocate_limit(available: Mapping[TP, int], max_rows: int, rotate: int = 0) -> dict[TP, int]:
     """Split ``max_rows`` over partitions max-min fairly (water-filling): every partition with
     data gets an equal share, a partition that needs less than its share gives the rest to

@@ -170,6 +170,43 @@ def test_replays_are_ignored():
     assert rec.on_event(1, 0, ("y",), "u")  # other partitions are independent
 
 
+def test_a_window_whose_partition_is_behind_does_not_expire():
+    """Issue 23: a window whose HIGH marker may be on the topic, unread (the reader is
+    behind in a partition that lacks it), must not expire; once every such partition is
+    read to its end it does."""
+    rec = Reconciler(3)
+    rec.open_window("w", [], opened_at=0)
+    open_all(rec, "w", [0, 0, 0], LOW)
+    rec.on_marker(0, 1, "w", HIGH)
+    assert rec.expired(now=100, timeout=30, behind={1}) == []
+    assert rec.expired(now=100, timeout=30, behind={2, 1}) == []
+    assert rec.expired(now=100, timeout=30, behind={0}) == ["w"]  # partition 0 has its HIGH
+    assert rec.expired(now=100, timeout=30) == ["w"]
+    assert rec.expired(now=10, timeout=30) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.sets(st.integers(0, 3)),
+    st.sets(st.integers(0, 3)),
+    st.floats(0, 100),
+    st.booleans(),
+)
+def test_expiry_rule(partitions, with_high, behind, age, problem):
+    rec = Reconciler(partitions)
+    rec.open_window("w", [], opened_at=0)
+    with_high = {p for p in with_high if p < partitions}
+    open_all(rec, "w", [0] * partitions, LOW)
+    for p in sorted(with_high):
+        rec.on_marker(p, 1, "w", HIGH)
+    if problem:
+        rec.window("w").problem = "lost"
+    missing = set(range(partitions)) - with_high
+    due = bool(missing) and age > 30 and not (missing & behind)
+    assert rec.expired(now=age, timeout=30, behind=behind) == (["w"] if problem or due else [])
+
+
 def test_first_marker_wins_on_duplicates_at_new_offsets():
     rec = Reconciler(1)
     rec.open_window("w", [], 0)

@@ -4,6 +4,8 @@ tasks, the tick file. No broker, no Spark session."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +16,7 @@ from merger.kafka.offsets import (
     KafkaRanges,
     allocate_limit,
     format_offsets,
+    lagging_partitions,
     pack_ranges,
     parse_offsets,
     plan_end,
@@ -136,3 +139,16 @@ def test_read_tick(tmp_path):
     f.write_text("7\n")
     assert read_tick(str(f)) == 7
     assert TICK_TP not in parse_offsets(format_offsets({("t", 0): 1}))
+
+
+def test_lagging_partitions_from_the_query_progress():
+    """Where a micro-batch stopped short of the end its planning saw (issue 23: snapshot
+    windows wait there instead of expiring); Spark's progress gives JSON text."""
+    end = json.dumps({"t": {"0": 5, "1": 9}, "u": {"0": 3}, "__cdc_tick__": {"0": 1}})
+    latest = {"t": {"0": 5, "1": 12}, "u": {"0": 4}, "__cdc_tick__": {"0": 7}, "new": {"0": 2}}
+    assert lagging_partitions(end, latest) == {("t", 1), ("u", 0)}
+    assert lagging_partitions(end, json.dumps(latest)) == {("t", 1), ("u", 0)}
+    assert lagging_partitions(end, end) == set()
+    for unknown in (None, "null", "not json", 5):
+        assert lagging_partitions(end, unknown) == set()
+        assert lagging_partitions(unknown, latest) == set()

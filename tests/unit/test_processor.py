@@ -15,7 +15,7 @@ import pytest
 
 from cdc.wire.headers import POSITION_HEADER, WATERMARK_HEADER
 from ingest.tablespec import ColumnSpec, TableSpec
-from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, BatchProcessor
+from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
 from merger.state import StateStore
 
 PREFIX = "p"
@@ -539,3 +539,43 @@ def test_a_garbled_position_header_is_a_bad_record_and_never_advances_the_replay
         proc.resume_table(rt)
         proc.process(1, Stream(partitions=1).batch())
     assert sink.state() == {(1,): {"id": 1, "v": "a"}, (3,): {"id": 3, "v": "c"}}
+
+
+def test_a_window_waits_while_its_partition_is_behind_and_repeated_expiry_pauses_the_table(tmp_path):
+    """Issue 23: a timed-out window whose HIGH marker may wait unread (the reader is behind
+    in that partition) stays open, and is emitted once the marker is read; windows that
+    expire WINDOW_EXPIRIES_LIMIT times in a row pause the table with the reason, instead
+    of being read again for ever."""
+    sink = MemorySink()
+    behind: set[int] = {1}
+    proc = _processor(tmp_path, sink, window_timeout_s=0.05)
+    proc.reader_behind = lambda topic: set(behind) if topic == f"{PREFIX}.db.t" else set()
+    s = Stream()
+    s.change("c", {"id": 1}, after={"id": 1, "v": "a"})
+    proc.process(0, s.batch())
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": f"snap{i}"} for i in range(1, 4)])
+    rt.reconciler.mark_staged("w1")
+    s.marker("w1", "LOW")
+    proc.process(1, s.batch())
+    time.sleep(0.1)
+    proc.process(2, s.batch())  # timed out, but partition 1 holds unread records
+    assert "w1" in rt.reconciler.windows
+    s.marker("w1", "HIGH")
+    proc.process(3, s.batch())
+    assert "w1" not in rt.reconciler.windows and len(sink.state()) == 3  # emitted
+
+    behind.clear()  # read to the end: windows whose markers never come expire
+    for n in range(1, WINDOW_EXPIRIES_LIMIT + 1):
+        _open_window(proc, "db.t", f"x{n}", [{"id": 9, "v": "x"}])
+        s.marker(f"x{n}", "LOW")
+        proc.process(3 + 2 * n, s.batch())
+        time.sleep(0.1)
+        proc.process(4 + 2 * n, s.batch())
+        assert f"x{n}" not in rt.reconciler.windows
+        assert (rt.phase == "paused") == (n == WINDOW_EXPIRIES_LIMIT), (n, rt.phase)
+    status = proc.status()["tables"]["db.t"]
+    assert status["phase"] == "paused"
+    assert f"{WINDOW_EXPIRIES_LIMIT} windows in a row expired" in status["error"]
+    assert "partition(s) [0, 1]" in status["error"] and "cdc resume db.t" in status["error"]
+    proc.resume_table(rt)
+    assert rt.phase == "streaming" and rt.windows_expired == 0
