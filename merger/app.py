@@ -483,11 +483,13 @@ def _partition_counter(kafka_conf: dict, bootstrap: str):
 
     def partitions_of(topic: str) -> int:
         if topic not in partitions:
-            # all topics: a request naming the topic could auto-create it
-            md = admin.list_topics(timeout=15).topics.get(topic)
-            if md is None or not md.partitions:
+            # all topics: a request naming the topic could auto-create it. Every topic of
+            # the answer is kept: with hundreds of tables one request per table cost seconds
+            for name, md in admin.list_topics(timeout=15).topics.items():
+                if md.partitions and md.error is None:
+                    partitions.setdefault(name, len(md.partitions))
+            if topic not in partitions:
                 return 1  # not created yet: asked again when its records arrive
-            partitions[topic] = len(md.partitions)
         return partitions[topic]
 
     return partitions_of

@@ -575,10 +575,13 @@ class BatchProcessor(PausedTables):
         spill = self._spill_dir(rt)
         if spill.exists() and spill not in self._replaying:
             self._replay_spill(batch_id, rt, step, now_ms)
-        needed = max(it.record["partition"] for it in items) + 1
+        # the topic may have been created (by the first marker or event) after we first met
+        # the table (asked of the broker once it exists, then cached): asked on every batch,
+        # for a batch may hold records of partition 0 only, and a window counted as ready
+        # with its HIGH marker in fewer partitions than the topic has would miss changes
+        needed = max(max(it.record["partition"] for it in items) + 1, self.partitions_of(self.topic_of(rt.name)))
         if needed > rt.partitions:
-            # the topic was created (by the first marker or event) after we first met the table
-            rt.partitions = max(needed, self.partitions_of(self.topic_of(rt.name)))
+            rt.partitions = needed
             rt.reconciler.num_partitions = rt.partitions
         items.sort(key=lambda it: (it.position.sequence() if it.position else 0, it.record["partition"]))
         events = self._events(rt, items, now_ms)

@@ -152,6 +152,10 @@ class SnapshotRunner(threading.Thread):
         self._last_tick = 0.0
         self._deferred: list[dict] = []  # resume requests waiting for the processor's tables
         self._wm_conn: pymysql.Connection | None = None
+        # one connection kept for planning and small-table reads too: a new one cost ~40 ms
+        # of CPU (pymysql builds a TLS context each time), 40% of the merger's time when
+        # hundreds of small tables were snapshotted (issue 23)
+        self._read_conn: pymysql.Connection | None = None
         self._changed: dict[str, float] = {}  # table -> when a read first met a changed definition
         self._retries: dict[str, list] = {}
         db, name = config.watermark_table.split(".", 1)
@@ -230,11 +234,12 @@ class SnapshotRunner(threading.Thread):
             self.error = exc
             log.exception("snapshot runner failed")
         finally:
-            if self._wm_conn is not None:
-                try:
-                    self._wm_conn.close()
-                except Exception:
-                    pass
+            for conn in (self._wm_conn, self._read_conn):
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
 
     def _wait_for_stream(self) -> None:
         """The stream's first micro-batch costs seconds (query planning, Python workers,
@@ -362,7 +367,7 @@ class SnapshotRunner(threading.Thread):
 
         def plan_ranges():
             nonlocal chunk_size
-            conn = self._connect()
+            conn = self._kept_read_connection()
             try:
                 with conn.cursor() as cur:
                     cur.execute(
@@ -389,8 +394,9 @@ class SnapshotRunner(threading.Thread):
                         return None if row is None else tuple(row)
 
                     return list(plan_by_boundaries(next_boundary))
-            finally:
-                conn.close()
+            except BaseException:
+                self._drop_read_connection()
+                raise
 
         ranges = self.guard.call(f"planning the snapshot of {table}", plan_ranges)
         chunks = make_chunks(table, ranges)
@@ -518,6 +524,22 @@ class SnapshotRunner(threading.Thread):
                 pass
             raise
 
+    def _kept_read_connection(self) -> pymysql.Connection:
+        """The runner's connection for planning and small-table reads (autocommit: each
+        SELECT starts after the LOW watermark committed)."""
+        if self._read_conn is None:
+            self._read_conn = self._connect()
+        return self._read_conn
+
+    def _drop_read_connection(self) -> None:
+        """After a failure the connection's state is unknown: the next use opens a new one."""
+        conn, self._read_conn = self._read_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
     def jdbc_url(self) -> str:
         m = self.config.mysql
         # jdbc:mysql with permitMysqlScheme: Spark then quotes identifiers with backticks
@@ -557,13 +579,14 @@ class SnapshotRunner(threading.Thread):
         if is_whole_table(chunks):
             # a table smaller than one chunk: one streamed SELECT in the driver (a Spark
             # job per small table would cost more than the read, see merger.snapshot.direct_read)
-            conn = self._connect()
+            conn = self._kept_read_connection()
             try:
                 rows = stage_table(
                     conn, spec, where, self.store.staging_dir(table, wid), self.config.snapshot.fetch_size
                 )
-            finally:
-                conn.close()
+            except BaseException:
+                self._drop_read_connection()
+                raise
             self.store.mark_staged(table, wid, read_with)
             return rows
         path = self.store.staging_dir(table, wid)

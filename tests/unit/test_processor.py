@@ -10,6 +10,7 @@ import json
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -579,3 +580,26 @@ def test_a_window_waits_while_its_partition_is_behind_and_repeated_expiry_pauses
     assert "partition(s) [0, 1]" in status["error"] and "cdc resume db.t" in status["error"]
     proc.resume_table(rt)
     assert rt.phase == "streaming" and rt.windows_expired == 0
+
+
+def test_a_window_waits_for_every_partition_of_a_topic_created_after_the_table_was_met(tmp_path):
+    """The table is met (its snapshot planned) before ingest created its topic: the broker
+    then knows no partitions. A batch holding only partition 0's markers (the admission cut
+    the rest) must not make the window ready: its topic has 3 partitions by then."""
+    sink = MemorySink()
+    created = {"partitions": None}
+    store = StateStore(tmp_path / "state")
+    proc = BatchProcessor(PREFIX, store, [sink], None, lambda topic: created["partitions"] or 1)
+    proc.restored = True
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in range(1, 4)])
+    rt.reconciler.mark_staged("w1")
+    assert rt.partitions == 1
+    created["partitions"] = 3  # ingest creates the topic with the first marker
+    s = Stream(partitions=3)
+    s.marker("w1", "LOW")
+    s.marker("w1", "HIGH")
+    records = s.batch()
+    proc.process(0, records.filter(pc.equal(records["partition"], 0)))
+    assert rt.partitions == 3 and "w1" in rt.reconciler.windows and sink.writes == 0
+    proc.process(1, records.filter(pc.not_equal(records["partition"], 0)))
+    assert "w1" not in rt.reconciler.windows and len(sink.state()) == 3
