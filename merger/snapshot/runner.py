@@ -52,6 +52,11 @@ MAX_OPEN_WINDOWS_STREAMING = 2
 STREAMING_READ_TASKS = 1
 # snapshots start once the stream has finished its first trigger, or after this long
 STREAM_READY_WAIT_S = 30
+# small tables (read whole by one SELECT each) share their watermark writes, this many per
+# source transaction: ingest turns each watermark transaction into one Kafka transaction,
+# ~7 a second here, and with a LOW and a HIGH transaction per table hundreds of small
+# tables waited for their markers (issue 23)
+SMALL_TABLES_PER_WATERMARK = 16
 
 
 def watermark_ddl(table: str) -> str:
@@ -219,12 +224,24 @@ class SnapshotRunner(threading.Thread):
             while not self.stop_event.is_set():
                 self._handle_requests()
                 progressed = False
+                small: list[tuple] = []  # windows of small tables, written in groups
                 for table, plan in sorted(self.store.all_plans().items()):
                     if self.stop_event.is_set():
                         break
                     if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):
                         continue
-                    progressed |= self._step(table, plan)
+                    window = self._next_window(table, plan)
+                    if window is None:
+                        continue
+                    if not is_whole_table(window[2]):
+                        progressed |= self._run_window(*window)
+                        continue
+                    small.append(window)
+                    if len(small) >= SMALL_TABLES_PER_WATERMARK:
+                        progressed |= self._small_windows(small)
+                        small = []
+                if small and not self.stop_event.is_set():
+                    progressed |= self._small_windows(small)
                 self._tick_if_idle()
                 if not progressed:
                     self.stop_event.wait(0.2)
@@ -416,13 +433,20 @@ class SnapshotRunner(threading.Thread):
     # ------------------------------------------------------------------ windows
 
     def _step(self, table: str, plan: dict) -> bool:
+        """The table's next window, if it may open one now; True if it did."""
+        window = self._next_window(table, plan)
+        return window is not None and self._run_window(*window)
+
+    def _next_window(self, table: str, plan: dict) -> tuple | None:
+        """``(table, rt, chunks, where, tasks)`` of the table's next window, or None when it
+        has none to open now."""
         with self.tables.locked():
             plan = self.store.load_plan(table) or plan  # fresh: windows finish meanwhile
             if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):
-                return False
+                return None
             rt = self.tables.get(table)
             if rt is None or rt.phase in ("paused", "failed", "dropped"):
-                return False
+                return None
             open_ids = [w for w in self.pending_windows.get(table, []) if w in rt.reconciler.windows]
             self.pending_windows[table] = open_ids
             busy = {c for w in open_ids for c in rt.reconciler.windows[w].chunk_ids}
@@ -430,11 +454,11 @@ class SnapshotRunner(threading.Thread):
                 rt.phase = "snapshotting"
         streaming = self.processor.changes_streaming()
         if len(open_ids) >= (MAX_OPEN_WINDOWS_STREAMING if streaming else MAX_OPEN_WINDOWS):
-            return False
+            return None
         done = set(plan["done"])
         todo = [c for c in plan["chunks"] if c["id"] not in done and c["id"] not in busy]
         if not todo:
-            return False
+            return None
         # a window holds at least `parallelism` chunks, one read each at least
         per_window = max(self.config.snapshot.chunks_per_window, self.parallelism)
         chunks = todo[:per_window]
@@ -442,9 +466,12 @@ class SnapshotRunner(threading.Thread):
         tasks = STREAMING_READ_TASKS if streaming else self.parallelism
         since = self._changed.get(table)
         if since is not None and time.monotonic() - since < 2.0 * len(self._changed_retries(table)):
-            return False
+            return None
+        return table, rt, chunks, plan.get("where"), tasks
+
+    def _run_window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int) -> bool:
         try:
-            self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, plan.get("where"), tasks)
+            self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, where, tasks)
         except Exception as exc:
             if not table_changed(exc):
                 raise
@@ -508,14 +535,76 @@ class SnapshotRunner(threading.Thread):
             time.monotonic() - started,
         )
 
+    def _small_windows(self, group: list[tuple]) -> bool:
+        """Windows of small tables, each read whole by one SELECT, with shared watermark
+        writes (``_shared_windows``); True if any was staged."""
+        names = ", ".join(w[0] for w in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
+        staged = self.guard.call(f"snapshot of {names}", self._shared_windows, group)
+        for table in staged:
+            self._changed.pop(table, None)
+            self._retries.pop(table, None)
+        return bool(staged)
+
+    def _shared_windows(self, group: list[tuple]) -> list[str]:
+        """One window per table of ``group``: the LOW rows of all in one transaction, then
+        each table's SELECT (each starts after its LOW committed), then the HIGH rows of all
+        in one transaction (each written after its table's SELECT ended): the DBLog
+        conditions of every window hold. A table whose definition changed under its read is
+        left out (``_table_changed``); any other failure abandons every window of the
+        group, for the guard to retry with new ones. Returns the tables staged."""
+        opened = []
+        try:
+            for table, rt, chunks, _where, _tasks in group:
+                wid = uuid.uuid4().hex[:16]
+                self.tables.open_window(rt, wid, [c["id"] for c in chunks], time.time())
+                self.pending_windows.setdefault(table, []).append(wid)
+                opened.append((table, rt, wid))
+            self._watermarks([(table, wid, "LOW") for table, _rt, wid in opened])
+            staged = []
+            for (table, rt, wid), (_, _, chunks, where, _) in zip(opened, group):
+                started = time.monotonic()
+                try:
+                    rows = self._read_chunks(table, rt, chunks, where, wid)
+                except Exception as exc:
+                    if not table_changed(exc):
+                        raise
+                    self._abandon(table, rt, wid)
+                    self._table_changed(table, exc)
+                    continue
+                if not self.tables.mark_staged(rt, wid):  # expired meanwhile: read again
+                    shutil.rmtree(self.store.staging_dir(table, wid), ignore_errors=True)
+                    continue
+                staged.append((table, wid))
+                log.info(
+                    "snapshot window %s of %s: %d chunks, %d rows staged in %.1fs",
+                    wid,
+                    table,
+                    len(chunks),
+                    rows,
+                    time.monotonic() - started,
+                )
+            self._watermarks([(table, wid, "HIGH") for table, wid in staged])
+        except BaseException:
+            for table, rt, wid in opened:
+                self._abandon(table, rt, wid)
+            raise
+        return [table for table, _ in staged]
+
     def _watermark(self, table: str, wid: str, kind: str) -> None:
+        self._watermarks([(table, wid, kind)])
+
+    def _watermarks(self, rows: list[tuple[str, str, str]]) -> None:
+        """Watermark rows ``(table, window id, kind)`` in one statement: one transaction."""
+        if not rows:
+            return
         # one connection kept for the watermark writes: a new one per write cost ~40 ms
         # of CPU (TLS context) and its round trips sat inside every window
         if self._wm_conn is None:
             self._wm_conn = self._connect()
         try:
             with self._wm_conn.cursor() as cur:
-                cur.execute(self.watermark_sql, (table, wid, kind))
+                sql = self.watermark_sql + ", (%s, %s, %s)" * (len(rows) - 1)
+                cur.execute(sql, [v for row in rows for v in row])
         except BaseException:
             conn, self._wm_conn = self._wm_conn, None
             try:

@@ -97,3 +97,48 @@ def test_reads_at_once_are_capped_at_the_cores_only_when_the_merger_sizes_local_
     assert read_parallelism(cfg(4, "local[8]"), cores=2, environ=local) == 4
     assert read_parallelism(cfg(4), cores=2, environ={"SPARK_SUBMIT": "1"}) == 4
     assert read_parallelism(cfg(4), cores=2, environ={"SPARK_ENV_LOADED": "1"}) == 4
+
+
+def test_small_tables_share_their_watermark_writes_and_keep_the_dblog_order(tmp_path):
+    """Issue 23: windows of small tables (each read whole) write their LOW rows in one
+    statement and their HIGH rows in one, so ingest makes one Kafka transaction of each,
+    not one per table; every table's read comes after the LOW statement and before the
+    HIGH one. A table whose definition changed under its read is left out of HIGH and its
+    window abandoned; the others go on."""
+    from ingest.tablespec import ColumnSpec, TableSpec
+    from merger.dblog import encode_key
+    from merger.processor import BatchProcessor
+
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"))
+    store = StateStore(cfg.state_dir)
+    processor = BatchProcessor("p", store, [], None, lambda topic: 1)
+    runner = SnapshotRunner(cfg, None, store, processor=processor)
+    events: list = []
+    runner._watermarks = lambda rows: events.append(("watermarks", [(t, k) for t, _, k in rows]))
+
+    def read(table, rt, chunks, where, wid, tasks=None):
+        events.append(("read", table))
+        if table == "db.t2":
+            raise RuntimeError("(1054, \"Unknown column 'x' in 'field list'\")")
+        return 1
+
+    runner._read_chunks = read
+    group = []
+    for name in ("t1", "t2", "t3"):
+        spec = TableSpec("db", name, (ColumnSpec("id", "int", 1, nullable=False),), ("id",))
+        rt = processor.table(f"db.{name}", spec)
+        chunk = {"id": f"{name}-0", "lo": encode_key(None), "hi": encode_key(None)}
+        group.append((f"db.{name}", rt, [chunk], None, 1))
+    staged = runner._shared_windows(group)
+    assert staged == ["db.t1", "db.t3"]
+    assert events == [
+        ("watermarks", [("db.t1", "LOW"), ("db.t2", "LOW"), ("db.t3", "LOW")]),
+        ("read", "db.t1"),
+        ("read", "db.t2"),
+        ("read", "db.t3"),
+        ("watermarks", [("db.t1", "HIGH"), ("db.t3", "HIGH")]),
+    ]
+    windows = {name: list(processor.tables[name].reconciler.windows.values()) for name in ("db.t1", "db.t2", "db.t3")}
+    assert [len(w) for w in windows.values()] == [1, 0, 1]  # t2's window abandoned
+    assert windows["db.t1"][0].staged and windows["db.t3"][0].staged
+    assert "db.t2" in runner._changed  # read again once its schema change arrives
