@@ -97,3 +97,26 @@ def test_send_all_waits_when_the_queue_is_full(stack, unique_name):
     producer.commit(offsets, b"source", ResumePoint("0-1-1"))
     records, _ = read_records(bootstrap, [topic], dedup=False)
     assert sorted(int(r.value) for r in records) == list(range(200))
+
+
+def test_topics_are_created_and_described_one_at_a_time_without_listing_every_topic(stack, unique_name):
+    """Issue 23: ingest met each new table's topic with two listings of every topic on the
+    broker (half its time with 200 new tables). A new topic is created with the count
+    asked for, an existing one keeps its own, and neither needs the listing."""
+    from ingest.producer import Topics
+
+    bootstrap = stack.kafka.bootstrap
+    existing = f"{unique_name}.db.old"
+    _create(bootstrap, existing, partitions=2)
+    topics = Topics({"bootstrap.servers": bootstrap})
+
+    def no_listing(*args, **kwargs):
+        raise AssertionError("every topic was listed")
+
+    topics._admin.list_topics = no_listing
+    assert topics.partitions(existing, create_with=3) == 2
+    new = f"{unique_name}.db.new"
+    assert topics.partitions(new, create_with=3) == 3
+    assert topics.partitions(new, create_with=5) == 3  # remembered
+    listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    assert len(listed[new].partitions) == 3 and len(listed[existing].partitions) == 2
