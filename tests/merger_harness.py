@@ -125,6 +125,25 @@ class SinkChecker:
                 r.close()
         return [(n, None, c) if isinstance(c, str) else (n, c, None) for n, c in found.items()]
 
+    def differences(self, db: str, tables: list[str]) -> list[str]:
+        """``compare`` of many tables over one set of connections: what differs, one line
+        per table and sink (empty: every table equal in both sinks)."""
+        source = self._source()
+        readers = self.readers()
+        out = []
+        try:
+            for table in tables:
+                for sink, found in compare_tables(source, readers, db, table).items():
+                    if isinstance(found, str):
+                        out.append(f"{db}.{table} ({sink}): {found}")
+                    elif not found.ok:
+                        out.append(found.summary())
+        finally:
+            source.close()
+            for r in readers.values():
+                r.close()
+        return out
+
     def verify(
         self,
         db: str,
