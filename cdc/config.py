@@ -425,7 +425,13 @@ class SnapshotConfig(_Model):
         "at most the machine's cores (more only contend), and Spark gets that + 2 task slots",
     )
     chunks_per_window: int = Field(4, ge=1, description="chunks between one LOW and one HIGH watermark")
-    window_timeout_s: float = Field(120.0, gt=0, description="retry a window whose markers do not arrive")
+    window_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="retry a window whose markers do not arrive (only once the merger has read its topic to "
+        "the end; 3 windows of a table expiring in a row pause the table with the reason, see "
+        "docs/operations.md, Snapshots)",
+    )
     reader: Literal["connectorx", "jdbc"] = Field(
         "connectorx",
         description="how Spark tasks read chunks: connectorx (Arrow, fast) or jdbc (Spark JDBC with "

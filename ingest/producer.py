@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc.errors import CdcError, UserError
+from cdc.kafka_topics import partition_count
 from ingest.position import ResumePoint
 
 log = logging.getLogger(__name__)
@@ -124,26 +125,7 @@ class Topics:
         return count
 
     def _described(self, topic: str) -> int | None:
-        """The topic's partition count, None if the broker does not know it. Asked for this
-        topic alone (DescribeTopics: a metadata request that never auto-creates it): a
-        listing of every topic, twice per new table, took half of ingest's time when 200
-        tables met their first watermark (issue 23). A broker that cannot describe topics
-        is asked for the listing (a metadata request naming the topic may auto-create it
-        with the broker's default partition count)."""
-        from confluent_kafka import TopicCollection
-
-        try:
-            found = self._admin.describe_topics(TopicCollection([topic]), request_timeout=self._timeout)[topic]
-            return len(found.result(self._timeout).partitions) or None
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                return None
-            log.debug("describing topic %s: %s; listing every topic instead", topic, _error_text(exc))
-        tmeta = self._admin.list_topics(timeout=self._timeout).topics.get(topic)
-        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-            return None
-        return len(tmeta.partitions)
+        return partition_count(self._admin, topic, self._timeout)
 
 
 class TransactionalProducer:

@@ -474,6 +474,8 @@ def _partition_counter(kafka_conf: dict, bootstrap: str):
     checked reachable first)."""
     from confluent_kafka.admin import AdminClient
 
+    from cdc.kafka_topics import partition_count
+
     admin = AdminClient(kafka_conf)
     try:
         admin.list_topics(timeout=15)
@@ -483,13 +485,10 @@ def _partition_counter(kafka_conf: dict, bootstrap: str):
 
     def partitions_of(topic: str) -> int:
         if topic not in partitions:
-            # all topics: a request naming the topic could auto-create it. Every topic of
-            # the answer is kept: with hundreds of tables one request per table cost seconds
-            for name, md in admin.list_topics(timeout=15).topics.items():
-                if md.partitions and md.error is None:
-                    partitions.setdefault(name, len(md.partitions))
-            if topic not in partitions:
+            count = partition_count(admin, topic, 15)  # this topic alone, never creating it
+            if count is None:
                 return 1  # not created yet: asked again when its records arrive
+            partitions[topic] = count
         return partitions[topic]
 
     return partitions_of
