@@ -52,11 +52,13 @@ def _name(i: int) -> str:
 # the writer changes only these: the other tables' topics hold nothing but watermark
 # markers, as on an idle source (a topic with rows is learned by the admission, one with
 # markers only stays new to it: the case that took one record per micro-batch)
-WRITTEN = 10
+WRITTEN = 4
 
 
 class Writer(threading.Thread):
-    """Changes random rows of the first WRITTEN tables (update, delete, insert), ~20 a second."""
+    """Changes random rows of the first WRITTEN tables (update, delete, insert): a source
+    transaction of two statements four times a second (ingest commits each source
+    transaction to Kafka on its own: many more would make the test one of its commit rate)."""
 
     def __init__(self, stack, db: str):
         super().__init__(daemon=True)
@@ -69,19 +71,22 @@ class Writer(threading.Thread):
         rnd = random.Random(23)
         try:
             with self.conn.cursor() as cur:
-                while not self.stop.wait(0.05):
-                    t = _name(rnd.randrange(WRITTEN))
-                    k = rnd.randint(1, ROWS)
-                    cur.execute(
-                        rnd.choice(
-                            [
-                                f"UPDATE {t} SET v = v + 1, s = 'changed' WHERE id = {k}",
-                                f"DELETE FROM {t} WHERE id = {k}",
-                                f"INSERT INTO {t} VALUES ({ROWS + self.done + 1}, {k}, 'new')",
-                            ]
+                while not self.stop.wait(0.25):
+                    cur.execute("BEGIN")
+                    for _ in range(2):
+                        t = _name(rnd.randrange(WRITTEN))
+                        k = rnd.randint(1, ROWS)
+                        cur.execute(
+                            rnd.choice(
+                                [
+                                    f"UPDATE {t} SET v = v + 1, s = 'changed' WHERE id = {k}",
+                                    f"DELETE FROM {t} WHERE id = {k}",
+                                    f"INSERT INTO {t} VALUES ({ROWS + self.done + 1}, {k}, 'new')",
+                                ]
+                            )
                         )
-                    )
-                    self.done += 1
+                        self.done += 1
+                    cur.execute("COMMIT")
         except BaseException as exc:
             self.error = exc
         finally:
