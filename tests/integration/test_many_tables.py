@@ -151,3 +151,55 @@ def test_the_snapshot_of_a_hundred_tables_costs_their_rows_not_their_number(stac
         checker.close()
         merger.stop()
         ingest.stop()
+
+
+@pytest.mark.timeout(300)
+def test_windows_that_keep_expiring_pause_their_table_with_the_reason(stack, tmp_path, unique_name):
+    """The merger writes its watermarks to a table ingest does not watch (the two
+    disagree on watermark_table), so no window's markers ever come while the table's
+    changes do. Each window expires after
+    snapshot.window_timeout_s (the merger has read the topic to its end); the third in a
+    row pauses the table with the reason in its status, instead of a snapshot that is read
+    again for ever and looks like it runs."""
+    db = f"noexp_{unique_name}"
+    conn = _conn(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"USE {db}")
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_100")
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"])
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        **{"snapshot.window_timeout_s": 3, "watermark_table": f"cdc.elsewhere_{unique_name}"},
+    )
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    store = StateStore(tmp_path / "state")
+    try:
+        deadline = time.monotonic() + 90
+        status = {}
+        with conn.cursor() as cur:
+            while time.monotonic() < deadline:
+                for p in (ingest, merger):
+                    assert p.alive(), f"{p.config_path.stem} exited:\n{p.log_text()[-3000:]}"
+                cur.execute(f"UPDATE {db}.t SET v = v + 1 WHERE id = 1")  # the table's changes keep coming
+                status = ((store.read_status() or {}).get("tables") or {}).get(f"{db}.t") or {}
+                if status.get("phase") == "paused":
+                    break
+                time.sleep(0.5)
+        assert status.get("phase") == "paused", (status, merger.log_text()[-3000:])
+        error = status["error"]
+        assert error.startswith(f"snapshot of {db}.t: 3 windows in a row expired"), error
+        assert "did not reach partition(s) [0, 1, 2]" in error and f"cdc resume {db}.t" in error, error
+        assert merger.log_text().count("will be read again") == 2  # two retries, then the pause
+        assert merger.alive()
+    finally:
+        conn.close()
+        merger.stop()
+        ingest.stop()
