@@ -82,3 +82,22 @@ def test_a_staged_window_records_the_columns_it_was_read_with(tmp_path):
     (store.staging_dir("db.t", "w0") / StateStore.STAGED).touch()
     assert store.is_staged("db.t", "w0") and store.staged_columns("db.t", "w0") is None
     assert store.staged_columns("db.t", "missing") is None
+
+
+def test_plans_are_read_again_only_when_their_file_changed(tmp_path):
+    """Issue 23: plan files are read once and then only when they change, yet a reader
+    always sees the latest plan, also one written by another StateStore (another
+    process), and never a dict another caller changed."""
+    from merger.state import StateStore
+
+    store, other = StateStore(tmp_path), StateStore(tmp_path)
+    store.save_plan("db.t", {"table": "db.t", "done": []})
+    first = store.load_plan("db.t")
+    first["done"].append("changed by a caller")
+    assert store.load_plan("db.t") == {"table": "db.t", "done": []}
+    for n in range(20):  # rewritten at once, same size: still seen
+        other.save_plan("db.t", {"table": "db.t", "done": [f"c{n % 10}"]})
+        assert store.load_plan("db.t")["done"] == [f"c{n % 10}"]
+        assert store.all_plans()["db.t"]["done"] == [f"c{n % 10}"]
+    store.plan_path("db.t").unlink()
+    assert store.load_plan("db.t") is None and store.all_plans() == {}
