@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--down", action="store_true")
     args = ap.parse_args(argv)
+    label = commit_label()  # the code the processes start with
     state = Path(args.state_dir)
     stack = local_stack.up(state)
     base = state / "tables-bench"
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.down:
             local_stack.down(state)
     lines = [
-        f"### hundreds of tables ({time.strftime('%Y-%m-%d')}, commit {commit_label()})",
+        f"### hundreds of tables ({time.strftime('%Y-%m-%d')}, commit {label})",
         "",
         f"{args.rows} rows per table, topic_partitions {args.partitions}, default settings, both sinks; "
         f"time from `cdc merge` start until every table is streaming (target <= {TARGET_S_PER_TABLE} s per table)",
