@@ -14,19 +14,9 @@ import pytest
 
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import read_records, rebuild
+from tests.source_db import root_connection
 
 COMPRESSED_KINDS = {"Write_rows_compressed", "Update_rows_compressed", "Delete_rows_compressed", "Query_compressed"}
-
-
-def _root(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
 
 
 @pytest.fixture
@@ -73,13 +63,13 @@ def test_compressed_binlog_events_reach_kafka(stack, mysql_root, compressed_binl
         first_file = cur.fetchone()[0]
     cfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db])
     proc = IngestProcess(cfg, tmp_path / "ingest.log").start()
-    conn = _root(stack, db)
+    conn = root_connection(stack, db)
     body = lambda i: (f"row {i} " + "abcdefghij" * 210)[:2048]  # noqa: E731  ~2 KB, compresses well
     try:
         wait_caught_up(stack, unique_name, proc=proc)
         compressed_binlog()  # switched on while ingest runs
         conn.close()
-        conn = _root(stack, db)
+        conn = root_connection(stack, db)
         with conn.cursor() as cur:
             for i in range(60):  # one row per event
                 cur.execute("INSERT INTO doc VALUES (%s, %s, 0)", (i, body(i)))

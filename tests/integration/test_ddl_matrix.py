@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 
-import pymysql
 import pytest
 
 from merger.state import StateStore
 from tests.ingest_harness import IngestProcess, write_config
 from tests.kafka_util import read_records
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.source_db import root_connection
 
 pytestmark = pytest.mark.integration
 
@@ -130,19 +130,8 @@ TABLES = [
 GONE = ["ren_a"]  # names the source no longer has: their sink tables end empty
 
 
-def _conn(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
-
-
 def _run(stack, db: str, statements: list[str]) -> None:
-    conn = _conn(stack, db)
+    conn = root_connection(stack, db)
     try:
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode = ''")
@@ -172,7 +161,7 @@ def _assert_empty(checker: SinkChecker, db: str, table: str, merger, timeout_s: 
 @pytest.mark.timeout(1500)
 def test_every_ddl_leaves_every_sink_equal_to_the_source(stack, tmp_path, unique_name):
     db = f"dm_{unique_name}"
-    conn = _conn(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")
@@ -236,7 +225,7 @@ def test_every_ddl_leaves_every_sink_equal_to_the_source(stack, tmp_path, unique
 @pytest.mark.timeout(900)
 def test_on_drop_keep_leaves_the_rows_of_a_dropped_table(stack, tmp_path, unique_name):
     db = f"dk_{unique_name}"
-    conn = _conn(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")
@@ -282,7 +271,7 @@ def test_ddl_in_executable_comments_and_exchanges_reaches_the_sinks(stack, tmp_p
     stale): a statement in an executable comment, as mysqldump writes them, and an EXCHANGE
     PARTITION whose first table is not captured while the other one is."""
     db = f"dx_{unique_name}"
-    conn = _conn(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")

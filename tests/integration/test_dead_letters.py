@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 
-import pymysql
 import pytest
 import yaml
 from confluent_kafka import Producer
@@ -23,20 +22,10 @@ from confluent_kafka import Producer
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import read_records
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.source_db import root_connection
 from tests.unit.test_bad_input import _cli
 
 pytestmark = pytest.mark.integration
-
-
-def _root(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
 
 
 def _status(config) -> dict:
@@ -58,7 +47,7 @@ def _wait(predicate, what: str, timeout_s: float, proc=None):
 
 
 def _setup(stack, db: str, tables: list[str], rows: int = 200) -> None:
-    conn = _root(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")
@@ -78,7 +67,7 @@ def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, 
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)  # on_bad_record: pause
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
-    root = _root(stack, db)
+    root = root_connection(stack, db)
     topic = f"{unique_name}.{db}.hit"
     try:
         for t in ("good", "hit"):
@@ -125,7 +114,7 @@ def test_changes_of_a_table_the_merger_may_not_read_stop_it_with_the_grant(stack
     db = f"dg_{unique_name}"
     _setup(stack, db, ["open_t", "secret"])
     user, password = f"m_{unique_name}"[:32], "pw-merger"
-    conn = _root(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'")
         cur.execute(f"GRANT SELECT ON {db}.open_t TO '{user}'@'%'")
@@ -191,7 +180,7 @@ def test_a_postgres_sink_table_altered_then_dropped_by_a_user_pauses_only_that_t
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
-    root = _root(stack, db)
+    root = root_connection(stack, db)
     pg = psycopg.connect(
         host=stack.postgres.host,
         port=stack.postgres.port,

@@ -32,6 +32,7 @@ import pytest
 
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import Record, read_records
+from tests.source_db import root_connection
 
 pytestmark = pytest.mark.integration
 
@@ -106,24 +107,13 @@ def _line(r: Record) -> str:
     return f"{r.topic}\t{r.partition}\t{r.offset}\t{b64(r.key)}\t{b64(r.value)}\t{headers}\n"
 
 
-def _conn(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
-
-
 def _workload(stack, db: str) -> dict[int, dict]:
     """Inserts, a TRUNCATE, updates, deletes, an ALTER (DDL marker), a LOW/HIGH watermark
     pair written as the merger writes it (two watermark markers) with changes between them.
     Returns the rows the TRUNCATE removed and no later statement brings back (ids 1, 2)."""
     from merger.snapshot.runner import watermark_ddl
 
-    conn = _conn(stack, db)
+    conn = root_connection(stack, db)
     with conn.cursor() as cur:
         cur.execute(watermark_ddl("cdc.cdc_watermarks"))
         wm = "REPLACE INTO cdc.cdc_watermarks (table_name, window_id, kind) VALUES (%s, %s, %s)"
@@ -146,7 +136,7 @@ def _workload(stack, db: str) -> dict[int, dict]:
 
 def _source_rows(stack, db: str) -> dict[int, dict]:
     """The independent oracle: a plain SELECT of the source table."""
-    conn = _conn(stack, db)
+    conn = root_connection(stack, db)
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute("SELECT * FROM items")
         rows = {r["id"]: dict(r) for r in cur.fetchall()}
@@ -201,7 +191,7 @@ def _kinds(records: list[Record]) -> list[str]:
 
 def test_debezium_consumer_on_ingest_topics(stack, tmp_path, unique_name, consumer_classes):
     db = unique_name
-    conn = _conn(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}`")
         cur.execute(f"CREATE TABLE `{db}`.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
@@ -289,7 +279,7 @@ def test_debezium_connector_through_the_same_consumer(stack, tmp_path, unique_na
     from tests.debezium_kafka import DebeziumKafka
 
     db = unique_name
-    conn = _conn(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}`")
         cur.execute(f"CREATE TABLE `{db}`.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)")
@@ -317,7 +307,7 @@ def test_debezium_connector_through_the_same_consumer(stack, tmp_path, unique_na
     try:
         dbz.wait_for(DebeziumKafka.initial_snapshot_done, 120, "the initial snapshot")
         truncated = _workload(stack, db)
-        conn = _conn(stack, db)
+        conn = root_connection(stack, db)
         with conn.cursor() as cur:  # Debezium has delivered the workload once this row is on Kafka
             cur.execute("INSERT INTO dbz_probe (tag) VALUES ('done')")
         conn.close()

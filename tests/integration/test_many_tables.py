@@ -16,7 +16,6 @@ import random
 import threading
 import time
 
-import pymysql
 import pytest
 import yaml
 
@@ -24,6 +23,7 @@ from merger.state import StateStore
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.source_db import root_connection
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +32,6 @@ ROWS = 1000
 # measured on 2 shared cores: 100 tables all streaming 20-35 s after `cdc merge` started
 # (bench/RESULTS.md, "hundreds of tables"); before the fix they never were within 400 s
 SNAPSHOT_LIMIT_S = 150 if IS_CI else 120
-
-
-def _conn(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
 
 
 def _name(i: int) -> str:
@@ -62,7 +51,7 @@ class Writer(threading.Thread):
 
     def __init__(self, stack, db: str):
         super().__init__(daemon=True)
-        self.conn = _conn(stack, db)
+        self.conn = root_connection(stack, db)
         self.stop = threading.Event()
         self.done = 0
         self.error: BaseException | None = None
@@ -96,7 +85,7 @@ class Writer(threading.Thread):
 @pytest.mark.timeout(600)
 def test_the_snapshot_of_a_hundred_tables_costs_their_rows_not_their_number(stack, tmp_path, unique_name):
     db = f"many_{unique_name}"
-    conn = _conn(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")
@@ -162,7 +151,7 @@ def test_windows_that_keep_expiring_pause_their_table_with_the_reason(stack, tmp
     row pauses the table with the reason in its status, instead of a snapshot that is read
     again for ever and looks like it runs."""
     db = f"noexp_{unique_name}"
-    conn = _conn(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")

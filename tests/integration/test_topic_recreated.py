@@ -6,36 +6,25 @@ from __future__ import annotations
 
 import time
 
-import pymysql
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.source_db import root_connection
 
 pytestmark = pytest.mark.integration
-
-
-def _root(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
 
 
 @pytest.mark.timeout(600)
 def test_a_topic_created_again_under_the_checkpoint_stops_the_merger(stack, tmp_path, unique_name):
     db = f"tr_{unique_name}"
-    conn = _root(stack)
+    conn = root_connection(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
         cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT)")
     conn.close()
-    root = _root(stack, db)
+    root = root_connection(stack, db)
     with root.cursor() as cur:
         cur.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_300")
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=1)
