@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 BEHIND = Gauge("cdc_merger_MilliSecondsBehindSource", "Source commit to sink apply, last batch", ["table"])
 ROWS_SCANNED = Gauge("cdc_merger_snapshot_RowsScanned", "Snapshot rows emitted", ["table"])
@@ -11,6 +11,12 @@ ROWS_APPLIED = Gauge("cdc_merger_rows_applied", "Streamed changes applied", ["ta
 PHASE = Gauge("cdc_merger_table_phase", "1 for the table's current phase", ["table", "phase"])
 BAD_RECORDS = Gauge("cdc_merger_bad_records", "Records sent to the dead-letter topic")
 LAST_BATCH = Gauge("cdc_merger_last_batch", "Id of the last micro-batch")
+# counted where it happens (merger.sinks.nul_count), not from the status
+NUL_VALUES_CHANGED = Counter(
+    "cdc_merger_nul_values_changed",
+    "Stored values whose NUL characters the sink's nul_policy removed or replaced",
+    ["table", "sink"],
+)
 
 PHASES = ("snapshotting", "streaming", "paused", "failed", "dropped")
 

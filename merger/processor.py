@@ -708,8 +708,18 @@ class BatchProcessor(PausedTables):
             "bad_records": self.bad_records,
             # set while a source access waits for the database to come back
             "source_unavailable": guard.status() if guard is not None else None,
-            "tables": self.tables.status(self.store.all_plans()),
+            "tables": self._with_nul_counts(self.tables.status(self.store.all_plans())),
         }
+
+    def _with_nul_counts(self, tables: dict) -> dict:
+        """Each table's count of values a sink's NUL rule changed (0 when none)."""
+        for t in tables.values():
+            t["nul_values_changed"] = 0
+        for sink in self.sinks:
+            for name, n in sink.nul_values_changed().items():
+                if name in tables:
+                    tables[name]["nul_values_changed"] += n
+        return tables
 
     def publish_status(self) -> None:
         self.store.write_status(self.status())

@@ -327,6 +327,8 @@ def status(
     for name, t in st.get("tables", {}).items():
         phase = t["phase"] + (" (blocked on sink)" if t.get("blocked_on_sink") else "")
         note = t.get("error") or t.get("blocked_on_sink") or ""
+        if not note and t.get("nul_values_changed"):
+            note = f"{t['nul_values_changed']} value(s) changed by nul_policy (docs/values.md)"
         offsets = ",".join(f"{p}:{o}" for p, o in sorted(t.get("last_offsets", {}).items()))
         lag = "-" if t.get("lag_ms") is None else f"{t['lag_ms']:.0f}"
         chunks = f"{t['chunks_done']}/{t['chunks_total']}"

@@ -153,6 +153,11 @@ class Sink(abc.ABC):
         schema change the sink cannot follow. No-op if the table does not exist."""
         raise SinkError(f"{type(self).__name__} cannot drop table {table}: drop it by hand, then `cdc resume`")
 
+    def nul_values_changed(self) -> dict[str, int]:
+        """Per table, the stored values whose NUL characters the sink's rule changed since
+        the process started (only PostgreSQL has such a rule: docs/values.md)."""
+        return {}
+
     def close(self) -> None:
         pass
 

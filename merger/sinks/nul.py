@@ -15,7 +15,9 @@ rows the same key. A delete's non-key values are never stored, so they are strip
 whatever the rule.
 
 Vectorised: one ``match_substring`` scan per text column (the cost of the check that was
-there before); values are only rewritten, in Arrow, when a NUL is present.
+there before); values are only rewritten, in Arrow, when a NUL is present. The same mask
+counts the stored values the rule changed, per column (``merger.sinks.nul_count`` reports
+them: strip and replace change values silently otherwise).
 """
 
 from __future__ import annotations
@@ -87,11 +89,14 @@ def clean(col, policy: str, json: bool = False):
 
 def apply_nul_policy(
     table, changes: pa.Table, keys: Sequence[str], text_columns: Sequence[str], json_columns: Sequence[str], policy: str
-) -> pa.Table:
+) -> tuple[pa.Table, dict[str, int]]:
     """``changes`` (a deduplicated change batch) with the rule applied to its text and
-    JSON columns; raises :class:`UnstorableValue` for a NUL that must pause the table."""
+    JSON columns, and per column the number of values the rule changed among those stored
+    (a delete's values are not stored: not counted); raises :class:`UnstorableValue` for a
+    NUL that must pause the table."""
+    changed: dict[str, int] = {}
     if changes.num_rows == 0:
-        return changes
+        return changes, changed
     upsert = None
     for name in list(text_columns) + list(json_columns):
         if name not in changes.column_names:
@@ -102,16 +107,18 @@ def apply_nul_policy(
             continue
         if name in keys:
             _refuse(table, changes, keys, name, mask, json, key=True)
-        if policy == "pause":
-            if upsert is None:
-                upsert = pc.not_equal(changes[OP], DELETE_OP)
-            stored = pc.and_(mask, upsert)
-            if pc.any(stored).as_py():
-                _refuse(table, changes, keys, name, stored, json, key=False)
+        if upsert is None:
+            upsert = pc.not_equal(changes[OP], DELETE_OP)
+        stored = pc.and_(mask, upsert)
+        n = pc.sum(pc.cast(stored, pa.int64())).as_py() or 0
+        if n and policy == "pause":
+            _refuse(table, changes, keys, name, stored, json, key=False)
+        if n:
+            changed[name] = n
         cleaned = clean(changes[name], "strip" if policy == "pause" else policy, json)
         i = changes.schema.get_field_index(name)
         changes = changes.set_column(i, pa.field(name, cleaned.type), cleaned)
-    return changes
+    return changes, changed
 
 
 def _refuse(table, changes: pa.Table, keys, column: str, mask, json: bool, key: bool) -> None:

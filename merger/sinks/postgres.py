@@ -71,6 +71,7 @@ from merger.sinks.base import (
     user_fields,
 )
 from merger.sinks.nul import apply_nul_policy, check_policy
+from merger.sinks.nul_count import NulCounts
 from merger.sinks.postgres_copy import PostgresCopy
 from merger.sinks.postgres_reads import PostgresReads
 
@@ -165,6 +166,7 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
             self.nul_policy = check_policy(nul_policy)
         except ValueError as exc:
             raise SinkError(str(exc)) from None
+        self.nul_counts = NulCounts("postgres", self.nul_policy)
         self.settings = PgSettings.from_any(settings)
         self.fixed_schema = schema
         self.control_schema = control_schema
@@ -462,7 +464,14 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
     def apply(self, table, version: int, changes: Changes) -> bool:
         table = as_table_id(table)
         version = int(version)
-        return self._run(self._apply, table, version, changes, table=table)
+        self._local.nul_changed = {}
+        done = self._run(self._apply, table, version, changes, table=table)
+        if done:  # counted once committed: an attempt rolled back and run again is not counted twice
+            self.nul_counts.add(str(table), self._local.nul_changed)
+        return done
+
+    def nul_values_changed(self) -> dict[str, int]:
+        return self.nul_counts.snapshot()
 
     def _apply(self, conn, table: TableId, version: int, changes: Changes) -> bool:
         m = self._meta_for(conn, table)
@@ -478,7 +487,7 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
                     f"call ensure_table with the new schema first"
                 )
             cols = [c for c in src.column_names if c in m.columns]
-            src = apply_nul_policy(
+            src, self._local.nul_changed = apply_nul_policy(
                 table,
                 src,
                 m.keys,

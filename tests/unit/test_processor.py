@@ -74,6 +74,9 @@ class MemorySink:
     def applied_version(self, table) -> int | None:
         return self.applied.get(tuple(table))
 
+    def nul_values_changed(self) -> dict:
+        return {}
+
     def truncate(self, table, version) -> bool:
         table = tuple(table)
         if self._claim(table, version):
@@ -361,15 +364,23 @@ class NulSink(MemorySink):
     """Stores text like the PostgreSQL sink does: a NUL character follows ``policy``."""
 
     def __init__(self, policy: str):
+        from merger.sinks.nul_count import NulCounts
+
         super().__init__()
         self.policy = policy
+        self.counts = NulCounts("memory", policy)
 
     def apply(self, table, version, changes: pa.Table) -> bool:
         from merger.sinks.nul import apply_nul_policy
 
         if version <= self.applied.get(tuple(table), -1):
             return False
-        return super().apply(table, version, apply_nul_policy(".".join(table), changes, ["id"], ["v"], [], self.policy))
+        stored, changed = apply_nul_policy(".".join(table), changes, ["id"], ["v"], [], self.policy)
+        self.counts.add(".".join(table), changed)
+        return super().apply(table, version, stored)
+
+    def nul_values_changed(self) -> dict:
+        return self.counts.snapshot()
 
 
 def _records(*streams) -> pa.Table:
@@ -406,6 +417,9 @@ def test_a_value_a_sink_cannot_store_pauses_only_its_table(tmp_path):
     proc.process(2, _records(t, u))
     assert rt.phase == "streaming"
     assert sink.state() == {(1,): {"id": 1, "v": "later"}, (2,): {"id": 2, "v": "nulhere"}}
+    # the stripped value is counted for its table, in the status `cdc status` shows
+    tables = proc.status()["tables"]
+    assert (tables["db.t"]["nul_values_changed"], tables["db.u"]["nul_values_changed"]) == (1, 0)
 
 
 def test_a_snapshot_row_a_sink_cannot_store_pauses_its_table_and_keeps_the_window(tmp_path):

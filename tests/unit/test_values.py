@@ -10,6 +10,8 @@ import json
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdc.config import ConfigError, MergerConfig, load_model
 from ingest.columncodec import column_codec
@@ -130,14 +132,16 @@ def _changes(values, ops=None, key=None, json_values=None):
     "policy,expected", [("strip", ["ab", "ok", None, ""]), ("replace", ["a\ufffdb", "ok", None, "\ufffd\ufffd"])]
 )
 def test_nul_policy_strips_or_replaces_text(policy, expected):
-    out = apply_nul_policy("db.t", _changes(["a\x00b", "ok", None, "\x00\x00"]), ["id"], ["v"], [], policy)
+    out, changed = apply_nul_policy("db.t", _changes(["a\x00b", "ok", None, "\x00\x00"]), ["id"], ["v"], [], policy)
     assert out.column("v").to_pylist() == expected
+    assert changed == {"v": 2}
     assert out.column("id").to_pylist() == [1, 2, 3, 4]
 
 
 def test_text_without_nul_is_handed_on_untouched():
     changes = _changes(["a", "b", None])
-    assert apply_nul_policy("db.t", changes, ["id"], ["v"], [], "pause") is changes
+    out, changed = apply_nul_policy("db.t", changes, ["id"], ["v"], [], "pause")
+    assert out is changes and changed == {}
 
 
 @pytest.mark.parametrize(
@@ -171,8 +175,36 @@ def test_nul_policy_pause_names_table_key_and_column():
 
 def test_nul_policy_pause_ignores_the_values_of_deletes():
     """A delete's non-key values are not stored: stripped, never a reason to pause."""
-    out = apply_nul_policy("db.t", _changes(["ok", "a\x00b"], ops=["c", "d"]), ["id"], ["v"], [], "pause")
+    out, changed = apply_nul_policy("db.t", _changes(["ok", "a\x00b"], ops=["c", "d"]), ["id"], ["v"], [], "pause")
     assert out.column("v").to_pylist() == ["ok", "ab"]
+    assert changed == {}  # nothing stored was changed
+
+
+_TEXT = st.one_of(st.none(), st.text(alphabet=st.sampled_from(["a", "\x00", "é", "\\", "u", "0"]), max_size=8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(_TEXT, _TEXT, st.sampled_from(["c", "u", "r", "d"])), min_size=1, max_size=12),
+    policy=st.sampled_from(["strip", "replace"]),
+)
+def test_nul_policy_counts_each_stored_value_it_changed(rows, policy):
+    """The count per column is the number of upserted values that came out different (a
+    delete's values are not stored: not counted), computed here value by value."""
+    texts = [r[0] for r in rows]
+    docs = [None if r[1] is None else json.dumps({"k": r[1]}) for r in rows]
+    ops = [r[2] for r in rows]
+    changes = _changes(texts, json_values=docs, ops=ops)
+    for name in ("v", "j"):  # typed as the merger's batches are (an all-None list has no type)
+        changes = changes.set_column(changes.schema.get_field_index(name), name, changes[name].cast(pa.string()))
+    out, changed = apply_nul_policy("db.t", changes, ["id"], ["v"], ["j"], policy)
+    want = {}
+    for name in ("v", "j"):
+        before, after = changes.column(name).to_pylist(), out.column(name).to_pylist()
+        n = sum(1 for a, b, op in zip(before, after, ops) if a != b and op != "d")
+        if n:
+            want[name] = n
+    assert changed == want
 
 
 @pytest.mark.parametrize("policy", ["strip", "replace", "pause"])
