@@ -297,6 +297,8 @@ def render(results, console: Console) -> None:
             lines.append(f"error: {r.error}")
         if r.note and not r.skipped:
             lines.append(r.note)
+        if r.nul_note:
+            lines.append(r.nul_note)
         if r.missing:
             lines.append("missing in the sink: " + ", ".join(_key_text(k) for k in r.missing))
         if r.extra:

@@ -56,7 +56,8 @@ Documented rules (the sinks' contract, applied here explicitly):
   cannot hold them; its sink applies ``sinks.postgres.nul_policy``, and so does the
   canonical form of the *source* value for a PostgreSQL sink: ``strip`` removes them,
   ``replace`` writes U+FFFD for each; ``pause`` keeps them (the table is paused, so the
-  sink cannot be equal and verify says so).
+  sink cannot be equal and verify says so). Verify counts the source values the rule
+  changed (``nul_rule_changes``) and reports them: equal, except for those.
 * **BOOLEAN**: MariaDB shows a BOOLEAN column as ``tinyint(1)``. When the sink column is
   boolean, the source's integer compares as true if non-zero; otherwise as the integer.
 * **GEOMETRY**: the source returns the SRID (4 bytes) then the WKB; the sinks hold the WKB
@@ -336,6 +337,18 @@ def string_source(col: Column, rules: SinkRules) -> Callable[[Any], str | tuple]
         return v
 
     return conv
+
+
+def nul_rule_applies(rules: SinkRules) -> bool:
+    """Whether the sink's NUL rule changes values (PostgreSQL, strip or replace)."""
+    return rules.sink == "postgres" and rules.nul_policy in ("strip", "replace")
+
+
+def has_nul(v: Any) -> bool:
+    """A source string value holding a NUL character (what the NUL rule changes)."""
+    if isinstance(v, str):
+        return "\x00" in v
+    return isinstance(v, (bytes, bytearray)) and b"\x00" in v
 
 
 def string_sink(v: Any) -> str | tuple:

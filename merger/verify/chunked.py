@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from merger.verify.canonical import UnsupportedColumn
+from merger.verify.canonical import UnsupportedColumn, nul_rule_applies
 from merger.verify.digest import ChunkDiff, diff, digest, encode_row, encode_value
 from merger.verify.fast_path import ChunkDigests
 from merger.verify.keys import UnsupportedKey
@@ -65,6 +65,19 @@ class TableResult:
     error: str | None = None
     note: str | None = None
     skipped: bool = False
+    nul_policy: str | None = None  # the sink's NUL rule, where it changes values (PostgreSQL strip/replace)
+    nul_values_changed: int = 0  # source values compared that hold a NUL the rule changed
+
+    @property
+    def nul_note(self) -> str | None:
+        """The values the sink holds changed by its documented NUL rule (equal by that rule)."""
+        if not self.nul_values_changed:
+            return None
+        lead = "equal except" if self.verdict == "equal" else "besides the differences,"
+        return (
+            f"{lead} {self.nul_values_changed} values changed by the NUL policy (nul_policy: {self.nul_policy}; "
+            "docs/values.md)"
+        )
 
     @property
     def verdict(self) -> str:
@@ -94,6 +107,9 @@ class TableResult:
             "unlisted": self.unlisted,
             "error": self.error,
             "note": self.note,
+            "nul_policy": self.nul_policy,
+            "nul_values_changed": self.nul_values_changed,
+            "nul_note": self.nul_note,
         }
 
 
@@ -138,6 +154,8 @@ class TableVerifier:
                     results[name].note = f"the sink has no table {self.name}"
                 else:
                     sides[name] = SinkSide(reader, self.table, self.keys, cols)
+                    if nul_rule_applies(reader.rules):
+                        results[name].nul_policy = reader.rules.nul_policy
             except SinkUnreachable:
                 raise
             except (SinkReadError, UnsupportedColumn, UnsupportedKey) as exc:
@@ -172,8 +190,9 @@ class TableVerifier:
                 continue
             if name in settled:
                 res.digest_chunks += 1
-                res.source_rows += settled[name]
-                res.sink_rows += settled[name]
+                res.source_rows += settled[name].rows
+                res.sink_rows += settled[name].rows
+                res.nul_values_changed += settled[name].nul_values
                 continue
             if raw is None:
                 raw = self.source.rows_in_range(self.table, self.keys, *rng)
@@ -187,7 +206,7 @@ class TableVerifier:
                 raise
             except (SinkReadError, UnsupportedKey) as exc:
                 res.error = str(exc)
-        return len(raw) if raw is not None else max(settled.values(), default=0)
+        return len(raw) if raw is not None else max((d.rows for d in settled.values()), default=0)
 
     def _fast_sides(self, sides: dict[str, SinkSide], results: dict[str, TableResult]) -> dict[str, SinkSide]:
         """The sinks whose chunks are compared by SQL digests first; the others say why not."""
@@ -229,6 +248,7 @@ class TableVerifier:
                 break
         res.source_rows += len(src)
         res.sink_rows += len(dst)
+        res.nul_values_changed += side.nul_changes(raw)  # counted on the source rows compared last
         if found.empty:
             return
         res.mismatched_chunks += 1

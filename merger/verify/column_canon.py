@@ -20,11 +20,13 @@ from merger.verify.canonical import (
     decimal,
     float_rule,
     geometry_source,
+    has_nul,
     integer,
     integer_sink,
     json_parsed,
     json_source,
     json_text,
+    nul_rule_applies,
     string_sink,
     string_source,
     time_sink,
@@ -82,6 +84,13 @@ class ColumnCanon:
         else:  # pragma: no cover (Column.kind raised already)
             raise UnsupportedColumn(kind)
         self._src, self._dst = src, dst
+        # source value -> whether the NUL rule changed its canonical form (None: it cannot)
+        self.nul_changed: Callable[[Any], bool] | None = None
+        if nul_rule_applies(rules):
+            if self.kind == "string":
+                self.nul_changed = has_nul
+            elif self.kind == "json":
+                self.nul_changed = lambda v: src(v) != json_text(v)
 
     def source(self, v: Any) -> Any:
         return None if v is None else self._src(v)

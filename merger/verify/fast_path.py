@@ -23,7 +23,7 @@ SOURCE_CONNECTIONS = 2  # concurrent digest queries on the source
 
 
 class ChunkDigests:
-    """Settles chunks by digest: ``settle(window)`` -> {chunk index: {sink: rows}}."""
+    """Settles chunks by digest: ``settle(window)`` -> {chunk index: {sink: the source's Digest}}."""
 
     window = 2 * SOURCE_CONNECTIONS  # chunks per settle(): the sinks run ahead of the source
 
@@ -43,10 +43,10 @@ class ChunkDigests:
         for r in self._opened:
             r.close()
 
-    def _source_digest(self, rng: tuple, row_sql: str) -> Digest:
+    def _source_digest(self, rng: tuple, query: tuple[str, str | None]) -> Digest:
         reader = self._readers.get()
         try:
-            return reader.digest_in_range(self.table, self.keys, *rng, row_sql)
+            return reader.digest_in_range(self.table, self.keys, *rng, *query)
         finally:
             self._readers.put(reader)
 
@@ -54,18 +54,20 @@ class ChunkDigests:
     def _sink_digests(side: SinkSide, sink_ranges: list[tuple]) -> list[Digest]:
         return [side.digest_in_range(*r) for r in sink_ranges]
 
-    def settle(self, chunks: list[tuple[int, tuple]], sink_ranges: dict[str, list[tuple]]) -> dict[int, dict[str, int]]:
+    def settle(
+        self, chunks: list[tuple[int, tuple]], sink_ranges: dict[str, list[tuple]]
+    ) -> dict[int, dict[str, Digest]]:
         """``chunks``: (index, (lo, hi)) in source bounds; ``sink_ranges``: each sink's
         bounds by index. A failed digest query sends its sink to the row path for the rest
         of the table (``failed`` says why); an unreachable sink raises."""
         live = {n: s for n, s in self.sides.items() if n not in self.failed}
-        out: dict[int, dict[str, int]] = {i: {} for i, _ in chunks}
+        out: dict[int, dict[str, Digest]] = {i: {} for i, _ in chunks}
         if not live:
             return out
         sinks: dict[str, Future] = {
             n: self._pool.submit(self._sink_digests, s, [sink_ranges[n][i] for i, _ in chunks]) for n, s in live.items()
         }
-        texts = {s.digest_plan.source_row for s in live.values()}  # sinks may share one
+        texts = {_source_query(s) for s in live.values()}  # sinks may share one
         source: dict[tuple[int, str], Future] = {
             (i, t): self._pool.submit(self._source_digest, rng, t) for i, rng in chunks for t in texts
         }
@@ -73,7 +75,7 @@ class ChunkDigests:
         for name, side in live.items():
             try:
                 theirs = sinks[name].result()
-                ours = [source[(i, side.digest_plan.source_row)].result() for i, _ in chunks]
+                ours = [source[(i, _source_query(side))].result() for i, _ in chunks]
             except SinkUnreachable as exc:
                 errors.append(exc)
                 continue
@@ -82,9 +84,13 @@ class ChunkDigests:
                 continue
             for (i, _), a, b in zip(chunks, ours, theirs):
                 if a == b:
-                    out[i][name] = a.rows
+                    out[i][name] = a
         for f in [*sinks.values(), *source.values()]:
             f.exception()  # every query of the window has ended before the row path runs
         if errors:
             raise errors[0]
         return out
+
+
+def _source_query(side: SinkSide) -> tuple[str, str | None]:
+    return side.digest_plan.source_row, side.digest_plan.source_nul

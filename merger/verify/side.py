@@ -71,6 +71,14 @@ class SinkSide:
     def source_rows(self, raw: Sequence[tuple]) -> list[tuple]:
         return canonical_rows(self.canons, raw, "source")
 
+    def nul_changes(self, raw: Sequence[tuple]) -> int:
+        """How many values of these source rows the sink's NUL rule changed."""
+        n = 0
+        for i, c in enumerate(self.canons):
+            if c.nul_changed is not None:
+                n += sum(1 for r in raw if r[i] is not None and c.nul_changed(r[i]))
+        return n
+
     def canon_key(self, raw_key: tuple) -> tuple:
         return tuple(c.source(v) for c, v in zip(self.key_canons, raw_key))
 

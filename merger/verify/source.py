@@ -212,14 +212,15 @@ class SourceReader:
         )
         return self.query(self._select(t, where))
 
-    def digest_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str) -> Digest:
-        """The chunk's digest, computed by the server (``merger.verify.sql_digest``)."""
+    def digest_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, nul_sql=None) -> Digest:
+        """The chunk's digest, computed by the server (``merger.verify.sql_digest``), and
+        with ``nul_sql`` the count of its values holding a NUL character."""
         self._connection()
         where = sql_predicate_literal(
             keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
         )
-        (rows, total), *_ = self.query(mariadb_query(row_sql, quote_table((t.db, t.table)), where))
-        return Digest.of(rows, total)
+        row, *_ = self.query(mariadb_query(row_sql, quote_table((t.db, t.table)), where, nul_sql))
+        return Digest.of(*row)
 
     def rows_with_keys(
         self, t: SourceTable, keys: Sequence[str], kinds: Sequence[str], canon_keys: Sequence[tuple]

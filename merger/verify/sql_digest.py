@@ -16,6 +16,11 @@ types have no text here that all three dialects write alike (FLOAT, DOUBLE, JSON
 GEOMETRY, a column the sink lacks, a sink type other than the documented one) make the
 table use the row path for that sink (``DigestPlan.reason`` says why).
 
+For a PostgreSQL sink under ``nul_policy`` strip or replace, the source query also counts
+the values holding a NUL character (``nul_count``: a zero byte in the column's bytes, which
+in every character set accepted here is U+0000 and nothing else), so that verify can say
+how many values were equal only by that rule, from the source, not from the merger.
+
 The texts per column type (source -> PostgreSQL / Delta type):
 
 ===========  =========================================  ===================================
@@ -39,7 +44,7 @@ TIME         signed microseconds                        interval / int64
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from cdc.quoting import pg_ident, quote_ident
@@ -64,11 +69,13 @@ class Digest:
 
     rows: int
     total: int
+    # source only: values holding a NUL character (``nul_count``); not part of the digest
+    nul_values: int = field(default=0, compare=False)
 
     @classmethod
-    def of(cls, rows, total) -> "Digest":
+    def of(cls, rows, total, nul_values=0) -> "Digest":
         """From a side's (possibly signed or unbounded) sum."""
-        return cls(int(rows), int(total) & MASK)
+        return cls(int(rows), int(total) & MASK, int(nul_values or 0))
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class DigestPlan:
     source_row: str | None = None
     sink_row: str | None = None
     reason: str | None = None
+    source_nul: str | None = None  # per row: its values holding NUL (``nul_count``), if the rule applies
 
     @property
     def usable(self) -> bool:
@@ -174,6 +182,23 @@ def column_texts(col: Column, rules: SinkRules, sink_type: str | None) -> tuple[
     raise NoSqlText(f"column {col.name!r} ({col.column_type} as {st}) has no SQL text")
 
 
+def nul_count(columns: Sequence[Column], rules: SinkRules) -> str | None:
+    """MariaDB: per row, how many of its text values hold a NUL character, when the sink's
+    NUL rule changes such values (PostgreSQL, strip or replace); else None."""
+    if rules.sink != "postgres" or rules.nul_policy not in ("strip", "replace"):
+        return None
+    terms = []
+    for col in columns:
+        try:
+            if col.kind != "string":
+                continue
+        except UnsupportedColumn:
+            continue
+        # LOCATE on bytes: no collation can call another character equal to the zero byte
+        terms.append(f"IFNULL(LOCATE(X'00', CAST({quote('mariadb', col.name)} AS BINARY)) > 0, 0)")
+    return " + ".join(terms) if terms else None
+
+
 def _row(dialect: str, texts: Sequence[str]) -> str:
     null = "IFNULL" if dialect == "mariadb" else "coalesce"
     parts = ", ".join(f"{null}({t}, 'N')" for t in texts)
@@ -189,16 +214,25 @@ def plan(columns: Sequence[Column], rules: SinkRules, sink_types: Mapping[str, s
             pairs.append(column_texts(col, rules, sink_types.get(col.name)))
     except NoSqlText as exc:
         return DigestPlan(reason=str(exc))
-    return DigestPlan(_row("mariadb", [p[0] for p in pairs]), _row(dialect, [p[1] for p in pairs]))
+    return DigestPlan(
+        _row("mariadb", [p[0] for p in pairs]),
+        _row(dialect, [p[1] for p in pairs]),
+        source_nul=nul_count(columns, rules),
+    )
 
 
 # ------------------------------------------------------------------ the digest queries
 
 
-def mariadb_query(row_sql: str, table: str, where: str | None) -> str:
+def mariadb_query(row_sql: str, table: str, where: str | None, nul_sql: str | None = None) -> str:
+    """``nul_sql``: a per-row count (``nul_count``), summed in a third column."""
     w = f" WHERE {where}" if where else ""
+    nul = f", IFNULL(SUM({nul_sql}), 0)" if nul_sql else ""
     # one CONV of 16 hex digits costs less than the MD5 itself (two of 8 cost twice that)
-    return f"SELECT COUNT(*), IFNULL(SUM(CAST(CONV(LEFT(MD5({row_sql}), 16), 16, 10) AS UNSIGNED)), 0) FROM {table}{w}"
+    return (
+        f"SELECT COUNT(*), IFNULL(SUM(CAST(CONV(LEFT(MD5({row_sql}), 16), 16, 10) AS UNSIGNED)), 0){nul} "
+        f"FROM {table}{w}"
+    )
 
 
 def postgres_query(row_sql: str, table: str, where: str | None) -> str:

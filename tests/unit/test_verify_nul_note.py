@@ -1,0 +1,111 @@
+"""cdc verify and the PostgreSQL sink's NUL rule: which source values the rule changed
+(counted from the source values, merger.verify.canonical / column_canon / side), the SQL
+count of the digest fast path (merger.verify.sql_digest), and the note of the result
+(merger.verify.chunked.TableResult, cdc/cli/verify.py)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from cdc.cli.verify import EXIT_EQUAL, exit_code, render
+from merger.verify.canonical import Column, SinkRules
+from merger.verify.chunked import TableResult
+from merger.verify.column_canon import row_canons
+from merger.verify.side import SinkSide
+from merger.verify.source import SourceTable
+from merger.verify.sql_digest import mariadb_query, nul_count, plan
+
+COLUMNS = (
+    Column("id", "int", "int(11)"),
+    Column("v", "varchar", "varchar(20)"),
+    Column("t", "text", "text"),
+    Column("c", "char", "char(5)"),
+    Column("j", "longtext", "longtext", is_json=True),
+    Column("b", "varbinary", "varbinary(5)"),
+)
+RULES = [SinkRules("postgres", "strip"), SinkRules("postgres", "replace")]
+UNCHANGED = [SinkRules("postgres", "pause"), SinkRules("delta")]
+
+
+def _side(rules) -> SinkSide:
+    """A SinkSide over COLUMNS (no reader is read: nul_changes only looks at the rows)."""
+    reader = SimpleNamespace(rules=rules, name=rules.sink)
+    return SinkSide(reader, SourceTable("db", "t", COLUMNS, ("id",)), ["id"], {})
+
+
+_TEXT = st.one_of(st.none(), st.text(alphabet=st.sampled_from(["a", "\x00", "é", " "]), max_size=6))
+
+
+@given(rows=st.lists(st.tuples(_TEXT, _TEXT, _TEXT, _TEXT), max_size=10), rules=st.sampled_from(RULES + UNCHANGED))
+def test_the_count_is_of_the_values_whose_canonical_form_the_rule_changed(rows, rules):
+    raw = [
+        (i, v, None if t is None else t.encode(), c, None if j is None else json.dumps({"k": j}), b"\x00")
+        for i, (v, t, c, j) in enumerate(rows)
+    ]
+    canons = row_canons(COLUMNS, rules, {})
+    plain = row_canons(COLUMNS, SinkRules("delta"), {})  # the same values without any NUL rule
+    want = sum(
+        1
+        for r in raw
+        for a, b, v in zip(canons, plain, r)
+        if v is not None and a.kind != "binary" and a.source(v) != b.source(v)
+    )
+    got = _side(rules).nul_changes(raw)
+    assert got == want
+    if rules in UNCHANGED:
+        assert got == 0
+
+
+def test_nul_values_in_text_and_json_strings_are_counted_once_each():
+    raw = [
+        (1, "a\x00b", b"\x00\x00", "x\x00 ", '{"k": "a\\u0000"}', b"\x00"),
+        (2, "ok", None, None, '{"\\u0000": 1}', None),
+        (3, None, b"fine", "x", '{"k": "\\\\u0000"}', b"\x00"),  # an escaped backslash, then "u0000": no NUL
+    ]
+    assert _side(SinkRules("postgres", "strip")).nul_changes(raw) == 5
+    assert _side(SinkRules("postgres", "pause")).nul_changes(raw) == 0
+    assert _side(SinkRules("delta")).nul_changes(raw) == 0
+
+
+def test_the_digest_query_counts_nul_values_only_where_the_rule_changes_them():
+    sink_types = {"id": "integer", "v": "text", "t": "text", "c": "text", "b": "bytea"}
+    cols = [c for c in COLUMNS if c.name != "j"]  # JSON takes the row path
+    for rules in RULES:
+        p = plan(cols, rules, sink_types)
+        assert p.usable
+        assert p.source_nul == nul_count(cols, rules)
+        assert p.source_nul.count("LOCATE(X'00', CAST(") == 3  # v, t, c; not the binary column
+        query = mariadb_query(p.source_row, "`db`.`t`", "`id` < 5", p.source_nul)
+        assert f"IFNULL(SUM({p.source_nul}), 0) FROM `db`.`t` WHERE `id` < 5" in query
+    assert (
+        plan(cols, SinkRules("delta"), {**sink_types, "v": "string", "t": "string", "c": "string"}).source_nul is None
+    )
+    assert nul_count(cols, SinkRules("postgres", "pause")) is None
+    assert mariadb_query("x", "`db`.`t`", None).count("SUM(") == 1  # no count asked: none
+
+
+@pytest.mark.parametrize("policy", ["strip", "replace"])
+def test_an_equal_table_with_nul_values_says_so_and_stays_equal(policy):
+    r = TableResult("db.t", "postgres", chunks=1, source_rows=3, sink_rows=3, nul_policy=policy, nul_values_changed=4)
+    assert r.verdict == "equal" and exit_code([r]) == EXIT_EQUAL
+    note = f"equal except 4 values changed by the NUL policy (nul_policy: {policy}"
+    assert r.nul_note.startswith(note)
+    out = r.to_json()
+    assert out["verdict"] == "equal" and out["nul_values_changed"] == 4 and out["nul_policy"] == policy
+    assert out["nul_note"] == r.nul_note and out["note"] is None
+    console = Console(width=200, record=True)
+    render([r], console)
+    assert note in console.export_text()
+
+
+def test_no_nul_value_no_note():
+    r = TableResult("db.t", "postgres", nul_policy="strip")
+    assert r.nul_note is None and r.to_json()["nul_values_changed"] == 0
+    different = TableResult("db.t", "postgres", mismatched_chunks=1, nul_policy="strip", nul_values_changed=2)
+    assert different.verdict == "different" and "equal except" not in different.nul_note
