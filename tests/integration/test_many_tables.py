@@ -30,8 +30,10 @@ pytestmark = pytest.mark.integration
 TABLES = 100
 ROWS = 1000
 # measured on 2 shared cores: 100 tables all streaming 20-35 s after `cdc merge` started
-# (bench/RESULTS.md, "hundreds of tables"); before the fix they never were within 400 s
-SNAPSHOT_LIMIT_S = 150 if IS_CI else 120
+# (bench/RESULTS.md, "hundreds of tables"); before the fix they never were within 400 s.
+# CI runs two test workers with their stacks on two cores: more room there, still far
+# below what the old code takes
+SNAPSHOT_LIMIT_S = 240 if IS_CI else 120
 
 
 def _name(i: int) -> str:
