@@ -174,6 +174,13 @@ class KafkaConfig(_Model):
         "message.max.bytes, else 100 MiB. A larger record stops ingest with an error naming "
         "table, key and size",
     )
+    outage_max_s: int = Field(
+        0,
+        ge=0,
+        description="how long ingest and the merger wait for an unreachable broker, retrying and saying so "
+        "(logs, metrics), before they stop with one line; 0 = no bound (as for the source: an outage "
+        "loses nothing, the source's binlog retention is the real limit)",
+    )
     sasl_password_env: str | None = Field(None, description="environment variable with sasl.password")
     sasl_password_file: str | None = Field(None, description="file holding sasl.password")
     ssl_key_password_env: str | None = Field(None, description="environment variable with ssl.key.password")

@@ -13,6 +13,7 @@ records, consumers drop the replay by its ``cdc.position``).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -44,6 +45,7 @@ from ingest.failover import continuation
 from ingest.fatal import (
     backwards_message,
     binlog_gone_message,
+    broker_outage_message,
     instance_running_message,
     offsets_blocked_message,
     taken_over_message,
@@ -166,6 +168,8 @@ class Ingest:
         self.backoff = 1.0
         while not stop.is_set():
             try:
+                if self.producer is None:  # after a broker error: made here, so that failing again is retried
+                    self.producer = self._new_producer(txn_id)
                 self._stream(stop)
                 self.backoff = 1.0
             except (pymysql.err.OperationalError, pymysql.err.InternalError) as exc:
@@ -181,7 +185,6 @@ class Ingest:
                 self._retry_later(stop, f"source connection lost ({exc})", "source")
             except BrokerError as exc:
                 self._retry_later(stop, f"broker error ({exc})", "broker")
-                self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
             except RecordTooLarge as exc:
                 self.producer.abort()
                 raise IngestError(too_large_message(self.prefix, exc)) from None
@@ -198,11 +201,23 @@ class Ingest:
                 log.warning(
                     "ingest's producer was fenced by an instance that no longer holds the lease: taking it back"
                 )
-                self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
-        self.producer.abort()
+                self.producer = None
+        if self.producer is not None:
+            self.producer.abort()
         self._lease_producer.abort()
 
+    def _new_producer(self, txn_id: str) -> TransactionalProducer:
+        # a discarded producer's handle may still be held by the failed call's frames (a
+        # reference cycle through the exception): destroyed before the new one starts
+        gc.collect()
+        return TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
+
     def _retry_later(self, stop: threading.Event, what: str, kind: str) -> None:
+        bound = self.config.kafka.outage_max_s
+        if kind == "broker" and bound and self.unavailable_since is not None:
+            waited = time.monotonic() - self.unavailable_since
+            if waited >= bound:
+                raise IngestError(broker_outage_message(self.prefix, waited, bound, what))
         self._recover(f"{what}; retrying in {self.backoff:.0f}s", kind)
         stop.wait(self.backoff)
         self.backoff = min(self.backoff * 2, 30.0)
@@ -302,8 +317,14 @@ class Ingest:
         if self.unavailable_since is None:
             self.unavailable_since = time.monotonic()
         self._close_details_conn()
+        if kind == "broker" and self.producer is not None:
+            # made again by the streaming loop once the broker answers; its start aborts
+            # the open transaction (an abort now would wait for the broker, then fail)
+            self.producer.discard()
+            self.producer = None
         try:
-            self.producer.abort()
+            if self.producer is not None:
+                self.producer.abort()
         except Exception:  # the producer may be unusable; it is recreated by the caller
             pass
         if self._lease_producer is not None:

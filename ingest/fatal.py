@@ -145,3 +145,13 @@ def dotted_database_message(db: str) -> str:
         f"db.table is read up to its first '.', so its tables would be taken for tables of another "
         f'database). Exclude it (database_exclude: ["{pattern}"]) or rename it, then start ingest again'
     )
+
+
+def broker_outage_message(prefix: str, waited_s: float, bound_s: float, error: str) -> str:
+    """The broker stayed unreachable longer than kafka.outage_max_s."""
+    return (
+        f"ingest for topic_prefix {prefix}: the Kafka broker has been unreachable for {waited_s:.0f}s, longer than "
+        f"kafka.outage_max_s ({bound_s:.0f}s); last: {error}. Nothing after the last committed position was "
+        f"written; check the broker and start ingest again (it resumes there), or raise kafka.outage_max_s "
+        f"(0: wait for as long as it takes)"
+    )

@@ -325,6 +325,21 @@ class TransactionalProducer:
     def poll(self) -> None:
         self._producer.poll(0)
 
+    def discard(self) -> None:
+        """Thrown away after a broker error, without an abort: the next producer of this
+        transactional.id aborts the open transaction when it starts (Kafka's fencing; the
+        local broker does that too). An abort after a timed-out request needs an epoch bump,
+        which the local broker refuses ("Unknown broker error"): librdkafka retried it every
+        0.5 s in the background, in close() for ever, and racing the next producer if the old
+        one was merely left to the garbage collector (seen after a 60 s freeze)."""
+        try:
+            self._producer.purge(blocking=False)
+        except Exception as exc:  # noqa: BLE001 - it is being thrown away
+            log.debug("purging a failed producer: %s", exc)
+        # the last reference: librdkafka's handle is destroyed now, not at some later collection
+        self._producer = None
+        self._open = False
+
 
 class OffsetsBlocked(CdcError, RuntimeError):
     """A transaction stays open on the offsets partition: the committed positions behind it

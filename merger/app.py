@@ -230,6 +230,8 @@ def source_options(config: MergerConfig) -> dict[str, str]:
         "recordSizesFile": str(Path(config.state_dir).resolve() / RECORD_SIZES_FILE),
         # the ids of the topics read: a topic deleted and created again stops the source
         "topicIdsFile": str(Path(config.state_dir).resolve() / TOPIC_IDS_FILE),
+        # an unreachable broker is waited for (no new batch, a line per attempt), this long at most
+        "brokerOutageMaxS": str(config.kafka.outage_max_s),
     }
     for k, v in config.kafka.extra.items():
         opts[f"kafka.{k}"] = str(v).lower() if isinstance(v, bool) else str(v)

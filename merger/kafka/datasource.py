@@ -41,7 +41,8 @@ from merger.kafka.offsets import (
     read_tick,
 )
 from merger.kafka.options import KafkaSourceError, SourceOptions
-from merger.kafka.probe import Broker
+from merger.kafka.outage import BrokerOutage
+from merger.kafka.probe import Broker, BrokerUnreachable
 from merger.kafka.reader import SCHEMA, read_ranges
 from merger.kafka.topic_identity import TopicIdentities
 
@@ -59,6 +60,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TP, int] | None = None
         self._last_latest: dict[TP, int] | None = None
         self._identities: TopicIdentities | None = None  # created where planning runs
+        self._outage = BrokerOutage(self.opts.outage_max_s)
 
     # the reader is pickled into the read function: never ship driver clients
     def __getstate__(self) -> dict[str, Any]:
@@ -142,7 +144,17 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         known = parse_offsets(start)
         tick = known.pop(TICK_TP, None)
-        out = self._latest(known, limit)
+        started = time.monotonic()
+        try:
+            out = self._latest(known, limit)
+        except BrokerUnreachable as exc:
+            # no new batch (the start again) instead of failing the query: Spark asks again at
+            # the next trigger, each attempt bounded by probeTimeoutMs
+            log.warning(self._outage.failed(str(exc), time.monotonic(), started))
+            return start
+        back = self._outage.recovered(time.monotonic())
+        if back:
+            log.warning(back)
         # the consumer asks for a micro-batch without new records (tickFile holds a number
         # it raises): a higher offset of the pseudo-partition makes Spark run one
         wanted = read_tick(self.opts.tick_file)

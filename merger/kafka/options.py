@@ -35,6 +35,7 @@ class SourceOptions:
     batch_memory_bytes: int | None = None
     record_sizes_file: str | None = None
     topic_ids_file: str | None = None
+    outage_max_s: float = 0.0  # kafka.outage_max_s: 0 = wait for the broker for as long as it takes
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -90,6 +91,7 @@ class SourceOptions:
             batch_memory_bytes=pos_int("batchMemoryBytes", None),
             record_sizes_file=opts.get("recordsizesfile") or None,
             topic_ids_file=opts.get("topicidsfile") or None,
+            outage_max_s=0 if opts.get("brokeroutagemaxs", "0") in ("", "0") else pos_int("brokerOutageMaxS", None),
         )
 
     def matches(self, topic: str) -> bool:

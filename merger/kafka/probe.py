@@ -22,6 +22,21 @@ from merger.kafka.options import KafkaSourceError, SourceOptions
 log = logging.getLogger(__name__)
 
 
+class BrokerUnreachable(KafkaSourceError):
+    """The broker did not answer a metadata request in time (down, frozen, network): waiting
+    may fix it, unlike the other KafkaSourceErrors."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """``exc`` (from confluent-kafka) means the broker did not answer, not that it refused."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(err, KafkaError):
+        return False
+    return err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+
+
 class Broker:
     """Driver-side clients (metadata, ListOffsets, tail scans). Lives in Spark's long-lived
     Python planner process for the source and is never pickled."""
@@ -46,7 +61,13 @@ class Broker:
             pass
 
     def partitions(self) -> list[TP]:
-        md = self.admin.list_topics(timeout=self.opts.probe_timeout_s)
+        try:
+            md = self.admin.list_topics(timeout=self.opts.probe_timeout_s)
+        except Exception as exc:
+            if unreachable(exc):
+                why = exc.args[0].str()
+                raise BrokerUnreachable(f"no metadata within {self.opts.probe_timeout_s:.0f}s: {why}") from None
+            raise
         out = []
         for name, topic in md.topics.items():
             if topic.error is not None or not self.opts.matches(name):

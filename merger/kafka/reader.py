@@ -26,6 +26,8 @@ from pyspark.sql.types import (
 
 from merger.kafka.offsets import TP, KafkaRange, range_size
 from merger.kafka.options import KafkaSourceError, SourceOptions
+from merger.kafka.outage import BrokerOutage
+from merger.kafka.probe import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,8 @@ def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: Struc
         reads = _RangeReads(consumer, opts, ranges)
         if not reads.unfinished:
             return
-        last_progress = time.monotonic()
+        last_progress = next_check = time.monotonic()
+        outage = BrokerOutage(opts.outage_max_s, what="the read task waits for it")
         batch_size = opts.arrow_batch_size
         while reads.unfinished:
             # drain what is queued without waiting; block briefly only on an empty queue
@@ -92,12 +95,36 @@ def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: Struc
             if len(kept) >= batch_size or (not reads.unfinished and kept):
                 yield messages_to_batch(kept, arrow_schema)
                 kept.clear()
+            now = time.monotonic()
             if moved:
-                last_progress = time.monotonic()
-            elif reads.unfinished and time.monotonic() - last_progress > opts.read_timeout_s:
-                reads.fail_stalled()
+                last_progress = next_check = now
+                back = outage.recovered(now)
+                if back:
+                    log.warning(back)
+            elif reads.unfinished and now - next_check > min(opts.probe_timeout_s, opts.read_timeout_s):
+                # stalled: a broker that does not answer at all is waited for (kafka.outage_max_s),
+                # with a line per check; one that answers but does not serve the range fails the task
+                next_check = now
+                away = _broker_away(consumer, opts, outage, last_progress)
+                if not away and now - last_progress > opts.read_timeout_s:
+                    reads.fail_stalled()
     finally:
         consumer.close()
+
+
+def _broker_away(consumer: Any, opts: SourceOptions, outage: BrokerOutage, stalled_since: float) -> bool:
+    """Whether the broker is unreachable (said in the log; KafkaSourceError once that has
+    lasted kafka.outage_max_s since the last progress)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        consumer.list_topics(timeout=opts.probe_timeout_s)
+        return False
+    except KafkaException as exc:
+        if not unreachable(exc):
+            return False
+        log.warning(outage.failed(exc.args[0].str(), time.monotonic(), stalled_since))
+        return True
 
 
 def messages_to_batch(messages: Sequence[Any], arrow_schema: Any) -> Any:
