@@ -48,6 +48,7 @@ from ingest.fatal import (
     broker_outage_message,
     instance_running_message,
     offsets_blocked_message,
+    position_lost_message,
     taken_over_message,
     too_large_message,
     unclassified_ddl_message,
@@ -109,6 +110,7 @@ class Ingest:
         self._last_spec: dict[tuple[str, str], TableSpec] = {}
         self.declared = DeclaredTypes()
         self.committed: ResumePoint | None = None
+        self._position_on_kafka = False  # the broker holds a committed position of ours
         self.server_id = 0  # @@server_id of the server streamed from (checked at every connect)
         self.epoch = 0  # EventPosition.epoch of the records written from that server
         self.stats = {"events": 0, "kafka_transactions": 0, "source_transactions": 0}
@@ -152,6 +154,7 @@ class Ingest:
             raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
         self._claim_lease(txn_id, Lease.from_json(offsets.lease) if offsets.lease else None)
         self.committed = offsets.point
+        self._position_on_kafka = offsets.point is not None  # a broker that loses it must stop us
         if self.committed is None:
             self.committed = ResumePoint(gtid_state=self._start_gtid(facts))
             log.info("no committed position: starting at GTID %s", self.committed.gtid_state or "<empty>")
@@ -170,6 +173,7 @@ class Ingest:
             try:
                 if self.producer is None:  # after a broker error: made here, so that failing again is retried
                     self.producer = self._new_producer(txn_id)
+                    self._check_position_kept()
                 self._stream(stop)
                 self.backoff = 1.0
             except (pymysql.err.OperationalError, pymysql.err.InternalError) as exc:
@@ -204,7 +208,23 @@ class Ingest:
                 self.producer = None
         if self.producer is not None:
             self.producer.abort()
-        self._lease_producer.abort()
+        if self._lease_producer is not None:
+            self._lease_producer.abort()
+
+    def _check_position_kept(self) -> None:
+        """After a broker error: the broker still holds a committed position, if ingest had one
+        there. A broker restarted without its storage has lost every topic; writing on would
+        fill new, auto-created topics that no consumer's offsets fit (a silent loss)."""
+        if not self._position_on_kafka:
+            return
+        try:
+            found = read_offsets(
+                self.kafka_conf, self.offsets_topic, self.source_key, wait_s=OFFSETS_WAIT_S, missing_ok=True
+            ).point
+        except OffsetsBlocked as exc:
+            raise BrokerError(f"cannot read {self.offsets_topic}: {exc}") from None
+        if found is None:
+            raise IngestError(position_lost_message(self.prefix, self.offsets_topic, self.committed))
 
     def _new_producer(self, txn_id: str) -> TransactionalProducer:
         # a discarded producer's handle may still be held by the failed call's frames (a
@@ -232,7 +252,7 @@ class Ingest:
         except ProducerFenced:
             raise IngestError(taken_over_message(self.prefix, self._newest_lease())) from None
         except BrokerError:
-            self._lease_producer.abort()  # the broker is away: the next retry checks again
+            self._drop_lease_producer()  # the broker is away: the next retry checks again
 
     def _claim_lease(self, identity: str, held: Lease | None) -> None:
         """Stop if another instance runs for this prefix; else fence any earlier one and say
@@ -245,9 +265,38 @@ class Ingest:
         self._renew_lease()
 
     def _renew_lease(self) -> None:
+        if self._lease_producer is None:
+            self._lease_producer = self._remake_lease_producer()
         self._lease = dataclasses.replace(self._lease, renewed_ms=int(time.time() * 1000))
         self._lease_producer.commit_with(self.offsets_topic, lease_key(self.prefix), self._lease.to_json())
         self._lease_renewed = time.monotonic()
+
+    def _drop_lease_producer(self) -> None:
+        """After a broker error: thrown away like the event producer (its abort could need an
+        epoch bump the local broker refuses, which would leave it unusable for good)."""
+        if self._lease_producer is not None:
+            self._lease_producer.discard()
+            self._lease_producer = None
+
+    def _remake_lease_producer(self) -> TransactionalProducer:
+        """A new lease producer, only while the lease on the offsets topic is still ours:
+        starting it fences the lease producer of whichever instance holds that
+        transactional.id, so a newer instance's lease means this one stops."""
+        try:
+            raw = read_offsets(
+                self.kafka_conf, self.offsets_topic, self.source_key, lease_key(self.prefix), timeout_s=5
+            ).lease
+        except OffsetsBlocked:
+            # most likely our own discarded lease transaction, which only a new lease producer
+            # aborts; an instance starting right now would then stop at its next renewal
+            raw = None
+        except CdcError as exc:
+            raise BrokerError(f"cannot read the lease on {self.offsets_topic}: {exc}") from None
+        lease = Lease.from_json(raw) if raw else None
+        if lease is not None and lease.run != self._lease.run:
+            raise IngestError(taken_over_message(self.prefix, lease))
+        gc.collect()  # the discarded one destroyed first (see _new_producer)
+        return TransactionalProducer(self.kafka_conf, lease_transactional_id(self.prefix))
 
     def _newest_lease(self) -> Lease | None:
         """The lease of the instance that took over, if it is readable (for the message)."""
@@ -327,8 +376,10 @@ class Ingest:
                 self.producer.abort()
         except Exception:  # the producer may be unusable; it is recreated by the caller
             pass
-        if self._lease_producer is not None:
-            self._lease_producer.abort()  # never recreated: a new one would fence a newer instance
+        if kind == "broker":
+            self._drop_lease_producer()  # remade only while the lease is still ours
+        elif self._lease_producer is not None:
+            self._lease_producer.abort()
 
     def _start_gtid(self, facts: dict) -> str:
         start = self.config.start
@@ -396,6 +447,7 @@ class Ingest:
             self._renew_lease()  # fenced (another instance took over): nothing more is committed
         self.producer.commit(self.offsets_topic, self.source_key, point)
         self.committed = point
+        self._position_on_kafka = True
         self.stats["kafka_transactions"] += 1
         metrics.KAFKA_COMMITS.inc()
         if point.file and point.pos:

@@ -155,3 +155,15 @@ def broker_outage_message(prefix: str, waited_s: float, bound_s: float, error: s
         f"written; check the broker and start ingest again (it resumes there), or raise kafka.outage_max_s "
         f"(0: wait for as long as it takes)"
     )
+
+
+def position_lost_message(prefix: str, topic: str, committed) -> str:
+    """The broker came back without ingest's committed position: it lost its topics."""
+    return (
+        f"ingest for topic_prefix {prefix}: the broker no longer holds ingest's committed position ({topic} has "
+        f"none; the last one committed was GTID {committed.gtid_state}): the broker lost its topics (restarted "
+        f"without its storage?), and with them every change consumers had not read. Ingest stopped instead of "
+        f"writing into new, empty topics. Restore the broker's data and start ingest again; or start afresh: "
+        f"delete the topics of {prefix} and the merger's state_dir, start ingest (it begins at start.mode) and "
+        f"snapshot every table again"
+    )

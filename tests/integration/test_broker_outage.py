@@ -175,3 +175,45 @@ def test_broker_frozen_under_load(stack, tmp_path, unique_name, freeze_s):
             os.kill(broker, signal.SIGCONT)
         work.stop.set()
         p.stop()
+
+
+@pytest.mark.timeout(600)
+def test_broker_restart_that_lost_the_topics_stops_ingest(stack, tmp_path, unique_name):
+    """The local broker keeps its topics in memory: restarted, it has lost them all, the
+    offsets topic included, and it creates topics again on the first write. Ingest must not
+    write on into them (from its position in memory, into topics no consumer's offsets fit):
+    it stops with one line. (The merger's checkpoint offsets then lie above the new topics'
+    ends: that check belongs to the merger's Kafka source, not tested here.)"""
+    from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+
+    db = f"br_{unique_name}"
+    conn = _conn(stack, None)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {db}")
+            cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT)")
+    finally:
+        conn.close()
+    ingest = IngestProcess(write_config(stack, tmp_path / "ingest.yaml", unique_name, [db]), tmp_path / "ingest.log")
+    ingest.start()
+    try:
+        conn = _conn(stack, db)
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (1, 1)")
+        wait_caught_up(stack, unique_name, proc=ingest)
+        assert local_stack.stop(stack, "kafka")
+        info = local_stack.up(Path(stack.state_dir), ("kafka",))
+        assert info.kafka.port == stack.kafka.port, "the broker came back on another port"
+        with conn.cursor() as cur:  # a change to write: ingest meets the empty broker
+            for i in range(2, 12):
+                cur.execute("INSERT INTO t VALUES (%s, 1)", (i,))
+                time.sleep(0.5)
+        conn.close()
+        assert ingest.wait_exit(120), f"ingest went on after the broker lost its topics:\n{ingest.log_text()[-3000:]}"
+        errors = [
+            line for line in ingest.log_text().splitlines() if "no longer holds ingest's committed position" in line
+        ]
+        assert len(errors) == 1 and "Traceback" not in ingest.log_text(), ingest.log_text()[-3000:]
+        assert ingest.proc.returncode != 0
+    finally:
+        ingest.stop()
