@@ -32,8 +32,9 @@ figure (the baseline, measured in the same run: put 5 first in --tables).
         [--idle-seconds 30] [--busy-rate 10] [--busy-seconds 30] [--timeout 900] [--record] [--down]
 
 The stack lives under .cdc/bench-stack (left running unless --down); work files go to
-.cdc/bench-stack/tables-bench/<run> (kept with --keep). --record appends the figures to
-bench/RESULTS.md.
+.cdc/bench-stack/tables-bench/<run> (kept with --keep; the source database and PostgreSQL
+schema are always removed). --pyspy BIN profiles the largest N's merger after its busy phase.
+--record appends the figures to bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -330,6 +332,15 @@ def run_one(stack, base: Path, n: int, args) -> dict:
         cpu = sampler.cpu_report()
         result["busy_cpu"] = merger_cpu_s(cpu) / cpu["wall_s"] if cpu["wall_s"] else None
         result["load_busy"] = os.getloadavg()[0]
+        if args.pyspy and n == max(args.ns):  # after the measurement: the writer goes on, off the clock
+            out = Path(args.pyspy_out) / f"pyspy-{n}.txt"
+            log(f"  py-spy of the merger's Python processes, 20 s, busy: {out}")
+            subprocess.run(
+                [args.pyspy, "record", "-p", str(merger.proc.pid), "--subprocesses", "--nonblocking", "-d", "20"]
+                + ["-r", "50", "-f", "raw", "-o", str(out)],
+                capture_output=True,
+                timeout=120,
+            )
         writer.stop()
         top = writer.next_w
         try:
@@ -358,8 +369,7 @@ def run_one(stack, base: Path, n: int, args) -> dict:
             sampler.stop()
             sampler.kill_leftovers()
         ingest.stop()
-        if not args.keep:
-            drop_everything(stack, db, n)
+        drop_everything(stack, db, n)
     log(f"  -> {json.dumps({k: v for k, v in result.items() if k not in ('work', 'lat')}, default=str)}")
     return result
 
@@ -457,7 +467,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup-seconds", type=float, default=5)
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
     ap.add_argument("--record", action="store_true")
-    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the work files (logs, state)")
+    ap.add_argument("--pyspy", help="py-spy binary: profile the largest N's merger for 20 s after its busy phase")
+    ap.add_argument("--pyspy-out", default="/tmp", help="where the py-spy raw profile goes")
     ap.add_argument("--down", action="store_true")
     args = ap.parse_args(argv)
     label = commit_label()  # the code the processes start with
@@ -466,7 +478,8 @@ def main(argv: list[str] | None = None) -> None:
     base = state / "tables-bench"
     results = []
     try:
-        for n in [int(x) for x in args.tables.split(",")]:
+        args.ns = [int(x) for x in args.tables.split(",")]
+        for n in args.ns:
             try:
                 results.append(run_one(stack, base, n, args))
             except Exception as exc:  # the other Ns still run; the failure is printed
