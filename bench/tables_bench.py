@@ -75,7 +75,7 @@ from tests.ingest_harness import IngestProcess, wait_caught_up, write_config  # 
 from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E402
 from tests.procfs import children, rss_kb  # noqa: E402
 
-TARGET_S_PER_TABLE = 0.25  # 500 tables of 1,000 rows within 2 minutes (issue 23)
+TARGET_500_S = 120.0  # 500 tables of 1,000 rows within 2 minutes (issue 23: "<= 0.25 s per small table")
 TARGET_P99_RATIO = 1.2  # the busy table's p99 within 20 % of the 5-table figure
 BUSY = "lat"  # the pollers of bench/merger_bench.py look for this table name
 
@@ -420,8 +420,8 @@ def targets(results: list[dict]) -> list[str]:
     done = [r for r in results if r["seconds"] is not None]
     big = max(results, key=lambda r: r["tables"]) if results else None
     if big is not None:
-        limit = TARGET_S_PER_TABLE * big["tables"]
-        scale = "" if big["tables"] == 500 else " (the 500-table target's 0.25 s a table)"
+        limit = TARGET_500_S * big["tables"] / 500
+        scale = "" if big["tables"] == 500 else " (the 500-table target's 0.24 s a table)"
         if big["seconds"] is None:
             out.append(f"- {big['tables']} tables streaming within {limit:.0f} s{scale}: NO (not all streaming)")
         else:
