@@ -29,6 +29,7 @@ from tests.conftest import IS_CI
 from tests.integration.test_faults import TABLES, Pipeline, Workload
 from tests.kafka_util import list_topics, read_records, rebuild
 from tests.merger_harness import SinkChecker, create_mixed_tables
+from tests.source_db import root_connection
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +88,7 @@ def _assert_topics_exactly_once(stack, prefix: str, db: str) -> dict:
         assert len(changes) == 1, f"different changes at one position {where}: {changes}"
         copies += len(same) - 1
     distinct = [same[0] for same in by_position.values()]
-    conn = _conn(stack, db)
+    conn = root_connection(stack, db)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT id, v, n FROM num")
@@ -104,25 +105,12 @@ def _assert_topics_exactly_once(stack, prefix: str, db: str) -> dict:
     return {"records": len(records), "distinct_positions": len(distinct), "replayed_copies": copies}
 
 
-def _conn(stack, db):
-    import pymysql
-
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("freeze_s", FREEZES_S)
 def test_broker_frozen_under_load(stack, tmp_path, unique_name, freeze_s):
     db = f"bo_{unique_name}"
-    conn = _conn(stack, None)
+    conn = root_connection(stack, None)
     try:
         create_mixed_tables(conn, db, ROWS)
     finally:
@@ -187,7 +175,7 @@ def test_broker_restart_that_lost_the_topics_stops_ingest(stack, tmp_path, uniqu
     from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 
     db = f"br_{unique_name}"
-    conn = _conn(stack, None)
+    conn = root_connection(stack, None)
     try:
         with conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE {db}")
@@ -197,7 +185,7 @@ def test_broker_restart_that_lost_the_topics_stops_ingest(stack, tmp_path, uniqu
     ingest = IngestProcess(write_config(stack, tmp_path / "ingest.yaml", unique_name, [db]), tmp_path / "ingest.log")
     ingest.start()
     try:
-        conn = _conn(stack, db)
+        conn = root_connection(stack, db)
         with conn.cursor() as cur:
             cur.execute("INSERT INTO t VALUES (1, 1)")
         wait_caught_up(stack, unique_name, proc=ingest)

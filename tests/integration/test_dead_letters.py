@@ -12,38 +12,17 @@ Delta and PostgreSQL:
 
 from __future__ import annotations
 
-import json
-import time
-
 import pytest
 import yaml
 from confluent_kafka import Producer
 
+from tests.cli_util import merger_status, run_cli, wait_for
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import read_records
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
 from tests.source_db import root_connection
-from tests.unit.test_bad_input import _cli
 
 pytestmark = pytest.mark.integration
-
-
-def _status(config) -> dict:
-    res = _cli("status", "--json", "-c", str(config))
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
-
-
-def _wait(predicate, what: str, timeout_s: float, proc=None):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and not proc.alive():
-            raise AssertionError(f"process exited while waiting for {what}:\n{proc.log_text()[-4000:]}")
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}" + (f"\n{proc.log_text()[-3000:]}" if proc else ""))
 
 
 def _setup(stack, db: str, tables: list[str], rows: int = 200) -> None:
@@ -82,8 +61,8 @@ def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, 
         wait_caught_up(stack, unique_name, proc=ingest)
         # the other table flows on; the hit table pauses with the record's place and what to do
         checker.wait_equal(db, "good", proc=merger)
-        table = _wait(
-            lambda: (t := _status(mcfg)["tables"].get(f"{db}.hit", {})).get("phase") == "paused" and t,
+        table = wait_for(
+            lambda: (t := merger_status(mcfg)["tables"].get(f"{db}.hit", {})).get("phase") == "paused" and t,
             "the table with the bad record to pause",
             120,
             merger,
@@ -93,11 +72,11 @@ def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, 
         assert [r.value for r in dlq] == [b"this is { not JSON"]
         assert dlq[0].headers["cdc.dlq.topic"].decode() == topic
         # its changes after the record were kept, not lost: resume applies them
-        res = _cli("resume", f"{db}.hit", "-c", str(mcfg))
+        res = run_cli("resume", f"{db}.hit", "-c", str(mcfg))
         assert res.returncode == 0, res.stderr
         checker.wait_equal(db, "hit", proc=merger)
-        _wait(
-            lambda: _status(mcfg)["tables"].get(f"{db}.hit", {}).get("phase") == "streaming",
+        wait_for(
+            lambda: merger_status(mcfg)["tables"].get(f"{db}.hit", {}).get("phase") == "streaming",
             "the table streaming again",
             120,
             merger,
@@ -198,8 +177,8 @@ def test_a_postgres_sink_table_altered_then_dropped_by_a_user_pauses_only_that_t
             cur.execute("UPDATE mine SET s = 'changed', v = -v WHERE id % 3 = 0")
         wait_caught_up(stack, unique_name, proc=ingest)
         checker.wait_equal(db, "mine", proc=merger)
-        table = _wait(
-            lambda: (t := _status(mcfg)["tables"].get(f"{db}.theirs", {})).get("phase") == "paused" and t,
+        table = wait_for(
+            lambda: (t := merger_status(mcfg)["tables"].get(f"{db}.theirs", {})).get("phase") == "paused" and t,
             "the altered table to pause",
             120,
             merger,
@@ -209,7 +188,7 @@ def test_a_postgres_sink_table_altered_then_dropped_by_a_user_pauses_only_that_t
             cur.execute("DELETE FROM mine WHERE id % 5 = 0")
         checker.wait_equal(db, "mine", proc=merger)
         pg.execute(f'DROP TABLE "{db}"."theirs"')
-        res = _cli("resume", f"{db}.theirs", "-c", str(mcfg))
+        res = run_cli("resume", f"{db}.theirs", "-c", str(mcfg))
         assert res.returncode == 0, res.stderr
         checker.wait_equal(db, "theirs", proc=merger, timeout_s=180)
         assert merger.alive()

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,18 +18,13 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from tests.cli_util import run_cli
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cdc.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=180
-    )
 
 
 def _free_port() -> int:
@@ -132,14 +125,14 @@ def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, tmp_pa
         assert _nul_values(conn, db, "docs", [], ["j"]) == 2  # the statements above, read back from the source
 
         def counted():
-            tables = json.loads(_cli("status", "--json", "-c", str(mcfg)).stdout)["tables"]
+            tables = json.loads(run_cli("status", "--json", "-c", str(mcfg)).stdout)["tables"]
             got = {t: tables.get(f"{db}.{t}", {}).get("nul_values_changed") for t in want}
             return got == want and all(_metric(port, db, t) == want[t] for t in want)
 
         deadline = time.monotonic() + 60
         while not counted() and time.monotonic() < deadline:
             time.sleep(1)
-        status = json.loads(_cli("status", "--json", "-c", str(mcfg)).stdout)["tables"]
+        status = json.loads(run_cli("status", "--json", "-c", str(mcfg)).stdout)["tables"]
         assert {t: status[f"{db}.{t}"]["nul_values_changed"] for t in want} == want
         assert {t: _metric(port, db, t) for t in want} == {t: float(n) for t, n in want.items()}
 
@@ -150,7 +143,7 @@ def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, tmp_pa
             assert all(c in lines[0] for c in cols), lines[0]
             assert "nul_policy: strip" in lines[0] and "docs/values.md" in lines[0] and "WARNING" in lines[0]
 
-        res = _cli("verify", "-c", str(mcfg), "--json", f"{db}.docs", f"{db}.notes")
+        res = run_cli("verify", "-c", str(mcfg), "--json", f"{db}.docs", f"{db}.notes")
         assert res.returncode == 0, res.stdout + res.stderr
         results = {(r["table"], r["sink"]): r for r in json.loads(res.stdout)["tables"]}
         for t, n in want.items():
@@ -161,7 +154,7 @@ def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, tmp_pa
         # the JSON table was compared row by row, the text-only one by the SQL digests
         assert results[(f"{db}.docs", "postgres")]["digest_chunks"] == 0
         assert results[(f"{db}.notes", "postgres")]["digest_chunks"] == 1
-        text = _cli("verify", "-c", str(mcfg), "--sink", "postgres", f"{db}.notes")
+        text = run_cli("verify", "-c", str(mcfg), "--sink", "postgres", f"{db}.notes")
         assert text.returncode == 0 and "equal except 3 values changed by the NUL policy" in text.stdout, text.stdout
     finally:
         merger.stop()

@@ -15,7 +15,6 @@ import os
 import pwd
 import subprocess
 import tempfile
-import time
 
 import psycopg
 import pymysql
@@ -23,6 +22,7 @@ import pytest
 from psycopg import sql
 
 from cdc import stack as local_stack
+from tests.cli_util import wait_for
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, write_merger_config
 
@@ -38,16 +38,6 @@ def _pg(stack):
     return psycopg.connect(
         host=p.host, port=p.port, user=p.user, password=p.password, dbname=p.database, autocommit=True
     )
-
-
-def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def _count(pg, schema: str, table: str) -> int:
@@ -146,7 +136,7 @@ def test_postgres_disk_full_stops_the_merger_with_one_line_and_loses_nothing(sta
     try:
         ingest.start()
         merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-        _wait(lambda: _count(pg, schema, table) == ROWS_BEFORE, 180, "the snapshot in PostgreSQL")
+        wait_for(lambda: _count(pg, schema, table) == ROWS_BEFORE, "the snapshot in PostgreSQL", 180, every_s=0.5)
         with _tiny_tablespace(stack, pg, f"tiny_{unique_name}") as tablespace:
             _fill_up(pg, schema, table, tablespace)
             try:
@@ -170,7 +160,9 @@ def test_postgres_disk_full_stops_the_merger_with_one_line_and_loses_nothing(sta
                 merger.stop()  # before the table leaves the tablespace
                 _free_space(pg, schema, table, tablespace)
         merger = MergerProcess(mcfg, tmp_path / "merger2.log").start()
-        _wait(lambda: _count(pg, schema, table) == ROWS_BEFORE + ROWS_AFTER, 180, "the batch written again")
+        wait_for(
+            lambda: _count(pg, schema, table) == ROWS_BEFORE + ROWS_AFTER, "the batch written again", 180, every_s=0.5
+        )
         print(f"disk full by {'a tablespace on a 1 MB tmpfs' if tablespace else 'a trigger raising disk_full'}")
     finally:
         if merger is not None:
