@@ -28,10 +28,12 @@ from pyspark.sql.types import StructType
 
 from merger.kafka.admission import record_cost
 from merger.kafka.offsets import (
+    METADATA_EVERY_S,
     OFFSET_LATEST,
     TICK_TP,
     TP,
     KafkaRanges,
+    ends_to_list,
     format_offsets,
     pack_ranges,
     parse_offsets,
@@ -61,11 +63,14 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_latest: dict[TP, int] | None = None
         self._identities: TopicIdentities | None = None  # created where planning runs
         self._outage = BrokerOutage(self.opts.outage_max_s)
+        self._metadata: tuple[float, list[TP]] | None = None  # (when, matching partitions)
+        self._ends_listed_at: float | None = None  # the last ListOffsets of every partition
 
     # the reader is pickled into the read function: never ship driver clients
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_broker"] = None
+        state["_metadata"] = None
         return state
 
     @property
@@ -83,14 +88,20 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         where the next batch starts (the known offset, or the earliest offset of a new
         partition), ``latest`` the end of what is readable now (never below ``base``)."""
         b = self.broker
-        current = b.partitions()
+        now = time.monotonic()
+        current = self._partitions(now)
         new = [tp for tp in current if tp not in known]
         base = dict(known)
         base.update(b.list_offsets(new, earliest=True))
         current = [tp for tp in current if tp in base]
         if not probe_end:
             return base, dict(base)
-        his = b.list_offsets(current, earliest=False)
+        asked, every = ends_to_list(
+            current, b.scanning, self.opts.end_probe == "scan", now, self._ends_listed_at, b.take_suspect_ends()
+        )
+        his = b.list_offsets(asked, earliest=False)
+        if every:
+            self._ends_listed_at = now
         self._check_topic_identity(known, his)
         latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
         if self.opts.end_probe == "scan" and current:
@@ -98,6 +109,14 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for tp, end in b.scan(froms, scan_cap).items():
                 latest[tp] = max(latest[tp], end)
         return base, latest
+
+    def _partitions(self, now: float) -> list[TP]:
+        """The matching partitions, from metadata at most METADATA_EVERY_S old: listing every
+        topic on each trigger (5 a second) cost the idle merger CPU in proportion to the
+        number of tables (issue 23); a new table's topic is found within that time."""
+        if self._metadata is None or now - self._metadata[0] >= METADATA_EVERY_S:
+            self._metadata = (now, self.broker.partitions())
+        return self._metadata[1]
 
     def _check_topic_identity(self, known: Mapping[TP, int], ends: Mapping[TP, int]) -> None:
         """Stop if a topic read before was deleted and created again (merger.kafka.topic_identity)."""
@@ -166,6 +185,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self, known: dict[TP, int], limit: ReadLimit) -> dict:
         if self._available_now and self._target is None:
+            self._ends_listed_at = None  # the target: every partition's end from the broker
             base, latest = self._snapshot(known, None)
             self._target = dict(latest)
             log.info("Trigger.AvailableNow target: %s", format_offsets(self._target))

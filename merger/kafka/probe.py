@@ -53,6 +53,17 @@ class Broker:
         self._consumer_conf["group.id"] = "cdc-kafka-source-probe-" + uuid.uuid4().hex[:8]
         self.consumer = Consumer(self._consumer_conf)
         self._scan_next: dict[TP, int] = {}  # partitions assigned to the end probe: next offset
+        self._suspect_ends = False  # the scan met an offset out of range since last asked
+
+    def scanning(self, tp: TP) -> bool:
+        """The end probe follows this partition (its consumer is assigned to it)."""
+        return tp in self._scan_next
+
+    def take_suspect_ends(self) -> bool:
+        """Whether the scan met an offset out of range since the last call (the planner then
+        lists every partition's end, and the topic identity check follows)."""
+        suspect, self._suspect_ends = self._suspect_ends, False
+        return suspect
 
     def close(self) -> None:
         try:
@@ -223,6 +234,7 @@ class Broker:
                         log.warning("end probe of %s: %s", tp, err)
                         if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                             done.add(tp)
+                            self._suspect_ends = True
                     continue
                 out[tp] = max(out[tp], m.offset() + 1)
                 counts[tp] += 1
