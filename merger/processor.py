@@ -708,7 +708,7 @@ class BatchProcessor(PausedTables):
             "bad_records": self.bad_records,
             # set while a source access waits for the database to come back
             "source_unavailable": guard.status() if guard is not None else None,
-            "tables": self._with_nul_counts(self.tables.status(self.store.all_plans())),
+            "tables": self._with_nul_counts(self.tables.status(self.store.plan_summaries())),
         }
 
     def _with_nul_counts(self, tables: dict) -> dict:

@@ -62,6 +62,9 @@ class StateStore:
         # the merger's time (issue 23); a file is read again only when it changed
         self._plan_texts: dict[Path, tuple[tuple[int, int, int], str]] = {}
         self._version_bases: dict[str, int] | None = None
+        # the plan directory's last listing: (its time if trusted, when, table -> (text, summary))
+        self._plans_listed: tuple[int | None, int, dict[str, tuple[str, dict]]] | None = None
+        self._plan_summaries: dict[str, dict] = {}  # plan text -> its summary
 
     # -- one merger per state directory ---------------------------------------------
 
@@ -223,17 +226,64 @@ class StateStore:
         atomic_write_json(self.plan_path(table), plan)
 
     def all_plans(self) -> dict[str, dict]:
-        out = {}
-        for p in self.plans.glob("*.json"):
-            plan = self._read_plan(p)
-            if plan:
-                out[plan["table"]] = plan
-        return out
+        """Every table's plan, new dicts."""
+        return {table: json.loads(text) for table, (text, _) in self._plan_index().items()}
+
+    def unfinished_plans(self) -> dict[str, dict]:
+        """The plans of snapshots still running (not finished, cancelled or paused), new dicts."""
+        return {
+            table: json.loads(text)
+            for table, (text, summary) in self._plan_index().items()
+            if summary["snapshot"] == "running"
+        }
+
+    def plan_summaries(self) -> dict[str, dict]:
+        """Per table: its latest snapshot's state (``plan_state``) and chunk counts, for the
+        status. Not to be changed by the caller."""
+        return {table: summary for table, (_, summary) in self._plan_index().items()}
+
+    def _plan_index(self) -> dict[str, tuple[str, dict]]:
+        """table -> (its plan's text, its summary). The plan directory is listed again only
+        when it changed: plans are replaced by a rename, which changes the directory's time.
+        With 500 tables, a listing and 500 plans read on each pass of the snapshot runner
+        and each status was 18 % of the merger's time while one table changed (issue 23).
+        A directory time within a second of the listing is not trusted (file times come
+        from a clock that advances in ticks): it is listed again next time."""
+        now_ns = time.time_ns()
+        try:
+            mtime = self.plans.stat().st_mtime_ns
+        except FileNotFoundError:
+            return {}
+        if self._plans_listed is not None and self._plans_listed[0] == mtime:
+            return self._plans_listed[2]
+        index = {}
+        for path in self.plans.glob("*.json"):
+            text = self._plan_text(path)
+            if text is None:
+                continue
+            summary = self._plan_summaries.get(text)
+            if summary is None:
+                plan = json.loads(text)
+                summary = {
+                    "table": plan.get("table"),
+                    "snapshot": plan_state(plan),
+                    "chunks_done": len(plan.get("done", [])),
+                    "chunks_total": len(plan.get("chunks", [])),
+                }
+            index[summary["table"]] = (text, summary)
+        self._plan_summaries = {text: summary for text, summary in index.values()}
+        trusted = now_ns - mtime > 1_000_000_000
+        self._plans_listed = (mtime if trusted else None, now_ns, index)
+        return index
 
     def _read_plan(self, path: Path) -> dict | None:
-        """A plan file's content, a new dict each time (callers change it); its text is
-        read again only when the file changed (a plan is replaced, never written in place:
-        its inode, time or size differ)."""
+        """A plan file's content, a new dict each time (callers change it)."""
+        text = self._plan_text(path)
+        return None if text is None else json.loads(text)
+
+    def _plan_text(self, path: Path) -> str | None:
+        """A plan file's text, read again only when the file changed (a plan is replaced,
+        never written in place: its inode, time or size differ)."""
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -247,7 +297,7 @@ class StateStore:
             except FileNotFoundError:
                 return None
             self._plan_texts[path] = cached
-        return json.loads(cached[1])
+        return cached[1]
 
     def staging_dir(self, table: str, window_id: str) -> Path:
         return self.staging / safe_name(table) / window_id
@@ -292,3 +342,14 @@ class StateStore:
             if data:
                 out.append(data)
         return out
+
+
+def plan_state(plan: dict) -> str | None:
+    """none | running | paused | cancelled | finished: a table's latest snapshot plan."""
+    if not plan:
+        return None
+    if plan.get("cancelled"):
+        return "cancelled"
+    if plan.get("finished_at"):
+        return "finished"
+    return "paused" if plan.get("paused") else "running"

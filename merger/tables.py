@@ -150,17 +150,19 @@ class TableRegistry:
         self._tables = dict(tables)
 
     def status(self, plans: dict[str, dict]) -> dict:
-        """Every table's status (``plans``: table -> its latest snapshot plan)."""
+        """Every table's status (``plans``: table -> its latest snapshot plan's summary,
+        ``StateStore.plan_summaries``)."""
         tables = {}
+        none = {"snapshot": None, "chunks_done": 0, "chunks_total": 0}
         for name, rt in sorted(self._tables.items()):
-            plan = plans.get(name) or {}
+            plan = plans.get(name) or none
             tables[name] = {
                 "phase": rt.phase,
                 "error": rt.error,
                 "blocked_on_sink": rt.blocked_on_sink,
-                "snapshot": snapshot_state(plan),
-                "chunks_done": len(plan.get("done", [])),
-                "chunks_total": len(plan.get("chunks", [])),
+                "snapshot": plan["snapshot"],
+                "chunks_done": plan["chunks_done"],
+                "chunks_total": plan["chunks_total"],
                 "snapshot_rows": rt.snapshot_rows,
                 "rows_applied": rt.rows_applied,
                 "lag_ms": rt.lag_ms,
@@ -213,17 +215,6 @@ class TableRegistry:
         with self._lock:
             if rt is not None and rt.phase == when:
                 rt.phase = phase
-
-
-def snapshot_state(plan: dict) -> str | None:
-    """none | running | paused | cancelled | finished: the table's latest snapshot plan."""
-    if not plan:
-        return None
-    if plan.get("cancelled"):
-        return "cancelled"
-    if plan.get("finished_at"):
-        return "finished"
-    return "paused" if plan.get("paused") else "running"
 
 
 def spec_to_dict(spec: TableSpec) -> dict:

@@ -225,7 +225,7 @@ class SnapshotRunner(threading.Thread):
                 self._handle_requests()
                 progressed = False
                 small: list[tuple] = []  # windows of small tables, written in groups
-                for table, plan in sorted(self.store.all_plans().items()):
+                for table, plan in sorted(self.store.unfinished_plans().items()):
                     if self.stop_event.is_set():
                         break
                     if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -101,3 +102,36 @@ def test_plans_are_read_again_only_when_their_file_changed(tmp_path):
         assert store.all_plans()["db.t"]["done"] == [f"c{n % 10}"]
     store.plan_path("db.t").unlink()
     assert store.load_plan("db.t") is None and store.all_plans() == {}
+
+
+def test_plan_summaries_and_unfinished_plans_follow_every_write(tmp_path):
+    """Issue 23: the status and the snapshot runner read the plans from an index that lists
+    the directory again only when it changed; a plan written by another StateStore is seen
+    both while the directory's time is recent and after it is old (and trusted)."""
+    import os
+
+    from merger.state import StateStore
+
+    store, other = StateStore(tmp_path), StateStore(tmp_path)
+    store.save_plan("db.a", {"table": "db.a", "chunks": ["c0", "c1"], "done": ["c0"]})
+    store.save_plan("db.b", {"table": "db.b", "chunks": ["c0"], "done": ["c0"], "finished_at": 1.0})
+    assert store.plan_summaries() == {
+        "db.a": {"table": "db.a", "snapshot": "running", "chunks_done": 1, "chunks_total": 2},
+        "db.b": {"table": "db.b", "snapshot": "finished", "chunks_done": 1, "chunks_total": 1},
+    }
+    assert list(store.unfinished_plans()) == ["db.a"]
+    store.unfinished_plans()["db.a"]["done"].append("changed by a caller")
+    assert store.unfinished_plans()["db.a"]["done"] == ["c0"]
+    for n in range(3):
+        # an old directory time: the listing is trusted until the directory changes
+        old = time.time() - 60 - n
+        os.utime(store.plans, (old, old))
+        assert store.plan_summaries()["db.a"]["chunks_done"] == 1
+        assert store.plan_summaries()["db.a"]["chunks_done"] == 1
+        other.save_plan("db.a", {"table": "db.a", "chunks": ["c0", "c1"], "done": ["c0", "c1"], "finished_at": 2.0})
+        assert store.plan_summaries()["db.a"]["snapshot"] == "finished"
+        assert store.unfinished_plans() == {}
+        other.save_plan("db.a", {"table": "db.a", "chunks": ["c0", "c1"], "done": ["c0"]})
+        assert store.unfinished_plans()["db.a"]["done"] == ["c0"]
+    other.plan_path("db.b").unlink()
+    assert set(store.plan_summaries()) == {"db.a"}
