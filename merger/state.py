@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from merger import state_chain
 from merger.errors import MergerError
 
 # raised by the processor when snapshot windows are left to emit; the Kafka source
@@ -62,6 +63,11 @@ class StateStore:
         # the merger's time (issue 23); a file is read again only when it changed
         self._plan_texts: dict[Path, tuple[tuple[int, int, int], str]] = {}
         self._version_bases: dict[str, int] | None = None
+        # the batch state chain (merger.state_chain): the last state written or loaded, the
+        # full state each state of this process builds on, definitions' texts per table
+        self._chain: state_chain.ChainBase | None = None
+        self._full_of: dict[int, int] = {}
+        self._spec_texts: dict[str, tuple] = {}
         # the plan directory's last listing: (its time if trusted, when, table -> (text, summary))
         self._plans_listed: tuple[int | None, int, dict[str, tuple[str, dict]]] | None = None
         self._plan_summaries: dict[str, dict] = {}  # plan text -> its summary
@@ -178,21 +184,53 @@ class StateStore:
     # -- batch state ---------------------------------------------------------------
 
     def save_batch(self, batch_id: int, state: dict) -> None:
-        atomic_write_json(self.batches / f"state-{batch_id:012d}.json", state)
-        old = sorted(self.batches.glob("state-*.json"))[:-3]
-        for p in old:
-            p.unlink(missing_ok=True)
+        """The state after batch ``batch_id``: a delta on the state this store wrote or
+        loaded last (``merger.state_chain``), or a full state. Only the files the newest
+        three states need are kept."""
+        record, self._chain, _ = state_chain.encode(batch_id, state, self._chain, self._spec_texts)
+        atomic_write_json(self._state_path(batch_id), record)
+        self._full_of[batch_id] = self._chain.full_id
+        ids = self._state_ids()
+        newest = ids[-3:]
+        if all(i in self._full_of for i in newest):
+            keep_from = min(self._full_of[i] for i in newest)
+            for i in ids:
+                if i < keep_from:
+                    self._state_path(i).unlink(missing_ok=True)
+                    self._full_of.pop(i, None)
         for p in self.batches.glob("intent-*.json"):
             if int(p.stem.split("-")[1]) < batch_id - 2:
                 p.unlink(missing_ok=True)
 
     def load_before(self, batch_id: int) -> dict | None:
         """The state saved by the newest batch before ``batch_id`` (a re-run batch
-        starts again from the state its predecessor left)."""
-        candidates = [p for p in self.batches.glob("state-*.json") if int(p.stem.split("-")[1]) < batch_id]
+        starts again from the state its predecessor left): its chain read back to the
+        full state it starts from. The next ``save_batch`` writes a delta on it."""
+        candidates = [i for i in self._state_ids() if i < batch_id]
         if not candidates:
             return None
-        return read_json(max(candidates))
+        newest = max(candidates)
+        chain, full_id = [read_json(self._state_path(newest))], newest
+        while "prev" in chain[-1]:
+            prev = full_id = int(chain[-1]["prev"])
+            record = read_json(self._state_path(prev))
+            if record is None:
+                raise MergerError(
+                    f"the merger's state in {self.batches} is incomplete: state-{prev:012d}.json, which the "
+                    f"state of batch {newest} builds on, is missing. Start the merger with a new state_dir "
+                    f"(every table is snapshotted again)"
+                )
+            chain.append(record)
+        state = state_chain.apply(chain[-1], list(reversed(chain[:-1])))
+        self._chain = state_chain.loaded_base(newest, full_id, len(chain), state)
+        self._full_of[newest] = full_id
+        return state
+
+    def _state_path(self, batch_id: int) -> Path:
+        return self.batches / f"state-{batch_id:012d}.json"
+
+    def _state_ids(self) -> list[int]:
+        return sorted(int(p.stem.split("-")[1]) for p in self.batches.glob("state-*.json"))
 
     def intent(self, batch_id: int) -> dict | None:
         return read_json(self.batches / f"intent-{batch_id:012d}.json")
