@@ -662,3 +662,49 @@ def test_delta_string_key_deletes_over_several_batches(delta_sink):
         {"region": "latam", "code": "k11", "n": 1},
         {"region": "us", "code": "k10", "n": 1},
     ]
+
+
+def test_delta_first_write_into_an_empty_table_is_an_append(delta_sink, monkeypatch):
+    """Issue 23: a table's first rows (a snapshot's, mostly) are appended, not MERGEd; its
+    deletes still become tombstones, and later writes MERGE."""
+    from deltalake import DeltaTable
+
+    s, t = delta_sink, fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    rows = [{"id": i, "v": f"r{i}", "n": i, "_cdc_op": "r", "_cdc_seq": 10} for i in range(1, 5)]
+    rows.append({"id": 7, "_cdc_op": "d", "_cdc_seq": 11})
+    assert s.apply(t, 1, batch(SIMPLE, rows)) is True
+    ops = [h["operation"] for h in DeltaTable(s.table_path(t)).history()]
+    assert ops[0] == "WRITE" and "MERGE" not in ops
+    assert sorted(r["id"] for r in s.rows(t).to_pylist()) == [1, 2, 3, 4]
+    # the delete's tombstone holds: an older insert of 7 stays out
+    older = {"id": 7, "v": "old", "n": 0, "_cdc_op": "c", "_cdc_seq": 5}
+    s.apply(t, 2, batch(SIMPLE, [older, {"id": 1, "v": "u1", "n": 1, "_cdc_op": "u", "_cdc_seq": 20}]))
+    assert sorted((r["id"], r["v"]) for r in s.rows(t).to_pylist()) == [(1, "u1"), (2, "r2"), (3, "r3"), (4, "r4")]
+    assert DeltaTable(s.table_path(t)).history()[0]["operation"] == "MERGE"
+
+
+def test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice(delta_sink, monkeypatch):
+    """Another merger on the same sink tables (a mistake) writes the table's first rows
+    between this one's read of the empty table and its append: the append's commit
+    conflicts (the same Delta app transaction id), and the retry MERGEs."""
+    from merger.sinks import DeltaSink
+
+    first, t = delta_sink, fresh()
+    first.ensure_table(t, SIMPLE, ["id"])
+    other = DeltaSink(first.base)
+    other.ensure_table(t, SIMPLE, ["id"])
+    rows = [{"id": i, "v": f"r{i}", "n": i, "_cdc_op": "r", "_cdc_seq": 10} for i in range(1, 5)]
+    original, raced = type(first)._append_first, []
+
+    def the_other_writes_first(self, *a, **k):
+        if not raced:
+            raced.append(1)
+            other.apply(t, 1, batch(SIMPLE, rows))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(type(first), "_append_first", the_other_writes_first)
+    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    assert first.apply(t, 2, batch(SIMPLE, [{**r, "_cdc_seq": 12} for r in rows])) is True
+    assert raced
+    assert sorted((r["id"], r["v"]) for r in first.rows(t).to_pylist()) == [(i, f"r{i}") for i in range(1, 5)]
