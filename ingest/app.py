@@ -628,6 +628,7 @@ class Ingest:
         target table's topic, in binlog order with that table's data events."""
         if isinstance(event, DeleteRowsEvent):
             return 0
+        self._prepare_topics(event)
         written = 0
         for row_index, row in enumerate(event.rows):
             values = row.get("after_values") or row.get("values")
@@ -656,6 +657,19 @@ class Ingest:
             written += partitions
             metrics.MARKERS.labels(target, str(values.get("kind"))).inc()
         return written
+
+    def _prepare_topics(self, event) -> None:
+        """The topics of every table a group of watermark rows names, made sure of at once."""
+        wanted = {}
+        for row in event.rows:
+            target = (row.get("after_values") or row.get("values") or {}).get("table_name")
+            if target and "." in target:
+                db, table = target.split(".", 1)
+                if self.filter.captures_table(db, table):
+                    wanted[table_topic(self.prefix, db, table)] = self.config.topic_partitions_per_table.get(
+                        target, self.config.topic_partitions
+                    )
+        self.topics.prepare(wanted)
 
     def _ddl(self, event, query: str, trx: SourceTransaction, position: EventPosition) -> int:
         default_db = event.schema.decode() if isinstance(event.schema, bytes) else (event.schema or "")

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc.errors import CdcError, UserError
-from cdc.kafka_topics import partition_count
+from cdc.kafka_topics import partition_count, partition_counts
 from ingest.position import ResumePoint
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,39 @@ class Topics:
                 time.sleep(0.1)
         self._partitions[topic] = count
         return count
+
+    def prepare(self, wanted: dict[str, int]) -> None:
+        """Make sure the topics (name -> partitions to create it with) exist, in one
+        DescribeTopics, one CreateTopics and one wait for all of them: the first snapshot of
+        hundreds of tables meets their topics 16 at a time (a group of watermark markers),
+        and one topic after the other cost ingest ~0.14 s a table (issue 23)."""
+        unknown = [t for t in wanted if t not in self._partitions]
+        if len(unknown) < 2:
+            return  # partitions() does it
+        counts = partition_counts(self._admin, unknown, self._timeout)
+        self._partitions.update({t: n for t, n in counts.items() if n})
+        missing = sorted(t for t in unknown if not counts.get(t))
+        if not missing:
+            return
+        futures = self._admin.create_topics(
+            [NewTopic(t, num_partitions=wanted[t], replication_factor=1) for t in missing],
+            operation_timeout=self._timeout,
+        )
+        for topic, fut in futures.items():
+            try:
+                fut.result(self._timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise BrokerError(f"cannot create topic {topic}: {_error_text(exc)}") from None
+        deadline = time.monotonic() + self._timeout
+        while missing:
+            counts = partition_counts(self._admin, missing, self._timeout)
+            self._partitions.update({t: n for t, n in counts.items() if n})
+            missing = [t for t in missing if not counts.get(t)]
+            if missing and time.monotonic() > deadline:
+                raise BrokerError(f"topic {missing[0]} did not appear after creation")
+            if missing:
+                time.sleep(0.1)
 
     def _described(self, topic: str) -> int | None:
         return partition_count(self._admin, topic, self._timeout)

@@ -128,3 +128,32 @@ def test_topics_are_created_and_described_one_at_a_time_without_listing_every_to
     listed = admin.list_topics(timeout=10).topics
     assert len(listed[new].partitions) == 3 and len(listed[existing].partitions) == 2
     assert missing not in listed
+
+
+@pytest.mark.timeout(120)
+def test_the_topics_of_a_group_of_watermarks_are_made_sure_of_at_once(stack, unique_name):
+    """Issue 23: ingest meets the topics of 16 tables in one group of watermark markers;
+    it describes them in one request, creates the missing ones in one, and waits once.
+    Existing topics keep their own partition counts."""
+    from ingest.producer import Topics
+
+    bootstrap = stack.kafka.bootstrap
+    existing = [f"{unique_name}.db.old{i}" for i in range(3)]
+    _create(bootstrap, *existing, partitions=2)
+    topics = Topics({"bootstrap.servers": bootstrap})
+    new = [f"{unique_name}.db.t{i}" for i in range(16)]
+    calls = []
+    create = topics._admin.create_topics
+
+    def counted(new_topics, **kwargs):
+        calls.append(sorted(t.topic for t in new_topics))
+        return create(new_topics, **kwargs)
+
+    topics._admin.create_topics = counted
+    topics.prepare({**{t: 3 for t in existing}, **{t: 3 for t in new}})
+    assert calls == [sorted(new)]
+    topics._admin.create_topics = None  # everything is known now: no broker call needed
+    assert [topics.partitions(t, create_with=5) for t in existing] == [2, 2, 2]
+    assert {topics.partitions(t, create_with=5) for t in new} == {3}
+    listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    assert all(len(listed[t].partitions) == 3 for t in new)
