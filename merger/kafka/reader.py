@@ -105,8 +105,15 @@ def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: Struc
                 # stalled: a broker that does not answer at all is waited for (kafka.outage_max_s),
                 # with a line per check; one that answers but does not serve the range fails the task
                 next_check = now
-                away = _broker_away(consumer, opts, outage, last_progress)
-                if not away and now - last_progress > opts.read_timeout_s:
+                if _broker_away(consumer, opts, outage, last_progress):
+                    continue
+                back = outage.recovered(now)
+                if back:
+                    # the broker answers again: the range gets readTimeoutMs from now (right
+                    # after a long freeze the stall was mostly the outage's)
+                    log.warning(back)
+                    last_progress = now
+                elif now - last_progress > opts.read_timeout_s:
                     reads.fail_stalled()
     finally:
         consumer.close()
