@@ -33,7 +33,6 @@ from merger.kafka.offsets import (
     TICK_TP,
     TP,
     KafkaRanges,
-    ends_to_list,
     format_offsets,
     pack_ranges,
     parse_offsets,
@@ -64,7 +63,6 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._identities: TopicIdentities | None = None  # created where planning runs
         self._outage = BrokerOutage(self.opts.outage_max_s)
         self._metadata: tuple[float, list[TP]] | None = None  # (when, matching partitions)
-        self._ends_listed_at: float | None = None  # the last ListOffsets of every partition
 
     # the reader is pickled into the read function: never ship driver clients
     def __getstate__(self) -> dict[str, Any]:
@@ -88,20 +86,14 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         where the next batch starts (the known offset, or the earliest offset of a new
         partition), ``latest`` the end of what is readable now (never below ``base``)."""
         b = self.broker
-        now = time.monotonic()
-        current = self._partitions(now)
+        current = self._partitions(time.monotonic())
         new = [tp for tp in current if tp not in known]
         base = dict(known)
         base.update(b.list_offsets(new, earliest=True))
         current = [tp for tp in current if tp in base]
         if not probe_end:
             return base, dict(base)
-        asked, every = ends_to_list(
-            current, b.scanning, self.opts.end_probe == "scan", now, self._ends_listed_at, b.take_suspect_ends()
-        )
-        his = b.list_offsets(asked, earliest=False)
-        if every:
-            self._ends_listed_at = now
+        his = b.list_offsets(current, earliest=False)
         self._check_topic_identity(known, his)
         latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
         if self.opts.end_probe == "scan" and current:
@@ -185,7 +177,6 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self, known: dict[TP, int], limit: ReadLimit) -> dict:
         if self._available_now and self._target is None:
-            self._ends_listed_at = None  # the target: every partition's end from the broker
             base, latest = self._snapshot(known, None)
             self._target = dict(latest)
             log.info("Trigger.AvailableNow target: %s", format_offsets(self._target))
@@ -203,7 +194,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         budget = self.opts.batch_memory_bytes
         if budget:
             sizes = read_record_sizes(self.opts.record_sizes_file)
-            costs = {tp: record_cost(sizes.get(tp[0]), budget) for tp in base}
+            costs = {tp: record_cost(sizes.get(tp[0]), budget) for tp, b in base.items() if latest[tp] > b}
             end = plan_end(base, latest, max_rows, costs, budget)
         else:
             end = plan_end(base, latest, max_rows)

@@ -8,7 +8,7 @@ partitions in a canonical order (Spark compares offsets by their JSON text)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
@@ -121,44 +121,23 @@ def plan_end(
     """End offsets of the next micro-batch: ``latest`` (never below ``base``), cut to
     ``max_rows`` offsets in total by :func:`allocate_limit` if given, and to the records
     whose ``costs`` fit ``budget`` if given (``merger.kafka.admission.admit``)."""
-    avail = {tp: max(0, latest.get(tp, b) - b) for tp, b in base.items()}
+    # only the partitions with new records take part (the same result: a partition with none
+    # gets none): hundreds of idle ones cost each trigger their share of the work (issue 23)
+    avail = {tp: n for tp, b in base.items() if (n := latest.get(tp, b) - b) > 0}
     rotate = sum(base.values())
     if costs is not None and budget is not None:
         from merger.kafka.admission import admit
 
         alloc = admit(avail, costs, budget, max_rows, rotate)
     elif max_rows is None:
-        return {tp: base[tp] + n for tp, n in avail.items()}
+        alloc = avail
     else:
         alloc = allocate_limit(avail, max_rows, rotate)
-    return {tp: base[tp] + alloc[tp] for tp in base}
+    return {tp: b + alloc.get(tp, 0) for tp, b in base.items()}
 
 
 # how old the planner's view of the matching partitions may be (a new topic waits that long)
 METADATA_EVERY_S = 1.0
-# with the scan end probe, ListOffsets of every partition this often (else only of those the
-# scan does not follow yet): the probe's consumer already sees what each followed partition
-# gains, and asking the broker for 1,500 partitions on each trigger was most of the idle
-# merger's CPU at 500 tables (issue 23)
-ENDS_EVERY_S = 2.0
-
-
-def ends_to_list(
-    current: Sequence[TP],
-    scanning: Callable[[TP], bool],
-    scan: bool,
-    now: float,
-    listed_at: float | None,
-    suspect: bool = False,
-) -> tuple[list[TP], bool]:
-    """The partitions to ask ListOffsets for their end on this trigger, and whether that is
-    every one of them: every partition without the scan probe, when the last full listing
-    is ENDS_EVERY_S old, or when the scan saw something odd (``suspect``: an offset out of
-    range, as after a topic was deleted and created again); otherwise only those the scan
-    does not follow yet (it starts them just before their end)."""
-    if not scan or suspect or listed_at is None or now - listed_at >= ENDS_EVERY_S:
-        return list(current), True
-    return [tp for tp in current if not scanning(tp)], False
 
 
 class KafkaRange(InputPartition):

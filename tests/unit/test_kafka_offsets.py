@@ -10,13 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merger.kafka.offsets import (
-    ENDS_EVERY_S,
     OFFSET_EARLIEST,
     TICK_TP,
     KafkaRange,
     KafkaRanges,
     allocate_limit,
-    ends_to_list,
     format_offsets,
     lagging_partitions,
     pack_ranges,
@@ -154,33 +152,3 @@ def test_lagging_partitions_from_the_query_progress():
     for unknown in (None, "null", "not json", 5):
         assert lagging_partitions(end, unknown) == set()
         assert lagging_partitions(unknown, latest) == set()
-
-
-@given(
-    st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 5)), unique=True, max_size=12),
-    st.sets(st.tuples(st.sampled_from("abc"), st.integers(0, 5))),
-    st.booleans(),
-    st.floats(0, 10),
-    st.one_of(st.none(), st.floats(0, 10)),
-    st.booleans(),
-)
-def test_ends_are_listed_for_every_partition_often_enough(current, scanned, scan, now, listed_at, suspect):
-    """Issue 23: with the scan probe, a partition the scan follows is asked for its end only
-    every ENDS_EVERY_S (or at once after an odd scan); any other partition on every trigger."""
-    asked, every = ends_to_list(current, scanned.__contains__, scan, now, listed_at, suspect)
-    due = not scan or suspect or listed_at is None or now - listed_at >= ENDS_EVERY_S
-    assert every == due
-    if due:
-        assert asked == current
-    else:
-        assert asked == [tp for tp in current if tp not in scanned]
-    # never a partition the probe does not follow left out
-    assert {tp for tp in current if tp not in scanned} <= set(asked)
-
-
-def test_ends_listing_at_500_tables_is_rare():
-    current = [(f"t{i}", p) for i in range(500) for p in range(3)]
-    asked, every = ends_to_list(current, lambda tp: True, True, 101.0, 100.0)
-    assert asked == [] and not every
-    asked, every = ends_to_list(current, lambda tp: True, True, 100.0 + ENDS_EVERY_S, 100.0)
-    assert len(asked) == 1500 and every
