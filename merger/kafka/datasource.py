@@ -98,7 +98,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
         if self.opts.end_probe == "scan" and current:
             froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in current}
-            for tp, end in b.scan(froms, scan_cap).items():
+            for tp, end in b.scan(froms, scan_cap, his).items():
                 latest[tp] = max(latest[tp], end)
         return base, latest
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from merger.kafka.offsets import TP
+from merger.kafka.offsets import TP, partitions_to_scan
 from merger.kafka.options import KafkaSourceError, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class Broker:
         self._consumer_conf["group.id"] = "cdc-kafka-source-probe-" + uuid.uuid4().hex[:8]
         self.consumer = Consumer(self._consumer_conf)
         self._scan_next: dict[TP, int] = {}  # partitions assigned to the end probe: next offset
+        self._unsettled: set[TP] = set()  # read last time without reaching their end
 
     def close(self) -> None:
         try:
@@ -144,11 +145,13 @@ class Broker:
                 log.warning("ListOffsets %s[%d]: %s", a.topic, a.partition, a.error or f"offset {a.offset}")
         return out
 
-    def scan(self, froms: Mapping[TP, int], cap: int | None) -> dict[TP, int]:
+    def scan(self, froms: Mapping[TP, int], cap: int | None, ends: Mapping[TP, int] | None = None) -> dict[TP, int]:
         """Read each partition from ``froms[tp]`` to its end (partition EOF, at most ``cap``
         records, bounded by the probe timeout); the next offset after what was seen: the
         highest offset seen + 1 or the consumer position, which also steps over
         transaction markers. A partition where nothing was seen keeps ``froms[tp]``.
+        ``ends``: the broker's ends (ListOffsets); only the partitions that
+        ``partitions_to_scan`` names are read, the others keep what was seen before.
 
         The consumer stays assigned between calls and keeps fetching in the background:
         what was committed since the last call is mostly in its queue already. Assigning
@@ -162,10 +165,12 @@ class Broker:
             return {}
         fresh = self._assign(froms)
         out = {tp: max(o, self._scan_next[tp]) for tp, o in froms.items()}
+        followed = {tp: out[tp] for tp in froms if tp not in fresh}
+        wanted = list(froms) if ends is None else partitions_to_scan(list(froms), ends, followed, self._unsettled)
         paused: list[Any] = []
         try:
-            self._read_tails(froms, out, cap, bool(fresh), paused)
-            for pos in self.consumer.position([TopicPartition(t, p) for t, p in froms]):
+            eof = self._read_tails(wanted, out, cap, bool(fresh), paused)
+            for pos in self.consumer.position([TopicPartition(t, p) for t, p in wanted]):
                 tp = (pos.topic, pos.partition)
                 if pos.offset >= 0 and pos.error is None:
                     out[tp] = max(out[tp], pos.offset)
@@ -177,6 +182,9 @@ class Broker:
             # capped: the rest is read by the next calls (the position is not advanced
             # past what was counted, so a resumed partition goes on from there)
             self.consumer.resume(paused)
+        # read to its end (EOF) or not: then it is read again next time, whatever its end says
+        capped = {(p.topic, p.partition) for p in paused}
+        self._unsettled = {tp for tp in wanted if tp not in eof or tp in capped}
         self._scan_next.update({tp: out[tp] for tp in froms})
         return out
 
@@ -212,16 +220,20 @@ class Broker:
         return fresh
 
     def _read_tails(
-        self, froms: Mapping[TP, int], out: dict[TP, int], cap: int | None, fresh: bool, paused: list[Any]
-    ) -> None:
-        """Consume until every partition reached EOF or ``cap`` records (those are paused and
-        added to ``paused``), the probe timeout passed or nothing came for a moment; raise
-        ``out[tp]`` to the highest offset seen + 1."""
+        self, wanted: Sequence[TP], out: dict[TP, int], cap: int | None, fresh: bool, paused: list[Any]
+    ) -> set[TP]:
+        """Consume until every ``wanted`` partition reached EOF or ``cap`` records (those are
+        paused and added to ``paused``), the probe timeout passed or nothing came for a
+        moment; raise ``out[tp]`` to the highest offset seen + 1 (for the records of the
+        other partitions in ``out`` that come meanwhile too). The partitions that reached
+        EOF. With nothing wanted, only what is queued already is taken."""
         from confluent_kafka import KafkaError, TopicPartition
 
         c = self.consumer
-        counts = {tp: 0 for tp in froms}
+        wanted_set = set(wanted)
+        counts = {tp: 0 for tp in wanted}
         done: set = set()
+        eof: set = set()
         deadline = time.monotonic() + self.opts.probe_timeout_s
         # A partition with an open transaction never reaches EOF for a read_committed
         # consumer (Tansu): what is committed has arrived once nothing came for a moment.
@@ -231,21 +243,29 @@ class Broker:
         idle_first_s, idle_after_s = 0.3, 0.06
         idle_s = idle_first_s if fresh else idle_after_s
         last_activity = time.monotonic()
-        while len(done) < len(froms) and time.monotonic() < deadline and time.monotonic() - last_activity < idle_s:
+        drain = not wanted  # only take what is queued (the other partitions' records)
+        while drain or (
+            len(done) < len(wanted) and time.monotonic() < deadline and time.monotonic() - last_activity < idle_s
+        ):
             msgs = c.consume(num_messages=5000, timeout=0)
-            if not msgs:
+            if drain:
+                drain = bool(msgs)
+            elif not msgs:
                 msgs = c.consume(num_messages=1, timeout=0.02)
             if msgs:
                 last_activity = time.monotonic()
                 idle_s = idle_after_s
             for m in msgs:
                 tp = (m.topic(), m.partition())
-                if tp not in froms or tp in done:
+                if tp not in out or tp in done:
                     continue
                 err = m.error()
                 if err is not None:
+                    if tp not in wanted_set:
+                        continue
                     if err.code() == KafkaError._PARTITION_EOF:
                         done.add(tp)
+                        eof.add(tp)
                     elif err.fatal():
                         raise KafkaSourceError(f"end probe of {tp}: {err}")
                     else:
@@ -254,15 +274,18 @@ class Broker:
                             done.add(tp)
                     continue
                 out[tp] = max(out[tp], m.offset() + 1)
+                if tp not in wanted_set:
+                    continue
                 counts[tp] += 1
                 if cap is not None and counts[tp] >= cap:
                     paused.append(TopicPartition(*tp))
                     c.pause([paused[-1]])
                     done.add(tp)
-        if len(done) < len(froms) and time.monotonic() >= deadline:
+        if len(done) < len(wanted) and time.monotonic() >= deadline:
             log.warning(
-                "end probe: no partition EOF within %.1fs for %s", self.opts.probe_timeout_s, sorted(set(froms) - done)
+                "end probe: no partition EOF within %.1fs for %s", self.opts.probe_timeout_s, sorted(wanted_set - done)
             )
+        return eof
 
     def _reset_scan(self) -> None:
         try:
@@ -270,3 +293,4 @@ class Broker:
         except Exception:  # noqa: BLE001
             pass
         self._scan_next.clear()
+        self._unsettled.clear()

@@ -19,6 +19,7 @@ from merger.kafka.offsets import (
     lagging_partitions,
     pack_ranges,
     parse_offsets,
+    partitions_to_scan,
     plan_end,
     plan_ranges,
     read_tick,
@@ -152,3 +153,21 @@ def test_lagging_partitions_from_the_query_progress():
     for unknown in (None, "null", "not json", 5):
         assert lagging_partitions(end, unknown) == set()
         assert lagging_partitions(unknown, latest) == set()
+
+
+def test_the_end_probe_reads_only_partitions_whose_end_may_have_moved():
+    """Issue 23: of 1,500 idle partitions none is read again; one the probe does not follow
+    yet, one it did not read to its end, one whose broker end is past what it saw, and one
+    whose end the broker does not tell (0 while a transaction is open) are."""
+    tps = [(f"t{i}", p) for i in range(500) for p in range(3)]
+    seen = {tp: 10 for tp in tps}
+    ends = {tp: 10 for tp in tps}
+    assert partitions_to_scan(tps, ends, seen, set()) == []
+    ends[("t1", 0)] = 11  # a new record batch at offset 10 (the local broker: its base + 1)
+    ends[("t2", 1)] = 0  # an open transaction
+    del ends[("t3", 2)]  # not answered
+    del seen[("t4", 0)]  # new to the probe
+    unsettled = {("t5", 1)}
+    assert partitions_to_scan(tps, ends, seen, unsettled) == [("t1", 0), ("t2", 1), ("t3", 2), ("t4", 0), ("t5", 1)]
+    ends[("t6", 0)] = 9  # the broker's end lags what the probe saw: nothing new
+    assert ("t6", 0) not in partitions_to_scan(tps, ends, seen, set())
