@@ -11,6 +11,7 @@ ROWS_APPLIED = Gauge("cdc_merger_rows_applied", "Streamed changes applied", ["ta
 PHASE = Gauge("cdc_merger_table_phase", "1 for the table's current phase", ["table", "phase"])
 BAD_RECORDS = Gauge("cdc_merger_bad_records", "Records sent to the dead-letter topic")
 LAST_BATCH = Gauge("cdc_merger_last_batch", "Id of the last micro-batch")
+READ_TASKS = Gauge("cdc_merger_last_batch_read_tasks", "Spark tasks that read the last micro-batch with records")
 # counted where it happens (merger.sinks.nul_count), not from the status
 NUL_VALUES_CHANGED = Counter(
     "cdc_merger_nul_values_changed",
