@@ -513,7 +513,9 @@ class MergerConfig(_Model):
         100_000,
         ge=1,
         description="Kafka offsets per Spark read task, about: a micro-batch's partition ranges are "
-        "packed into tasks of this size, each read by one consumer; 1 = one task per "
+        "packed into tasks of this size, each read by one consumer; a batch of more offsets than "
+        "10,000 per task slot (a backlog) is spread over Spark's task slots (in local mode at most "
+        "the machine's cores), never more tasks than partitions with records; 1 = one task per "
         "partition and offset range",
     )
     end_probe: Literal["scan", "watermark"] = Field(

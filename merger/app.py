@@ -210,17 +210,20 @@ def subscribe_pattern(config: MergerConfig) -> str:
     return rf"^{skip}{prefix}(\.[^.]+\..+)?$"
 
 
-def source_options(config: MergerConfig) -> dict[str, str]:
+def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
     """Options of the ``cdc_kafka`` data source: every Kafka client setting of the config
     (TLS/SASL included). Secrets are passed by reference (``kafkaSecretEnv.<property>`` /
     ``kafkaSecretFile.<property>``): the data source reads them itself, so no secret is in
-    the options, the query plan or the checkpoint."""
+    the options, the query plan or the checkpoint. ``read_slots``: the tasks a large batch
+    is spread over at least (:func:`read_slots`)."""
     opts = {
         "kafka.bootstrap.servers": config.kafka.bootstrap_servers,
         "subscribePattern": subscribe_pattern(config),
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(config.max_records_per_trigger),
         "recordsPerTask": str(config.records_per_task),
+        # a large batch (a backlog) is read by at least this many tasks, in parallel
+        "minPartitions": str(max(1, read_slots)),
         "endProbe": config.end_probe,
         # the processor raises the number in this file when snapshot rows are left
         # to emit: the source then gives Spark a reason for another micro-batch
@@ -370,7 +373,7 @@ class Merger:
 
         cfg = self.config
         reader = spark.readStream.format("cdc_kafka")
-        for k, v in source_options(cfg).items():
+        for k, v in source_options(cfg, read_slots(spark)).items():
             reader = reader.option(k, v)
         # the batch's one-line fatal error (on_bad_record: stop) needs no Python traceback
         self._reported_elsewhere.reported = lambda: processor.fatal
@@ -566,6 +569,19 @@ def read_tasks(batch_df) -> int:
         return sum(leaves.apply(i).rdd().getNumPartitions() for i in range(leaves.size()))
     except Exception:  # another Spark's plan: the figure is diagnostics only
         return 0
+
+
+def read_slots(spark) -> int:
+    """The Kafka read tasks of a large micro-batch: Spark's task slots (its default
+    parallelism), in local mode at most the machine's cores (the local master has two slots
+    more than the snapshot reads, and a read task is a Python worker converting records on
+    those cores: more tasks than cores only contend)."""
+    from merger.snapshot.chunk_read import launched_locally
+
+    slots = spark.sparkContext.defaultParallelism
+    if launched_locally():
+        slots = min(slots, os.cpu_count() or 1)
+    return max(1, slots)
 
 
 def _log_slow_batch(query, logged: int) -> int:

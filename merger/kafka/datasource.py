@@ -209,7 +209,11 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = parse_offsets(start), parse_offsets(end)
         begin.pop(TICK_TP, None)
         stop.pop(TICK_TP, None)
-        return pack_ranges(plan_ranges(begin, stop, self.opts.max_records_per_partition), self.opts.records_per_task)
+        return pack_ranges(
+            plan_ranges(begin, stop, self.opts.max_records_per_partition),
+            self.opts.records_per_task,
+            self.opts.min_partitions,
+        )
 
     def commit(self, end: dict) -> None:
         # the Spark checkpoint is the position; nothing is committed to Kafka

@@ -221,14 +221,31 @@ def range_size(r: KafkaRange) -> int:
     return r.end - max(r.start, 0)
 
 
-def pack_ranges(ranges: Sequence[KafkaRange], records_per_task: int) -> list[KafkaRanges]:
-    """Ranges into about ``ceil(total / records_per_task)`` tasks (never more than there are
-    ranges), balanced by offsets, largest range first. Slices of one topic partition
-    (``maxRecordsPerPartition``) go to different tasks: a consumer holds a partition once."""
+# a read task's fixed cost (scheduling, a Python worker's round trip, a consumer and its
+# first fetch) is tens of ms; below this many offsets a task of its own does not pay for it
+MIN_RECORDS_PER_TASK = 10_000
+
+
+def task_count(total: int, ranges: int, records_per_task: int, min_tasks: int = 1) -> int:
+    """How many tasks read ``total`` offsets in ``ranges`` ranges: about ``total /
+    records_per_task``, but at least ``min_tasks`` (the task slots) as long as each gets
+    ``MIN_RECORDS_PER_TASK`` offsets; never more than there are ranges, at least 1."""
+    count = -(-total // max(records_per_task, 1))
+    count = max(count, min(min_tasks, total // MIN_RECORDS_PER_TASK))
+    return max(1, min(ranges, count))
+
+
+def pack_ranges(ranges: Sequence[KafkaRange], records_per_task: int, min_tasks: int = 1) -> list[KafkaRanges]:
+    """Ranges into :func:`task_count` tasks, balanced by offsets, largest range first. A
+    range is never split: each is read whole, in offset order, by one task. Slices of one
+    topic partition (``maxRecordsPerPartition``) go to different tasks: a consumer holds a
+    partition once. The order of a key's changes does not depend on the packing: a key
+    lives in one partition, and the processor orders a batch's records by partition and
+    offset, then each table's changes by binlog sequence."""
     if not ranges:
         return []
     total = sum(range_size(r) for r in ranges)
-    count = max(1, min(len(ranges), -(-total // max(records_per_task, 1))))
+    count = task_count(total, len(ranges), records_per_task, min_tasks)
     groups: list[list[KafkaRange]] = [[] for _ in range(count)]
     loads = [0] * count
     for r in sorted(ranges, key=lambda r: (-range_size(r), r.topic, r.partition, r.start)):

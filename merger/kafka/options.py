@@ -27,6 +27,7 @@ class SourceOptions:
     scan_max_records: int = 50_000
     max_records_per_partition: int | None = None
     records_per_task: int = 100_000
+    min_partitions: int = 1
     fail_on_data_loss: bool = True
     read_timeout_s: float = 120.0
     probe_timeout_s: float = 15.0
@@ -83,6 +84,7 @@ class SourceOptions:
             scan_max_records=pos_int("scanMaxRecords", 50_000),
             max_records_per_partition=pos_int("maxRecordsPerPartition", None),
             records_per_task=pos_int("recordsPerTask", 100_000),
+            min_partitions=pos_int("minPartitions", 1),
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             read_timeout_s=pos_int("readTimeoutMs", 120_000) / 1000.0,
             probe_timeout_s=pos_int("probeTimeoutMs", 15_000) / 1000.0,

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merger.kafka.offsets import (
+    MIN_RECORDS_PER_TASK,
     OFFSET_EARLIEST,
     TICK_TP,
     KafkaRange,
@@ -22,7 +23,9 @@ from merger.kafka.offsets import (
     partitions_to_scan,
     plan_end,
     plan_ranges,
+    range_size,
     read_tick,
+    task_count,
 )
 
 
@@ -130,6 +133,63 @@ def test_pack_ranges_properties(raw, records_per_task):
         total = sum(r.end - max(r.start, 0) for r in ranges)
         most_per_tp = max(sum(1 for q in ranges if (q.topic, q.partition) == (r.topic, r.partition)) for r in ranges)
         assert 1 <= len(tasks) <= max(min(len(ranges), -(-total // records_per_task)), most_per_tp)
+
+
+def test_a_backlog_is_spread_over_the_task_slots_and_a_small_batch_stays_one_task():
+    backlog = [KafkaRange("t", p, 1000, 2400) for p in range(32)]  # 44,800 offsets in 32 partitions
+    tasks = pack_ranges(backlog, 100_000, min_tasks=2)
+    assert sorted(sum(range_size(r) for r in t.ranges) for t in tasks) == [22_400, 22_400]
+    assert len(pack_ranges(backlog, 100_000, min_tasks=4)) == 4  # 11,200 offsets each
+    assert len(pack_ranges(backlog, 100_000, min_tasks=8)) == 4  # not below MIN_RECORDS_PER_TASK each
+    assert len(pack_ranges(backlog, 100_000)) == 1  # no slots given: the rule before
+    # steady streaming, a few hundred records a batch: one task whatever the slots
+    assert len(pack_ranges([KafkaRange("t", p, 0, 30) for p in range(32)], 100_000, min_tasks=4)) == 1
+    # never more tasks than ranges: a partition is read whole by one task
+    huge = [KafkaRange("t", p, 0, 500_000) for p in range(3)]
+    assert len(pack_ranges(huge, 100_000, min_tasks=64)) == 3
+    assert task_count(0, 0, 100_000, 8) == 1 and task_count(2 * MIN_RECORDS_PER_TASK - 1, 32, 100_000, 8) == 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(
+        st.tuples(st.sampled_from("xy"), st.integers(0, 40)),
+        st.tuples(st.integers(-1, 50_000), st.integers(0, 60_000)),
+        max_size=40,
+    ),
+    st.integers(1, 200_000),
+    st.integers(1, 64),
+    st.one_of(st.none(), st.integers(6_000, 30_000)),  # at most 10 slices of a partition
+)
+def test_pack_ranges_with_task_slots_reads_each_range_whole_once(parts, records_per_task, min_tasks, per_partition):
+    """Every planned range in exactly one task, whole (its offsets read in order by one
+    consumer); slices of a partition (maxRecordsPerPartition) in different tasks, together
+    exactly the partition's offsets; the task count as :func:`task_count` says, bounded."""
+    start = {tp: s for tp, (s, _) in parts.items() if s >= 0}  # -1: a partition new in this batch
+    end = {tp: max(s, 0) + n for tp, (s, n) in parts.items()}
+    ranges = plan_ranges(start, end, per_partition)
+    tasks = pack_ranges(ranges, records_per_task, min_tasks)
+    packed = [r for t in tasks for r in t.ranges]
+    assert sorted(packed, key=repr) == sorted(ranges, key=repr)
+    for t in tasks:
+        tps = [(r.topic, r.partition) for r in t.ranges]
+        assert len(tps) == len(set(tps)), "a consumer holds a partition once"
+    for tp in end:
+        slices = sorted((r for r in packed if (r.topic, r.partition) == tp), key=lambda r: r.start)
+        for a, b in zip(slices, slices[1:]):
+            assert a.end == b.start  # no gap, no overlap: the processor's sort by offset restores the order
+    if not ranges:
+        assert tasks == []
+        return
+    total = sum(range_size(r) for r in ranges)
+    most_per_tp = max(sum(1 for q in ranges if (q.topic, q.partition) == (r.topic, r.partition)) for r in ranges)
+    assert len(tasks) == max(task_count(total, len(ranges), records_per_task, min_tasks), most_per_tp)
+    assert len(tasks) >= min(min_tasks, len(ranges), total // MIN_RECORDS_PER_TASK)
+    assert len(tasks) <= max(
+        most_per_tp, min(len(ranges), max(-(-total // records_per_task), min(min_tasks, total // MIN_RECORDS_PER_TASK)))
+    )
+    if most_per_tp == 1 and total <= records_per_task and total < 2 * MIN_RECORDS_PER_TASK:
+        assert len(tasks) == 1  # a small batch: one task, one consumer
 
 
 def test_read_tick(tmp_path):
