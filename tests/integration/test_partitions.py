@@ -111,7 +111,7 @@ def test_a_backlog_in_32_partitions_is_read_in_parallel_and_each_keys_last_chang
         checker.wait_equal(db, "t", timeout_s=90, proc=merger)
         took = time.monotonic() - t0
         reads = [tuple(map(int, m.groups())) for m in READ_LINE.finditer(merger.log_text()[len(started) :])]
-        print(f"{changes} changes in {PARTITIONS} partitions caught up in {took:.1f}s; reads (batch, records, tasks): {reads}")
+        print(f"{changes} changes in {PARTITIONS} partitions caught up in {took:.1f}s; batch, records, tasks: {reads}")
         assert any(tasks > 1 for _, _, tasks in reads), (
             f"no micro-batch of the backlog ({changes} changes in {PARTITIONS} partitions) was read by more "
             f"than one Spark task; merger log:\n{merger.log_text()[-3000:]}"

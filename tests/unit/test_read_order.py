@@ -52,7 +52,9 @@ def _as_read(batch: pa.Table, records_per_task: int, min_tasks: int, rnd: random
     rows = batch.to_pylist()
     parts = []
     for t in rnd.sample(tasks, len(tasks)):
-        mine = [r for r in rows if any(r["partition"] == q.partition and q.start <= r["offset"] < q.end for q in t.ranges)]
+        mine = [
+            r for r in rows if any(r["partition"] == q.partition and q.start <= r["offset"] < q.end for q in t.ranges)
+        ]
         parts.append(mine[::-1] if scramble == "reversed" else mine)
     out = [r for part in parts for r in part]
     if scramble == "shuffled":
