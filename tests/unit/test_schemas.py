@@ -148,7 +148,7 @@ def test_watermark_markers_written_by_ingest_match_schemas():
 
     ingest = Ingest(IngestConfig(topic_prefix="p"))
     ingest.producer = _RecordingProducer()
-    ingest.topics = types.SimpleNamespace(partitions=lambda topic, n: 3)
+    ingest.topics = types.SimpleNamespace(partitions=lambda topic, n: 3, prepare=lambda wanted: None)
     event = types.SimpleNamespace(
         rows=[{"values": {"table_name": "shop.orders", "window_id": "w-1", "kind": "LOW"}}],
         packet=types.SimpleNamespace(server_id=1),
