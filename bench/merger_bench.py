@@ -133,38 +133,44 @@ def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5, aliv
 # ----------------------------------------------------------------------------- source tables
 
 
-def ensure_big_table(info, rows: int) -> float | None:
-    """The snapshot table with exactly ``rows`` rows (kept between runs). Returns the load
-    time, or None if the table was already there."""
+def ensure_big_table(
+    info, rows: int, db: str = DB, table: str = BIG, step: int = 200_000, binlog: bool = True
+) -> float | None:
+    """The snapshot table ``db.table`` with exactly ``rows`` rows (kept between runs),
+    loaded ``step`` rows per INSERT ... SELECT (``binlog`` False: not written to the
+    binlog, for a table created before the run's ingest starts). Returns the load time,
+    or None if the table was already there."""
+    name = f"{db}.{table}"
     conn = root_conn(info)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+            if not binlog:
+                cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {db}")
             cur.execute(
-                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s", (DB, BIG)
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema=%s AND table_name=%s", (db, table)
             )
             if cur.fetchone()[0]:
-                cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM {DB}.{BIG}")
+                cur.execute(f"SELECT COUNT(*), COALESCE(MAX(id), 0) FROM {name}")
                 n, top = cur.fetchone()
                 if n == rows and top == rows:
                     return None
             t0 = time.monotonic()
-            cur.execute(f"DROP TABLE IF EXISTS {DB}.{BIG}")
+            cur.execute(f"DROP TABLE IF EXISTS {name}")
             cur.execute(
-                f"CREATE TABLE {DB}.{BIG} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), "
+                f"CREATE TABLE {name} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), "
                 "d DATETIME(3), e BIGINT) ENGINE=InnoDB"
             )
-            step = 200_000
             for lo in range(1, rows + 1, step):
                 hi = min(lo + step - 1, rows)
                 # the sequence engine needs the database prefix
                 cur.execute(
-                    f"INSERT INTO {DB}.{BIG} SELECT seq, seq % 1000, "
+                    f"INSERT INTO {name} SELECT seq, seq % 1000, "
                     f"CONCAT('row-', seq, '-', LEFT(MD5(seq), 24)), (seq % 100000) / 100, "
                     f"TIMESTAMP'2024-01-01 00:00:00' + INTERVAL seq SECOND + INTERVAL (seq % 1000) * 1000 "
-                    f"MICROSECOND, seq * 1000003 FROM {DB}.seq_{lo}_to_{hi}"
+                    f"MICROSECOND, seq * 1000003 FROM {db}.seq_{lo}_to_{hi}"
                 )
-            cur.execute(f"ANALYZE TABLE {DB}.{BIG}")
+            cur.execute(f"ANALYZE TABLE {name}")
             return time.monotonic() - t0
     finally:
         conn.close()
@@ -257,6 +263,7 @@ class TreeSampler(threading.Thread):
         self.max_count: dict[str, int] = {}
         self.peak_total = 0
         self.samples = 0
+        self.last_sums: dict[str, int] = {}  # kind -> RSS KB summed, at the latest sample
         # CPU seconds per process (pid, starttime): first and last value seen, and a label
         # (the merger tree's kinds; other processes of the machine by command name)
         self.cpu_first: dict[tuple[int, int], int] = {}
@@ -343,6 +350,7 @@ class TreeSampler(threading.Thread):
             self.peak_sum[kind] = max(self.peak_sum.get(kind, 0), s)
             self.max_count[kind] = max(self.max_count.get(kind, 0), counts[kind])
         self.peak_total = max(self.peak_total, total)
+        self.last_sums = sums
         self.samples += 1
 
     def run(self) -> None:
