@@ -100,9 +100,10 @@ def stage_query(source: dict, query: str, path: str, batch_rows: int) -> int:
     ``source``: host, port, user, password, connect_timeout_s. Runs in a Spark task, the
     read itself in a child process of the task's Python worker (``in_child``): every
     ConnectorX read (0.4.6, MySQL) leaves its connection pool's 3 threads behind, and in
-    a Python worker that Spark reuses for task after task they piled up with the table's
-    size (measured: 300 threads in a worker after a 20M-row snapshot; threads count
-    against the machine's ``pid_max``, 32,768 on many systems)."""
+    a Python worker that Spark reuses for task after task they piled up, with the memory
+    they held (measured during a 20M-row snapshot, bench/large_table_bench.py: up to 59
+    threads and 175-200 MB of a worker's own memory; in a child, 7 threads and 94 MB;
+    the fork costs ~30 ms of CPU per read)."""
     import connectorx  # noqa: F401 (loaded once in the worker: the children inherit it; starts no thread)
 
     return in_child(_stage_query_here, source, query, path, batch_rows)
