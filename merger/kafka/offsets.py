@@ -137,7 +137,7 @@ def plan_end(
 
 
 # how old the planner's view of the matching partitions may be (a new topic waits that long)
-METADATA_EVERY_S = 1.0
+METADATA_EVERY_S = 3.0
 
 
 def partitions_to_scan(

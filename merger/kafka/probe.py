@@ -56,6 +56,7 @@ class Broker:
         self.consumer = Consumer(self._consumer_conf)
         self._scan_next: dict[TP, int] = {}  # partitions assigned to the end probe: next offset
         self._unsettled: set[TP] = set()  # read last time without reaching their end
+        self._quiet: dict[TP, int] = {}  # scans in a row that found nothing just below the end
 
     def close(self) -> None:
         try:
@@ -182,9 +183,25 @@ class Broker:
             # capped: the rest is read by the next calls (the position is not advanced
             # past what was counted, so a resumed partition goes on from there)
             self.consumer.resume(paused)
-        # read to its end (EOF) or not: then it is read again next time, whatever its end says
+        # read to its end or not (then it is read again next time, whatever its end says):
+        # EOF, or a position at the broker's end once what was queued was taken (the local
+        # broker does not say EOF again for hundreds of idle partitions at a time; a
+        # fetched record batch is queued whole, so none of it is left behind)
         capped = {(p.topic, p.partition) for p in paused}
-        self._unsettled = {tp for tp in wanted if tp not in eof or tp in capped}
+        known = ends or {}
+        unsettled = set()
+        for tp in wanted:
+            if tp not in capped and known.get(tp, 0) > 0 and out[tp] == known[tp] - 1:
+                # read from just below the broker's end, nothing came: what is there is a
+                # transaction marker (never delivered). Twice in a row: it is the end
+                self._quiet[tp] = self._quiet.get(tp, 0) + 1
+                if self._quiet[tp] >= 2:
+                    out[tp] = known[tp]
+            else:
+                self._quiet.pop(tp, None)
+            if tp in capped or not (tp in eof or (known.get(tp, 0) > 0 and out[tp] >= known[tp])):
+                unsettled.add(tp)
+        self._unsettled = unsettled
         self._scan_next.update({tp: out[tp] for tp in froms})
         return out
 
@@ -294,3 +311,4 @@ class Broker:
             pass
         self._scan_next.clear()
         self._unsettled.clear()
+        self._quiet.clear()
