@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model
 from merger.errors import MergerError
-from merger.state import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE, TOPICS_HINT_FILE
+from merger.state import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -228,8 +228,6 @@ def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
         # the processor raises the number in this file when snapshot rows are left
         # to emit: the source then gives Spark a reason for another micro-batch
         "tickFile": str(Path(config.state_dir).resolve() / TICK_FILE),
-        # raised when snapshot windows open: the source then looks for new topics at once
-        "topicsHintFile": str(Path(config.state_dir).resolve() / TOPICS_HINT_FILE),
         # each batch's records fit the memory budget by the record sizes the processor learns
         "batchMemoryBytes": str(config.batch_memory_mb * 1024 * 1024),
         "recordSizesFile": str(Path(config.state_dir).resolve() / RECORD_SIZES_FILE),

@@ -25,9 +25,6 @@ TICK_FILE = "emission.tick"
 # bytes per record per topic, learned by the processor, read by the Kafka source's planner
 RECORD_SIZES_FILE = "record-sizes.json"
 TOPIC_IDS_FILE = "topic-ids.json"  # merger.kafka.topic_identity: the ids of the topics read
-# raised by the snapshot runner when it opens windows (their topics may be new): the Kafka
-# source then reads the topic metadata on every trigger for a while (merger.kafka.datasource)
-TOPICS_HINT_FILE = "topics.hint"
 
 
 def atomic_write_json(path: Path, data: Any, durable: bool = True) -> None:
@@ -143,17 +140,6 @@ class StateStore:
         tmp = self.tick_path.with_name(TICK_FILE + ".tmp")
         tmp.write_text(str(int(value)))
         os.replace(tmp, self.tick_path)
-
-    @property
-    def topics_hint_path(self) -> Path:
-        return self.root.resolve() / TOPICS_HINT_FILE
-
-    def hint_topics(self) -> None:
-        """Tell the Kafka source that new topics may appear now (no fsync: a hint lost in a
-        crash costs a new topic at most METADATA_EVERY_S)."""
-        tmp = self.topics_hint_path.with_name(TOPICS_HINT_FILE + ".tmp")
-        tmp.write_text(str(time.time_ns()))
-        os.replace(tmp, self.topics_hint_path)
 
     # -- record sizes (the Kafka source's admission, merger.kafka.admission) ----------
 

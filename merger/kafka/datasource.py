@@ -28,7 +28,6 @@ from pyspark.sql.types import StructType
 
 from merger.kafka.admission import record_cost
 from merger.kafka.offsets import (
-    METADATA_AFTER_HINT_S,
     METADATA_EVERY_S,
     OFFSET_LATEST,
     TICK_TP,
@@ -64,7 +63,6 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._identities: TopicIdentities | None = None  # created where planning runs
         self._outage = BrokerOutage(self.opts.outage_max_s)
         self._metadata: tuple[float, list[TP]] | None = None  # (when, matching partitions)
-        self._hint_seen, self._hint_until = 0, 0.0  # the topics hint file's number, read until
 
     # the reader is pickled into the read function: never ship driver clients
     def __getstate__(self) -> dict[str, Any]:
@@ -105,15 +103,10 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return base, latest
 
     def _partitions(self, now: float) -> list[TP]:
-        """The matching partitions, from metadata at most METADATA_EVERY_S old, and read on
-        every trigger for METADATA_AFTER_HINT_S after the hint file changed (the snapshot
-        runner raises it when it opens windows: their tables' topics may be new). Listing
-        every topic on each trigger (5 a second) cost the idle merger CPU in proportion to
-        the number of tables (issue 23)."""
-        hint = read_tick(self.opts.topics_hint_file)
-        if hint != self._hint_seen:
-            self._hint_seen, self._hint_until = hint, now + METADATA_AFTER_HINT_S
-        if self._metadata is None or now - self._metadata[0] >= METADATA_EVERY_S or now < self._hint_until:
+        """The matching partitions, from metadata at most METADATA_EVERY_S old: listing every
+        topic on each trigger (5 a second) cost the idle merger CPU in proportion to the
+        number of tables (issue 23); a new table's topic is found within that time."""
+        if self._metadata is None or now - self._metadata[0] >= METADATA_EVERY_S:
             self._metadata = (now, self.broker.partitions())
         return self._metadata[1]
 

@@ -136,11 +136,8 @@ def plan_end(
     return {tp: b + alloc.get(tp, 0) for tp, b in base.items()}
 
 
-# how old the planner's view of the matching partitions may be (a new topic waits that long
-# at most), and for how long after a hint (a snapshot window opened: its table's topic may
-# be new) it is read on every trigger
-METADATA_EVERY_S = 10.0
-METADATA_AFTER_HINT_S = 5.0
+# how old the planner's view of the matching partitions may be (a new topic waits that long)
+METADATA_EVERY_S = 3.0
 
 
 def partitions_to_scan(

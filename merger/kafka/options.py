@@ -33,7 +33,6 @@ class SourceOptions:
     probe_timeout_s: float = 15.0
     arrow_batch_size: int = 10_000
     tick_file: str | None = None
-    topics_hint_file: str | None = None  # raised when new topics may appear (snapshot windows)
     batch_memory_bytes: int | None = None
     record_sizes_file: str | None = None
     topic_ids_file: str | None = None
@@ -91,7 +90,6 @@ class SourceOptions:
             probe_timeout_s=pos_int("probeTimeoutMs", 15_000) / 1000.0,
             arrow_batch_size=pos_int("arrowBatchSize", 10_000),
             tick_file=opts.get("tickfile") or None,
-            topics_hint_file=opts.get("topicshintfile") or None,
             batch_memory_bytes=pos_int("batchMemoryBytes", None),
             record_sizes_file=opts.get("recordsizesfile") or None,
             topic_ids_file=opts.get("topicidsfile") or None,

@@ -605,8 +605,6 @@ class SnapshotRunner(threading.Thread):
             with self._wm_conn.cursor() as cur:
                 sql = self.watermark_sql + ", (%s, %s, %s)" * (len(rows) - 1)
                 cur.execute(sql, [v for row in rows for v in row])
-            if any(kind == "LOW" for _, _, kind in rows):
-                self.store.hint_topics()  # a table's first window: its topic may be new
         except BaseException:
             conn, self._wm_conn = self._wm_conn, None
             try:
