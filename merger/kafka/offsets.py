@@ -73,14 +73,19 @@ def lagging_partitions(end: Any, latest: Any) -> set[TP]:
     ones its planning saw (both as in Spark's query progress: JSON text or already parsed;
     None or unreadable: none): the reader is behind there, records wait unread."""
 
-    def parsed(value: Any) -> dict[TP, int]:
+    def parsed(value: Any) -> dict[TP, int] | None:
         try:
-            return parse_offsets(json.loads(value) if isinstance(value, str) else value)
+            value = json.loads(value) if isinstance(value, str) else value
+            return None if value is None else parse_offsets(value)
         except (ValueError, TypeError, AttributeError):
-            return {}
+            return None
 
-    ends = parsed(end)
-    return {tp for tp, o in parsed(latest).items() if tp != TICK_TP and tp in ends and o > ends[tp]}
+    ends, latests = parsed(end), parsed(latest)
+    if ends is None or latests is None:
+        return set()
+    # a partition not in the end offsets was never admitted (new in the query): it is behind
+    # if it holds anything (its earliest offset is unknown here: > 0 errs towards waiting)
+    return {tp for tp, o in latests.items() if tp != TICK_TP and o > ends.get(tp, 0)}
 
 
 def allocate_limit(available: Mapping[TP, int], max_rows: int, rotate: int = 0) -> dict[TP, int]:
@@ -137,7 +142,7 @@ def plan_end(
 
 
 # how old the planner's view of the matching partitions may be (a new topic waits that long)
-METADATA_EVERY_S = 3.0
+METADATA_EVERY_S = 1.0
 
 
 def partitions_to_scan(
