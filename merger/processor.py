@@ -119,7 +119,7 @@ class BatchProcessor(PausedTables):
         self.on_new_table = on_new_table
         # topic -> its partitions that hold records the stream has not read yet (set by the
         # app from the query's progress): a window's markers may wait there, unread
-        self.reader_behind: Callable[[str], set[int]] = lambda topic: set()
+        self.reader_behind: Callable[[], set[tuple[str, int]]] = lambda: set()
         # the tables' runtimes; its lock serialises a batch against the snapshot runner
         self.tables = TableRegistry()
         self.replay = self._new_replay_filter()
@@ -388,11 +388,14 @@ class BatchProcessor(PausedTables):
 
     def _expire_windows(self) -> None:
         now = time.time()
+        lagging: set[tuple[str, int]] | None = None  # asked once, only when a window timed out
         for rt in self.tables.values():
             if not rt.reconciler.expired(now, self.window_timeout_s):
                 continue  # the common case: no broker question
             topic = self.topic_of(rt.name)
-            behind = self.reader_behind(topic)
+            if lagging is None:
+                lagging = self.reader_behind()
+            behind = {p for t, p in lagging if t == topic}
             for wid in rt.reconciler.expired(now, self.window_timeout_s, behind):
                 window = rt.reconciler.window(wid)
                 missing = sorted(set(range(rt.reconciler.num_partitions)) - set(window.high))

@@ -564,7 +564,7 @@ def test_a_window_waits_while_its_partition_is_behind_and_repeated_expiry_pauses
     sink = MemorySink()
     behind: set[int] = {1}
     proc = _processor(tmp_path, sink, window_timeout_s=0.05)
-    proc.reader_behind = lambda topic: set(behind) if topic == f"{PREFIX}.db.t" else set()
+    proc.reader_behind = lambda: {(f"{PREFIX}.db.t", p) for p in behind}
     s = Stream()
     s.change("c", {"id": 1}, after={"id": 1, "v": "a"})
     proc.process(0, s.batch())
