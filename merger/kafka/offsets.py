@@ -164,6 +164,36 @@ def partitions_to_scan(
     return out
 
 
+def settle_scan(
+    wanted: Sequence[TP],
+    ends: Mapping[TP, int],
+    seen: dict[TP, int],
+    eof: set[TP],
+    capped: set[TP],
+    quiet: dict[TP, int],
+) -> set[TP]:
+    """After the scan probe read ``wanted``: the partitions it did not read to their end,
+    to read again next time whatever their broker end says. Settled: EOF, or what was seen
+    (``seen``, the next offset) at the broker's end ``ends`` once the queue was taken (the
+    local broker does not say EOF again for hundreds of idle partitions at a time; a
+    fetched record batch is queued whole). Read from just below the broker's end with
+    nothing coming, twice in a row (``quiet`` counts, changed here): what is there is a
+    transaction marker, never delivered, and ``seen`` moves to the end. Capped partitions
+    are never settled."""
+    unsettled = set()
+    for tp in wanted:
+        end = ends.get(tp, 0)
+        if tp not in capped and end > 0 and seen[tp] == end - 1:
+            quiet[tp] = quiet.get(tp, 0) + 1
+            if quiet[tp] >= 2:
+                seen[tp] = end
+        else:
+            quiet.pop(tp, None)
+        if tp in capped or not (tp in eof or (end > 0 and seen[tp] >= end)):
+            unsettled.add(tp)
+    return unsettled
+
+
 class KafkaRange(InputPartition):
     """One Spark input partition: offsets ``[start, end)`` of one topic partition. ``start``
     is ``OFFSET_EARLIEST`` for a partition discovered in this micro-batch."""

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from merger.kafka.offsets import TP, partitions_to_scan
+from merger.kafka.offsets import TP, partitions_to_scan, settle_scan
 from merger.kafka.options import KafkaSourceError, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -64,13 +64,17 @@ class Broker:
         except Exception:  # noqa: BLE001 - best effort on shutdown
             pass
 
+    def _raise_if_unreachable(self, exc: BaseException, what: str) -> None:
+        """BrokerUnreachable for an ``exc`` that means the broker did not answer."""
+        if unreachable(exc):
+            why = exc.args[0].str()
+            raise BrokerUnreachable(f"no {what} within {self.opts.probe_timeout_s:.0f}s: {why}") from None
+
     def partitions(self) -> list[TP]:
         try:
             md = self.admin.list_topics(timeout=self.opts.probe_timeout_s)
         except Exception as exc:
-            if unreachable(exc):
-                why = exc.args[0].str()
-                raise BrokerUnreachable(f"no metadata within {self.opts.probe_timeout_s:.0f}s: {why}") from None
+            self._raise_if_unreachable(exc, "metadata")
             raise
         out = []
         for name, topic in md.topics.items():
@@ -133,9 +137,7 @@ class Broker:
                 [TopicPartition(t, p, LATEST_TIMESTAMP) for t, p in tps], timeout=self.opts.probe_timeout_s
             )
         except KafkaException as exc:
-            if unreachable(exc):
-                why = exc.args[0].str()
-                raise BrokerUnreachable(f"no offsets within {self.opts.probe_timeout_s:.0f}s: {why}") from None
+            self._raise_if_unreachable(exc, "offsets")
             log.warning("ListOffsets of %d partitions: %s", len(tps), exc)
             return {}
         out = {}
@@ -183,25 +185,8 @@ class Broker:
             # capped: the rest is read by the next calls (the position is not advanced
             # past what was counted, so a resumed partition goes on from there)
             self.consumer.resume(paused)
-        # read to its end or not (then it is read again next time, whatever its end says):
-        # EOF, or a position at the broker's end once what was queued was taken (the local
-        # broker does not say EOF again for hundreds of idle partitions at a time; a
-        # fetched record batch is queued whole, so none of it is left behind)
         capped = {(p.topic, p.partition) for p in paused}
-        known = ends or {}
-        unsettled = set()
-        for tp in wanted:
-            if tp not in capped and known.get(tp, 0) > 0 and out[tp] == known[tp] - 1:
-                # read from just below the broker's end, nothing came: what is there is a
-                # transaction marker (never delivered). Twice in a row: it is the end
-                self._quiet[tp] = self._quiet.get(tp, 0) + 1
-                if self._quiet[tp] >= 2:
-                    out[tp] = known[tp]
-            else:
-                self._quiet.pop(tp, None)
-            if tp in capped or not (tp in eof or (known.get(tp, 0) > 0 and out[tp] >= known[tp])):
-                unsettled.add(tp)
-        self._unsettled = unsettled
+        self._unsettled = settle_scan(wanted, ends or {}, out, eof, capped, self._quiet)
         self._scan_next.update({tp: out[tp] for tp in froms})
         return out
 

@@ -25,6 +25,7 @@ from merger.kafka.offsets import (
     plan_ranges,
     range_size,
     read_tick,
+    settle_scan,
     task_count,
 )
 
@@ -233,3 +234,20 @@ def test_the_end_probe_reads_only_partitions_whose_end_may_have_moved():
     assert partitions_to_scan(tps, ends, seen, unsettled) == [("t1", 0), ("t2", 1), ("t3", 2), ("t4", 0), ("t5", 1)]
     ends[("t6", 0)] = 9  # the broker's end lags what the probe saw: nothing new
     assert ("t6", 0) not in partitions_to_scan(tps, ends, seen, set())
+
+
+def test_the_end_probe_settles_a_partition_at_its_end():
+    """A partition read to EOF, or seen up to the broker's end, is settled; one read from
+    just below the end where nothing came (a transaction marker) settles at the end on the
+    second scan in a row; a capped one or one short of its end is read again."""
+    a, b, c, d, e = [("t", p) for p in range(5)]
+    ends = {a: 10, b: 10, c: 10, d: 10, e: 0}
+    seen = {a: 7, b: 10, c: 9, d: 10, e: 3}
+    quiet: dict = {}
+    assert settle_scan([a, b, c, d, e], ends, seen, {a}, {d}, quiet) == {c, d, e}
+    assert seen[c] == 9 and quiet == {c: 1}
+    assert settle_scan([c], ends, seen, set(), set(), quiet) == set()
+    assert seen[c] == 10
+    # something came after one quiet scan: settled by what was seen, the count forgotten
+    seen[c], quiet = 10, {c: 1}
+    assert settle_scan([c], ends, seen, set(), set(), quiet) == set() and quiet == {}
