@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from cdc.config import MergerConfig, load_model
+from merger import spark_progress
 from merger.errors import MergerError
 from merger.state import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
 
@@ -508,16 +509,15 @@ def _reader_behind(query):
     """The partitions, as (topic, partition), where the last micro-batch stopped short of
     the end its planning saw (the admission's cut): snapshot windows wait there rather than
     expire. One call per batch's expiry check: each reads Spark's progress over Py4J (~0.1 s
-    with 1,500 partitions; once per table it held batches for seconds at 500 tables)."""
+    with 1,500 partitions through pyspark's lastProgress; once per table it held batches for
+    seconds at 500 tables: now only the two offsets cross, merger.spark_progress)."""
     from merger.kafka.offsets import lagging_partitions
 
     def behind() -> set[tuple[str, int]]:
         try:
-            progress = query.lastProgress
-            sources = progress["sources"] if progress else []
             lagging = set()
-            for src in sources:
-                lagging |= lagging_partitions(src["endOffset"], src["latestOffset"])
+            for end, latest in spark_progress.source_offsets(query):
+                lagging |= lagging_partitions(end, latest)
         except Exception as exc:  # unknown: the window expires as it always did
             log.warning("which partitions the reader is behind in is unknown (%s): timed-out windows expire", exc)
             return set()
@@ -590,42 +590,43 @@ def _log_slow_batch(query, logged: int) -> int:
     """Spark's time split of the last micro-batch, when it was slow (> 2 s): where a
     batch's time goes outside our own processing (planning, reading Kafka, Arrow)."""
     try:
-        progress = query.lastProgress
+        if spark_progress.last_batch_id(query) in (None, logged):
+            return logged
+        last = spark_progress.last_batch(query)
     except Exception:
         return logged
-    if not progress or progress.get("batchId", -1) == logged:
+    if last is None:
         return logged
-    took = progress.get("durationMs") or {}
+    took = last.duration_ms
     if took.get("triggerExecution", 0) > 2000:
         log.info(
             "slow micro-batch %s: %s",
-            progress.get("batchId"),
+            last.batch_id,
             ", ".join(f"{k} {v} ms" for k, v in sorted(took.items(), key=lambda kv: -kv[1])),
         )
-    return progress.get("batchId", logged)
+    return last.batch_id
 
 
 def _append_progress(query, seen: int, path: str, ours: dict) -> int:
     try:
-        recent = query.recentProgress
+        recent = spark_progress.batches_after(query, seen)
     except Exception:
         return seen
     with open(path, "a") as f:
-        for progress in recent:
-            if progress.get("batchId", -1) > seen:
-                f.write(
-                    json.dumps(
-                        {
-                            "batchId": progress["batchId"],
-                            "timestamp": progress.get("timestamp"),
-                            "numInputRows": progress.get("numInputRows"),
-                            "durationMs": progress.get("durationMs"),
-                            "addBatchSplit": ours.get(progress["batchId"]),
-                        }
-                    )
-                    + "\n"
+        for b in recent:
+            f.write(
+                json.dumps(
+                    {
+                        "batchId": b.batch_id,
+                        "timestamp": b.timestamp,
+                        "numInputRows": b.num_input_rows,
+                        "durationMs": b.duration_ms,
+                        "addBatchSplit": ours.get(b.batch_id),
+                    }
                 )
-                seen = progress["batchId"]
+                + "\n"
+            )
+            seen = b.batch_id
     return seen
 
 

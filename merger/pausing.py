@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from merger.errors import BadChange
-from merger.kept import kept_batches, kept_dir
+from merger.kept import kept_batches, kept_dir, tables_with_kept
 from merger.sinks.base import TableFault
 from merger.tables import TableRuntime
 
@@ -73,8 +73,9 @@ class PausedTables:
 
     def _apply_kept(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
         """A resumed table without new records: its kept changes are due now."""
-        for name, rt in list(self.tables.items()):
-            if name not in per_table and rt.phase not in ("paused", "failed") and self._spill_dir(rt).exists():
+        for name in tables_with_kept(self.store, list(self.tables)):
+            rt = self.tables.get(name)
+            if rt is not None and name not in per_table and rt.phase not in ("paused", "failed"):
                 try:
                     self._replay_spill(batch_id, rt, step, now_ms)
                 except (TableFault, BadChange) as exc:
