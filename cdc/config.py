@@ -521,6 +521,16 @@ class MergerConfig(_Model):
     end_probe: Literal["scan", "watermark"] = Field(
         "scan", description="scan: read the partition tail to find the end (needed on Tansu)"
     )
+    end_check_all_ms: int = Field(
+        5000,
+        ge=0,
+        le=60_000,
+        description="how often the Kafka source asks the broker for the end of every partition it reads; in "
+        "between only for the partitions of the topics that ingest's latest transactions wrote (each "
+        "transaction's position record on <prefix>.offsets names them). Records another producer writes "
+        "to the table topics are read this much later at most. 0: every partition on every trigger "
+        "(always so with source_connector debezium)",
+    )
     on_bad_record: Literal["pause", "dead_letter", "stop"] = Field(
         "pause",
         description="a record the merger cannot apply: `pause` pauses its table (its changes kept on disk; "

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc.errors import CdcError, UserError
 from cdc.kafka_topics import partition_count, partition_counts
+from cdc.wire.moved_topics import with_topics
 from ingest.position import ResumePoint
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,7 @@ class TransactionalProducer:
         self._errors: list[str] = []
         self._too_large: RecordTooLarge | None = None
         self._fenced: str | None = None
+        self._topics: set[str] = set()  # written in the open transaction (cdc.wire.moved_topics)
         try:
             # fences any earlier instance with the same transactional.id
             self._producer.init_transactions(timeout_s)
@@ -275,6 +277,7 @@ class TransactionalProducer:
     ) -> None:
         if not self._open:
             self.begin()
+        self._topics.add(topic)
         while True:
             try:
                 self._producer.produce(topic, value=value, key=key, partition=partition, headers=headers)
@@ -304,7 +307,9 @@ class TransactionalProducer:
         if not self._open:
             self.begin()
         produce = self._producer.produce
+        topics = self._topics
         for i, (topic, key, value, partition, headers) in enumerate(records):
+            topics.add(topic)
             try:
                 produce(topic, value, key, partition, headers=headers)
             except (BufferError, KafkaException) as exc:  # queue full, or an error: send() handles it
@@ -317,8 +322,9 @@ class TransactionalProducer:
                 return
 
     def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
-        """Flush the events, then write the position and commit all of it at once."""
-        self.commit_with(offsets_topic, source_key, point.to_json())
+        """Flush the events, then write the position and commit all of it at once. The
+        position record names the topics the transaction wrote (cdc.wire.moved_topics)."""
+        self.commit_with(offsets_topic, source_key, with_topics(point.to_json(), self._topics))
 
     def commit_with(self, topic: str, key: bytes, value: bytes) -> None:
         """Flush the events, then write ``value`` (partition 0) and commit all of it at once."""
@@ -340,6 +346,7 @@ class TransactionalProducer:
         if self._errors:
             raise BrokerError(f"position not acknowledged: {self._errors[0]}")
         self._open = False
+        self._topics = set()
 
     def abort(self) -> None:
         if self._open:
@@ -354,6 +361,7 @@ class TransactionalProducer:
             self._errors.clear()  # reports of the aborted events do not count any more
             self._too_large = None
             self._open = False
+            self._topics = set()
 
     def poll(self) -> None:
         self._producer.poll(0)

@@ -237,6 +237,11 @@ def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
         # an unreachable broker is waited for (no new batch, a line per attempt), this long at most
         "brokerOutageMaxS": str(config.kafka.outage_max_s),
     }
+    if config.source_connector == "ingest" and config.end_check_all_ms:
+        # ingest's position records name the topics each transaction wrote: between checks of
+        # every partition's end, only those topics' ends are asked for (merger.kafka.end_check)
+        opts["movedTopicsFrom"] = f"{config.topic_prefix}.offsets"
+        opts["endCheckAllMs"] = str(config.end_check_all_ms)
     for k, v in config.kafka.extra.items():
         opts[f"kafka.{k}"] = str(v).lower() if isinstance(v, bool) else str(v)
     for prop, (kind, ref) in config.kafka.secret_sources().items():

@@ -27,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from merger.kafka.admission import record_cost
+from merger.kafka.end_check import EndCheck
 from merger.kafka.offsets import (
     METADATA_EVERY_S,
     OFFSET_LATEST,
@@ -43,7 +44,7 @@ from merger.kafka.offsets import (
 )
 from merger.kafka.options import KafkaSourceError, SourceOptions
 from merger.kafka.outage import BrokerOutage
-from merger.kafka.probe import Broker, BrokerUnreachable
+from merger.kafka.probe import Broker, BrokerUnreachable, MovedTopicsFeed
 from merger.kafka.reader import SCHEMA, read_ranges
 from merger.kafka.topic_identity import TopicIdentities
 
@@ -63,12 +64,17 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._identities: TopicIdentities | None = None  # created where planning runs
         self._outage = BrokerOutage(self.opts.outage_max_s)
         self._metadata: tuple[float, list[TP]] | None = None  # (when, matching partitions)
+        self._moved: MovedTopicsFeed | None = None
+        self._end_check = EndCheck(self.opts.end_check_all_s if self.opts.moved_topics_from else None)
+        self._ends: dict[TP, int] = {}  # each partition's end, as the broker last answered
 
     # the reader is pickled into the read function: never ship driver clients
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_broker"] = None
         state["_metadata"] = None
+        state["_moved"] = None
+        state["_ends"] = {}
         return state
 
     @property
@@ -80,11 +86,12 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------ planning (driver)
 
     def _snapshot(
-        self, known: Mapping[TP, int], scan_cap: int | None, probe_end: bool = True
+        self, known: Mapping[TP, int], scan_cap: int | None, probe_end: bool = True, everything: bool = False
     ) -> tuple[dict[TP, int], dict[TP, int]]:
         """``(base, latest)`` for every known or currently matching partition: ``base`` is
         where the next batch starts (the known offset, or the earliest offset of a new
-        partition), ``latest`` the end of what is readable now (never below ``base``)."""
+        partition), ``latest`` the end of what is readable now (never below ``base``).
+        ``everything``: ask the broker for every partition's end (else ``_ends_of`` picks)."""
         b = self.broker
         current = self._partitions(time.monotonic())
         new = [tp for tp in current if tp not in known]
@@ -93,14 +100,38 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         current = [tp for tp in current if tp in base]
         if not probe_end:
             return base, dict(base)
-        his = b.list_offsets(current, earliest=False)
-        self._check_topic_identity(known, his)
+        his, answered = self._ends_of(current, everything)
+        self._check_topic_identity(known, answered)
         latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
         if self.opts.end_probe == "scan" and current:
             froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in current}
             for tp, end in b.scan(froms, scan_cap, his).items():
                 latest[tp] = max(latest[tp], end)
         return base, latest
+
+    def _ends_of(self, current: list[TP], everything: bool) -> tuple[dict[TP, int], dict[TP, int]]:
+        """Each current partition's end (ListOffsets): asked of the broker for the
+        partitions ``EndCheck`` names (all of them with ``everything``), the others as
+        last answered; and the broker's answers of this call."""
+        b = self.broker
+        now = time.monotonic()
+        moved = None
+        if self.opts.moved_topics_from and not everything:
+            if self._moved is None:
+                self._moved = MovedTopicsFeed(self.opts, self.opts.moved_topics_from)
+            moved = self._moved.take(now)
+        ask, complete = self._end_check.plan(now, current, moved, self._ends, b.unsettled)
+        try:
+            answers = b.list_offsets(ask, earliest=False)
+        except BrokerUnreachable:
+            self._end_check.failed()
+            raise
+        self._end_check.answered(now, complete)
+        if complete:
+            self._ends = answers
+        else:
+            self._ends.update(answers)
+        return {tp: self._ends[tp] for tp in current if tp in self._ends}, answers
 
     def _partitions(self, now: float) -> list[TP]:
         """The matching partitions, from metadata at most METADATA_EVERY_S old: listing every
@@ -110,15 +141,17 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._metadata = (now, self.broker.partitions())
         return self._metadata[1]
 
-    def _check_topic_identity(self, known: Mapping[TP, int], ends: Mapping[TP, int]) -> None:
-        """Stop if a topic read before was deleted and created again (merger.kafka.topic_identity)."""
+    def _check_topic_identity(self, known: Mapping[TP, int], answered: Mapping[TP, int]) -> None:
+        """Stop if a topic read before was deleted and created again (merger.kafka.topic_identity).
+        ``answered``: the ends the broker gave on this trigger."""
         if self._identities is None:
             self._identities = TopicIdentities(self.opts.topic_ids_file)
-        topics = sorted({t for t, _ in known})
-        end_below_read = any(ends.get(tp, off) < off for tp, off in known.items())
+        topics = {t for t, _ in known}
+        below = {tp[0] for tp, off in known.items() if answered.get(tp, off) < off}
         now = time.monotonic()
-        if topics and self._identities.due(now, topics, end_below_read):
-            self._identities.check(now, self.broker.topic_ids(topics))
+        ask, everything = self._identities.due(now, topics, below)
+        if ask:
+            self._identities.check(now, self.broker.topic_ids(ask), everything)
 
     def initialOffset(self) -> dict:
         spec = self.opts.starting_offsets
@@ -126,13 +159,13 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             base, _ = self._snapshot({}, None, probe_end=False)
             return format_offsets(base)
         if spec.lower() == "latest":
-            _, latest = self._snapshot({}, None)
+            _, latest = self._snapshot({}, None, everything=True)
             return format_offsets(latest)
         try:
             wanted = parse_offsets(json.loads(spec))
         except (ValueError, AttributeError, TypeError) as exc:
             raise KafkaSourceError(f"startingOffsets is not earliest, latest or JSON: {exc}") from None
-        earliest, latest = self._snapshot({}, None)
+        earliest, latest = self._snapshot({}, None, everything=True)
         out = dict(earliest)
         for tp, o in wanted.items():
             if o >= 0:
@@ -177,7 +210,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self, known: dict[TP, int], limit: ReadLimit) -> dict:
         if self._available_now and self._target is None:
-            base, latest = self._snapshot(known, None)
+            base, latest = self._snapshot(known, None, everything=True)
             self._target = dict(latest)
             log.info("Trigger.AvailableNow target: %s", format_offsets(self._target))
         else:
@@ -223,6 +256,9 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._broker is not None:
             self._broker.close()
             self._broker = None
+        if self._moved is not None:
+            self._moved.close()
+            self._moved = None
 
     # ------------------------------------------------------------ reading (executors)
 

@@ -37,6 +37,8 @@ class SourceOptions:
     record_sizes_file: str | None = None
     topic_ids_file: str | None = None
     outage_max_s: float = 0.0  # kafka.outage_max_s: 0 = wait for the broker for as long as it takes
+    moved_topics_from: str | None = None  # ingest's offsets topic (merger.kafka.end_check)
+    end_check_all_s: float = 5.0
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -94,6 +96,8 @@ class SourceOptions:
             record_sizes_file=opts.get("recordsizesfile") or None,
             topic_ids_file=opts.get("topicidsfile") or None,
             outage_max_s=0 if opts.get("brokeroutagemaxs", "0") in ("", "0") else pos_int("brokerOutageMaxS", None),
+            moved_topics_from=opts.get("movedtopicsfrom") or None,
+            end_check_all_s=pos_int("endCheckAllMs", 5_000) / 1000.0,
         )
 
     def matches(self, topic: str) -> bool:

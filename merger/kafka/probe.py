@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cdc.wire.moved_topics import topics_of
 from merger.kafka.offsets import TP, partitions_to_scan, settle_scan
 from merger.kafka.options import KafkaSourceError, SourceOptions
 
@@ -63,6 +64,11 @@ class Broker:
             self.consumer.close()
         except Exception:  # noqa: BLE001 - best effort on shutdown
             pass
+
+    @property
+    def unsettled(self) -> set[TP]:
+        """Partitions the scan read last time without reaching their end."""
+        return self._unsettled
 
     def _raise_if_unreachable(self, exc: BaseException, what: str) -> None:
         """BrokerUnreachable for an ``exc`` that means the broker did not answer."""
@@ -297,3 +303,69 @@ class Broker:
         self._scan_next.clear()
         self._unsettled.clear()
         self._quiet.clear()
+
+
+class MovedTopicsFeed:
+    """Follows partition 0 of ingest's offsets topic (read_committed) from its end: each
+    committed transaction's position record names the topics it wrote
+    (``cdc.wire.moved_topics``). Lives beside the ``Broker`` in the planner process."""
+
+    RESTART_S = 10.0  # no position on the topic this long (e.g. not created yet): assign again
+
+    def __init__(self, opts: SourceOptions, topic: str) -> None:
+        self.opts = opts
+        self.topic = topic
+        self._consumer: Any = None
+        self._since = 0.0
+        self._follows = False  # the consumer has a position: what it reads is complete
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception:  # noqa: BLE001 - best effort on shutdown
+                pass
+            self._consumer = None
+
+    def _start(self, now: float) -> None:
+        from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+        self.close()
+        conf = self.opts.consumer_conf(**{"fetch.wait.max.ms": 10})
+        conf["group.id"] = "cdc-kafka-source-moved-" + uuid.uuid4().hex[:8]
+        conf["enable.partition.eof"] = False
+        conf["auto.offset.reset"] = "latest"
+        self._consumer = Consumer(conf)
+        self._consumer.assign([TopicPartition(self.topic, 0, OFFSET_END)])
+        self._since, self._follows = now, False
+
+    def take(self, now: float) -> frozenset[str] | None:
+        """The topics named since the last call; None when that is not known (the feed is
+        starting, a record does not name them, an error)."""
+        from confluent_kafka import TopicPartition
+
+        if self._consumer is None or (not self._follows and now - self._since >= self.RESTART_S):
+            self._start(now)
+        known = self._follows
+        topics: set[str] = set()
+        while True:
+            msgs = self._consumer.consume(num_messages=10_000, timeout=0)
+            for m in msgs:
+                if m.error() is not None:
+                    log.debug("moved-topics feed %s: %s", self.topic, m.error())
+                    known = False
+                    continue
+                named = topics_of(m.value())
+                if named is None:
+                    known = False
+                else:
+                    topics |= named
+            if len(msgs) < 10_000:
+                break
+        if not self._follows:
+            try:
+                pos = self._consumer.position([TopicPartition(self.topic, 0)])[0]
+                self._follows = pos.error is None and pos.offset >= 0
+            except Exception as exc:  # noqa: BLE001 - asked again next trigger
+                log.debug("moved-topics feed %s: position: %s", self.topic, exc)
+        return frozenset(topics) if known else None

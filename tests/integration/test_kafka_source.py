@@ -386,6 +386,73 @@ def test_topic_created_later_is_picked_up(spark, bootstrap, unique_name, tmp_pat
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
+def test_ends_asked_only_for_the_topics_ingest_names_and_every_end_now_and_then(
+    spark, bootstrap, unique_name, tmp_path
+):
+    """With movedTopicsFrom (merger.kafka.end_check): a record of an ingest transaction is
+    read at the next trigger because its position record names its topic; a record of
+    another producer, named nowhere, is read at the next check of every partition
+    (endCheckAllMs), never not at all. endProbe watermark: the ends come only from the
+    ListOffsets requests under test (the scan probe's consumer would find them too)."""
+    from ingest.position import ResumePoint
+    from ingest.producer import TransactionalProducer
+
+    pre = unique_name
+    a, b, offsets = f"{pre}.db.a", f"{pre}.db.b", f"{pre}.offsets"
+    create_topics(bootstrap, [a, b])
+    create_topics(bootstrap, [offsets], partitions=1)
+    every_s = 8.0
+    sink = Collector()
+    seen_at: dict = {}
+
+    def collect(df, batch_id):
+        sink(df, batch_id)
+        for _, (key, _, _) in sink.batches[batch_id]:
+            seen_at.setdefault(key, time.monotonic())
+
+    q = start_query(
+        spark,
+        source_options(
+            bootstrap,
+            subscribePattern=rf"^{pre}\.[^.]+\.[^.]+$",
+            endProbe="watermark",
+            movedTopicsFrom=offsets,
+            endCheckAllMs=str(int(every_s * 1000)),
+        ),
+        tmp_path / "ck",
+        collect,
+        {"processingTime": "200 milliseconds"},
+    )
+    ingest = TransactionalProducer({"bootstrap.servers": bootstrap}, f"tx-{pre}", timeout_s=20)
+    sent = []
+    try:
+        time.sleep(3.0)  # the feed finds its position (until then every partition is asked)
+        lags = []
+        for i in range(6):
+            ingest.send(a, f"k{i}".encode(), f"v{i}".encode(), i % 3)
+            ingest.commit(offsets, b"source", ResumePoint(f"0-1-{i + 1}"))
+            committed = time.monotonic()
+            key = f"k{i}".encode()
+            sent.append((a, key, f"v{i}".encode()))
+            wait_for(lambda: key in seen_at, WAIT, f"ingest's record {key}", q)
+            lags.append(seen_at[key] - committed)
+            time.sleep(0.4)
+        assert max(lags) < 2.5, lags  # at the next triggers, not at the next check of every end (8 s)
+        other = Producer({"bootstrap.servers": bootstrap})
+        other.produce(b, key=b"x", value=b"foreign", partition=1)
+        other.flush(15)
+        sent.append((b, b"x", b"foreign"))
+        wait_for(lambda: b"x" in seen_at, every_s + 10, "another producer's record", q)
+        time.sleep(1.0)
+    finally:
+        q.stop()
+    assert q.exception() is None, q.exception()
+    # each record once (offsets: the transactions' commit markers take offsets too)
+    assert sorted((pos[0], rec[0], rec[1]) for pos, rec in sink.records()) == sorted(sent)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
 def test_restart_from_checkpoint_mid_stream(spark, bootstrap, unique_name, tmp_path):
     topic = f"{unique_name}.db.t"
     create_topics(bootstrap, [topic])

@@ -157,3 +157,28 @@ def test_the_topics_of_a_group_of_watermarks_are_made_sure_of_at_once(stack, uni
     assert {topics.partitions(t, create_with=5) for t in new} == {3}
     listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
     assert all(len(listed[t].partitions) == 3 for t in new)
+
+
+@pytest.mark.timeout(120)
+def test_each_position_record_names_the_topics_its_transaction_wrote(stack, unique_name):
+    """What the merger's end check follows (cdc.wire.moved_topics), read back as a consumer
+    sees it: the topics of each transaction, the one before not carried over."""
+    import json
+
+    bootstrap = stack.kafka.bootstrap
+    a, b, offsets = f"{unique_name}.db.a", f"{unique_name}.db.b", f"{unique_name}.offsets"
+    _create(bootstrap, a, b, offsets)
+    producer = TransactionalProducer({"bootstrap.servers": bootstrap}, f"tx-{unique_name}", timeout_s=20)
+    producer.send(a, b"1", b"v", 0)
+    producer.send_all([(b, b"2", b"v", 0, None), (a, b"3", b"v", 0, None)])
+    producer.commit(offsets, b"source", ResumePoint("0-1-1"))
+    producer.send_all([(b, b"4", b"v", 0, None)])
+    producer.commit(offsets, b"source", ResumePoint("0-1-2"))
+    producer.commit(offsets, b"source", ResumePoint("0-1-3"))  # a position alone
+    got, _ = read_records(bootstrap, [offsets], idle_s=1.0, timeout_s=60, dedup=False)
+    records = [json.loads(r.value) for r in sorted(got, key=lambda r: r.offset)]
+    assert [(r["gtid_state"], r["topics"]) for r in records] == [
+        ("0-1-1", sorted([a, b])),
+        ("0-1-2", [b]),
+        ("0-1-3", []),
+    ]

@@ -33,12 +33,16 @@ def test_a_topic_created_again_stops_the_source_across_restarts(tmp_path):
 
 def test_when_the_ids_are_asked_for():
     ti = TopicIdentities(None)
-    assert ti.due(0.0, ["t"], False)  # the first planning
-    ti.check(0.0, {"t": "A"})
-    assert not ti.due(1.0, ["t"], False)
-    assert ti.due(1.0, ["t"], True)  # a partition's end below what was read: at once
-    assert ti.due(1.0, ["t", "new"], False)  # a topic not recorded yet
-    assert ti.due(CHECK_EVERY_S, ["t"], False)
+    assert ti.due(0.0, ["t", "u"]) == (["t", "u"], True)  # the first planning: all
+    ti.check(0.0, {"t": "A", "u": "B"})
+    assert ti.due(1.0, ["t", "u"]) == ([], False)
+    assert ti.due(1.0, ["t", "u"], {"u"}) == (["u"], False)  # an end below what was read: that topic, at once
+    ti.check(1.0, {"u": "B"}, everything=False)
+    assert ti.due(2.0, ["t", "u", "new"]) == (["new"], False)  # a topic not recorded yet
+    assert ti.due(CHECK_EVERY_S - 0.1, ["t", "u"]) == ([], False)  # a partial check does not restart the period
+    assert ti.due(CHECK_EVERY_S, ["t", "u"]) == (["t", "u"], True)
+    with pytest.raises(KafkaSourceError, match="topic u was deleted and created again"):
+        ti.check(CHECK_EVERY_S, {"u": "C"}, everything=False)
 
 
 def test_an_unreadable_record_of_ids_is_an_error(tmp_path):

@@ -1,0 +1,63 @@
+"""Which partitions' ends the ``cdc_kafka`` source asks the broker for on a trigger (pure:
+no broker here).
+
+Without news of which topics moved, every partition's end, on every trigger: one
+ListOffsets request of 1,500 partitions, 5 times a second, at 500 tables (issue 23). With
+the moved-topics feed (``cdc.wire.moved_topics``: each ingest transaction's position record
+names the topics it wrote), only the partitions of those topics, plus every partition
+whose end is unknown and those the scan probe has not settled; every partition again
+every ``every_s`` seconds, when the feed cannot tell (it just started, a record of an
+older ingest, an error), and after a failed request.
+
+A committed record is therefore asked for within ``every_s`` at the latest, whoever wrote
+it. A topic stays *hot* for ``hot_s`` after it was named: its partitions are asked on every
+trigger meanwhile, so a transaction whose commit reached the offsets topic before the
+topic's own partitions (the markers of one commit land partition by partition) is read at
+the next trigger, not at the next full check."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from merger.kafka.offsets import TP
+
+HOT_S = 2.0
+
+
+class EndCheck:
+    def __init__(self, every_s: float | None, hot_s: float = HOT_S) -> None:
+        """``every_s``: seconds between checks of every partition; None: every trigger
+        (no feed)."""
+        self.every_s = every_s
+        self.hot_s = hot_s
+        self.last_all: float | None = None  # when every partition was last answered
+        self.hot: dict[str, float] = {}  # topic -> until when its partitions are asked
+
+    def plan(
+        self,
+        now: float,
+        current: Sequence[TP],
+        moved: Collection[str] | None,
+        known_ends: Mapping[TP, int],
+        unsettled: Collection[TP] = (),
+    ) -> tuple[list[TP], bool]:
+        """The partitions of ``current`` to ask the end of, and whether that is all of them.
+        ``moved``: the topics named as moved since the last plan; None: unknown (any may
+        have)."""
+        for topic in moved or ():
+            self.hot[topic] = now + self.hot_s
+        self.hot = {t: until for t, until in self.hot.items() if until > now}
+        if moved is None or self.every_s is None or self.last_all is None or now - self.last_all >= self.every_s:
+            return list(current), True
+        ask = [tp for tp in current if tp[0] in self.hot or tp not in known_ends or tp in unsettled]
+        return ask, len(ask) == len(current)
+
+    def answered(self, now: float, everything: bool) -> None:
+        """The broker answered the plan's request (``everything``: of every partition)."""
+        if everything:
+            self.last_all = now
+
+    def failed(self) -> None:
+        """The request failed (the broker did not answer): what moved meanwhile is not
+        known, so the next plan asks for every partition."""
+        self.last_all = None
