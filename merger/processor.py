@@ -141,15 +141,33 @@ class BatchProcessor(PausedTables):
         self.last_change_at = 0.0  # monotonic time of the last batch with a streamed change
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
         self.unparseable: dict[str, list[tuple[dict, str]]] = {}  # this batch's unreadable records, per table
+        self._replay_cache: dict = {}  # partition -> (its filter entry, the saved entry built from it)
 
     # ------------------------------------------------------------------ state
 
     def _state(self) -> dict:
         return {
-            "replay": [[t, p, pos.encode().decode(), tomb] for (t, p), (pos, tomb) in self.replay.highest.items()],
+            "replay": self._replay_entries(),
             "bad_records": self.bad_records,
             "tables": {name: t.to_dict() for name, t in self.tables.items()},
         }
+
+    def _replay_entries(self) -> list[list]:
+        """``[topic, partition, position, tombstone]`` per partition. An entry is built again
+        only when its partition's (position, tombstone) changed (the filter replaces that
+        tuple): the same list object then lets the state chain reuse its text too. 1,500
+        partitions encoded on every batch were ~10 ms of it at 500 tables."""
+        cache = self._replay_cache
+        out = []
+        for key, value in self.replay.highest.items():
+            hit = cache.get(key)
+            if hit is None or hit[0] is not value:
+                hit = (value, [key[0], key[1], value[0].encode().decode(), value[1]])
+                cache[key] = hit
+            out.append(hit[1])
+        if len(cache) > 2 * len(out) + 100:
+            self._replay_cache = {k: v for k, v in cache.items() if k in self.replay.highest}
+        return out
 
     def _new_replay_filter(self) -> ReplayFilter:
         from merger.debezium import DebeziumReplayFilter

@@ -71,6 +71,7 @@ class StateStore:
         self._chain: state_chain.ChainBase | None = None
         self._full_of: dict[int, int] = {}
         self._spec_texts: dict[str, tuple] = {}
+        self._entry_texts: dict[str, tuple] = {}
         # the plan directory's last listing: (its time if trusted, when, table -> (text, summary))
         self._plans_listed: tuple[int | None, int, dict[str, tuple[str, dict]]] | None = None
         self._plan_summaries: dict[str, dict] = {}  # plan text -> its summary
@@ -190,7 +191,7 @@ class StateStore:
         """The state after batch ``batch_id``: a delta on the state this store wrote or
         loaded last (``merger.state_chain``), or a full state. Only the files the newest
         three states need are kept."""
-        record, self._chain, _ = state_chain.encode(batch_id, state, self._chain, self._spec_texts)
+        record, self._chain, _ = state_chain.encode(batch_id, state, self._chain, self._spec_texts, self._entry_texts)
         atomic_write_json(self._state_path(batch_id), record)
         self._full_of[batch_id] = self._chain.full_id
         ids = self._state_ids()

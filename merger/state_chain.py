@@ -46,11 +46,16 @@ class ChainBase:
     replay: dict[str, str] = field(default_factory=dict)
 
 
-def texts(state: Mapping[str, Any], spec_texts: dict[str, tuple[Any, str]] | None = None) -> tuple[dict, dict]:
+def texts(
+    state: Mapping[str, Any],
+    spec_texts: dict[str, tuple[Any, str]] | None = None,
+    entry_texts: dict[str, tuple[Any, str]] | None = None,
+) -> tuple[dict, dict]:
     """(table name -> its state's text, replay partition -> its entry's text). ``spec_texts``
     (name -> (spec dict, its text)) keeps the text of a table's definition while the
     definition is the same object (the tables keep it so): the definition is most of a
-    table's state and rarely changes."""
+    table's state and rarely changes. ``entry_texts`` does the same for replay entries
+    (the processor builds an entry again only when it changed)."""
     tables = {}
     for name, t in state.get("tables", {}).items():
         spec = t.get("spec")
@@ -60,16 +65,28 @@ def texts(state: Mapping[str, Any], spec_texts: dict[str, tuple[Any, str]] | Non
             if spec_texts is not None:
                 spec_texts[name] = cached
         tables[name] = cached[1] + dumps({k: v for k, v in t.items() if k != "spec"})
-    replay = {replay_key(e): dumps(e) for e in state.get("replay", [])}
+    replay = {}
+    for e in state.get("replay", []):
+        key = replay_key(e)
+        cached = entry_texts.get(key) if entry_texts is not None else None
+        if cached is None or cached[0] is not e:
+            cached = (e, dumps(e))
+            if entry_texts is not None:
+                entry_texts[key] = cached
+        replay[key] = cached[1]
     return tables, replay
 
 
 def encode(
-    batch_id: int, state: Mapping[str, Any], base: ChainBase | None, spec_texts: dict | None = None
+    batch_id: int,
+    state: Mapping[str, Any],
+    base: ChainBase | None,
+    spec_texts: dict | None = None,
+    entry_texts: dict | None = None,
 ) -> tuple[dict, ChainBase, bool]:
     """What to write for ``batch_id``: a delta on ``base`` (the state of the batch before),
     or the full state; the new base; and whether it is full."""
-    tables, replay = texts(state, spec_texts)
+    tables, replay = texts(state, spec_texts, entry_texts)
     if base is not None and base.length < FULL_EVERY and base.delta_bytes < base.full_bytes:
         delta = {
             "prev": base.batch_id,

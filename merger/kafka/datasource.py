@@ -100,11 +100,13 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         current = [tp for tp in current if tp in base]
         if not probe_end:
             return base, dict(base)
+        before = dict(self._ends)
         his, answered = self._ends_of(current, everything)
         self._check_topic_identity(known, answered)
         latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
         if self.opts.end_probe == "scan" and current:
-            froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in current}
+            scanned = self._end_check.followed(time.monotonic(), current, before, answered)
+            froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in scanned}
             for tp, end in b.scan(froms, scan_cap, his).items():
                 latest[tp] = max(latest[tp], end)
         return base, latest

@@ -84,3 +84,17 @@ def test_no_partition_goes_unasked_longer_than_the_model_allows(every_s, steps):
             if everything:
                 last_all = now
         failed_before = fails
+
+
+def test_the_scan_follows_partitions_whose_end_moved_lately():
+    from merger.kafka.end_check import FOLLOW_S
+
+    assert EndCheck(None).followed(0.0, CURRENT, {}, {}) == CURRENT  # without the feed: all
+    check = EndCheck(5.0)
+    ends = {tp: 5 for tp in CURRENT}
+    assert check.followed(0.0, CURRENT, {}, ends) == CURRENT  # first answers: all moved
+    moved = {**ends, ("p.db.a", 1): 6, ("p", 0): 0}  # one end moved; one tells nothing (0)
+    assert check.followed(FOLLOW_S, CURRENT, ends, moved) == [("p.db.a", 1), ("p", 0)]
+    check.plan(FOLLOW_S + 1, CURRENT, frozenset({"p.db.c"}), moved)  # named: hot
+    assert check.followed(FOLLOW_S + 1, CURRENT, moved, {}) == [("p.db.a", 1), ("p.db.c", 0), ("p.db.c", 1), ("p", 0)]
+    assert check.followed(2 * FOLLOW_S + 2, CURRENT, moved, {("p.db.b", 0): 5}) == []
