@@ -73,7 +73,7 @@ from cdc import stack as local_stack  # noqa: E402
 from merger.state import StateStore  # noqa: E402
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config  # noqa: E402
 from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E402
-from tests.procfs import children, rss_kb  # noqa: E402
+from tests.procfs import children, java_child, rss_kb  # noqa: E402
 
 TARGET_500_S = 120.0  # 500 tables of 1,000 rows within 2 minutes (issue 23: "<= 0.25 s per small table")
 TARGET_P99_RATIO = 1.2  # the busy table's p99 within 20 % of the 5-table figure
@@ -332,6 +332,18 @@ def run_one(stack, base: Path, n: int, args) -> dict:
         cpu = sampler.cpu_report()
         result["busy_cpu"] = merger_cpu_s(cpu) / cpu["wall_s"] if cpu["wall_s"] else None
         result["load_busy"] = os.getloadavg()[0]
+        if args.jfr and n == max(args.ns):  # Java Flight Recorder of the Spark JVM, beside py-spy
+            jvm = java_child(merger.proc.pid)
+            jfr_out = Path(args.pyspy_out) / f"jfr-{n}.jfr"
+            if jvm is not None:
+                log(f"  JFR of the merger's JVM, 20 s, busy: {jfr_out}")
+                subprocess.run(
+                    ["jcmd", str(jvm), "JFR.start", "duration=20s", "settings=profile", f"filename={jfr_out}"],
+                    capture_output=True,
+                    timeout=60,
+                )
+        if (args.pyspy or args.jfr) and n == max(args.ns):  # after the measurement: the writer goes on
+            time.sleep(0 if args.pyspy else 22)
         if args.pyspy and n == max(args.ns):  # after the measurement: the writer goes on, off the clock
             out = Path(args.pyspy_out) / f"pyspy-{n}.txt"
             log(f"  py-spy of the merger's Python processes, 20 s, busy: {out}")
@@ -341,6 +353,8 @@ def run_one(stack, base: Path, n: int, args) -> dict:
                 capture_output=True,
                 timeout=120,
             )
+            if args.jfr:
+                time.sleep(2)  # the recording is written when its 20 s end
         writer.stop()
         top = writer.next_w
         try:
@@ -469,7 +483,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work files (logs, state)")
     ap.add_argument("--pyspy", help="py-spy binary: profile the largest N's merger for 20 s after its busy phase")
-    ap.add_argument("--pyspy-out", default="/tmp", help="where the py-spy raw profile goes")
+    ap.add_argument("--pyspy-out", default="/tmp", help="where the py-spy raw profile (and the JFR recording) goes")
+    ap.add_argument("--jfr", action="store_true", help="record the largest N's Spark JVM for 20 s (jcmd JFR.start)")
     ap.add_argument("--down", action="store_true")
     args = ap.parse_args(argv)
     label = commit_label()  # the code the processes start with

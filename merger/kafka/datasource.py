@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -44,6 +45,7 @@ from merger.kafka.offsets import (
 )
 from merger.kafka.options import KafkaSourceError, SourceOptions
 from merger.kafka.outage import BrokerOutage
+from merger.kafka.phase_times import TIMING_ENV, PhaseTimes
 from merger.kafka.probe import Broker, BrokerUnreachable, MovedTopicsFeed
 from merger.kafka.reader import SCHEMA, read_ranges
 from merger.kafka.topic_identity import TopicIdentities
@@ -67,6 +69,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._moved: MovedTopicsFeed | None = None
         self._end_check = EndCheck(self.opts.end_check_all_s if self.opts.moved_topics_from else None)
         self._ends: dict[TP, int] = {}  # each partition's end, as the broker last answered
+        self._timing = PhaseTimes(os.environ.get(TIMING_ENV))
 
     # the reader is pickled into the read function: never ship driver clients
     def __getstate__(self) -> dict[str, Any]:
@@ -75,6 +78,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_metadata"] = None
         state["_moved"] = None
         state["_ends"] = {}
+        state["_timing"] = PhaseTimes(None)
         return state
 
     @property
@@ -93,22 +97,29 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partition), ``latest`` the end of what is readable now (never below ``base``).
         ``everything``: ask the broker for every partition's end (else ``_ends_of`` picks)."""
         b = self.broker
+        lap = self._timing.start()
         current = self._partitions(time.monotonic())
+        lap("metadata")
         new = [tp for tp in current if tp not in known]
         base = dict(known)
         base.update(b.list_offsets(new, earliest=True))
         current = [tp for tp in current if tp in base]
+        lap("earliest")
         if not probe_end:
             return base, dict(base)
         before = dict(self._ends)
         his, answered = self._ends_of(current, everything)
+        lap("ends")
         self._check_topic_identity(known, answered)
+        lap("topic_ids")
         latest = {tp: max(base[tp], his.get(tp, base[tp])) for tp in base}
         if self.opts.end_probe == "scan" and current:
             scanned = self._end_check.followed(time.monotonic(), current, before, answered)
             froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in scanned}
             for tp, end in b.scan(froms, scan_cap, his).items():
                 latest[tp] = max(latest[tp], end)
+            lap("scan", scanned=len(froms), asked=len(answered))
+        self._timing.write()
         return base, latest
 
     def _ends_of(self, current: list[TP], everything: bool) -> tuple[dict[TP, int], dict[TP, int]]:
