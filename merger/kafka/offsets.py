@@ -146,7 +146,11 @@ METADATA_EVERY_S = 1.0
 
 
 def partitions_to_scan(
-    tps: Sequence[TP], ends: Mapping[TP, int], scanned: Mapping[TP, int], unsettled: set[TP]
+    tps: Sequence[TP],
+    ends: Mapping[TP, int],
+    scanned: Mapping[TP, int],
+    unsettled: set[TP],
+    eof_at: Mapping[TP, int] | None = None,
 ) -> list[TP]:
     """The partitions whose tail the ``scan`` end probe must read on this trigger: those it
     does not follow yet, those whose end it did not settle last time, and those where the
@@ -155,11 +159,17 @@ def partitions_to_scan(
     end is never above the true one, and a new record batch starts at or after what was
     seen, so its end (its last batch's base offset + 1, on the local broker) is then
     higher. Reading the tails of 1,500 idle partitions on each trigger cost every
-    micro-batch ~60-90 ms at 500 tables (issue 23)."""
+    micro-batch ~60-90 ms at 500 tables (issue 23). An end of 0 tells nothing, except
+    where the probe met the partition's end (EOF, ``eof_at``) at what it has seen and
+    nothing came since: an empty partition (the consumer says EOF once, so reading it on
+    every trigger waited out the probe's idle pause each time, ~60 ms)."""
+    eof_at = eof_at or {}
     out = []
     for tp in tps:
         end, seen = ends.get(tp), scanned.get(tp)
-        if seen is None or tp in unsettled or end is None or end <= 0 or end > seen:
+        if seen is None or tp in unsettled or end is None or end > seen:
+            out.append(tp)
+        elif end <= 0 and eof_at.get(tp) != seen:
             out.append(tp)
     return out
 
@@ -171,6 +181,7 @@ def settle_scan(
     eof: set[TP],
     capped: set[TP],
     quiet: dict[TP, int],
+    eof_at: Mapping[TP, int] | None = None,
 ) -> set[TP]:
     """After the scan probe read ``wanted``: the partitions it did not read to their end,
     to read again next time whatever their broker end says. Settled: EOF, or what was seen
@@ -178,8 +189,10 @@ def settle_scan(
     local broker does not say EOF again for hundreds of idle partitions at a time; a
     fetched record batch is queued whole). Read from just below the broker's end with
     nothing coming, twice in a row (``quiet`` counts, changed here): what is there is a
-    transaction marker, never delivered, and ``seen`` moves to the end. Capped partitions
-    are never settled."""
+    transaction marker, never delivered, and ``seen`` moves to the end. Met at its end
+    (EOF, ``eof_at``) at what was seen, on this or an earlier read: settled. Capped
+    partitions are never settled."""
+    eof_at = eof_at or {}
     unsettled = set()
     for tp in wanted:
         end = ends.get(tp, 0)
@@ -189,7 +202,7 @@ def settle_scan(
                 seen[tp] = end
         else:
             quiet.pop(tp, None)
-        if tp in capped or not (tp in eof or (end > 0 and seen[tp] >= end)):
+        if tp in capped or not (tp in eof or (end > 0 and seen[tp] >= end) or eof_at.get(tp) == seen[tp]):
             unsettled.add(tp)
     return unsettled
 

@@ -58,6 +58,7 @@ class Broker:
         self._scan_next: dict[TP, int] = {}  # partitions assigned to the end probe: next offset
         self._unsettled: set[TP] = set()  # read last time without reaching their end
         self._quiet: dict[TP, int] = {}  # scans in a row that found nothing just below the end
+        self._eof_at: dict[TP, int] = {}  # where the probe last met a partition's end (EOF)
 
     def close(self) -> None:
         try:
@@ -175,7 +176,11 @@ class Broker:
         fresh = self._assign(froms)
         out = {tp: max(o, self._scan_next[tp]) for tp, o in froms.items()}
         followed = {tp: out[tp] for tp in froms if tp not in fresh}
-        wanted = list(froms) if ends is None else partitions_to_scan(list(froms), ends, followed, self._unsettled)
+        wanted = (
+            list(froms)
+            if ends is None
+            else partitions_to_scan(list(froms), ends, followed, self._unsettled, self._eof_at)
+        )
         paused: list[Any] = []
         try:
             eof = self._read_tails(wanted, out, cap, bool(fresh), paused)
@@ -192,7 +197,7 @@ class Broker:
             # past what was counted, so a resumed partition goes on from there)
             self.consumer.resume(paused)
         capped = {(p.topic, p.partition) for p in paused}
-        self._unsettled = settle_scan(wanted, ends or {}, out, eof, capped, self._quiet)
+        self._unsettled = settle_scan(wanted, ends or {}, out, eof, capped, self._quiet, self._eof_at)
         self._scan_next.update({tp: out[tp] for tp in froms})
         return out
 
@@ -204,6 +209,7 @@ class Broker:
             self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in gone])
             for tp in gone:
                 self._scan_next.pop(tp)
+                self._eof_at.pop(tp, None)
 
     def _assign(self, froms: Mapping[TP, int]) -> list[TP]:
         """Assign the partitions new to the probe at ``froms``, move the others forward to
@@ -269,6 +275,8 @@ class Broker:
                     continue
                 err = m.error()
                 if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        self._eof_at[tp] = max(out[tp], m.offset())  # said once per end reached
                     if tp not in wanted_set:
                         continue
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -303,6 +311,7 @@ class Broker:
         self._scan_next.clear()
         self._unsettled.clear()
         self._quiet.clear()
+        self._eof_at.clear()
 
 
 class MovedTopicsFeed:

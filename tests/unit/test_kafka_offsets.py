@@ -251,3 +251,18 @@ def test_the_end_probe_settles_a_partition_at_its_end():
     # something came after one quiet scan: settled by what was seen, the count forgotten
     seen[c], quiet = 10, {c: 1}
     assert settle_scan([c], ends, seen, set(), set(), quiet) == set() and quiet == {}
+
+
+def test_an_empty_partition_met_at_its_end_is_not_read_on_every_trigger():
+    """Issue 23: an end of 0 tells nothing (an open transaction on the local broker), but a
+    partition the probe met at its end (EOF) where it stands, with nothing since, is left
+    alone and settled: the consumer says EOF once, so reading it on every trigger waited
+    out the probe's idle pause each time."""
+    empty, open_txn, moved_on = ("p", 0), ("t", 0), ("t", 1)
+    tps = [empty, open_txn, moved_on]
+    ends = {empty: 0, open_txn: 0, moved_on: 0}
+    seen = {empty: 0, open_txn: 5, moved_on: 8}
+    eof_at = {empty: 0, moved_on: 6}  # moved_on: records came after its EOF
+    assert partitions_to_scan(tps, ends, seen, set(), eof_at) == [open_txn, moved_on]
+    assert partitions_to_scan(tps, ends, seen, {empty}, eof_at) == tps  # unsettled: read anyway
+    assert settle_scan(tps, ends, dict(seen), set(), set(), {}, eof_at) == {open_txn, moved_on}
