@@ -65,7 +65,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_latest: dict[TP, int] | None = None
         self._identities: TopicIdentities | None = None  # created where planning runs
         self._outage = BrokerOutage(self.opts.outage_max_s)
-        self._metadata: tuple[float, list[TP]] | None = None  # (when, matching partitions)
+        self._metadata: tuple[float, list[TP], set[str]] | None = None  # (when, matching partitions, their topics)
         self._moved: MovedTopicsFeed | None = None
         self._end_check = EndCheck(self.opts.end_check_all_s if self.opts.moved_topics_from else None)
         self._ends: dict[TP, int] = {}  # each partition's end, as the broker last answered
@@ -98,7 +98,9 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``everything``: ask the broker for every partition's end (else ``_ends_of`` picks)."""
         b = self.broker
         lap = self._timing.start()
-        current = self._partitions(time.monotonic())
+        now = time.monotonic()
+        moved = self._take_moved(now) if probe_end and not everything else None
+        current = self._partitions(now, moved)
         lap("metadata")
         new = [tp for tp in current if tp not in known]
         base = dict(known)
@@ -108,7 +110,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not probe_end:
             return base, dict(base)
         before = dict(self._ends)
-        his, answered = self._ends_of(current, everything)
+        his, answered = self._ends_of(current, moved, now)
         lap("ends")
         self._check_topic_identity(known, answered)
         lap("topic_ids")
@@ -122,17 +124,22 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._timing.write()
         return base, latest
 
-    def _ends_of(self, current: list[TP], everything: bool) -> tuple[dict[TP, int], dict[TP, int]]:
+    def _take_moved(self, now: float) -> frozenset[str] | None:
+        """The topics ingest's transactions named since the last trigger (None: unknown, or
+        no feed)."""
+        if not self.opts.moved_topics_from:
+            return None
+        if self._moved is None:
+            self._moved = MovedTopicsFeed(self.opts, self.opts.moved_topics_from)
+        return self._moved.take(now)
+
+    def _ends_of(
+        self, current: list[TP], moved: frozenset[str] | None, now: float
+    ) -> tuple[dict[TP, int], dict[TP, int]]:
         """Each current partition's end (ListOffsets): asked of the broker for the
-        partitions ``EndCheck`` names (all of them with ``everything``), the others as
-        last answered; and the broker's answers of this call."""
+        partitions ``EndCheck`` names (all of them when ``moved`` is None: unknown), the
+        others as last answered; and the broker's answers of this call."""
         b = self.broker
-        now = time.monotonic()
-        moved = None
-        if self.opts.moved_topics_from and not everything:
-            if self._moved is None:
-                self._moved = MovedTopicsFeed(self.opts, self.opts.moved_topics_from)
-            moved = self._moved.take(now)
         ask, complete = self._end_check.plan(now, current, moved, self._ends, b.unsettled)
         try:
             answers = b.list_offsets(ask, earliest=False)
@@ -146,13 +153,21 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._ends.update(answers)
         return {tp: self._ends[tp] for tp in current if tp in self._ends}, answers
 
-    def _partitions(self, now: float) -> list[TP]:
+    def _partitions(self, now: float, moved: frozenset[str] | None = None) -> list[TP]:
         """The matching partitions, from metadata at most METADATA_EVERY_S old: listing every
         topic on each trigger (5 a second) cost the idle merger CPU in proportion to the
-        number of tables (issue 23); a new table's topic is found within that time."""
-        if self._metadata is None or now - self._metadata[0] >= METADATA_EVERY_S:
-            self._metadata = (now, self.broker.partitions())
-        return self._metadata[1]
+        number of tables (issue 23); a new table's topic is found within that time. With
+        the moved-topics feed, at most ``endCheckAllMs`` old, and listed at once when the
+        feed names a matching topic the listing lacks (a new table's first transaction
+        names its topic)."""
+        every = METADATA_EVERY_S if moved is None else max(METADATA_EVERY_S, self.opts.end_check_all_s)
+        if self._metadata is not None and now - self._metadata[0] < every:
+            when, parts, topics = self._metadata
+            if not moved or all(t in topics or not self.opts.matches(t) for t in moved):
+                return parts
+        parts = self.broker.partitions()
+        self._metadata = (now, parts, {t for t, _ in parts})
+        return parts
 
     def _check_topic_identity(self, known: Mapping[TP, int], answered: Mapping[TP, int]) -> None:
         """Stop if a topic read before was deleted and created again (merger.kafka.topic_identity).
