@@ -1069,7 +1069,8 @@ def quiet_phase(args, writer: PacedWriter, pollers: list, marks: dict, writer_ok
     marks["quiet_start"] = time.time()
     sampler.mark()
     writer.pace(1 / args.quiet_interval_s, updates_only=True, jitter=QUIET_JITTER)
-    wait_for(lambda: writer.next_w >= top + args.quiet_writes, 60 + 2 * args.quiet_writes, "the quiet writes")
+    quiet_s = args.quiet_writes * args.quiet_interval_s * (1 + QUIET_JITTER)
+    wait_for(lambda: writer.next_w >= top + args.quiet_writes, 60 + 2 * args.quiet_writes + quiet_s, "the quiet writes")
     writer.pace(0)
     marks["quiet_end"] = time.time()
     top = writer.next_w
