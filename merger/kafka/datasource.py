@@ -118,9 +118,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.opts.end_probe == "scan" and current:
             scanned = self._end_check.followed(time.monotonic(), current, before, answered)
             froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in scanned}
-            hot = self._end_check.hot_topics(now)
-            moving = {tp for tp in froms if tp[0] in hot}
-            for tp, end in b.scan(froms, scan_cap, his, moving).items():
+            for tp, end in b.scan(froms, scan_cap, his).items():
                 latest[tp] = max(latest[tp], end)
             lap("scan", scanned=len(froms), asked=len(answered))
         self._timing.write()

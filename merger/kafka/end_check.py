@@ -83,7 +83,3 @@ class EndCheck:
                 self.moved_at[tp] = now
         self.moved_at = {tp: t for tp, t in self.moved_at.items() if now - t < FOLLOW_S}
         return [tp for tp in current if tp in self.moved_at]
-
-    def hot_topics(self, now: float) -> set[str]:
-        """The topics named as written in the last ``hot_s`` seconds."""
-        return {t for t, until in self.hot.items() if until > now}

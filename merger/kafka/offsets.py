@@ -8,7 +8,7 @@ partitions in a canonical order (Spark compares offsets by their JSON text)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
@@ -151,7 +151,6 @@ def partitions_to_scan(
     scanned: Mapping[TP, int],
     unsettled: set[TP],
     eof_at: Mapping[TP, int] | None = None,
-    moving: Collection[TP] = (),
 ) -> list[TP]:
     """The partitions whose tail the ``scan`` end probe must read on this trigger: those it
     does not follow yet, those whose end it did not settle last time, and those where the
@@ -163,15 +162,14 @@ def partitions_to_scan(
     micro-batch ~60-90 ms at 500 tables (issue 23). An end of 0 tells nothing, except
     where the probe met the partition's end (EOF, ``eof_at``) at what it has seen and
     nothing came since: an empty partition (the consumer says EOF once, so reading it on
-    every trigger waited out the probe's idle pause each time, ~60 ms), unless it is
-    ``moving`` (its topic was just named as written: 0 is then an open transaction)."""
+    every trigger waited out the probe's idle pause each time, ~60 ms)."""
     eof_at = eof_at or {}
     out = []
     for tp in tps:
         end, seen = ends.get(tp), scanned.get(tp)
         if seen is None or tp in unsettled or end is None or end > seen:
             out.append(tp)
-        elif end <= 0 and (eof_at.get(tp) != seen or tp in moving):
+        elif end <= 0 and eof_at.get(tp) != seen:
             out.append(tp)
     return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cdc.wire.moved_topics import topics_of
@@ -155,20 +155,13 @@ class Broker:
                 log.warning("ListOffsets %s[%d]: %s", a.topic, a.partition, a.error or f"offset {a.offset}")
         return out
 
-    def scan(
-        self,
-        froms: Mapping[TP, int],
-        cap: int | None,
-        ends: Mapping[TP, int] | None = None,
-        moving: Collection[TP] = (),
-    ) -> dict[TP, int]:
+    def scan(self, froms: Mapping[TP, int], cap: int | None, ends: Mapping[TP, int] | None = None) -> dict[TP, int]:
         """Read each partition from ``froms[tp]`` to its end (partition EOF, at most ``cap``
         records, bounded by the probe timeout); the next offset after what was seen: the
         highest offset seen + 1 or the consumer position, which also steps over
         transaction markers. A partition where nothing was seen keeps ``froms[tp]``.
         ``ends``: the broker's ends (ListOffsets); only the partitions that
-        ``partitions_to_scan`` names are read (``moving``: partitions of topics just named
-        as written), the others keep what was seen before.
+        ``partitions_to_scan`` names are read, the others keep what was seen before.
 
         The consumer stays assigned between calls and keeps fetching in the background:
         what was committed since the last call is mostly in its queue already. Assigning
