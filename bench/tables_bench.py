@@ -302,10 +302,14 @@ def run_one(stack, base: Path, n: int, args) -> dict:
         result["idle_cpu"] = merger_cpu_s(cpu) / cpu["wall_s"] if cpu["wall_s"] else None
         result["idle_machine"] = cpu["machine_busy_s"] / cpu["wall_s"] if cpu["wall_s"] else None
         result["idle_batches_s"] = (b1 - b0) / args.idle_seconds
+        result["idle_by_label"] = {
+            k: round(v / cpu["wall_s"], 4) for k, v in cpu["by_label"].items() if cpu["wall_s"] and v > 0
+        }
         result["rss_mb"] = tree_rss_mb(merger.proc.pid)
         log(
             f"  idle: merger {result['idle_cpu']:.3f} CPU s/s, {result['idle_batches_s']:.2f} batches/s, "
-            f"RSS {result['rss_mb']:.0f} MB (load {result['load_idle']:.1f})"
+            f"RSS {result['rss_mb']:.0f} MB (load {result['load_idle']:.1f}); CPU s/s by process: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in result["idle_by_label"].items())
         )
 
         secs = f"{args.warmup_seconds:.0f}s + {args.busy_seconds:.0f}s"
