@@ -55,10 +55,10 @@ from bench import commit_label, publish  # noqa: E402
 from bench.merger_bench import (  # noqa: E402
     BIG,
     TreeSampler,
-    _stat,
     drop_pg_schema,
     ensure_big_table,
     pg_conn,
+    process_stat,
     pymysql_scan,
     root_conn,
 )
@@ -140,7 +140,7 @@ class SeriesSampler(TreeSampler):
             largest: dict[str, int] = {}
             anon: dict[str, int] = {}
             for pid, (start, kind) in list(self.seen.items()):
-                if (_stat(pid) or (0, None))[1] != start:
+                if (process_stat(pid) or (0, None))[1] != start:
                     continue  # gone (or its pid taken by another process)
                 own, threads = anon_and_threads(pid)
                 largest[kind] = max(largest.get(kind, 0), rss_kb(pid))

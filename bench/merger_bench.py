@@ -215,7 +215,7 @@ def pymysql_scan(info, table: str) -> dict:
 # ----------------------------------------------------------------------------- process tree RSS
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
+def process_stat(pid: int) -> tuple[int, int] | None:
     """(ppid, starttime) of a process, None if gone."""
     full = _stat_full(pid)
     return None if full is None else full[:2]
@@ -369,7 +369,7 @@ class TreeSampler(threading.Thread):
         """Processes of the tree that are still alive (same pid and start time)."""
         out = []
         for pid, (start, _) in self.seen.items():
-            st = _stat(pid)
+            st = process_stat(pid)
             if st and st[1] == start:
                 out.append(pid)
         return out

@@ -109,8 +109,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lap("earliest")
         if not probe_end:
             return base, dict(base)
-        before = dict(self._ends)
-        his, answered = self._ends_of(current, moved, now)
+        his, answered, before = self._ends_of(current, moved, now)
         lap("ends")
         self._check_topic_identity(known, answered)
         lap("topic_ids")
@@ -135,10 +134,11 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _ends_of(
         self, current: list[TP], moved: frozenset[str] | None, now: float
-    ) -> tuple[dict[TP, int], dict[TP, int]]:
+    ) -> tuple[dict[TP, int], dict[TP, int], dict[TP, int]]:
         """Each current partition's end (ListOffsets): asked of the broker for the
         partitions ``EndCheck`` names (all of them when ``moved`` is None: unknown), the
-        others as last answered; and the broker's answers of this call."""
+        others as last answered; the broker's answers of this call; and what was known of
+        the answered partitions before it."""
         b = self.broker
         ask, complete = self._end_check.plan(now, current, moved, self._ends, b.unsettled)
         try:
@@ -147,11 +147,12 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._end_check.failed()
             raise
         self._end_check.answered(now, complete)
+        before = {tp: self._ends[tp] for tp in answers if tp in self._ends}
         if complete:
             self._ends = answers
         else:
             self._ends.update(answers)
-        return {tp: self._ends[tp] for tp in current if tp in self._ends}, answers
+        return {tp: self._ends[tp] for tp in current if tp in self._ends}, answers, before
 
     def _partitions(self, now: float, moved: frozenset[str] | None = None) -> list[TP]:
         """The matching partitions, from metadata at most METADATA_EVERY_S old: listing every
@@ -175,7 +176,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._identities is None:
             self._identities = TopicIdentities(self.opts.topic_ids_file)
         topics = {t for t, _ in known}
-        below = {tp[0] for tp, off in known.items() if answered.get(tp, off) < off}
+        below = {tp[0] for tp, end in answered.items() if end < known.get(tp, end)}
         now = time.monotonic()
         ask, everything = self._identities.due(now, topics, below)
         if ask:
