@@ -54,6 +54,14 @@ class EndCheck:
         ask = [tp for tp in current if tp[0] in self.hot or tp not in known_ends or tp in unsettled]
         return ask, len(ask) == len(current)
 
+    def quiet(self, now: float) -> bool:
+        """Whether a plan now would ask nothing for want of news: the feed is followed, the
+        check of every partition is not due, no topic is hot (the other reasons to ask
+        are the caller's: a named topic, an unknown end, an unsettled scan)."""
+        if self.every_s is None or self.last_all is None or now - self.last_all >= self.every_s:
+            return False
+        return all(until <= now for until in self.hot.values())
+
     def answered(self, now: float, everything: bool) -> None:
         """The broker answered the plan's request (``everything``: of every partition)."""
         if everything:

@@ -14,12 +14,19 @@ class PhaseTimes:
     def __init__(self, path: str | None) -> None:
         self.path = path
         self.line: dict = {}
+        self.pending: dict = {}
+
+    def note(self, **figures: object) -> None:
+        """Figures for the next line (written with its first phase)."""
+        if self.path:
+            self.pending.update(figures)
 
     def start(self) -> Callable[..., None]:
         """A function that records the time since the previous call under a phase name."""
         if not self.path:
             return lambda *_a, **_k: None
-        self.line = {"at": time.time()}
+        self.line = {"at": time.time(), **self.pending}
+        self.pending = {}
         last = [time.monotonic()]
 
         def lap(phase: str, **figures: int) -> None:

@@ -56,9 +56,13 @@ class TopicIdentities:
         offset read). Asking for all 500 topics whenever one end was below (the local
         broker's end lags the last record batch) cost every trigger ~15 ms (issue 23)."""
         topics = sorted(set(topics))
-        if self.last_check is None or now - self.last_check >= CHECK_EVERY_S:
+        if self.all_due(now):
             return topics, True
         return sorted({t for t in topics if t not in self.recorded} | set(below)), False
+
+    def all_due(self, now: float) -> bool:
+        """Whether the check of every topic is due."""
+        return self.last_check is None or now - self.last_check >= CHECK_EVERY_S
 
     def check(self, now: float, current: Mapping[str, str], everything: bool = True) -> None:
         """Raise KafkaSourceError if a topic's id changed; record the ids of new topics.
