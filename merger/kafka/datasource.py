@@ -64,6 +64,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TP, int] | None = None
         self._last_latest: dict | None = None  # what reportLatestOffset says: the last trigger's latest
         self._answer: dict | None = None  # the last answer, when it left nothing unread (_why_asked)
+        self._answer_tick = 0  # the tick in it
         self._identities: TopicIdentities | None = None  # created where planning runs
         self._outage = BrokerOutage(self.opts.outage_max_s)
         self._metadata: tuple[float, list[TP], set[str]] | None = None  # (when, matching partitions, their topics)
@@ -252,7 +253,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[TICK_TP] = max(tick or 0, wanted)
             out = format_offsets(out)
         if drained:
-            self._answer = out
+            self._answer, self._answer_tick = out, max(tick or 0, wanted)
         return out
 
     def _why_asked(self, start: dict, moved: frozenset[str] | None, now: float) -> str | None:
@@ -279,10 +280,11 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return "unsettled"
         if self._identities is None or self._identities.all_due(now):
             return "topic_ids"
-        tick = (start.get(TICK_TP[0]) or {}).get(str(TICK_TP[1]), 0)
-        if read_tick(self.opts.tick_file) > tick:
+        if start != self._answer:
+            return "start"
+        if read_tick(self.opts.tick_file) > self._answer_tick:
             return "tick"
-        return None if start == self._answer else "start"
+        return None
 
     def _latest(self, known: dict[TP, int], limit: ReadLimit, moved: frozenset[str] | None) -> tuple[dict, bool]:
         """The next batch's end offsets, and whether they leave nothing unread."""

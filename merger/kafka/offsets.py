@@ -2,8 +2,10 @@
 JSON, the rate limit spread over partitions, and the ranges each micro-batch reads, packed
 into Spark tasks.
 
-Offsets (in the checkpoint) are JSON ``{"topic": {"partition": next_offset}}``, topics and
-partitions in a canonical order (Spark compares offsets by their JSON text)."""
+Offsets (in the checkpoint) are ``{"offsets": "topic@0=5,1=7 other@0=3"}``: each topic's
+partitions and next offsets in one string, topics and partitions in a canonical order
+(Spark compares offsets by their JSON text). Kafka's JSON form ``{"topic": {"0": 5}}``
+(checkpoints of earlier versions, the ``startingOffsets`` option) is read too."""
 
 from __future__ import annotations
 
@@ -50,22 +52,38 @@ def read_record_sizes(path: str | None) -> dict[str, float]:
         return {}
 
 
-def parse_offsets(offsets: Mapping[str, Mapping[str, Any]] | None) -> dict[TP, int]:
-    """``{"topic": {"0": 5}}`` -> ``{("topic", 0): 5}``."""
+# the one field of the checkpoint's offsets (see the module's doc)
+OFFSETS_FIELD = "offsets"
+
+
+def parse_offsets(offsets: Mapping[str, Any] | None) -> dict[TP, int]:
+    """``{"offsets": "topic@0=5"}`` or Kafka's ``{"topic": {"0": 5}}`` -> ``{("topic", 0): 5}``
+    (a topic named "offsets" in Kafka's form maps to an object, never to a string)."""
     out: dict[TP, int] = {}
+    compact = (offsets or {}).get(OFFSETS_FIELD)
+    if isinstance(compact, str):
+        for item in compact.split():
+            topic, _, parts = item.rpartition("@")
+            for part in parts.split(","):
+                p, _, o = part.partition("=")
+                out[(topic, int(p))] = int(o)
+        return out
     for topic, parts in (offsets or {}).items():
         for part, off in parts.items():
             out[(topic, int(part))] = int(off)
     return out
 
 
-def format_offsets(tps: Mapping[TP, int]) -> dict[str, dict[str, int]]:
-    """The inverse of :func:`parse_offsets`, topics and partitions in a canonical order (Spark
-    compares offsets by their JSON text)."""
-    out: dict[str, dict[str, int]] = {}
+def format_offsets(tps: Mapping[TP, int]) -> dict[str, str]:
+    """The checkpoint's form of ``tps`` (the module's doc): topics and partitions in a canonical
+    order. One string, because Spark's planner process decodes and encodes the offsets as
+    JSON on every trigger (five a second): 1,500 partitions as objects in objects were a
+    fifth of the idle merger's CPU at 500 tables (issue 23). Kafka's topic names never hold
+    ``@ = ,`` or a space."""
+    by_topic: dict[str, list[str]] = {}
     for topic, part in sorted(tps):
-        out.setdefault(topic, {})[str(part)] = int(tps[(topic, part)])
-    return out
+        by_topic.setdefault(topic, []).append(f"{part}={int(tps[(topic, part)])}")
+    return {OFFSETS_FIELD: " ".join(f"{t}@{','.join(parts)}" for t, parts in by_topic.items())}
 
 
 def lagging_partitions(end: Any, latest: Any) -> set[TP]:

@@ -33,10 +33,27 @@ from merger.kafka.offsets import (
 def test_offsets_json_roundtrip_is_canonical():
     tps = {("b", 10): 5, ("a", 2): 7, ("a", 10): 1, ("b", 0): 0}
     js = format_offsets(tps)
-    assert list(js) == ["a", "b"]
-    assert list(js["a"]) == ["2", "10"]  # numeric partition order
+    assert js == {"offsets": "a@2=7,10=1 b@0=0,10=5"}  # numeric partition order
+    assert format_offsets(dict(reversed(list(tps.items())))) == js
     assert parse_offsets(js) == tps
+    assert parse_offsets(json.loads(json.dumps(js))) == tps
     assert parse_offsets({}) == {} and parse_offsets(None) == {}
+    assert format_offsets({}) == {"offsets": ""} and parse_offsets(format_offsets({})) == {}
+    # Kafka's JSON form: checkpoints of earlier versions, the startingOffsets option (a
+    # topic named "offsets" there maps to an object)
+    assert parse_offsets({"a": {"2": 7, "10": 1}, "b": {"0": 0, "10": 5}}) == tps
+    assert parse_offsets({"offsets": {"0": 4}}) == {("offsets", 0): 4}
+
+
+@given(
+    st.dictionaries(
+        st.tuples(st.from_regex(r"[a-zA-Z0-9._-]{1,20}", fullmatch=True), st.integers(0, 1000)),
+        st.integers(0, 2**62),
+        max_size=40,
+    )
+)
+def test_offsets_roundtrip_any_topic_names(tps):
+    assert parse_offsets(json.loads(json.dumps(format_offsets(tps)))) == tps
 
 
 def test_allocate_limit_water_filling():
@@ -213,6 +230,11 @@ def test_lagging_partitions_from_the_query_progress():
     assert lagging_partitions(end, latest) == {("t", 1), ("u", 0), ("new", 0)}
     assert lagging_partitions(end, json.dumps(latest)) == {("t", 1), ("u", 0), ("new", 0)}
     assert lagging_partitions(end, end) == set()
+    assert lagging_partitions(json.dumps(format_offsets(parse_offsets(json.loads(end)))), latest) == {
+        ("t", 1),
+        ("u", 0),
+        ("new", 0),
+    }
     for unknown in (None, "null", "not json", 5):
         assert lagging_partitions(end, unknown) == set()
         assert lagging_partitions(unknown, latest) == set()
