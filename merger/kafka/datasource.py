@@ -126,7 +126,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             froms = {tp: max(base[tp], his.get(tp, base[tp]) - 1) for tp in scanned}
             for tp, end in b.scan(froms, scan_cap, his).items():
                 latest[tp] = max(latest[tp], end)
-            lap("scan", scanned=len(froms), asked=len(answered))
+            lap("scan", scanned=len(froms), asked=len(answered), followed=sorted(froms) if len(froms) <= 3 else None)
         self._timing.write()
         return base, latest
 
@@ -171,7 +171,8 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         feed names a matching topic the listing lacks (a new table's first transaction
         names its topic)."""
         every = METADATA_EVERY_S if moved is None else max(METADATA_EVERY_S, self.opts.end_check_all_s)
-        if self._metadata is not None and now - self._metadata[0] < every:
+        # with the feed, listed with each check of every end: one slow trigger, not two
+        if self._metadata is not None and now - self._metadata[0] < every and not self._end_check.all_due(now):
             when, parts, topics = self._metadata
             if not moved or all(t in topics or not self.opts.matches(t) for t in moved):
                 return parts
@@ -272,7 +273,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._answer is None or self._broker is None:
             return "unread"
         every = max(METADATA_EVERY_S, self.opts.end_check_all_s)
-        if self._metadata is None or now - self._metadata[0] >= every:
+        if self._metadata is None or now - self._metadata[0] >= every or self._end_check.all_due(now):
             return "metadata"
         if not self._end_check.quiet(now):
             return "end_check"

@@ -54,11 +54,17 @@ class EndCheck:
         ask = [tp for tp in current if tp[0] in self.hot or tp not in known_ends or tp in unsettled]
         return ask, len(ask) == len(current)
 
+    def all_due(self, now: float) -> bool:
+        """With the feed: whether the next plan asks for every partition because the last
+        full check is ``every_s`` old (the source refreshes its metadata then too, so the
+        two share one trigger)."""
+        return self.every_s is not None and (self.last_all is None or now - self.last_all >= self.every_s)
+
     def quiet(self, now: float) -> bool:
         """Whether a plan now would ask nothing for want of news: the feed is followed, the
         check of every partition is not due, no topic is hot (the other reasons to ask
         are the caller's: a named topic, an unknown end, an unsettled scan)."""
-        if self.every_s is None or self.last_all is None or now - self.last_all >= self.every_s:
+        if self.every_s is None or self.all_due(now):
             return False
         return all(until <= now for until in self.hot.values())
 
@@ -76,15 +82,20 @@ class EndCheck:
         self, now: float, current: Sequence[TP], before: Mapping[TP, int], answers: Mapping[TP, int]
     ) -> list[TP]:
         """The partitions the scan probe follows (stays assigned to, reads the tails of): with
-        the feed, those whose end moved (``answers`` against the ends known ``before``; an
-        end of 0 or none tells nothing: moved), or whose topic is hot, in the last
-        ``FOLLOW_S`` seconds; without it, every partition. A consumer assigned to 1,500
-        partitions kept the local broker fetching all of them every 10 ms (a core at 500
-        idle tables) and answered the busy ones late."""
+        the feed, those whose end moved (``answers`` against the ends known ``before``; none
+        known: moved), or whose topic is hot, in the last ``FOLLOW_S`` seconds; without
+        it, every partition. A consumer assigned to 1,500 partitions kept the local broker
+        fetching all of them every 10 ms (a core at 500 idle tables) and answered the busy
+        ones late. An end of 0 (the local broker's read_committed end while a transaction
+        is open on the partition) moved only when it differs from the last: counted as
+        moved every time, it kept one partition of the schema-change topic followed for
+        good, and its fetches, 100 a second, doubled an idle merger's CPU. What a
+        transaction of ingest commits there is named by the feed (hot: followed again);
+        the next full check sees any other end change."""
         if self.every_s is None:
             return list(current)
         for tp, end in answers.items():
-            if end <= 0 or before.get(tp) != end:
+            if before.get(tp) != end:
                 self.moved_at[tp] = now
         for tp in current:
             if self.hot.get(tp[0], now) > now:

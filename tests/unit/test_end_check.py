@@ -98,3 +98,9 @@ def test_the_scan_follows_partitions_whose_end_moved_lately():
     check.plan(FOLLOW_S + 1, CURRENT, frozenset({"p.db.c"}), moved)  # named: hot
     assert check.followed(FOLLOW_S + 1, CURRENT, moved, {}) == [("p.db.a", 1), ("p.db.c", 0), ("p.db.c", 1), ("p", 0)]
     assert check.followed(2 * FOLLOW_S + 2, CURRENT, moved, {("p.db.b", 0): 5}) == []
+    # an end of 0 again (an open transaction, an empty partition) is no move: the scan
+    # stops following it FOLLOW_S after its last change
+    zero = {("p", 0): 0}
+    assert check.followed(3 * FOLLOW_S, CURRENT, zero, zero) == []
+    assert check.followed(3 * FOLLOW_S + 1, CURRENT, zero, {("p", 0): 4}) == [("p", 0)]
+    assert check.followed(3 * FOLLOW_S + 2, CURRENT, {("p", 0): 4}, zero) == [("p", 0)]
