@@ -135,3 +135,25 @@ def test_plan_summaries_and_unfinished_plans_follow_every_write(tmp_path):
         assert store.unfinished_plans()["db.a"]["done"] == ["c0"]
     other.plan_path("db.b").unlink()
     assert set(store.plan_summaries()) == {"db.a"}
+
+
+def test_an_unchanged_status_is_not_written_again_and_still_fresh(tmp_path):
+    import json
+    import os
+    import time
+
+    store = StateStore(tmp_path)
+    path = tmp_path / "status.json"
+    store.write_status({"updated_at": 100.0, "last_batch": 3, "tables": {"db.t": {"phase": "streaming"}}})
+    assert json.loads(path.read_text())["updated_at"] == 100.0
+    os.utime(path, (50.0, 50.0))  # an old file time: the status's own time counts
+    assert store.read_status()["updated_at"] == 100.0
+    before = time.time()
+    store.write_status({"updated_at": 101.0, "last_batch": 3, "tables": {"db.t": {"phase": "streaming"}}})
+    assert json.loads(path.read_text())["updated_at"] == 100.0  # not written again ...
+    assert store.read_status()["updated_at"] >= before - 1  # ... but its file's time says when
+    store.write_status({"updated_at": 102.0, "last_batch": 4, "tables": {"db.t": {"phase": "streaming"}}})
+    assert store.read_status()["last_batch"] == 4  # a change is written
+    path.unlink()
+    store.write_status({"updated_at": 103.0, "last_batch": 4, "tables": {"db.t": {"phase": "streaming"}}})
+    assert store.read_status()["last_batch"] == 4  # gone: written again

@@ -4,6 +4,7 @@ the state directory's lock and exit record are what the command reads)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -59,7 +60,9 @@ def test_status_of_a_dead_merger_says_so(tmp_path):
         "last_offsets": {},
         "open_windows": 1,
     }
-    store.write_status({"updated_at": time.time() - 66, "last_batch": 3, "tables": {"db.t": table}})
+    stopped = time.time() - 66  # the merger's last status, and its file's time
+    store.write_status({"updated_at": stopped, "last_batch": 3, "tables": {"db.t": table}})
+    os.utime(state / "status.json", (stopped, stopped))
 
     # a merger holding the lock (another process, as in real life)
     holder = subprocess.Popen(
