@@ -14,8 +14,8 @@ import datetime as dt
 import time
 from decimal import Decimal
 
+from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.envelope import EnvelopeConfig, TableEncoder
-from ingest.tablespec import ColumnSpec, TableSpec
 
 
 def col(name: str, type_name: str, **kw) -> ColumnSpec:

@@ -26,8 +26,10 @@ import pymysql
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.config import IngestConfig
+from cdc.ddl import DROPPED, ddl_marker, parse_ddl, table_effects, unclassified_tables
 from cdc.errors import CdcError
 from cdc.metrics_http import serve as serve_metrics
+from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import encode_marker, watermark_marker
 from cdc.wire.position import EventPosition, position_bytes
@@ -37,7 +39,6 @@ from ingest.binlog import open_reader
 from ingest.checks import check_source, gtid_for_file_pos, read_server_state
 from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
 from ingest.control_records import context_headers, heartbeat_record, message_record
-from ingest.ddl import DROPPED, ddl_marker, parse_ddl, table_effects, unclassified_tables
 from ingest.declared import DeclaredTypes
 from ingest.envelope import SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
@@ -71,7 +72,6 @@ from ingest.producer import (
 )
 from ingest.schema_change_records import schema_change_record, table_change_json
 from ingest.stream import BinlogStream, CommitPolicy, SourceTransaction
-from ingest.tablespec import TableSpec
 from ingest.transaction_control import TransactionControl
 from ingest.transaction_records import TransactionTracker
 

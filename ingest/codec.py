@@ -11,6 +11,7 @@ import pymysql
 
 from cdc.config import IngestConfig
 from cdc.quoting import quote_ident
+from cdc.tablespec import ColumnSpec, TableSpec
 from ingest import metrics
 from ingest.converter_config import ConverterConfig
 from ingest.declared import declared_types_from_ddl, with_declared_types
@@ -18,7 +19,6 @@ from ingest.envelope import EnvelopeConfig, TableEncoder
 from ingest.filters import CaptureFilter
 from ingest.infoschema import enrich_table_spec, parse_column_type
 from ingest.tablemap import table_spec_from_binlog
-from ingest.tablespec import ColumnSpec, TableSpec
 
 MASK = "***"
 

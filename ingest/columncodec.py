@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from cdc.tablespec import TYPE_SYNONYMS, ColumnSpec, TableSpec
 from ingest.converter_config import ConverterConfig
 from ingest.converters import CONVERTERS, Converter
 from ingest.defaults import JsonDefault, raw_default
 from ingest.jsontext import dumps
-from ingest.tablespec import TYPE_SYNONYMS, ColumnSpec, TableSpec
 
 
 @dataclass

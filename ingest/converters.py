@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Callable, Mapping
 
+from cdc.tablespec import BINARY_TYPES, GEOMETRY_TYPES, INTEGER_TYPES, STRING_TYPES, ColumnSpec
 from ingest.converter_config import ConverterConfig
 from ingest.jsontext import JavaFloat, dumps, java_double_str, java_float_str, json_str, mysql_json_text
-from ingest.tablespec import BINARY_TYPES, GEOMETRY_TYPES, INTEGER_TYPES, STRING_TYPES, ColumnSpec
 
 _EPOCH_DT = _dt.datetime(1970, 1, 1)
 _EPOCH_ORD = _dt.date(1970, 1, 1).toordinal()

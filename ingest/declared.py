@@ -14,8 +14,8 @@ import re
 from dataclasses import replace
 from typing import Any, Mapping
 
-from ingest.ddl import DDL
-from ingest.tablespec import TYPE_SYNONYMS, TableSpec
+from cdc.ddl import DDL
+from cdc.tablespec import TYPE_SYNONYMS, TableSpec
 
 _IDENT = r"(`(?:[^`]|``)+`|[\w$\u0080-\uffff]+)"
 _ALTER_COLUMN = re.compile(

@@ -10,7 +10,7 @@ import re
 from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
-from ingest.tablespec import BINARY_TYPES, GEOMETRY_TYPES, INTEGER_TYPES, STRING_TYPES, ColumnSpec
+from cdc.tablespec import BINARY_TYPES, GEOMETRY_TYPES, INTEGER_TYPES, STRING_TYPES, ColumnSpec
 
 if TYPE_CHECKING:
     from ingest.converter_config import ConverterConfig

@@ -50,11 +50,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from cdc.tablespec import TableSpec
 from cdc.wire.topics import table_topic
 from ingest.columncodec import EMPTY_SET, ColumnCodec, column_codec
 from ingest.converter_config import ConverterConfig
 from ingest.jsontext import dumps, json_str
-from ingest.tablespec import TableSpec
 
 DEBEZIUM_VERSION = "3.6.3.Final"
 CONNECTOR = "mysql"

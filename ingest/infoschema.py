@@ -9,7 +9,7 @@ import re
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
-from ingest.tablespec import TEMPORAL_FSP_TYPES, TYPE_SYNONYMS, ColumnSpec, TableSpec
+from cdc.tablespec import TEMPORAL_FSP_TYPES, TYPE_SYNONYMS, ColumnSpec, TableSpec
 
 _COLTYPE_RE = re.compile(
     r"^\s*([a-z][a-z0-9 ]*?)\s*(?:\((.*)\))?\s*((?:unsigned|signed|zerofill|\s)*)\s*$", re.I | re.S

@@ -192,7 +192,7 @@ class TransactionalProducer:
                 "transaction.timeout.ms": 60000,
                 # a record sent to UNASSIGNED_PARTITION is placed by librdkafka (in C) with
                 # Kafka's Java default partitioner for keyed records (murmur2, as
-                # ingest/partitioner.py): the same partition as Debezium's and partition_for's
+                # cdc/wire/partitioner.py): the same partition as Debezium's and partition_for's
                 "partitioner": "murmur2_random",
                 # a Python callback per record cost ~1 us each; only failures need one
                 "delivery.report.only.error": True,

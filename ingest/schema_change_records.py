@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Iterable, Mapping
 
+from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.envelope import (
     CONNECTOR,
     EnvelopeConfig,
@@ -18,7 +19,6 @@ from ingest.envelope import (
     with_schema,
 )
 from ingest.jsontext import dumps, json_str
-from ingest.tablespec import ColumnSpec, TableSpec
 
 #: java.sql.Types codes Debezium's MySQL DDL parser assigns
 _JDBC = {

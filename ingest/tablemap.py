@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
+from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.declared import with_declared_types
 from ingest.infoschema import describes, enrich_table_spec, row_name
-from ingest.tablespec import ColumnSpec, TableSpec
 
 # MySQL field type codes (pymysqlreplication.constants.FIELD_TYPE), copied so this module
 # imports without the library.

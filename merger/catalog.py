@@ -10,8 +10,8 @@ import pymysql
 
 from cdc.config import MySQLConfig
 from cdc.quoting import quote_ident
+from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.codec import load_table_details, spec_from_information_schema
-from ingest.tablespec import ColumnSpec, TableSpec
 from merger.checks import DENIED
 from merger.source import SourceGuard, connect
 

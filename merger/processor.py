@@ -36,12 +36,12 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc.ddl import ALTERED, CREATED, DROPPED, spec_from_marker
+from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition, ReplayFilter
 from cdc.wire.topics import table_topic
-from ingest.ddl import ALTERED, CREATED, DROPPED, spec_from_marker
 from ingest.schema_change_records import table_change_json
-from ingest.tablespec import TableSpec
 from merger import crashpoints
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler

@@ -109,7 +109,7 @@ def change_event(item: ParsedRecord, debezium: bool) -> ChangeEvent:
     order = pos.sequence() if pos else r["offset"]
     seq = r["offset"] if debezium else order
     ddl = headers.get(DDL_HEADER)
-    if ddl is not None:  # a DDL marker (ingest.ddl.ddl_marker)
+    if ddl is not None:  # a DDL marker (cdc.ddl.ddl_marker)
         return ChangeEvent(r["partition"], seq, SCHEMA, decode_marker(ddl), r, order)
     marker = headers.get(WATERMARK_HEADER)
     if marker is not None or payload.get("op") == "m":

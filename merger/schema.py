@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.quoting import quote_ident
-from ingest.tablespec import ColumnSpec, TableSpec
+from cdc.tablespec import ColumnSpec, TableSpec
 from merger.sinks.types import BIT_WIDTH
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

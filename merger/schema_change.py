@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.ddl import (
+from cdc.ddl import (
     ADD_COLUMN,
     ADD_PLAIN_COLUMN,
     COLUMN,
@@ -43,7 +43,7 @@ from ingest.ddl import (
     UNKNOWN,
     alter_clause_kinds,
 )
-from ingest.tablespec import ColumnSpec, TableSpec
+from cdc.tablespec import ColumnSpec, TableSpec
 
 NONE, FOLLOW, RESNAPSHOT, RESET, DROP = "none", "follow", "resnapshot", "reset", "drop"
 _RANK = {NONE: 0, FOLLOW: 1, RESNAPSHOT: 2, RESET: 3}
@@ -114,7 +114,7 @@ def diff_specs(old: TableSpec, new: TableSpec) -> SpecDiff:
 
 def decide(kind: str, old: TableSpec | None, new: TableSpec | None, sql: str | None = None) -> Decision:
     """What to do with the sink tables of a table at a DDL: ``kind`` is what the statement
-    did to the table (``ingest.ddl.table_effects``: DROP, CREATE, RENAME, ALTER), ``old``
+    did to the table (``cdc.ddl.table_effects``: DROP, CREATE, RENAME, ALTER), ``old``
     the definition the merger had, ``new`` the one after the statement (None: the table
     is gone), ``sql`` the statement (None: judge by the definitions alone).
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.tablespec import TableSpec
+from cdc.tablespec import TableSpec
 
 EMIT_BATCH_ROWS = 200_000
 

@@ -9,8 +9,8 @@ import logging
 import time
 from pathlib import Path
 
-from ingest.ddl import CREATED, RENAMED
-from ingest.tablespec import TableSpec
+from cdc.ddl import CREATED, RENAMED
+from cdc.tablespec import TableSpec
 from merger.schema import SourceModes
 from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide
 from merger.sink_writer import SinkWriter

@@ -12,7 +12,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
-from ingest.tablespec import ColumnSpec, TableSpec
+from cdc.tablespec import ColumnSpec, TableSpec
 from merger.dblog import Reconciler
 from merger.schema import SourceModes, arrow_schema, json_converters
 

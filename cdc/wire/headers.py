@@ -4,4 +4,4 @@ from __future__ import annotations
 
 POSITION_HEADER = "cdc.position"  # EventPosition.encode(): binlog file:pos:row[:part[:epoch]]
 WATERMARK_HEADER = "cdc.watermark"  # a watermark marker: {"table", "window", "kind"}
-DDL_HEADER = "cdc.ddl"  # a DDL marker (ingest/ddl.py ddl_marker)
+DDL_HEADER = "cdc.ddl"  # a DDL marker (cdc/ddl.py ddl_marker)

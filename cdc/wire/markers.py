@@ -5,7 +5,7 @@ marker as compact JSON; the same JSON is the message content.
 * a watermark marker: ``{"table": "db.t", "window": <id>, "kind": "low" | "high"}``
   (what the merger wrote to the watermark table);
 * a DDL marker: what a DDL did to one table (schemas/ddl-marker.schema.json, built by
-  ``ingest.ddl.ddl_marker``).
+  ``cdc.ddl.ddl_marker``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Records
 -------
 * key: the key columns as a JSON object (``{"id":1}``, compact, key-column order);
   partition = Kafka's default murmur2 partitioner over those bytes
-  (``ingest.partitioner.partition_for``), so a Java producer would agree.
+  (``cdc.wire.partitioner.partition_for``), so a Java producer would agree.
 * value: ``{"before", "after", "source", "op", "ts_ms", "transaction"}`` (Debezium's JSON
   converter with ``schemas.enable=false``). ``op`` is the change's ``_cdc_op`` (snapshot rows
   stay ``r``). c/u/r carry ``after`` (``before`` is null: the merger only has after
@@ -58,8 +58,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
+from cdc.wire.partitioner import partition_for
 from cdc.wire.topics import INVALID_TOPIC_CHARS, changelog_topic_safe
-from ingest.partitioner import partition_for
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.partitioner import partition_for
+from cdc.wire.partitioner import partition_for
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import pyarrow.parquet as pq
 
 from cdc.quoting import quote_ident
-from ingest.tablespec import ColumnSpec, TableSpec
+from cdc.tablespec import ColumnSpec, TableSpec
 from merger.schema import snapshot_expression
 
 DEFAULT_MASTER = "local[2]"  # cdc.config's spark_master default: the merger sizes it

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pymysql
 
 from cdc.quoting import quote_ident
-from ingest.tablespec import TableSpec
+from cdc.tablespec import TableSpec
 from merger.dblog import decode_key
 from merger.schema import arrow_schema, from_snapshot, snapshot_select
 

@@ -21,7 +21,7 @@ import uuid
 import pymysql
 import pytest
 
-from ingest.partitioner import partition_for
+from cdc.wire.partitioner import partition_for
 from tests.debezium_kafka import DebeziumKafka
 from tests.kafka_util import read_records
 from tests.merger_harness import ROOT, MergerProcess, SinkChecker, write_merger_config

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ingest.partitioner import partition_for
+from cdc.wire.partitioner import partition_for
 from ingest.position import ResumePoint
 from ingest.producer import UNASSIGNED_PARTITION, BrokerError, TransactionalProducer
 from tests.kafka_util import read_records

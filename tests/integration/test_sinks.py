@@ -521,7 +521,7 @@ def test_postgres_unreachable_is_sink_unavailable(stack):
 def test_kafka_changelog_records_restart_and_partitioning(kafka_sink, stack):
     from confluent_kafka import Consumer, TopicPartition
 
-    from ingest.partitioner import partition_for
+    from cdc.wire.partitioner import partition_for
     from merger.sinks import KafkaChangelogSink
 
     s, t = kafka_sink, fresh()

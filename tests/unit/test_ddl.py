@@ -1,6 +1,6 @@
 import pytest
 
-from ingest.ddl import parse_ddl
+from cdc.ddl import parse_ddl
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_declared_types_follow_create_alter_rename_drop():
     ],
 )
 def test_table_effects(sql, effects):
-    from ingest.ddl import table_effects
+    from cdc.ddl import table_effects
 
     assert table_effects(parse_ddl(sql, "db")) == effects
 
@@ -126,7 +126,7 @@ def test_table_effects(sql, effects):
     ],
 )
 def test_alter_clause_kinds(sql, kinds):
-    from ingest.ddl import alter_clause_kinds
+    from cdc.ddl import alter_clause_kinds
 
     assert alter_clause_kinds(sql) == kinds
 
@@ -151,7 +151,7 @@ def test_alter_clause_kinds(sql, kinds):
     ],
 )
 def test_unclassified_tables(sql, names):
-    from ingest.ddl import unclassified_tables
+    from cdc.ddl import unclassified_tables
 
     assert parse_ddl(sql, "db").kind == "OTHER"
     found = unclassified_tables(sql, "db")

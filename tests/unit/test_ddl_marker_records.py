@@ -11,8 +11,8 @@ import types
 import jsonschema
 
 from cdc.config import IngestConfig
+from cdc.ddl import parse_ddl, spec_from_marker
 from cdc.wire.position import EventPosition
-from ingest.ddl import parse_ddl, spec_from_marker
 from tests.unit.test_schemas import _headers, _RecordingProducer, _schema
 
 COLUMNS = [

@@ -122,7 +122,7 @@ class _Topics:
         self.rows: list[dict] = []
 
     def add(self, topic: str, key: dict | None, value: dict | None) -> None:
-        from ingest.partitioner import partition_for
+        from cdc.wire.partitioner import partition_for
 
         kb = None if key is None else json.dumps(key, separators=(",", ":")).encode()
         part = 0 if kb is None or topic == self.prefix else partition_for(kb, self.partitions)

@@ -43,7 +43,7 @@ def test_tables_sharing_a_topic_are_merged_apart(tmp_path):
     record by its source block (no servers: the processor with a local Delta sink)."""
     import json
 
-    from ingest.tablespec import ColumnSpec, TableSpec
+    from cdc.tablespec import ColumnSpec, TableSpec
     from merger.processor import BatchProcessor
     from merger.sinks.delta import DeltaSink
     from merger.state import StateStore

@@ -1,6 +1,6 @@
 """The import layers: cdc/ outside cdc/cli/ (configuration, errors, quoting, the wire
-contract, the local stack) is the bottom layer; ingest/ never imports merger/; the merger reads only the parts of
-ingest/ that define what ingest writes (the table model, the wire format)."""
+contract, the table model, the DDL kinds, the local stack) is the bottom layer; ingest/ never imports merger/;
+the merger reads only the parts of ingest/ that define what ingest writes."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# what the merger may take from ingest: the table model and the wire contract
+# what the merger may take from ingest (the table model, the DDL kinds and the partitioner
+# are in cdc/, shared)
 MERGER_MAY_IMPORT = {
-    "ingest.tablespec",  # the table model
-    "ingest.ddl",  # DDL markers and what a DDL did to a table
     "ingest.codec",  # a TableSpec from information_schema (the merger reads the source too)
-    "ingest.partitioner",  # Kafka's partitioner, for the changelog sink's keys
     "ingest.schema_change_records",  # Debezium's tableChanges JSON (the Debezium-topics mode)
 }
 

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest.partitioner import murmur2, partition_for
+from cdc.wire.partitioner import murmur2, partition_for
 
 
 def test_murmur2_known_values_from_kafka_utils_test():

@@ -150,8 +150,8 @@ def test_sequence_orders_like_positions(raw):
 def test_column_exclude_and_mask_in_the_encoded_rows():
     import json
 
+    from cdc.tablespec import ColumnSpec, TableSpec
     from ingest.codec import MASK, TableCodec, apply_column_filters, envelope_config
-    from ingest.tablespec import ColumnSpec, TableSpec
 
     spec = TableSpec(
         "crm",

@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.headers import POSITION_HEADER, WATERMARK_HEADER
-from ingest.tablespec import ColumnSpec, TableSpec
 from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
 from merger.state import StateStore
 

@@ -9,9 +9,9 @@ import json
 
 import pyarrow as pa
 
+from cdc.ddl import ddl_marker
+from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER
-from ingest.ddl import ddl_marker
-from ingest.tablespec import ColumnSpec, TableSpec
 from merger.processor import BatchProcessor
 from merger.sinks.base import IncompatibleSchemaChange
 from tests.unit.test_processor import PREFIX, RECORD_SCHEMA, SPEC, MemorySink, Stream, _open_window, _processor

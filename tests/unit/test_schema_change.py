@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from ingest.tablespec import ColumnSpec, TableSpec
+from cdc.tablespec import ColumnSpec, TableSpec
 from merger.schema import SourceModes, arrow_schema, json_converters
 from merger.schema_change import DROP, FOLLOW, NONE, RESET, RESNAPSHOT, decide, diff_specs, rows_to_arrow_lenient
 

@@ -63,7 +63,7 @@ def test_an_unknown_stream_state_does_not_hold_snapshots(tmp_path):
 def test_a_resume_before_the_first_micro_batch_waits_for_the_restored_tables(tmp_path):
     """A restarted merger knows its (paused) tables only once its first micro-batch has
     restored them: a `cdc resume` asked for before must not be lost."""
-    from ingest.tablespec import ColumnSpec, TableSpec
+    from cdc.tablespec import ColumnSpec, TableSpec
     from merger.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))
@@ -105,7 +105,7 @@ def test_small_tables_share_their_watermark_writes_and_keep_the_dblog_order(tmp_
     not one per table; every table's read comes after the LOW statement and before the
     HIGH one. A table whose definition changed under its read is left out of HIGH and its
     window abandoned; the others go on."""
-    from ingest.tablespec import ColumnSpec, TableSpec
+    from cdc.tablespec import ColumnSpec, TableSpec
     from merger.dblog import encode_key
     from merger.processor import BatchProcessor
 

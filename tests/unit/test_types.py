@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.columncodec import EMPTY_SET, column_codec, field_schema
 from ingest.control_records import heartbeat_record, message_record
 from ingest.converter_config import ConverterConfig
@@ -40,7 +41,6 @@ from ingest.schema_change_records import (
     table_change_json,
 )
 from ingest.tablemap import table_spec_from_binlog
-from ingest.tablespec import ColumnSpec, TableSpec
 from ingest.transaction_records import TransactionTracker, java_hashmap_order, java_string_hash, transaction_record
 
 sys.path.insert(0, str(Path(__file__).parents[1]))

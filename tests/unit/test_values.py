@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc.config import ConfigError, MergerConfig, load_model
+from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.columncodec import column_codec
-from ingest.tablespec import ColumnSpec, TableSpec
 from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
 from merger.sinks import types as T
 from merger.sinks.base import UnstorableValue

@@ -332,7 +332,7 @@ def ddl_marker(db: str, table: str, kind: str, sql: str, spec) -> dict:
 
 def spec_from_marker(marker: dict):
     """The TableSpec of a DDL marker (None when the table is gone)."""
-    from ingest.tablespec import ColumnSpec, TableSpec
+    from cdc.tablespec import ColumnSpec, TableSpec
 
     d = marker.get("definition")
     if not d:
