@@ -8,6 +8,7 @@ and ``down`` stops only processes whose pid file and command line say we started
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -16,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,6 +43,7 @@ class MariaDBInfo:
     datadir: str = ""
     version: str = ""
     server_id: int = 1  # distinct per server of a replication pair (tests' GTID replica)
+    gtid_domain_id: int = 0  # distinct per shard (cdc.stack_shards), so their GTIDs never collide
 
 
 @dataclass
@@ -210,7 +213,7 @@ def _need(binary: str, package: str) -> str:
 # --------------------------------------------------------------------------- MariaDB
 
 
-def _mariadb_marker(info: StackInfo) -> str:
+def mariadb_marker(info: StackInfo) -> str:
     return f"--datadir={info.mariadb.datadir}"
 
 
@@ -218,7 +221,7 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
     state = Path(info.state_dir)
     m = info.mariadb
     m.datadir = m.datadir or str((state / "mariadb").resolve())
-    if running_pid(state, "mariadb", _mariadb_marker(info)) and port_open(m.port):
+    if running_pid(state, "mariadb", mariadb_marker(info)) and port_open(m.port):
         return
     mariadbd = _need("mariadbd", "mariadb-server")
     datadir = Path(m.datadir)
@@ -226,7 +229,7 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
     if fresh:
         _install_mariadb(datadir, m)
     m.port = free_port(m.port)
-    m.socket = str(datadir / "mariadbd.sock")
+    m.socket = str(mariadb_socket(datadir))
     log = state / "mariadb.log"
     _mariadb_tmpdir(datadir).mkdir(parents=True, exist_ok=True)
     pid = _spawn(_mariadb_args(info, mariadbd, datadir, report_mysql8_version), log)
@@ -241,6 +244,16 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
         cur.execute("SELECT @@version")
         m.version = cur.fetchone()[0]
     conn.close()
+
+
+def mariadb_socket(datadir: Path) -> Path:
+    """The server's Unix socket: in its data directory, or under the temporary directory
+    when that path would pass the 107 bytes a socket path may have (a deep state_dir)."""
+    path = datadir / "mariadbd.sock"
+    if len(str(path)) < 100:
+        return path
+    digest = hashlib.sha1(str(datadir).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"cdc-mariadb-{digest}.sock"
 
 
 def _install_mariadb(datadir: Path, m) -> None:
@@ -282,7 +295,7 @@ def _mariadb_args(info: StackInfo, mariadbd: str, datadir: Path, report_mysql8_v
     args = [
         mariadbd,
         "--no-defaults",
-        _mariadb_marker(info),
+        mariadb_marker(info),
         f"--port={m.port}",
         "--bind-address=127.0.0.1",
         f"--socket={m.socket}",
@@ -294,6 +307,7 @@ def _mariadb_args(info: StackInfo, mariadbd: str, datadir: Path, report_mysql8_v
         "--binlog-row-image=FULL",
         "--binlog-row-metadata=FULL",
         f"--server-id={m.server_id}",
+        f"--gtid-domain-id={m.gtid_domain_id}",
         "--gtid-strict-mode=1",
         "--log-slave-updates=1",
         "--skip-name-resolve",
@@ -528,7 +542,7 @@ def up(state_dir: Path = DEFAULT_STATE_DIR, components=COMPONENTS) -> StackInfo:
 
 def _markers(info: StackInfo) -> dict[str, str]:
     return {
-        "mariadb": _mariadb_marker(info),
+        "mariadb": mariadb_marker(info),
         "kafka": f"tcp://127.0.0.1:{info.kafka.port}",
         "postgres": f"-D {info.postgres.datadir}",
     }

@@ -6,7 +6,6 @@ replica, or replicating the shared server's whole history, would disturb the oth
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import socket
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 import pymysql
 
 from cdc import stack as local_stack
+from cdc import stack_shards
 
 
 def root(info: local_stack.StackInfo, port: int | None = None) -> pymysql.Connection:
@@ -36,58 +36,12 @@ def query_one(info: local_stack.StackInfo, sql: str, args=None):
 
 
 def start_server(state_dir: Path, server_id: int) -> local_stack.StackInfo:
-    info = local_stack.StackInfo(state_dir=str(state_dir.resolve()))
-    info.mariadb.server_id = server_id
-    state_dir.mkdir(parents=True, exist_ok=True)
-    local_stack.start_mariadb(info)
-    info.save()
-    return info
+    return stack_shards.start_server(state_dir, server_id, 0)
 
 
-def start_replica(primary: local_stack.StackInfo, state_dir: Path, server_id: int = 2) -> local_stack.StackInfo:
-    """A second server replicating ``primary`` by GTID (slave_pos, gtid_strict_mode and
-    log_slave_updates on, as cdc.stack starts every server) from the start of its binlog,
-    caught up, with the primary's users and passwords (the binlog sets them too)."""
-    replica = start_server(state_dir, server_id)
-    p = primary.mariadb
-    conn = root(replica)
-    try:
-        with conn.cursor() as cur:
-            for user, password in (("root'@'localhost", p.root_password), ("root'@'127.0.0.1", p.root_password)):
-                cur.execute(f"ALTER USER '{user}' IDENTIFIED BY %s", (password,))
-            cur.execute(f"ALTER USER '{p.user}'@'%%' IDENTIFIED BY %s", (p.password,))
-            # its own install statements would put GTIDs 0-<id>-n before the primary's
-            cur.execute("RESET MASTER")
-            cur.execute("SET GLOBAL gtid_slave_pos = ''")
-            cur.execute(
-                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='root', MASTER_PASSWORD=%s, "
-                "MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
-                (p.port, p.root_password),
-            )
-            cur.execute("START SLAVE")
-    finally:
-        conn.close()
-    replica.mariadb = dataclasses.replace(
-        replica.mariadb, user=p.user, password=p.password, root_password=p.root_password
-    )
-    replica.save()
-    caught_up(primary, replica)
-    return replica
-
-
-def caught_up(primary: local_stack.StackInfo, replica: local_stack.StackInfo, timeout_s: int = 60) -> str:
-    """Waits until the replica has applied everything the primary logged; that position."""
-    target = query_one(primary, "SELECT @@gtid_binlog_pos")[0]
-    conn = root(replica)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (target, timeout_s))
-            if cur.fetchone()[0] != 0:
-                cur.execute("SHOW SLAVE STATUS")
-                raise AssertionError(f"replica did not reach {target} in {timeout_s}s: {cur.fetchone()}")
-    finally:
-        conn.close()
-    return target
+# a GTID replica, and waiting for it to catch up: the local stack's shards have them too
+start_replica = stack_shards.start_replica
+caught_up = stack_shards.caught_up
 
 
 def promote(replica: local_stack.StackInfo) -> None:

@@ -53,13 +53,23 @@ def _setup_logging(verbose: bool) -> None:
 def stack_up(
     state_dir: Path = STATE_DIR_OPTION,
     only: Optional[list[str]] = typer.Option(None, help="start only these: mariadb, kafka, postgres"),
+    shards: int = typer.Option(
+        0,
+        help="also start this many shard servers (MariaDB, server_id 100*i, GTID domain i), each with a "
+        "GTID replica (server_id 100*i+1) to fail over to; listed in <state_dir>/shards.json",
+    ),
+    replicas: bool = typer.Option(True, help="with --shards: a replica for each shard"),
 ):
     """Start the local stack (idempotent)."""
+    from cdc import stack_shards
+
     components = tuple(only) if only else local_stack.COMPONENTS
     for name in components:
         if name not in local_stack.COMPONENTS:
             raise ConfigError(f"--only: unknown component {name!r}; allowed: {', '.join(local_stack.COMPONENTS)}")
     info = local_stack.up(state_dir, components)
+    if shards:
+        stack_shards.up(state_dir, shards, replicas)
     _print_status(state_dir)
     console.print(f"stack file: {info.path}")
 
@@ -69,7 +79,10 @@ def stack_down(
     state_dir: Path = STATE_DIR_OPTION, purge: bool = typer.Option(False, help="also delete all data of the stack")
 ):
     """Stop what `cdc stack up` started."""
-    stopped = local_stack.down(state_dir, purge=purge)
+    from cdc import stack_shards
+
+    stopped = stack_shards.down(state_dir)
+    stopped += local_stack.down(state_dir, purge=purge)
     console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
 
 
@@ -92,6 +105,15 @@ def _print_status(state_dir: Path) -> None:
     for name, st in local_stack.status(state_dir).items():
         table.add_row(
             name, "[green]running" if st["running"] else "[red]stopped", str(st["pid"] or "-"), addresses[name]
+        )
+    from cdc import stack_shards
+
+    for name, st in stack_shards.status(state_dir).items():
+        table.add_row(
+            f"{name} (server_id {st['server_id']}, domain {st['domain_id']})",
+            "[green]running" if st["running"] else "[red]stopped",
+            str(st["pid"] or "-"),
+            f"127.0.0.1:{st['port']}",
         )
     Console().print(table)
 

@@ -1,0 +1,196 @@
+"""The local stack's shards (``cdc stack up --shards N``): N more MariaDB servers with the
+same setup as the stack's own (binlog in ROW form with full images and metadata, GTIDs in
+strict mode), each with a GTID replica to fail over to, as processes under
+``<state>/shards/``. A keyspace of this project is such a set of servers with the same
+schema (issue 24).
+
+Shard ``i`` (1-based) is named ``shard<i>``; its server has server_id ``100 * i`` and GTID
+domain ``i``, so the shards' GTIDs never collide; its replica has server_id ``100 * i + 1``
+and the same domain (after a failover the shard's GTIDs go on in its domain, from another
+server). Each server is a one-server stack of :mod:`cdc.stack` (its own ``stack.json``);
+``<state>/shards.json`` lists them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cdc import stack as local_stack
+from cdc.stack import StackError, StackInfo
+
+SHARDS_FILE = "shards.json"
+MAX_SHARDS = 16  # a bound for a laptop-sized stack: each server is a process of its own
+
+
+@dataclass
+class ShardServers:
+    """One shard of the local stack: where its servers' stack files are."""
+
+    name: str
+    domain_id: int
+    primary: str  # state directory of the shard's server (a one-server stack)
+    replica: str = ""  # state directory of its GTID replica ("" without one)
+
+    def primary_info(self) -> StackInfo:
+        return StackInfo.load(self.primary)
+
+    def replica_info(self) -> StackInfo | None:
+        return StackInfo.load(self.replica) if self.replica else None
+
+
+def shards_path(state_dir: Path | str) -> Path:
+    return Path(state_dir) / SHARDS_FILE
+
+
+def load(state_dir: Path | str) -> list[ShardServers]:
+    """The shards of the stack at ``state_dir`` (none without a shards file)."""
+    path = shards_path(state_dir)
+    if not path.exists():
+        return []
+    return [ShardServers(**s) for s in json.loads(path.read_text())]
+
+
+def _save(state_dir: Path, shards: list[ShardServers]) -> None:
+    path = shards_path(state_dir)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([asdict(s) for s in shards], indent=2))
+    os.replace(tmp, path)
+
+
+def start_server(state_dir: Path, server_id: int, domain_id: int) -> StackInfo:
+    """A MariaDB server as a one-server stack at ``state_dir`` (started again if it was)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        info = StackInfo.load(state_dir)
+    except StackError:
+        info = StackInfo(state_dir=str(state_dir.resolve()))
+    info.mariadb.server_id = server_id
+    info.mariadb.gtid_domain_id = domain_id
+    local_stack.start_mariadb(info)
+    info.save()
+    return info
+
+
+def _root(info: StackInfo):
+    import pymysql
+
+    m = info.mariadb
+    return pymysql.connect(
+        host=m.host, port=m.port, user="root", password=m.root_password, autocommit=True, connect_timeout=5
+    )
+
+
+def start_replica(primary: StackInfo, state_dir: Path, server_id: int) -> StackInfo:
+    """A server replicating ``primary`` by GTID (slave_pos; gtid_strict_mode and
+    log_slave_updates are on, as on every server of the stack) from the start of its
+    binlog, caught up, with the primary's users and passwords. Set up once: a replica
+    already replicating is only started again."""
+    fresh = not (state_dir / "stack.json").exists()
+    replica = start_server(state_dir, server_id, primary.mariadb.gtid_domain_id)
+    if not fresh:
+        return replica
+    p = primary.mariadb
+    conn = _root(replica)
+    try:
+        with conn.cursor() as cur:
+            for user, password in (("root'@'localhost", p.root_password), ("root'@'127.0.0.1", p.root_password)):
+                cur.execute(f"ALTER USER '{user}' IDENTIFIED BY %s", (password,))
+            cur.execute(f"ALTER USER '{p.user}'@'%%' IDENTIFIED BY %s", (p.password,))
+            # its own install statements would put GTIDs before the primary's
+            cur.execute("RESET MASTER")
+            cur.execute("SET GLOBAL gtid_slave_pos = ''")
+            cur.execute(
+                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='root', MASTER_PASSWORD=%s, "
+                "MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+                (p.port, p.root_password),
+            )
+            cur.execute("START SLAVE")
+    finally:
+        conn.close()
+    replica.mariadb = dataclasses.replace(
+        replica.mariadb, user=p.user, password=p.password, root_password=p.root_password
+    )
+    replica.save()
+    caught_up(primary, replica)
+    return replica
+
+
+def caught_up(primary: StackInfo, replica: StackInfo, timeout_s: int = 60) -> str:
+    """Waits until the replica has applied everything the primary logged; that position."""
+    conn = _root(primary)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            target = cur.fetchone()[0]
+    finally:
+        conn.close()
+    conn = _root(replica)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (target, timeout_s))
+            if cur.fetchone()[0] != 0:
+                cur.execute("SHOW SLAVE STATUS")
+                raise StackError(f"replica did not reach {target} in {timeout_s}s: {cur.fetchone()}")
+    finally:
+        conn.close()
+    return target
+
+
+def up(state_dir: Path | str, count: int, replicas: bool = True) -> list[ShardServers]:
+    """Shards 1..``count`` running (idempotent; shards beyond ``count`` already there are
+    started too: a shard is removed only with ``down --purge``)."""
+    if not 1 <= count <= MAX_SHARDS:
+        raise StackError(f"--shards must be between 1 and {MAX_SHARDS}, not {count}")
+    state_dir = Path(state_dir)
+    known = {s.name: s for s in load(state_dir)}
+    for i in range(1, max(count, len(known)) + 1):
+        name = f"shard{i}"
+        base = state_dir / "shards" / name
+        shard = known.get(name) or ShardServers(name=name, domain_id=i, primary=str((base / "primary").resolve()))
+        primary = start_server(Path(shard.primary), 100 * i, shard.domain_id)
+        if replicas or shard.replica:
+            replica_dir = Path(shard.replica) if shard.replica else (base / "replica").resolve()
+            start_replica(primary, replica_dir, 100 * i + 1)
+            shard.replica = str(replica_dir)
+        known[name] = shard
+        _save(state_dir, list(known.values()))
+    return list(known.values())
+
+
+def down(state_dir: Path | str) -> list[str]:
+    """Stops every shard server; the names of those that ran."""
+    stopped = []
+    for shard in load(state_dir):
+        for role, path in (("replica", shard.replica), ("primary", shard.primary)):
+            if not path:
+                continue
+            try:
+                info = StackInfo.load(path)
+            except StackError:
+                continue
+            if local_stack.stop(info, "mariadb"):
+                stopped.append(f"{shard.name} {role}")
+    return stopped
+
+
+def status(state_dir: Path | str) -> dict[str, dict]:
+    """Per shard server (``shard1``, ``shard1 replica``): pid, port, running, server_id, domain."""
+    out = {}
+    for shard in load(state_dir):
+        for role, path in (("primary", shard.primary), ("replica", shard.replica)):
+            if not path:
+                continue
+            info = StackInfo.load(path)
+            pid = local_stack.running_pid(Path(info.state_dir), "mariadb", local_stack.mariadb_marker(info))
+            name = shard.name if role == "primary" else f"{shard.name} replica"
+            out[name] = {
+                "pid": pid,
+                "port": info.mariadb.port,
+                "running": bool(pid) and local_stack.port_open(info.mariadb.port),
+                "server_id": info.mariadb.server_id,
+                "domain_id": info.mariadb.gtid_domain_id,
+            }
+    return out
