@@ -50,7 +50,7 @@ of one key (all changes of a key live in that key's partition):
   one write becomes a marker in every partition, all carrying the same position, so a
   window has one HIGH sequence (``high_sequence``).
 
-(Topics written by Debezium itself use the Kafka offset instead, see merger.debezium.)
+(Topics written by Debezium itself use the Kafka offset instead, see merger.sources.debezium_topics.)
 
 A sink applies a change only if its sequence is greater than the one it holds for the
 key; a delete is kept as a tombstone carrying its sequence, so an older change (a replay,

@@ -21,7 +21,7 @@ which orders the changes of a key across partitions, and lets a snapshot row car
 HIGH watermark's position. Sink writes carry ``version = base + batch_id * 1e6 + step``,
 so a re-run batch is skipped by every sink (``base``: see ``_version_base``). Topics
 written by Debezium itself (``source_connector: debezium``) differ in two points,
-explained in ``merger.debezium``: their replay filter lets equal positions pass, and
+explained in ``merger.sources.debezium_topics``: their replay filter lets equal positions pass, and
 their sequence is the Kafka offset.
 """
 
@@ -102,7 +102,7 @@ class BatchProcessor(PausedTables):
     ):
         self.prefix = prefix
         # topics written by Debezium itself: its own replay rule and Kafka-offset
-        # sequences (merger/debezium.py explains both)
+        # sequences (merger/sources/debezium_topics.py explains both)
         self.debezium = source_connector == "debezium"
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
         self.store = store
@@ -170,7 +170,7 @@ class BatchProcessor(PausedTables):
         return out
 
     def _new_replay_filter(self) -> ReplayFilter:
-        from merger.debezium import DebeziumReplayFilter
+        from merger.sources.debezium_topics import DebeziumReplayFilter
 
         return DebeziumReplayFilter() if self.debezium else ReplayFilter()
 
@@ -524,7 +524,7 @@ class BatchProcessor(PausedTables):
         """A record of the schema-change topic. Ingest also writes each DDL as a marker
         into the table's own topic, in order with its changes, and the merger acts on that
         one (``_table_batch``); topics written by Debezium have only this record, acted on
-        where it is read (a truncate there is followed by a snapshot, see merger.debezium)."""
+        where it is read (a truncate there is followed by a snapshot, see merger.sources.debezium_topics)."""
         if not self.debezium:
             return
         for change in payload.get("tableChanges") or []:

@@ -105,7 +105,7 @@ def change_event(item: ParsedRecord, debezium: bool) -> ChangeEvent:
     # sequence. They are the same for ingest's topics. On Debezium's topics many
     # records share one position (snapshot rows; a snapshot and the first change
     # after it), so seq is the Kafka offset: a key lives in one partition, where
-    # the offsets follow the binlog (merger/debezium.py).
+    # the offsets follow the binlog (merger/sources/debezium_topics.py).
     order = pos.sequence() if pos else r["offset"]
     seq = r["offset"] if debezium else order
     ddl = headers.get(DDL_HEADER)

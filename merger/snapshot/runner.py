@@ -123,10 +123,10 @@ class SnapshotRunner(threading.Thread):
         # every source access (planning, watermarks, chunk reads) is retried by the guard
         self.guard = guard or SourceGuard(self.stop_event)
         # topics written by Debezium: its incremental snapshots, asked for through its
-        # signal table, replace our watermark windows (merger/debezium.py)
+        # signal table, replace our watermark windows (merger/sources/debezium_topics.py)
         self.signals = None
         if config.source_connector == "debezium":
-            from merger.debezium import SignalWriter
+            from merger.sources.debezium_topics import SignalWriter
 
             self.signals = SignalWriter(config.mysql, config.signal_table, store, self.guard)
         self.error: BaseException | None = None

@@ -1,5 +1,5 @@
-"""Debezium mode of the merger (merger/debezium.py) without Spark or Kafka: the replay
-rule on Debezium's positions, the signal rows, one micro-batch of Debezium records
+"""Debezium mode of the merger (merger/sources/debezium_topics.py) without Spark or Kafka:
+the replay rule on Debezium's positions, the signal rows, one micro-batch of Debezium records
 through ``BatchProcessor`` into a real Delta table, and the signal writer against the
 real MariaDB."""
 
@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from merger.debezium import SignalWriter
 from merger.errors import MergerError
+from merger.sources.debezium_topics import SignalWriter
 
 # ---------------------------------------------------------------------- the signal writer
 

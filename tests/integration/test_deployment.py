@@ -66,8 +66,8 @@ def test_deployed_users_and_grants_suffice_on_mariadb(stack, mysql_root, unique_
     from cdc.config import MySQLConfig
     from ingest.checks import check_source
     from merger import checks as merger_checks
-    from merger.debezium import SignalWriter, signal_ddl
     from merger.snapshot.runner import SnapshotRunner
+    from merger.sources.debezium_topics import SignalWriter, signal_ddl
 
     users = {INGEST.mysql.user: f"{unique_name}_i", MERGER_INGEST.mysql.user: f"{unique_name}_m"}
     debezium_merger = f"{unique_name}_d"

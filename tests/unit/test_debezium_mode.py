@@ -1,5 +1,5 @@
-"""Debezium mode of the merger (merger/debezium.py) without Spark or Kafka: the replay
-rule on Debezium's positions, the signal rows, one micro-batch of Debezium records
+"""Debezium mode of the merger (merger/sources/debezium_topics.py) without Spark or Kafka:
+the replay rule on Debezium's positions, the signal rows, one micro-batch of Debezium records
 through ``BatchProcessor`` into a real Delta table, and the signal writer against the
 real MariaDB."""
 
@@ -10,7 +10,7 @@ import json
 import pyarrow as pa
 
 from cdc.wire.position import EventPosition
-from merger.debezium import DebeziumReplayFilter, signal_row
+from merger.sources.debezium_topics import DebeziumReplayFilter, signal_row
 
 P = EventPosition
 
