@@ -25,6 +25,7 @@ from pathlib import Path
 from cdc.config import MergerConfig, load_model
 from merger import spark_progress
 from merger.errors import MergerError
+from merger.sources import source_kind
 from merger.state import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
         # an unreachable broker is waited for (no new batch, a line per attempt), this long at most
         "brokerOutageMaxS": str(config.kafka.outage_max_s),
     }
-    if config.source_connector == "ingest" and config.end_check_all_ms:
+    if source_kind(config.source_connector).follows_moved_topics and config.end_check_all_ms:
         # ingest's position records name the topics each transaction wrote: between checks of
         # every partition's end, only those topics' ends are asked for (merger.kafka.end_check)
         opts["movedTopicsFrom"] = f"{config.topic_prefix}.offsets"

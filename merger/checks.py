@@ -17,6 +17,7 @@ from cdc.config import MergerConfig
 from cdc.quoting import quote_ident
 from merger.errors import MergerError
 from merger.source import SourceUnavailable, is_transient
+from merger.sources import source_kind
 
 #: privilege errors: table access denied (1142), column access denied (1143),
 #: database access denied (1044)
@@ -91,7 +92,7 @@ def check_source(config: MergerConfig, captured: Callable[[str], bool]) -> None:
                     f"user {account} lacks SELECT on {names}{more}: GRANT SELECT ON "
                     f"{quote_ident(missing[0][0])}.* TO {account}"
                 )
-            if config.source_connector != "debezium":  # Debezium mode writes its signal table instead
+            if source_kind(config.source_connector).watermark_windows:  # else no watermark table is written
                 _check_watermark_table(cur, config.watermark_table, account)
     finally:
         conn.close()

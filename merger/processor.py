@@ -19,10 +19,10 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 Sequences: a change's sequence is its binlog position (``EventPosition.sequence``),
 which orders the changes of a key across partitions, and lets a snapshot row carry the
 HIGH watermark's position. Sink writes carry ``version = base + batch_id * 1e6 + step``,
-so a re-run batch is skipped by every sink (``base``: see ``_version_base``). Topics
-written by Debezium itself (``source_connector: debezium``) differ in two points,
-explained in ``merger.sources.debezium_topics``: their replay filter lets equal positions pass, and
-their sequence is the Kafka offset.
+so a re-run batch is skipped by every sink (``base``: see ``_version_base``). What
+depends on the writer of the topics (``source_connector``) is its kind's
+(``merger.sources``): the replay rule, the sequence (the Kafka offset on topics written
+by Debezium itself), how schema changes, truncates and snapshots reach the merger.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from cdc.ddl import ALTERED, CREATED, DROPPED, spec_from_marker
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
-from cdc.wire.position import EventPosition, ReplayFilter
+from cdc.wire.position import EventPosition
 from cdc.wire.topics import table_topic
 from ingest.schema_change_records import table_change_json
 from merger import crashpoints
@@ -65,6 +65,7 @@ from merger.records import (
 from merger.schema import SourceModes
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import SinkError, TableFault
+from merger.sources import source_kind
 from merger.state import StateStore
 from merger.table_ddl import DdlFollower
 from merger.tables import TableRegistry, TableRuntime
@@ -101,9 +102,8 @@ class BatchProcessor(PausedTables):
         on_drop: str = "truncate",
     ):
         self.prefix = prefix
-        # topics written by Debezium itself: its own replay rule and Kafka-offset
-        # sequences (merger/sources/debezium_topics.py explains both)
-        self.debezium = source_connector == "debezium"
+        # what wrote the topics: its replay rule, sequences, DDL, truncates, snapshots
+        self.source_kind = source_kind(source_connector)
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
         self.store = store
         self.sinks = sinks
@@ -122,7 +122,7 @@ class BatchProcessor(PausedTables):
         self.reader_behind: Callable[[], set[tuple[str, int]]] = lambda: set()
         # the tables' runtimes; its lock serialises a batch against the snapshot runner
         self.tables = TableRegistry()
-        self.replay = self._new_replay_filter()
+        self.replay = self.source_kind.replay_filter()
         self.restored = False
         self.record_sizes: dict[str, float] | None = None  # merger.kafka.admission, loaded at first use
         self.last_batch_bytes = 0  # keys and values of the last batch's records
@@ -169,13 +169,8 @@ class BatchProcessor(PausedTables):
             self._replay_cache = {k: v for k, v in cache.items() if k in self.replay.highest}
         return out
 
-    def _new_replay_filter(self) -> ReplayFilter:
-        from merger.sources.debezium_topics import DebeziumReplayFilter
-
-        return DebeziumReplayFilter() if self.debezium else ReplayFilter()
-
     def _restore(self, state: dict) -> None:
-        self.replay = self._new_replay_filter()
+        self.replay = self.source_kind.replay_filter()
         for topic, part, pos, tomb in state.get("replay", []):
             self.replay.highest[(topic, int(part))] = (EventPosition.decode(pos), bool(tomb))
         self.bad_records = state.get("bad_records", 0)
@@ -336,11 +331,7 @@ class BatchProcessor(PausedTables):
                 else:
                     self._bad(r, str(exc))
                 continue
-            if not (
-                self.replay.accept_record(topic, r["partition"], pos, payload)
-                if self.debezium
-                else self.replay.accept(topic, r["partition"], pos, value is None)
-            ):
+            if not self.replay.accept_record(topic, r["partition"], pos, payload):
                 continue
             if value is None:
                 continue  # tombstone: the delete before it carries the change
@@ -523,9 +514,9 @@ class BatchProcessor(PausedTables):
     def _schema_change(self, batch_id: int, payload: dict, step: list) -> None:
         """A record of the schema-change topic. Ingest also writes each DDL as a marker
         into the table's own topic, in order with its changes, and the merger acts on that
-        one (``_table_batch``); topics written by Debezium have only this record, acted on
-        where it is read (a truncate there is followed by a snapshot, see merger.sources.debezium_topics)."""
-        if not self.debezium:
+        one (``_table_batch``); topics without DDL markers (Debezium's) have only this
+        record, acted on where it is read (``merger.sources.debezium_topics``)."""
+        if self.source_kind.ddl_markers:
             return
         for change in payload.get("tableChanges") or []:
             db, table = parse_table_id(change.get("id", ""))
@@ -640,7 +631,7 @@ class BatchProcessor(PausedTables):
             r, payload = item.record, item.payload
             rt.last_offsets[r["partition"]] = r["offset"]
             try:
-                ev = change_event(item, self.debezium)
+                ev = change_event(item, self.source_kind)
             except BadRecord as exc:
                 self._bad(r, str(exc), rt)
                 continue
@@ -648,8 +639,8 @@ class BatchProcessor(PausedTables):
                 src_ts = (payload.get("source") or {}).get("ts_ms")
                 if src_ts:
                     rt.lag_ms = max(0.0, now_ms - src_ts)
-                if ev.op == "r" and self.debezium:
-                    rt.snapshot_rows += 1  # a row of Debezium's (initial or incremental) snapshot
+                if ev.op == "r" and not self.source_kind.watermark_windows:
+                    rt.snapshot_rows += 1  # a row of the writer's own snapshot (Debezium's initial or incremental)
             events.append(ev)
         return events
 
@@ -687,10 +678,10 @@ class BatchProcessor(PausedTables):
                     taken = []
                     self.writer.truncate(batch_id, rt, step)
                     rt.truncated_through = order
-                    if self.debezium:
-                        # Debezium writes one truncate record, into one partition: a change
+                    if not self.source_kind.truncate_in_every_partition:
+                        # one truncate record, in one partition (Debezium's): a change
                         # committed after it but read from another partition in an earlier
-                        # batch was just wiped too. Debezium's snapshot brings such rows back.
+                        # batch was just wiped too. The writer's snapshot brings such rows back.
                         self.store.request("snapshot", rt.name, where=None)
                 continue
             i = decoded.get(id(ev))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import pyarrow as pa
 
@@ -21,6 +21,9 @@ from cdc.wire.position import EventPosition
 from merger.errors import MergerError
 from merger.schema import rows_to_arrow
 from merger.schema_change import rows_to_arrow_lenient
+
+if TYPE_CHECKING:
+    from merger.sources import SourceKind
 
 MARKER = "m"  # op of a watermark marker
 SCHEMA = "s"  # op of a DDL marker
@@ -97,17 +100,15 @@ def parse(record: dict) -> ParsedRecord:
     return ParsedRecord(record, headers, payload, position_of(headers, payload))
 
 
-def change_event(item: ParsedRecord, debezium: bool) -> ChangeEvent:
-    """The change a parsed (non-tombstone) record carries. Raises BadRecord for an
-    unknown op or a change without its row image."""
+def change_event(item: ParsedRecord, source: SourceKind) -> ChangeEvent:
+    """The change a parsed (non-tombstone) record carries, on topics written by ``source``.
+    Raises BadRecord for an unknown op or a change without its row image."""
     r, headers, payload, pos = item
     # order: binlog order across partitions (cuts at truncates); seq: the sink's
-    # sequence. They are the same for ingest's topics. On Debezium's topics many
-    # records share one position (snapshot rows; a snapshot and the first change
-    # after it), so seq is the Kafka offset: a key lives in one partition, where
-    # the offsets follow the binlog (merger/sources/debezium_topics.py).
+    # sequence, the kind's (the same for ingest's topics; on Debezium's many records
+    # share one position, so there it is the Kafka offset: merger.sources)
     order = pos.sequence() if pos else r["offset"]
-    seq = r["offset"] if debezium else order
+    seq = source.sequence_of(order, r["offset"])
     ddl = headers.get(DDL_HEADER)
     if ddl is not None:  # a DDL marker (cdc.ddl.ddl_marker)
         return ChangeEvent(r["partition"], seq, SCHEMA, decode_marker(ddl), r, order)

@@ -121,3 +121,8 @@ class ReplayFilter:
                 return False
         self.highest[tp] = (position, is_tombstone)
         return True
+
+    def accept_record(self, topic: str, partition: int, position: EventPosition | None, payload: dict | None) -> bool:
+        """``accept`` for a parsed record: a tombstone is the record without a payload.
+        A rule for another writer's positions overrides it (Debezium's, in the merger)."""
+        return self.accept(topic, partition, position, payload is None)

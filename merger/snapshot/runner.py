@@ -36,6 +36,7 @@ from merger.snapshot.chunking import (
 )
 from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.source import SourceGuard, connect
+from merger.sources import source_kind
 from merger.state import StateStore
 from merger.tables import TableRegistry
 
@@ -122,13 +123,9 @@ class SnapshotRunner(threading.Thread):
         self.stop_event = threading.Event()
         # every source access (planning, watermarks, chunk reads) is retried by the guard
         self.guard = guard or SourceGuard(self.stop_event)
-        # topics written by Debezium: its incremental snapshots, asked for through its
-        # signal table, replace our watermark windows (merger/sources/debezium_topics.py)
-        self.signals = None
-        if config.source_connector == "debezium":
-            from merger.sources.debezium_topics import SignalWriter
-
-            self.signals = SignalWriter(config.mysql, config.signal_table, store, self.guard)
+        # what asks the writer of the topics for snapshots (Debezium's signal table: its
+        # incremental snapshots replace our watermark windows), or None (merger.sources)
+        self.signals = source_kind(config.source_connector).snapshot_signals(config, store, self.guard)
         self.error: BaseException | None = None
         self.parallelism = read_parallelism(config)  # reads at once (capped at the cores in local mode)
         if self.parallelism < config.snapshot.parallelism:

@@ -1,1 +1,70 @@
-"""The kinds of source the merger reads: what wrote the topics (``source_connector``)."""
+"""The kinds of source the merger reads: what wrote the topics (``source_connector``).
+
+A kind is one module here and decides, for the merger, everything that depends on the
+writer of the topics; the processor, the snapshot runner, the start-up checks and the
+Kafka source's options ask the kind instead of testing a name:
+
+* ``ingest`` (``ingest_topics.IngestTopics``): the project's own topics;
+* ``debezium`` (``debezium_topics.DebeziumTopics``): Debezium's MySQL connector.
+
+``source_kind(name)`` gives the kind of a ``source_connector`` value.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from merger.errors import MergerError
+from merger.sources.debezium_topics import DebeziumTopics
+from merger.sources.ingest_topics import IngestTopics
+
+if TYPE_CHECKING:
+    from cdc.config import MergerConfig
+    from cdc.wire.position import ReplayFilter
+    from merger.source import SourceGuard
+    from merger.sources.debezium_topics import SignalWriter
+    from merger.state import StateStore
+
+
+@runtime_checkable
+class SourceKind(Protocol):
+    """What the merger needs to know about the writer of its topics."""
+
+    #: the ``source_connector`` value
+    name: str
+    #: the writer's position records on ``<prefix>.offsets`` name the topics each of its
+    #: transactions wrote: the Kafka source follows them between checks of every end
+    follows_moved_topics: bool
+    #: a DDL arrives as a marker in every partition of the table's topic, where the sink
+    #: tables follow it; otherwise they follow the schema-change topic's records
+    ddl_markers: bool
+    #: a truncate is written into every partition of the table's topic; otherwise into
+    #: one, and the merger asks for a snapshot of the table after it
+    truncate_in_every_partition: bool
+    #: snapshots are the merger's DBLog watermark windows (it writes the watermark
+    #: table); otherwise the writer's own, on the topics as ``r`` records
+    watermark_windows: bool
+
+    def replay_filter(self) -> ReplayFilter:
+        """A new replay filter with this writer's rule (``accept_record``; its ``highest``
+        positions are saved with the merger's state)."""
+
+    def sequence_of(self, order: int, offset: int) -> int:
+        """The sink's sequence of a change (it orders the changes of one key): from its
+        binlog order ``order`` and its Kafka ``offset``."""
+
+    def snapshot_signals(self, config: MergerConfig, store: StateStore, guard: SourceGuard) -> SignalWriter | None:
+        """What asks the writer for snapshots (its ``check()`` at start, ``handle(request)``
+        for each control request); ``None`` where the merger reads them itself
+        (``watermark_windows``)."""
+
+
+KINDS: dict[str, SourceKind] = {kind.name: kind for kind in (IngestTopics(), DebeziumTopics())}
+
+
+def source_kind(name: str) -> SourceKind:
+    """The kind of source a ``source_connector`` value names."""
+    kind = KINDS.get(name)
+    if kind is None:
+        raise MergerError(f"source_connector {name!r} is not a kind of source the merger reads: {', '.join(KINDS)}")
+    return kind

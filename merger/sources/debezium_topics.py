@@ -1,5 +1,6 @@
-"""What the merger does differently when the topics are written by Debezium's own MySQL
-connector (Kafka Connect) instead of ``ingest`` (``source_connector: debezium``).
+"""The kind of source ``debezium`` (``DebeziumTopics``): what the merger does differently
+when the topics are written by Debezium's own MySQL connector (Kafka Connect) instead of
+``ingest`` (``source_connector: debezium``).
 
 Debezium's records carry no ``cdc.position`` header and the merger's DBLog watermark
 markers never appear on its topics (only ingest writes them). So:
@@ -29,10 +30,15 @@ markers never appear on its topics (only ingest writes them). So:
   passes and restarts the partition's position: a new initial snapshot (Debezium's
   offsets lost, ``snapshot.mode: when_needed`` after a binlog reset) may legitimately
   begin lower than what came before.
-* **Sequences are Kafka offsets** (see ``BatchProcessor``): binlog positions cannot
-  order the changes of a key here (the first streamed change after the initial snapshot
-  may have the snapshot's very position), while Kafka Connect's murmur2 partitioner puts
-  every change of a key into one partition, in binlog order.
+* **Sequences are Kafka offsets** (``DebeziumTopics.sequence_of``): binlog positions
+  cannot order the changes of a key here (the first streamed change after the initial
+  snapshot may have the snapshot's very position), while Kafka Connect's murmur2
+  partitioner puts every change of a key into one partition, in binlog order.
+* **Schema changes are only on the schema-change topic** (no DDL markers in the table
+  topics): the sink tables follow its records where they are read.
+* **A truncate is one record, in one partition**: a change committed after it but read
+  earlier from another partition is wiped too, so the merger asks Debezium for a snapshot
+  of the table, which brings such rows back.
 """
 
 from __future__ import annotations
@@ -224,3 +230,22 @@ class SignalWriter:
             )
         elif action in ("pause", "resume", "cancel") and plan is not None and self.table is not None:
             self.send(action, table)
+
+
+class DebeziumTopics:
+    """Topics written by Debezium's MySQL connector (``merger.sources.SourceKind``)."""
+
+    name = "debezium"
+    follows_moved_topics = False  # no ingest position records name the topics written
+    ddl_markers = False  # the schema-change topic's records are followed instead
+    truncate_in_every_partition = False  # one truncate record: a snapshot follows it
+    watermark_windows = False  # Debezium's snapshots arrive as ``r`` records
+
+    def replay_filter(self) -> ReplayFilter:
+        return DebeziumReplayFilter()
+
+    def sequence_of(self, order: int, offset: int) -> int:
+        return offset
+
+    def snapshot_signals(self, config, store, guard) -> SignalWriter:
+        return SignalWriter(config.mysql, config.signal_table, store, guard)

@@ -1,0 +1,151 @@
+"""The kinds of source (merger/sources/): the registry, and each kind's pure behaviour
+(replay rule, sequences, what the merger asks of it). The processor with Debezium's
+records is in test_debezium_mode.py; with ingest's, in test_processor.py and others."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from cdc.config import MergerConfig
+from cdc.wire.position import EventPosition, ReplayFilter
+from merger.app import source_options
+from merger.errors import MergerError
+from merger.records import ParsedRecord, change_event
+from merger.sources import KINDS, SourceKind, source_kind
+from merger.sources.debezium_topics import DebeziumReplayFilter, DebeziumTopics, SignalWriter
+from merger.sources.ingest_topics import IngestTopics
+
+P = EventPosition
+
+
+# ---------------------------------------------------------------------- the registry
+
+
+def test_every_source_connector_value_has_its_kind_and_no_other():
+    names = set(typing.get_args(MergerConfig.model_fields["source_connector"].annotation))
+    assert names == set(KINDS) == {"ingest", "debezium"}
+    for name in names:
+        kind = source_kind(name)
+        assert isinstance(kind, SourceKind) and kind.name == name
+    assert isinstance(source_kind("ingest"), IngestTopics)
+    assert isinstance(source_kind("debezium"), DebeziumTopics)
+    assert source_kind(MergerConfig().source_connector).name == "ingest"  # the default
+
+
+def test_an_unknown_kind_is_one_line_naming_the_known_ones():
+    with pytest.raises(MergerError) as exc:
+        source_kind("maxwell")
+    text = str(exc.value)
+    assert "\n" not in text and "'maxwell'" in text and "ingest, debezium" in text
+
+
+def test_a_kind_without_a_member_of_the_contract_is_not_one():
+    class Partial:
+        name = "partial"
+        follows_moved_topics = False
+
+        def replay_filter(self):
+            return ReplayFilter()
+
+    assert not isinstance(Partial(), SourceKind)
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_watermark_windows_and_snapshot_signals_agree(name, tmp_path):
+    """A kind either lets the merger read snapshots in watermark windows, or gives what
+    asks its writer for them: never both, never neither."""
+    kind = source_kind(name)
+    cfg = MergerConfig(source_connector=name, signal_table="cdc.sig", state_dir=str(tmp_path))
+    signals = kind.snapshot_signals(cfg, object(), object())
+    assert (signals is None) == kind.watermark_windows
+
+
+def test_each_kind_gives_a_new_replay_filter():
+    for kind in KINDS.values():
+        a, b = kind.replay_filter(), kind.replay_filter()
+        assert a is not b and a.highest == {} and isinstance(a, ReplayFilter)
+
+
+# ---------------------------------------------------------------------- ingest's topics
+
+
+def test_ingest_topics():
+    kind = source_kind("ingest")
+    assert kind.follows_moved_topics and kind.ddl_markers and kind.truncate_in_every_partition
+    assert kind.watermark_windows
+    assert kind.sequence_of(12345, 7) == 12345  # the binlog position, not the offset
+    assert kind.snapshot_signals(MergerConfig(), object(), object()) is None
+
+
+def test_ingest_replay_rule_drops_equal_positions_but_the_tombstone_of_a_delete():
+    f = source_kind("ingest").replay_filter()
+    t = "cdc.shop.t"
+    assert f.accept_record(t, 0, P("binlog.000001", 100), {"op": "c"})
+    assert not f.accept_record(t, 0, P("binlog.000001", 100), {"op": "c"})  # replayed
+    assert f.accept_record(t, 0, P("binlog.000001", 200), {"op": "d"})
+    assert f.accept_record(t, 0, P("binlog.000001", 200), None)  # its tombstone, once
+    assert not f.accept_record(t, 0, P("binlog.000001", 200), None)
+    assert not f.accept_record(t, 0, P("binlog.000001", 150), {"op": "u"})
+    assert f.accept_record(t, 1, P("binlog.000001", 150), {"op": "u"})  # another partition
+    assert f.accept_record(t, 0, None, {"op": "c"})  # no position: not judged
+    # the same rule as ReplayFilter.accept
+    g = ReplayFilter()
+    for pos, payload in [(100, {}), (100, {}), (200, {}), (200, None), (200, None), (50, {})]:
+        assert g.accept("t", 0, P("binlog.000001", pos), payload is None) == f.accept_record(
+            "u", 0, P("binlog.000001", pos), payload
+        )
+
+
+def test_the_kafka_source_follows_the_moved_topics_feed_of_ingest_only():
+    ingest = source_options(MergerConfig(topic_prefix="p", source_connector="ingest"))
+    assert ingest["movedTopicsFrom"] == "p.offsets" and ingest["endCheckAllMs"] == "5000"
+    assert "movedTopicsFrom" not in source_options(MergerConfig(source_connector="ingest", end_check_all_ms=0))
+    debezium = source_options(MergerConfig(topic_prefix="p", source_connector="debezium"))
+    assert "movedTopicsFrom" not in debezium and "endCheckAllMs" not in debezium
+
+
+# ---------------------------------------------------------------------- Debezium's topics
+
+
+def test_debezium_topics(tmp_path):
+    kind = source_kind("debezium")
+    assert not kind.follows_moved_topics and not kind.ddl_markers and not kind.truncate_in_every_partition
+    assert not kind.watermark_windows
+    assert kind.sequence_of(12345, 7) == 7  # the Kafka offset
+    assert isinstance(kind.replay_filter(), DebeziumReplayFilter)
+    store, guard = object(), object()
+    cfg = MergerConfig(source_connector="debezium", signal_table="cdc.sig", state_dir=str(tmp_path))
+    signals = kind.snapshot_signals(cfg, store, guard)
+    assert isinstance(signals, SignalWriter)
+    assert (signals.table, signals.store, signals.guard, signals.mysql) == ("cdc.sig", store, guard, cfg.mysql)
+
+
+def test_debezium_replay_rule_lets_equal_positions_pass():
+    f = source_kind("debezium").replay_filter()
+    src = {"source": {"file": "binlog.000001", "pos": 100, "row": 0, "snapshot": "false"}}
+    assert f.accept_record("t", 0, P("binlog.000001", 100), src)
+    assert f.accept_record("t", 0, P("binlog.000001", 100), src)  # many records share a position
+    assert not f.accept_record("t", 0, P("binlog.000001", 90), src)
+
+
+# ---------------------------------------------------------------------- sequences of changes
+
+
+def _item(offset: int, pos: EventPosition | None) -> ParsedRecord:
+    record = {"topic": "cdc.shop.t", "partition": 2, "offset": offset}
+    return ParsedRecord(record, {}, {"op": "u", "after": {"id": 1}}, pos)
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_a_change_carries_its_kinds_sequence_and_the_binlog_order(name):
+    kind = source_kind(name)
+    pos = P("binlog.000003", 4000, 2)
+    ev = change_event(_item(17, pos), kind)
+    assert ev.order == pos.sequence()  # binlog order across partitions, for every kind
+    assert ev.seq == kind.sequence_of(pos.sequence(), 17)
+    assert ev.seq == (pos.sequence() if name == "ingest" else 17)
+    # without a position both follow the offset
+    ev = change_event(_item(18, None), kind)
+    assert ev.order == ev.seq == 18
