@@ -216,7 +216,8 @@ def test_idle_triggers_ask_the_broker_nothing(tmp_path, monkeypatch):
     assert quiet_calls < whole_calls / 4, (quiet_calls, whole_calls)
 
 
-def test_a_tick_is_answered_on_a_quiet_trigger(tmp_path, monkeypatch):
+def idle_query(tmp_path, monkeypatch) -> tuple[Query, Truth, Clock]:
+    """A query 8 s into an idle stretch (its triggers quiet)."""
     clock = Clock()
     monkeypatch.setattr(datasource.time, "monotonic", clock)
     truth = Truth()
@@ -225,19 +226,17 @@ def test_a_tick_is_answered_on_a_quiet_trigger(tmp_path, monkeypatch):
     for _ in range(40):
         q.trigger()
         clock.now += 0.2
+    return q, truth, clock
+
+
+def test_a_tick_is_answered_on_a_quiet_trigger(tmp_path, monkeypatch):
+    q, _, _ = idle_query(tmp_path, monkeypatch)
     (tmp_path / "tick").write_text("7")
     assert parse_offsets(q.trigger())[TICK_TP] == 7
 
 
 def test_an_unannounced_write_is_answered_within_the_full_check(tmp_path, monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(datasource.time, "monotonic", clock)
-    truth = Truth()
-    r, _ = reader(truth, str(tmp_path / "tick"))
-    q = Query(r)
-    for _ in range(40):
-        q.trigger()
-        clock.now += 0.2
+    q, truth, clock = idle_query(tmp_path, monkeypatch)
     truth.write((TOPICS[1], 2), 4, "silent")  # a producer other than ingest
     seen_after = None
     for i in range(40):
