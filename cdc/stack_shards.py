@@ -22,6 +22,7 @@ from cdc import stack as local_stack
 from cdc.stack import StackError, StackInfo
 
 SHARDS_FILE = "shards.json"
+REPLICA_SET_UP = "replication-set-up"  # in a replica's state directory, once it replicates
 MAX_SHARDS = 16  # a bound for a laptop-sized stack: each server is a process of its own
 
 
@@ -86,35 +87,43 @@ def _root(info: StackInfo):
 def start_replica(primary: StackInfo, state_dir: Path, server_id: int) -> StackInfo:
     """A server replicating ``primary`` by GTID (slave_pos; gtid_strict_mode and
     log_slave_updates are on, as on every server of the stack) from the start of its
-    binlog, caught up, with the primary's users and passwords. Set up once: a replica
-    already replicating is only started again."""
-    fresh = not (state_dir / "stack.json").exists()
+    binlog, caught up, with the primary's users and passwords. Set up once (a marker file
+    says so): after that it is only started again; a set-up cut short goes on from where
+    it stopped (replication configured: only started and waited for)."""
     replica = start_server(state_dir, server_id, primary.mariadb.gtid_domain_id)
-    if not fresh:
+    done = state_dir / REPLICA_SET_UP
+    if done.exists():
         return replica
     p = primary.mariadb
     conn = _root(replica)
     try:
         with conn.cursor() as cur:
+            # not in its binlog: a GTID of its own in the shard's domain would break the
+            # strict order of the primary's GTIDs it applies
+            cur.execute("SET SESSION sql_log_bin = 0")
             for user, password in (("root'@'localhost", p.root_password), ("root'@'127.0.0.1", p.root_password)):
                 cur.execute(f"ALTER USER '{user}' IDENTIFIED BY %s", (password,))
             cur.execute(f"ALTER USER '{p.user}'@'%%' IDENTIFIED BY %s", (p.password,))
-            # its own install statements would put GTIDs before the primary's
-            cur.execute("RESET MASTER")
-            cur.execute("SET GLOBAL gtid_slave_pos = ''")
-            cur.execute(
-                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='root', MASTER_PASSWORD=%s, "
-                "MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
-                (p.port, p.root_password),
+            # the stack file follows at once: a set-up cut short from here on connects again
+            replica.mariadb = dataclasses.replace(
+                replica.mariadb, user=p.user, password=p.password, root_password=p.root_password
             )
+            replica.save()
+            cur.execute("SHOW SLAVE STATUS")
+            if cur.fetchone() is None:  # not configured yet (else: cut short after it)
+                # its own install statements would put GTIDs before the primary's
+                cur.execute("RESET MASTER")
+                cur.execute("SET GLOBAL gtid_slave_pos = ''")
+                cur.execute(
+                    "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='root', "
+                    "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+                    (p.port, p.root_password),
+                )
             cur.execute("START SLAVE")
     finally:
         conn.close()
-    replica.mariadb = dataclasses.replace(
-        replica.mariadb, user=p.user, password=p.password, root_password=p.root_password
-    )
-    replica.save()
     caught_up(primary, replica)
+    done.write_text("replicating by GTID from the primary\n")
     return replica
 
 
@@ -150,13 +159,14 @@ def up(state_dir: Path | str, count: int, replicas: bool = True) -> list[ShardSe
         name = f"shard{i}"
         base = state_dir / "shards" / name
         shard = known.get(name) or ShardServers(name=name, domain_id=i, primary=str((base / "primary").resolve()))
-        primary = start_server(Path(shard.primary), 100 * i, shard.domain_id)
-        if replicas or shard.replica:
-            replica_dir = Path(shard.replica) if shard.replica else (base / "replica").resolve()
-            start_replica(primary, replica_dir, 100 * i + 1)
-            shard.replica = str(replica_dir)
+        if replicas and not shard.replica:
+            shard.replica = str((base / "replica").resolve())
+        # listed before its servers start: `down` stops what a failed `up` left running
         known[name] = shard
         _save(state_dir, list(known.values()))
+        primary = start_server(Path(shard.primary), 100 * i, shard.domain_id)
+        if shard.replica:
+            start_replica(primary, Path(shard.replica), 100 * i + 1)
     return list(known.values())
 
 
@@ -183,7 +193,10 @@ def status(state_dir: Path | str) -> dict[str, dict]:
         for role, path in (("primary", shard.primary), ("replica", shard.replica)):
             if not path:
                 continue
-            info = StackInfo.load(path)
+            try:
+                info = StackInfo.load(path)
+            except StackError:
+                continue  # listed, never started (an `up` that failed before it)
             pid = local_stack.running_pid(Path(info.state_dir), "mariadb", local_stack.mariadb_marker(info))
             name = shard.name if role == "primary" else f"{shard.name} replica"
             out[name] = {

@@ -82,6 +82,15 @@ def test_shards_up_status_and_down(tmp_path):
         assert all(query(i, uptime)[0][0] >= before[n] for n, i in got.items())  # none restarted
         assert query(r1, "SELECT COUNT(*) FROM app.orders") == ((2,),)  # the replica still replicates
 
+        # a replica's set-up cut short (its marker missing): the next `up` does it again
+        (state / "shards" / "shard1" / "replica" / "replication-set-up").unlink()
+        res = run_cli("stack", "up", "--only", "mariadb", "--shards", "2", "--state-dir", str(state), timeout=600)
+        assert res.returncode == 0, res.stderr
+        query(s1, "INSERT INTO app.orders (v) VALUES (9)")
+        pos = query(s1, "SELECT @@gtid_binlog_pos")[0][0]
+        assert query(r1, "SELECT MASTER_GTID_WAIT(%s, 30)", (pos,)) == ((0,),)
+        assert query(r1, "SELECT COUNT(*) FROM app.orders") == ((3,),)
+
         res = run_cli("stack", "up", "--only", "mariadb", "--shards", "99", "--state-dir", str(state))
         assert res.returncode == 2 and "--shards must be between 1 and" in res.stderr
         assert "Traceback" not in res.stderr
