@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,12 +35,6 @@ class ShardServers:
     domain_id: int
     primary: str  # state directory of the shard's server (a one-server stack)
     replica: str = ""  # state directory of its GTID replica ("" without one)
-
-    def primary_info(self) -> StackInfo:
-        return StackInfo.load(self.primary)
-
-    def replica_info(self) -> StackInfo | None:
-        return StackInfo.load(self.replica) if self.replica else None
 
 
 def shards_path(state_dir: Path | str) -> Path:
@@ -170,40 +165,41 @@ def up(state_dir: Path | str, count: int, replicas: bool = True) -> list[ShardSe
     return list(known.values())
 
 
-def down(state_dir: Path | str) -> list[str]:
-    """Stops every shard server; the names of those that ran."""
-    stopped = []
+def _started(state_dir: Path | str, replica_first: bool = False) -> Iterator[tuple[ShardServers, str, StackInfo]]:
+    """``(shard, "primary" or "replica", its stack)`` of every shard server that was
+    started (one listed but never started, by an `up` that failed before it, is left out)."""
     for shard in load(state_dir):
-        for role, path in (("replica", shard.replica), ("primary", shard.primary)):
+        roles = (("primary", shard.primary), ("replica", shard.replica))
+        for role, path in reversed(roles) if replica_first else roles:
             if not path:
                 continue
             try:
                 info = StackInfo.load(path)
             except StackError:
                 continue
-            if local_stack.stop(info, "mariadb"):
-                stopped.append(f"{shard.name} {role}")
-    return stopped
+            yield shard, role, info
+
+
+def down(state_dir: Path | str) -> list[str]:
+    """Stops every shard server (replicas first); the names of those that ran."""
+    return [
+        f"{shard.name} {role}"
+        for shard, role, info in _started(state_dir, replica_first=True)
+        if local_stack.stop(info, "mariadb")
+    ]
 
 
 def status(state_dir: Path | str) -> dict[str, dict]:
     """Per shard server (``shard1``, ``shard1 replica``): pid, port, running, server_id, domain."""
     out = {}
-    for shard in load(state_dir):
-        for role, path in (("primary", shard.primary), ("replica", shard.replica)):
-            if not path:
-                continue
-            try:
-                info = StackInfo.load(path)
-            except StackError:
-                continue  # listed, never started (an `up` that failed before it)
-            pid = local_stack.running_pid(Path(info.state_dir), "mariadb", local_stack.mariadb_marker(info))
-            name = shard.name if role == "primary" else f"{shard.name} replica"
-            out[name] = {
-                "pid": pid,
-                "port": info.mariadb.port,
-                "running": bool(pid) and local_stack.port_open(info.mariadb.port),
-                "server_id": info.mariadb.server_id,
-                "domain_id": info.mariadb.gtid_domain_id,
-            }
+    for shard, role, info in _started(state_dir):
+        pid = local_stack.running_pid(Path(info.state_dir), "mariadb", local_stack.mariadb_marker(info))
+        name = shard.name if role == "primary" else f"{shard.name} replica"
+        out[name] = {
+            "pid": pid,
+            "port": info.mariadb.port,
+            "running": bool(pid) and local_stack.port_open(info.mariadb.port),
+            "server_id": info.mariadb.server_id,
+            "domain_id": info.mariadb.gtid_domain_id,
+        }
     return out
