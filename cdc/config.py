@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from cdc.errors import UserError
+from cdc.routes import Route, Routes
 
 
 class ConfigError(UserError, ValueError):
@@ -232,6 +233,56 @@ class StartPosition(_Model):
     pos: int | None = Field(None, ge=4)
 
 
+class ShardConfig(_Model):
+    """One server of a sharded source (docs/sharding.md)."""
+
+    name: str = Field(description="the shard's name: in each event's source.shard and the origin column")
+    mysql: MySQLConfig = Field(description="the shard's server (as `mysql` of a one-server source)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
+            raise ValueError("1 to 64 letters, digits, '_' or '-'")
+        return value
+
+
+class RouteConfig(_Model):
+    """Physical tables into one logical table (docs/sharding.md, Routes)."""
+
+    match: str = Field(description="regex on the physical db.table, full match (first route that matches wins)")
+    to: str = Field(description="the logical db.table; \\1 ... take groups of the match")
+
+    @field_validator("match")
+    @classmethod
+    def _match(cls, value: str) -> str:
+        _check_regexes(cls, [value])
+        return value
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, value: str) -> str:
+        return _check_qualified(cls, value)
+
+
+def _check_shards(cls, value: list[ShardConfig]) -> list[ShardConfig]:
+    names = [s.name for s in value]
+    doubled = sorted({n for n in names if names.count(n) > 1})
+    if doubled:
+        raise ValueError(f"shard names must differ: {', '.join(doubled)} more than once")
+    return value
+
+
+SHARDS_DESCRIPTION = (
+    "the servers of a sharded source, read by one ingest (each with its own position); empty: the one server of `mysql`"
+)
+ROUTES_DESCRIPTION = "physical tables into logical ones: [{match: <regex on db.table>, to: <db.table>}]"
+KEY_MODE_DESCRIPTION = (
+    "origin: the tables of several origins (shards, routed tables) get the column __cdc_origin in their "
+    "key, so equal keys never overwrite each other; unique: the keys are unique across origins"
+)
+
+
 class IngestConfig(_Model):
     """Configuration of one ``cdc ingest`` process (one source server)."""
 
@@ -303,11 +354,15 @@ class IngestConfig(_Model):
         description="transactional.id suffix (default: topic_prefix); still one ingest per topic_prefix "
         "(operations.md: A second ingest)",
     )
+    shards: list[ShardConfig] = Field(default_factory=list, description=SHARDS_DESCRIPTION)
+    routes: list[RouteConfig] = Field(default_factory=list, description=ROUTES_DESCRIPTION)
+    key_mode: Literal["origin", "unique"] = Field("origin", description=KEY_MODE_DESCRIPTION)
 
     _regexes = field_validator(
         "database_include", "database_exclude", "table_include", "table_exclude", "column_exclude", "column_mask"
     )(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
+    _shards = field_validator("shards")(_check_shards)
 
     @field_validator("topic_prefix")
     @classmethod
@@ -463,6 +518,11 @@ class MergerConfig(_Model):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     mysql: MySQLConfig = Field(default_factory=MySQLConfig, description="source, for snapshots and watermarks")
     watermark_table: str = "cdc.cdc_watermarks"
+    shards: list[ShardConfig] = Field(
+        default_factory=list, description="as ingest's `shards`: the servers the merger snapshots and checks"
+    )
+    routes: list[RouteConfig] = Field(default_factory=list, description="as ingest's `routes`")
+    key_mode: Literal["origin", "unique"] = Field("origin", description="as ingest's `key_mode`")
     source_connector: Literal["ingest", "debezium"] = Field(
         "ingest",
         description="what writes the topics: `ingest` (snapshots are the merger's DBLog "
@@ -552,8 +612,14 @@ class MergerConfig(_Model):
 
     _regexes = field_validator("table_include", "table_exclude")(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
+    _shards = field_validator("shards")(_check_shards)
 
     @field_validator("signal_table")
     @classmethod
     def _signal_table(cls, value: str | None) -> str | None:
         return None if value is None else _check_qualified(cls, value)
+
+
+def routes_of(config: IngestConfig | MergerConfig):
+    """The ``cdc.routes.Routes`` of a process's config."""
+    return Routes([Route(r.match, r.to) for r in config.routes], config.key_mode, sharded=bool(config.shards))

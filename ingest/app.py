@@ -25,10 +25,11 @@ import uuid
 import pymysql
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc.config import IngestConfig
-from cdc.ddl import DROPPED, ddl_marker, parse_ddl, table_effects, unclassified_tables
+from cdc.config import IngestConfig, routes_of
+from cdc.ddl import ALTERED, CREATED, DROPPED, ddl_marker, parse_ddl, table_effects, unclassified_tables
 from cdc.errors import CdcError
 from cdc.metrics_http import serve as serve_metrics
+from cdc.routes import ORIGIN_COLUMN, origin_of
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import encode_marker, watermark_marker
@@ -40,7 +41,7 @@ from ingest.checks import check_source, gtid_for_file_pos, read_server_state
 from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
 from ingest.control_records import context_headers, heartbeat_record, message_record
 from ingest.declared import DeclaredTypes
-from ingest.envelope import SourceInfo, TableEncoder, source_json
+from ingest.envelope import PhysicalTable, SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
 from ingest.failover import continuation
 from ingest.fatal import (
@@ -50,6 +51,8 @@ from ingest.fatal import (
     instance_running_message,
     offsets_blocked_message,
     position_lost_message,
+    routed_change_message,
+    sharded_position_message,
     taken_over_message,
     too_large_message,
     unclassified_ddl_message,
@@ -57,7 +60,7 @@ from ingest.fatal import (
 )
 from ingest.filters import CaptureFilter
 from ingest.lease import RENEW_S, Lease, held_by_another, lease_key, lease_transactional_id
-from ingest.position import ResumePoint, file_number
+from ingest.position import PositionVector, ResumePoint, file_number
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
     UNASSIGNED_PARTITION,
@@ -89,11 +92,32 @@ def _operation(event) -> str:
 # before ingest stops: the positions behind it cannot be read
 OFFSETS_WAIT_S = 15.0
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
+SOURCE_ERRORS = (pymysql.err.InternalError, *_TRANSIENT_MYSQL)
+
+
+def source_retry_reason(exc: BaseException, prefix: str, committed: ResumePoint | None) -> str:
+    """Why the stream is read again after ``exc`` (one of ``SOURCE_ERRORS``); raises what
+    cannot be retried."""
+    if isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] == 1236:
+        # the binlog was purged past our position: retrying cannot bring it back
+        raise IngestError(binlog_gone_message(prefix, committed, exc)) from None
+    if isinstance(exc, pymysql.err.InternalError):
+        raise exc
+    # also 4052: another replica with our server_id (another ingest?) took the stream
+    return f"source connection lost ({exc})"
 
 
 class Ingest:
-    def __init__(self, config: IngestConfig):
+    """Ingest of one server: the whole process for a one-server source, or one shard's
+    reader inside ``ingest.shards.ShardedIngest`` (``shard`` names it; the producer it is
+    given then commits every shard's position together), or the process of a sharded
+    source that follows one shard alone (``followed``: its position record, lease and
+    transactional.id are that shard's own)."""
+
+    def __init__(self, config: IngestConfig, shard: str | None = None, followed: str | None = None):
         self.config = config
+        self.shard = shard
+        self.routes = routes_of(config)
         self.prefix = config.topic_prefix
         self.filter = CaptureFilter(config)
         self.env = envelope_config(config)
@@ -103,14 +127,18 @@ class Ingest:
         self._behind_ts, self._behind_due = 0, 0  # when the lag gauge was last set
         self._table_maps: dict[int, object] = {}
         self.offsets_topic = f"{self.prefix}.offsets"
-        self.source_key = json.dumps({"server": self.prefix}, separators=(",", ":")).encode()
+        # the one-server source's key, or a sharded source's (one process, all shards), or
+        # that of one shard followed by a process of its own (``followed``)
+        source = {"server": self.prefix} if followed is None else {"server": self.prefix, "shard": followed}
+        self.source_key = json.dumps(source, separators=(",", ":")).encode()
+        self.lease_name = self.prefix if followed is None else f"{self.prefix}/{followed}"
         self.kafka_conf = config.kafka.client_config()
         self._codecs: dict[tuple[str, str, int], TableCodec] = {}
         self._table_details: dict[tuple[str, str], dict] = {}
         self._last_spec: dict[tuple[str, str], TableSpec] = {}
         self.declared = DeclaredTypes()
         self.committed: ResumePoint | None = None
-        self._position_on_kafka = False  # the broker holds a committed position of ours
+        self.position_on_kafka = False  # the broker holds a committed position of ours
         self.server_id = 0  # @@server_id of the server streamed from (checked at every connect)
         self.epoch = 0  # EventPosition.epoch of the records written from that server
         self.stats = {"events": 0, "kafka_transactions": 0, "source_transactions": 0}
@@ -122,6 +150,7 @@ class Ingest:
         self._lease: Lease | None = None  # this instance's, once claimed
         self._lease_producer: TransactionalProducer | None = None
         self._lease_renewed = 0.0
+        self.renews_lease = True  # a shard's reader: False, the process holds the lease
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -129,66 +158,24 @@ class Ingest:
         stop = stop or threading.Event()
         facts = check_source(self.config)
         serve_metrics(self.config.metrics_port, self.config.metrics_address)
-        self.topics = Topics(self.kafka_conf)
-        self.topics.check_reachable()
-        self.topics.partitions(self.offsets_topic, 1, compact=True)
-        self.topics.partitions(self.prefix, 1)
-        txn_id = f"cdc-ingest-{self.config.state_name or self.prefix}"
-        # fence the previous instance first: its transaction still open on the offsets
-        # partition is aborted, so that a read_committed read sees the last committed point
-        # (Tansu hides a partition's committed records while a transaction is open on it)
-        self.max_message_bytes = (
-            self.config.kafka.max_message_bytes or self.topics.broker_max_message_bytes() or DEFAULT_MAX_MESSAGE_BYTES
-        )
-        self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
-        try:
-            offsets = read_offsets(
-                self.kafka_conf,
-                self.offsets_topic,
-                self.source_key,
-                lease_key(self.prefix),
-                wait_s=OFFSETS_WAIT_S,
-                missing_ok=False,
-            )
-        except OffsetsBlocked as exc:
-            raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
-        self._claim_lease(txn_id, Lease.from_json(offsets.lease) if offsets.lease else None)
-        self.committed = offsets.point
-        self._position_on_kafka = offsets.point is not None  # a broker that loses it must stop us
-        if self.committed is None:
-            self.committed = ResumePoint(gtid_state=self._start_gtid(facts))
-            log.info("no committed position: starting at GTID %s", self.committed.gtid_state or "<empty>")
-        else:
-            log.info(
-                "resuming at GTID %s (+%d row events of %s)",
-                self.committed.gtid_state,
-                self.committed.trx_events,
-                self.committed.trx_gtid,
-            )
-        # the server's binlog is checked against this point on every connect of the stream
-        self.server_id, self.epoch = facts["server_id"], self.committed.epoch
-        self._load_ddl_history()
+        offsets = self.open_broker()
+        txn_id = self.transactional_id
+        if isinstance(offsets.point, PositionVector):
+            raise IngestError(sharded_position_message(self.prefix, sorted(offsets.point.shards)))
+        self.position_on_kafka = offsets.point is not None  # a broker that loses it must stop us
+        self.start_at(offsets.point, facts)
         self.backoff = 1.0
         while not stop.is_set():
             try:
                 if self.producer is None:  # after a broker error: made here, so that failing again is retried
-                    self.producer = self._new_producer(txn_id)
-                    self._check_position_kept()
-                self._stream(stop)
+                    self.producer = self.new_producer(txn_id)
+                    self.check_position_kept()
+                self.stream(stop)
                 self.backoff = 1.0
-            except (pymysql.err.OperationalError, pymysql.err.InternalError) as exc:
-                # 1236 (binlog purged past our position) arrives as an OperationalError:
-                # fatal, retrying cannot bring the binlog back
-                if exc.args and exc.args[0] == 1236:
-                    raise IngestError(binlog_gone_message(self.prefix, self.committed, exc)) from None
-                if isinstance(exc, pymysql.err.InternalError):
-                    raise
-                # also 4052: another replica with our server_id (another ingest?) took the stream
-                self._retry_later(stop, f"source connection lost ({exc})", "source")
-            except _TRANSIENT_MYSQL as exc:
-                self._retry_later(stop, f"source connection lost ({exc})", "source")
+            except SOURCE_ERRORS as exc:
+                self.retry_later(stop, source_retry_reason(exc, self.prefix, self.committed), "source")
             except BrokerError as exc:
-                self._retry_later(stop, f"broker error ({exc})", "broker")
+                self.retry_later(stop, f"broker error ({exc})", "broker")
             except RecordTooLarge as exc:
                 self.producer.abort()
                 raise IngestError(too_large_message(self.prefix, exc)) from None
@@ -201,21 +188,79 @@ class Ingest:
                 # makes one (the other one, a zombie, stops at its next lease renewal)
                 if not self.producer.fenced:  # the lease producer was fenced, not this one
                     self.producer.abort()
-                self._stop_if_taken_over()
+                self.stop_if_taken_over()
                 log.warning(
                     "ingest's producer was fenced by an instance that no longer holds the lease: taking it back"
                 )
                 self.producer = None
         if self.producer is not None:
             self.producer.abort()
+        self.release_lease()
+
+    def release_lease(self) -> None:
+        """At a clean stop: the lease's open transaction ends (the lease stays until it expires)."""
         if self._lease_producer is not None:
             self._lease_producer.abort()
 
-    def _check_position_kept(self) -> None:
+    @property
+    def transactional_id(self) -> str:
+        name = f"cdc-ingest-{self.config.state_name or self.prefix}"
+        return name if self.lease_name == self.prefix else f"{name}-{self.lease_name.rpartition('/')[2]}"
+
+    def open_broker(self):
+        """The topics made sure of, this instance's producer, the offsets topic read (the
+        position committed, the lease), and the lease claimed; the ``OffsetsRead``."""
+        self.topics = Topics(self.kafka_conf)
+        self.topics.check_reachable()
+        self.topics.partitions(self.offsets_topic, 1, compact=True)
+        self.topics.partitions(self.prefix, 1)
+        txn_id = self.transactional_id
+        # fence the previous instance first: its transaction still open on the offsets
+        # partition is aborted, so that a read_committed read sees the last committed point
+        # (Tansu hides a partition's committed records while a transaction is open on it)
+        self.max_message_bytes = (
+            self.config.kafka.max_message_bytes or self.topics.broker_max_message_bytes() or DEFAULT_MAX_MESSAGE_BYTES
+        )
+        self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
+        try:
+            offsets = read_offsets(
+                self.kafka_conf,
+                self.offsets_topic,
+                self.source_key,
+                lease_key(self.lease_name),
+                wait_s=OFFSETS_WAIT_S,
+                missing_ok=False,
+            )
+        except OffsetsBlocked as exc:
+            raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
+        self._claim_lease(txn_id, Lease.from_json(offsets.lease) if offsets.lease else None)
+        return offsets
+
+    def start_at(self, point: ResumePoint | None, facts: dict) -> None:
+        """Where the stream starts: the committed ``point``, or where ``start`` says for a
+        source (or shard) without one. ``facts``: ``checks.check_source``'s of the server."""
+        where = f"shard {self.shard}: " if self.shard else ""
+        if point is None:
+            point = ResumePoint(gtid_state=self._start_gtid(facts))
+            log.info("%sno committed position: starting at GTID %s", where, point.gtid_state or "<empty>")
+        else:
+            log.info(
+                "%sresuming at GTID %s (+%d row events of %s)",
+                where,
+                point.gtid_state,
+                point.trx_events,
+                point.trx_gtid,
+            )
+        self.committed = point
+        # the server's binlog is checked against this point on every connect of the stream
+        self.server_id, self.epoch = facts["server_id"], point.epoch
+        self._load_ddl_history()
+
+    def check_position_kept(self) -> None:
         """After a broker error: the broker still holds a committed position, if ingest had one
         there. A broker restarted without its storage has lost every topic; writing on would
         fill new, auto-created topics that no consumer's offsets fit (a silent loss)."""
-        if not self._position_on_kafka:
+        if not self.position_on_kafka:
             return
         try:
             found = read_offsets(
@@ -226,13 +271,13 @@ class Ingest:
         if found is None:
             raise IngestError(position_lost_message(self.prefix, self.offsets_topic, self.committed))
 
-    def _new_producer(self, txn_id: str) -> TransactionalProducer:
+    def new_producer(self, txn_id: str) -> TransactionalProducer:
         # a discarded producer's handle may still be held by the failed call's frames (a
         # reference cycle through the exception): destroyed before the new one starts
         gc.collect()
         return TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
 
-    def _retry_later(self, stop: threading.Event, what: str, kind: str) -> None:
+    def retry_later(self, stop: threading.Event, what: str, kind: str) -> None:
         bound = self.config.kafka.outage_max_s
         if kind == "broker" and bound and self.unavailable_since is not None:
             waited = time.monotonic() - self.unavailable_since
@@ -241,16 +286,16 @@ class Ingest:
         self._recover(f"{what}; retrying in {self.backoff:.0f}s", kind)
         stop.wait(self.backoff)
         self.backoff = min(self.backoff * 2, 30.0)
-        self._stop_if_taken_over()
+        self.stop_if_taken_over()
 
-    def _stop_if_taken_over(self) -> None:
+    def stop_if_taken_over(self) -> None:
         """Before a retry: stop if a newer instance fenced our lease. Two instances with one
         server_id take the binlog stream from each other, and a producer that librdkafka
         reports fenced only as a fatal error would be made again, fencing the newer one."""
         try:
             self._renew_lease()
         except ProducerFenced:
-            raise IngestError(taken_over_message(self.prefix, self._newest_lease())) from None
+            raise IngestError(taken_over_message(self.lease_name, self._newest_lease())) from None
         except BrokerError:
             self._drop_lease_producer()  # the broker is away: the next retry checks again
 
@@ -259,16 +304,21 @@ class Ingest:
         that this one writes it now (``ingest.lease``)."""
         now_ms = int(time.time() * 1000)
         if held_by_another(held, identity, now_ms):
-            raise IngestError(instance_running_message(self.prefix, held, (now_ms - held.renewed_ms) / 1000))
-        self._lease_producer = TransactionalProducer(self.kafka_conf, lease_transactional_id(self.prefix))
+            raise IngestError(instance_running_message(self.lease_name, held, (now_ms - held.renewed_ms) / 1000))
+        self._lease_producer = TransactionalProducer(self.kafka_conf, lease_transactional_id(self.lease_name))
         self._lease = Lease(identity, self.config.state_name, socket.gethostname(), os.getpid(), uuid.uuid4().hex, 0)
         self._renew_lease()
+
+    def renew_lease_if_due(self) -> None:
+        """Before a commit (a shard's reader leaves it to the process: ``renews_lease``)."""
+        if self.renews_lease and time.monotonic() - self._lease_renewed >= RENEW_S:
+            self._renew_lease()  # fenced (another instance took over): nothing more is committed
 
     def _renew_lease(self) -> None:
         if self._lease_producer is None:
             self._lease_producer = self._remake_lease_producer()
         self._lease = dataclasses.replace(self._lease, renewed_ms=int(time.time() * 1000))
-        self._lease_producer.commit_with(self.offsets_topic, lease_key(self.prefix), self._lease.to_json())
+        self._lease_producer.commit_with(self.offsets_topic, lease_key(self.lease_name), self._lease.to_json())
         self._lease_renewed = time.monotonic()
 
     def _drop_lease_producer(self) -> None:
@@ -284,7 +334,7 @@ class Ingest:
         transactional.id, so a newer instance's lease means this one stops."""
         try:
             raw = read_offsets(
-                self.kafka_conf, self.offsets_topic, self.source_key, lease_key(self.prefix), timeout_s=5
+                self.kafka_conf, self.offsets_topic, self.source_key, lease_key(self.lease_name), timeout_s=5
             ).lease
         except OffsetsBlocked:
             # most likely our own discarded lease transaction, which only a new lease producer
@@ -294,15 +344,15 @@ class Ingest:
             raise BrokerError(f"cannot read the lease on {self.offsets_topic}: {exc}") from None
         lease = Lease.from_json(raw) if raw else None
         if lease is not None and lease.run != self._lease.run:
-            raise IngestError(taken_over_message(self.prefix, lease))
+            raise IngestError(taken_over_message(self.lease_name, lease))
         gc.collect()  # the discarded one destroyed first (see _new_producer)
-        return TransactionalProducer(self.kafka_conf, lease_transactional_id(self.prefix))
+        return TransactionalProducer(self.kafka_conf, lease_transactional_id(self.lease_name))
 
     def _newest_lease(self) -> Lease | None:
         """The lease of the instance that took over, if it is readable (for the message)."""
         try:
             raw = read_offsets(
-                self.kafka_conf, self.offsets_topic, self.source_key, lease_key(self.prefix), timeout_s=5
+                self.kafka_conf, self.offsets_topic, self.source_key, lease_key(self.lease_name), timeout_s=5
             ).lease
         except CdcError:
             return None
@@ -353,8 +403,15 @@ class Ingest:
             ddl_text = payload.get("ddl")
             if not ddl_text:
                 continue
-            default_db = (payload.get("source") or {}).get("db") or payload.get("databaseName") or ""
+            source = payload.get("source") or {}
+            if source.get("shard") != self.shard:
+                continue  # another shard's (or, sharded, a one-server ingest's) statement
+            default_db = source.get("db") or payload.get("databaseName") or ""
             self.declared.observe(parse_ddl(ddl_text, default_db), ddl_text)
+
+    def source_lost(self, message: str) -> None:
+        """The source connection failed: said, counted, and cleaned up for a retry."""
+        self._recover(message, "source")
 
     def _recover(self, message: str, kind: str) -> None:
         log.warning(message)
@@ -404,7 +461,7 @@ class Ingest:
             on_connect=self._source_connected,
         )
 
-    def _stream(self, stop: threading.Event) -> None:
+    def stream(self, stop: threading.Event) -> None:
         cfg = self.config
         policy = CommitPolicy(
             cfg.commit_every_events, cfg.commit_every_ms, cfg.heartbeat_interval_ms, cfg.hold_max_mb << 20
@@ -443,11 +500,10 @@ class Ingest:
             self.server_id,
             self.epoch,
         )
-        if time.monotonic() - self._lease_renewed >= RENEW_S:
-            self._renew_lease()  # fenced (another instance took over): nothing more is committed
+        self.renew_lease_if_due()
         self.producer.commit(self.offsets_topic, self.source_key, point)
         self.committed = point
-        self._position_on_kafka = True
+        self.position_on_kafka = True
         self.stats["kafka_transactions"] += 1
         metrics.KAFKA_COMMITS.inc()
         if point.file and point.pos:
@@ -460,10 +516,24 @@ class Ingest:
     # ------------------------------------------------------------------ rows
 
     def _partitions(self, db: str, table: str) -> int:
-        topic = table_topic(self.prefix, db, table)
-        return self.topics.partitions(
-            topic, self.config.topic_partitions_per_table.get(f"{db}.{table}", self.config.topic_partitions)
-        )
+        """The partition count of the topic of physical table ``db.table`` (its logical
+        table's topic), which is made if missing."""
+        ldb, ltable = self.routes.logical(db, table)
+        return self.topics.partitions(table_topic(self.prefix, ldb, ltable), self._partition_count(ldb, ltable))
+
+    def _partition_count(self, ldb: str, ltable: str) -> int:
+        return self.config.topic_partitions_per_table.get(f"{ldb}.{ltable}", self.config.topic_partitions)
+
+    def _logical(self, spec: TableSpec) -> tuple[TableSpec, PhysicalTable | None]:
+        """A physical table's spec as its logical table's, and the physical table when the
+        two differ (routes, shards): the source block names it."""
+        try:
+            logical = self.routes.logical_spec(spec)
+        except ValueError as exc:
+            raise IngestError(str(exc)) from None
+        if logical is spec and self.shard is None:
+            return spec, None
+        return logical, PhysicalTable(self.shard, spec.db, spec.table)
 
     def _details(self, db: str, table: str) -> dict:
         details = self._table_details.get((db, table))
@@ -511,7 +581,10 @@ class Ingest:
                 event.schema, event.table, details, table_map, self.declared.get(event.schema, event.table)
             )
             spec, masked = apply_column_filters(spec, self.filter)
-            codec = TableCodec(spec, self.env, masked)
+            logical, physical = self._logical(spec)
+            codec = TableCodec(logical, self.env, masked, physical)
+            if self.routes.adds_origin(event.schema, event.table):
+                codec.origin = origin_of(self.shard, event.schema, event.table)
             self._codecs[key] = codec
             self._last_spec[(event.schema, event.table)] = spec
         return codec
@@ -558,6 +631,7 @@ class Ingest:
         rows = event.rows
         held_bytes = 0
         src_head, src_tail = enc.source_split(ts_ms, server_id, position.file, position.pos, trx.gtid, trx.thread)
+        origin = codec.origin
         for row_index, row in enumerate(rows):
             if op == "u":
                 before, after = row["before_values"], row["after_values"]
@@ -566,6 +640,11 @@ class Ingest:
                 before, after, bns, ans = None, row["values"], None, row.get("none_sources")
             else:
                 before, after, bns, ans = row["values"], None, row.get("none_sources"), None
+            if origin is not None:
+                if before is not None:
+                    before[ORIGIN_COLUMN] = origin
+                if after is not None:
+                    after[ORIGIN_COLUMN] = origin
             if mask is not None:
                 before, after = mask(before), mask(after)
             source = f"{src_head}{row_index}{src_tail}"
@@ -573,13 +652,13 @@ class Ingest:
             records = enc.change(
                 op, before, after, source, transaction=transaction, before_none_sources=bns, after_none_sources=ans
             )
-            pos_bytes = position_bytes(position.file, position.pos, row_index, 0, position.epoch)
+            pos_bytes = position_bytes(position.file, position.pos, row_index, 0, position.epoch, position.shard)
             for i, rec in enumerate(records):
                 # the create half of a primary-key change sorts after its delete half
                 pb = (
                     pos_bytes
                     if not (op == "u" and i and rec.value is not None)
-                    else position_bytes(position.file, position.pos, row_index, 1, position.epoch)
+                    else position_bytes(position.file, position.pos, row_index, 1, position.epoch, position.shard)
                 )
                 if rec.key is not None:
                     # librdkafka's murmur2_random partitioner: Kafka's Java default (see producer.py)
@@ -639,16 +718,27 @@ class Ingest:
             if not self.filter.captures_table(db, table):
                 log.warning("watermark for %s ignored: table not captured", target)
                 continue
-            topic = table_topic(self.prefix, db, table)
+            # a physical table's window is its logical table's (the merger names the physical
+            # table it reads; the marker, in the logical topic, names the logical one)
+            ldb, ltable = self.routes.logical(db, table)
+            topic = table_topic(self.prefix, ldb, ltable)
             partitions = self._partitions(db, table)
-            payload = watermark_marker(target, values.get("window_id"), values.get("kind"))
+            payload = watermark_marker(f"{ldb}.{ltable}", values.get("window_id"), values.get("kind"))
             source = source_json(
                 self.env,
                 SourceInfo(
-                    db, table, trx.ts_ms, event.packet.server_id, position.file, position.pos, row_index, trx.gtid
+                    db,
+                    table,
+                    trx.ts_ms,
+                    event.packet.server_id,
+                    position.file,
+                    position.pos,
+                    row_index,
+                    trx.gtid,
+                    shard=self.shard,
                 ),
             )
-            pos = position_bytes(position.file, position.pos, row_index, 0, position.epoch)
+            pos = position_bytes(position.file, position.pos, row_index, 0, position.epoch, position.shard)
             rec = message_record(
                 self.env, topic, source, "cdc.watermark", payload, headers=[(WATERMARK_HEADER, payload)]
             )
@@ -666,9 +756,8 @@ class Ingest:
             if target and "." in target:
                 db, table = target.split(".", 1)
                 if self.filter.captures_table(db, table):
-                    wanted[table_topic(self.prefix, db, table)] = self.config.topic_partitions_per_table.get(
-                        target, self.config.topic_partitions
-                    )
+                    ldb, ltable = self.routes.logical(db, table)
+                    wanted[table_topic(self.prefix, ldb, ltable)] = self._partition_count(ldb, ltable)
         self.topics.prepare(wanted)
 
     def _ddl(self, event, query: str, trx: SourceTransaction, position: EventPosition) -> int:
@@ -687,9 +776,15 @@ class Ingest:
             return 0
         if ddl.kind == "DATABASE" and not self.filter.captures_database(ddl.database or ""):
             return 0
+        routed = [(db, t) for db, t in captured if self.routes.routed(db, t)]
+        if routed and ddl.kind not in ("CREATE", "ALTER"):
+            # a logical table of several origins: dropping, renaming or emptying one origin's
+            # rows is not what the statement would do to the sink table (see docs/sharding.md)
+            where = f"binlog {position.file}:{position.pos}" + (f" of shard {self.shard}" if self.shard else "")
+            raise IngestError(routed_change_message(self.prefix, routed, ddl.kind, where, query))
         database = ddl.database or (captured[0][0] if captured else default_db)
         thread = getattr(event, "slave_proxy_id", None)
-        pos = position_bytes(position.file, position.pos, 0, 0, position.epoch)
+        pos = position_bytes(position.file, position.pos, 0, 0, position.epoch, position.shard)
         written = 0
         if ddl.kind == "TRUNCATE":
             # a truncate record per partition, and no schema change: Debezium writes none
@@ -703,9 +798,11 @@ class Ingest:
                 spec = spec_from_details(db, table, details, None, self.declared.get(db, table))
                 if spec is not None:
                     spec, _ = apply_column_filters(spec, self.filter)
-                    changes.append(table_change_json("CREATE" if ddl.kind == "CREATE" else "ALTER", spec))
                     # a TRUNCATE before the next row event carries this version, as Debezium's does
                     self._last_spec[(db, table)] = spec
+                    logical, _ = self._logical(spec)
+                    created = ddl.kind == "CREATE" and not self.routes.routed(db, table)
+                    changes.append(table_change_json("CREATE" if created else "ALTER", logical))
         elif ddl.kind == "DROP":
             changes = [table_change_json("DROP", None, db, table) for db, table in captured]
             for key in captured:
@@ -721,6 +818,7 @@ class Ingest:
             trx.gtid,
             thread,
             query,
+            shard=self.shard,
         )
         rec = schema_change_record(self.env, source, query, changes, database=database)
         self._send_record(rec, 0, pos)
@@ -759,21 +857,35 @@ class Ingest:
                 spec = spec_from_details(db, table, self._details(db, table), None, self.declared.get(db, table))
                 if spec is not None:
                     spec, _ = apply_column_filters(spec, self.filter)
-            payload = encode_marker(ddl_marker(db, table, kind, query, spec))
+                    spec, _ = self._logical(spec)
+            ldb, ltable = self.routes.logical(db, table)
+            if kind == CREATED and self.routes.routed(db, table):
+                kind = ALTERED  # one more origin of the logical table, which may have rows of others
+            payload = encode_marker(ddl_marker(ldb, ltable, kind, query, spec))
             source = source_json(
                 self.env,
-                SourceInfo(db, table, trx.ts_ms, event.packet.server_id, position.file, position.pos, row, trx.gtid),
+                SourceInfo(
+                    db,
+                    table,
+                    trx.ts_ms,
+                    event.packet.server_id,
+                    position.file,
+                    position.pos,
+                    row,
+                    trx.gtid,
+                    shard=self.shard,
+                ),
             )
             rec = message_record(
                 self.env,
-                table_topic(self.prefix, db, table),
+                table_topic(self.prefix, ldb, ltable),
                 source,
                 DDL_HEADER,
                 payload,
                 headers=[(DDL_HEADER, payload)],
             )
             # one row index per table: tables whose names share a topic keep distinct positions
-            pos = position_bytes(position.file, position.pos, row, 0, position.epoch)
+            pos = position_bytes(position.file, position.pos, row, 0, position.epoch, position.shard)
             partitions = self._partitions(db, table)
             for p in range(partitions):
                 self._send_record(rec, p, pos)
@@ -801,7 +913,7 @@ class Ingest:
         rec = enc.truncate(
             SourceInfo(db, table, ts_ms, event.packet.server_id, position.file, position.pos, 0, trx.gtid, thread)
         )
-        pos = position_bytes(position.file, position.pos, 0, 0, position.epoch)
+        pos = position_bytes(position.file, position.pos, 0, 0, position.epoch, position.shard)
         for p in range(partitions):
             self._send_record(rec, p, pos)
         metrics.EVENTS.labels(f"{db}.{table}", "t").inc()

@@ -15,7 +15,7 @@ from cdc.tablespec import ColumnSpec, TableSpec
 from ingest import metrics
 from ingest.converter_config import ConverterConfig
 from ingest.declared import declared_types_from_ddl, with_declared_types
-from ingest.envelope import EnvelopeConfig, TableEncoder
+from ingest.envelope import EnvelopeConfig, PhysicalTable, TableEncoder
 from ingest.filters import CaptureFilter
 from ingest.infoschema import enrich_table_spec, parse_column_type
 from ingest.tablemap import table_spec_from_binlog
@@ -155,9 +155,12 @@ def apply_column_filters(spec: TableSpec, capture: CaptureFilter) -> tuple[Table
 class TableCodec:
     """Everything ingest needs to encode one table version."""
 
-    def __init__(self, spec: TableSpec, env: EnvelopeConfig, masked: tuple[str, ...]):
+    def __init__(
+        self, spec: TableSpec, env: EnvelopeConfig, masked: tuple[str, ...], physical: PhysicalTable | None = None
+    ):
         self.spec = spec
-        self.encoder = TableEncoder(spec, env)
+        self.encoder = TableEncoder(spec, env, physical)
+        self.origin: str | None = None  # the origin column's value, in key mode origin (cdc.routes)
         self.topic = self.encoder.topic
         self.masked = masked
         self.name = f"{spec.db}.{spec.table}"

@@ -125,9 +125,10 @@ def _prim(type_: str, optional: bool) -> dict:
 SNAPSHOT_ENUM = "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
 
 
-def source_schema(connector: str = CONNECTOR) -> dict:
-    """``io.debezium.connector.mysql.Source`` (version 1)."""
-    return {
+def source_schema(connector: str = CONNECTOR, sharded: bool = False) -> dict:
+    """``io.debezium.connector.mysql.Source`` (version 1); a sharded source's has ``shard``
+    last (as the Vitess connector's ``source.shard``)."""
+    schema = {
         "type": "struct",
         "fields": [
             _f(_prim("string", False), "version"),
@@ -160,6 +161,9 @@ def source_schema(connector: str = CONNECTOR) -> dict:
         "name": f"io.debezium.connector.{connector}.Source",
         "version": 1,
     }
+    if sharded:
+        schema["fields"].append(_f(_prim("string", True), "shard"))
+    return schema
 
 
 def transaction_block_schema() -> dict:
@@ -201,6 +205,7 @@ def envelope_schema(
     config: ConverterConfig | None = None,
     connector: str = CONNECTOR,
     codecs: Sequence[ColumnCodec] | None = None,
+    sharded: bool = False,
 ) -> dict:
     row = row_schema(spec, prefix, config, codecs)
     return {
@@ -208,7 +213,7 @@ def envelope_schema(
         "fields": [
             _f(row, "before"),
             _f(row, "after"),
-            _f(source_schema(connector), "source"),
+            _f(source_schema(connector, sharded), "source"),
             _f(transaction_block_schema(), "transaction"),
             _f(_prim("string", False), "op"),
             _f(_prim("int64", True), "ts_ms"),
@@ -246,6 +251,17 @@ class SourceInfo:
     thread: int | None = None
     query: str | None = None
     snapshot: str = "false"
+    shard: str | None = None  # a sharded source's shard
+
+
+@dataclass(frozen=True)
+class PhysicalTable:
+    """The table a change was read from, when its table spec is a logical table's (routes,
+    shards): the source block names it, and the shard."""
+
+    shard: str | None
+    db: str
+    table: str
 
 
 def _jnull(v: Any) -> str:
@@ -292,6 +308,7 @@ def source_json(cfg: EnvelopeConfig, s: SourceInfo) -> str:
         + _inull(s.thread)
         + ',"query":'
         + (_jnull(s.query) if cfg.include_query else "null")
+        + (',"shard":' + json_str(s.shard) if s.shard is not None else "")
         + "}"
     )
 
@@ -351,7 +368,7 @@ class TableEncoder:
     or the lower level ``key_json``/``row_json``/``value_json`` to assemble yourself.
     """
 
-    def __init__(self, spec: TableSpec, cfg: EnvelopeConfig) -> None:
+    def __init__(self, spec: TableSpec, cfg: EnvelopeConfig, physical: PhysicalTable | None = None) -> None:
         self.spec = spec
         self.cfg = cfg
         self.topic = table_topic(cfg.topic_prefix, spec.db, spec.table)
@@ -362,7 +379,10 @@ class TableEncoder:
         self.has_key = bool(self.key_codecs)
         self.row_json = _gen_struct_encoder(self.codecs, "row_json")
         self._key_payload = _gen_struct_encoder(self.key_codecs, "key_json") if self.has_key else None
-        self.value_schema = envelope_schema(spec, cfg.topic_prefix, cfg.converter, cfg.connector, self.codecs)
+        sharded = physical is not None and physical.shard is not None
+        self.value_schema = envelope_schema(
+            spec, cfg.topic_prefix, cfg.converter, cfg.connector, self.codecs, sharded=sharded
+        )
         self.key_schema = key_schema(spec, cfg.topic_prefix, cfg.converter)
         self.value_schema_json = dumps(self.value_schema)
         self.key_schema_json = dumps(self.key_schema) if self.key_schema else None
@@ -382,8 +402,10 @@ class TableEncoder:
             + json_str(cfg.topic_prefix)
             + ',"ts_ms":'
         )
-        self._src_mid = ',"snapshot":"false","db":' + json_str(spec.db) + ',"sequence":null,"ts_us":'
-        self._src_table = ',"table":' + json_str(spec.table) + ',"server_id":'
+        src_db, src_table = (physical.db, physical.table) if physical is not None else (spec.db, spec.table)
+        self._src_mid = ',"snapshot":"false","db":' + json_str(src_db) + ',"sequence":null,"ts_us":'
+        self._src_table = ',"table":' + json_str(src_table) + ',"server_id":'
+        self._src_end = (',"shard":' + json_str(physical.shard) + "}") if sharded else "}"
 
     # ---- pieces
 
@@ -440,7 +462,7 @@ class TableEncoder:
             f',"ts_ns":{ts_ms * 1_000_000}{self._src_table}{server_id}'
             f',"gtid":{gtid_json},"file":{json_str(file)},"pos":{pos},"row":'
         )
-        return head, f',"thread":{thread_json},"query":{query_json}}}'
+        return head, f',"thread":{thread_json},"query":{query_json}{self._src_end}'
 
     def source_of(self, s: SourceInfo) -> str:
         return self.source_json(s.ts_ms, s.server_id, s.file, s.pos, s.row, s.gtid, s.thread, s.query, s.snapshot)

@@ -167,3 +167,33 @@ def position_lost_message(prefix: str, topic: str, committed) -> str:
         f"delete the topics of {prefix} and the merger's state_dir, start ingest (it begins at start.mode) and "
         f"snapshot every table again"
     )
+
+
+def sharded_position_message(prefix: str, shards: list[str]) -> str:
+    """A one-server config meets a sharded ingest's position on the offsets topic."""
+    return (
+        f"topic {prefix}.offsets holds the position of a sharded source (shards {', '.join(shards)}), and this "
+        f"ingest's config lists no shards: list them under `shards` (docs/sharding.md), or use another "
+        f"topic_prefix for a one-server source"
+    )
+
+
+def one_server_position_message(prefix: str) -> str:
+    """A sharded config meets a one-server ingest's position on the offsets topic."""
+    return (
+        f"topic {prefix}.offsets holds the position of a one-server source, and this ingest's config lists "
+        f"shards: a sharded source needs its own topic_prefix (the one-server topics' rows carry no origin), "
+        f"or run it without `shards`"
+    )
+
+
+def routed_change_message(prefix: str, tables, kind: str, where: str, statement: str) -> str:
+    """A statement that drops, renames or empties a table of a logical table of several
+    origins (routes, shards), which ingest does not carry over (yet)."""
+    names = ", ".join(f"{db}.{table}" for db, table in tables)
+    return (
+        f"{kind} of {names} at {where}: the table is one origin of a logical table (routes or shards), and "
+        f"ingest cannot yet say which of the sink table's rows the statement removes. Ingest stops before it "
+        f"(nothing after it is written). Statement: {statement[:300]!r}. To go on: exclude the table "
+        f"(table_exclude) and restart ingest, then `cdc snapshot` the logical table; see docs/sharding.md"
+    )

@@ -45,6 +45,36 @@ class ResumePoint:
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__ if k in data})
 
 
+@dataclass(frozen=True)
+class PositionVector:
+    """A sharded source's position: one ``ResumePoint`` per shard, committed as one record
+    with the events of every shard that the Kafka transaction holds (docs/sharding.md)."""
+
+    shards: dict[str, ResumePoint]
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"shards": {name: asdict(point) for name, point in sorted(self.shards.items())}}, separators=(",", ":")
+        ).encode()
+
+    def with_point(self, shard: str, point: ResumePoint) -> "PositionVector":
+        return PositionVector({**self.shards, shard: point})
+
+
+def position_record(raw: bytes) -> ResumePoint | PositionVector:
+    """A position record of the offsets topic: one server's ``ResumePoint`` or a sharded
+    source's ``PositionVector``."""
+    data = json.loads(raw)
+    if isinstance(data, dict) and isinstance(data.get("shards"), dict):
+        return PositionVector(
+            {
+                name: ResumePoint(**{k: entry.get(k) for k in ResumePoint.__dataclass_fields__ if k in entry})
+                for name, entry in data["shards"].items()
+            }
+        )
+    return ResumePoint.from_json(raw)
+
+
 def file_number(name: str | None) -> int:
     m = FILE_SEQ.search(name or "")
     return int(m.group(1)) if m else -1

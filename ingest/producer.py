@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cdc.errors import CdcError, UserError
 from cdc.kafka_topics import partition_count, partition_counts
 from cdc.wire.moved_topics import with_topics
-from ingest.position import ResumePoint
+from ingest.position import PositionVector, ResumePoint, position_record
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ class TransactionalProducer:
                     self.send(*rest)
                 return
 
-    def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint) -> None:
+    def commit(self, offsets_topic: str, source_key: bytes, point: ResumePoint | PositionVector) -> None:
         """Flush the events, then write the position and commit all of it at once. The
         position record names the topics the transaction wrote (cdc.wire.moved_topics)."""
         self.commit_with(offsets_topic, source_key, with_topics(point.to_json(), self._topics))
@@ -396,7 +396,7 @@ class OffsetsRead:
     """What the offsets topic holds for one source: its last committed position (None if
     none was ever committed) and the last instance lease (raw JSON, None if none)."""
 
-    point: ResumePoint | None
+    point: ResumePoint | PositionVector | None
     lease: bytes | None = None
 
 
@@ -496,7 +496,7 @@ def _read_committed(
                 lease = msg.value()
     finally:
         consumer.unassign()
-    return OffsetsRead(ResumePoint.from_json(point) if point else None, lease)
+    return OffsetsRead(position_record(point) if point else None, lease)
 
 
 def _until_quiet(consumer, topic: str, timeout_s: float):

@@ -110,6 +110,7 @@ class BinlogStream:
         self.policy = policy
         self.point: ResumePoint = ingest.committed
         self.epoch = ingest.epoch  # of this connection's server (set when it connected)
+        self.shard = ingest.shard or ""
         self.gtid_state = self.point.gtid_state
         self.file: str | None = None
         self.file_end = 0  # the highest event end read in self.file (what a wrap goes below)
@@ -178,7 +179,7 @@ class BinlogStream:
         if start is None:
             raise IngestError(position_wrapped_message(self.ingest.prefix, self.file, end, self.file_end))
         self.file_end = end
-        return EventPosition(self.file, start, epoch=self.epoch)
+        return EventPosition(self.file, start, epoch=self.epoch, shard=self.shard)
 
     def on_table_map(self, event) -> None:
         self.ingest._table_maps[event.table_id] = event

@@ -172,7 +172,8 @@ class BatchProcessor(PausedTables):
     def _restore(self, state: dict) -> None:
         self.replay = self.source_kind.replay_filter()
         for topic, part, pos, tomb in state.get("replay", []):
-            self.replay.highest[(topic, int(part))] = (EventPosition.decode(pos), bool(tomb))
+            position = EventPosition.decode(pos)
+            self.replay.highest[(topic, int(part), position.shard)] = (position, bool(tomb))
         self.bad_records = state.get("bad_records", 0)
         tables = {}
         for name, t in state.get("tables", {}).items():

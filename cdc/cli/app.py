@@ -144,17 +144,23 @@ def ingest(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="ingest YAML file"),
     local: bool = typer.Option(False, "--local", help="connect to the local stack (`cdc stack up`)"),
     state_dir: Path = STATE_DIR_OPTION,
+    shard: Optional[str] = typer.Option(
+        None, "--shard", help="a sharded source: follow this shard alone (its own position and lease)"
+    ),
     verbose: bool = typer.Option(False, "-v"),
 ):
     """Read the binlog and write change events to Kafka (runs until stopped)."""
     from ingest.app import Ingest
+    from ingest.shards import ShardedIngest
 
     _setup_logging(verbose)
     cfg = load_ingest_config(config, local, state_dir)
+    if shard is not None and not cfg.shards:
+        raise ConfigError("--shard: the config lists no shards")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    Ingest(cfg).run(stop)
+    (ShardedIngest(cfg, only=shard) if cfg.shards else Ingest(cfg)).run(stop)
 
 
 @app.command()

@@ -16,7 +16,8 @@ import json
 from collections.abc import Iterable
 
 TOPICS_FIELD = "topics"
-POSITION_FIELD = "gtid_state"  # every position record has it; a lease record does not
+POSITION_FIELD = "gtid_state"  # every one-server position record has it; a lease record does not
+VECTOR_FIELD = "shards"  # a sharded source's position record (ingest.position.PositionVector)
 
 
 def with_topics(position_record: bytes, topics: Iterable[str]) -> bytes:
@@ -39,7 +40,7 @@ def topics_of(value: bytes | None) -> frozenset[str] | None:
         return None
     if not isinstance(data, dict):
         return None
-    if POSITION_FIELD not in data:
+    if POSITION_FIELD not in data and VECTOR_FIELD not in data:
         return frozenset()
     topics = data.get(TOPICS_FIELD)
     if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):

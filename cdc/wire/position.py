@@ -29,17 +29,19 @@ class EventPosition:
     create half of a primary-key change (its delete half is part 0), and ``epoch``: the
     number of changes of source server ingest continued across (a failover), which sorts
     above the binlog coordinates because the new server's are not comparable with the old
-    one's."""
+    one's. Positions of different shards do not compare (``shard`` sorts first only to
+    make sorting total); the sequence leaves the shard out."""
 
     file: str
     pos: int
     row: int = 0
     part: int = 0
     epoch: int = 0
+    shard: str = ""  # the shard whose binlog it is in ("" for a one-server source)
 
-    def key(self) -> tuple[int, int, str, int, int, int]:
+    def key(self) -> tuple[str, int, int, str, int, int, int]:
         m = FILE_SEQ.search(self.file)
-        return (self.epoch, int(m.group(1)) if m else -1, self.file, self.pos, self.row, self.part)
+        return (self.shard, self.epoch, int(m.group(1)) if m else -1, self.file, self.pos, self.row, self.part)
 
     def __lt__(self, other: "EventPosition") -> bool:
         return self.key() < other.key()
@@ -75,43 +77,52 @@ class EventPosition:
             )
 
     def encode(self) -> bytes:
-        return position_bytes(self.file, self.pos, self.row, self.part, self.epoch)
+        return position_bytes(self.file, self.pos, self.row, self.part, self.epoch, self.shard)
 
     @classmethod
     def decode(cls, raw: bytes | str) -> "EventPosition":
         """The position a ``cdc.position`` header carries; ValueError if it is not one."""
         text = raw.decode() if isinstance(raw, bytes) else raw
+        text, at, shard = text.rpartition("@") if "@" in text else (text, "", "")
         file, sep, rest = text.partition(":")
-        parts = [int(x) for x in rest.split(":")] if sep else []
-        if not file or not 1 <= len(parts) <= 4:
-            raise ValueError(f"not a binlog position (file:pos[:row[:part[:epoch]]]): {text[:100]!r}")
-        return cls(file, *parts).checked()
+        try:
+            parts = [int(x) for x in rest.split(":")] if sep else []
+        except ValueError:
+            parts = []
+        if not file or not 1 <= len(parts) <= 4 or (at and not shard):
+            raise ValueError(f"not a binlog position (file:pos[:row[:part[:epoch]]][@shard]): {text[:100]!r}")
+        return cls(file, *parts, shard=shard).checked()
 
 
-def position_bytes(file: str, pos: int, row: int = 0, part: int = 0, epoch: int = 0) -> bytes:
-    """``EventPosition(file, pos, row, part, epoch).encode()`` without building the object
-    (once per record on ingest's hot path): ``file:pos:row``, then ``:part`` when part is not
-    0, then ``:epoch`` when the epoch is not 0 (a header without it is epoch 0)."""
+def position_bytes(file: str, pos: int, row: int = 0, part: int = 0, epoch: int = 0, shard: str = "") -> bytes:
+    """``EventPosition(file, pos, row, part, epoch, shard).encode()`` without building the
+    object (once per record on ingest's hot path): ``file:pos:row``, then ``:part`` when part
+    is not 0, then ``:epoch`` when the epoch is not 0 (a header without it is epoch 0), then
+    ``@shard`` for a shard's."""
     if epoch:
-        return f"{file}:{pos}:{row}:{part}:{epoch}".encode()
-    if part:
-        return f"{file}:{pos}:{row}:{part}".encode()
-    return f"{file}:{pos}:{row}".encode()
+        text = f"{file}:{pos}:{row}:{part}:{epoch}"
+    elif part:
+        text = f"{file}:{pos}:{row}:{part}"
+    else:
+        text = f"{file}:{pos}:{row}"
+    return f"{text}@{shard}".encode() if shard else text.encode()
 
 
 class ReplayFilter:
-    """Drops records at or below the highest position already taken from a partition.
+    """Drops records at or below the highest position already taken from a partition (of
+    one shard: the shards of a sharded source write one partition in any interleaving, each
+    in its own binlog's order).
 
     A tombstone carries its delete's position and follows it directly, so an equal
     position is accepted once for a null value after a non-null one."""
 
     def __init__(self) -> None:
-        self.highest: dict[tuple[str, int], tuple[EventPosition, bool]] = {}
+        self.highest: dict[tuple[str, int, str], tuple[EventPosition, bool]] = {}
 
     def accept(self, topic: str, partition: int, position: EventPosition | None, is_tombstone: bool) -> bool:
         if position is None:
             return True
-        tp = (topic, partition)
+        tp = (topic, partition, position.shard)
         prev = self.highest.get(tp)
         if prev is not None:
             prev_pos, prev_tomb = prev

@@ -77,7 +77,7 @@ class DebeziumReplayFilter(ReplayFilter):
     def accept_record(self, topic: str, partition: int, position: EventPosition | None, payload: dict | None) -> bool:
         if position is None:
             return True  # tombstones, records without a source block
-        tp = (topic, partition)
+        tp = (topic, partition, "")
         prev = self.highest.get(tp)
         snapshot = str(((payload or {}).get("source") or {}).get("snapshot", "false")).lower()
         if snapshot not in INITIAL_SNAPSHOT and prev is not None and position < prev[0]:

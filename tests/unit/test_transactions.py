@@ -84,6 +84,7 @@ class _Ingest:
     def __init__(self, committed: ResumePoint, captured: set[str]):
         self.committed = committed
         self.epoch = committed.epoch
+        self.shard = None
         self.captured = captured
         self.config = IngestConfig(topic_prefix="p", commit_every_events=20)
         self.transactions = TransactionControl(self.config)
