@@ -275,7 +275,6 @@ def _schema(name):
 # ^[^:]+:[0-9]+:[0-9]+(:1|:[01]:[1-9][0-9]*)?$, has no "@shard" suffix, so the header of
 # every record of a sharded source (position_bytes(..., shard), written by ingest/app.py)
 # fails the schema tests/unit/test_schemas.py says describes what the code writes.
-@pytest.mark.xfail(strict=True, reason="BUG: ingest-headers.schema.json cdc.position does not allow @shard")
 def test_a_sharded_position_header_matches_the_headers_schema():
     header = _schema("ingest-headers.schema.json")["properties"]["cdc.position"]
     jsonschema.validate(position_bytes("binlog.000001", 4, 0, 1, 2).decode(), header)  # one server's: fine
@@ -285,7 +284,6 @@ def test_a_sharded_position_header_matches_the_headers_schema():
 # BUG (schemas/resume-point.schema.json): the offsets topic's position record schema only
 # knows the one-server ResumePoint ("additionalProperties": false, "gtid_state" required);
 # the {"shards": {...}} vector a sharded ingest commits (PositionVector.to_json) fails it.
-@pytest.mark.xfail(strict=True, reason="BUG: resume-point.schema.json does not describe the position vector")
 def test_a_position_vector_matches_the_resume_point_schema():
     vector = PositionVector({"s1": ResumePoint("0-1-5", "binlog.000001", 1234, None, 0, 1)})
     jsonschema.validate(json.loads(vector.to_json()), _schema("resume-point.schema.json"))
