@@ -617,3 +617,19 @@ def test_a_window_waits_for_every_partition_of_a_topic_created_after_the_table_w
     assert rt.partitions == 3 and "w1" in rt.reconciler.windows and sink.writes == 0
     proc.process(1, records.filter(pc.not_equal(records["partition"], 0)))
     assert "w1" not in rt.reconciler.windows and len(sink.state()) == 3
+
+
+def test_a_change_of_a_sharded_source_stops_the_merger_before_anything_is_applied(tmp_path):
+    """The merger's part of sharded sources (snapshots per shard, DDL across shards) is not
+    built: it stops with the reason at the first change of a shard, rather than mix it in."""
+    from merger.errors import MergerError
+
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    proc.table("db.t", SPEC)
+    s = Stream(partitions=1)
+    s.change("c", {"id": 1}, after={"id": 1, "v": "a"})
+    s.pending[-1]["headers"][0]["value"] = b"binlog.000001:4:0@shard1"
+    with pytest.raises(MergerError, match="shard shard1 of a sharded source"):
+        proc.process(0, s.batch())
+    assert sink.state() == {}

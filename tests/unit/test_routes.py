@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from cdc.config import IngestConfig, MergerConfig, RouteConfig, ShardConfig, routes_of
+from cdc.config import IngestConfig, RouteConfig, ShardConfig, routes_of
 from cdc.routes import ORIGIN_COLUMN, ORIGIN_LENGTH, Route, Routes, origin_of
 from cdc.tablespec import ColumnSpec, TableSpec
 
@@ -198,7 +198,7 @@ def _shard(name):
     return {"name": name, "mysql": {"host": f"{name}.example", "port": 3306}}
 
 
-@pytest.mark.parametrize("config", [IngestConfig, MergerConfig])
+@pytest.mark.parametrize("config", [IngestConfig])
 def test_duplicate_shard_names_are_refused(config):
     with pytest.raises(ValidationError, match="s2 more than once"):
         config(shards=[_shard("s1"), _shard("s2"), _shard("s2")])
@@ -240,7 +240,7 @@ def test_routes_of_a_config():
     routes = routes_of(cfg)
     assert routes.sharded and routes.key_mode == "unique"
     assert routes.logical("shop", "orders_01") == ("shop", "orders")
-    plain = routes_of(MergerConfig())
+    plain = routes_of(IngestConfig())
     assert not plain.sharded and plain.key_mode == "origin" and plain.routes == ()
     with pytest.raises(ValidationError):
         IngestConfig(key_mode="shard")
