@@ -518,6 +518,13 @@ class MergerConfig(_Model):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     mysql: MySQLConfig = Field(default_factory=MySQLConfig, description="source, for snapshots and watermarks")
     watermark_table: str = "cdc.cdc_watermarks"
+    shards: list[ShardConfig] = Field(
+        default_factory=list,
+        description="as ingest's `shards`: the servers of a sharded source, which the merger snapshots "
+        "(each with its own watermark table) and reads definitions from; empty: `mysql`",
+    )
+    routes: list[RouteConfig] = Field(default_factory=list, description="as ingest's `routes` (the same rules)")
+    key_mode: Literal["origin", "unique"] = Field("origin", description="as ingest's `key_mode`")
     source_connector: Literal["ingest", "debezium"] = Field(
         "ingest",
         description="what writes the topics: `ingest` (snapshots are the merger's DBLog "
@@ -607,6 +614,7 @@ class MergerConfig(_Model):
 
     _regexes = field_validator("table_include", "table_exclude")(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
+    _shards = field_validator("shards")(_check_shards)
 
     @field_validator("signal_table")
     @classmethod
@@ -614,6 +622,6 @@ class MergerConfig(_Model):
         return None if value is None else _check_qualified(cls, value)
 
 
-def routes_of(config: IngestConfig) -> Routes:
+def routes_of(config: IngestConfig | MergerConfig) -> Routes:
     """The ``cdc.routes.Routes`` of a process's config."""
     return Routes([Route(r.match, r.to) for r in config.routes], config.key_mode, sharded=bool(config.shards))

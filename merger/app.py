@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from cdc.config import MergerConfig, load_model
+from cdc.config import MergerConfig, load_model, routes_of
 from merger import spark_progress
 from merger.errors import MergerError
 from merger.sources import source_kind
@@ -271,7 +271,7 @@ class Merger:
 
     def _run(self, stop: threading.Event | None = None) -> None:
         from cdc.metrics_http import serve as serve_metrics
-        from merger.checks import check_source
+        from merger.checks import check_source, source_servers
         from merger.kafka import CdcKafkaDataSource
         from merger.snapshot.runner import SnapshotRunner
         from merger.source import SourceGuard
@@ -288,7 +288,8 @@ class Merger:
         partitions_of = _partition_counter(kafka_conf, cfg.kafka.bootstrap_servers)
         accepts = table_filter(cfg)
         # credentials and privileges, before Spark starts (a source that is down is waited for)
-        SourceGuard(stop).call("checking the source user's privileges", check_source, cfg, accepts)
+        for server, captured in source_servers(cfg, accepts):
+            SourceGuard(stop).call("checking the source user's privileges", check_source, server, captured)
         sinks = build_sinks(cfg)
         # one guard for every source access (catalog, planning, watermarks, chunk reads):
         # retries with backoff while the source is down, shown in `cdc status`
@@ -344,7 +345,7 @@ class Merger:
         return store
 
     def _processor(self, store, sinks, kafka_conf, partitions_of, accepts, source_guard):
-        from merger.catalog import SourceCatalog
+        from merger.catalog import ShardedCatalog, SourceCatalog
         from merger.processor import BatchProcessor
         from merger.schema import SourceModes
 
@@ -358,7 +359,11 @@ class Merger:
             cfg.topic_prefix,
             store,
             sinks,
-            SourceCatalog(cfg.mysql, source_guard),
+            (
+                ShardedCatalog({s.name: s.mysql for s in cfg.shards} or {None: cfg.mysql}, routes_of(cfg), source_guard)
+                if cfg.shards or cfg.routes
+                else SourceCatalog(cfg.mysql, source_guard)
+            ),
             partitions_of,
             SourceModes(),
             accepts=accepts,
@@ -370,6 +375,7 @@ class Merger:
             emit_rows_per_batch=cfg.snapshot.emit_rows_per_batch,
             source_connector=cfg.source_connector,
             on_drop=cfg.on_drop,
+            sharded=bool(cfg.shards),
         )
 
     def _start_query(self, spark, processor, store, progress: "_BatchProgress"):

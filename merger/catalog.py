@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass
 
 import pymysql
 
 from cdc.config import MySQLConfig
 from cdc.quoting import quote_ident
+from cdc.routes import Routes, origin_of
 from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.codec import load_table_details, spec_from_information_schema
 from merger.checks import DENIED
@@ -135,6 +137,11 @@ class SourceCatalog:
 
         return self._query(f"checking SELECT on {db}.{table}", query)
 
+    def origins(self, logical: str) -> list["Origin"]:
+        """Where the rows of table ``logical`` are read: the table itself."""
+        db, table = logical.split(".", 1)
+        return [Origin(None, None, self.mysql, db, table)]
+
     def list_tables(self) -> list[str]:
         """Base tables of the source outside the system databases, as db.table."""
 
@@ -148,3 +155,71 @@ class SourceCatalog:
                 return [f"{db}.{t}" for db, t in cur.fetchall()]
 
         return self._query("listing the source tables", query)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where rows of a logical table are read: one physical table of one server.
+    ``name``: the value of the origin column (None when the table has none); ``shard``:
+    the shard's name (None for a one-server source)."""
+
+    name: str | None
+    shard: str | None
+    mysql: MySQLConfig
+    db: str
+    table: str
+
+    def describe(self) -> str:
+        where = f"shard {self.shard}: " if self.shard else ""
+        return f"{where}{self.db}.{self.table}"
+
+
+class ShardedCatalog:
+    """The catalog of a source whose tables are routed into logical ones (several shards,
+    or ``routes`` on one server): a logical table's definition is its first origin's, as
+    ``cdc.routes.Routes.logical_spec`` makes it (renamed; in key mode ``origin`` with the
+    origin column). One ``SourceCatalog`` per server, each with its own connection."""
+
+    def __init__(self, servers: dict[str | None, MySQLConfig], routes: Routes, guard: SourceGuard | None = None):
+        self.guard = guard or SourceGuard()
+        self.routes = routes
+        self.servers = {name: SourceCatalog(mysql, self.guard) for name, mysql in servers.items()}
+        self.mysql = {name: mysql for name, mysql in servers.items()}
+
+    def origins(self, logical: str) -> list[Origin]:
+        """Every physical table of every server that the routes make ``logical``, in shard
+        then name order."""
+        out = []
+        for shard, catalog in self.servers.items():
+            for physical in sorted(catalog.list_tables()):
+                db, table = physical.split(".", 1)
+                if ".".join(self.routes.logical(db, table)) != logical:
+                    continue
+                name = origin_of(shard, db, table) if self.routes.adds_origin(db, table) else None
+                out.append(Origin(name, shard, self.mysql[shard], db, table))
+        return out
+
+    def logical_name(self, physical: str) -> str:
+        return ".".join(self.routes.logical(*physical.split(".", 1)))
+
+    def table_spec(self, db: str, table: str) -> TableSpec | None:
+        for origin in self.origins(f"{db}.{table}"):
+            spec = self.servers[origin.shard].table_spec(origin.db, origin.table)
+            if spec is not None:
+                return self.routes.logical_spec(spec)
+        return None
+
+    def select_denied(self, db: str, table: str) -> str | None:
+        for origin in self.origins(f"{db}.{table}"):
+            denied = self.servers[origin.shard].select_denied(origin.db, origin.table)
+            if denied:
+                return f"{denied} (on {origin.describe()})"
+        return None
+
+    def list_tables(self) -> list[str]:
+        """The logical tables, as db.table."""
+        return sorted({self.logical_name(t) for catalog in self.servers.values() for t in catalog.list_tables()})
+
+    def close(self) -> None:
+        for catalog in self.servers.values():
+            catalog.close()

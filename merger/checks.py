@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 import pymysql
 
-from cdc.config import MergerConfig
+from cdc.config import MergerConfig, routes_of
 from cdc.quoting import quote_ident
 from merger.errors import MergerError
 from merger.source import SourceUnavailable, is_transient
@@ -123,3 +123,18 @@ def _check_watermark_table(cur, table: str, account: str) -> None:
             f"(an administrator creates it if it is missing, see docs/security.md): "
             f"{watermark_grant(table, account)}"
         )
+
+
+def source_servers(config: MergerConfig, accepts: Callable[[str], bool]) -> list[tuple[MergerConfig, Callable]]:
+    """``(config with that server as mysql, captured)`` per source server: each shard of a
+    sharded source (its physical tables captured when their logical table is), or the one."""
+    if not config.shards and not config.routes:
+        return [(config, accepts)]
+    routes = routes_of(config)
+
+    def captured(physical: str) -> bool:
+        return accepts(".".join(routes.logical(*physical.split(".", 1))))
+
+    if not config.shards:
+        return [(config, captured)]
+    return [(config.model_copy(update={"mysql": shard.mysql}), captured) for shard in config.shards]

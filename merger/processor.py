@@ -100,8 +100,10 @@ class BatchProcessor(PausedTables):
         emit_rows_per_batch: int = 200_000,
         source_connector: str = "ingest",
         on_drop: str = "truncate",
+        sharded: bool = False,
     ):
         self.prefix = prefix
+        self.sharded = sharded  # a sharded source's positions name their shard (docs/sharding.md)
         # what wrote the topics: its replay rule, sequences, DDL, truncates, snapshots
         self.source_kind = source_kind(source_connector)
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
@@ -332,13 +334,18 @@ class BatchProcessor(PausedTables):
                 else:
                     self._bad(r, str(exc))
                 continue
-            if pos is not None and pos.shard:
-                # routes and origins are ingest's; snapshots, DDL across shards and the
-                # status per shard are not built in the merger yet (docs/sharding.md)
+            if pos is not None and bool(pos.shard) != self.sharded:
+                # a sharded source's topics need the shards in the merger's config (its
+                # snapshots read them), and a one-server merger would mix them up
                 self.fatal = MergerError(
                     f"topic {topic} holds changes of shard {pos.shard} of a sharded source (partition "
-                    f"{r['partition']}, offset {r['offset']}): the merger cannot merge sharded sources yet "
-                    "(docs/sharding.md, Status). It stops before them; nothing of them is applied"
+                    f"{r['partition']}, offset {r['offset']}), and the merger's config lists no shards: list them "
+                    "under `shards`, with ingest's `routes` and `key_mode` (docs/sharding.md). It stops before "
+                    "them; nothing of them is applied"
+                    if pos.shard
+                    else f"topic {topic} holds changes of a one-server source (partition {r['partition']}, offset "
+                    f"{r['offset']}), and the merger's config lists shards: a sharded source needs its own "
+                    "topic_prefix. It stops before them; nothing of them is applied"
                 )
                 raise self.fatal from None
             if not self.replay.accept_record(topic, r["partition"], pos, payload):

@@ -333,8 +333,19 @@ def _zero_date_rule(c: ColumnSpec, expression: str, of_literal: str) -> str:
     return f"COALESCE({', '.join(fallbacks)}, 0)"
 
 
-def snapshot_select(spec: TableSpec) -> str:
-    return ", ".join(f"{snapshot_expression(c)} AS {quote_ident(c.name)}" for c in spec.columns)
+def snapshot_select(spec: TableSpec, constants: dict[str, str] | None = None) -> str:
+    """The SELECT list of a snapshot read; ``constants``: columns the source table does not
+    have, read as these literal texts (the origin column of a routed table, cdc.routes)."""
+    return ", ".join(
+        f"{constant_expression(constants[c.name]) if constants and c.name in constants else snapshot_expression(c)}"
+        f" AS {quote_ident(c.name)}"
+        for c in spec.columns
+    )
+
+
+def constant_expression(text: str) -> str:
+    """A text as a literal of the source's SQL (quotes doubled, backslashes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def from_snapshot(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch | pa.Table) -> pa.Table:

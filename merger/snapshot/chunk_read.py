@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from cdc.quoting import quote_ident
 from cdc.tablespec import ColumnSpec, TableSpec
-from merger.schema import snapshot_expression
+from merger.schema import constant_expression, snapshot_expression
 
 DEFAULT_MASTER = "local[2]"  # cdc.config's spark_master default: the merger sizes it
 
@@ -83,9 +83,14 @@ def select_expression(c: ColumnSpec) -> str:
     return expr
 
 
-def chunk_query(spec: TableSpec, where: str | None, ranges: str) -> str:
-    """The SELECT of one read: ``ranges`` is the SQL predicate on the key columns."""
-    select = ", ".join(f"{select_expression(c)} AS {quote_ident(c.name)}" for c in spec.columns)
+def chunk_query(spec: TableSpec, where: str | None, ranges: str, constants: dict[str, str] | None = None) -> str:
+    """The SELECT of one read: ``ranges`` is the SQL predicate on the key columns;
+    ``constants``: columns read as literal texts (``merger.schema.snapshot_select``)."""
+    select = ", ".join(
+        f"{constant_expression(constants[c.name]) if constants and c.name in constants else select_expression(c)}"
+        f" AS {quote_ident(c.name)}"
+        for c in spec.columns
+    )
     cond = f"({where}) AND ({ranges})" if where else ranges
     # the comment names the read in the server's process list
     return f"SELECT /* cdc_snapshot */ {select} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)} WHERE {cond}"

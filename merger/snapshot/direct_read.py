@@ -35,13 +35,20 @@ def canonical_source_rows(spec: TableSpec, names: list[str], rows) -> pa.Table:
     return from_snapshot(spec, arrow_schema(spec), raw)
 
 
-def stage_table(conn: pymysql.Connection, spec: TableSpec, where: str | None, path: Path, batch_rows: int) -> int:
+def stage_table(
+    conn: pymysql.Connection,
+    spec: TableSpec,
+    where: str | None,
+    path: Path,
+    batch_rows: int,
+    constants: dict[str, str] | None = None,
+) -> int:
     """Every row of the table (matching ``where``) as canonical Parquet under ``path``;
     returns the row count. ``conn`` must be in autocommit mode (the SELECT must start
     after the window's LOW watermark committed)."""
     path.mkdir(parents=True, exist_ok=True)
     sql = (
-        f"SELECT {snapshot_select(spec)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)}"
+        f"SELECT {snapshot_select(spec, constants)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)}"
         f"{' WHERE ' + where if where else ''}"
     )
     rows = 0

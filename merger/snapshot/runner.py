@@ -11,6 +11,7 @@ first unfinished chunk.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import shutil
@@ -20,8 +21,10 @@ import uuid
 
 import pymysql
 
-from cdc.config import MergerConfig
+from cdc.config import MergerConfig, MySQLConfig
 from cdc.quoting import quote_ident
+from cdc.routes import ORIGIN_COLUMN
+from merger.catalog import Origin
 from merger.dblog import decode_key, encode_key
 from merger.errors import MergerError
 from merger.processor import BatchProcessor
@@ -141,23 +144,18 @@ class SnapshotRunner(threading.Thread):
         if self.reader == "connectorx" and m.effective_ssl_mode() not in ("disabled", "preferred"):
             log.info("snapshot reads through Spark JDBC: mysql.ssl_mode %s", m.effective_ssl_mode())
             self.reader = "jdbc"
-        self.source = {
-            "host": m.host,
-            "port": m.port,
-            "user": m.user,
-            "password": m.password().get_secret_value(),
-            "connect_timeout_s": m.connect_timeout_s,
-        }
+        self.source = connectorx_source(m)
         self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
         # set by the app: True once the streaming query has finished its first trigger
         self.stream_ready = lambda: True
         self._last_tick = 0.0
         self._deferred: list[dict] = []  # resume requests waiting for the processor's tables
-        self._wm_conn: pymysql.Connection | None = None
-        # one connection kept for planning and small-table reads too: a new one cost ~40 ms
-        # of CPU (pymysql builds a TLS context each time), 40% of the merger's time when
-        # hundreds of small tables were snapshotted (issue 23)
-        self._read_conn: pymysql.Connection | None = None
+        # per server (a sharded source's shard, None for the one server): the connection kept
+        # for watermark writes, and one for planning and small-table reads; a new one cost
+        # ~40 ms of CPU (pymysql builds a TLS context each time), 40% of the merger's time
+        # when hundreds of small tables were snapshotted (issue 23)
+        self._wm_conns: dict[str | None, pymysql.Connection] = {}
+        self._read_conns: dict[str | None, pymysql.Connection] = {}
         self._changed: dict[str, float] = {}  # table -> when a read first met a changed definition
         self._retries: dict[str, list] = {}
         db, name = config.watermark_table.split(".", 1)
@@ -178,17 +176,25 @@ class SnapshotRunner(threading.Thread):
         """Plan a snapshot of ``table`` (a new plan replaces an unfinished one)."""
         self.store.request("snapshot", table, where=where)
 
-    def _connect(self) -> pymysql.Connection:
-        return connect(self.config.mysql)
+    def _server(self, shard: str | None) -> MySQLConfig:
+        """The MySQL settings of a shard (None: the one server)."""
+        if shard is None:
+            return self.config.mysql
+        return next(s.mysql for s in self.config.shards if s.name == shard)
+
+    def _connect(self, shard: str | None = None) -> pymysql.Connection:
+        return connect(self._server(shard))
 
     def ensure_watermark_table(self) -> None:
         if self.signals is not None:
             self.signals.check()  # Debezium mode: no watermark table, its signal table instead
             return
-        self.guard.call("creating the watermark table", self._ensure_watermark_table)
+        for shard in [s.name for s in self.config.shards] or [None]:
+            where = f" on shard {shard}" if shard else ""
+            self.guard.call(f"creating the watermark table{where}", self._ensure_watermark_table, shard)
 
-    def _ensure_watermark_table(self) -> None:
-        conn = self._connect()
+    def _ensure_watermark_table(self, shard: str | None = None) -> None:
+        conn = self._connect(shard)
         try:
             with conn.cursor() as cur:
                 db, name = self.config.watermark_table.split(".", 1)
@@ -230,7 +236,8 @@ class SnapshotRunner(threading.Thread):
                     window = self._next_window(table, plan)
                     if window is None:
                         continue
-                    if not is_whole_table(window[2]):
+                    if not is_whole_table(window[2]) or "origin" in window[2][0]:
+                        # (an origin's watermarks go to its own server: no shared writes)
                         progressed |= self._run_window(*window)
                         continue
                     small.append(window)
@@ -248,12 +255,11 @@ class SnapshotRunner(threading.Thread):
             self.error = exc
             log.exception("snapshot runner failed")
         finally:
-            for conn in (self._wm_conn, self._read_conn):
-                if conn is not None:
-                    try:
-                        conn.close()
-                    except Exception:
-                        pass
+            for conn in [*self._wm_conns.values(), *self._read_conns.values()]:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
 
     def _wait_for_stream(self) -> None:
         """The stream's first micro-batch costs seconds (query planning, Python workers,
@@ -284,7 +290,7 @@ class SnapshotRunner(threading.Thread):
             return
         self._last_tick = now
         try:
-            self._watermark(table, "tick", "TICK")
+            self._watermark(table, "tick", "TICK", self._any_origin(table))
         except Exception as exc:  # the next tick tries again
             log.warning("watermark tick for %s failed: %s", table, exc)
 
@@ -375,13 +381,38 @@ class SnapshotRunner(threading.Thread):
         if rt.phase == "dropped":
             log.info("snapshot of %s not planned: the table was dropped", table)
             return None
-        db, name = table.split(".", 1)
+        origins = self.guard.call(f"listing where {table} is read", self.processor.catalog.origins, table)
+        if not origins:
+            log.error("snapshot of %s: no source table is it (routes)", table)
+            return None
+        chunks = []
+        for origin in origins:
+            chunks += self._plan_origin(table, rt, origin)
+        plan = {
+            "table": table,
+            "where": where,
+            "created_at": time.time(),
+            "rows": 0,
+            "done": [],
+            "chunks": chunks,
+        }
+        self.store.save_plan(table, plan)
+        self.tables.set_phase(rt, "snapshotting", when="streaming")
+        if len(origins) > 1 or origins[0].shard is not None:
+            log.info("snapshot of %s planned: %d chunks over %d source tables", table, len(chunks), len(origins))
+        return plan
+
+    def _plan_origin(self, table: str, rt, origin: Origin) -> list[dict]:
+        """The chunks of one source table of ``table`` (for a routed table, each names its
+        origin: the window reads that server's table and writes that server's watermarks)."""
+        db, name = origin.db, origin.table
+        keys = read_keys(rt.keys)
         settings = self.config.snapshot
         chunk_size = settings.chunk_size
 
         def plan_ranges():
             nonlocal chunk_size
-            conn = self._kept_read_connection()
+            conn = self._kept_read_connection(origin.shard)
             try:
                 with conn.cursor() as cur:
                     cur.execute(
@@ -402,30 +433,27 @@ class SnapshotRunner(threading.Thread):
                         )
 
                     def next_boundary(lo, hi=None):
-                        sql, params = boundary_sql((db, name), rt.keys, lo, chunk_size, hi)
+                        sql, params = boundary_sql((db, name), keys, lo, chunk_size, hi)
                         cur.execute(sql, params)
                         row = cur.fetchone()
                         return None if row is None else tuple(row)
 
                     return list(plan_by_boundaries(next_boundary))
             except BaseException:
-                self._drop_read_connection()
+                self._drop_read_connection(origin.shard)
                 raise
 
-        ranges = self.guard.call(f"planning the snapshot of {table}", plan_ranges)
-        chunks = make_chunks(table, ranges)
-        plan = {
-            "table": table,
-            "where": where,
-            "created_at": time.time(),
-            "rows": 0,
-            "done": [],
-            "chunks": [{"id": c.id, "lo": encode_key(c.range.lo), "hi": encode_key(c.range.hi)} for c in chunks],
-        }
-        self.store.save_plan(table, plan)
-        self.tables.set_phase(rt, "snapshotting", when="streaming")
-        log.info("snapshot of %s planned: %d chunks of at most %d rows", table, len(chunks), chunk_size)
-        return plan
+        itself = origin.shard is None and origin.name is None and (db, name) == tuple(table.split(".", 1))
+        what = table if itself else origin.describe()
+        ranges = self.guard.call(f"planning the snapshot of {what}", plan_ranges)
+        chunks = make_chunks(table if itself else f"{table}@{origin.name or origin.describe()}", ranges)
+        log.info("snapshot of %s planned: %d chunks of at most %d rows", what, len(chunks), chunk_size)
+        described = None if itself else {"name": origin.name, "shard": origin.shard, "db": db, "table": name}
+        return [
+            {"id": c.id, "lo": encode_key(c.range.lo), "hi": encode_key(c.range.hi)}
+            | ({"origin": described} if described else {})
+            for c in chunks
+        ]
 
     # ------------------------------------------------------------------ windows
 
@@ -456,6 +484,8 @@ class SnapshotRunner(threading.Thread):
         todo = [c for c in plan["chunks"] if c["id"] not in done and c["id"] not in busy]
         if not todo:
             return None
+        # a window reads one origin (one server's table, its watermarks on that server)
+        todo = [c for c in todo if c.get("origin") == todo[0].get("origin")]
         # a window holds at least `parallelism` chunks, one read each at least
         per_window = max(self.config.snapshot.chunks_per_window, self.parallelism)
         chunks = todo[:per_window]
@@ -511,13 +541,14 @@ class SnapshotRunner(threading.Thread):
         self.pending_windows.setdefault(table, []).append(wid)
         started = time.monotonic()
         try:
-            self._watermark(table, wid, "LOW")
+            origin = origin_of_chunks(chunks)
+            self._watermark(table, wid, "LOW", origin)
             rows = self._read_chunks(table, rt, chunks, where, wid, tasks)
             # staged before HIGH is written: the batch that reads HIGH must find the window
             # ready, for on an idle source no other batch may follow
             expired = not self.tables.mark_staged(rt, wid)
             if not expired:
-                self._watermark(table, wid, "HIGH")
+                self._watermark(table, wid, "HIGH", origin)
         except BaseException:
             self._abandon(table, rt, wid)
             raise
@@ -587,47 +618,57 @@ class SnapshotRunner(threading.Thread):
             raise
         return [table for table, _ in staged]
 
-    def _watermark(self, table: str, wid: str, kind: str) -> None:
-        self._watermarks([(table, wid, kind)])
+    def _watermark(self, table: str, wid: str, kind: str, origin: dict | None = None) -> None:
+        """A watermark of ``table``; of one origin of a routed table: on its server, naming its
+        physical table (ingest puts the marker in the logical table's topic)."""
+        if origin is None:
+            self._watermarks([(table, wid, kind)])
+        else:
+            self._watermarks([(f"{origin['db']}.{origin['table']}", wid, kind)], origin["shard"])
 
-    def _watermarks(self, rows: list[tuple[str, str, str]]) -> None:
+    def _any_origin(self, table: str) -> dict | None:
+        """An origin of the table's snapshot plan (a tick's marker may come from any)."""
+        plan = self.store.load_plan(table) or {}
+        return origin_of_chunks(plan.get("chunks") or [{}])
+
+    def _watermarks(self, rows: list[tuple[str, str, str]], shard: str | None = None) -> None:
         """Watermark rows ``(table, window id, kind)`` in one statement: one transaction."""
         if not rows:
             return
         # one connection kept for the watermark writes: a new one per write cost ~40 ms
         # of CPU (TLS context) and its round trips sat inside every window
-        if self._wm_conn is None:
-            self._wm_conn = self._connect()
+        if shard not in self._wm_conns:
+            self._wm_conns[shard] = self._connect(shard)
         try:
-            with self._wm_conn.cursor() as cur:
+            with self._wm_conns[shard].cursor() as cur:
                 sql = self.watermark_sql + ", (%s, %s, %s)" * (len(rows) - 1)
                 cur.execute(sql, [v for row in rows for v in row])
         except BaseException:
-            conn, self._wm_conn = self._wm_conn, None
+            conn = self._wm_conns.pop(shard)
             try:
                 conn.close()
             except Exception:
                 pass
             raise
 
-    def _kept_read_connection(self) -> pymysql.Connection:
+    def _kept_read_connection(self, shard: str | None = None) -> pymysql.Connection:
         """The runner's connection for planning and small-table reads (autocommit: each
         SELECT starts after the LOW watermark committed)."""
-        if self._read_conn is None:
-            self._read_conn = self._connect()
-        return self._read_conn
+        if shard not in self._read_conns:
+            self._read_conns[shard] = self._connect(shard)
+        return self._read_conns[shard]
 
-    def _drop_read_connection(self) -> None:
+    def _drop_read_connection(self, shard: str | None = None) -> None:
         """After a failure the connection's state is unknown: the next use opens a new one."""
-        conn, self._read_conn = self._read_conn, None
+        conn = self._read_conns.pop(shard, None)
         if conn is not None:
             try:
                 conn.close()
             except Exception:
                 pass
 
-    def jdbc_url(self) -> str:
-        m = self.config.mysql
+    def jdbc_url(self, m: MySQLConfig | None = None) -> str:
+        m = m or self.config.mysql
         # jdbc:mysql with permitMysqlScheme: Spark then quotes identifiers with backticks
         url = (
             f"jdbc:mysql://{m.host}:{m.port}/?permitMysqlScheme&sessionVariables=time_zone='+00:00'"
@@ -662,37 +703,45 @@ class SnapshotRunner(threading.Thread):
     ) -> int:
         # one definition for the whole read, recorded with the rows
         spec, read_with = self.tables.definition(rt)
+        keys, constants, shard = rt.keys, None, None
+        origin = origin_of_chunks(chunks)
+        if origin is not None:
+            # a routed table's origin: its physical table on its server, the origin column a constant
+            spec = dataclasses.replace(spec, db=origin["db"], table=origin["table"])
+            keys, shard = read_keys(rt.keys), origin["shard"]
+            constants = {ORIGIN_COLUMN: origin["name"]} if origin["name"] else None
         if is_whole_table(chunks):
             # a table smaller than one chunk: one streamed SELECT in the driver (a Spark
             # job per small table would cost more than the read, see merger.snapshot.direct_read)
-            conn = self._kept_read_connection()
+            conn = self._kept_read_connection(shard)
             try:
                 rows = stage_table(
-                    conn, spec, where, self.store.staging_dir(table, wid), self.config.snapshot.fetch_size
+                    conn, spec, where, self.store.staging_dir(table, wid), self.config.snapshot.fetch_size, constants
                 )
             except BaseException:
-                self._drop_read_connection()
+                self._drop_read_connection(shard)
                 raise
             self.store.mark_staged(table, wid, read_with)
             return rows
         path = self.store.staging_dir(table, wid)
         groups = split_evenly(chunks, tasks or self.parallelism)
+        server = self._server(shard)
         if self.reader == "connectorx":
-            ranges = [_ranges_predicate(rt.keys, group) for group in groups]
+            ranges = [_ranges_predicate(keys, group) for group in groups]
             self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
             rows = stage_window(
                 self.spark,
-                self.source,
-                [chunk_query(spec, where, r) for r in ranges],
+                connectorx_source(server),
+                [chunk_query(spec, where, r, constants) for r in ranges],
                 path,
                 self.config.snapshot.fetch_size,
             )
             self.store.mark_staged(table, wid, read_with)
             return rows
-        db, name = table.split(".", 1)
-        key_alias = [f"__cdc_k{i}" for i in range(len(rt.keys))]
-        select = snapshot_select(spec)
-        raw_keys = ", ".join(f"{quote_ident(k)} AS {a}" for k, a in zip(rt.keys, key_alias))
+        db, name = spec.db, spec.table
+        key_alias = [f"__cdc_k{i}" for i in range(len(keys))]
+        select = snapshot_select(spec, constants)
+        raw_keys = ", ".join(f"{quote_ident(k)} AS {a}" for k, a in zip(keys, key_alias))
         source = (
             f"(SELECT {select}, {raw_keys} FROM {quote_ident(db)}.{quote_ident(name)}"
             f"{' WHERE ' + where if where else ''}) AS cdc_snapshot"
@@ -700,13 +749,12 @@ class SnapshotRunner(threading.Thread):
         # exactly `parallelism` reads (Spark partitions, source connections) per window,
         # each over a run of the window's chunks
         predicates = [_ranges_predicate(key_alias, group) for group in groups]
-        m = self.config.mysql
         props = {
-            **m.jdbc_secret_properties(),  # user, password, keyStorePassword
+            **server.jdbc_secret_properties(),  # user, password, keyStorePassword
             "driver": "org.mariadb.jdbc.Driver",
             "fetchsize": str(self.config.snapshot.fetch_size),
         }
-        df = self.spark.read.jdbc(self.jdbc_url(), source, predicates=predicates, properties=props)
+        df = self.spark.read.jdbc(self.jdbc_url(server), source, predicates=predicates, properties=props)
         df = df.drop(*key_alias)
         self.spark.sparkContext.setJobDescription(f"snapshot {table} window {wid}")
         # uncompressed: the files live for seconds, and both ends spend less CPU
@@ -715,6 +763,27 @@ class SnapshotRunner(threading.Thread):
         import pyarrow.parquet as pq
 
         return sum(pq.ParquetFile(p).metadata.num_rows for p in path.glob("*.parquet"))
+
+
+def connectorx_source(m: MySQLConfig) -> dict:
+    """What a ConnectorX read connects with (``merger.snapshot.chunk_read.stage_query``)."""
+    return {
+        "host": m.host,
+        "port": m.port,
+        "user": m.user,
+        "password": m.password().get_secret_value(),
+        "connect_timeout_s": m.connect_timeout_s,
+    }
+
+
+def origin_of_chunks(chunks: list[dict]) -> dict | None:
+    """The origin a window's chunks are read from (one per window), None for the table itself."""
+    return chunks[0].get("origin") if chunks else None
+
+
+def read_keys(keys: list[str]) -> list[str]:
+    """The key columns of a routed table's physical tables: its key without the origin column."""
+    return [k for k in keys if k != ORIGIN_COLUMN]
 
 
 def _changed_line(exc: BaseException) -> str:
