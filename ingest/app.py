@@ -60,7 +60,7 @@ from ingest.fatal import (
 )
 from ingest.filters import CaptureFilter
 from ingest.lease import RENEW_S, Lease, held_by_another, lease_key, lease_transactional_id
-from ingest.position import PositionVector, ResumePoint, file_number
+from ingest.position import PositionVector, ResumePoint, file_number, parse_gtid
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
     UNASSIGNED_PARTITION,
@@ -443,12 +443,29 @@ class Ingest:
         if start.mode == "gtid":
             if not start.gtid:
                 raise IngestError("start.gtid: required when start.mode is gtid")
+            if self.shard is not None:
+                return self._shard_start_gtid(start.gtid, facts["gtid_binlog_pos"])
             return start.gtid
         if start.mode == "file":
             if not start.file or start.pos is None:
                 raise IngestError("start.file and start.pos: required when start.mode is file")
             return gtid_for_file_pos(self.config, start.file, start.pos)
         return facts["gtid_binlog_pos"]
+
+    def _shard_start_gtid(self, gtid: str, binlog_pos: str) -> str:
+        """A shard's part of ``start.gtid``, which lists the positions of every shard: the
+        entries of the GTID domains the shard's binlog has."""
+        domains = {parse_gtid(g)[0] for g in binlog_pos.split(",") if g.strip()}
+        try:
+            mine = [g for g in gtid.split(",") if g.strip() and parse_gtid(g.strip())[0] in domains]
+        except ValueError as exc:
+            raise IngestError(f"start.gtid: {exc}") from None
+        if not mine:
+            raise IngestError(
+                f"start.gtid {gtid!r} has no position in the GTID domains of shard {self.shard} "
+                f"({binlog_pos or 'none'}): list one for each shard"
+            )
+        return ",".join(g.strip() for g in mine)
 
     # ------------------------------------------------------------------ streaming
 

@@ -43,6 +43,7 @@ from cdc.wire.position import EventPosition
 from cdc.wire.topics import table_topic
 from ingest.schema_change_records import table_change_json
 from merger import crashpoints
+from merger.batch_order import Placed, shards_merged
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.emission import WindowEmitter
@@ -612,7 +613,19 @@ class BatchProcessor(PausedTables):
         if needed > rt.partitions:
             rt.partitions = needed
             rt.reconciler.num_partitions = rt.partitions
-        items.sort(key=lambda it: (it.position.sequence() if it.position else 0, it.record["partition"]))
+        if self.sharded:  # the shards' sequences do not compare (merger.batch_order)
+            placed = [
+                Placed(
+                    it.record["partition"],
+                    it.record["offset"],
+                    it.position.shard if it.position else "",
+                    it.position.sequence() if it.position else 0,
+                )
+                for it in items
+            ]
+            items = [items[i] for i in shards_merged(placed)]
+        else:
+            items.sort(key=lambda it: (it.position.sequence() if it.position else 0, it.record["partition"]))
         events = self._events(rt, items, now_ms)
         # the events between two DDL markers are decoded with the definition in force there
         start = 0
