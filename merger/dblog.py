@@ -220,8 +220,10 @@ class Reconciler:
         self.last_offsets[partition] = offset
         return True
 
-    def on_marker(self, partition: int, offset: int, window_id: str, kind: str) -> bool:
-        """A watermark marker read from ``partition``. False if it was a replay."""
+    def on_marker(self, partition: int, offset: int, window_id: str, kind: str, sequence: int | None = None) -> bool:
+        """A watermark marker read from ``partition``. False if it was a replay. ``offset``
+        rises along the partition; ``sequence``: the marker's own, when it is not the offset
+        (a sharded source's, whose shards' sequences do not rise along a partition)."""
         kind = str(kind).upper()
         if kind not in (LOW, HIGH):
             raise ValueError(f"marker kind must be LOW or HIGH, got {kind!r}")
@@ -236,7 +238,7 @@ class Reconciler:
             window.problem = f"HIGH marker at offset {offset} of partition {partition} without a LOW marker before it"
             window.seen.clear()
         else:
-            window.high.setdefault(partition, offset)
+            window.high.setdefault(partition, offset if sequence is None else sequence)
         return True
 
     def on_event(self, partition: int, offset: int, key: Key, op: str) -> bool:

@@ -694,12 +694,19 @@ class BatchProcessor(PausedTables):
         # a key counts as seen only for windows whose LOW came before it) and apply the
         # decoded rows in slices cut at truncates
         taken = []
+        sharded = self.sharded
         for ev in events:
             partition, seq, op, image, _, order = ev
+            sequence = None
+            if sharded:
+                # the reconciler tells replays by what rises along a partition: the sequence
+                # (kept so in saved states), or a sharded source's Kafka offset (its shards'
+                # sequences do not compare; its replays were dropped per shard before)
+                seq, sequence = ev.record["offset"], seq
             if op == MARKER:
                 kind = str(image.get("kind", "")).upper()
                 if image.get("window") and kind in ("LOW", "HIGH"):
-                    rt.reconciler.on_marker(partition, seq, image["window"], kind)
+                    rt.reconciler.on_marker(partition, seq, image["window"], kind, sequence)
                 continue
             if op == "t":
                 rt.reconciler.on_event(partition, seq, None, "t")
