@@ -34,7 +34,7 @@ process exits, fails with what it reached; the run goes on with the next case. P
 (VmHWM) and CPU seconds (user + system, imports included) of the ingest process(es) are
 read from /proc just before they are stopped.
 
-    .venv/bin/python -m bench.shards_bench [--rows 100000] [--record] [--down]
+    .venv/bin/python -m bench.shards_bench [--rows 100000] [--repeat 1] [--record] [--down]
 """
 
 from __future__ import annotations
@@ -362,6 +362,7 @@ def main() -> None:
     ap.add_argument("--down", action="store_true", help="stop the bench's stack at the end")
     ap.add_argument("--stall-s", type=float, default=60.0, help="fail a case that makes no progress this long")
     ap.add_argument("--case-timeout-s", type=float, default=1200.0)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of every case in turn (the median is shown)")
     ap.add_argument("--skip-plain", action="store_true", help="leave out the plain one-server reference case")
     args = ap.parse_args()
     if args.rows < TRX_ROWS or args.rows % TRX_ROWS:
@@ -379,24 +380,25 @@ def main() -> None:
         for n, b in sorted(backlogs.items()):
             print(f"  {n}: {b['gtid_end']} ({b['write_s']:.1f} s)", flush=True)
         results = []
-        for label, count, mode in CASES:
-            if mode == "plain" and args.skip_plain:
-                continue
-            print(f"case: {label} ...", flush=True)
-            try:
-                r = run_case(
-                    label, count, mode, kafka, shards, backlogs, args.rows, work, args.stall_s, args.case_timeout_s
-                )
-            except CaseFailed as exc:
-                r = {"case": label, "shards": count, "processes": count if mode == "each" else 1, "failed": str(exc)}
-                print(f"  FAILED: {exc}", flush=True)
-            else:
-                print(
-                    f"  {r['events']:,} events in {r['seconds']:.2f} s: {r['events_per_s']:,.0f} events/s "
-                    f"(committed check: {r['committed_check']})",
-                    flush=True,
-                )
-            results.append(r)
+        for round_ in range(1, args.repeat + 1):  # the cases in turn, round after round
+            for label, count, mode in CASES:
+                if mode == "plain" and args.skip_plain:
+                    continue
+                print(f"case: {label}" + (f" (round {round_})" if args.repeat > 1 else "") + " ...", flush=True)
+                try:
+                    r = run_case(
+                        label, count, mode, kafka, shards, backlogs, args.rows, work, args.stall_s, args.case_timeout_s
+                    )
+                except CaseFailed as exc:
+                    r = {"case": label, "processes": count if mode == "each" else 1, "failed": str(exc)}
+                    print(f"  FAILED: {exc}", flush=True)
+                else:
+                    print(
+                        f"  {r['events']:,} events in {r['seconds']:.2f} s: {r['events_per_s']:,.0f} events/s "
+                        f"(committed check: {r['committed_check']})",
+                        flush=True,
+                    )
+                results.append(r)
     finally:
         if args.down:
             stack_down(state_dir)
@@ -406,33 +408,56 @@ def main() -> None:
         append_results(lines)
 
 
+def median_runs(results: list[dict]) -> list[dict]:
+    """Per case (in order): the run of median seconds, with the events/s of every run; a
+    case with a failed run gets a row of its failure too."""
+    out = []
+    for label in dict.fromkeys(r["case"] for r in results):
+        runs = [r for r in results if r["case"] == label]
+        good = sorted((r for r in runs if "failed" not in r), key=lambda r: r["seconds"])
+        if good:
+            row = dict(good[(len(good) - 1) // 2])
+            row["all_events_per_s"] = sorted(r["events_per_s"] for r in good)
+            out.append(row)
+        out += [r for r in runs if "failed" in r]
+    return out
+
+
 def report(results: list[dict], args, started: str, load_start: tuple) -> list[str]:
-    base = next((r for r in results if r["case"].startswith("1 shard") and "failed" not in r), None)
+    rows = median_runs(results)
+    base = next((r for r in rows if r["case"].startswith("1 shard") and "failed" not in r), None)
     load_end = os.getloadavg()
+    repeat = f" --repeat {args.repeat}" if args.repeat > 1 else ""
     lines = [
         f"### sharded ingest: shards and processes — {started}, commit {commit_label()}, "
         f"{os.cpu_count()} cores, load average {load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} "
-        f"at start ({load_end[0]:.2f} at the end) (`bench/shards_bench.py --rows {args.rows}`)",
+        f"at start ({load_end[0]:.2f} at the end) (`bench/shards_bench.py --rows {args.rows}{repeat}`)",
         "",
         f"{args.rows:,} rows per shard in transactions of 1,000 (multi-row INSERTs), written before ingest "
         "starts; each case reads every shard's binlog from its start, fresh topic prefix; seconds from the "
         "start of the ingest process(es) to every shard's position record covering its backlog (imports and "
-        "connecting included). All on one machine: 4 MariaDB servers, the broker and ingest share the cores.",
+        "connecting included). All on one machine: 4 MariaDB servers, the broker and ingest share the cores."
+        + (
+            f" {args.repeat} rounds of every case in turn: the run of median seconds, and every run's events/s."
+            if args.repeat > 1
+            else ""
+        ),
         "",
         "| case | processes | events | seconds | from first commit | events/s | ÷ 1 shard | CPU s | "
-        "peak RSS MB (sum) | committed (read_committed) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "peak RSS MB (sum) | committed (read_committed) |" + (" events/s of every run |" if args.repeat > 1 else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.repeat > 1 else ""),
     ]
-    for r in results:
+    for r in rows:
         if "failed" in r:
             lines.append(f"| {r['case']} | {r['processes']} | FAILED: {r['failed']} | | | | | | | |")
             continue
         ratio = f"{r['events_per_s'] / base['events_per_s']:.2f}x" if base else ""
         rss = f"{r['peak_rss_mb']:.0f}" + (f" ({r['rss_sum_mb']:.0f})" if r["processes"] > 1 else "")
+        every = " " + ", ".join(f"{v:,.0f}" for v in r["all_events_per_s"]) + " |" if args.repeat > 1 else ""
         lines.append(
             f"| {r['case']} | {r['processes']} | {r['events']:,} | {r['seconds']:.2f} | "
             f"{r['seconds_from_first_commit']:.2f} | {r['events_per_s']:,.0f} | {ratio} | {r['cpu_s']:.1f} | "
-            f"{rss} | {r['committed_check']} |"
+            f"{rss} | {r['committed_check']} |{every}"
         )
     lines += ["", f"- {NOTE}"]
     return lines
