@@ -418,6 +418,9 @@ class Ingest:
         metrics.ERRORS.labels(kind).inc()
         metrics.CONNECTED.set(0)
         metrics.UNAVAILABLE.labels(kind).set(1)
+        if self.shard is not None:
+            metrics.SHARD_CONNECTED.labels(self.shard).set(0)
+            metrics.SHARD_UNAVAILABLE.labels(self.shard).set(1)
         metrics.RETRY_DELAY.set(self.backoff)
         self.retries += 1
         if self.unavailable_since is None:
@@ -490,12 +493,16 @@ class Ingest:
             reader.close()
             raise
         metrics.CONNECTED.set(1)
+        if self.shard is not None:
+            metrics.SHARD_CONNECTED.labels(self.shard).set(1)
         stream = BinlogStream(self, policy)
         try:
             stream.consume(reader, stop)
         finally:
             reader.close()
             metrics.CONNECTED.set(0)
+            if self.shard is not None:
+                metrics.SHARD_CONNECTED.labels(self.shard).set(0)
         stream.finish()
 
     def _check_file_forward(self, file: str | None, next_file: str) -> None:
@@ -586,6 +593,8 @@ class Ingest:
         self.unavailable_since, self.retries, self.backoff = None, 0, 1.0
         metrics.UNAVAILABLE.labels("source").set(0)
         metrics.UNAVAILABLE.labels("broker").set(0)
+        if self.shard is not None:
+            metrics.SHARD_UNAVAILABLE.labels(self.shard).set(0)
         metrics.RETRY_DELAY.set(0)
 
     def _codec(self, event) -> TableCodec:
@@ -626,7 +635,10 @@ class Ingest:
             # the gauge moves with the event's time (whole seconds): set once per second of
             # source time, or every 1,000 events, not per event
             self._behind_ts, self._behind_due = event.timestamp, self.stats["events"] + 1000
-            metrics.BEHIND.set(max(0, time.time() * 1000 - event.timestamp * 1000))
+            behind = max(0, time.time() * 1000 - event.timestamp * 1000)
+            metrics.BEHIND.set(behind)
+            if self.shard is not None:
+                metrics.SHARD_BEHIND.labels(self.shard).set(behind)
         partitions = codec.partitions
         if partitions is None:
             partitions = codec.partitions = self._partitions(db, table)  # also creates the topic

@@ -20,3 +20,14 @@ UNAVAILABLE = Gauge(
     "cdc_ingest_unavailable", "1 while ingest waits for the source or the broker to come back, by kind", ["kind"]
 )
 RETRY_DELAY = Gauge("cdc_ingest_retry_delay_seconds", "Backoff before the next retry (0 while streaming)")
+# a sharded source's, per shard (the gauges above then show whichever shard set them last)
+SHARD_CONNECTED = Gauge("cdc_ingest_shard_connected", "1 while connected to the shard's binlog", ["shard"])
+SHARD_BEHIND = Gauge(
+    "cdc_ingest_shard_MilliSecondsBehindSource",
+    "Milliseconds between the shard's commit and ingest reading the event",
+    ["shard"],
+)
+SHARD_UNAVAILABLE = Gauge("cdc_ingest_shard_unavailable", "1 while ingest waits for the shard to come back", ["shard"])
+SHARD_COMMITTED_MS = Gauge(
+    "cdc_ingest_shard_committed_timestamp_ms", "When the shard's position last moved in a committed vector", ["shard"]
+)

@@ -120,7 +120,10 @@ class ShardedIngest:
             vector = PositionVector(dict(self.pending))
             self.process.renew_lease_if_due()
             self.process.producer.commit(self.process.offsets_topic, self.process.source_key, vector)
+            moved = [n for n, p in vector.shards.items() if self.committed.shards.get(n) != p]
             self.committed = vector
+            for name in moved:
+                metrics.SHARD_COMMITTED_MS.labels(name).set(vector.shards[name].ts_ms or time.time() * 1000)
             self.process.position_on_kafka = True
             metrics.KAFKA_COMMITS.inc()
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge
 
 BEHIND = Gauge("cdc_merger_MilliSecondsBehindSource", "Source commit to sink apply, last batch", ["table"])
+SHARD_BEHIND = Gauge(
+    "cdc_merger_shard_MilliSecondsBehindSource", "A sharded source's: per shard, last batch", ["table", "shard"]
+)
+SHARD_CHUNKS_REMAINING = Gauge(
+    "cdc_merger_shard_snapshot_ChunksRemaining", "A sharded source's: snapshot chunks not emitted", ["table", "shard"]
+)
 ROWS_SCANNED = Gauge("cdc_merger_snapshot_RowsScanned", "Snapshot rows emitted", ["table"])
 CHUNKS_REMAINING = Gauge("cdc_merger_snapshot_ChunksRemaining", "Snapshot chunks not yet emitted", ["table"])
 ROWS_APPLIED = Gauge("cdc_merger_rows_applied", "Streamed changes applied", ["table"])
@@ -36,11 +42,16 @@ def observe(status: dict) -> None:
             max(0, t.get("chunks_total", 0) - t.get("chunks_done", 0)),
             t.get("rows_applied", 0),
             t.get("phase"),
+            str(t.get("shards")),
         )
         if _observed.get(name) == figures:
             continue  # 500 tables x 9 labelled gauges on every batch cost what one table changed
         _observed[name] = figures
-        lag_ms, snapshot_rows, chunks_remaining, rows_applied, current = figures
+        lag_ms, snapshot_rows, chunks_remaining, rows_applied, current, _ = figures
+        for shard, s in (t.get("shards") or {}).items():
+            if s.get("lag_ms") is not None:
+                SHARD_BEHIND.labels(name, shard).set(s["lag_ms"])
+            SHARD_CHUNKS_REMAINING.labels(name, shard).set(max(0, s.get("chunks_total", 0) - s.get("chunks_done", 0)))
         if lag_ms is not None:
             BEHIND.labels(name).set(lag_ms)
         ROWS_SCANNED.labels(name).set(snapshot_rows)

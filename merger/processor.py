@@ -669,6 +669,8 @@ class BatchProcessor(PausedTables):
                 src_ts = (payload.get("source") or {}).get("ts_ms")
                 if src_ts:
                     rt.lag_ms = max(0.0, now_ms - src_ts)
+                    if item.position is not None and item.position.shard:
+                        rt.shard_lag_ms[item.position.shard] = rt.lag_ms
                 if ev.op == "r" and not self.source_kind.watermark_windows:
                     rt.snapshot_rows += 1  # a row of the writer's own snapshot (Debezium's initial or incremental)
             events.append(ev)

@@ -315,6 +315,9 @@ class StateStore:
                     "chunks_done": len(plan.get("done", [])),
                     "chunks_total": len(plan.get("chunks", [])),
                 }
+                shards = shard_chunks(plan)
+                if shards:
+                    summary["shards"] = shards
             index[summary["table"]] = (text, summary)
         self._plan_summaries = {text: summary for text, summary in index.values()}
         trusted = now_ns - mtime > 1_000_000_000
@@ -420,3 +423,17 @@ def plan_state(plan: dict) -> str | None:
     if plan.get("finished_at"):
         return "finished"
     return "paused" if plan.get("paused") else "running"
+
+
+def shard_chunks(plan: dict) -> dict[str, list[int]]:
+    """A sharded source's snapshot plan: per shard, ``[chunks done, chunks]`` (empty for one server)."""
+    done = set(plan.get("done", []))
+    out: dict[str, list[int]] = {}
+    for chunk in plan.get("chunks", []):
+        shard = (chunk.get("origin") or {}).get("shard") if isinstance(chunk, dict) else None
+        if shard is None:
+            continue
+        counts = out.setdefault(shard, [0, 0])
+        counts[0] += chunk["id"] in done
+        counts[1] += 1
+    return out

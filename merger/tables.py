@@ -30,6 +30,7 @@ class TableRuntime:
     snapshot_rows: int = 0
     last_offsets: dict = field(default_factory=dict)
     lag_ms: float | None = None
+    shard_lag_ms: dict = field(default_factory=dict)  # a sharded source's: shard -> its lag (not saved)
     blocked_on_sink: str | None = None
     truncated_through: int = 0  # the order of the last cut (truncate, drop, reset): older changes are void
     emitted: dict = field(default_factory=dict)  # window id -> staged rows already emitted
@@ -169,6 +170,14 @@ class TableRegistry:
                 "last_offsets": rt.last_offsets,
                 "open_windows": len(rt.reconciler.windows),
             }
+            shards = {
+                shard: {"lag_ms": lag, "chunks_done": 0, "chunks_total": 0} for shard, lag in rt.shard_lag_ms.items()
+            }
+            for shard, (done, total) in (plan.get("shards") or {}).items():
+                shards.setdefault(shard, {"lag_ms": None})
+                shards[shard].update(chunks_done=done, chunks_total=total)
+            if shards:
+                tables[name]["shards"] = dict(sorted(shards.items()))
         return tables
 
     # -- the snapshot runner's steps (each one critical section)

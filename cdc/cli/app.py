@@ -327,6 +327,12 @@ def resume(
     console.print(f"requested: resume {table}")
 
 
+def shard_line(shard: str, s: dict) -> str:
+    """One shard's part of a table's status line: its snapshot chunks and its lag."""
+    lag = "-" if s.get("lag_ms") is None else f"{s['lag_ms']:.0f} ms"
+    return f"{shard}: {s.get('chunks_done', 0)}/{s.get('chunks_total', 0)} chunks, lag {lag}"
+
+
 @app.command()
 def status(
     config: Optional[Path] = CONFIG_OPTION,
@@ -357,12 +363,15 @@ def status(
         note = t.get("error") or t.get("blocked_on_sink") or ""
         if not note and t.get("nul_values_changed"):
             note = f"{t['nul_values_changed']} value(s) changed by nul_policy (docs/values.md)"
+        if not note and t.get("shards"):
+            note = "; ".join(shard_line(shard, s) for shard, s in t["shards"].items())
         offsets = ",".join(f"{p}:{o}" for p, o in sorted(t.get("last_offsets", {}).items()))
         lag = "-" if t.get("lag_ms") is None else f"{t['lag_ms']:.0f}"
         chunks = f"{t['chunks_done']}/{t['chunks_total']}"
         if t.get("snapshot") in ("paused", "cancelled"):
             chunks += f" ({t['snapshot']})"
-        table.add_row(name, phase, chunks, str(t["snapshot_rows"]), str(t["rows_applied"]), lag, offsets, note[:80])
+        note = note if t.get("shards") and not t.get("error") else note[:80]
+        table.add_row(name, phase, chunks, str(t["snapshot_rows"]), str(t["rows_applied"]), lag, offsets, note)
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: no wrapping at 80 columns
     out.print(table)
     merger_line = st["merger"]["summary"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pymysql
@@ -23,13 +24,14 @@ import yaml
 from cdc import stack as local_stack
 from cdc import stack_shards
 from merger.verify.sinks import DeltaReader, PostgresReader
-from tests.cli_util import run_cli
+from tests.cli_util import merger_status, run_cli
 from tests.ingest_harness import IngestProcess
 from tests.merger_harness import MergerProcess, write_merger_config
 
 pytestmark = pytest.mark.integration
 
 TABLES = ("orders_0", "orders_1")
+METRICS_PORT = 19000 + random.randrange(1000)
 COLUMNS = ["id", "v", "__cdc_origin"]
 
 
@@ -85,6 +87,7 @@ def write_configs(tmp_path: Path, stack, shards: dict, prefix: str, db: str) -> 
         "heartbeat_interval_ms": 1000,
         "shards": shard_list(shards),
         "routes": routes,
+        "metrics_port": METRICS_PORT,
     }
     (tmp_path / "ingest.yaml").write_text(yaml.safe_dump(ingest))
     merger = write_merger_config(
@@ -212,6 +215,13 @@ def test_three_shards_then_a_fourth_into_one_table_of_both_sinks(tmp_path, stack
     assert not errors, errors
     try:
         wait_equal(stack, shards, tmp_path, db, [ingest, merger])
+        # what an operator sees per shard: the merger's status, ingest's metrics
+        status = merger_status(merger_cfg)["tables"][f"{db}.orders"]["shards"]
+        assert sorted(status) == ["shard1", "shard2", "shard3"], status
+        assert all(s["chunks_done"] == s["chunks_total"] > 0 and s["lag_ms"] is not None for s in status.values())
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).read().decode()
+        for name in ("shard1", "shard2", "shard3"):
+            assert f'cdc_ingest_shard_connected{{shard="{name}"}} 1.0' in scraped
         expected = source_rows(shards, db)
         assert len({(id_, origin.split("/")[0]) for id_, _, origin in expected}) > len({r[0] for r in expected})
 
