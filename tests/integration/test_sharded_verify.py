@@ -69,6 +69,9 @@ def test_verify_compares_the_union_of_the_shards(tmp_path, stack, shard_state, u
     for t in found.values():
         assert t["table"] == f"{db}.orders" and t["verdict"] == "equal", t
         assert t["source_rows"] == t["sink_rows"] == 4 * ROWS, t
+        # one chunk per origin, each settled by the SQL digests: the sinks' digest queries
+        # hold the origin filter (without it the digests differ and the rows settle the chunk)
+        assert t["chunks"] == 4 and t["digest_chunks"] == 4 and t["row_path"] is None, t
 
     # behind the pipeline's back: one origin's row gone, another's changed, a row of no origin
     pg = stack.postgres
@@ -92,12 +95,12 @@ def test_verify_compares_the_union_of_the_shards(tmp_path, stack, shard_state, u
     res, data = verify(merger_cfg, "--json")
     assert res.returncode == 1, (res.stdout, res.stderr)
     found = by_sink(data)
-    assert found["delta"]["verdict"] == "equal", found["delta"]
+    assert found["delta"]["verdict"] == "equal" and found["delta"]["digest_chunks"] == 4, found["delta"]
     p = found["postgres"]
     assert p["table"] == f"{db}.orders" and p["verdict"] == "different", p
     assert p["missing"] == [[3, f"shard1/{db}.orders_0"]], p
     assert p["different"] == [{"key": [5, f"shard2/{db}.orders_1"], "columns": ["v"]}], p
-    assert p["extra"] == [] and p["unlisted"] == 0, p
+    assert p["extra"] == [] and p["unlisted"] == 0 and p["mismatched_chunks"] == 2 and p["digest_chunks"] == 2, p
     assert f"shard9/{db}.orders_0" in p["note"] and "1 rows" in p["note"], p
     assert p["source_rows"] == 4 * ROWS and p["sink_rows"] == 4 * ROWS, p
 
