@@ -97,3 +97,21 @@ def test_delta_reader_reads_one_origin(tmp_path):
     )
     assert sorted(rows) == [(2, "v1"), (3, "v2")]
     assert reader.value_counts("db", "t", "__cdc_origin") == {"a/db.t": 3, "b/db.t": 2}
+
+
+def test_key_mode_unique_with_several_origins_is_not_verified():
+    from cdc.cli.verify import _verify_origins, exit_code
+    from merger.catalog import Origin
+    from merger.verify.sharded import UNIQUE_NOT_BUILT
+
+    origins = [Origin(None, s, None, "db", "t") for s in ("s1", "s2")]
+
+    def never(*args, **kwargs):
+        raise AssertionError("nothing is read")
+
+    out = _verify_origins("db.t", origins, never, {"postgres": object(), "delta": object()}, never, 20)
+    assert [(r.table, r.sink, r.verdict, r.error) for r in out] == [
+        ("db.t", "postgres", "error", UNIQUE_NOT_BUILT),
+        ("db.t", "delta", "error", UNIQUE_NOT_BUILT),
+    ]
+    assert exit_code(out) == 2
