@@ -131,15 +131,31 @@ def run_verify(
     err: Console,
     digests: bool = True,
 ) -> int:
-    from merger.catalog import SourceCatalog
+    from cdc.config import routes_of
+    from merger.catalog import ShardedCatalog, SourceCatalog
     from merger.verify.chunked import TableResult, TableVerifier
     from merger.verify.source import SourceReader
 
-    catalog = SourceCatalog(cfg.mysql, guard=_no_retries())
-    tables = resolve_tables(cfg, catalog.list_tables(), named)
+    routed = bool(cfg.shards or cfg.routes)
+    if routed:  # logical tables, each the union of its origins (docs/sharding.md), as the merger reads them
+        servers = {s.name: s.mysql for s in cfg.shards} or {None: cfg.mysql}
+        catalog = ShardedCatalog(servers, routes_of(cfg), guard=_no_retries())
+    else:
+        catalog = SourceCatalog(cfg.mysql, guard=_no_retries())
+    try:
+        tables = resolve_tables(cfg, catalog.list_tables(), named)
+    except BaseException:
+        catalog.close()
+        raise
     sinks = open_sinks(cfg, sink)
     readable = {n: s for n, s in sinks.items() if s is not None}
-    source = SourceReader(cfg.mysql)
+    sources: dict = {}  # shard name (None: the one server) -> SourceReader
+
+    def source_of(shard, mysql):
+        if shard not in sources:
+            sources[shard] = SourceReader(mysql)
+        return sources[shard]
+
     results: list = []
     progress = _progress(err)
     try:
@@ -150,12 +166,10 @@ def run_verify(
                 def advance(table, done, total, rows, task=task):
                     progress.update(task, description=table, completed=done, total=total, rows=rows)
 
-                db, tname = name.split(".", 1)
-                table = source.describe(db, tname)
-                keys, error = _chunk_keys(cfg, name, table)
-                if error:
-                    results += [TableResult(name, n, error=error) for n in readable]
-                else:
+                def verify(source, table, **where):
+                    keys, error = _chunk_keys(cfg, name, table)
+                    if error:
+                        return [TableResult(table.name if table else name, n, error=error) for n in readable]
                     verifier = TableVerifier(
                         source,
                         table,
@@ -167,8 +181,16 @@ def run_verify(
                         limit=limit,
                         on_progress=advance,
                         digests=digests,
+                        **where,
                     )
-                    results += verifier.run() if readable else []
+                    return verifier.run() if readable else []
+
+                if routed:
+                    results += _verify_origins(name, catalog.origins(name), source_of, readable, verify, limit)
+                else:
+                    db, tname = name.split(".", 1)
+                    source = source_of(None, cfg.mysql)
+                    results += verify(source, source.describe(db, tname))
                 results += [
                     TableResult(name, n, skipped=True, note="changelog topics cannot be read by key range")
                     for n, s in sinks.items()
@@ -176,13 +198,52 @@ def run_verify(
                 ]
                 progress.remove_task(task)
     finally:
-        source.close()
+        catalog.close()
+        for source in sources.values():
+            source.close()
         for s in readable.values():
             try:
                 s.close()
             except Exception:
                 pass
     return _report(results, as_json, err)
+
+
+def _verify_origins(name: str, origins, source_of, readable: dict, verify, limit: int) -> list:
+    """One logical table of a sharded (or routed) source: each origin's physical table on its
+    shard against the sink rows of that origin, merged into one result per sink
+    (``merger.verify.sharded``)."""
+    from cdc.routes import ORIGIN_COLUMN
+    from merger.verify.chunked import TableResult
+    from merger.verify.sharded import UNIQUE_NOT_BUILT, add_strays, merge_results, stray_origins
+    from merger.verify.sinks import SinkUnreachable
+
+    target = tuple(name.split(".", 1))
+    if len(origins) > 1 and any(o.name is None for o in origins):
+        return [TableResult(name, n, error=UNIQUE_NOT_BUILT) for n in readable]
+    parts: dict[str, list] = {n: [] for n in readable}
+    for origin in origins:
+        source = source_of(origin.shard, origin.mysql)
+        table = source.describe(origin.db, origin.table)
+        fixed = {"fixed": (ORIGIN_COLUMN, origin.name)} if origin.name is not None else {}
+        for r in verify(source, table, target=target, **fixed):
+            parts[r.sink].append((origin.name, r))
+    out = []
+    for sink, done in parts.items():
+        result = merge_results(name, sink, done, limit)
+        if origins and origins[0].name is not None and not result.error:
+            reader = readable[sink]
+            try:
+                cols = reader.columns(*target)
+                if cols is not None and ORIGIN_COLUMN in cols:
+                    counts = reader.value_counts(*target, ORIGIN_COLUMN)
+                    add_strays(result, ORIGIN_COLUMN, stray_origins(counts, [o.name for o in origins]))
+            except SinkUnreachable:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported for the table
+                result.error = f"reading the origins of the sink rows: {exc}"
+        out.append(result)
+    return out
 
 
 def _progress(err: Console) -> Progress:
@@ -204,7 +265,10 @@ def _chunk_keys(cfg: MergerConfig, name: str, table) -> tuple[list[str], str | N
     the table cannot be verified."""
     if table is None:
         return [], "the table disappeared from the source"
-    keys = list(table.primary_key) or list(cfg.snapshot.chunk_keys.get(name, []))
+    from cdc.routes import ORIGIN_COLUMN
+
+    # a sharded source's origin: the physical key (the origin column is the sink rows' filter)
+    keys = list(table.primary_key) or [k for k in cfg.snapshot.chunk_keys.get(name, []) if k != ORIGIN_COLUMN]
     if not keys:
         return [], (
             f"{name} has no primary key: set snapshot.chunk_keys "

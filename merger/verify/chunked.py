@@ -129,10 +129,14 @@ class TableVerifier:
         sleep: Callable[[float], None] = time.sleep,
         on_progress: Callable[[str, int, int, int], None] | None = None,
         digests: bool = True,
+        target: tuple[str, str] | None = None,
+        fixed: tuple[str, str] | None = None,
     ):
         self.source = source
         self.table = table
         self.name = table.name
+        self.target = target or (table.db, table.table)  # the sink table (a sharded source's logical table)
+        self.fixed = fixed  # (column, value) the sink rows compared hold: one origin's rows
         self.keys = list(keys)
         self.sinks = sinks
         self.chunk_size = chunk_size
@@ -149,11 +153,13 @@ class TableVerifier:
         sides: dict[str, SinkSide] = {}
         for name, reader in self.sinks.items():
             try:
-                cols = reader.columns(self.table.db, self.table.table)
+                cols = reader.columns(*self.target)
                 if cols is None:
-                    results[name].note = f"the sink has no table {self.name}"
+                    results[name].note = f"the sink has no table {'.'.join(self.target)}"
+                elif self.fixed is not None and self.fixed[0] not in cols:
+                    results[name].error = f"the sink table {'.'.join(self.target)} has no column {self.fixed[0]}"
                 else:
-                    sides[name] = SinkSide(reader, self.table, self.keys, cols)
+                    sides[name] = SinkSide(reader, self.table, self.keys, cols, self.target, self.fixed)
                     if nul_rule_applies(reader.rules):
                         results[name].nul_policy = reader.rules.nul_policy
             except SinkUnreachable:

@@ -29,11 +29,23 @@ def canonical_rows(canons: Sequence[ColumnCanon], rows: Sequence[tuple], side: s
 
 
 class SinkSide:
-    """One sink table of one source table."""
+    """One sink table of one source table. ``target``: the sink table's (db, table) when it
+    is not the source's name (a logical table of a sharded source); ``fixed``: a (column,
+    value) every sink row read must hold (the origin column: one origin's rows)."""
 
-    def __init__(self, reader, table: SourceTable, keys: Sequence[str], sink_cols: dict[str, str]):
+    def __init__(
+        self,
+        reader,
+        table: SourceTable,
+        keys: Sequence[str],
+        sink_cols: dict[str, str],
+        target: tuple[str, str] | None = None,
+        fixed: tuple[str, str] | None = None,
+    ):
         self.reader = reader
         self.table = table
+        self.target = target or (table.db, table.table)
+        self.fixed = fixed
         self.names = table.column_names
         self.keys = list(keys)
         self.sink_cols = sink_cols
@@ -63,9 +75,9 @@ class SinkSide:
         return plan(self.table.columns, self.reader.rules, self.sink_cols)
 
     def digest_in_range(self, lo, hi):
-        t = self.table
+        extra = {"fixed": self.fixed} if self.fixed is not None else {}
         return self.reader.digest_in_range(
-            t.db, t.table, self.sink_cols, self.keys, self.kinds, lo, hi, self.digest_plan.sink_row
+            *self.target, self.sink_cols, self.keys, self.kinds, lo, hi, self.digest_plan.sink_row, **extra
         )
 
     def source_rows(self, raw: Sequence[tuple]) -> list[tuple]:
@@ -83,18 +95,19 @@ class SinkSide:
         return tuple(c.source(v) for c, v in zip(self.key_canons, raw_key))
 
     def _read_kwargs(self) -> dict:
-        return {"key_canons": self.key_canons} if self.reader.name == "delta" else {}
+        out = {"key_canons": self.key_canons} if self.reader.name == "delta" else {}
+        if self.fixed is not None:
+            out["fixed"] = self.fixed
+        return out
 
     def rows_in_range(self, lo, hi) -> list[tuple]:
-        t = self.table
         return self.reader.rows_in_range(
-            t.db, t.table, self.names, self.sink_cols, self.keys, self.kinds, lo, hi, **self._read_kwargs()
+            *self.target, self.names, self.sink_cols, self.keys, self.kinds, lo, hi, **self._read_kwargs()
         )
 
     def rows_with_keys(self, canon_keys) -> list[tuple]:
-        t = self.table
         return self.reader.rows_with_keys(
-            t.db, t.table, self.names, self.sink_cols, self.keys, self.kinds, list(canon_keys), **self._read_kwargs()
+            *self.target, self.names, self.sink_cols, self.keys, self.kinds, list(canon_keys), **self._read_kwargs()
         )
 
     def sink_rows(self, raw: Sequence[tuple]) -> list[tuple]:

@@ -7,6 +7,9 @@ A reader returns rows as tuples in the order of the column names asked for; a co
 sink table lacks reads as NULL. Key ranges and key lookups take canonical key values
 (``keys``) and are applied in each sink's order: numbers by value, text by code point
 (PostgreSQL ``COLLATE "C"`` where the column's collation is another one).
+
+``fixed``: an optional ``(column, value)`` that every row read must also hold (the origin
+column of a sharded source's logical table: verify compares one origin at a time).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from merger.verify.sql_digest import (
     Digest,
     datafusion_literal,
     datafusion_query,
+    fixed_predicate,
     postgres_query,
     range_predicate,
     words_digest,
@@ -181,13 +185,15 @@ class PostgresReader:
     def rows(self, db, table, names, sink_cols) -> list[tuple]:
         return self._select(db, table, names, sink_cols)
 
-    def _range_where(self, db, table, sink_cols, keys, kinds, lo, hi, literal: bool = False):
+    def _range_where(self, db, table, sink_cols, keys, kinds, lo, hi, literal: bool = False, fixed=None):
         """``key >= lo AND key < hi`` with placeholders and their params, or (``literal``)
-        with the values written in."""
+        with the values written in; and ``fixed``'s ``column = value``."""
         from psycopg import sql
 
         key = self._key_expr(db, table, keys)
         conds, params = [], []
+        if fixed is not None:
+            conds.append(sql.SQL("{} = {}").format(sql.Identifier(fixed[0]), sql.Literal(fixed[1])))
         for bound, op in ((lo, ">="), (hi, "<")):
             if bound is not None:
                 values = [postgres_param(k, v, sink_cols.get(c)) for c, k, v in zip(keys, kinds, bound)]
@@ -196,15 +202,15 @@ class PostgresReader:
                 params += [] if literal else values
         return (sql.SQL(" AND ").join(conds) if conds else None), params
 
-    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi) -> list[tuple]:
-        where, params = self._range_where(db, table, sink_cols, keys, kinds, lo, hi)
+    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi, fixed=None) -> list[tuple]:
+        where, params = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, fixed=fixed)
         return self._select(db, table, names, sink_cols, where, params)
 
-    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str) -> Digest:
+    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str, fixed=None) -> Digest:
         """The chunk's digest, computed by PostgreSQL (``merger.verify.sql_digest``)."""
         from psycopg import sql
 
-        where, _ = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, literal=True)
+        where, _ = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, literal=True, fixed=fixed)
         conn = self._connection()
         q = postgres_query(
             row_sql,
@@ -214,7 +220,7 @@ class PostgresReader:
         (rows, total), *_ = self._run(q)  # no params: a '%' in the text is plain text
         return Digest.of(rows, total)
 
-    def rows_with_keys(self, db, table, names, sink_cols, keys, kinds, canon_keys) -> list[tuple]:
+    def rows_with_keys(self, db, table, names, sink_cols, keys, kinds, canon_keys, fixed=None) -> list[tuple]:
         from psycopg import sql
 
         key = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, keys)))
@@ -223,9 +229,20 @@ class PostgresReader:
         for i in range(0, len(canon_keys), LOOKUP_BATCH):
             batch = canon_keys[i : i + LOOKUP_BATCH]
             where = sql.SQL("{} IN ({})").format(key, sql.SQL(", ").join([one] * len(batch)))
+            if fixed is not None:
+                where = where + sql.SQL(" AND {} = {}").format(sql.Identifier(fixed[0]), sql.Literal(fixed[1]))
             params = [postgres_param(k, v, sink_cols.get(c)) for kv in batch for c, k, v in zip(keys, kinds, kv)]
             out += self._select(db, table, names, sink_cols, where, params)
         return out
+
+    def value_counts(self, db, table, column) -> dict:
+        """How many rows hold each value of ``column``."""
+        from psycopg import sql
+
+        q = sql.SQL("SELECT {0}, count(*) FROM {1} GROUP BY {0}").format(
+            sql.Identifier(column), sql.Identifier(*self.target(db, table))
+        )
+        return dict(self._run(q))
 
 
 # ------------------------------------------------------------------ Delta Lake
@@ -271,24 +288,28 @@ class DeltaReader:
             return None
         return {f.name: str(_plain_type(f.type)) for f in pa.schema(dt.schema().to_arrow()) if f.name != SEQ}
 
-    def _scan(self, db, table, names, sink_cols, keep, prune=None) -> list[tuple]:
+    def _scan(self, db, table, names, sink_cols, keep, prune=None, fixed=None) -> list[tuple]:
         """Rows of the table's files (pruned by ``prune`` where delta-rs can), filtered
-        per batch by ``keep(arrow table) -> arrow table``."""
+        per batch by ``fixed`` (column, value) and ``keep(arrow table) -> arrow table``."""
         import pyarrow as pa
+        import pyarrow.dataset as ds
         from deltalake.exceptions import DeltaError
 
         dt = self._open(db, table)
         if dt is None:
             raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
         present = [n for n in names if n in sink_cols]
+        read = present if fixed is None or fixed[0] in present else [*present, fixed[0]]
         try:
             try:
                 dataset = dt.to_pyarrow_dataset(file_pruning_predicate=prune or None)
             except (DeltaError, ValueError, TypeError):
                 dataset = dt.to_pyarrow_dataset()
             rows: list[tuple] = []
-            for batch in dataset.to_batches(columns=present):
+            for batch in dataset.to_batches(columns=read):
                 t = _plain(pa.Table.from_batches([batch]))
+                if fixed is not None:
+                    t = t.filter(ds.field(fixed[0]) == fixed[1])
                 t = keep(t)
                 if t.num_rows:
                     rows += zip(*(t.column(n).to_pylist() for n in present))
@@ -303,7 +324,7 @@ class DeltaReader:
         return self._scan(db, table, names, sink_cols, lambda t: t)
 
     def rows_in_range(
-        self, db, table, names, sink_cols, keys, kinds, lo, hi, key_canons: Sequence[ColumnCanon] = ()
+        self, db, table, names, sink_cols, keys, kinds, lo, hi, key_canons: Sequence[ColumnCanon] = (), fixed=None
     ) -> list[tuple]:
         import pyarrow as pa
 
@@ -342,9 +363,9 @@ class DeltaReader:
                     mask.append((lo_k is None or o >= lo_k) and (hi_k is None or o < hi_k))
                 return t.filter(pa.array(mask, pa.bool_())) if mask else t
 
-        return self._scan(db, table, names, sink_cols, keep, prune)
+        return self._scan(db, table, names, sink_cols, keep, prune, fixed)
 
-    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str) -> Digest:
+    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str, fixed=None) -> Digest:
         """The chunk's digest: DataFusion (delta-rs's ``QueryBuilder``) hashes each row's
         text; the hashes are summed here. Integer and date keys only (raises NoSqlText)."""
         import pyarrow as pa
@@ -356,6 +377,9 @@ class DeltaReader:
             raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
         bounds = [None if b is None else [datafusion_literal(k, v) for k, v in zip(kinds, b)] for b in (lo, hi)]
         where = range_predicate("datafusion", keys, *bounds)
+        if fixed is not None:
+            equal = fixed_predicate("datafusion", *fixed)
+            where = equal if where is None else f"{equal} AND {where}"
         try:
             result = QueryBuilder().register("chunk_table", dt).execute(datafusion_query(row_sql, "chunk_table", where))
             hashes = pa.table(result.read_all()).column(0)
@@ -368,7 +392,7 @@ class DeltaReader:
         return words_digest(len(hashes), packed)
 
     def rows_with_keys(
-        self, db, table, names, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = ()
+        self, db, table, names, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = (), fixed=None
     ) -> list[tuple]:
         """Rows whose canonical key is one of ``canon_keys`` (compared in Python)."""
         import pyarrow as pa
@@ -382,7 +406,13 @@ class DeltaReader:
             mask = [key in wanted for key in zip(*cols)]
             return t.filter(pa.array(mask, pa.bool_())) if mask else t
 
-        return self._scan(db, table, names, sink_cols, keep)
+        return self._scan(db, table, names, sink_cols, keep, fixed=fixed)
+
+    def value_counts(self, db, table, column) -> dict:
+        """How many rows hold each value of ``column``."""
+        from collections import Counter
+
+        return dict(Counter(r[0] for r in self._scan(db, table, [column], {column: ""}, lambda t: t)))
 
 
 def _binary_values(chunk) -> bytes:

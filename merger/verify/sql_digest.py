@@ -292,3 +292,10 @@ def range_predicate(
             ors.append("(" + " AND ".join([*eqs, last]) + ")")
         conds.append("(" + " OR ".join(ors) + ")")
     return " AND ".join(conds) if conds else None
+
+
+def fixed_predicate(dialect: str, column: str, value: str) -> str:
+    """``column = 'value'`` (a text value: the origin column), for a digest query's WHERE."""
+    if dialect == "mariadb":
+        raise ValueError("the source side reads physical tables: no fixed column there")
+    return f"{quote(dialect, column)} = '" + str(value).replace("'", "''") + "'"
