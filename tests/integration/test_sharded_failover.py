@@ -1,0 +1,112 @@
+"""One shard of a sharded source fails over to its GTID replica (issue 24, point 5): shard1
+is reached through a switchable TCP proxy (as the one-server failover test does), shard2
+directly; both take writes all along. shard1's replica is caught up, promoted and the
+proxy moved to it: ingest carries on there at the next epoch of that shard alone, the
+other shard never stops, and both sinks equal the union of the shards (shard1 read on its
+new primary) by a plain SELECT of each."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from cdc import stack as local_stack
+from cdc import stack_shards
+from tests.failover_harness import TcpProxy, WriteLoad, caught_up, promote
+from tests.ingest_harness import IngestProcess
+from tests.integration.test_sharded_merge import TABLES, sql, wait_equal, write_configs
+from tests.merger_harness import MergerProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def shard_pairs(tmp_path_factory, stack):
+    """{shard: (primary, replica)} of two shards, each with a GTID replica."""
+    state = tmp_path_factory.mktemp("shards")
+    try:
+        stack_shards.up(state, 2, replicas=True)
+        yield {
+            s.name: (local_stack.StackInfo.load(Path(s.primary)), local_stack.StackInfo.load(Path(s.replica)))
+            for s in stack_shards.load(state)
+        }
+    finally:
+        stack_shards.down(state)
+
+
+def vector(stack, prefix: str) -> dict:
+    consumer = Consumer(
+        {"bootstrap.servers": stack.kafka.bootstrap, "group.id": "t", "isolation.level": "read_committed"}
+    )
+    try:
+        tp = TopicPartition(f"{prefix}.offsets", 0, 0)
+        end = consumer.get_watermark_offsets(tp, timeout=10)[1]
+        consumer.assign([tp])
+        found, at, deadline = None, 0, time.monotonic() + 20
+        while at < end and time.monotonic() < deadline:
+            msg = consumer.poll(0.3)
+            if msg is None or msg.error():
+                continue
+            at = msg.offset() + 1
+            if msg.key() == json.dumps({"server": prefix}, separators=(",", ":")).encode() and msg.value():
+                found = json.loads(msg.value())
+        return found or {}
+    finally:
+        consumer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_one_shard_fails_over_to_its_replica_while_the_other_streams(tmp_path, stack, shard_pairs, unique_name):
+    db = f"shf_{unique_name}"
+    prefix = f"shf{unique_name}"
+    (primary1, replica1), (primary2, _) = shard_pairs["shard1"], shard_pairs["shard2"]
+    for info in (primary1, primary2):
+        sql(info, f"CREATE DATABASE {db}")
+        for table in TABLES:
+            sql(info, f"CREATE TABLE {db}.{table} (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
+            values = ", ".join(f"({i}, 'r{i}', 0)" for i in range(1, 201))
+            sql(info, f"INSERT INTO {db}.{table} VALUES {values}")
+    proxy = TcpProxy(primary1.mariadb.port)
+    via = {"shard1": dataclasses.replace(primary1, mariadb=dataclasses.replace(primary1.mariadb, port=proxy.port))}
+    via["shard2"] = primary2
+    ingest_cfg, merger_cfg = write_configs(tmp_path, stack, via, prefix, db)
+    ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
+    merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
+    loads = [
+        WriteLoad(primary1, proxy.port, db, list(TABLES), seed=1),
+        WriteLoad(primary2, primary2.mariadb.port, db, list(TABLES), seed=2),
+    ]
+    try:
+        for load in loads:
+            load.start()
+        time.sleep(15)
+        # shard1's failover: its writes paused, its replica caught up and promoted, the address moved
+        loads[0].pause()
+        caught_up(primary1, replica1)
+        promote(replica1)
+        proxy.switch(replica1.mariadb.port)
+        loads[0].resume()
+        time.sleep(12)
+        for load in loads:
+            load.stop()
+        assert all(load.statements > 100 for load in loads), [load.statements for load in loads]
+        now = {"shard1": replica1, "shard2": primary2}
+        wait_equal(stack, now, tmp_path, db, [ingest, merger])
+        entries = vector(stack, prefix)["shards"]
+        assert (entries["shard1"]["server_id"], entries["shard1"]["epoch"]) == (101, 1), entries
+        assert (entries["shard2"]["server_id"], entries["shard2"]["epoch"]) == (200, 0), entries
+        log = ingest.log_text()
+        assert "continuing there, positions at epoch 1" in log and "error: " not in log, log[-3000:]
+    finally:
+        for load in loads:
+            if load.is_alive():
+                load.stop()
+        proxy.close()
+        ingest.stop()
+        merger.stop()
