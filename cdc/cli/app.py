@@ -180,13 +180,20 @@ def tail(
 
 
 @app.command()
-def demo(state_dir: Path = STATE_DIR_OPTION, rows: int = typer.Option(200_000, help="rows of the demo orders table")):
+def demo(
+    state_dir: Path = STATE_DIR_OPTION,
+    rows: int = typer.Option(200_000, help="rows of the demo orders table (all shards together)"),
+    shards: int = typer.Option(0, "--shards", help="a sharded source of this many shard servers (docs/sharding.md)"),
+):
     """The whole path on the local stack: load tables, start ingest and the merger, snapshot
     while a live workload runs, show change events, compare every sink table with its source."""
+    from cdc import stack_shards
     from cdc.cli.demo import run_demo
 
     _setup_logging(False)
-    run_demo(state_dir, rows, Console())
+    if shards < 0 or shards > stack_shards.MAX_SHARDS:
+        raise ConfigError(f"--shards must be between 0 and {stack_shards.MAX_SHARDS}")
+    run_demo(state_dir, rows, Console(), shards)
 
 
 # ------------------------------------------------------------------ merger

@@ -6,6 +6,11 @@
    updates, deletes and changes primary keys; progress bars follow the snapshots;
 4. shows some of the change events on Kafka;
 5. ends by comparing every sink table with its source, row for row.
+
+With ``--shards N`` the source is N shard servers (``cdc stack up --shards``), each with
+its own copy of the tables (the same keys on every shard): one ingest follows them all,
+the merger snapshots each shard, and each lake and warehouse table holds every shard's
+rows, told apart by ``__cdc_origin``; `cdc verify` compares them with the shards.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cdc import stack as local_stack
+from cdc import stack_shards
 from cdc.errors import UserError
 
 DEMO_DB = "demo_shop"
@@ -153,6 +159,22 @@ def _configs(info, work: Path, prefix: str) -> tuple[Path, Path]:
     return work / "ingest.yaml", work / "merger.yaml"
 
 
+def _sharded_configs(info, shards: dict, work: Path, prefix: str) -> tuple[Path, Path]:
+    """The configs of a sharded source: one ingest and one merger for every shard."""
+    ingest_path, merger_path = _configs(info, work, prefix)
+    ingest, merger = yaml.safe_load(ingest_path.read_text()), yaml.safe_load(merger_path.read_text())
+    ingest["shards"], merger["shards"] = [], []
+    for name, shard in shards.items():
+        where = {"host": shard.mariadb.host, "port": shard.mariadb.port}
+        user = {"user": shard.mariadb.user, "password_file": str(local_stack.secret_file(shard, "mysql_password"))}
+        root = {"user": "root", "password_file": str(local_stack.secret_file(shard, "mysql_root_password"))}
+        ingest["shards"].append({"name": name, "mysql": {**where, **user}})
+        merger["shards"].append({"name": name, "mysql": {**where, **root}})
+    ingest_path.write_text(yaml.safe_dump(ingest))
+    merger_path.write_text(yaml.safe_dump(merger))
+    return ingest_path, merger_path
+
+
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     out = open(log, "ab")
     return subprocess.Popen(
@@ -171,49 +193,69 @@ def _status(work: Path) -> dict:
         return {}
 
 
-def run_demo(state_dir: Path, rows: int, console: Console) -> None:
+def run_demo(state_dir: Path, rows: int, console: Console, shards: int = 0) -> None:
     console.rule("[bold]1. local stack and data")
     info = local_stack.up(state_dir)
     console.print(
         f"MariaDB {info.mariadb.version} :{info.mariadb.port}, broker {info.kafka.bootstrap}, "
         f"PostgreSQL :{info.postgres.port}"
     )
-    _load(info, rows)
-    console.print(f"loaded {DEMO_DB}.customers ({rows // 4:,} rows) and {DEMO_DB}.orders ({rows:,} rows)")
-
     work = Path(info.state_dir) / "demo"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     prefix = f"demo{int(time.time())}"
-    ingest_cfg, merger_cfg = _configs(info, work, prefix)
+    if shards:
+        stack_shards.up(state_dir, shards, replicas=False)
+        servers = {s.name: local_stack.StackInfo.load(Path(s.primary)) for s in stack_shards.load(state_dir)[:shards]}
+        rows = max(4, rows // shards)
+        for name, shard in servers.items():
+            _load(shard, rows)
+            console.print(
+                f"{name} (:{shard.mariadb.port}): loaded {DEMO_DB}.customers ({rows // 4:,} rows) and "
+                f"{DEMO_DB}.orders ({rows:,} rows), the same keys as on every shard"
+            )
+        ingest_cfg, merger_cfg = _sharded_configs(info, servers, work, prefix)
+    else:
+        servers = {"": info}
+        _load(info, rows)
+        console.print(f"loaded {DEMO_DB}.customers ({rows // 4:,} rows) and {DEMO_DB}.orders ({rows:,} rows)")
+        ingest_cfg, merger_cfg = _configs(info, work, prefix)
 
     console.rule("[bold]2. ingest and merger")
     ingest = _spawn(["ingest", "-c", str(ingest_cfg)], work / "ingest.log")
     merger = _spawn(["merge", "-c", str(merger_cfg)], work / "merger.log")
-    workload = LiveWorkload(info, rows)
+    workloads = [LiveWorkload(server, rows) for server in servers.values()]
     try:
         console.print(
             f"ingest pid {ingest.pid} (log {work / 'ingest.log'}), merger pid {merger.pid} "
             f"(log {work / 'merger.log'}), topic prefix {prefix}"
         )
         console.rule("[bold]3. snapshots while a live workload runs")
-        workload.start()
+        for workload in workloads:
+            workload.start()
         tables = [f"{DEMO_DB}.customers", f"{DEMO_DB}.orders"]
         _wait_for_snapshots(ingest, merger, work, tables, console)
         time.sleep(3)
-        workload.stop.set()
-        workload.join(10)
-        console.print(f"live workload: {workload.statements:,} statements during the snapshots")
-        if workload.error:
-            raise workload.error
+        for workload in workloads:
+            workload.stop.set()
+            workload.join(10)
+        statements = sum(w.statements for w in workloads)
+        console.print(f"live workload: {statements:,} statements during the snapshots")
+        for workload in workloads:
+            if workload.error:
+                raise workload.error
 
         console.rule("[bold]4. change events on Kafka")
         _show_events(info.kafka.bootstrap, f"{prefix}.{DEMO_DB}.orders", console, 12)
 
         console.rule("[bold]5. sinks compared with the source")
-        _compare(info, work, tables, console)
+        if shards:
+            _verify_shards(merger_cfg, console)
+        else:
+            _compare(info, work, tables, console)
     finally:
-        workload.stop.set()
+        for workload in workloads:
+            workload.stop.set()
         for proc in (merger, ingest):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -293,6 +335,26 @@ def _show_events(bootstrap: str, topic: str, console: Console, n: int) -> None:
             shown += 1
     finally:
         consumer.close()
+
+
+def _verify_shards(merger_cfg: Path, console: Console, timeout_s: float = 180) -> None:
+    """`cdc verify` of the sharded tables (each sink table against the union of the shards),
+    again until equal: the last changes may still be on their way."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = subprocess.run(
+            [sys.executable, "-m", "cdc.cli", "verify", "-c", str(merger_cfg)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        if done.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    console.print(done.stdout.rstrip(), highlight=False)
+    if done.returncode != 0:
+        raise DemoError(f"cdc verify found differences (exit {done.returncode}): {done.stderr.strip()[-300:]}")
 
 
 def _compare(info, work: Path, tables: list[str], console: Console) -> None:
