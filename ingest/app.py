@@ -582,6 +582,19 @@ class Ingest:
             except Exception:
                 pass
 
+    def broker_back(self) -> None:
+        """A sharded source's process: its new producer works and the position is still on
+        the broker, so the broker outage is over (each shard's stream then goes on)."""
+        if self.unavailable_since is not None:
+            log.info(
+                "broker reachable again after %.0fs (%d retries): every shard goes on from the committed position",
+                time.monotonic() - self.unavailable_since,
+                self.retries,
+            )
+        self.unavailable_since, self.retries, self.backoff = None, 0, 1.0
+        metrics.UNAVAILABLE.labels("broker").set(0)
+        metrics.RETRY_DELAY.set(0)
+
     def _reconnected(self) -> None:
         """The first event after an outage: say so, and start the backoff again at 1 s."""
         log.info(

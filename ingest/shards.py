@@ -223,6 +223,7 @@ class ShardedIngest:
             except CdcError as fatal:
                 self.failed(fatal)
                 return
+            process.broker_back()
             with self.lock:
                 self.lock.notify_all()  # the shards waiting for a producer go on
 

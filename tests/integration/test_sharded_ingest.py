@@ -1,6 +1,8 @@
 """One ingest follows two shards (issue 24): physical tables of both shards routed into one
 logical topic, AUTO_INCREMENT keys that collide across shards and tables, kill -9 of ingest
-twice while every shard takes writes, and one shard's server down for a while.
+twice while every shard takes writes; and, under writes, one shard's server down for a
+while (the other shard goes on) and the broker frozen (every shard goes back to the
+committed position vector).
 
 The oracle is independent of ingest: a plain SELECT of each physical table on each shard,
 against what a consumer makes of the logical topic (read_committed; a record dropped only
@@ -11,7 +13,9 @@ across shards (the rule before shards) is shown to get it wrong on the same reco
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
@@ -28,16 +32,23 @@ from tests.ingest_harness import IngestProcess
 pytestmark = pytest.mark.integration
 
 TABLES = ("orders_0", "orders_1")
+FREEZE_S = 40  # longer than the producer's flush waits (30 s): the open transaction is lost
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory, stack) -> dict[str, local_stack.StackInfo]:
+def shard_dir(tmp_path_factory, stack) -> Path:
     state = tmp_path_factory.mktemp("shards")
     try:
         stack_shards.up(state, 2, replicas=False)
-        yield {s.name: local_stack.StackInfo.load(Path(s.primary)) for s in stack_shards.load(state)}
+        yield state
     finally:
         stack_shards.down(state)
+
+
+@pytest.fixture
+def shards(shard_dir) -> dict[str, local_stack.StackInfo]:
+    stack_shards.up(shard_dir, 2, replicas=False)  # started again if a test stopped one
+    return {s.name: local_stack.StackInfo.load(Path(s.primary)) for s in stack_shards.load(shard_dir)}
 
 
 def sql(info: local_stack.StackInfo, *statements: str, fetch: bool = False):
@@ -193,14 +204,18 @@ def apply(records: list, per_shard: bool) -> dict[tuple, str]:
     return rows
 
 
-def writer(info, db: str, stop: threading.Event, seed: int, errors: list) -> None:
+def writer(info, db: str, stop: threading.Event, seed: int, errors: list, outages: bool = False) -> None:
+    """Transactions of 1-4 statements until stopped; with ``outages`` a server that is away
+    is waited for (what was in flight then is whatever the server kept: the check reads it)."""
     rnd = random.Random(seed)
-    try:
-        conn = pymysql.connect(
-            host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password
-        )
-        with conn.cursor() as cur:
-            while not stop.is_set():
+    conn = None
+    while not stop.is_set():
+        try:
+            if conn is None:
+                conn = pymysql.connect(
+                    host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password
+                )
+            with conn.cursor() as cur:
                 table = rnd.choice(TABLES)
                 for _ in range(rnd.randint(1, 4)):
                     op = rnd.random()
@@ -212,11 +227,19 @@ def writer(info, db: str, stop: threading.Event, seed: int, errors: list) -> Non
                         )
                     else:
                         cur.execute(f"DELETE FROM {db}.{table} ORDER BY RAND() LIMIT 1")
-                conn.commit()
-                time.sleep(0.01)
+            conn.commit()
+            time.sleep(0.01)
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            if not outages:
+                errors.append(exc)
+                return
+            conn = None
+            time.sleep(0.3)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+            return
+    if conn is not None:
         conn.close()
-    except Exception as exc:  # noqa: BLE001 - reported by the test
-        errors.append(exc)
 
 
 def test_two_shards_into_one_logical_topic_exactly_once_across_kill9(tmp_path, stack, shards, unique_name):
@@ -265,5 +288,73 @@ def test_two_shards_into_one_logical_topic_exactly_once_across_kill9(tmp_path, s
         assert len(ids) < len(expected), "keys collide across shards and tables, told apart by the origin"
         # the same records through the rule before shards (one highest position per partition)
         assert apply(records, per_shard=False) != apply(records, per_shard=True)
+    finally:
+        proc.stop()
+
+
+def entry_gtid(stack, prefix: str, shard: str) -> str | None:
+    entry = ((vector_of(stack, prefix) or {}).get("shards") or {}).get(shard)
+    return entry["gtid_state"] if entry and entry["trx_gtid"] is None else None
+
+
+def seq_of(gtid: str | None) -> int:
+    return int(gtid.split("-")[2]) if gtid else -1
+
+
+@pytest.mark.timeout(600)
+def test_a_shard_down_and_the_broker_frozen_lose_and_double_nothing(tmp_path, stack, shards, shard_dir, unique_name):
+    db = f"sho_{unique_name}"
+    prefix = f"sho{unique_name}"
+    for info in shards.values():
+        sql(info, f"CREATE DATABASE {db}")
+        for table in TABLES:
+            sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
+    config = write_config(tmp_path / "ingest.yaml", stack, shards, prefix, db)
+    proc = IngestProcess(config, tmp_path / "ingest.log").start()
+    stop, errors = threading.Event(), []
+    threads = [
+        threading.Thread(target=writer, args=(info, db, stop, i, errors, True))
+        for i, info in enumerate(shards.values())
+    ]
+    try:
+        wait_caught_up(stack, shards, prefix, proc)
+        for thread in threads:
+            thread.start()
+        time.sleep(3)
+        # shard2's server goes away: shard1's changes keep reaching the topic meanwhile
+        assert local_stack.stop(shards["shard2"], "mariadb")
+        target = seq_of(sql(shards["shard1"], "SELECT @@gtid_binlog_pos", fetch=True)[0][0]) + 20
+        deadline = time.monotonic() + 60
+        while seq_of(entry_gtid(stack, prefix, "shard1")) < target:
+            assert time.monotonic() < deadline, "shard1 did not go on while shard2 was down"
+            assert proc.alive(), proc.log_text()[-3000:]
+            time.sleep(0.5)
+        stack_shards.up(shard_dir, 2, replicas=False)
+        time.sleep(4)
+        # the broker freezes under both shards' writes: the open transaction is lost for all
+        pid = local_stack.running_pid(Path(stack.state_dir), "kafka", f"tcp://127.0.0.1:{stack.kafka.port}")
+        assert pid, "the broker is not running"
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(FREEZE_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(5)
+    finally:
+        stop.set()
+        for thread in threads:
+            if thread.is_alive():
+                thread.join(30)
+    try:
+        assert not errors, errors
+        wait_caught_up(stack, shards, prefix, proc, timeout_s=180)
+        records = read_topic(stack, f"{prefix}.{db}.orders")
+        expected = source_rows(shards, db)
+        assert len(expected) > 50
+        assert apply(records, per_shard=True) == expected
+        log = proc.log_text()
+        assert "shard shard2: source connection lost" in log, log[-3000:]
+        assert "broker error" in log and "broker reachable again" in log, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
     finally:
         proc.stop()
