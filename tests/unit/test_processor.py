@@ -633,3 +633,93 @@ def test_a_change_of_a_sharded_source_stops_the_merger_before_anything_is_applie
     with pytest.raises(MergerError, match="shard shard1 of a sharded source"):
         proc.process(0, s.batch())
     assert sink.state() == {}
+
+
+class ShardStream(Stream):
+    """Two shards' records in one topic, interleaved as one producer sent them: each
+    shard's positions rise along its own binlog (shard a's far above shard b's)."""
+
+    def __init__(self, partitions: int = 2):
+        super().__init__(partitions=partitions)
+        self.positions = {"a": 900_000, "b": 1_000}
+        self.shard = "a"
+
+    def _add(self, partition: int, key, value, pos: int):
+        super()._add(partition, key, value, pos)
+        header = self.pending[-1]["headers"][0]
+        header["value"] = f"bin.000001:{self.positions[self.shard]}:0@{self.shard}".encode()
+        self.positions[self.shard] += 1 if value == {"op": "m"} and partition < self.partitions - 1 else 100
+        if value == {"op": "m"} and partition < self.partitions - 1:
+            self.positions[self.shard] -= 1  # a marker: the same position in every partition
+
+    def on(self, shard: str) -> "ShardStream":
+        self.shard = shard
+        return self
+
+
+@pytest.mark.parametrize(
+    "order,owner,other",
+    [
+        ("shards merged", "a", "b"),
+        ("shards merged", "b", "a"),
+        # each broken copy where it shows: the window of the shard of high positions (a) is
+        # lost when the batch is walked by sequence; the window of the shard of low
+        # positions (b) when the reconciler tells replays by sequence
+        ("broken: by sequence", "a", "b"),
+        ("broken: reconciler by sequence", "b", "a"),
+    ],
+)
+def test_a_window_of_one_shard_among_another_shards_changes(tmp_path, monkeypatch, order, owner, other):
+    """Shard a's window, with shard b's changes (of lower positions) between its markers in
+    the same partitions: a's change after LOW still beats the window's row, b's changes are
+    applied. The broken copy walks the batch in the one-server order (by sequence): b's
+    records then come before a's LOW, the offsets go back, and the window is lost."""
+    import merger.processor as processor_module
+
+    if order == "broken: by sequence":
+        monkeypatch.setattr(
+            processor_module, "shards_merged", lambda placed: sorted(range(len(placed)), key=lambda i: placed[i][3])
+        )
+    if order == "broken: reconciler by sequence":  # the markers' and events' sequences as offsets
+        real = processor_module.BatchProcessor._walk
+
+        def walk(self, batch_id, rt, events, step):
+            self.sharded = False
+            try:
+                return real(self, batch_id, rt, events, step)
+            finally:
+                self.sharded = True
+
+        monkeypatch.setattr(processor_module.BatchProcessor, "_walk", walk)
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink, sharded=True)
+    s = ShardStream()
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": f"snap{i}"} for i in range(1, 7)])
+    s.on(owner).marker("w1", "LOW")
+    for i in range(100, 106):
+        s.on(other).change("c", {"id": i}, after={"id": i, "v": f"{other}{i}"})
+    s.on(owner).change("u", {"id": 3}, before={"id": 3, "v": "snap3"}, after={"id": 3, "v": "new"})
+    s.on(other).change("u", {"id": 100}, before={"id": 100, "v": f"{other}100"}, after={"id": 100, "v": "o-new"})
+    rt.reconciler.mark_staged("w1")
+    s.on(owner).marker("w1", "HIGH")
+    proc.process(0, s.batch())
+    expected = {(i,): {"id": i, "v": f"snap{i}"} for i in range(1, 7)}
+    expected[(3,)] = {"id": 3, "v": "new"}
+    expected.update({(i,): {"id": i, "v": f"{other}{i}"} for i in range(101, 106)})
+    expected[(100,)] = {"id": 100, "v": "o-new"}
+    if order.startswith("broken"):
+        assert sink.state() != expected or "w1" in rt.reconciler.windows
+        return
+    assert sink.state() == expected
+    assert "w1" not in rt.reconciler.windows
+
+
+def test_one_server_changes_stop_a_sharded_merger(tmp_path):
+    from merger.errors import MergerError
+
+    proc = _processor(tmp_path, MemorySink(), sharded=True)
+    proc.table("db.t", SPEC)
+    s = Stream(partitions=1)
+    s.change("c", {"id": 1}, after={"id": 1, "v": "a"})
+    with pytest.raises(MergerError, match="one-server source"):
+        proc.process(0, s.batch())
