@@ -233,3 +233,16 @@ def test_saved_state_round_trip():
     again = ShardDdl.from_dict(state.to_dict(spec_to_dict), spec_from_dict)
     assert again == state
     assert ShardDdl.from_dict(None, spec_from_dict) == ShardDdl()
+
+
+def test_a_table_runtime_keeps_it_and_older_states_load():
+    from merger.dblog import Reconciler
+    from merger.schema import SourceModes
+    from merger.tables import TableRuntime
+
+    rt = TableRuntime("db.t", BASE, ["id", ORIGIN_COLUMN], 1, Reconciler(1))
+    saved = rt.to_dict()
+    assert "shard_ddl" not in saved  # one server's (and an untouched table's) state is as before
+    assert TableRuntime.from_dict("db.t", saved, SourceModes()).shard_ddl == ShardDdl()
+    rt.shard_ddl = ShardDdl({ORIGINS[0]: table(added("a"))}, {"s1": 7}, ["s1", 7], None)
+    assert TableRuntime.from_dict("db.t", rt.to_dict(), SourceModes()).shard_ddl == rt.shard_ddl
