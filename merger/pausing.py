@@ -22,6 +22,8 @@ class PausedTables:
         disk while the table was paused are applied first by the next batch; a sink table
         the operator dropped is created again and filled by a new snapshot."""
         rt.phase, rt.error = "streaming", None
+        # a sharded table paused at a schema change its shards disagree on: the marker is taken as it is
+        rt.shard_ddl.accepted = rt.shard_ddl.conflict
         rt.windows_expired = 0  # the operator fixed what made its snapshot windows expire
         if self.writer.ensure_tables(rt) and rt.phase != "paused":
             log.info("table %s: a sink table was created again; re-snapshotting", rt.name)

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.ddl import ALTERED, CREATED, DROPPED, spec_from_marker
+from cdc.routes import origin_of
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition
@@ -64,6 +65,8 @@ from merger.records import (
     position_of,
 )
 from merger.schema import SourceModes
+from merger.shard_ddl import APPLY, CONFLICT, ShardDdl
+from merger.shard_ddl import decide as decide_shard_ddl
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import SinkError, TableFault
 from merger.sources import source_kind
@@ -244,6 +247,7 @@ class BatchProcessor(PausedTables):
             return False
         shutil.rmtree(self._spill_dir(rt), ignore_errors=True)
         rt.phase, rt.error = "streaming", None
+        rt.shard_ddl = ShardDdl()  # the origins' definitions are learnt again (the snapshot reads them all)
         self.writer.ensure_tables(rt)
         log.info("table %s: sink tables dropped and created again for a new snapshot", rt.name)
         return rt.phase != "paused"
@@ -635,6 +639,12 @@ class BatchProcessor(PausedTables):
             self._walk(batch_id, rt, events[start:i], step)
             start = i + 1
             order, marker = ev.order, ev.image
+            if self.sharded:  # per shard, against the other shards' definitions (merger.shard_ddl)
+                if self._shard_marker(batch_id, rt, ev, step):
+                    # paused at this marker: it and what follows are kept, until `cdc resume` or `cdc snapshot`
+                    keep(self.store, batch_id, rt.name, [kept.record for kept in events[i:]], "-ddl")
+                    return
+                continue
             if order <= rt.ddl_through:
                 continue  # the same statement, read from another partition
             rt.ddl_through = order
@@ -653,6 +663,46 @@ class BatchProcessor(PausedTables):
                 keep(self.store, batch_id, rt.name, [ev.record for ev in events[start:]], "-ddl")
                 return
         self._walk(batch_id, rt, events[start:], step)
+
+    def _shard_marker(self, batch_id: int, rt: TableRuntime, ev: ChangeEvent, step: list) -> bool:
+        """A DDL marker of one shard of a sharded source: applied once per shard position,
+        the sink tables following what every origin's definition allows together
+        (``merger.shard_ddl.decide``). True: the shards disagree, the table is paused here."""
+        state = rt.shard_ddl
+        source = (payload_of(ev.record["value"]) or {}).get("source") or {}
+        shard = str(source.get("shard") or "")
+        if ev.order <= state.through.get(shard, 0):
+            return False  # the same statement, read from another partition
+        spec = spec_from_marker(ev.image)
+        if spec is None:  # the table was gone when ingest read its definition: nothing to compare
+            state.through[shard] = ev.order
+            return False
+        origin = origin_of(shard, str(source.get("db") or ""), str(source.get("table") or ""))
+        if not state.specs:
+            state.specs = dict.fromkeys(self._origins(rt.name), rt.spec)  # every origin as the table is now
+        force = state.accepted == [shard, ev.order]  # `cdc resume` took this marker as it is
+        verdict = decide_shard_ddl(rt.spec, state.specs, origin, spec, force)
+        if verdict.action == CONFLICT:
+            state.conflict = [shard, ev.order]
+            rt.phase, rt.error = "paused", verdict.reason
+            log.error("table %s paused: %s", rt.name, rt.error)
+            return True
+        state.through[shard] = ev.order
+        state.specs[origin] = spec
+        if force:
+            state.conflict = state.accepted = None
+        if verdict.action == APPLY:
+            # no order: it is a position of one shard, and the table's cuts compare with every shard's
+            self.ddl.apply(batch_id, rt, ALTERED, verdict.spec, ev.image.get("ddl"), None, step, self._staging_done)
+        return False
+
+    def _origins(self, name: str) -> list[str]:
+        """The origins of a logical table that the source has now (none if it cannot say)."""
+        try:
+            return [origin_of(o.shard, o.db, o.table) for o in self.catalog.origins(name)] if self.catalog else []
+        except Exception as exc:  # noqa: BLE001 - the origins are then learnt from their markers
+            log.warning("cannot list the origins of %s: %s", name, exc)
+            return []
 
     def _events(self, rt: TableRuntime, items: list[ParsedRecord], now_ms: float) -> list[ChangeEvent]:
         """The changes of the table's records, in their order (a bad one: ``_bad``)."""

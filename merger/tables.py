@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 from cdc.tablespec import ColumnSpec, TableSpec
 from merger.dblog import Reconciler
 from merger.schema import SourceModes, arrow_schema, json_converters
+from merger.shard_ddl import ShardDdl
 
 
 @dataclass
@@ -37,6 +38,8 @@ class TableRuntime:
     ddl_through: int = 0  # the order of the last DDL marker applied (one per partition)
     spec_since: int = 0  # the order of the DDL the spec comes from: older changes decode leniently
     windows_expired: int = 0  # snapshot windows expired in a row (since one was emitted)
+    # a sharded source's: each origin's definition, each shard's last DDL (merger.shard_ddl)
+    shard_ddl: ShardDdl = field(default_factory=ShardDdl)
 
     def __post_init__(self):
         self.schema = arrow_schema(self.spec)
@@ -68,6 +71,7 @@ class TableRuntime:
             "ddl_through": self.ddl_through,
             "spec_since": self.spec_since,
             "windows_expired": self.windows_expired,
+            **({"shard_ddl": self.shard_ddl.to_dict(spec_to_dict)} if self.shard_ddl.kept() else {}),
             "emitted": {w: n for w, n in self.emitted.items() if w in self.reconciler.windows},
         }
 
@@ -96,6 +100,7 @@ class TableRuntime:
         rt.truncated_through = t.get("truncated_through", 0)
         rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
         rt.windows_expired = t.get("windows_expired", 0)
+        rt.shard_ddl = ShardDdl.from_dict(t.get("shard_ddl"), spec_from_dict)  # absent in older states
         rt.emitted = dict(t.get("emitted", {}))
         rt.set_spec(rt.spec, modes)
         return rt

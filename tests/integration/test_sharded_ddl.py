@@ -1,0 +1,177 @@
+"""DDL that reaches one shard first (docs/sharding.md, section 5), end to end: two shards,
+each with two physical tables routed into one logical table.
+
+1. ingest and the merger up, the sinks equal to the shards;
+2. ``ADD COLUMN note`` on shard1's tables only, writes using it there, writes without it
+   on shard2: the sinks hold the union (shard2's rows with NULL in ``note``);
+3. the same ALTER on shard2, more writes: equal again;
+4. ``MODIFY note INT`` on shard1 only: the logical table pauses, `cdc status` names both
+   shards.
+
+The oracle is a plain SELECT of every physical table of both shards (``note`` read where
+the table has it, else NULL), against each sink read by its own reader."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc import stack_shards
+from merger.verify.sinks import DeltaReader, PostgresReader
+from tests.cli_util import merger_status, wait_for
+from tests.ingest_harness import IngestProcess
+from tests.integration.test_sharded_merge import COLUMNS, TABLES, fill, servers, sql, write_configs
+from tests.merger_harness import MergerProcess
+
+pytestmark = pytest.mark.integration
+
+NOTE_COLUMNS = [*COLUMNS, "note"]
+
+
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory, stack):
+    state = tmp_path_factory.mktemp("shards")
+    try:
+        stack_shards.up(state, 2, replicas=False)
+        yield state
+    finally:
+        stack_shards.down(state)
+
+
+def has_note(info, db: str, table: str) -> bool:
+    return bool(
+        sql(
+            info,
+            "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '%s' AND TABLE_NAME = '%s' "
+            "AND COLUMN_NAME = 'note'" % (db, table),
+            fetch=True,
+        )
+    )
+
+
+def source_rows(shards: dict, db: str) -> set[tuple]:
+    out = set()
+    for name, info in shards.items():
+        for table in TABLES:
+            note = "note" if has_note(info, db, table) else "NULL"
+            for id_, v, n in sql(info, f"SELECT id, v, {note} FROM {db}.{table}", fetch=True):
+                out.add((id_, v, f"{name}/{db}.{table}", None if n is None else str(n)))
+    return out
+
+
+def sink_rows(stack, work: Path, db: str) -> dict[str, set[tuple] | str]:
+    pg = stack.postgres
+    readers = {
+        "delta": DeltaReader(str(work / "delta")),
+        "postgres": PostgresReader(
+            {"host": pg.host, "port": pg.port, "user": pg.user, "dbname": pg.database, "password": pg.password}
+        ),
+    }
+    out = {}
+    for name, reader in readers.items():
+        try:
+            cols = reader.columns(db, "orders")
+            if cols is None:
+                out[name] = "no table"
+            elif "note" not in cols:
+                out[name] = {(*r, None) for r in reader.rows(db, "orders", COLUMNS, cols)}
+            else:
+                rows = reader.rows(db, "orders", NOTE_COLUMNS, cols)
+                out[name] = {(i, v, o, None if n is None else str(n)) for i, v, o, n in rows}
+        except Exception as exc:  # noqa: BLE001 - shown in the failure
+            out[name] = f"{type(exc).__name__}: {exc}"
+        finally:
+            reader.close()
+    return out
+
+
+def wait_equal(stack, shards, work: Path, db: str, procs, timeout_s: float = 240) -> set[tuple]:
+    deadline = time.monotonic() + timeout_s
+    found, expected = None, set()
+    while time.monotonic() < deadline:
+        for proc in procs:
+            assert proc.alive(), proc.log_text()[-4000:]
+        expected = source_rows(shards, db)
+        found = sink_rows(stack, work, db)
+        if all(rows == expected for rows in found.values()):
+            return expected
+        time.sleep(3)
+    summary = {
+        k: (
+            v
+            if isinstance(v, str)
+            else f"{len(v)} rows, extra {sorted(v - expected)[:5]}, missing {sorted(expected - v)[:5]}"
+        )
+        for k, v in found.items()
+    }
+    raise AssertionError(f"sinks differ from the shards: {summary}\n" + procs[-1].log_text()[-4000:])
+
+
+def writes(info, db: str, rnd: random.Random, n: int, note: bool) -> None:
+    """Inserts and updates on both physical tables, ``note`` set (a number, so that the
+    conflict's MODIFY to INT keeps the values) only where asked."""
+    for _ in range(n):
+        table = rnd.choice(TABLES)
+        if note:
+            sql(info, f"INSERT INTO {db}.{table} (v, note) VALUES ('w{rnd.random():.5f}', '{rnd.randrange(1000)}')")
+            sql(info, f"UPDATE {db}.{table} SET note = '{rnd.randrange(1000)}' ORDER BY RAND() LIMIT 1")
+        else:
+            sql(info, f"INSERT INTO {db}.{table} (v) VALUES ('w{rnd.random():.5f}')")
+            sql(info, f"UPDATE {db}.{table} SET v = 'u{rnd.random():.5f}' ORDER BY RAND() LIMIT 1")
+        if rnd.random() < 0.2:
+            sql(info, f"DELETE FROM {db}.{table} ORDER BY RAND() LIMIT 1")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_column_added_on_one_shard_first_then_a_conflict(tmp_path, stack, two_shards, unique_name):
+    db = f"shd_{unique_name}"
+    prefix = f"shd{unique_name}"
+    shards = servers(two_shards)
+    assert sorted(shards) == ["shard1", "shard2"]
+    for info in shards.values():
+        fill(info, db, 60)
+    ingest_cfg, merger_cfg = write_configs(tmp_path, stack, shards, prefix, db)
+    ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
+    merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
+    rnd = random.Random(7)
+    try:
+        wait_equal(stack, shards, tmp_path, db, [ingest, merger])
+
+        # shard1 first: the sinks get the column at once, shard2's rows carry NULL in it
+        for table in TABLES:
+            sql(shards["shard1"], f"ALTER TABLE {db}.{table} ADD COLUMN note VARCHAR(20) NULL")
+        writes(shards["shard1"], db, rnd, 20, note=True)
+        writes(shards["shard2"], db, rnd, 20, note=False)
+        rows = wait_equal(stack, shards, tmp_path, db, [ingest, merger])
+        assert any(o.startswith("shard1/") and n is not None for _, _, o, n in rows)
+        assert all(n is None for _, _, o, n in rows if o.startswith("shard2/"))
+
+        # shard2 catches up: nothing to change in the sinks, its notes arrive
+        for table in TABLES:
+            sql(shards["shard2"], f"ALTER TABLE {db}.{table} ADD COLUMN note VARCHAR(20) NULL")
+        writes(shards["shard2"], db, rnd, 20, note=True)
+        writes(shards["shard1"], db, rnd, 10, note=True)
+        rows = wait_equal(stack, shards, tmp_path, db, [ingest, merger])
+        assert any(o.startswith("shard2/") and n is not None for _, _, o, n in rows)
+        assert merger_status(merger_cfg)["tables"][f"{db}.orders"]["phase"] == "streaming"
+
+        # a change the shards disagree on: the logical table pauses, naming both shards
+        sql(shards["shard1"], f"ALTER TABLE {db}.orders_0 MODIFY note INT")
+        writes(shards["shard1"], db, rnd, 5, note=True)
+
+        def paused():
+            table = merger_status(merger_cfg)["tables"][f"{db}.orders"]
+            return table if table["phase"] == "paused" else None
+
+        table = wait_for(paused, "the logical table paused", 120, merger)
+        error = table["error"]
+        for word in ("shard1", "shard2", "note", f"{db}.orders", "cdc resume", "cdc snapshot"):
+            assert word in error, error
+        assert merger.alive() and ingest.alive()
+    finally:
+        ingest.stop()
+        merger.stop()
