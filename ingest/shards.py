@@ -25,6 +25,7 @@ Faults:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -36,13 +37,26 @@ from ingest import metrics
 from ingest.app import SOURCE_ERRORS, Ingest, source_retry_reason
 from ingest.checks import check_source
 from ingest.errors import IngestError
-from ingest.fatal import one_server_position_message
+from ingest.fatal import one_server_position_message, too_large_message
 from ingest.position import PositionVector, ResumePoint
-from ingest.producer import BrokerError, ProducerFenced, Topics
+from ingest.producer import BrokerError, ProducerFenced, RecordTooLarge, Topics
 
 log = logging.getLogger(__name__)
 
 JOIN_S = 30.0  # a shard's reader wakes at least every second (server heartbeats)
+
+
+@contextlib.contextmanager
+def producer_failures():
+    """What the shared producer raises beyond its own errors (librdkafka, once fenced, may
+    fail a call any way) is a broker error: the supervisor then makes a new producer, or
+    stops if another instance holds the lease."""
+    try:
+        yield
+    except (Rewind, BrokerError, ProducerFenced, RecordTooLarge, CdcError):
+        raise
+    except Exception as exc:
+        raise BrokerError(f"the producer failed: {type(exc).__name__}: {exc}") from exc
 
 
 class Rewind(Exception):
@@ -111,15 +125,17 @@ class ShardedIngest:
     def send(self, view: ShardProducer, method: str, args: tuple) -> None:
         with self.lock:
             self._check(view)
-            getattr(self.process.producer, method)(*args)
+            with producer_failures():
+                getattr(self.process.producer, method)(*args)
 
     def commit(self, view: ShardProducer, point: ResumePoint) -> None:
         with self.lock:
             self._check(view)
             self.pending[view.shard] = point
             vector = PositionVector(dict(self.pending))
-            self.process.renew_lease_if_due()
-            self.process.producer.commit(self.process.offsets_topic, self.process.source_key, vector)
+            with producer_failures():
+                self.process.renew_lease_if_due()
+                self.process.producer.commit(self.process.offsets_topic, self.process.source_key, vector)
             moved = [n for n, p in vector.shards.items() if self.committed.shards.get(n) != p]
             self.committed = vector
             for name in moved:
@@ -257,6 +273,8 @@ class ShardedIngest:
                     member.backoff = min(member.backoff * 2, 30.0)
                 except (BrokerError, ProducerFenced) as exc:
                     self.broken(view, exc)
+                except RecordTooLarge as exc:
+                    raise IngestError(too_large_message(self.prefix, exc)) from None
         except BaseException as exc:  # fatal for the process: every shard stops with it
             if isinstance(exc, IngestError) and not str(exc).startswith("shard "):
                 exc = IngestError(f"shard {name}: {exc}")

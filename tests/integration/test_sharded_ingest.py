@@ -16,6 +16,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -27,7 +29,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdc import stack as local_stack
 from cdc import stack_shards
-from tests.ingest_harness import IngestProcess
+from tests.cli_util import run_cli
+from tests.ingest_harness import ROOT, IngestProcess
 
 pytestmark = pytest.mark.integration
 
@@ -358,3 +361,98 @@ def test_a_shard_down_and_the_broker_frozen_lose_and_double_nothing(tmp_path, st
         assert "Traceback" not in log, log[-3000:]
     finally:
         proc.stop()
+
+
+class FollowerProcess(IngestProcess):
+    """`cdc ingest --shard NAME`: one shard followed by a process of its own."""
+
+    def __init__(self, config_path: Path, log_path: Path, shard: str):
+        super().__init__(config_path, log_path)
+        self.shard = shard
+
+    def start(self) -> "FollowerProcess":
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cdc.cli", "ingest", "-c", str(self.config_path), "--shard", self.shard],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            cwd=ROOT,
+        )
+        return self
+
+
+def follower_entry(stack, prefix: str, shard: str) -> dict | None:
+    """The position record of the process that follows ``shard`` alone (read_uncommitted:
+    on the local broker two producers' overlapping transactions hold read_committed back)."""
+    consumer = Consumer({"bootstrap.servers": stack.kafka.bootstrap, "group.id": "t"})
+    key = json.dumps({"server": prefix, "shard": shard}, separators=(",", ":")).encode()
+    try:
+        tp = TopicPartition(f"{prefix}.offsets", 0, 0)
+        try:
+            end = consumer.get_watermark_offsets(tp, timeout=10)[1]
+        except KafkaException:
+            return None
+        consumer.assign([tp])
+        found, at, deadline = None, 0, time.monotonic() + 20
+        while at < end and time.monotonic() < deadline:
+            msg = consumer.poll(0.3)
+            if msg is None or msg.error():
+                continue
+            at = msg.offset() + 1
+            if msg.key() == key and msg.value():
+                found = json.loads(msg.value())
+        return found
+    finally:
+        consumer.close()
+
+
+@pytest.mark.timeout(300)
+def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, unique_name):
+    """`--shard`: a process per shard, each with its own position record and lease; the
+    same shard's process started again takes over and the one before stops with the
+    reason, the other shard's process untouched; an unknown shard is one line."""
+    db = f"shs_{unique_name}"
+    prefix = f"shs{unique_name}"
+    for info in shards.values():
+        sql(info, f"CREATE DATABASE {db}")
+        for table in TABLES:
+            sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
+    config = write_config(tmp_path / "ingest.yaml", stack, shards, prefix, db)
+    unknown = run_cli("ingest", "-c", str(config), "--shard", "shard9", timeout=60)
+    assert unknown.returncode != 0 and "no such shard" in unknown.stderr, unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    procs = {name: FollowerProcess(config, tmp_path / f"{name}.log", name).start() for name in shards}
+    try:
+        for name, info in shards.items():
+            for table in TABLES:
+                sql(info, f"INSERT INTO {db}.{table} (v) VALUES ('{name}')")
+        for name, info in shards.items():
+            target = sql(info, "SELECT @@gtid_binlog_pos", fetch=True)[0][0]
+            deadline = time.monotonic() + 60
+            while True:
+                assert procs[name].alive(), procs[name].log_text()[-3000:]
+                entry = follower_entry(stack, prefix, name)
+                if entry and list(entry["shards"]) == [name] and entry["shards"][name]["gtid_state"] == target:
+                    break
+                assert time.monotonic() < deadline, f"{name}: {entry}"
+                time.sleep(0.5)
+        # the same shard's process started again (same config): it takes over, as a restart
+        # does, and the one before stops with the reason (operations.md, "A second ingest")
+        second = FollowerProcess(config, tmp_path / "second.log", "shard1").start()
+        assert procs["shard1"].wait_exit(90), "the first process for shard1 kept running"
+        first = procs["shard1"].log_text()
+        assert f"topic_prefix {prefix}/shard1" in first and "Traceback" not in first, first[-3000:]
+        sql(shards["shard1"], f"INSERT INTO {db}.{TABLES[0]} (v) VALUES ('after')")
+        target = sql(shards["shard1"], "SELECT @@gtid_binlog_pos", fetch=True)[0][0]
+        deadline = time.monotonic() + 60
+        while (follower_entry(stack, prefix, "shard1") or {}).get("shards", {}).get("shard1", {}).get(
+            "gtid_state"
+        ) != target:
+            assert second.alive(), second.log_text()[-3000:]
+            assert time.monotonic() < deadline, "the second process for shard1 did not go on"
+            time.sleep(0.5)
+        assert procs["shard2"].alive()
+    finally:
+        for p in [*procs.values(), *([second] if "second" in locals() else [])]:
+            p.stop()
