@@ -2,7 +2,8 @@
 routed into one logical table, rows there before anything starts (so the merger
 snapshots every origin, each window on its own shard), AUTO_INCREMENT keys that collide
 across shards and tables, writes on every shard all along, kill -9 of ingest and of the
-merger under the writes, then a fourth shard added mid-run (listed in both configs, both
+merger under the writes, a key range moved from shard1 to shard2 the usual way (key mode
+origin) with kill -9 of both at the switch, then a fourth shard added mid-run (listed in both configs, both
 restarted, `cdc snapshot` of the logical table).
 
 The oracle shares no code with the pipeline: a plain SELECT of every physical table of
@@ -224,6 +225,28 @@ def test_three_shards_then_a_fourth_into_one_table_of_both_sinks(tmp_path, stack
             assert f'cdc_ingest_shard_connected{{shard="{name}"}} 1.0' in scraped
         expected = source_rows(shards, db)
         assert len({(id_, origin.split("/")[0]) for id_, _, origin in expected}) > len({r[0] for r in expected})
+
+        # a key range moved from shard1 to shard2 the usual way, in key mode origin: copied to
+        # shard2, ingest and the merger killed -9 at the switch, the range's writes go to
+        # shard2, then it is deleted from shard1. Each moved row ends once, under shard2's
+        # origin, with its last value
+        moved = range(500_000, 500_040)
+        rows = ", ".join(f"({i}, 'm{i}')" for i in moved)
+        sql(shards["shard1"], f"INSERT INTO {db}.orders_0 (id, v) VALUES {rows}")
+        time.sleep(2)
+        sql(shards["shard2"], f"INSERT INTO {db}.orders_0 (id, v) VALUES {rows}")  # the copy
+        ingest.kill9()
+        merger.kill9()
+        for i in moved[:10]:  # the switch: the range is written on shard2 now
+            sql(shards["shard2"], f"UPDATE {db}.orders_0 SET v = 'moved-{i}' WHERE id = {i}")
+        ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
+        merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
+        sql(shards["shard1"], f"DELETE FROM {db}.orders_0 WHERE id >= {moved[0]}")  # the cleanup
+        wait_equal(stack, shards, tmp_path, db, [ingest, merger])
+        found = [r for r in sink_rows(stack, tmp_path, db)["postgres"] if r[0] in moved]
+        assert sorted(found) == sorted(
+            (i, f"moved-{i}" if i < moved[10] else f"m{i}", f"shard2/{db}.orders_0") for i in moved
+        )
 
         # a fourth shard, with rows of its own, while the three stay written
         stack_shards.up(shard_state, 4, replicas=False)
