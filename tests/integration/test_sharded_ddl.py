@@ -14,17 +14,15 @@ the table has it, else NULL), against each sink read by its own reader."""
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import pytest
 
-from cdc import stack_shards
-from merger.verify.sinks import DeltaReader, PostgresReader
 from tests.cli_util import merger_status, wait_for
 from tests.ingest_harness import IngestProcess
-from tests.integration.test_sharded_merge import COLUMNS, TABLES, fill, servers, sql, write_configs
 from tests.merger_harness import MergerProcess
+from tests.shard_harness import COLUMNS, TABLES, fill, running_shards, servers, sink_readers, sql, write_configs
+from tests.shard_harness import wait_equal as wait_equal_rows
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +31,7 @@ NOTE_COLUMNS = [*COLUMNS, "note"]
 
 @pytest.fixture(scope="module")
 def two_shards(tmp_path_factory, stack):
-    state = tmp_path_factory.mktemp("shards")
-    try:
-        stack_shards.up(state, 2, replicas=False)
-        yield state
-    finally:
-        stack_shards.down(state)
+    yield from running_shards(tmp_path_factory, 2)
 
 
 def has_note(info, db: str, table: str) -> bool:
@@ -63,15 +56,8 @@ def source_rows(shards: dict, db: str) -> set[tuple]:
 
 
 def sink_rows(stack, work: Path, db: str) -> dict[str, set[tuple] | str]:
-    pg = stack.postgres
-    readers = {
-        "delta": DeltaReader(str(work / "delta")),
-        "postgres": PostgresReader(
-            {"host": pg.host, "port": pg.port, "user": pg.user, "dbname": pg.database, "password": pg.password}
-        ),
-    }
     out = {}
-    for name, reader in readers.items():
+    for name, reader in sink_readers(stack, work).items():
         try:
             cols = reader.columns(db, "orders")
             if cols is None:
@@ -89,25 +75,8 @@ def sink_rows(stack, work: Path, db: str) -> dict[str, set[tuple] | str]:
 
 
 def wait_equal(stack, shards, work: Path, db: str, procs, timeout_s: float = 240) -> set[tuple]:
-    deadline = time.monotonic() + timeout_s
-    found, expected = None, set()
-    while time.monotonic() < deadline:
-        for proc in procs:
-            assert proc.alive(), proc.log_text()[-4000:]
-        expected = source_rows(shards, db)
-        found = sink_rows(stack, work, db)
-        if all(rows == expected for rows in found.values()):
-            return expected
-        time.sleep(3)
-    summary = {
-        k: (
-            v
-            if isinstance(v, str)
-            else f"{len(v)} rows, extra {sorted(v - expected)[:5]}, missing {sorted(expected - v)[:5]}"
-        )
-        for k, v in found.items()
-    }
-    raise AssertionError(f"sinks differ from the shards: {summary}\n" + procs[-1].log_text()[-4000:])
+    """``shard_harness.wait_equal`` with the ``note`` column."""
+    return wait_equal_rows(stack, shards, work, db, procs, timeout_s, source=source_rows, sinks=sink_rows)
 
 
 def writes(info, db: str, rnd: random.Random, n: int, note: bool) -> None:

@@ -8,19 +8,17 @@ new primary) by a plain SELECT of each."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from cdc import stack as local_stack
 from cdc import stack_shards
 from tests.failover_harness import TcpProxy, WriteLoad, caught_up, promote
 from tests.ingest_harness import IngestProcess
-from tests.integration.test_sharded_merge import TABLES, sql, wait_equal, write_configs
 from tests.merger_harness import MergerProcess
+from tests.shard_harness import TABLES, offsets_record, sql, wait_equal, write_configs
 
 pytestmark = pytest.mark.integration
 
@@ -37,27 +35,6 @@ def shard_pairs(tmp_path_factory, stack):
         }
     finally:
         stack_shards.down(state)
-
-
-def vector(stack, prefix: str) -> dict:
-    consumer = Consumer(
-        {"bootstrap.servers": stack.kafka.bootstrap, "group.id": "t", "isolation.level": "read_committed"}
-    )
-    try:
-        tp = TopicPartition(f"{prefix}.offsets", 0, 0)
-        end = consumer.get_watermark_offsets(tp, timeout=10)[1]
-        consumer.assign([tp])
-        found, at, deadline = None, 0, time.monotonic() + 20
-        while at < end and time.monotonic() < deadline:
-            msg = consumer.poll(0.3)
-            if msg is None or msg.error():
-                continue
-            at = msg.offset() + 1
-            if msg.key() == json.dumps({"server": prefix}, separators=(",", ":")).encode() and msg.value():
-                found = json.loads(msg.value())
-        return found or {}
-    finally:
-        consumer.close()
 
 
 @pytest.mark.slow
@@ -98,7 +75,7 @@ def test_one_shard_fails_over_to_its_replica_while_the_other_streams(tmp_path, s
         assert all(load.statements > 100 for load in loads), [load.statements for load in loads]
         now = {"shard1": replica1, "shard2": primary2}
         wait_equal(stack, now, tmp_path, db, [ingest, merger])
-        entries = vector(stack, prefix)["shards"]
+        entries = offsets_record(stack, prefix)["shards"]
         assert (entries["shard1"]["server_id"], entries["shard1"]["epoch"]) == (101, 1), entries
         assert (entries["shard2"]["server_id"], entries["shard2"]["epoch"]) == (200, 0), entries
         log = ingest.log_text()

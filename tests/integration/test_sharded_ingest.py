@@ -14,86 +14,38 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-import pymysql
 import pytest
-import yaml
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from cdc import stack as local_stack
 from cdc import stack_shards
 from tests.cli_util import run_cli
 from tests.ingest_harness import ROOT, IngestProcess
+from tests.shard_harness import TABLES, Writers, ingest_config, offsets_record, running_shards, servers, sql
 
 pytestmark = pytest.mark.integration
 
-TABLES = ("orders_0", "orders_1")
 FREEZE_S = 40  # longer than the producer's flush waits (30 s): the open transaction is lost
 
 
 @pytest.fixture(scope="module")
 def shard_dir(tmp_path_factory, stack) -> Path:
-    state = tmp_path_factory.mktemp("shards")
-    try:
-        stack_shards.up(state, 2, replicas=False)
-        yield state
-    finally:
-        stack_shards.down(state)
+    yield from running_shards(tmp_path_factory, 2)
 
 
 @pytest.fixture
 def shards(shard_dir) -> dict[str, local_stack.StackInfo]:
     stack_shards.up(shard_dir, 2, replicas=False)  # started again if a test stopped one
-    return {s.name: local_stack.StackInfo.load(Path(s.primary)) for s in stack_shards.load(shard_dir)}
+    return servers(shard_dir)
 
 
-def sql(info: local_stack.StackInfo, *statements: str, fetch: bool = False):
-    conn = pymysql.connect(
-        host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password, autocommit=True
-    )
-    try:
-        with conn.cursor() as cur:
-            for statement in statements:
-                cur.execute(statement)
-            return cur.fetchall() if fetch else None
-    finally:
-        conn.close()
-
-
-def write_config(path: Path, stack, shards: dict, prefix: str, db: str) -> Path:
-    cfg = {
-        "topic_prefix": prefix,
-        "server_id": 7000 + (abs(hash(prefix)) % 20000),
-        "kafka": {"bootstrap_servers": stack.kafka.bootstrap},
-        "database_include": [db],
-        "heartbeat_interval_ms": 1000,
-        "commit_every_ms": 100,
-        "shards": [
-            {
-                "name": name,
-                "mysql": {
-                    "host": "127.0.0.1",
-                    "port": info.mariadb.port,
-                    "user": info.mariadb.user,
-                    "password_file": str(local_stack.secret_file(info, "mysql_password")),
-                },
-            }
-            for name, info in shards.items()
-        ],
-        "routes": [{"match": rf"{db}\.orders_\d+", "to": f"{db}.orders"}],
-    }
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def source_rows(shards: dict, db: str) -> dict[tuple, str]:
+def source_values(shards: dict, db: str) -> dict[tuple, str]:
     """(origin, id) -> v, by a plain SELECT of every physical table of every shard."""
     out = {}
     for name, info in shards.items():
@@ -103,38 +55,13 @@ def source_rows(shards: dict, db: str) -> dict[tuple, str]:
     return out
 
 
-def vector_of(stack, prefix: str) -> dict | None:
-    """The last committed position record of the prefix, as JSON (read_committed)."""
-    consumer = Consumer(
-        {"bootstrap.servers": stack.kafka.bootstrap, "group.id": "t", "isolation.level": "read_committed"}
-    )
-    try:
-        tp = TopicPartition(f"{prefix}.offsets", 0, 0)
-        try:
-            end = consumer.get_watermark_offsets(tp, timeout=10)[1]  # read_committed: the stable end
-        except KafkaException:
-            return None  # not made yet
-        consumer.assign([tp])
-        found, at, deadline = None, 0, time.monotonic() + 20
-        while at < end and time.monotonic() < deadline:
-            msg = consumer.poll(0.3)
-            if msg is None or msg.error():
-                continue
-            at = msg.offset() + 1
-            if msg.key() == json.dumps({"server": prefix}, separators=(",", ":")).encode() and msg.value():
-                found = json.loads(msg.value())
-        return found
-    finally:
-        consumer.close()
-
-
 def wait_caught_up(stack, shards: dict, prefix: str, proc: IngestProcess, timeout_s: float = 120) -> dict:
     targets = {name: sql(info, "SELECT @@gtid_binlog_pos", fetch=True)[0][0] for name, info in shards.items()}
     deadline = time.monotonic() + timeout_s
     vector = None
     while time.monotonic() < deadline:
         assert proc.alive(), proc.log_text()[-3000:]
-        vector = vector_of(stack, prefix)
+        vector = offsets_record(stack, prefix)
         entries = (vector or {}).get("shards", {})
         if all(
             name in entries and entries[name]["trx_gtid"] is None and entries[name]["gtid_state"] == target
@@ -207,44 +134,6 @@ def apply(records: list, per_shard: bool) -> dict[tuple, str]:
     return rows
 
 
-def writer(info, db: str, stop: threading.Event, seed: int, errors: list, outages: bool = False) -> None:
-    """Transactions of 1-4 statements until stopped; with ``outages`` a server that is away
-    is waited for (what was in flight then is whatever the server kept: the check reads it)."""
-    rnd = random.Random(seed)
-    conn = None
-    while not stop.is_set():
-        try:
-            if conn is None:
-                conn = pymysql.connect(
-                    host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password
-                )
-            with conn.cursor() as cur:
-                table = rnd.choice(TABLES)
-                for _ in range(rnd.randint(1, 4)):
-                    op = rnd.random()
-                    if op < 0.6:
-                        cur.execute(f"INSERT INTO {db}.{table} (v) VALUES (%s)", (f"v{rnd.random():.6f}",))
-                    elif op < 0.85:
-                        cur.execute(
-                            f"UPDATE {db}.{table} SET v = %s ORDER BY RAND() LIMIT 1", (f"u{rnd.random():.6f}",)
-                        )
-                    else:
-                        cur.execute(f"DELETE FROM {db}.{table} ORDER BY RAND() LIMIT 1")
-            conn.commit()
-            time.sleep(0.01)
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
-            if not outages:
-                errors.append(exc)
-                return
-            conn = None
-            time.sleep(0.3)
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-            return
-    if conn is not None:
-        conn.close()
-
-
 def test_two_shards_into_one_logical_topic_exactly_once_across_kill9(tmp_path, stack, shards, unique_name):
     db = f"sh_{unique_name}"
     prefix = f"sh{unique_name}"
@@ -253,17 +142,13 @@ def test_two_shards_into_one_logical_topic_exactly_once_across_kill9(tmp_path, s
         for table in TABLES:
             sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
             sql(info, f"INSERT INTO {db}.{table} (v) VALUES ('before-ingest')")  # not in the topic: no snapshot
-    config = write_config(tmp_path / "ingest.yaml", stack, shards, prefix, db)
+    config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
     proc = IngestProcess(config, tmp_path / "ingest.log").start()
-    stop, errors = threading.Event(), []
-    threads = [
-        threading.Thread(target=writer, args=(info, db, stop, i, errors)) for i, info in enumerate(shards.values())
-    ]
+    writers = Writers(shards, db)
     try:
         wait_caught_up(stack, shards, prefix, proc)
-        before = source_rows(shards, db)
-        for thread in threads:
-            thread.start()
+        before = source_values(shards, db)
+        writers.start()
         for _ in range(2):
             time.sleep(4)
             proc.kill9()
@@ -271,16 +156,13 @@ def test_two_shards_into_one_logical_topic_exactly_once_across_kill9(tmp_path, s
             proc = IngestProcess(config, tmp_path / "ingest.log").start()
         time.sleep(3)
     finally:
-        stop.set()
-        for thread in threads:
-            if thread.is_alive():
-                thread.join(30)
+        writers.finish()
     try:
-        assert not errors, errors
+        assert not writers.errors, writers.errors
         vector = wait_caught_up(stack, shards, prefix, proc)
         assert sorted(vector["shards"]) == sorted(shards)
         records = read_topic(stack, f"{prefix}.{db}.orders")
-        expected = {k: v for k, v in source_rows(shards, db).items() if k not in before}
+        expected = {k: v for k, v in source_values(shards, db).items() if k not in before}
         got = apply(records, per_shard=True)
         # rows that were there before ingest started are not in the topic (no snapshot here);
         # their later updates are, so compare the rows ingest saw born
@@ -296,7 +178,7 @@ def test_two_shards_into_one_logical_topic_exactly_once_across_kill9(tmp_path, s
 
 
 def entry_gtid(stack, prefix: str, shard: str) -> str | None:
-    entry = ((vector_of(stack, prefix) or {}).get("shards") or {}).get(shard)
+    entry = ((offsets_record(stack, prefix) or {}).get("shards") or {}).get(shard)
     return entry["gtid_state"] if entry and entry["trx_gtid"] is None else None
 
 
@@ -312,17 +194,12 @@ def test_a_shard_down_and_the_broker_frozen_lose_and_double_nothing(tmp_path, st
         sql(info, f"CREATE DATABASE {db}")
         for table in TABLES:
             sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
-    config = write_config(tmp_path / "ingest.yaml", stack, shards, prefix, db)
+    config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
     proc = IngestProcess(config, tmp_path / "ingest.log").start()
-    stop, errors = threading.Event(), []
-    threads = [
-        threading.Thread(target=writer, args=(info, db, stop, i, errors, True))
-        for i, info in enumerate(shards.values())
-    ]
+    writers = Writers(shards, db, outages=True)
     try:
         wait_caught_up(stack, shards, prefix, proc)
-        for thread in threads:
-            thread.start()
+        writers.start()
         time.sleep(3)
         # shard2's server goes away: shard1's changes keep reaching the topic meanwhile
         assert local_stack.stop(shards["shard2"], "mariadb")
@@ -344,15 +221,12 @@ def test_a_shard_down_and_the_broker_frozen_lose_and_double_nothing(tmp_path, st
             os.kill(pid, signal.SIGCONT)
         time.sleep(5)
     finally:
-        stop.set()
-        for thread in threads:
-            if thread.is_alive():
-                thread.join(30)
+        writers.finish()
     try:
-        assert not errors, errors
+        assert not writers.errors, writers.errors
         wait_caught_up(stack, shards, prefix, proc, timeout_s=180)
         records = read_topic(stack, f"{prefix}.{db}.orders")
-        expected = source_rows(shards, db)
+        expected = source_values(shards, db)
         assert len(expected) > 50
         assert apply(records, per_shard=True) == expected
         log = proc.log_text()
@@ -382,31 +256,6 @@ class FollowerProcess(IngestProcess):
         return self
 
 
-def follower_entry(stack, prefix: str, shard: str) -> dict | None:
-    """The position record of the process that follows ``shard`` alone (read_uncommitted:
-    on the local broker two producers' overlapping transactions hold read_committed back)."""
-    consumer = Consumer({"bootstrap.servers": stack.kafka.bootstrap, "group.id": "t"})
-    key = json.dumps({"server": prefix, "shard": shard}, separators=(",", ":")).encode()
-    try:
-        tp = TopicPartition(f"{prefix}.offsets", 0, 0)
-        try:
-            end = consumer.get_watermark_offsets(tp, timeout=10)[1]
-        except KafkaException:
-            return None
-        consumer.assign([tp])
-        found, at, deadline = None, 0, time.monotonic() + 20
-        while at < end and time.monotonic() < deadline:
-            msg = consumer.poll(0.3)
-            if msg is None or msg.error():
-                continue
-            at = msg.offset() + 1
-            if msg.key() == key and msg.value():
-                found = json.loads(msg.value())
-        return found
-    finally:
-        consumer.close()
-
-
 @pytest.mark.timeout(300)
 def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, unique_name):
     """`--shard`: a process per shard, each with its own position record and lease; the
@@ -418,7 +267,7 @@ def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, un
         sql(info, f"CREATE DATABASE {db}")
         for table in TABLES:
             sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
-    config = write_config(tmp_path / "ingest.yaml", stack, shards, prefix, db)
+    config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
     unknown = run_cli("ingest", "-c", str(config), "--shard", "shard9", timeout=60)
     assert unknown.returncode != 0 and "no such shard" in unknown.stderr, unknown.stderr
     assert "Traceback" not in unknown.stderr
@@ -432,7 +281,7 @@ def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, un
             deadline = time.monotonic() + 60
             while True:
                 assert procs[name].alive(), procs[name].log_text()[-3000:]
-                entry = follower_entry(stack, prefix, name)
+                entry = offsets_record(stack, prefix, name, committed=False)
                 if entry and list(entry["shards"]) == [name] and entry["shards"][name]["gtid_state"] == target:
                     break
                 assert time.monotonic() < deadline, f"{name}: {entry}"
@@ -446,7 +295,7 @@ def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, un
         sql(shards["shard1"], f"INSERT INTO {db}.{TABLES[0]} (v) VALUES ('after')")
         target = sql(shards["shard1"], "SELECT @@gtid_binlog_pos", fetch=True)[0][0]
         deadline = time.monotonic() + 60
-        while (follower_entry(stack, prefix, "shard1") or {}).get("shards", {}).get("shard1", {}).get(
+        while (offsets_record(stack, prefix, "shard1", committed=False) or {}).get("shards", {}).get("shard1", {}).get(
             "gtid_state"
         ) != target:
             assert second.alive(), second.log_text()[-3000:]

@@ -14,11 +14,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdc import stack_shards
 from tests.cli_util import run_cli
 from tests.ingest_harness import IngestProcess
-from tests.integration.test_sharded_merge import fill, servers, wait_equal, write_configs
 from tests.merger_harness import MergerProcess
+from tests.shard_harness import fill, running_shards, servers, wait_equal, write_configs
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +26,7 @@ ROWS = 40  # per physical table: chunks of 100 hold one table each
 
 @pytest.fixture(scope="module")
 def shard_state(tmp_path_factory, stack):
-    state = tmp_path_factory.mktemp("shards")
-    try:
-        stack_shards.up(state, 2, replicas=False)
-        yield state
-    finally:
-        stack_shards.down(state)
+    yield from running_shards(tmp_path_factory, 2)
 
 
 def verify(cfg: Path, *args: str):
