@@ -301,6 +301,9 @@ def snapshot(
     pause: bool = typer.Option(False, "--pause", help="pause the running snapshot"),
     resume_: bool = typer.Option(False, "--resume", help="resume a paused snapshot"),
     cancel: bool = typer.Option(False, "--cancel", help="cancel the running snapshot"),
+    shard: Optional[str] = typer.Option(
+        None, "--shard", help="a sharded source: read only this shard's tables (e.g. a shard just added)"
+    ),
     config: Optional[Path] = CONFIG_OPTION,
     local: bool = typer.Option(False, "--local"),
     state_dir: Path = STATE_DIR_OPTION,
@@ -316,7 +319,11 @@ def snapshot(
         )
     from merger.state import StateStore
 
-    StateStore(cfg.state_dir).request(action, _check_table(table), where=where)
+    if shard is not None and (action != "snapshot" or shard not in {s.name for s in cfg.shards}):
+        names = ", ".join(s.name for s in cfg.shards) or "none"
+        raise ConfigError(f"--shard {shard}: only with a snapshot, of a shard of the config (shards: {names})")
+    args = {"where": where} if shard is None else {"where": where, "shard": shard}
+    StateStore(cfg.state_dir).request(action, _check_table(table), **args)
     how = " (through Debezium's signal table)" if cfg.source_connector == "debezium" else ""
     console.print(f"requested: {action} {table}{how}")
 

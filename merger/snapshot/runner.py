@@ -319,6 +319,12 @@ class SnapshotRunner(threading.Thread):
                     continue  # a table seen again after a restart: its plan is already there
                 if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
                     self._drop_open_windows(table)
+                if rt is not None and rt.phase == "paused" and args.get("shard"):
+                    # its sink tables are rebuilt: every shard's rows are read again
+                    log.info(
+                        "snapshot of %s: the table is paused, every shard is read (not only %s)", table, args["shard"]
+                    )
+                    args = {k: v for k, v in args.items() if k != "shard"}
                 if rt is not None and rt.phase == "paused" and not args.get("auto"):
                     # paused by a change its sink tables cannot follow: rebuild them
                     self._drop_open_windows(table)
@@ -328,7 +334,7 @@ class SnapshotRunner(threading.Thread):
                 self._changed.pop(table, None)
                 self._retries.pop(table, None)
                 try:
-                    self._plan(table, args.get("where"))
+                    self._plan(table, args.get("where"), args.get("shard"))
                 except Exception as exc:
                     if not table_changed(exc):
                         raise
@@ -369,7 +375,7 @@ class SnapshotRunner(threading.Thread):
 
     # ------------------------------------------------------------------ planning
 
-    def _plan(self, table: str, where: str | None) -> dict | None:
+    def _plan(self, table: str, where: str | None, shard: str | None = None) -> dict | None:
         with self.tables.locked():
             rt = self.processor.table(table)
         if rt is None:
@@ -382,8 +388,10 @@ class SnapshotRunner(threading.Thread):
             log.info("snapshot of %s not planned: the table was dropped", table)
             return None
         origins = self.guard.call(f"listing where {table} is read", self.processor.catalog.origins, table)
+        if shard is not None:  # `cdc snapshot --shard`: that shard's tables only
+            origins = [o for o in origins if o.shard == shard]
         if not origins:
-            log.error("snapshot of %s: no source table is it (routes)", table)
+            log.error("snapshot of %s: no source table is it (routes%s)", table, f", shard {shard}" if shard else "")
             return None
         chunks = []
         for origin in origins:

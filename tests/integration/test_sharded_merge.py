@@ -4,7 +4,7 @@ snapshots every origin, each window on its own shard), AUTO_INCREMENT keys that 
 across shards and tables, writes on every shard all along, kill -9 of ingest and of the
 merger under the writes, a key range moved from shard1 to shard2 the usual way (key mode
 origin) with kill -9 of both at the switch, then a fourth shard added mid-run (listed in both configs, both
-restarted, `cdc snapshot` of the logical table).
+restarted, `cdc snapshot --shard shard4` of the logical table).
 
 The oracle shares no code with the pipeline: a plain SELECT of every physical table of
 every shard, each row with its origin written here (`<shard>/<db>.<table>`), against each
@@ -111,7 +111,9 @@ def test_three_shards_then_a_fourth_into_one_table_of_both_sinks(tmp_path, stack
         ingest_cfg, merger_cfg = write_configs(tmp_path, stack, shards, prefix, db, metrics_port=METRICS_PORT)
         ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
         merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
-        done = run_cli("snapshot", f"{db}.orders", "-c", str(merger_cfg), timeout=60)
+        wrong = run_cli("snapshot", f"{db}.orders", "--shard", "shard9", "-c", str(merger_cfg), timeout=60)
+        assert wrong.returncode != 0 and "--shard shard9" in wrong.stderr and "Traceback" not in wrong.stderr
+        done = run_cli("snapshot", f"{db}.orders", "--shard", "shard4", "-c", str(merger_cfg), timeout=60)
         assert done.returncode == 0, done.stderr
         writers = Writers(shards, db, seed=10).start()
         time.sleep(10)
@@ -119,6 +121,9 @@ def test_three_shards_then_a_fourth_into_one_table_of_both_sinks(tmp_path, stack
         assert not writers.errors, writers.errors
         wait_equal(stack, shards, tmp_path, db, [ingest, merger])
         assert any(origin.startswith("shard4/") for _, _, origin in source_rows(shards, db))
+        status = merger_status(merger_cfg)["tables"][f"{db}.orders"]["shards"]
+        # the snapshot of the new shard read its tables only
+        assert status["shard4"]["chunks_total"] > 0 and status["shard1"]["chunks_total"] == 0, status
     finally:
         ingest.stop()
         merger.stop()
