@@ -1,0 +1,79 @@
+"""Routes within one server (issue 24, point 2): `orders_0` and `orders_1` of one MariaDB
+routed into one logical table `<db>.orders`, rows there before anything starts (the merger
+snapshots each physical table in its own windows), AUTO_INCREMENT keys equal in both,
+writes all along, kill -9 of the merger. Both sinks equal a plain SELECT of the two
+tables, each row with its origin `<db>.<table>` (no shard on one server); `cdc verify`
+says so too."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.cli_util import run_cli
+from tests.ingest_harness import IngestProcess, write_config
+from tests.merger_harness import MergerProcess, write_merger_config
+from tests.shard_harness import TABLES, Writers, fill, sink_readers, sql, wait_equal
+
+pytestmark = pytest.mark.integration
+
+
+def source_rows(servers: dict, db: str) -> set[tuple]:
+    (info,) = servers.values()
+    return {
+        (id_, v, f"{db}.{table}")
+        for table in TABLES
+        for id_, v in sql(info, f"SELECT id, v FROM {db}.{table}", fetch=True)
+    }
+
+
+def sink_rows(stack, work, db: str) -> dict:
+    out = {}
+    for name, reader in sink_readers(stack, work).items():
+        try:
+            cols = reader.columns(db, "orders")
+            out[name] = (
+                "no table" if cols is None else set(reader.rows(db, "orders", ["id", "v", "__cdc_origin"], cols))
+            )
+        finally:
+            reader.close()
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_two_tables_of_one_server_into_one_logical_table(tmp_path, stack, unique_name):
+    db = f"rt_{unique_name}"
+    servers = {"": stack}
+    fill(stack, db, 150)
+    routes = [{"match": rf"{db}\.orders_\d+", "to": f"{db}.orders"}]
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], routes=routes)
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        routes=routes,
+        **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 2},
+    )
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    writers = Writers(servers, db).start()
+    try:
+        time.sleep(12)
+        merger.kill9()
+        merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+        time.sleep(8)
+        writers.finish()
+        assert not writers.errors, writers.errors
+        rows = wait_equal(stack, servers, tmp_path, db, [ingest, merger], source=source_rows, sinks=sink_rows)
+        assert len({r[0] for r in rows}) < len(rows), "equal keys in both tables, told apart by the origin"
+        assert {r[2] for r in rows} == {f"{db}.orders_0", f"{db}.orders_1"}
+        merger.stop()
+        checked = run_cli("verify", "-c", str(mcfg), "--retries", "0", timeout=300)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    finally:
+        writers.finish()
+        ingest.stop()
+        merger.stop()
