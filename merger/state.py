@@ -8,6 +8,7 @@ leaves either the old or the new file.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -117,6 +118,26 @@ class StateStore:
                 return int(text) if text.isdigit() else -1
             fcntl.flock(f, fcntl.LOCK_UN)
             return None
+
+    @contextlib.contextmanager
+    def merger_kept_out(self):
+        """Hold ``merger.lock`` while an operator command changes the sinks (a merger
+        started meanwhile stops at its start); MergerError if a merger runs. The file's
+        pid and ``exit.json`` are left as they are: ``cdc status`` still tells of the
+        last merger."""
+        with open(self.root / "merger.lock", "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "unknown"
+                raise MergerError(
+                    f"a merger is running on state_dir {self.root} (pid {holder}): stop it first"
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def write_exit(self, reason: str | None) -> None:
         """Why the merger ended (None: stopped on request), for ``cdc status``."""

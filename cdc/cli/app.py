@@ -437,6 +437,34 @@ def verify(
     sys.exit(run_verify(cfg, named, sink, chunk_size, retries, wait, limit, as_json, console, digests=digests))
 
 
+shard_app = typer.Typer(no_args_is_help=True, help="Operator steps of a sharded source (docs/sharding.md).")
+app.add_typer(shard_app, name="shard")
+
+
+@shard_app.command("remove")
+def shard_remove(
+    name: str = typer.Argument(..., help="the shard, already taken out of the ingest and merger configs"),
+    delete_rows: bool = typer.Option(False, "--delete-rows", help="delete the shard's rows from every sink"),
+    keep_rows: bool = typer.Option(False, "--keep-rows", help="keep them: only count what stays"),
+    config: Optional[Path] = CONFIG_OPTION,
+    local: bool = typer.Option(False, "--local"),
+    state_dir: Path = STATE_DIR_OPTION,
+):
+    """After removing a shard from both configs, with the merger stopped: delete its rows
+    (those whose __cdc_origin starts with NAME/) from the sinks, or keep them and list them."""
+    from cdc.cli.shard import remove_shard
+    from merger.app import build_sinks
+    from merger.state import StateStore
+
+    if delete_rows == keep_rows:
+        raise ConfigError("say what happens to the shard's rows: --delete-rows or --keep-rows")
+    cfg = load_merger_config(config, local, state_dir)
+    out = Console(width=None if sys.stdout.isatty() else 200)
+    remove_shard(
+        cfg, StateStore(cfg.state_dir), name, delete_rows, build_sinks, lambda line: out.print(line, highlight=False)
+    )
+
+
 @app.command("spark-archive")
 def spark_archive(force: bool = typer.Option(False, "--force", help="build it again even if it exists")):
     """Build the JVM class-data archive that starts the merger's Spark ~2 s faster (local

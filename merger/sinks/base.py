@@ -153,6 +153,20 @@ class Sink(abc.ABC):
         schema change the sink cannot follow. No-op if the table does not exist."""
         raise SinkError(f"{type(self).__name__} cannot drop table {table}: drop it by hand, then `cdc resume`")
 
+    # Rows of one origin (`cdc shard remove`): ``column`` holds each row's origin
+    # (``__cdc_origin``, docs/sharding.md); the rows whose value starts with ``prefix``.
+    # None: the sink has no such table or the table no such column (nothing to do).
+
+    def count_origin(self, table: TableId, column: str, prefix: str) -> int | None:
+        """How many rows of the table have a ``column`` value starting with ``prefix``."""
+        raise SinkError(f"{type(self).__name__} cannot count rows by origin")
+
+    def delete_origin(self, table: TableId, column: str, prefix: str) -> int | None:
+        """Delete the rows whose ``column`` value starts with ``prefix``, and their
+        tombstones if the tombstones are keyed by ``column``; the rows deleted. Running it
+        again deletes nothing."""
+        raise SinkError(f"{type(self).__name__} cannot delete rows by origin: delete them by hand")
+
     def nul_values_changed(self) -> dict[str, int]:
         """Per table, the stored values whose NUL characters the sink's rule changed since
         the process started (only PostgreSQL has such a rule: docs/values.md)."""
@@ -174,6 +188,12 @@ class Sink(abc.ABC):
 def user_fields(schema: pa.Schema) -> list[pa.Field]:
     """The schema's fields without the reserved ``_cdc_*`` columns."""
     return [f for f in schema if not f.name.startswith(RESERVED_PREFIX)]
+
+
+def like_prefix(prefix: str) -> str:
+    """The SQL LIKE pattern (escape character backslash) that matches exactly the strings
+    starting with ``prefix``: its ``%``, ``_`` and backslashes are escaped."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def check_keys(table: TableId, schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:

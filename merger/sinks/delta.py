@@ -665,6 +665,47 @@ class DeltaSink(DeltaReads, Sink):
     def has_table(self, table) -> bool:
         return self._open(self.table_path(as_table_id(table))) is not None
 
+    # ------------------------------------------------------------------ rows of one origin
+
+    @staticmethod
+    def _origins(dt: DeltaTable, column: str, prefix: str) -> dict[str, int] | None:
+        """The values of ``column`` that start with ``prefix``, with their row counts
+        (None: no such column)."""
+        if column not in delta_arrow_schema(dt).names:
+            return None
+        values = _without_log_statistics(dt.to_pyarrow_dataset()).to_table(columns=[column])[column]
+        values = pc.filter(values, pc.fill_null(pc.starts_with(values, pattern=prefix), False))
+        counts = pc.value_counts(values)
+        return {v.as_py(): n.as_py() for v, n in zip(counts.field("values"), counts.field("counts"))}
+
+    def count_origin(self, table, column: str, prefix: str) -> int | None:
+        table = as_table_id(table)
+        dt = self._open(self.table_path(table))
+        found = None if dt is None else self._origins(dt, column, prefix)
+        return None if found is None else sum(found.values())
+
+    def delete_origin(self, table, column: str, prefix: str) -> int | None:
+        """The rows by their exact origin values (read first: no LIKE escaping in the
+        predicate), then the same origins' tombstones if the tombstones are keyed by it."""
+        table = as_table_id(table)
+        path = self.table_path(table)
+        dt = self._open(path)
+        found = None if dt is None else self._origins(dt, column, prefix)
+        if found is None:
+            return None
+        try:
+            if found:
+                dt.delete(_in_predicate(column, sorted(found)))
+            tomb = self._open(self.tombstone_path(table))
+            if tomb is not None:
+                held = self._origins(tomb, column, prefix)
+                if held:
+                    tomb.delete(_in_predicate(column, sorted(held)))
+        except (OSError, DeltaError) as exc:
+            raise self._io_error(exc, path) from None
+        self._meta.pop(table, None)
+        return sum(found.values())
+
     def drop_table(self, table) -> None:
         table = as_table_id(table)
         paths = (self.table_path(table), self.tombstone_path(table))
@@ -678,6 +719,15 @@ class DeltaSink(DeltaReads, Sink):
         for path in paths:  # the table first: it marks a complete creation
             shutil.rmtree(path, ignore_errors=True)
         self._meta.pop(table, None)
+
+
+def _in_predicate(column: str, values: list[str]) -> str:
+    """``column IN ('a', 'b')`` for a delta-rs predicate."""
+    return f"{quote_ident(column)} IN ({', '.join(_string_literal(v) for v in values)})"
+
+
+def _string_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _without_log_statistics(dataset: ds.FileSystemDataset) -> ds.FileSystemDataset:

@@ -68,6 +68,7 @@ from merger.sinks.base import (
     as_table_id,
     check_keys,
     latest_per_key,
+    like_prefix,
     user_fields,
 )
 from merger.sinks.nul import apply_nul_policy, check_policy
@@ -591,6 +592,44 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
     def has_table(self, table) -> bool:
         table = as_table_id(table)
         return self._run(lambda conn: self._load_meta(conn, table) is not None)
+
+    # ------------------------------------------------------------------ rows of one origin
+
+    def count_origin(self, table, column: str, prefix: str) -> int | None:
+        table = as_table_id(table)
+
+        def count(conn):
+            m = self._load_meta(conn, table)
+            if m is None or column not in m.columns:
+                return None
+            target = sql.Identifier(m.schema, m.name)
+            query = sql.SQL("SELECT count(*) FROM {} WHERE {} LIKE %s ESCAPE '\\'").format(
+                target, sql.Identifier(column)
+            )
+            return conn.execute(query, (like_prefix(prefix),)).fetchone()[0]
+
+        return self._run(count)
+
+    def delete_origin(self, table, column: str, prefix: str) -> int | None:
+        """Also the tombstones of those rows when ``column`` is one of the key columns."""
+        table = as_table_id(table)
+
+        def delete(conn):
+            m = self._load_meta(conn, table)
+            if m is None or column not in m.columns:
+                return None
+            target, tomb, _ = self._ids(m)
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (pg_ident(m.schema) + "." + pg_ident(m.name),))
+            where = sql.SQL("WHERE {} LIKE %s ESCAPE '\\'").format(sql.Identifier(column))
+            pattern = (like_prefix(prefix),)
+            deleted = conn.execute(sql.SQL("DELETE FROM {} ").format(target) + where, pattern).rowcount
+            if column in m.keys:
+                conn.execute(sql.SQL("DELETE FROM {} ").format(tomb) + where, pattern)
+            return deleted
+
+        result = self._run(delete)
+        self._meta.pop(table, None)
+        return result
 
     def drop_table(self, table) -> None:
         table = as_table_id(table)
