@@ -263,3 +263,15 @@ class Writers:
         for thread in self.threads:
             if thread.is_alive():
                 thread.join(30)
+
+
+def start_pipeline(tmp_path: Path, stack, shards: dict, prefix: str, db: str, **ingest_extra):
+    """The configs written (``write_configs``) and ingest and the merger started:
+    ``(ingest_cfg, merger_cfg, ingest, merger)``."""
+    from tests.ingest_harness import IngestProcess
+    from tests.merger_harness import MergerProcess
+
+    ingest_cfg, merger_cfg = write_configs(tmp_path, stack, shards, prefix, db, **ingest_extra)
+    ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
+    merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
+    return ingest_cfg, merger_cfg, ingest, merger

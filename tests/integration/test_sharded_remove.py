@@ -10,7 +10,17 @@ import pytest
 from tests.cli_util import run_cli
 from tests.ingest_harness import IngestProcess
 from tests.merger_harness import MergerProcess
-from tests.shard_harness import fill, running_shards, servers, sink_rows, source_rows, sql, wait_equal, write_configs
+from tests.shard_harness import (
+    fill,
+    running_shards,
+    servers,
+    sink_rows,
+    source_rows,
+    sql,
+    start_pipeline,
+    wait_equal,
+    write_configs,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +45,7 @@ def test_remove_a_shard_deletes_its_rows(tmp_path, stack, shard_state, unique_na
     assert sorted(shards) == ["shard1", "shard2"]
     for info in shards.values():
         fill(info, db, ROWS)
-    ingest_cfg, merger_cfg = write_configs(tmp_path, stack, shards, prefix, db)
-    ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
-    merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
+    ingest_cfg, merger_cfg, ingest, merger = start_pipeline(tmp_path, stack, shards, prefix, db)
     try:
         wait_equal(stack, shards, tmp_path, db, [ingest, merger])
         # refused while the merger runs (shard2 out of the config already)

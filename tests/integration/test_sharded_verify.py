@@ -15,9 +15,7 @@ import pytest
 from psycopg import sql
 
 from tests.cli_util import run_cli
-from tests.ingest_harness import IngestProcess
-from tests.merger_harness import MergerProcess
-from tests.shard_harness import fill, running_shards, servers, wait_equal, write_configs
+from tests.shard_harness import fill, running_shards, servers, start_pipeline, wait_equal
 
 pytestmark = pytest.mark.integration
 
@@ -47,9 +45,7 @@ def test_verify_compares_the_union_of_the_shards(tmp_path, stack, shard_state, u
     assert sorted(shards) == ["shard1", "shard2"]
     for info in shards.values():
         fill(info, db, ROWS)
-    ingest_cfg, merger_cfg = write_configs(tmp_path, stack, shards, prefix, db)
-    ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
-    merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
+    ingest_cfg, merger_cfg, ingest, merger = start_pipeline(tmp_path, stack, shards, prefix, db)
     try:
         wait_equal(stack, shards, tmp_path, db, [ingest, merger])
     finally:
