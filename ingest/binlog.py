@@ -148,6 +148,7 @@ _KNOWN_MAP = object()  # _lean_table_map: the same map as the one the reader alr
 
 
 _MAX_PACKET_LEN = 2**24 - 1
+SILENCE_MIN_S = 20.0  # a loaded server or machine may delay its heartbeats by seconds
 _R = "_BinLogStreamReader__"
 _CONNECTED_STREAM = _R + "connected_stream"
 _CONNECTED_CTL = _R + "connected_ctl"
@@ -561,6 +562,11 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         return event
 
 
+def silence_timeout_s(heartbeat_s: float) -> float:
+    """How long the binlog stream may stay silent before it counts as lost."""
+    return max(SILENCE_MIN_S, 10 * heartbeat_s)
+
+
 def open_reader(
     connect_kwargs: dict,
     server_id: int,
@@ -578,6 +584,10 @@ def open_reader(
         "user": connect_kwargs["user"],
         "passwd": connect_kwargs["password"],
         "connect_timeout": connect_kwargs.get("connect_timeout", 10),
+        # the server sends a heartbeat every ``heartbeat_s`` while quiet: silence far longer
+        # than that is a dead connection (a half-open socket, a dump thread the server ended
+        # without closing it), read again instead of waited on for ever
+        "read_timeout": silence_timeout_s(heartbeat_s),
     }
     for tls in ("ssl", "ssl_disabled"):  # the TLS settings of MySQLConfig.connect_kwargs
         if tls in connect_kwargs:

@@ -155,6 +155,15 @@ class ShardedIngest:
                 event.set()
             self.lock.notify_all()
 
+    def _stop_if_taken_over(self) -> None:
+        """Before a shard's source is read again: a newer instance that took over this
+        prefix reads that shard too (with the same server_id, each connection ends the
+        other's), so this one stops rather than win the binlog stream back."""
+        with self.lock:
+            if self.fault is None and self.fatal is None and self.process.producer is not None:
+                with producer_failures():
+                    self.process.stop_if_taken_over()
+
     def failed(self, exc: BaseException) -> None:
         with self.lock:
             if self.fatal is None:
@@ -270,6 +279,7 @@ class ShardedIngest:
                     reason = source_retry_reason(exc, f"{self.prefix} (shard {name})", member.committed)
                     member.source_lost(f"shard {name}: {reason}; retrying in {member.backoff:.0f}s")
                     interrupt.wait(member.backoff)
+                    self._stop_if_taken_over()
                     member.backoff = min(member.backoff * 2, 30.0)
                 except (BrokerError, ProducerFenced) as exc:
                     self.broken(view, exc)

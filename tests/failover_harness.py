@@ -66,6 +66,7 @@ class TcpProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self._silenced: set[socket.socket] = set()  # open, but what they send goes nowhere
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
 
@@ -92,7 +93,8 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                dst.sendall(data)
+                if src not in self._silenced:
+                    dst.sendall(data)
         except OSError:
             pass
         finally:
@@ -118,6 +120,12 @@ class TcpProxy:
             current = list(self._open)
         for s in current:
             self._drop(s)
+
+    def silence(self) -> None:
+        """Every connection already forwarded stays open but carries nothing more either
+        way (a half-open connection after a network fault); new ones are forwarded."""
+        with self._lock:
+            self._silenced |= self._open
 
     def close(self) -> None:
         self._closed = True

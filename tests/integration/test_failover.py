@@ -218,3 +218,33 @@ def test_an_address_moved_under_an_open_stream_is_noticed_while_idle(pair, tmp_p
         assert "error: " not in ingest.log_text()
     finally:
         ingest.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_binlog_connection_gone_silent_is_read_again(pair, tmp_path, unique_name):
+    """The binlog connection stays open but nothing comes through any more (a half-open
+    connection after a network fault): the server's heartbeats stop arriving, so ingest
+    counts the stream lost and reads it again, on a new connection, from its position."""
+    primary, replica, proxy, via = pair
+    db = f"fs_{unique_name}"
+    _create_tables(via, db, 10)
+    cfg = write_config(via, tmp_path / "ingest.yaml", unique_name, [db])
+    ingest = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    try:
+        wait_caught_up(via, unique_name, proc=ingest)
+        proxy.silence()
+        with root(primary).cursor() as cur:
+            for i in range(5):
+                cur.execute(f"INSERT INTO {db}.b VALUES (%s, 'after', 0)", (400 + i,))
+        point = wait_caught_up(via, unique_name, timeout_s=90, proc=ingest)
+        assert point.server_id == query_one(primary, "SELECT @@server_id")[0]
+        records, _ = read_records(via.kafka.bootstrap, [f"{unique_name}.{db}.b"])
+        after = {k: v for k, v in rebuild(records, ["id"]).items() if k[0] >= 400}
+        assert after == {(400 + i,): {"id": 400 + i, "v": "after", "n": 0} for i in range(5)}
+        inserts = [r for r in records if r.value is not None and min(rebuild([r], ["id"]))[0] >= 400]
+        assert len(inserts) == 5, "each change once"
+        log = ingest.log_text()
+        assert "source connection lost" in log and "Traceback" not in log, log[-3000:]
+    finally:
+        ingest.stop()

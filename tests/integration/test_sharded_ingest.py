@@ -289,7 +289,10 @@ def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, un
         # the same shard's process started again (same config): it takes over, as a restart
         # does, and the one before stops with the reason (operations.md, "A second ingest")
         second = FollowerProcess(config, tmp_path / "second.log", "shard1").start()
-        assert procs["shard1"].wait_exit(90), "the first process for shard1 kept running"
+        assert procs["shard1"].wait_exit(90), (
+            f"the first process for shard1 kept running:\n{procs['shard1'].log_text()[-2000:]}\n"
+            f"the second:\n{second.log_text()[-2000:]}"
+        )
         first = procs["shard1"].log_text()
         assert f"topic_prefix {prefix}/shard1" in first and "Traceback" not in first, first[-3000:]
         sql(shards["shard1"], f"INSERT INTO {db}.{TABLES[0]} (v) VALUES ('after')")
