@@ -279,8 +279,20 @@ SHARDS_DESCRIPTION = (
 ROUTES_DESCRIPTION = "physical tables into logical ones: [{match: <regex on db.table>, to: <db.table>}]"
 KEY_MODE_DESCRIPTION = (
     "origin: the tables of several origins (shards, routed tables) get the column __cdc_origin in their "
-    "key, so equal keys never overwrite each other; unique: the keys are unique across origins"
+    "key, so equal keys never overwrite each other; unique (keys unique across origins, no column added): "
+    "not built yet, refused"
 )
+UNIQUE_NOT_BUILT = (
+    "key_mode: unique is not built yet: the merger cannot yet tell a key written by two origins (which it "
+    "must stop on) from one moved between shards, so rows could overwrite each other unnoticed. Use "
+    "key_mode: origin (the default; the origin column joins the key); docs/sharding.md, section 4"
+)
+
+
+def _check_key_mode(value: str) -> str:
+    if value == "unique":
+        raise ValueError(UNIQUE_NOT_BUILT)
+    return value
 
 
 class IngestConfig(_Model):
@@ -363,6 +375,7 @@ class IngestConfig(_Model):
     )(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
     _shards = field_validator("shards")(_check_shards)
+    _key_mode = field_validator("key_mode")(_check_key_mode)
 
     @field_validator("topic_prefix")
     @classmethod
@@ -615,6 +628,7 @@ class MergerConfig(_Model):
     _regexes = field_validator("table_include", "table_exclude")(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
     _shards = field_validator("shards")(_check_shards)
+    _key_mode = field_validator("key_mode")(_check_key_mode)
 
     @field_validator("signal_table")
     @classmethod
