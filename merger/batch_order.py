@@ -18,6 +18,12 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 
+def by_sequence(items: Sequence) -> list:
+    """One server's records (``merger.records.ParsedRecord``) in binlog order: by
+    sequence, then partition (a record without a position first)."""
+    return sorted(items, key=lambda it: (it.position.sequence() if it.position else 0, it.record["partition"]))
+
+
 class Placed(NamedTuple):
     """Where a record sits: its partition and offset, its shard and its sequence there."""
 

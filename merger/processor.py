@@ -44,7 +44,6 @@ from cdc.wire.position import EventPosition
 from cdc.wire.topics import table_topic
 from ingest.schema_change_records import table_change_json
 from merger import crashpoints
-from merger.batch_order import Placed, shards_merged
 from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.dblog import Reconciler
 from merger.emission import WindowEmitter
@@ -107,9 +106,8 @@ class BatchProcessor(PausedTables):
         sharded: bool = False,
     ):
         self.prefix = prefix
-        self.sharded = sharded  # a sharded source's positions name their shard (docs/sharding.md)
-        # what wrote the topics: its replay rule, sequences, DDL, truncates, snapshots
-        self.source_kind = source_kind(source_connector)
+        # what wrote the topics: its replay rule, sequences, order, DDL, truncates, snapshots
+        self.source_kind = source_kind(source_connector, sharded)
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
         self.store = store
         self.sinks = sinks
@@ -339,7 +337,7 @@ class BatchProcessor(PausedTables):
                 else:
                     self._bad(r, str(exc))
                 continue
-            if pos is not None and bool(pos.shard) != self.sharded:
+            if pos is not None and bool(pos.shard) != self.source_kind.shards:
                 # a sharded source's topics need the shards in the merger's config (its
                 # snapshots read them), and a one-server merger would mix them up
                 self.fatal = MergerError(
@@ -617,19 +615,7 @@ class BatchProcessor(PausedTables):
         if needed > rt.partitions:
             rt.partitions = needed
             rt.reconciler.num_partitions = rt.partitions
-        if self.sharded:  # the shards' sequences do not compare (merger.batch_order)
-            placed = [
-                Placed(
-                    it.record["partition"],
-                    it.record["offset"],
-                    it.position.shard if it.position else "",
-                    it.position.sequence() if it.position else 0,
-                )
-                for it in items
-            ]
-            items = [items[i] for i in shards_merged(placed)]
-        else:
-            items.sort(key=lambda it: (it.position.sequence() if it.position else 0, it.record["partition"]))
+        items = self.source_kind.in_order(items)
         events = self._events(rt, items, now_ms)
         # the events between two DDL markers are decoded with the definition in force there
         start = 0
@@ -639,7 +625,7 @@ class BatchProcessor(PausedTables):
             self._walk(batch_id, rt, events[start:i], step)
             start = i + 1
             order, marker = ev.order, ev.image
-            if self.sharded:  # per shard, against the other shards' definitions (merger.shard_ddl)
+            if self.source_kind.shards:  # per shard, against the other shards' definitions (merger.shard_ddl)
                 if self._shard_marker(batch_id, rt, ev, step):
                     # paused at this marker: it and what follows are kept, until `cdc resume` or `cdc snapshot`
                     keep(self.store, batch_id, rt.name, [kept.record for kept in events[i:]], "-ddl")
@@ -746,15 +732,11 @@ class BatchProcessor(PausedTables):
         # a key counts as seen only for windows whose LOW came before it) and apply the
         # decoded rows in slices cut at truncates
         taken = []
-        sharded = self.sharded
+        reconciler_order = self.source_kind.reconciler_order
         for ev in events:
             partition, seq, op, image, _, order = ev
-            sequence = None
-            if sharded:
-                # the reconciler tells replays by what rises along a partition: the sequence
-                # (kept so in saved states), or a sharded source's Kafka offset (its shards'
-                # sequences do not compare; its replays were dropped per shard before)
-                seq, sequence = ev.record["offset"], seq
+            # what rises along a partition: the sequence, or a sharded source's Kafka offset
+            seq, sequence = reconciler_order(ev.record["offset"], seq)
             if op == MARKER:
                 kind = str(image.get("kind", "")).upper()
                 if image.get("window") and kind in ("LOW", "HIGH"):

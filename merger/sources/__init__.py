@@ -5,22 +5,27 @@ writer of the topics; the processor, the snapshot runner, the start-up checks an
 Kafka source's options ask the kind instead of testing a name:
 
 * ``ingest`` (``ingest_topics.IngestTopics``): the project's own topics;
-* ``debezium`` (``debezium_topics.DebeziumTopics``): Debezium's MySQL connector.
+* ``debezium`` (``debezium_topics.DebeziumTopics``): Debezium's MySQL connector;
+* ``ingest`` of a sharded source (``sharded_topics.ShardedTopics``): the project's own
+  topics, written from several servers (the merger's config lists ``shards``).
 
-``source_kind(name)`` gives the kind of a ``source_connector`` value.
+``source_kind(name, sharded)`` gives the kind of a ``source_connector`` value.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from merger.errors import MergerError
 from merger.sources.debezium_topics import DebeziumTopics
 from merger.sources.ingest_topics import IngestTopics
+from merger.sources.sharded_topics import ShardedTopics
 
 if TYPE_CHECKING:
     from cdc.config import MergerConfig
     from cdc.wire.position import ReplayFilter
+    from merger.records import ParsedRecord
     from merger.source import SourceGuard
     from merger.sources.debezium_topics import SignalWriter
     from merger.state import StateStore
@@ -44,6 +49,9 @@ class SourceKind(Protocol):
     #: snapshots are the merger's DBLog watermark windows (it writes the watermark
     #: table); otherwise the writer's own, on the topics as ``r`` records
     watermark_windows: bool
+    #: every position names its shard (a sharded source): positions of two shards do
+    #: not compare, and a DDL marker counts per shard (``merger.shard_ddl``)
+    shards: bool
 
     def replay_filter(self) -> ReplayFilter:
         """A new replay filter with this writer's rule (``accept_record``; its ``highest``
@@ -52,6 +60,15 @@ class SourceKind(Protocol):
     def sequence_of(self, order: int, offset: int) -> int:
         """The sink's sequence of a change (it orders the changes of one key): from its
         binlog order ``order`` and its Kafka ``offset``."""
+
+    def in_order(self, items: Sequence[ParsedRecord]) -> list[ParsedRecord]:
+        """A batch's records of one table in the order they are applied in: each
+        partition's offset order, each server's binlog order (``merger.batch_order``)."""
+
+    def reconciler_order(self, offset: int, sequence: int) -> tuple[int, int | None]:
+        """What the reconciler tells replays by (it must rise along a partition) and the
+        sequence a HIGH marker gives its window's rows, from a record's Kafka ``offset``
+        and its ``sequence``; ``None``: the first one."""
 
     def snapshot_signals(self, config: MergerConfig, store: StateStore, guard: SourceGuard) -> SignalWriter | None:
         """What asks the writer for snapshots (its ``check()`` at start, ``handle(request)``
@@ -62,9 +79,14 @@ class SourceKind(Protocol):
 KINDS: dict[str, SourceKind] = {kind.name: kind for kind in (IngestTopics(), DebeziumTopics())}
 
 
-def source_kind(name: str) -> SourceKind:
-    """The kind of source a ``source_connector`` value names."""
+def source_kind(name: str, sharded: bool = False) -> SourceKind:
+    """The kind of source a ``source_connector`` value names (``sharded``: the merger's
+    config lists shards)."""
     kind = KINDS.get(name)
     if kind is None:
         raise MergerError(f"source_connector {name!r} is not a kind of source the merger reads: {', '.join(KINDS)}")
+    if sharded:
+        if not isinstance(kind, IngestTopics):
+            raise MergerError(f"a sharded source (`shards`) is read from ingest's topics, not from {name}'s")
+        return ShardedTopics()
     return kind

@@ -48,12 +48,18 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pymysql
 
 from cdc.quoting import quote_ident
 from cdc.wire.position import EventPosition, ReplayFilter
+from merger.batch_order import by_sequence
 from merger.errors import MergerError
+
+if TYPE_CHECKING:
+    from merger.records import ParsedRecord
 
 log = logging.getLogger(__name__)
 
@@ -240,12 +246,19 @@ class DebeziumTopics:
     ddl_markers = False  # the schema-change topic's records are followed instead
     truncate_in_every_partition = False  # one truncate record: a snapshot follows it
     watermark_windows = False  # Debezium's snapshots arrive as ``r`` records
+    shards = False
 
     def replay_filter(self) -> ReplayFilter:
         return DebeziumReplayFilter()
 
     def sequence_of(self, order: int, offset: int) -> int:
         return offset
+
+    def in_order(self, items: Sequence[ParsedRecord]) -> list[ParsedRecord]:
+        return by_sequence(items)
+
+    def reconciler_order(self, offset: int, sequence: int) -> tuple[int, int | None]:
+        return sequence, None
 
     def snapshot_signals(self, config, store, guard) -> SignalWriter:
         return SignalWriter(config.mysql, config.signal_table, store, guard)

@@ -20,7 +20,14 @@ writes (``source_connector: ingest``, the default).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from cdc.wire.position import ReplayFilter
+from merger.batch_order import by_sequence
+
+if TYPE_CHECKING:
+    from merger.records import ParsedRecord
 
 
 class IngestTopics:
@@ -31,12 +38,19 @@ class IngestTopics:
     ddl_markers = True
     truncate_in_every_partition = True
     watermark_windows = True
+    shards = False
 
     def replay_filter(self) -> ReplayFilter:
         return ReplayFilter()
 
     def sequence_of(self, order: int, offset: int) -> int:
         return order
+
+    def in_order(self, items: Sequence[ParsedRecord]) -> list[ParsedRecord]:
+        return by_sequence(items)
+
+    def reconciler_order(self, offset: int, sequence: int) -> tuple[int, int | None]:
+        return sequence, None
 
     def snapshot_signals(self, config, store, guard) -> None:
         return None  # the merger reads the snapshots itself

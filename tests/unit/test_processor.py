@@ -674,23 +674,14 @@ def test_a_window_of_one_shard_among_another_shards_changes(tmp_path, monkeypatc
     the same partitions: a's change after LOW still beats the window's row, b's changes are
     applied. The broken copy walks the batch in the one-server order (by sequence): b's
     records then come before a's LOW, the offsets go back, and the window is lost."""
-    import merger.processor as processor_module
+    import merger.sources.sharded_topics as sharded_topics
 
     if order == "broken: by sequence":
         monkeypatch.setattr(
-            processor_module, "shards_merged", lambda placed: sorted(range(len(placed)), key=lambda i: placed[i][3])
+            sharded_topics, "shards_merged", lambda placed: sorted(range(len(placed)), key=lambda i: placed[i][3])
         )
     if order == "broken: reconciler by sequence":  # the markers' and events' sequences as offsets
-        real = processor_module.BatchProcessor._walk
-
-        def walk(self, batch_id, rt, events, step):
-            self.sharded = False
-            try:
-                return real(self, batch_id, rt, events, step)
-            finally:
-                self.sharded = True
-
-        monkeypatch.setattr(processor_module.BatchProcessor, "_walk", walk)
+        monkeypatch.setattr(sharded_topics.ShardedTopics, "reconciler_order", lambda self, offset, seq: (seq, None))
     sink = MemorySink()
     proc = _processor(tmp_path, sink, sharded=True)
     s = ShardStream()

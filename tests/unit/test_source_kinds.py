@@ -16,6 +16,7 @@ from merger.records import ParsedRecord, change_event
 from merger.sources import KINDS, SourceKind, source_kind
 from merger.sources.debezium_topics import DebeziumReplayFilter, DebeziumTopics, SignalWriter
 from merger.sources.ingest_topics import IngestTopics
+from merger.sources.sharded_topics import ShardedTopics
 
 P = EventPosition
 
@@ -66,6 +67,41 @@ def test_each_kind_gives_a_new_replay_filter():
     for kind in KINDS.values():
         a, b = kind.replay_filter(), kind.replay_filter()
         assert a is not b and a.highest == {} and isinstance(a, ReplayFilter)
+
+
+def test_a_sharded_source_is_ingests_topics_of_several_shards():
+    kind = source_kind("ingest", sharded=True)
+    assert isinstance(kind, ShardedTopics) and isinstance(kind, SourceKind) and kind.name == "ingest"
+    assert kind.shards and not source_kind("ingest").shards and not source_kind("debezium").shards
+    assert kind.watermark_windows and kind.ddl_markers and kind.sequence_of(12345, 7) == 12345
+    with pytest.raises(MergerError, match="sharded source .* ingest's topics, not from debezium's"):
+        source_kind("debezium", sharded=True)
+
+
+def _record(partition: int, offset: int, position: EventPosition | None) -> ParsedRecord:
+    return ParsedRecord({"partition": partition, "offset": offset}, {}, None, position)
+
+
+def test_one_server_order_is_the_binlog_order_and_a_sharded_one_keeps_offsets_and_shards():
+    one = [_record(1, 0, P("b.000001", 500)), _record(0, 0, P("b.000001", 100)), _record(0, 1, P("b.000001", 900))]
+    for kind in (source_kind("ingest"), source_kind("debezium")):
+        assert [it.record["offset"] for it in kind.in_order(one)] == [0, 0, 1]
+        assert kind.reconciler_order(7, 12345) == (12345, None)
+    # shard b's positions are lower than a's, yet they came later along partition 0
+    sharded = [
+        _record(0, 0, P("b.000001", 900, shard="a")),
+        _record(0, 1, P("b.000001", 100, shard="b")),
+        _record(0, 2, P("b.000001", 950, shard="a")),
+        _record(1, 0, P("b.000001", 200, shard="b")),
+    ]
+    kind = source_kind("ingest", sharded=True)
+    ordered = kind.in_order(sharded)
+    along = [(it.record["partition"], it.record["offset"]) for it in ordered]
+    assert [x for x in along if x[0] == 0] == [(0, 0), (0, 1), (0, 2)]
+    for shard in "ab":
+        seqs = [it.position.sequence() for it in ordered if it.position.shard == shard]
+        assert seqs == sorted(seqs)
+    assert kind.reconciler_order(7, 12345) == (7, 12345)  # the offset rises along a partition
 
 
 # ---------------------------------------------------------------------- ingest's topics

@@ -1,0 +1,46 @@
+"""The kind of source ``ingest`` of a sharded source (``ShardedTopics``): the topics one
+``ingest`` writes from several servers (docs/sharding.md). As ``IngestTopics``, except:
+
+* **Every position names its shard**, and a shard's positions compare only with its own:
+  the replay rule keeps the highest position per partition and shard (``ReplayFilter``
+  does so for positions that name a shard).
+* **A batch's order** is one that keeps every partition's offsets and every shard's
+  binlog order (``merger.batch_order.shards_merged``), never an order made up between
+  shards.
+* **The reconciler tells replays by the Kafka offset**, which rises along a partition
+  (the sequences of two shards do not); markers still carry their window's sequence.
+* **A DDL marker counts per shard**, checked against the other shards' definitions
+  (``merger.shard_ddl``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from merger.batch_order import Placed, shards_merged
+from merger.sources.ingest_topics import IngestTopics
+
+if TYPE_CHECKING:
+    from merger.records import ParsedRecord
+
+
+class ShardedTopics(IngestTopics):
+    """Topics written by ``ingest`` from the shards of a sharded source."""
+
+    shards = True
+
+    def in_order(self, items: Sequence[ParsedRecord]) -> list[ParsedRecord]:
+        placed = [
+            Placed(
+                it.record["partition"],
+                it.record["offset"],
+                it.position.shard if it.position else "",
+                it.position.sequence() if it.position else 0,
+            )
+            for it in items
+        ]
+        return [items[i] for i in shards_merged(placed)]
+
+    def reconciler_order(self, offset: int, sequence: int) -> tuple[int, int | None]:
+        return offset, sequence
