@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass
 
 import pymysql
@@ -16,6 +17,8 @@ from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.codec import load_table_details, spec_from_information_schema
 from merger.checks import DENIED
 from merger.source import SourceGuard, connect
+
+LISTING_TTL_S = 2.0  # a sharded catalog's listing of a shard's tables is reused this long
 
 _ID = re.compile(r'^"((?:[^"]|"")*)"\."((?:[^"]|"")*)"$')
 
@@ -185,13 +188,27 @@ class ShardedCatalog:
         self.routes = routes
         self.servers = {name: SourceCatalog(mysql, self.guard) for name, mysql in servers.items()}
         self.mysql = {name: mysql for name, mysql in servers.items()}
+        self._listed: dict[str | None, tuple[float, list[str]]] = {}  # shard -> (when, its tables)
+
+    def _tables(self, shard: str | None, fresh: bool) -> list[str]:
+        """A shard's tables, listed again after ``LISTING_TTL_S`` (a start meets hundreds of
+        tables at once: one listing per shard serves them all) or when ``fresh``."""
+        listed = self._listed.get(shard)
+        now = time.monotonic()
+        if fresh or listed is None or now - listed[0] > LISTING_TTL_S:
+            listed = (now, sorted(self.servers[shard].list_tables()))
+            self._listed[shard] = listed
+        return listed[1]
 
     def origins(self, logical: str) -> list[Origin]:
         """Every physical table of every server that the routes make ``logical``, in shard
-        then name order."""
+        then name order (a table just created is listed: none found lists again)."""
+        return self._origins(logical, fresh=False) or self._origins(logical, fresh=True)
+
+    def _origins(self, logical: str, fresh: bool) -> list[Origin]:
         out = []
-        for shard, catalog in self.servers.items():
-            for physical in sorted(catalog.list_tables()):
+        for shard in self.servers:
+            for physical in self._tables(shard, fresh):
                 db, table = physical.split(".", 1)
                 if ".".join(self.routes.logical(db, table)) != logical:
                     continue
@@ -218,7 +235,7 @@ class ShardedCatalog:
 
     def list_tables(self) -> list[str]:
         """The logical tables, as db.table."""
-        return sorted({self.logical_name(t) for catalog in self.servers.values() for t in catalog.list_tables()})
+        return sorted({self.logical_name(t) for shard in self.servers for t in self._tables(shard, fresh=True)})
 
     def close(self) -> None:
         for catalog in self.servers.values():
