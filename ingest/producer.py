@@ -8,6 +8,7 @@ ahead of the events it covers, even one that shows records of aborted transactio
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -162,6 +163,27 @@ class Topics:
         return partition_count(self._admin, topic, self._timeout)
 
 
+def broker_call(method):
+    """A producer call fails with this module's errors only. Once fenced, confluent-kafka
+    may fail a call in other ways (a ``SystemError`` out of a callback that met librdkafka's
+    fatal error): that is the fencing if librdkafka named one, else a broker error."""
+
+    @functools.wraps(method)
+    def call(self: "TransactionalProducer", *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (BrokerError, ProducerFenced, RecordTooLarge, CdcError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped, with its text
+            if self._fenced is None and isinstance(exc, KafkaException):
+                self._fenced_by(exc)
+            if self._fenced is not None:
+                raise ProducerFenced(self._fenced) from None
+            raise BrokerError(f"the producer failed: {type(exc).__name__}: {exc}") from None
+
+    return call
+
+
 class TransactionalProducer:
     def __init__(
         self,
@@ -248,6 +270,7 @@ class TransactionalProducer:
             )
         self._errors.append(err.str())
 
+    @broker_call
     def begin(self) -> None:
         if not self._open:
             try:
@@ -267,6 +290,7 @@ class TransactionalProducer:
     def in_transaction(self) -> bool:
         return self._open
 
+    @broker_call
     def send(
         self,
         topic: str,
@@ -302,6 +326,7 @@ class TransactionalProducer:
                     ) from None
                 raise BrokerError(f"cannot produce: {_error_text(exc)}") from None
 
+    @broker_call
     def send_all(self, records: list[tuple]) -> None:
         """``send(*args)`` for each of ``records``, with one Python call per record fewer."""
         if not self._open:
@@ -326,6 +351,7 @@ class TransactionalProducer:
         position record names the topics the transaction wrote (cdc.wire.moved_topics)."""
         self.commit_with(offsets_topic, source_key, with_topics(point.to_json(), self._topics))
 
+    @broker_call
     def commit_with(self, topic: str, key: bytes, value: bytes) -> None:
         """Flush the events, then write ``value`` (partition 0) and commit all of it at once."""
         self.begin()  # a position alone (no events since the last commit) is a transaction too

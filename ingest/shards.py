@@ -25,7 +25,6 @@ Faults:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -44,19 +43,6 @@ from ingest.producer import BrokerError, ProducerFenced, RecordTooLarge, Topics
 log = logging.getLogger(__name__)
 
 JOIN_S = 30.0  # a shard's reader wakes at least every second (server heartbeats)
-
-
-@contextlib.contextmanager
-def producer_failures():
-    """What the shared producer raises beyond its own errors (librdkafka, once fenced, may
-    fail a call any way) is a broker error: the supervisor then makes a new producer, or
-    stops if another instance holds the lease."""
-    try:
-        yield
-    except (Rewind, BrokerError, ProducerFenced, RecordTooLarge, CdcError):
-        raise
-    except Exception as exc:
-        raise BrokerError(f"the producer failed: {type(exc).__name__}: {exc}") from exc
 
 
 class Rewind(Exception):
@@ -125,17 +111,15 @@ class ShardedIngest:
     def send(self, view: ShardProducer, method: str, args: tuple) -> None:
         with self.lock:
             self._check(view)
-            with producer_failures():
-                getattr(self.process.producer, method)(*args)
+            getattr(self.process.producer, method)(*args)
 
     def commit(self, view: ShardProducer, point: ResumePoint) -> None:
         with self.lock:
             self._check(view)
             self.pending[view.shard] = point
             vector = PositionVector(dict(self.pending))
-            with producer_failures():
-                self.process.renew_lease_if_due()
-                self.process.producer.commit(self.process.offsets_topic, self.process.source_key, vector)
+            self.process.renew_lease_if_due()
+            self.process.producer.commit(self.process.offsets_topic, self.process.source_key, vector)
             moved = [n for n, p in vector.shards.items() if self.committed.shards.get(n) != p]
             self.committed = vector
             for name in moved:
@@ -161,8 +145,7 @@ class ShardedIngest:
         other's), so this one stops rather than win the binlog stream back."""
         with self.lock:
             if self.fault is None and self.fatal is None and self.process.producer is not None:
-                with producer_failures():
-                    self.process.stop_if_taken_over()
+                self.process.stop_if_taken_over()
 
     def failed(self, exc: BaseException) -> None:
         with self.lock:
