@@ -38,7 +38,7 @@ from ingest.checks import check_source
 from ingest.errors import IngestError
 from ingest.fatal import one_server_position_message, too_large_message
 from ingest.position import PositionVector, ResumePoint
-from ingest.producer import BrokerError, ProducerFenced, RecordTooLarge, Topics
+from ingest.producer import BrokerError, ProducerFenced, RecordTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,9 @@ class ShardedIngest:
                 "shard %s is in the committed position but not in the config: not read (its entry is kept)", name
             )
         for name, member in self.members.items():
-            member.topics = Topics(process.kafka_conf)
+            # one admin client and one cache of partition counts for all: the shards write the
+            # same logical tables' topics (a topic two of them create at once exists once)
+            member.topics = process.topics
             member.start_at(vector.shards.get(name), facts[name])
         self.committed = vector
         self.pending = {**vector.shards, **{name: m.committed for name, m in self.members.items()}}

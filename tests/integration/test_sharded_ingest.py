@@ -31,7 +31,7 @@ from tests.shard_harness import TABLES, Writers, ingest_config, offsets_record, 
 
 pytestmark = pytest.mark.integration
 
-FREEZE_S = 40  # longer than the producer's flush waits (30 s): the open transaction is lost
+FREEZE_S = 35  # longer than the producer's flush waits (30 s): the open transaction is lost
 
 
 @pytest.fixture(scope="module")
