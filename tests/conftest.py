@@ -79,6 +79,20 @@ def stack(request) -> local_stack.StackInfo:
         local_stack.down(state_dir)
 
 
+@pytest.fixture(scope="session")
+def s3_store(request, stack) -> local_stack.S3Info:
+    """The stack's S3 server (moto, a process like the others) and its bucket, started for
+    the tests that put Delta tables on an object store; stopped at the end if started here."""
+    if _backend(request.config) == "containers":
+        pytest.skip("the S3 server is part of the local stack only")
+    state_dir = Path(stack.state_dir)
+    already = local_stack.status(state_dir).get("s3", {}).get("running", False)
+    info = local_stack.up(state_dir, ("s3",))
+    yield info.s3
+    if not already:
+        local_stack.down(state_dir, ("s3",))
+
+
 @pytest.fixture
 def mysql_root(stack):
     """A root connection (autocommit) to the stack's MariaDB."""
@@ -101,7 +115,7 @@ def unique_name():
     return "t" + uuid.uuid4().hex[:8]
 
 
-SERVER_FIXTURES = {"stack"}
+SERVER_FIXTURES = {"stack", "s3_store"}
 
 
 def pytest_collection_modifyitems(config, items):
