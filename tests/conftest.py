@@ -88,6 +88,8 @@ def s3_store(request, stack) -> local_stack.S3Info:
     state_dir = Path(stack.state_dir)
     already = local_stack.status(state_dir).get("s3", {}).get("running", False)
     info = local_stack.up(state_dir, ("s3",))
+    stack.s3 = info.s3  # the session's stack object: its secret files name these keys
+    local_stack.secret_file(stack, "s3_credentials")
     yield info.s3
     if not already:
         local_stack.down(state_dir, ("s3",))
