@@ -141,7 +141,11 @@ def _wait_equal(stack, s3, base, db, merger, timeout_s=300, expected=None):
         if got == want:
             return
         time.sleep(2)
-    raise AssertionError(f"Delta on S3 != source within {timeout_s}s: {got} vs {want}\n{merger.log_text()[-3000:]}")
+    differ = sorted(set(got or []) ^ set(want))[:6]
+    raise AssertionError(
+        f"Delta on S3 != source within {timeout_s}s ({len(got or [])} rows, source {len(want)}); rows in one of "
+        f"them only: {differ}\n{merger.log_text()[-3000:]}"
+    )
 
 
 @pytest.mark.timeout(1200)
