@@ -201,7 +201,7 @@ def test_merger_writes_delta_tables_to_s3_equal_to_the_source(stack, s3_store, t
 
 @pytest.mark.parametrize(
     "problem, expected",
-    [("unreachable", "unreachable"), ("no bucket", "nobucket")],
+    [("unreachable", "is unreachable: "), ("no bucket", "NoSuchBucket")],
 )
 def test_a_bad_object_store_stops_the_merger_at_start_with_one_line(
     stack, s3_store, tmp_path, unique_name, problem, expected
