@@ -244,14 +244,15 @@ class DeltaSink(DeltaReads, Sink):
             txns.append(Transaction(WRITER_APP, self.writer_epoch))
         return CommitProperties(app_transactions=txns)
 
-    def _fence(self, table: TableId, tables: Sequence[DeltaTable], version: int = -1, held: int = -1) -> None:
+    def _fence(self, tables: Sequence[DeltaTable], version: int = -1, held: int = -1) -> None:
         """Stop if a newer merger took these tables over, or an older one wrote past ``version``."""
         if self.writer_epoch is None:
             return
         epochs = [e for e in (dt.transaction_version(WRITER_APP) for dt in tables) if e is not None]
         reason = verdict(self.writer_epoch, max(epochs) if epochs else None, version, held)
         if reason:
-            raise SinkFenced(f"table {table}: Delta tables at {self.base}: {reason}; this merger stops")
+            # the merger names the table and the sink (merger/sinks/fanout.py)
+            raise SinkFenced(f"Delta tables at {self.base}: {reason}; this merger stops")
 
     def _load(self, table: TableId) -> _Meta | None:
         main = self._open(self.table_path(table))
@@ -335,7 +336,7 @@ class DeltaSink(DeltaReads, Sink):
             )
             return ["created"]
         main, tomb, old_keys, columns = current
-        self._fence(table, [t for t in (main, tomb) if t is not None])
+        self._fence([t for t in (main, tomb) if t is not None])
         if main.metadata().configuration.get(TARGET_FILE_SIZE) != str(self.compact_target_bytes):
             # a table of an older release, or compact_target_mb changed (a metadata commit)
             main.alter.set_table_properties({TARGET_FILE_SIZE: str(self.compact_target_bytes)})
@@ -469,7 +470,7 @@ class DeltaSink(DeltaReads, Sink):
 
     def _apply(self, table: TableId, m: _Meta, version: int, src: pa.Table) -> bool:
         main_v, tomb_v = self._versions(m)
-        self._fence(table, (m.main, m.tomb), version, main_v)
+        self._fence((m.main, m.tomb), version, main_v)
         if version <= main_v and version <= tomb_v:
             return False
         if main_v > tomb_v and version != main_v:
@@ -671,7 +672,7 @@ class DeltaSink(DeltaReads, Sink):
         m = self._meta_for(table)
         try:
             main_v, tomb_v = self._versions(m)
-            self._fence(table, (m.main, m.tomb), version, main_v)
+            self._fence((m.main, m.tomb), version, main_v)
             if version <= main_v and version <= tomb_v:
                 return False
             replay = version <= main_v

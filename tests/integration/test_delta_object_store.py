@@ -224,3 +224,64 @@ def test_a_bad_object_store_stops_the_merger_at_start_with_one_line(
     assert "Traceback" not in res.stderr and expected in res.stderr, res.stderr[-3000:]
     assert s3_store.secret_access_key not in res.stderr + res.stdout
     assert len(errors) <= 1, errors
+
+
+def _writer_epoch(s3, base: str, db: str) -> int | None:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from merger.sinks.delta_writers import WRITER_APP
+
+    try:
+        return DeltaTable(f"{base}/{db}/items", storage_options=s3_options(s3)).transaction_version(WRITER_APP)
+    except TableNotFoundError:
+        return None
+
+
+@pytest.mark.timeout(1500)
+def test_a_second_merger_with_its_own_state_dir_takes_the_bucket_over_and_the_first_stops(
+    stack, s3_store, tmp_path, unique_name
+):
+    """Two merger processes, two state directories, one bucket: the state_dir lock cannot
+    see each other, the writer epochs in the Delta tables do. The second takes over (epoch
+    2), the first stops at its next write with one line, and the table still equals the
+    source: no write of the first after the second's."""
+    db = f"s3w_{unique_name}"
+    base = f"s3://{s3_store.bucket}/{unique_name}"
+    _run(stack, None, f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
+    _run(
+        stack,
+        db,
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2), made DATETIME(3), note TEXT)",
+        "INSERT INTO items SELECT seq, CONCAT('n', seq), seq, '2025-01-02 03:04:05', NULL FROM seq_1_to_50",
+    )
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    extra = _object_store_config(stack, base)
+    first = MergerProcess(
+        write_merger_config(stack, tmp_path / "a.yaml", unique_name, [db], tmp_path / "a", **extra),
+        tmp_path / "a.log",
+    ).start()
+    second = MergerProcess(
+        write_merger_config(stack, tmp_path / "b.yaml", unique_name, [db], tmp_path / "b", **extra),
+        tmp_path / "b.log",
+    )
+    try:
+        _wait_equal(stack, s3_store, base, db, first)
+        assert _writer_epoch(s3_store, base, db) == 1
+        second.start()
+        deadline = time.monotonic() + 400
+        while _writer_epoch(s3_store, base, db) != 2:  # its snapshot of the table was written
+            assert time.monotonic() < deadline, second.log_text()[-3000:]
+            assert second.alive(), second.log_text()[-3000:]
+            time.sleep(2)
+        _run(stack, db, "UPDATE items SET name = 'after takeover' WHERE id <= 5", "DELETE FROM items WHERE id = 50")
+        assert first.wait_exit(300), first.log_text()[-3000:]
+        assert "a newer merger (writer epoch 2, this one 1) took over" in first.log_text()
+        assert "Traceback" not in first.log_text()[-2000:]
+        _wait_equal(stack, s3_store, base, db, second)
+        assert _writer_epoch(s3_store, base, db) == 2
+    finally:
+        second.stop()
+        first.stop()
+        ingest.stop()
