@@ -84,16 +84,12 @@ class WriterClaims:
         self.storage_options = storage_options
 
     def claim(self, owner: str) -> int:
-        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-        from deltalake.exceptions import CommitFailedError, TableNotFoundError
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import CommitFailedError
 
         for attempt in range(1, CLAIM_RETRIES + 1):
-            try:
-                table = DeltaTable(self.path, storage_options=self.storage_options)
-                claims = table.to_pyarrow_table().to_pylist()
-                target = table
-            except TableNotFoundError:
-                claims, target = [], self.path
+            table = self._table()
+            claims = table.to_pyarrow_table().to_pylist()
             epoch, append = next_epoch(claims, owner)
             if not append:
                 return epoch
@@ -102,16 +98,36 @@ class WriterClaims:
                 schema=CLAIMS_SCHEMA,
             )
             try:
+                # appended to the version read: a claim committed since (the same app
+                # transaction id) makes this commit fail, and the claims are read again
                 write_deltalake(
-                    target,
+                    table,
                     row,
                     mode="append",
-                    storage_options=self.storage_options if isinstance(target, str) else None,
                     commit_properties=CommitProperties(app_transactions=[Transaction(CLAIMS_APP, epoch)]),
                 )
                 return epoch
             except CommitFailedError:
                 if attempt == CLAIM_RETRIES:
                     raise
-                time.sleep(0.1 * attempt)  # another merger claimed at the same time: read again
+                time.sleep(0.1 * attempt)
+        raise AssertionError("unreachable")
+
+    def _table(self):
+        """The claims table, created empty if absent (two creating it at once: one wins,
+        the other opens the winner's)."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        for attempt in range(1, CLAIM_RETRIES + 1):
+            try:
+                return DeltaTable(self.path, storage_options=self.storage_options)
+            except TableNotFoundError:
+                pass
+            try:
+                return DeltaTable.create(self.path, CLAIMS_SCHEMA, mode="ignore", storage_options=self.storage_options)
+            except DeltaError:
+                if attempt == CLAIM_RETRIES:
+                    raise
+                time.sleep(0.1 * attempt)  # created by another merger meanwhile: open it
         raise AssertionError("unreachable")

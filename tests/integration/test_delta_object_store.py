@@ -38,6 +38,7 @@ from tests.unit.test_sinks import (  # noqa: F401  (the same tests, on the objec
     test_delta_first_write_into_an_empty_table_is_an_append,
     test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice,
     test_delta_layout_and_log,
+    test_delta_mergers_claiming_at_once_get_distinct_epochs,
     test_delta_newer_write_over_unfinished_tombstones_pauses_the_table,
     test_delta_small_files_are_compacted_every_n_batches,
     test_delta_string_key_deletes_over_several_batches,

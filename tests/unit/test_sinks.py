@@ -751,3 +751,29 @@ def test_delta_writer_epochs():
     assert "newer" in verdict(2, 3, 50, 9)
     assert "older" in verdict(3, 2, 5, 9)
     assert verdict(3, 2, 10, 9) is None
+
+
+def test_delta_mergers_claiming_at_once_get_distinct_epochs(delta_store):
+    """Three mergers start at the same moment on tables no one claimed yet: the claims
+    table is created once and each claim commits its own epoch (a claim committed since
+    another's read makes that one's commit fail, and it reads again)."""
+    import threading
+
+    base, got, errors = delta_store.base(), {}, []
+
+    def claim(owner):
+        try:
+            sink = delta_store.sink(base)
+            sink.claim_writer(owner)
+            got[owner] = sink.writer_epoch
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim, args=(o,)) for o in ("a", "b", "c")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and sorted(got.values()) == [1, 2, 3], (got, errors)
+    claims = delta_store.table(f"{base}/_cdc/writers").to_pyarrow_table().to_pylist()
+    assert sorted((c["epoch"], c["owner"]) for c in claims) == sorted((e, o) for o, e in got.items())
