@@ -32,6 +32,7 @@ from tests.unit.test_sinks import (  # noqa: F401  (the same tests, on the objec
     delta_sink,
     run_model,
     test_delta_a_second_merger_takes_over_and_the_first_is_fenced,
+    test_delta_a_takeover_between_the_fence_check_and_the_commit_fails_that_commit,
     test_delta_an_older_merger_writing_after_the_takeover_stops_the_newer,
     test_delta_crash_between_table_and_tombstones,
     test_delta_deletes_and_updates_of_extreme_keys,

@@ -777,3 +777,36 @@ def test_delta_mergers_claiming_at_once_get_distinct_epochs(delta_store):
     assert not errors and sorted(got.values()) == [1, 2, 3], (got, errors)
     claims = delta_store.table(f"{base}/_cdc/writers").to_pyarrow_table().to_pylist()
     assert sorted((c["epoch"], c["owner"]) for c in claims) == sorted((e, o) for o, e in got.items())
+
+
+@pytest.mark.parametrize("first_write", ["append", "merge"])
+def test_delta_a_takeover_between_the_fence_check_and_the_commit_fails_that_commit(
+    delta_store, delta_sink, monkeypatch, first_write
+):
+    """The newer merger commits after the older one checked the epoch and before its
+    commit: both commits carry the app transaction cdc-writer, so the older one's fails as a
+    conflict; its retry reads the newer epoch and stops. Nothing of the older lands after."""
+    from merger.sinks.delta_writers import SinkFenced
+
+    older, t = delta_sink, fresh()
+    older.claim_writer("state-a")
+    older.ensure_table(t, SIMPLE, ["id"])
+    if first_write == "merge":
+        older.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 1}]))
+    newer = delta_store.sink(older.base)
+    newer.claim_writer("state-b")
+    newer.ensure_table(t, SIMPLE, ["id"])
+    original, raced = type(older)._merge_main, []
+
+    def newer_commits_first(self, *a, **k):
+        if self is older and not raced:
+            raced.append(1)
+            newer.apply(t, 1_000_001, batch(SIMPLE, [{"id": 2, "v": "new", "n": 2, "_cdc_op": "c", "_cdc_seq": 5}]))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(type(older), "_merge_main", newer_commits_first)
+    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    with pytest.raises(SinkFenced, match="a newer merger"):
+        older.apply(t, 2, batch(SIMPLE, [{"id": 3, "v": "old", "n": 3, "_cdc_op": "c", "_cdc_seq": 9}]))
+    assert raced
+    assert 3 not in [r["id"] for r in newer.rows(t).to_pylist()]
