@@ -40,6 +40,12 @@ remembered. A tombstone may be older than the row of its
 key (a delete that lost to a newer row); such a tombstone can never hide or resurrect
 anything, because a key's row always carries a higher sequence than its tombstone.
 
+Writers: every commit also carries ``txn(cdc-writer, epoch)``, the epoch the merger claimed at
+start (``claim_writer``, merger/sinks/delta_writers.py); a table written by a newer epoch
+stops an older merger (``SinkFenced``), so two mergers with two state directories on one
+set of tables (one bucket) never interleave their writes. On S3, commits are conditional
+puts (cdc/object_store.py): a lost race is a ``CommitFailedError`` like any conflict.
+
 The ``<table id>`` is the Delta metadata id of the user table (fixed at creation, kept by
 schema changes), so a table that is dropped and re-created starts with fresh versions.
 
