@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from cdc.errors import UserError
 from cdc.routes import Route, Routes
@@ -452,8 +452,65 @@ class PostgresSinkConfig(_Model):
         }
 
 
+class ObjectStoreConfig(_Model):
+    """Where an ``s3://`` Delta path is served. Credentials are never in the config: they come
+    from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN in the environment,
+    or from ``credentials_file``."""
+
+    endpoint: str | None = Field(
+        None,
+        description="URL of the S3 API (an S3-compatible server, e.g. http://127.0.0.1:9000); default: AWS S3",
+    )
+    region: str | None = Field(None, description="the bucket's region; default: us-east-1")
+    addressing: Literal["virtual", "path"] = Field(
+        "virtual",
+        description="virtual: requests to https://<bucket>.<endpoint>/<key> (AWS); path: "
+        "<endpoint>/<bucket>/<key> (most S3-compatible servers: MinIO, moto, Ceph)",
+    )
+    allow_http: bool = Field(
+        False,
+        description="allow a plain http:// endpoint (a local server only: requests are not encrypted)",
+    )
+    credentials_file: str | None = Field(
+        None,
+        description="a file of AWS_ACCESS_KEY_ID=..., AWS_SECRET_ACCESS_KEY=... (and AWS_SESSION_TOKEN=...) "
+        "lines; default: those variables of the environment",
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    def credentials(self):
+        from cdc.object_store import credentials_from, parse_credentials_file
+
+        what = "sinks.delta.object_store.credentials_file"
+        try:
+            if self.credentials_file:
+                try:
+                    text = Path(self.credentials_file).read_text()
+                except OSError as exc:
+                    raise ConfigError(f"{what}: cannot read {self.credentials_file}: {exc.strerror}") from None
+                return parse_credentials_file(text, f"{what} {self.credentials_file}")
+            return credentials_from(dict(os.environ), "sinks.delta: the environment")
+        except ValueError as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(str(exc)) from None
+
+
 class DeltaSinkConfig(_Model):
-    path: str = Field(..., description="base directory (or object-store URL) of the Delta tables")
+    path: str = Field(
+        ...,
+        description="base directory of the Delta tables, or an object-store URI s3://<bucket>/<prefix> "
+        "(then see object_store)",
+    )
+    object_store: ObjectStoreConfig | None = Field(
+        None, description="endpoint, region and addressing of an s3:// path (default: AWS S3, us-east-1)"
+    )
     compact_every_commits: int = Field(
         100,
         ge=0,
@@ -468,6 +525,39 @@ class DeltaSinkConfig(_Model):
         "files under it are binned into files of about it, larger ones stay. A MERGE rewrites every file "
         "holding a key it updates or deletes: smaller files make updates cheaper, larger ones make reads faster",
     )
+
+    @field_validator("path")
+    @classmethod
+    def _supported_uri(cls, value: str) -> str:
+        from cdc.object_store import check_s3_uri, is_object_store
+
+        problem = check_s3_uri(value) if is_object_store(value) else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _store_settings(self) -> "DeltaSinkConfig":
+        from cdc.object_store import is_object_store
+
+        store = self.object_store
+        if store is not None and not is_object_store(self.path):
+            raise ValueError("object_store is for an s3:// path only")
+        if store is not None and store.endpoint and store.endpoint.startswith("http://") and not store.allow_http:
+            raise ValueError(
+                f"object_store.endpoint {store.endpoint} is plain http: set object_store.allow_http: true "
+                "(a local server only) or use https"
+            )
+        return self
+
+    def storage_options(self):
+        """delta-rs storage options (None for a local path); reads the credentials."""
+        from cdc.object_store import is_object_store, storage_options
+
+        if not is_object_store(self.path):
+            return None
+        store = self.object_store or ObjectStoreConfig()
+        return storage_options(store.endpoint, store.region, store.addressing, store.allow_http, store.credentials())
 
 
 class KafkaChangelogSinkConfig(_Model):

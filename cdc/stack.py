@@ -1,5 +1,6 @@
 """The embedded local stack: MariaDB, the Tansu Kafka-compatible broker and PostgreSQL,
-run as plain processes under a state directory (default ./.cdc).
+run as plain processes under a state directory (default ./.cdc); on request (``--s3``) also
+an S3-compatible object store (moto's server, PyPI ``moto[server]``) with one bucket.
 
 Everything another command needs (ports, paths, credentials) is written to one file,
 ``<state>/stack.json``. ``up`` is idempotent, stale pid files and busy ports are handled,
@@ -25,6 +26,10 @@ from pathlib import Path
 from cdc.errors import UserError
 
 COMPONENTS = ("mariadb", "kafka", "postgres")
+OPTIONAL_COMPONENTS = ("s3",)  # started only when asked (`cdc stack up --s3`)
+ALL_COMPONENTS = COMPONENTS + OPTIONAL_COMPONENTS
+S3_BUCKET = "cdc"
+S3_REGION = "us-east-1"
 DEFAULT_STATE_DIR = Path(os.environ.get("CDC_STATE_DIR", ".cdc"))
 
 
@@ -65,11 +70,25 @@ class PostgresInfo:
 
 
 @dataclass
+class S3Info:
+    """moto's S3 server: any key pair is accepted; the stack's own is in ``secrets/``."""
+
+    endpoint: str = ""
+    port: int = 0
+    bucket: str = S3_BUCKET
+    region: str = S3_REGION
+    access_key_id: str = ""
+    secret_access_key: str = ""
+    binary: str = ""
+
+
+@dataclass
 class StackInfo:
     state_dir: str
     mariadb: MariaDBInfo = field(default_factory=MariaDBInfo)
     kafka: KafkaInfo = field(default_factory=KafkaInfo)
     postgres: PostgresInfo = field(default_factory=PostgresInfo)
+    s3: S3Info = field(default_factory=S3Info)
 
     @property
     def path(self) -> Path:
@@ -93,6 +112,7 @@ class StackInfo:
             mariadb=MariaDBInfo(**raw.get("mariadb", {})),
             kafka=KafkaInfo(**raw.get("kafka", {})),
             postgres=PostgresInfo(**raw.get("postgres", {})),
+            s3=S3Info(**raw.get("s3", {})),
         )
 
 
@@ -502,6 +522,60 @@ def _create_pg_database(p) -> None:
             time.sleep(0.5)
 
 
+# --------------------------------------------------------------------------- S3 (moto)
+
+
+def _moto_server() -> str:
+    """moto's server command: next to this Python (the virtualenv's bin), else on PATH."""
+    import sys
+
+    beside = Path(sys.executable).parent / "moto_server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("moto_server")
+    if not found:
+        raise StackError("`moto_server` not found: install the S3 server with pip install 'moto[server]'")
+    return found
+
+
+def s3_marker(info: StackInfo) -> str:
+    return f"-p {info.s3.port} "  # the command line's last argument (NULs read as spaces)
+
+
+def start_s3(info: StackInfo) -> None:
+    state = Path(info.state_dir)
+    s = info.s3
+    if s.port and running_pid(state, "s3", s3_marker(info)) and port_open(s.port):
+        return
+    s.binary = _moto_server()
+    s.port = free_port(s.port)
+    s.endpoint = f"http://127.0.0.1:{s.port}"
+    if not s.access_key_id:
+        s.access_key_id = "cdc-local"
+        s.secret_access_key = secrets.token_hex(16)
+    log = state / "s3.log"
+    pid = _spawn([s.binary, "-H", "127.0.0.1", "-p", str(s.port)], log)
+    _pid_file(state, "s3").write_text(str(pid))
+    _wait(lambda: port_open(s.port), 60, "S3 server (moto)", log)
+    _create_bucket(s)
+
+
+def _create_bucket(s: S3Info) -> None:
+    """``PUT /<bucket>`` (path style; moto takes unsigned requests). In memory, like the
+    broker's topics: a restarted server has an empty bucket."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{s.endpoint}/{s.bucket}", method="PUT", data=b"")
+    try:
+        urllib.request.urlopen(request, timeout=30).close()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:  # BucketAlreadyOwnedByYou
+            raise StackError(f"S3 server (moto): cannot create bucket {s.bucket}: HTTP {exc.code}") from None
+    except OSError as exc:
+        raise StackError(f"S3 server (moto): cannot create bucket {s.bucket}: {exc}") from None
+
+
 # --------------------------------------------------------------------------- API
 
 
@@ -511,6 +585,8 @@ def secret_file(info: StackInfo, name: str) -> Path:
         "mysql_password": info.mariadb.password,
         "mysql_root_password": info.mariadb.root_password,
         "postgres_password": info.postgres.password,
+        "s3_credentials": f"AWS_ACCESS_KEY_ID={info.s3.access_key_id}\n"
+        f"AWS_SECRET_ACCESS_KEY={info.s3.secret_access_key}\n",
     }
     path = Path(info.state_dir) / "secrets" / name
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -520,7 +596,7 @@ def secret_file(info: StackInfo, name: str) -> Path:
     return path
 
 
-STARTERS = {"mariadb": start_mariadb, "kafka": start_kafka, "postgres": start_postgres}
+STARTERS = {"mariadb": start_mariadb, "kafka": start_kafka, "postgres": start_postgres, "s3": start_s3}
 
 
 def _load_or_new(state_dir: Path) -> StackInfo:
@@ -545,6 +621,7 @@ def _markers(info: StackInfo) -> dict[str, str]:
         "mariadb": mariadb_marker(info),
         "kafka": f"tcp://127.0.0.1:{info.kafka.port}",
         "postgres": f"-D {info.postgres.datadir}",
+        "s3": s3_marker(info),
     }
 
 
@@ -572,7 +649,7 @@ def _postmaster_pid(info: StackInfo) -> int | None:
         return None
 
 
-def down(state_dir: Path = DEFAULT_STATE_DIR, components=COMPONENTS, purge: bool = False) -> list[str]:
+def down(state_dir: Path = DEFAULT_STATE_DIR, components=ALL_COMPONENTS, purge: bool = False) -> list[str]:
     state_dir = Path(state_dir)
     try:
         info = StackInfo.load(state_dir)
@@ -588,8 +665,10 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, dict]:
     info = StackInfo.load(state_dir)
     state = Path(info.state_dir)
     ports = {"mariadb": info.mariadb.port, "kafka": info.kafka.port, "postgres": info.postgres.port}
+    if info.s3.port:  # started once (`--s3`)
+        ports["s3"] = info.s3.port
     out = {}
-    for name in COMPONENTS:
+    for name in ports:
         pid = running_pid(state, name, _markers(info)[name])
         out[name] = {"pid": pid, "port": ports[name], "running": bool(pid) and port_open(ports[name])}
     return out

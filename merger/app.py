@@ -181,6 +181,7 @@ def build_sinks(config: MergerConfig) -> list:
         sinks.append(
             DeltaSink(
                 delta.path,
+                storage_options=delta.storage_options(),
                 compact_every_commits=delta.compact_every_commits,
                 compact_target_mb=delta.compact_target_mb,
             )
@@ -291,6 +292,8 @@ class Merger:
         for server, captured in source_servers(cfg, accepts):
             SourceGuard(stop).call("checking the source user's privileges", check_source, server, captured)
         sinks = build_sinks(cfg)
+        for sink in sinks:  # reaches each sink's storage: an unreachable one is a one-line error here
+            sink.claim_writer(store.writer_id())
         # one guard for every source access (catalog, planning, watermarks, chunk reads):
         # retries with backoff while the source is down, shown in `cdc status`
         source_guard = SourceGuard(stop)
@@ -382,7 +385,7 @@ class Merger:
         """The one streaming query: every table topic through cdc_kafka, each micro-batch
         handed to the processor as Arrow."""
         from merger import metrics
-        from merger.sinks.base import SinkFull
+        from merger.sinks.base import SinkStop
 
         cfg = self.config
         reader = spark.readStream.format("cdc_kafka")
@@ -401,7 +404,7 @@ class Merger:
                 log.info("micro-batch %d: %d records read by %d Spark tasks", batch_id, records.num_rows, tasks)
             try:
                 processor.process(batch_id, records)
-            except SinkFull as exc:
+            except SinkStop as exc:
                 processor.fatal = exc  # the merger stops with this one line, not Spark's wrapping of it
                 raise
             t2 = time.monotonic()

@@ -104,6 +104,16 @@ class StateStore:
         self._lock_file = f
         (self.root / "exit.json").unlink(missing_ok=True)
 
+    def writer_id(self) -> str:
+        """This state directory's id, made once: the owner of its merger's claims on the
+        sinks' tables (merger/sinks/delta_writers.py), the same after every restart."""
+        path = self.root / "writer.json"
+        found = read_json(path, {}) or {}
+        if not found.get("id"):
+            found = {"id": uuid.uuid4().hex}
+            atomic_write_json(path, found)
+        return found["id"]
+
     def running_merger(self) -> int | None:
         """The pid of the merger that holds this state_dir, or None if none runs."""
         path = self.root / "merger.lock"

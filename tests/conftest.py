@@ -70,13 +70,30 @@ def stack(request) -> local_stack.StackInfo:
     state_dir = _stack_dir(os.environ.get("CDC_TEST_STATE_DIR") or str(ROOT / ".cdc" / "test-stack"))
     already = False
     try:
-        already = all(c["running"] for c in local_stack.status(state_dir).values())
+        found = local_stack.status(state_dir)
+        already = all(found[name]["running"] for name in local_stack.COMPONENTS)  # s3: its own fixture
     except local_stack.StackError:
         pass
     info = local_stack.up(state_dir)
     yield info
     if not already:
         local_stack.down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def s3_store(request, stack) -> local_stack.S3Info:
+    """The stack's S3 server (moto, a process like the others) and its bucket, started for
+    the tests that put Delta tables on an object store; stopped at the end if started here."""
+    if _backend(request.config) == "containers":
+        pytest.skip("the S3 server is part of the local stack only")
+    state_dir = Path(stack.state_dir)
+    already = local_stack.status(state_dir).get("s3", {}).get("running", False)
+    info = local_stack.up(state_dir, ("s3",))
+    stack.s3 = info.s3  # the session's stack object: its secret files name these keys
+    local_stack.secret_file(stack, "s3_credentials")
+    yield info.s3
+    if not already:
+        local_stack.down(state_dir, ("s3",))
 
 
 @pytest.fixture
@@ -101,7 +118,7 @@ def unique_name():
     return "t" + uuid.uuid4().hex[:8]
 
 
-SERVER_FIXTURES = {"stack"}
+SERVER_FIXTURES = {"stack", "s3_store"}
 
 
 def pytest_collection_modifyitems(config, items):

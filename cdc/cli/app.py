@@ -52,7 +52,10 @@ def _setup_logging(verbose: bool) -> None:
 @stack_app.command("up")
 def stack_up(
     state_dir: Path = STATE_DIR_OPTION,
-    only: Optional[list[str]] = typer.Option(None, help="start only these: mariadb, kafka, postgres"),
+    only: Optional[list[str]] = typer.Option(None, help="start only these: mariadb, kafka, postgres, s3"),
+    s3: bool = typer.Option(
+        False, "--s3", help="also start an S3-compatible object store (moto) with the bucket `cdc`, for Delta tables"
+    ),
     shards: int = typer.Option(
         0,
         help="also start this many shard servers (MariaDB, server_id 100*i, GTID domain i), each with a "
@@ -65,8 +68,10 @@ def stack_up(
 
     components = tuple(only) if only else local_stack.COMPONENTS
     for name in components:
-        if name not in local_stack.COMPONENTS:
-            raise ConfigError(f"--only: unknown component {name!r}; allowed: {', '.join(local_stack.COMPONENTS)}")
+        if name not in local_stack.ALL_COMPONENTS:
+            raise ConfigError(f"--only: unknown component {name!r}; allowed: {', '.join(local_stack.ALL_COMPONENTS)}")
+    if s3 and "s3" not in components:
+        components += ("s3",)
     info = local_stack.up(state_dir, components)
     if shards:
         stack_shards.up(state_dir, shards, replicas)
@@ -101,6 +106,7 @@ def _print_status(state_dir: Path) -> None:
         "mariadb": f"{info.mariadb.host}:{info.mariadb.port}",
         "kafka": info.kafka.bootstrap,
         "postgres": f"{info.postgres.host}:{info.postgres.port}",
+        "s3": f"{info.s3.endpoint} (bucket {info.s3.bucket})",
     }
     for name, st in local_stack.status(state_dir).items():
         table.add_row(

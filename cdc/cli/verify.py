@@ -58,7 +58,7 @@ def open_sinks(cfg: MergerConfig, only: str | None) -> dict[str, Any]:
     sinks: dict[str, Any] = {}
     for name in configured:
         if name == "delta":
-            sinks[name] = DeltaReader(cfg.sinks.delta.path)
+            sinks[name] = DeltaReader(cfg.sinks.delta.path, storage_options=cfg.sinks.delta.storage_options())
         elif name == "postgres":
             pg = cfg.sinks.postgres
             # the sink's rule for NUL characters decides what the source's strings become

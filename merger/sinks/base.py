@@ -34,7 +34,8 @@ Rules every sink follows
   that table). Columns that disappear from the source schema are kept in the sink (no
   longer written: null for new rows, unchanged on update).
 * Transient failures raise :class:`SinkUnavailable`; retrying is the caller's job. A full
-  disk raises :class:`SinkFull` (not retried: the merger stops).
+  disk raises :class:`SinkFull`, a sink whose tables a newer merger took over a
+  ``SinkStop`` too (``claim_writer``; not retried: the merger stops).
 * A value the sink cannot store by its rules raises :class:`UnstorableValue` (the merger
   pauses that table); nothing of the batch is written by that sink.
 """
@@ -65,7 +66,12 @@ class SinkUnavailable(SinkError):
     """The sink's server/storage is unreachable; retry later (the caller's job)."""
 
 
-class SinkFull(SinkError):
+class SinkStop(SinkError):
+    """The merger stops: waiting would not help (a full disk, a newer merger that took
+    over the sink's tables). The batch is not committed, so nothing is lost."""
+
+
+class SinkFull(SinkStop):
     """The sink's storage is full. Waiting does not free space, so the merger stops (its
     batch is not committed: after an operator frees space and restarts it, the batch is
     written again and nothing is lost)."""
@@ -110,6 +116,12 @@ class Sink(abc.ABC):
     def ensure_table(self, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
         """Create the table or follow compatible changes. Returns what was done (e.g.
         ``["created"]``, ``["added column x", "widened y integer -> bigint"]``, ``[]``)."""
+
+    def claim_writer(self, owner: str) -> None:
+        """Called once at start, before any write: ``owner`` (an id kept in the merger's
+        state directory) is about to write this sink's tables. A sink whose tables another
+        merger (another state directory) may write too fences the older writer here
+        (the Delta sink: merger/sinks/delta_writers.py); by default nothing."""
 
     @abc.abstractmethod
     def apply(self, table: TableId, version: int, changes: Changes) -> bool:

@@ -40,6 +40,12 @@ remembered. A tombstone may be older than the row of its
 key (a delete that lost to a newer row); such a tombstone can never hide or resurrect
 anything, because a key's row always carries a higher sequence than its tombstone.
 
+Writers: every commit also carries ``txn(cdc-writer, epoch)``, the epoch the merger claimed at
+start (``claim_writer``, merger/sinks/delta_writers.py); a table written by a newer epoch
+stops an older merger (``SinkFenced``), so two mergers with two state directories on one
+set of tables (one bucket) never interleave their writes. On S3, commits are conditional
+puts (cdc/object_store.py): a lost race is a ``CommitFailedError`` like any conflict.
+
 The ``<table id>`` is the Delta metadata id of the user table (fixed at creation, kept by
 schema changes), so a table that is dropped and re-created starts with fresh versions.
 
@@ -76,6 +82,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from cdc.object_store import one_line
 from cdc.quoting import quote_ident
 from merger.sinks import types as T
 from merger.sinks.base import (
@@ -96,6 +103,7 @@ from merger.sinks.base import (
     user_fields,
 )
 from merger.sinks.delta_reads import DeltaReads, delta_arrow_schema
+from merger.sinks.delta_writers import WRITER_APP, SinkFenced, WriterClaims, verdict
 from merger.sinks.key_ranges import range_filter
 
 try:
@@ -111,8 +119,9 @@ COMMIT_CONFLICT_RETRIES = 5  # Delta commits of one step that may conflict with 
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """A delta-rs error as one line (an object store's is a tree of causes over lines)."""
+    text = one_line(str(exc))
+    return text if text else type(exc).__name__
 
 
 RESERVED_DB = "_cdc"
@@ -165,10 +174,6 @@ class _Meta:
         return f"cdc-sink-tombstones:{self.table_id}"
 
 
-def _txn(version: int, *app_ids: str) -> CommitProperties:
-    return CommitProperties(app_transactions=[Transaction(app_id, version) for app_id in app_ids])
-
-
 # the MERGE conditions on a change (alias s) and the row or tombstone it meets (alias t)
 _NEWER = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
 _IS_DELETE = f"s.{quote_ident(OP)} = '{DELETE_OP}'"
@@ -192,6 +197,7 @@ class DeltaSink(DeltaReads, Sink):
         self._meta: dict[TableId, _Meta] = {}
         self._writes_since_compaction: dict[TableId, int] = {}
         self._lock = threading.Lock()
+        self.writer_epoch: int | None = None  # claim_writer's (None: commits carry no epoch)
         if "://" not in self.base:
             Path(self.base).mkdir(parents=True, exist_ok=True)
 
@@ -216,11 +222,43 @@ class DeltaSink(DeltaReads, Sink):
             raise self._io_error(exc, path) from None
 
     def _io_error(self, exc: BaseException, path: str) -> SinkError:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = _first_line(exc)
         lowered = text.lower()
-        if any(w in lowered for w in ("timed out", "timeout", "connection", "unreachable", "dns", "503", "network")):
+        unreachable = ("timed out", "timeout", "connection", "unreachable", "dns", "503", "network", "sending request")
+        if any(w in lowered for w in unreachable):
             return SinkUnavailable(f"Delta storage for {path} is unreachable: {text}")
         return SinkError(f"Delta error at {path}: {text}")
+
+    # ------------------------------------------------------------------ writer epochs
+
+    def claim_writer(self, owner: str) -> None:
+        """Take (or keep) the writer epoch of these tables (merger/sinks/delta_writers.py).
+        The first access to the storage: a store that is unreachable, a bucket that does not
+        exist or credentials it refuses are reported here, in one line."""
+        try:
+            self.writer_epoch = WriterClaims(self.base, self.storage_options).claim(owner)
+        except CommitFailedError as exc:
+            raise SinkError(f"Delta tables at {self.base}: cannot claim them ({_first_line(exc)})") from None
+        except (OSError, DeltaError) as exc:
+            raise self._io_error(exc, self.base) from None
+        log.info("Delta tables at %s: written with writer epoch %d", self.base, self.writer_epoch)
+
+    def _commit(self, version: int, *app_ids: str) -> CommitProperties:
+        """A commit's app transactions: ``(app_id, version)`` each, and the writer epoch."""
+        txns = [Transaction(app_id, version) for app_id in app_ids]
+        if self.writer_epoch is not None:
+            txns.append(Transaction(WRITER_APP, self.writer_epoch))
+        return CommitProperties(app_transactions=txns)
+
+    def _fence(self, tables: Sequence[DeltaTable], version: int = -1, held: int = -1) -> None:
+        """Stop if a newer merger took these tables over, or an older one wrote past ``version``."""
+        if self.writer_epoch is None:
+            return
+        epochs = [e for e in (dt.transaction_version(WRITER_APP) for dt in tables) if e is not None]
+        reason = verdict(self.writer_epoch, max(epochs) if epochs else None, version, held)
+        if reason:
+            # the merger names the table and the sink (merger/sinks/fanout.py)
+            raise SinkFenced(f"Delta tables at {self.base}: {reason}; this merger stops")
 
     def _load(self, table: TableId) -> _Meta | None:
         main = self._open(self.table_path(table))
@@ -304,6 +342,7 @@ class DeltaSink(DeltaReads, Sink):
             )
             return ["created"]
         main, tomb, old_keys, columns = current
+        self._fence([t for t in (main, tomb) if t is not None])
         if main.metadata().configuration.get(TARGET_FILE_SIZE) != str(self.compact_target_bytes):
             # a table of an older release, or compact_target_mb changed (a metadata commit)
             main.alter.set_table_properties({TARGET_FILE_SIZE: str(self.compact_target_bytes)})
@@ -402,7 +441,7 @@ class DeltaSink(DeltaReads, Sink):
         dt.update_incremental()
         if self._held(dt, app_ids[0]) >= version:
             return
-        write_deltalake(dt, schema.empty_table(), mode="append", commit_properties=_txn(version, *app_ids))
+        write_deltalake(dt, schema.empty_table(), mode="append", commit_properties=self._commit(version, *app_ids))
         dt.update_incremental()
 
     # ------------------------------------------------------------------ apply
@@ -437,6 +476,7 @@ class DeltaSink(DeltaReads, Sink):
 
     def _apply(self, table: TableId, m: _Meta, version: int, src: pa.Table) -> bool:
         main_v, tomb_v = self._versions(m)
+        self._fence((m.main, m.tomb), version, main_v)
         if version <= main_v and version <= tomb_v:
             return False
         if main_v > tomb_v and version != main_v:
@@ -485,7 +525,9 @@ class DeltaSink(DeltaReads, Sink):
         done = []
         for dt in (m.main, m.tomb):
             metrics = dt.optimize.compact(
-                target_size=self.compact_target_bytes, writer_properties=self.writer_properties
+                target_size=self.compact_target_bytes,
+                writer_properties=self.writer_properties,
+                commit_properties=self._commit(0),
             )
             dt.update_incremental()
             done.append(f"{metrics.get('numFilesRemoved', 0)} -> {metrics.get('numFilesAdded', 0)}")
@@ -532,13 +574,13 @@ class DeltaSink(DeltaReads, Sink):
         apps = (m.app_main, m.app_tomb) if tombs_unchanged else (m.app_main,)
         main_schema = delta_arrow_schema(m.main)
         if src.num_rows and self._empty(m):
-            self._append_first(m, src, main_schema, _txn(version, *apps))
+            self._append_first(m, src, main_schema, self._commit(version, *apps))
         elif src.num_rows:
             cols = [c for c in src.column_names if c in m.columns]
             nonkey = [c for c in cols if c not in m.keys] + [SEQ]
             source = src.select(cols + [SEQ, OP])
             (
-                self._merge_into(m, m.main, source, _txn(version, *apps), self.writer_properties)
+                self._merge_into(m, m.main, source, self._commit(version, *apps), self.writer_properties)
                 .when_matched_delete(predicate=f"{_NEWER} AND {_IS_DELETE}")
                 .when_matched_update(
                     {quote_ident(c): f"s.{quote_ident(c)}" for c in nonkey},
@@ -615,7 +657,7 @@ class DeltaSink(DeltaReads, Sink):
         tomb_schema = delta_arrow_schema(m.tomb)
         if source.num_rows:
             (
-                self._merge_into(m, m.tomb, source, _txn(version, m.app_tomb))
+                self._merge_into(m, m.tomb, source, self._commit(version, m.app_tomb))
                 .when_matched_update(
                     {quote_ident(SEQ): f"s.{quote_ident(SEQ)}"}, predicate=f"{_NEWER} AND {_IS_DELETE}"
                 )
@@ -636,6 +678,7 @@ class DeltaSink(DeltaReads, Sink):
         m = self._meta_for(table)
         try:
             main_v, tomb_v = self._versions(m)
+            self._fence((m.main, m.tomb), version, main_v)
             if version <= main_v and version <= tomb_v:
                 return False
             replay = version <= main_v
@@ -644,7 +687,7 @@ class DeltaSink(DeltaReads, Sink):
                     m.main,
                     delta_arrow_schema(m.main).empty_table(),
                     mode="overwrite",
-                    commit_properties=_txn(version, m.app_main),
+                    commit_properties=self._commit(version, m.app_main),
                 )
                 m.main.update_incremental()
                 m.maybe_empty = True
@@ -653,7 +696,7 @@ class DeltaSink(DeltaReads, Sink):
                     m.tomb,
                     delta_arrow_schema(m.tomb).empty_table(),
                     mode="overwrite",
-                    commit_properties=_txn(version, m.app_tomb),
+                    commit_properties=self._commit(version, m.app_tomb),
                 )
                 m.tomb.update_incremental()
             return not replay

@@ -2,7 +2,8 @@
 
 A table whose sink is unreachable waits (``blocked_on_sink`` says on which) rather than
 fail: the write is retried with a growing delay until the sink takes it. A full sink
-(``SinkFull``) is not waited for: the error goes up, naming the table and the sink.
+(``SinkFull``), or one a newer merger took over (``SinkStop``), is not waited for: the
+error goes up, naming the table and the sink.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from typing import Callable
 
 from merger import crashpoints
-from merger.sinks.base import SinkFull, SinkUnavailable
+from merger.sinks.base import SinkStop, SinkUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,8 @@ class SinkFanout:
                     log.info("sink %s reachable again", name)
                     rt.blocked_on_sink = None
                 return
-            except SinkFull as exc:
-                raise SinkFull(f"table {rt.name}, sink {name}: {exc}") from None
+            except SinkStop as exc:
+                raise type(exc)(f"table {rt.name}, sink {name}: {exc}") from None
             except SinkUnavailable as exc:
                 rt.blocked_on_sink = f"{name}: {exc}"
                 log.warning("table %s blocked on sink %s: %s; retrying in %.0fs", rt.name, name, exc, delay)

@@ -19,6 +19,7 @@ from decimal import Decimal
 from functools import partial
 from typing import Any, Sequence
 
+from cdc.object_store import one_line
 from merger.errors import MergerError
 from merger.verify.canonical import SinkRules
 from merger.verify.column_canon import ColumnCanon
@@ -278,7 +279,8 @@ class DeltaReader:
         except TableNotFoundError:
             return None
         except (OSError, DeltaError) as exc:
-            raise SinkReadError(f"Delta table {path}: {_first_line(exc)}") from None
+            # an object store's error is a tree of causes over several lines
+            raise SinkReadError(f"Delta table {path}: {one_line(str(exc))}") from None
 
     def columns(self, db: str, table: str) -> dict[str, str] | None:
         import pyarrow as pa

@@ -37,15 +37,18 @@ def sorted_rows(t: pa.Table, keys) -> list[dict]:
 # ----------------------------------------------------------------------------- sink factories
 
 
-def _delta(tmp_path_factory):
-    from merger.sinks import DeltaSink
+@pytest.fixture(scope="session")
+def delta_store(tmp_path_factory):
+    """Where the Delta tests put their tables: local directories here; the same tests run
+    on s3:// (the stack's moto server) in tests/integration/test_delta_object_store.py."""
+    from tests.delta_stores import LocalDeltaStore
 
-    return DeltaSink(tmp_path_factory.mktemp("delta"))
+    return LocalDeltaStore(tmp_path_factory)
 
 
 @pytest.fixture
-def delta_sink(tmp_path_factory):
-    return _delta(tmp_path_factory)
+def delta_sink(delta_store):
+    return delta_store.sink()
 
 
 def fresh(prefix="db") -> TableId:
@@ -270,37 +273,29 @@ def run_model(sink, steps) -> None:
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEP, min_size=1, max_size=10))
-def test_delta_matches_model(tmp_path_factory, steps):
-    run_model(_delta(tmp_path_factory), steps)
+def test_delta_matches_model(delta_store, steps):
+    run_model(delta_store.sink(), steps)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEP, min_size=1, max_size=10))
-def test_delta_compacted_every_other_batch_matches_model(tmp_path_factory, steps):
-    from merger.sinks import DeltaSink
-
-    run_model(DeltaSink(tmp_path_factory.mktemp("delta"), compact_every_commits=2), steps)
+def test_delta_compacted_every_other_batch_matches_model(delta_store, steps):
+    run_model(delta_store.sink(compact_every_commits=2), steps)
 
 
 # ----------------------------------------------------------------------------- Delta specifics
 
 
-def _active_files(path: str) -> int:
-    from deltalake import DeltaTable
-
-    return len(DeltaTable(path).file_uris())
+def _active_files(delta_store, path: str) -> int:
+    return len(delta_store.table(path).file_uris())
 
 
 @pytest.mark.parametrize("every", [10, 0])
-def test_delta_small_files_are_compacted_every_n_batches(tmp_path_factory, every):
+def test_delta_small_files_are_compacted_every_n_batches(delta_store, every):
     """Each batch of new rows adds a file; every `compact_every_commits` batches the small
     ones become one, and the table, its versions and the refusal of replays are unchanged (0 = never:
     the files pile up, which shows the count below is the compaction's doing)."""
-    from deltalake import DeltaTable
-
-    from merger.sinks import DeltaSink
-
-    s, t = DeltaSink(tmp_path_factory.mktemp("delta"), compact_every_commits=every), fresh()
+    s, t = delta_store.sink(compact_every_commits=every), fresh()
     s.ensure_table(t, SIMPLE, ["id"])
     expected = {}
     for v in range(1, 26):
@@ -317,8 +312,8 @@ def test_delta_small_files_are_compacted_every_n_batches(tmp_path_factory, every
     assert sorted_rows(s.rows(t), ["id"]) == sorted(expected.values(), key=lambda r: r["id"])
     assert s.applied_version(t) == 25
     assert s.apply(t, 20, batch(SIMPLE, [{"id": 99, "v": "x", "_cdc_op": "c", "_cdc_seq": 1}])) is False
-    operations = [h["operation"] for h in DeltaTable(s.table_path(t)).history()]
-    files = _active_files(s.table_path(t))
+    operations = [h["operation"] for h in delta_store.table(s.table_path(t)).history()]
+    files = _active_files(delta_store, s.table_path(t))
     if every:
         assert operations.count("OPTIMIZE") == 2  # after batches 10 and 20
         assert files <= 6, files  # one compacted file plus the batches since
@@ -327,7 +322,7 @@ def test_delta_small_files_are_compacted_every_n_batches(tmp_path_factory, every
         assert files >= 15, files
 
 
-def test_delta_crash_between_table_and_tombstones(delta_sink, monkeypatch):
+def test_delta_crash_between_table_and_tombstones(delta_store, delta_sink, monkeypatch):
     """The table commit lands, the process dies before the tombstone commit; the replay of
     the same version completes the tombstones and nothing else."""
     s, t = delta_sink, fresh()
@@ -344,9 +339,7 @@ def test_delta_crash_between_table_and_tombstones(delta_sink, monkeypatch):
         s.apply(t, 2, deleting)
     monkeypatch.setattr(type(s), "_merge_tombs", original)
     assert s.rows(t).num_rows == 0
-    from merger.sinks import DeltaSink
-
-    s2 = DeltaSink(s.base)  # a restarted merger
+    s2 = delta_store.sink(s.base)  # a restarted merger
     assert s2.apply(t, 2, deleting) is False  # already applied to the table...
     s2.apply(
         t,
@@ -362,12 +355,11 @@ def test_delta_crash_between_table_and_tombstones(delta_sink, monkeypatch):
     assert s2.rows(t).num_rows == 0  # ...and the tombstones were completed
 
 
-def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_sink, monkeypatch):
+def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_store, delta_sink, monkeypatch):
     """The table commit lands and the tombstone commit never does; if the next write is
     not the replay of that version (a merger that did not re-run the batch), the deletes
     are not remembered: the sink refuses (the merger pauses the table) instead of warning
     and letting an older change bring a deleted row back."""
-    from merger.sinks import DeltaSink
     from merger.sinks.base import TableFault
 
     s, t = delta_sink, fresh()
@@ -381,7 +373,7 @@ def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_sin
     with pytest.raises(KeyboardInterrupt):
         s.apply(t, 2, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}]))
     monkeypatch.undo()
-    s2 = DeltaSink(s.base)
+    s2 = delta_store.sink(s.base)
     zombie = batch(SIMPLE, [{"id": 1, "v": "zombie", "_cdc_op": "r", "_cdc_seq": 5}])
     for version in (3, 1_000_000):  # a newer batch, or a new state_dir's versions
         with pytest.raises(TableFault, match="tombstones of version 2 were never written.*cdc snapshot"):
@@ -538,15 +530,13 @@ _EXTREME_KEYS = {
 
 
 @pytest.mark.parametrize("kind", sorted(_EXTREME_KEYS))
-def test_delta_deletes_and_updates_of_extreme_keys(tmp_path_factory, kind):
+def test_delta_deletes_and_updates_of_extreme_keys(delta_store, kind):
     """The Delta log's file statistics are inexact for some key types (a decimal(20, 0) max
     of 18446744073709551614 is logged as 9223372036854775807): a MERGE or a tombstone lookup
     that pruned files by them lost the delete of the highest key, duplicated an update, and
     let a stale snapshot row bring the deleted key back."""
-    from merger.sinks import DeltaSink
-
     typ, keys = _EXTREME_KEYS[kind]
-    s, t = DeltaSink(tmp_path_factory.mktemp("delta")), fresh()
+    s, t = delta_store.sink(), fresh()
     schema = pa.schema([("id", typ), ("v", pa.string())])
     s.ensure_table(t, schema, ["id"])
 
@@ -567,22 +557,18 @@ def test_delta_deletes_and_updates_of_extreme_keys(tmp_path_factory, kind):
     assert [r["v"] for r in s.rows_in_range(t, ["id"], (keys[1],), None).to_pylist()] == ["u"]
 
 
-def test_delta_tables_are_written_in_files_of_the_compaction_target(tmp_path_factory):
+def test_delta_tables_are_written_in_files_of_the_compaction_target(delta_store):
     """New tables get delta.targetFileSize = compact_target_mb (MERGE output files are cut
     at it, so an update rewrites at most about that much per file it touches); a table of
     an older release, or after the setting changed, gets it on ensure_table."""
-    from deltalake import DeltaTable
-
-    from merger.sinks import DeltaSink
-
-    base = tmp_path_factory.mktemp("delta")
-    s, t = DeltaSink(base, compact_target_mb=2), fresh()
+    base = delta_store.base()
+    s, t = delta_store.sink(base, compact_target_mb=2), fresh()
     s.ensure_table(t, SIMPLE, ["id"])
-    assert DeltaTable(s.table_path(t)).metadata().configuration["delta.targetFileSize"] == str(2 << 20)
+    assert delta_store.table(s.table_path(t)).metadata().configuration["delta.targetFileSize"] == str(2 << 20)
     s.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 1}]))
-    s2 = DeltaSink(base, compact_target_mb=8)
+    s2 = delta_store.sink(base, compact_target_mb=8)
     s2.ensure_table(t, SIMPLE, ["id"])
-    assert DeltaTable(s.table_path(t)).metadata().configuration["delta.targetFileSize"] == str(8 << 20)
+    assert delta_store.table(s.table_path(t)).metadata().configuration["delta.targetFileSize"] == str(8 << 20)
     assert s2.applied_version(t) == 1 and s2.rows(t).num_rows == 1
 
 
@@ -612,13 +598,11 @@ def test_delta_replay_after_table_commit_of_an_older_release(delta_sink):
     assert sorted(r["id"] for r in restarted.rows(t).to_pylist()) == [1, 2]
 
 
-def test_delta_layout_and_log(delta_sink):
-    from deltalake import DeltaTable
-
+def test_delta_layout_and_log(delta_store, delta_sink):
     s, t = delta_sink, TableId("shop", "orders")
     s.ensure_table(t, ALL_TYPES, ["id"])
     s.apply(t, 7, batch(ALL_TYPES, [dict(r, _cdc_op="c", _cdc_seq=1) for r in ALL_ROWS]))
-    dt_ = DeltaTable(s.table_path(t))
+    dt_ = delta_store.table(s.table_path(t))
     assert s.table_path(t).endswith("/shop/orders")
     assert dt_.transaction_version(f"cdc-sink:{dt_.metadata().id}") == 7
     assert dt_.schema().to_arrow() is not None and "_cdc_seq" in pa.schema(dt_.schema().to_arrow()).names
@@ -664,35 +648,31 @@ def test_delta_string_key_deletes_over_several_batches(delta_sink):
     ]
 
 
-def test_delta_first_write_into_an_empty_table_is_an_append(delta_sink, monkeypatch):
+def test_delta_first_write_into_an_empty_table_is_an_append(delta_store, delta_sink, monkeypatch):
     """Issue 23: a table's first rows (a snapshot's, mostly) are appended, not MERGEd; its
     deletes still become tombstones, and later writes MERGE."""
-    from deltalake import DeltaTable
-
     s, t = delta_sink, fresh()
     s.ensure_table(t, SIMPLE, ["id"])
     rows = [{"id": i, "v": f"r{i}", "n": i, "_cdc_op": "r", "_cdc_seq": 10} for i in range(1, 5)]
     rows.append({"id": 7, "_cdc_op": "d", "_cdc_seq": 11})
     assert s.apply(t, 1, batch(SIMPLE, rows)) is True
-    ops = [h["operation"] for h in DeltaTable(s.table_path(t)).history()]
+    ops = [h["operation"] for h in delta_store.table(s.table_path(t)).history()]
     assert ops[0] == "WRITE" and "MERGE" not in ops
     assert sorted(r["id"] for r in s.rows(t).to_pylist()) == [1, 2, 3, 4]
     # the delete's tombstone holds: an older insert of 7 stays out
     older = {"id": 7, "v": "old", "n": 0, "_cdc_op": "c", "_cdc_seq": 5}
     s.apply(t, 2, batch(SIMPLE, [older, {"id": 1, "v": "u1", "n": 1, "_cdc_op": "u", "_cdc_seq": 20}]))
     assert sorted((r["id"], r["v"]) for r in s.rows(t).to_pylist()) == [(1, "u1"), (2, "r2"), (3, "r3"), (4, "r4")]
-    assert DeltaTable(s.table_path(t)).history()[0]["operation"] == "MERGE"
+    assert delta_store.table(s.table_path(t)).history()[0]["operation"] == "MERGE"
 
 
-def test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice(delta_sink, monkeypatch):
+def test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice(delta_store, delta_sink, monkeypatch):
     """Another merger on the same sink tables (a mistake) writes the table's first rows
     between this one's read of the empty table and its append: the append's commit
     conflicts (the same Delta app transaction id), and the retry MERGEs."""
-    from merger.sinks import DeltaSink
-
     first, t = delta_sink, fresh()
     first.ensure_table(t, SIMPLE, ["id"])
-    other = DeltaSink(first.base)
+    other = delta_store.sink(first.base)
     other.ensure_table(t, SIMPLE, ["id"])
     rows = [{"id": i, "v": f"r{i}", "n": i, "_cdc_op": "r", "_cdc_seq": 10} for i in range(1, 5)]
     original, raced = type(first)._append_first, []
@@ -708,3 +688,125 @@ def test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice(delta_sink,
     assert first.apply(t, 2, batch(SIMPLE, [{**r, "_cdc_seq": 12} for r in rows])) is True
     assert raced
     assert sorted((r["id"], r["v"]) for r in first.rows(t).to_pylist()) == [(i, f"r{i}") for i in range(1, 5)]
+
+
+def test_delta_a_second_merger_takes_over_and_the_first_is_fenced(delta_store, delta_sink):
+    """Two mergers with two state directories on one set of Delta tables (one bucket): the
+    one that claimed last writes; the older stops at its next write to a table the newer
+    wrote (SinkFenced, not retried), before committing anything. A restarted merger (same
+    state directory, same owner id) keeps its epoch and replays its own batch."""
+    from merger.sinks.delta_writers import SinkFenced
+
+    first, t = delta_sink, fresh()
+    first.claim_writer("state-a")
+    first.ensure_table(t, SIMPLE, ["id"])
+    assert first.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 1}]))
+    second = delta_store.sink(first.base)
+    second.claim_writer("state-b")
+    assert second.writer_epoch == first.writer_epoch + 1
+    second.ensure_table(t, SIMPLE, ["id"])
+    # its versions start above what the sink holds (merger/sink_writer.py's version base)
+    assert second.apply(t, 1_000_001, batch(SIMPLE, [{"id": 2, "v": "b", "n": 2, "_cdc_op": "c", "_cdc_seq": 2}]))
+    for write in (
+        lambda: first.apply(t, 2, batch(SIMPLE, [{"id": 3, "v": "c", "n": 3, "_cdc_op": "c", "_cdc_seq": 3}])),
+        lambda: first.truncate(t, 3),
+        lambda: first.ensure_table(t, SIMPLE, ["id"]),
+    ):
+        with pytest.raises(SinkFenced, match="a newer merger .* took over"):
+            write()
+    assert sorted(r["id"] for r in second.rows(t).to_pylist()) == [1, 2]
+    restarted = delta_store.sink(first.base)
+    restarted.claim_writer("state-b")
+    assert restarted.writer_epoch == second.writer_epoch
+    assert restarted.apply(t, 1_000_001, batch(SIMPLE, [{"id": 2, "_cdc_op": "d", "_cdc_seq": 9}])) is False
+
+
+def test_delta_an_older_merger_writing_after_the_takeover_stops_the_newer(delta_store, delta_sink):
+    """The newer merger read the table's version before the older one's last write: its own
+    version is not above the table's any more. Applying it would be skipped as a replay (a
+    lost batch), so the newer one stops instead, and no write interleaves."""
+    from merger.sinks.delta_writers import SinkFenced
+
+    first, t = delta_sink, fresh()
+    first.claim_writer("state-a")
+    first.ensure_table(t, SIMPLE, ["id"])
+    first.apply(t, 5, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 1}]))
+    second = delta_store.sink(first.base)
+    second.claim_writer("state-b")
+    first.apply(t, 6, batch(SIMPLE, [{"id": 2, "v": "b", "n": 2, "_cdc_op": "c", "_cdc_seq": 2}]))
+    with pytest.raises(SinkFenced, match="an older merger .* wrote version 6"):
+        second.apply(t, 6, batch(SIMPLE, [{"id": 3, "v": "c", "n": 3, "_cdc_op": "c", "_cdc_seq": 3}]))
+    assert sorted(r["id"] for r in first.rows(t).to_pylist()) == [1, 2]
+
+
+def test_delta_writer_epochs():
+    from merger.sinks.delta_writers import next_epoch, verdict
+
+    assert next_epoch([], "a") == (1, True)
+    claims = [{"owner": "a", "epoch": 1}, {"owner": "b", "epoch": 2}]
+    assert next_epoch(claims, "b") == (2, False)
+    assert next_epoch(claims, "a") == (3, True)
+    assert verdict(2, None, 5, 9) is None  # written before epochs existed
+    assert verdict(2, 2, 5, 9) is None  # its own write: a replay
+    assert "newer" in verdict(2, 3, 50, 9)
+    assert "older" in verdict(3, 2, 5, 9)
+    assert verdict(3, 2, 10, 9) is None
+
+
+def test_delta_mergers_claiming_at_once_get_distinct_epochs(delta_store):
+    """Three mergers start at the same moment on tables no one claimed yet: the claims
+    table is created once and each claim commits its own epoch (a claim committed since
+    another's read makes that one's commit fail, and it reads again)."""
+    import threading
+
+    base, got, errors = delta_store.base(), {}, []
+
+    def claim(owner):
+        try:
+            sink = delta_store.sink(base)
+            sink.claim_writer(owner)
+            got[owner] = sink.writer_epoch
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim, args=(o,)) for o in ("a", "b", "c")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and sorted(got.values()) == [1, 2, 3], (got, errors)
+    claims = delta_store.table(f"{base}/_cdc/writers").to_pyarrow_table().to_pylist()
+    assert sorted((c["epoch"], c["owner"]) for c in claims) == sorted((e, o) for o, e in got.items())
+
+
+@pytest.mark.parametrize("first_write", ["append", "merge"])
+def test_delta_a_takeover_between_the_fence_check_and_the_commit_fails_that_commit(
+    delta_store, delta_sink, monkeypatch, first_write
+):
+    """The newer merger commits after the older one checked the epoch and before its
+    commit: both commits carry the app transaction cdc-writer, so the older one's fails as a
+    conflict; its retry reads the newer epoch and stops. Nothing of the older lands after."""
+    from merger.sinks.delta_writers import SinkFenced
+
+    older, t = delta_sink, fresh()
+    older.claim_writer("state-a")
+    older.ensure_table(t, SIMPLE, ["id"])
+    if first_write == "merge":
+        older.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 1}]))
+    newer = delta_store.sink(older.base)
+    newer.claim_writer("state-b")
+    newer.ensure_table(t, SIMPLE, ["id"])
+    original, raced = type(older)._merge_main, []
+
+    def newer_commits_first(self, *a, **k):
+        if self is older and not raced:
+            raced.append(1)
+            newer.apply(t, 1_000_001, batch(SIMPLE, [{"id": 2, "v": "new", "n": 2, "_cdc_op": "c", "_cdc_seq": 5}]))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(type(older), "_merge_main", newer_commits_first)
+    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    with pytest.raises(SinkFenced, match="a newer merger"):
+        older.apply(t, 2, batch(SIMPLE, [{"id": 3, "v": "old", "n": 3, "_cdc_op": "c", "_cdc_seq": 9}]))
+    assert raced
+    assert 3 not in [r["id"] for r in newer.rows(t).to_pylist()]

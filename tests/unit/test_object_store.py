@@ -1,0 +1,87 @@
+"""Delta tables on an object store: the config (sinks.delta.path s3://, object_store) and the
+delta-rs options it gives (cdc/object_store.py); no server needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc.config import ConfigError, DeltaSinkConfig, MergerConfig, load_model
+from cdc.object_store import one_line, parse_credentials_file
+
+STORE = {"endpoint": "http://127.0.0.1:9000", "allow_http": True, "addressing": "path"}
+
+
+def _config(tmp_path, delta: dict):
+    import yaml
+
+    path = tmp_path / "merger.yaml"
+    path.write_text(yaml.safe_dump({"topic_prefix": "cdc", "sinks": {"delta": delta}}))
+    return load_model(MergerConfig, path)
+
+
+@pytest.mark.parametrize(
+    "delta, message",
+    [
+        ({"path": "gs://b/p"}, "sinks.delta.path: 'gs://b/p': only s3:// object stores are supported"),
+        ({"path": "s3:///p"}, "no bucket"),
+        ({"path": "/data/delta", "object_store": STORE}, "object_store is for an s3:// path only"),
+        ({"path": "s3://b/p", "object_store": {"endpoint": "http://h:1"}}, "is plain http: set object_store.allow_h"),
+        ({"path": "s3://b/p", "object_store": {"endpoint": "h:1"}}, "endpoint: must be an http:// or https:// URL"),
+        ({"path": "s3://b/p", "object_store": {"addressing": "vhost"}}, "addressing: must be one of"),
+        ({"path": "s3://b/p", "object_store": {"secret_access_key": "x"}}, "secret_access_key: unknown key"),
+    ],
+)
+def test_bad_object_store_settings_are_one_line_errors(tmp_path, delta, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as err:
+        _config(tmp_path, delta)
+    assert "\n" not in str(err.value)
+
+
+def test_storage_options_commit_safely_and_hide_the_secret(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "t0ken-value")
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # never followed
+    options = DeltaSinkConfig(path="s3://bucket/prefix", object_store=STORE).storage_options()
+    assert options["conditional_put"] == "etag"
+    assert options["AWS_S3_ALLOW_UNSAFE_RENAME"] == "false"
+    assert options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and options["AWS_ALLOW_HTTP"] == "true"
+    assert options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] == "false" and options["AWS_REGION"] == "us-east-1"
+    assert options["AWS_SECRET_ACCESS_KEY"] == "s3cr3t-value" and options["AWS_SESSION_TOKEN"] == "t0ken-value"
+    for shown in (repr(options), str(options), f"{options}"):
+        assert "s3cr3t" not in shown and "t0ken" not in shown
+    virtual = DeltaSinkConfig(path="s3://bucket/prefix", object_store={"region": "eu-west-1"}).storage_options()
+    assert virtual["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] == "true" and virtual["AWS_REGION"] == "eu-west-1"
+    assert "AWS_ENDPOINT_URL" not in virtual
+    assert DeltaSinkConfig(path="/data/delta").storage_options() is None
+
+
+def test_credentials_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    creds = tmp_path / "s3.env"
+    creds.write_text("# local\nexport AWS_ACCESS_KEY_ID=key\nAWS_SECRET_ACCESS_KEY='from file'\n")
+    cfg = DeltaSinkConfig(path="s3://b/p", object_store={"credentials_file": str(creds)})
+    assert cfg.storage_options()["AWS_SECRET_ACCESS_KEY"] == "from file"
+    assert "from file" not in repr(cfg.object_store.credentials())
+    creds.write_text("AWS_ACCESS_KEY_ID=key\nsecret=oops\n")
+    with pytest.raises(ConfigError, match="line 2: expected one of") as err:
+        cfg.storage_options()
+    assert "oops" not in str(err.value)  # a bad line is never echoed: it may hold a secret
+    creds.write_text("AWS_ACCESS_KEY_ID=key\n")
+    with pytest.raises(ConfigError, match="go together; one is missing"):
+        cfg.storage_options()
+    missing = DeltaSinkConfig(path="s3://b/p", object_store={"credentials_file": str(tmp_path / "none")})
+    with pytest.raises(ConfigError, match="cannot read"):
+        missing.storage_options()
+    # neither: delta-rs finds its own (an instance role)
+    assert "AWS_ACCESS_KEY_ID" not in DeltaSinkConfig(path="s3://b/p").storage_options()
+    with pytest.raises(ValueError, match="line 1"):
+        parse_credentials_file("nonsense", "f")
+
+
+def test_an_object_store_error_tree_becomes_one_line():
+    text = (
+        "Kernel error -> Generic S3 error\n  \x1b[31m↳\x1b[0m Error performing GET\n   \x1b[31m↳\x1b[0m error sending"
+    )
+    assert one_line(text) == "Kernel error -> Generic S3 error Error performing GET error sending"
