@@ -150,16 +150,25 @@ def _wait_equal(stack, s3, base, db, merger, timeout_s=300, expected=None):
     )
 
 
-@pytest.mark.timeout(1200)
-def test_merger_writes_delta_tables_to_s3_equal_to_the_source(stack, s3_store, tmp_path, unique_name, monkeypatch):
-    db = f"s3_{unique_name}"
-    base = f"s3://{s3_store.bucket}/{unique_name}"
+def _items(stack, db: str, rows_select: str) -> None:
+    """A new database ``db`` with the table ``items``, filled by ``rows_select``."""
     _run(stack, None, f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
     _run(
         stack,
         db,
         "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2), made DATETIME(3), note TEXT)",
-        "INSERT INTO items SELECT seq, CONCAT('n', seq), seq * 1.25, '2025-01-02 03:04:05.678', "
+        f"INSERT INTO items {rows_select}",
+    )
+
+
+@pytest.mark.timeout(1200)
+def test_merger_writes_delta_tables_to_s3_equal_to_the_source(stack, s3_store, tmp_path, unique_name, monkeypatch):
+    db = f"s3_{unique_name}"
+    base = f"s3://{s3_store.bucket}/{unique_name}"
+    _items(
+        stack,
+        db,
+        "SELECT seq, CONCAT('n', seq), seq * 1.25, '2025-01-02 03:04:05.678', "
         "IF(seq % 3 = 0, NULL, REPEAT('x', seq)) FROM seq_1_to_200",
     )
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
@@ -250,13 +259,7 @@ def test_a_second_merger_with_its_own_state_dir_takes_the_bucket_over_and_the_fi
     source: no write of the first after the second's."""
     db = f"s3w_{unique_name}"
     base = f"s3://{s3_store.bucket}/{unique_name}"
-    _run(stack, None, f"DROP DATABASE IF EXISTS {db}", f"CREATE DATABASE {db}")
-    _run(
-        stack,
-        db,
-        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2), made DATETIME(3), note TEXT)",
-        "INSERT INTO items SELECT seq, CONCAT('n', seq), seq, '2025-01-02 03:04:05', NULL FROM seq_1_to_50",
-    )
+    _items(stack, db, "SELECT seq, CONCAT('n', seq), seq, '2025-01-02 03:04:05', NULL FROM seq_1_to_50")
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     extra = _object_store_config(stack, base)
