@@ -25,7 +25,6 @@ from merger.sources.sharded_topics import ShardedTopics
 if TYPE_CHECKING:
     from cdc.config import MergerConfig
     from cdc.wire.position import ReplayFilter
-    from merger.records import ParsedRecord
     from merger.source import SourceGuard
     from merger.sources.debezium_topics import SignalWriter
     from merger.state import StateStore
@@ -61,8 +60,9 @@ class SourceKind(Protocol):
         """The sink's sequence of a change (it orders the changes of one key): from its
         binlog order ``order`` and its Kafka ``offset``."""
 
-    def in_order(self, items: Sequence[ParsedRecord]) -> list[ParsedRecord]:
-        """A batch's records of one table in the order they are applied in: each
+    def in_order(self, items: Sequence) -> list:
+        """A batch's records of one table (``merger.records.ParsedRecord``) in the order
+        they are applied in: each
         partition's offset order, each server's binlog order (``merger.batch_order``)."""
 
     def reconciler_order(self, offset: int, sequence: int) -> tuple[int, int | None]:

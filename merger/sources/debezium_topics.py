@@ -49,7 +49,6 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import pymysql
 
@@ -57,9 +56,6 @@ from cdc.quoting import quote_ident
 from cdc.wire.position import EventPosition, ReplayFilter
 from merger.batch_order import by_sequence
 from merger.errors import MergerError
-
-if TYPE_CHECKING:
-    from merger.records import ParsedRecord
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +250,7 @@ class DebeziumTopics:
     def sequence_of(self, order: int, offset: int) -> int:
         return offset
 
-    def in_order(self, items: Sequence[ParsedRecord]) -> list[ParsedRecord]:
+    def in_order(self, items: Sequence) -> list:
         return by_sequence(items)
 
     def reconciler_order(self, offset: int, sequence: int) -> tuple[int, int | None]:

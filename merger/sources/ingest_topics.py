@@ -21,13 +21,9 @@ writes (``source_connector: ingest``, the default).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from cdc.wire.position import ReplayFilter
 from merger.batch_order import by_sequence
-
-if TYPE_CHECKING:
-    from merger.records import ParsedRecord
 
 
 class IngestTopics:
@@ -46,7 +42,7 @@ class IngestTopics:
     def sequence_of(self, order: int, offset: int) -> int:
         return order
 
-    def in_order(self, items: Sequence[ParsedRecord]) -> list[ParsedRecord]:
+    def in_order(self, items: Sequence) -> list:
         return by_sequence(items)
 
     def reconciler_order(self, offset: int, sequence: int) -> tuple[int, int | None]:

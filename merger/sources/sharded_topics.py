@@ -16,13 +16,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from merger.batch_order import Placed, shards_merged
 from merger.sources.ingest_topics import IngestTopics
-
-if TYPE_CHECKING:
-    from merger.records import ParsedRecord
 
 
 class ShardedTopics(IngestTopics):
@@ -30,7 +26,7 @@ class ShardedTopics(IngestTopics):
 
     shards = True
 
-    def in_order(self, items: Sequence[ParsedRecord]) -> list[ParsedRecord]:
+    def in_order(self, items: Sequence) -> list:
         placed = [
             Placed(
                 it.record["partition"],
