@@ -140,7 +140,7 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _pid_file(state: Path, name: str) -> Path:
+def pid_file(state: Path, name: str) -> Path:
     return state / f"{name}.pid"
 
 
@@ -154,7 +154,7 @@ def _cmdline(pid: int) -> str:
 def running_pid(state: Path, name: str, marker: str) -> int | None:
     """The pid from our pid file if that process is alive and is ours (its command line
     contains ``marker``); a stale pid file is removed."""
-    pf = _pid_file(state, name)
+    pf = pid_file(state, name)
     if not pf.exists():
         return None
     try:
@@ -169,7 +169,7 @@ def running_pid(state: Path, name: str, marker: str) -> int | None:
     return None
 
 
-def _spawn(args: list[str], log: Path, env: dict | None = None, user: str | None = None) -> int:
+def spawn(args: list[str], log: Path, env: dict | None = None, user: str | None = None) -> int:
     if user:
         args = ["runuser", "-u", user, "--"] + args
     with open(log, "ab") as out:
@@ -184,7 +184,7 @@ def _spawn(args: list[str], log: Path, env: dict | None = None, user: str | None
     return proc.pid
 
 
-def _wait(predicate, timeout: float, what: str, log: Path | None = None) -> None:
+def wait_until(predicate, timeout: float, what: str, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -196,7 +196,7 @@ def _wait(predicate, timeout: float, what: str, log: Path | None = None) -> None
     raise StackError(f"{what} did not come up within {timeout:.0f}s{': ' + tail if tail else ''}")
 
 
-def _stop_pid(pid: int, timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
+def stop_pid(pid: int, timeout: float = 30.0, sig: int = signal.SIGTERM) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
@@ -252,9 +252,9 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
     m.socket = str(mariadb_socket(datadir))
     log = state / "mariadb.log"
     _mariadb_tmpdir(datadir).mkdir(parents=True, exist_ok=True)
-    pid = _spawn(_mariadb_args(info, mariadbd, datadir, report_mysql8_version), log)
-    _pid_file(state, "mariadb").write_text(str(pid))
-    _wait(lambda: port_open(m.port), 60, "MariaDB", datadir / "error.log")
+    pid = spawn(_mariadb_args(info, mariadbd, datadir, report_mysql8_version), log)
+    pid_file(state, "mariadb").write_text(str(pid))
+    wait_until(lambda: port_open(m.port), 60, "MariaDB", datadir / "error.log")
     import pymysql
 
     if fresh:
@@ -400,9 +400,9 @@ def start_kafka(info: StackInfo) -> None:
     ]
     log = state / "kafka.log"
     env = dict(os.environ, RUST_LOG=os.environ.get("CDC_BROKER_LOG", "warn"))
-    pid = _spawn(args, log, env=env)
-    _pid_file(state, "kafka").write_text(str(pid))
-    _wait(lambda: port_open(k.port), 30, "Kafka broker (Tansu)", log)
+    pid = spawn(args, log, env=env)
+    pid_file(state, "kafka").write_text(str(pid))
+    wait_until(lambda: port_open(k.port), 30, "Kafka broker (Tansu)", log)
 
 
 # --------------------------------------------------------------------------- PostgreSQL
@@ -498,9 +498,9 @@ def start_postgres(info: StackInfo) -> None:
     if user:
         log.touch()
         shutil.chown(log, user)
-    pid = _spawn(args, log, user=user)
-    _pid_file(state, "postgres").write_text(str(pid))
-    _wait(lambda: port_open(p.port), 60, "PostgreSQL", log)
+    pid = spawn(args, log, user=user)
+    pid_file(state, "postgres").write_text(str(pid))
+    wait_until(lambda: port_open(p.port), 60, "PostgreSQL", log)
     if fresh:
         _create_pg_database(p)
 
@@ -554,9 +554,9 @@ def start_s3(info: StackInfo) -> None:
         s.access_key_id = "cdc-local"
         s.secret_access_key = secrets.token_hex(16)
     log = state / "s3.log"
-    pid = _spawn([s.binary, "-H", "127.0.0.1", "-p", str(s.port)], log)
-    _pid_file(state, "s3").write_text(str(pid))
-    _wait(lambda: port_open(s.port), 60, "S3 server (moto)", log)
+    pid = spawn([s.binary, "-H", "127.0.0.1", "-p", str(s.port)], log)
+    pid_file(state, "s3").write_text(str(pid))
+    wait_until(lambda: port_open(s.port), 60, "S3 server (moto)", log)
     _create_bucket(s)
 
 
@@ -636,9 +636,9 @@ def stop(info: StackInfo, name: str) -> bool:
         # after forwarding one, leaving backends and a lock file behind
         postmaster = _postmaster_pid(info)
         if postmaster and info.postgres.datadir in _cmdline(postmaster):
-            _stop_pid(postmaster, timeout=60, sig=signal.SIGINT)
-    _stop_pid(pid)
-    _pid_file(state, name).unlink(missing_ok=True)
+            stop_pid(postmaster, timeout=60, sig=signal.SIGINT)
+    stop_pid(pid)
+    pid_file(state, name).unlink(missing_ok=True)
     return True
 
 

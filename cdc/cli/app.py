@@ -62,9 +62,14 @@ def stack_up(
         "GTID replica (server_id 100*i+1) to fail over to; listed in <state_dir>/shards.json",
     ),
     replicas: bool = typer.Option(True, help="with --shards: a replica for each shard"),
+    spark_workers: int = typer.Option(
+        0,
+        help="also start a Spark standalone cluster: a master and this many workers (one core each), for "
+        "`spark_master: spark://...` in the merger's config; listed in <state_dir>/spark.json",
+    ),
 ):
     """Start the local stack (idempotent)."""
-    from cdc import stack_shards
+    from cdc import stack_shards, stack_spark
 
     components = tuple(only) if only else local_stack.COMPONENTS
     for name in components:
@@ -75,6 +80,8 @@ def stack_up(
     info = local_stack.up(state_dir, components)
     if shards:
         stack_shards.up(state_dir, shards, replicas)
+    if spark_workers:
+        stack_spark.up(state_dir, spark_workers)
     _print_status(state_dir)
     console.print(f"stack file: {info.path}")
 
@@ -84,9 +91,10 @@ def stack_down(
     state_dir: Path = STATE_DIR_OPTION, purge: bool = typer.Option(False, help="also delete all data of the stack")
 ):
     """Stop what `cdc stack up` started."""
-    from cdc import stack_shards
+    from cdc import stack_shards, stack_spark
 
-    stopped = stack_shards.down(state_dir)
+    stopped = stack_spark.down(state_dir)
+    stopped += stack_shards.down(state_dir)
     stopped += local_stack.down(state_dir, purge=purge)
     console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
 
@@ -121,6 +129,10 @@ def _print_status(state_dir: Path) -> None:
             str(st["pid"] or "-"),
             f"127.0.0.1:{st['port']}",
         )
+    from cdc import stack_spark
+
+    for name, st in stack_spark.status(state_dir).items():
+        table.add_row(name, "[green]running" if st["running"] else "[red]stopped", str(st["pid"] or "-"), st["address"])
     Console().print(table)
 
 

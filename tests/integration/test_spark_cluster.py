@@ -1,0 +1,220 @@
+"""The merger on a Spark standalone cluster (issue 25): a master and two workers of one
+core each, started by the local stack with pyspark's own ``spark-class``
+(``cdc stack up --spark-workers 2``), the merger in client mode
+(``spark_master: spark://...``). The snapshot's chunk reads and the stream's Kafka reads
+run as tasks on the executors, which Spark's REST API shows; the sinks equal the source."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+
+import pymysql
+import pytest
+
+from cdc import stack as local_stack
+from cdc import stack_spark
+from cdc.stack import free_port
+from tests.ingest_harness import IngestProcess, write_config
+from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(stack):
+    c = stack_spark.up(stack.state_dir, 2)
+    yield c
+    stack_spark.down(stack.state_dir)
+
+
+def _run(stack, db, *statements):
+    conn = pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=local_stack.secret_file(stack, "mysql_root_password").read_text(),
+        database=db,
+        autocommit=True,
+    )
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+    finally:
+        conn.close()
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _app_tasks(ui: str) -> tuple[dict[str, int], dict[str, set[str]]]:
+    """From the running application's REST API: tasks per executor, and per stage name the
+    executors its tasks ran on."""
+    [app] = _get(f"{ui}/api/v1/applications")
+    base = f"{ui}/api/v1/applications/{app['id']}"
+    per_executor = {e["id"]: e["totalTasks"] for e in _get(f"{base}/executors")}
+    where: dict[str, set[str]] = {}
+    for stage in _get(f"{base}/stages?status=complete"):
+        tasks = _get(f"{base}/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=1000")
+        where.setdefault(stage["name"], set()).update(t["executorId"] for t in tasks)
+    return per_executor, where
+
+
+@pytest.mark.timeout(900)
+def test_the_merger_runs_its_reads_on_the_clusters_executors(stack, cluster, tmp_path, unique_name):
+    db = f"sc_{unique_name}"
+    _run(stack, None, f"CREATE DATABASE {db}")
+    _run(
+        stack,
+        db,
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), n INT)",
+        "INSERT INTO items SELECT seq, CONCAT('n', seq), seq % 7 FROM seq_1_to_40000",
+    )
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    ui_port = free_port()
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        spark_master=cluster.master_url,
+        spark_conf={
+            "spark.driver.memory": "1g",
+            "spark.python.authenticate.socketTimeout": "120s",
+            "spark.ui.enabled": "true",  # its REST API says where the tasks ran
+            "spark.ui.port": str(ui_port),
+        },
+        **{"snapshot.chunk_size": 4000},
+    )
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    checker = SinkChecker(stack, tmp_path)
+    try:
+        time.sleep(3)
+        _run(stack, db, "UPDATE items SET name = 'x' WHERE id < 300", "DELETE FROM items WHERE id > 39900")
+        _run(stack, db, "INSERT INTO items VALUES (50001, 'streamed', 1)")
+        checker.wait_equal(db, "items", timeout_s=400, proc=merger)
+        per_executor, where = _app_tasks(f"http://127.0.0.1:{ui_port}")
+        print(json.dumps({"tasks per executor": per_executor, "stages": {k: sorted(v) for k, v in where.items()}}))
+        # two executors, one per worker, each ran tasks; the driver none
+        assert sorted(e for e in per_executor if e != "driver") == ["0", "1"] or len(per_executor) >= 3
+        assert per_executor.get("driver", 0) == 0
+        assert all(n > 0 for e, n in per_executor.items() if e != "driver"), per_executor
+        reads = [name for name in where if "chunk_read.py" in name]
+        assert reads, sorted(where)
+        assert all(where[name] and "driver" not in where[name] for name in where), where
+        state = stack_spark.master_state(cluster)
+        [app] = [a for a in state["activeapps"] if a["name"] == "cdc-merger"]
+        assert app["cores"] == 2
+    finally:
+        merger.stop()
+        ingest.stop()
+        checker.close()
+
+
+class Writes:
+    """Updates and inserts on ``items`` from a thread until stopped."""
+
+    def __init__(self, stack, db: str, first_id: int):
+        import threading
+
+        self.stack, self.db, self.first_id, self.count = stack, db, first_id, 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        try:
+            while not self._stop.is_set():
+                i += 1
+                _run(
+                    self.stack,
+                    self.db,
+                    f"UPDATE items SET n = n + 1 WHERE id = {1 + (i * 7919) % 100000}",
+                    f"INSERT INTO items VALUES ({self.first_id + i}, 'w{i}', {i})",
+                )
+                self.count += 1
+                time.sleep(0.02)
+        except BaseException as exc:  # noqa: BLE001 - reported by __exit__
+            self.error = exc
+
+    def __enter__(self) -> "Writes":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert self.error is None, self.error
+
+
+def _wait_log(proc, text: str, count: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while proc.log_text().count(text) < count:
+        assert proc.alive(), proc.log_text()[-3000:]
+        assert time.monotonic() < deadline, f"{text!r} not {count} times in the merger's log"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(900)
+def test_a_worker_killed_during_the_snapshot_and_another_during_the_stream(stack, cluster, tmp_path, unique_name):
+    """kill -9 of a worker in the middle of the snapshot (its executor is lost; a task it was
+    running, if any, Spark runs again on the other one), the worker started again, then
+    kill -9 of the other one while changes stream (a micro-batch every 300 ms): the merger
+    rides through both, and the sinks equal the source."""
+    db = f"sk_{unique_name}"
+    _run(stack, None, f"CREATE DATABASE {db}")
+    _run(
+        stack,
+        db,
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), n INT)",
+        "INSERT INTO items SELECT seq, CONCAT('n', seq), seq % 7 FROM seq_1_to_100000",
+    )
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        spark_master=cluster.master_url,
+        **{"snapshot.chunk_size": 1000, "snapshot.chunks_per_window": 2},
+    )
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    checker = SinkChecker(stack, tmp_path)
+    try:
+        with Writes(stack, db, 200_000) as writes:
+            _wait_log(merger, "rows staged in", 3, 300)
+            pid = stack_spark.worker_pid(cluster, "worker1")
+            assert pid, "worker1 is not running"
+            os.kill(pid, signal.SIGKILL)
+            staged = merger.log_text().count("rows staged in")
+            _wait_log(merger, "Lost executor", 1, 120)
+            _wait_log(merger, "rows staged in", staged + 5, 300)  # the snapshot goes on, on worker2
+            assert writes.count > 10
+        checker.wait_equal(db, "items", timeout_s=400, proc=merger)
+        stack_spark.up(stack.state_dir, 2)  # worker1 again: the application gets an executor there
+        with Writes(stack, db, 300_000) as writes:
+            time.sleep(8)
+            pid = stack_spark.worker_pid(cluster, "worker2")
+            assert pid, "worker2 is not running"
+            os.kill(pid, signal.SIGKILL)
+            _wait_log(merger, "Lost executor", 2, 120)
+            time.sleep(5)
+        assert writes.count > 20
+        checker.wait_equal(db, "items", timeout_s=400, proc=merger)
+        assert merger.alive() and "Traceback" not in merger.log_text()
+    finally:
+        merger.stop()
+        ingest.stop()
+        checker.close()
+        stack_spark.up(stack.state_dir, 2)  # the cluster whole again for the module's other tests
