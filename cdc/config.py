@@ -648,7 +648,7 @@ class MergerConfig(_Model):
         "local[2]",
         description="used when not started by spark-submit; the default "
         "local[2] becomes local[min(snapshot.parallelism, cores) + 2]; spark://host:port: a standalone "
-        "cluster in client mode (the merger is the driver; README, \"On a Spark cluster\")",
+        'cluster in client mode (the merger is the driver; README, "On a Spark cluster")',
     )
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description=("extra Spark settings, over the merger's own")
