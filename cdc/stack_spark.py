@@ -100,8 +100,16 @@ def _alive_workers(cluster: SparkCluster) -> int:
         return 0
 
 
-def up(state_dir: Path | str, workers: int, cores_per_worker: int = 1, memory: str = "2g") -> SparkCluster:
-    """Start the master and ``workers`` workers (those already running are kept)."""
+def up(
+    state_dir: Path | str,
+    workers: int,
+    cores_per_worker: int = 1,
+    memory: str = "2g",
+    worker_prefix: tuple[str, ...] = (),
+) -> SparkCluster:
+    """Start the master and ``workers`` workers (those already running are kept);
+    ``worker_prefix``: a command the workers run under (e.g. in a mount namespace of
+    their own, as on another machine)."""
     if not 1 <= workers <= MAX_WORKERS:
         raise StackError(f"--spark-workers: between 1 and {MAX_WORKERS}, not {workers}")
     state = Path(state_dir).resolve()
@@ -128,7 +136,7 @@ def up(state_dir: Path | str, workers: int, cores_per_worker: int = 1, memory: s
         worker.webui_port = local_stack.free_port(worker.webui_port)
         worker.dir = str(home / worker.name)
         Path(worker.dir).mkdir(parents=True, exist_ok=True)
-        args = [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
+        args = [*worker_prefix, spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
         args += ["--cores", str(cores_per_worker), "--memory", memory, "--work-dir", worker.dir]
         args += ["--webui-port", str(worker.webui_port), cluster.master_url]
         pid = local_stack.spawn(args, home / f"{worker.name}.log", env=_env(worker.dir))

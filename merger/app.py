@@ -24,6 +24,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model, routes_of
 from merger import spark_progress
+from merger.cluster_reach import check_state_dir_reached
 from merger.errors import MergerError
 from merger.sources import source_kind
 from merger.state import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
@@ -302,6 +303,7 @@ class Merger:
         serve_metrics(cfg.metrics_port, cfg.metrics_address)
         spark = make_spark(cfg)
         try:
+            check_state_dir_reached(spark, Path(cfg.state_dir))  # on a cluster: staged windows must be shared
             spark.dataSource.register(CdcKafkaDataSource)
             runner = SnapshotRunner(cfg, spark, store, processor, source_guard)
             runner.ensure_watermark_table()

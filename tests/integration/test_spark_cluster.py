@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 import urllib.request
@@ -218,3 +219,42 @@ def test_a_worker_killed_during_the_snapshot_and_another_during_the_stream(stack
         ingest.stop()
         checker.close()
         stack_spark.up(stack.state_dir, 2)  # the cluster whole again for the module's other tests
+
+
+@pytest.mark.timeout(600)
+def test_a_cluster_whose_workers_do_not_share_state_dir_is_refused_at_start(stack, tmp_path, unique_name):
+    """A worker that sees another file system at the merger's state_dir (here: an empty
+    tmpfs over it, in a mount namespace of its own, as on another machine without a shared
+    file system): the merger stops at start with one line that says what to do, before it
+    stages a snapshot window the driver could never read."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare(1) and root for a mount namespace")
+    elsewhere = tmp_path / "cluster"
+    hidden = tmp_path / "work"
+    hidden.mkdir()
+    prefix = (
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        'mount -t tmpfs none "$0" && exec "$@"',
+        str(hidden),
+    )
+    cluster = stack_spark.up(elsewhere, 1, worker_prefix=prefix)
+    try:
+        mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, ["nothing"], hidden)
+        mcfg.write_text(mcfg.read_text() + f"spark_master: {cluster.master_url}\n")
+        merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+        try:
+            assert merger.wait_exit(120), "the merger ran on workers that do not share its state_dir"
+            log = merger.log_text()
+            errors = [line for line in log.splitlines() if line.startswith("error: ")]
+            assert len(errors) == 1 and "Traceback" not in log, log[-3000:]
+            assert "do not share the merger's state_dir" in errors[0] and str(hidden / "state") in errors[0]
+        finally:
+            merger.stop()
+    finally:
+        stack_spark.down(elsewhere)
