@@ -49,6 +49,19 @@ def _run(stack, db, *statements):
         conn.close()
 
 
+def _items_and_ingest(stack, tmp_path, unique_name: str, db: str, rows: int) -> IngestProcess:
+    """A new database with the table ``items`` of ``rows`` rows, and ingest following it."""
+    _run(stack, None, f"CREATE DATABASE {db}")
+    _run(
+        stack,
+        db,
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), n INT)",
+        f"INSERT INTO items SELECT seq, CONCAT('n', seq), seq % 7 FROM seq_1_to_{rows}",
+    )
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    return IngestProcess(icfg, tmp_path / "ingest.log").start()
+
+
 def _get(url: str):
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
@@ -70,15 +83,7 @@ def _app_tasks(ui: str) -> tuple[dict[str, int], dict[str, set[str]]]:
 @pytest.mark.timeout(900)
 def test_the_merger_runs_its_reads_on_the_clusters_executors(stack, cluster, tmp_path, unique_name):
     db = f"sc_{unique_name}"
-    _run(stack, None, f"CREATE DATABASE {db}")
-    _run(
-        stack,
-        db,
-        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), n INT)",
-        "INSERT INTO items SELECT seq, CONCAT('n', seq), seq % 7 FROM seq_1_to_40000",
-    )
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    ingest = _items_and_ingest(stack, tmp_path, unique_name, db, 40000)
     ui_port = free_port()
     mcfg = write_merger_config(
         stack,
@@ -172,15 +177,7 @@ def test_a_worker_killed_during_the_snapshot_and_another_during_the_stream(stack
     kill -9 of the other one while changes stream (a micro-batch every 300 ms): the merger
     rides through both, and the sinks equal the source."""
     db = f"sk_{unique_name}"
-    _run(stack, None, f"CREATE DATABASE {db}")
-    _run(
-        stack,
-        db,
-        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), n INT)",
-        "INSERT INTO items SELECT seq, CONCAT('n', seq), seq % 7 FROM seq_1_to_100000",
-    )
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    ingest = _items_and_ingest(stack, tmp_path, unique_name, db, 100000)
     mcfg = write_merger_config(
         stack,
         tmp_path / "merger.yaml",
