@@ -32,6 +32,8 @@ class ChunkDigests:
         self.keys = list(keys)
         self.sides = sides
         self.failed: dict[str, str] = {}  # sink -> why its digests stopped (then: row path)
+        # (chunk index, sink) -> (source Digest, sink Digest) of the last window's differing chunks
+        self.differing: dict[tuple[int, str], tuple[Digest, Digest]] = {}
         self._readers: queue.SimpleQueue[SourceReader] = queue.SimpleQueue()
         self._opened = [source.sibling() for _ in range(SOURCE_CONNECTIONS)]
         for r in self._opened:
@@ -62,6 +64,7 @@ class ChunkDigests:
         of the table (``failed`` says why); an unreachable sink raises."""
         live = {n: s for n, s in self.sides.items() if n not in self.failed}
         out: dict[int, dict[str, Digest]] = {i: {} for i, _ in chunks}
+        self.differing = {}
         if not live:
             return out
         sinks: dict[str, Future] = {
@@ -85,11 +88,50 @@ class ChunkDigests:
             for (i, _), a, b in zip(chunks, ours, theirs):
                 if a == b:
                     out[i][name] = a
+                else:
+                    self.differing[(i, name)] = (a, b)
         for f in [*sinks.values(), *source.values()]:
             f.exception()  # every query of the window has ended before the row path runs
         if errors:
             raise errors[0]
         return out
+
+    # ------------------------------------------------------------------ narrowing a chunk
+
+    def measure(self, name: str, ranges: list[tuple]) -> list[tuple[Digest, Digest]]:
+        """(source Digest, sink Digest) of each range (source key bounds) for one sink; the
+        source's on its connections side by side, the sink's meanwhile. Raises the
+        readers' errors once every query has ended."""
+        side = self.sides[name]
+        text = _source_query(side)
+        sink = self._pool.submit(self._sink_digests, side, [sink_range(side, r) for r in ranges])
+        source = [self._pool.submit(self._source_digest, r, text) for r in ranges]
+        _wait([sink, *source])
+        return list(zip([f.result() for f in source], sink.result()))
+
+    def cuts(self, items: list[tuple[tuple, int]]) -> list[list[tuple]]:
+        """For each (range, step): the source keys cutting it every ``step`` rows."""
+        futures = [self._pool.submit(self._source_cuts, rng, step) for rng, step in items]
+        _wait(futures)
+        return [f.result() for f in futures]
+
+    def _source_cuts(self, rng: tuple, step: int) -> list[tuple]:
+        reader = self._readers.get()
+        try:
+            return reader.cuts_in_range(self.table, self.keys, *rng, step)
+        finally:
+            self._readers.put(reader)
+
+
+def sink_range(side: SinkSide, rng: tuple) -> tuple:
+    """A range of source key bounds as the sink's (canonical) bounds; the fast path's sinks
+    order keys as the source does (``SinkSide.aligned``), so the range holds the same keys."""
+    return tuple(None if b is None else side.canon_key(b) for b in rng)
+
+
+def _wait(futures: list[Future]) -> None:
+    for f in futures:
+        f.exception()  # every query has ended before a result (or an error) is used
 
 
 def _source_query(side: SinkSide) -> tuple[str, str | None]:
