@@ -158,7 +158,8 @@ def run_reladiff(info, exe: str) -> tuple[float, set[int]]:
     cols = [a for c in COLUMNS for a in ("-c", c)]
     cmd = [exe, mysql, TABLE, pg, f"{DB}.{TABLE}", "-k", "id", *cols, "-j", "4", "--json"]
     t0 = time.time()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    env = {**os.environ, "COLUMNS": "100000"}  # its console wraps long JSON lines otherwise
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     took = time.time() - t0
     if done.returncode != 0:
         raise SystemExit(f"reladiff failed ({done.returncode}): {done.stderr.strip()[-2000:]}")

@@ -45,7 +45,7 @@ from merger.verify.canonical import UnsupportedColumn, nul_rule_applies
 from merger.verify.digest import ChunkDiff, diff, digest, encode_row, encode_value
 from merger.verify.fast_path import ChunkDigests, sink_range
 from merger.verify.keys import UnsupportedKey
-from merger.verify.narrowing import FANOUT, LEAF_ROWS, narrow
+from merger.verify.narrowing import FANOUT, LEAF_ROWS, PARTS, narrow, parts, step_for
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
 from merger.verify.source import SourceError, SourceReader, SourceTable
@@ -157,6 +157,8 @@ class TableVerifier:
         self.digests = digests  # False: every chunk row by row (--compare rows)
         self.leaf_rows = leaf_rows  # a differing chunk is narrowed to sub-ranges of about this many rows
         self.fanout = fanout  # sub-ranges per cut
+        # a unique key: a part of the source's rows in key order is the range up to the next part's first key
+        self.unique = tuple(self.keys) == tuple(table.primary_key)
 
     def run(self) -> list[TableResult]:
         results = {name: TableResult(self.name, name) for name in self.sinks}
@@ -186,6 +188,10 @@ class TableVerifier:
             for w in range(0, len(chunks), fast.window):
                 window = chunks[w : w + fast.window]
                 settled = fast.settle(window, sink_ranges)
+                if fast.differing and self.unique and fast.part_rows is None:
+                    # chunks differ: the source digests the next chunks in parts, so that
+                    # narrowing one need not digest its source rows again
+                    fast.part_rows = step_for(self.chunk_size, PARTS)
                 for name, why in fast.failed.items():
                     results[name].row_path = why
                 for i, rng in window:
@@ -243,13 +249,23 @@ class TableVerifier:
             res.in_flight_chunks += status == "in flight"
         return len(raw) if raw is not None else counted
 
-    def _narrow(self, fast: ChunkDigests, name: str, side: SinkSide, res: TableResult, rng: tuple, src, dst) -> bool:
+    def _narrow(
+        self, fast: ChunkDigests, name: str, side: SinkSide, res: TableResult, rng: tuple, src, dst, pieces
+    ) -> bool:
         """A chunk whose digests differ, narrowed by sub-range digests down to the sub-ranges
-        compared row by row. False when a digest or cut query failed (the caller then
-        compares the whole chunk row by row)."""
+        compared row by row; ``pieces``: the source's digests of its parts, if it computed
+        them. False when a digest or cut query failed (the caller then compares the whole
+        chunk row by row)."""
         try:
+            roots = [(rng, src, dst)]
+            if pieces and len(pieces) > 1 and self.unique:
+                cuts = [k for k, _ in pieces[1:]]
+                ranges = parts(rng, cuts)
+                if len(ranges) == len(pieces):
+                    sink = fast.sink_parts(name, rng, cuts)
+                    roots = [(r, d, s) for r, (_, d), s in zip(ranges, pieces, sink)]
             found = narrow(
-                [(rng, src, dst)],
+                roots,
                 measure=lambda ranges: fast.measure(name, ranges),
                 split=fast.cuts,
                 leaf_rows=self.leaf_rows,
@@ -259,7 +275,7 @@ class TableVerifier:
             raise
         except (SinkReadError, SourceError):
             return False
-        res.narrowed_chunks += 1 if found.measured else 0  # a small chunk goes straight to its rows
+        res.narrowed_chunks += 1 if found.measured or len(roots) > 1 else 0  # a small chunk: straight to rows
         for _, d in found.settled:
             res.source_rows += d.rows
             res.sink_rows += d.rows

@@ -32,8 +32,12 @@ class ChunkDigests:
         self.keys = list(keys)
         self.sides = sides
         self.failed: dict[str, str] = {}  # sink -> why its digests stopped (then: row path)
-        # (chunk index, sink) -> (source Digest, sink Digest) of the last window's differing chunks
-        self.differing: dict[tuple[int, str], tuple[Digest, Digest]] = {}
+        # (chunk index, sink) -> (source Digest, sink Digest, the source's parts or None) of
+        # the last window's differing chunks
+        self.differing: dict[tuple[int, str], tuple[Digest, Digest, list | None]] = {}
+        # rows per part when the source digests chunks in parts (``parts_of``); None: whole
+        self.part_rows: int | None = None
+        self._parts: dict[tuple, list[tuple[tuple, Digest]]] = {}
         self._readers: queue.SimpleQueue[SourceReader] = queue.SimpleQueue()
         self._opened = [source.sibling() for _ in range(SOURCE_CONNECTIONS)]
         for r in self._opened:
@@ -48,9 +52,16 @@ class ChunkDigests:
     def _source_digest(self, rng: tuple, query: tuple[str, str | None]) -> Digest:
         reader = self._readers.get()
         try:
-            return reader.digest_in_range(self.table, self.keys, *rng, *query)
+            step = self.part_rows
+            if step is None:
+                return reader.digest_in_range(self.table, self.keys, *rng, *query)
+            parts = reader.digest_parts_in_range(self.table, self.keys, *rng, *query, step)
         finally:
             self._readers.put(reader)
+        self._parts[(rng, query)] = parts
+        return Digest.of(
+            sum(d.rows for _, d in parts), sum(d.total for _, d in parts), sum(d.nul_values for _, d in parts)
+        )
 
     @staticmethod
     def _sink_digests(side: SinkSide, sink_ranges: list[tuple]) -> list[Digest]:
@@ -65,6 +76,7 @@ class ChunkDigests:
         live = {n: s for n, s in self.sides.items() if n not in self.failed}
         out: dict[int, dict[str, Digest]] = {i: {} for i, _ in chunks}
         self.differing = {}
+        self._parts = {}
         if not live:
             return out
         sinks: dict[str, Future] = {
@@ -89,7 +101,8 @@ class ChunkDigests:
                 if a == b:
                     out[i][name] = a
                 else:
-                    self.differing[(i, name)] = (a, b)
+                    rng = next(r for j, r in chunks if j == i)
+                    self.differing[(i, name)] = (a, b, self._parts.get((rng, _source_query(side))))
         for f in [*sinks.values(), *source.values()]:
             f.exception()  # every query of the window has ended before the row path runs
         if errors:
@@ -108,6 +121,11 @@ class ChunkDigests:
         source = [self._pool.submit(self._source_digest, r, text) for r in ranges]
         _wait([sink, *source])
         return list(zip([f.result() for f in source], sink.result()))
+
+    def sink_parts(self, name: str, rng: tuple, cuts: list[tuple]) -> list[Digest]:
+        """The sink's digests of the parts of ``rng`` (source bounds) cut at ``cuts``."""
+        side = self.sides[name]
+        return side.digests_in_parts(*sink_range(side, rng), [side.canon_key(c) for c in cuts])
 
     def cuts(self, items: list[tuple[tuple, int]]) -> list[list[tuple]]:
         """For each (range, step): the source keys cutting it every ``step`` rows."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 FANOUT = 16  # sub-ranges per cut
+PARTS = 64  # parts a chunk's source digest is computed in, once chunks of the table differ
 LEAF_ROWS = 256  # a differing sub-range of at most this many rows on each side: compared by rows
 MAX_DEPTH = 6  # cuts of one chunk at most (16**6 sub-ranges: far beyond any chunk size)
 
