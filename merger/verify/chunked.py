@@ -266,8 +266,7 @@ class TableVerifier:
                     roots = [(r, d, s) for r, (_, d), s in zip(ranges, pieces, sink)]
             found = narrow(
                 roots,
-                measure=lambda ranges: fast.measure(name, ranges),
-                split=fast.cuts,
+                cut=lambda items: fast.cut(name, items, self.unique),
                 leaf_rows=self.leaf_rows,
                 fanout=self.fanout,
             )

@@ -14,6 +14,7 @@ import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
+from merger.verify.narrowing import parts
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
 from merger.verify.source import SourceError, SourceReader, SourceTable
@@ -121,6 +122,39 @@ class ChunkDigests:
         source = [self._pool.submit(self._source_digest, r, text) for r in ranges]
         _wait([sink, *source])
         return list(zip([f.result() for f in source], sink.result()))
+
+    def cut(self, name: str, items: list[tuple[tuple, int]], unique: bool) -> list[list[tuple]]:
+        """``merger.verify.narrowing``'s ``cut`` for one sink: each (range, step) cut into
+        parts of ``step`` source rows, as [(part, source Digest, sink Digest), ...]. With a
+        unique key the source's parts and their digests come from one query per range (and
+        the sink's from one more); else the cut keys first, then each part's digests."""
+        if not unique:
+            ranges = [parts(rng, cut) for (rng, _), cut in zip(items, self.cuts(items))]
+            digests = iter(self.measure(name, [r for rs in ranges for r in rs]))
+            return [[(r, *next(digests)) for r in rs] for rs in ranges]
+        text = _source_query(self.sides[name])
+        source = [self._pool.submit(self._source_parts, rng, text, step) for rng, step in items]
+        out = []
+        try:
+            for (rng, _), f in zip(items, source):
+                pieces = f.result()
+                cuts = [k for k, _ in pieces[1:]]
+                ranges = parts(rng, cuts)
+                if len(pieces) <= 1 or len(ranges) != len(pieces):
+                    out.append([(rng, None, None)])  # nothing to cut at
+                    continue
+                sink = self.sink_parts(name, rng, cuts)  # meanwhile the source's next queries run
+                out.append([(r, d, s) for r, (_, d), s in zip(ranges, pieces, sink)])
+        finally:
+            _wait(source)
+        return out
+
+    def _source_parts(self, rng: tuple, text: tuple[str, str | None], step: int) -> list[tuple[tuple, Digest]]:
+        reader = self._readers.get()
+        try:
+            return reader.digest_parts_in_range(self.table, self.keys, *rng, *text, step)
+        finally:
+            self._readers.put(reader)
 
     def sink_parts(self, name: str, rng: tuple, cuts: list[tuple]) -> list[Digest]:
         """The sink's digests of the parts of ``rng`` (source bounds) cut at ``cuts``."""

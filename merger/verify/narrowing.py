@@ -13,6 +13,9 @@ still found and named: a sub-range is settled only by equal digests, which mean 
 
 Ranges are ``(lo, hi)`` pairs of source key bounds, ``lo`` included, ``hi`` excluded,
 ``None`` for no bound, as the chunk plan's; digests are anything with ``rows`` and ``==``.
+The caller cuts and digests (``cut``): with a unique key, one query per side and range
+(the source numbers its rows and digests them in parts, the sink digests the same key
+ranges); else the source's cut keys first, then each part's digests.
 """
 
 from __future__ import annotations
@@ -70,18 +73,18 @@ def parts(rng: Range, bounds: Sequence) -> list[Range]:
 
 def narrow(
     roots: Sequence[tuple[Range, Any, Any]],
-    measure: Callable[[list[Range]], list[tuple[Any, Any]]],
-    split: Callable[[list[tuple[Range, int]]], list[Sequence]],
+    cut: Callable[[list[tuple[Range, int]]], list[Sequence[tuple[Range, Any, Any]]]],
     leaf_rows: int = LEAF_ROWS,
     fanout: int = FANOUT,
     max_depth: int = MAX_DEPTH,
 ) -> Narrowed:
     """Narrow ``roots``: (range, source digest, sink digest) of differing chunks.
 
-    ``split([(range, step), ...])``: for each range, the source keys at every ``step``-th
-    row of it (its first row excluded), in key order. ``measure([range, ...])``: for each
-    range, (source digest, sink digest). Both are called once per level, for every range
-    of the level, so the caller can run their queries side by side."""
+    ``cut([(range, step), ...])``: for each range, its parts of about ``step`` source rows
+    (cut at source keys, in key order, as ``parts`` does) with their digests: a list of
+    (part, source digest, sink digest) that partitions the range; one part (the range
+    itself): nothing to cut at. It is called once per level, for every range of the level,
+    so the caller can run their queries side by side."""
     if leaf_rows < 1:
         raise ValueError(f"leaf_rows must be at least 1, not {leaf_rows}")
     out = Narrowed()
@@ -99,17 +102,12 @@ def narrow(
                 to_split.append((rng, step_for(src.rows, fanout)))
         if not to_split:
             break
-        children: list[Range] = []
-        for (rng, _), bounds in zip(to_split, split(to_split)):
-            cut = parts(rng, bounds)
-            if len(cut) == 1:
+        level = []
+        for (rng, _), pieces in zip(to_split, cut(to_split)):
+            if len(pieces) <= 1:
                 out.leaves.append(rng)  # nothing to cut at: compare its rows
             else:
-                children += cut
-        if not children:
-            break
-        digests = measure(children)
-        out.measured += len(children)
-        level = [(rng, src, dst) for rng, (src, dst) in zip(children, digests)]
+                level += pieces
+                out.measured += len(pieces)
         depth += 1
     return out

@@ -41,13 +41,14 @@ class Model:
         self.measured += len(ranges)
         return [(self.digest(self.source, r), self.digest(self.sink, r)) for r in ranges]
 
-    def cuts(self, items):
+    def cut(self, items):
         self.cut_calls += 1
         out = []
         for (lo, hi), step in items:
             a = 0 if lo is None else bisect.bisect_left(self.source_keys, lo)
             b = len(self.source_keys) if hi is None else bisect.bisect_left(self.source_keys, hi)
-            out.append(self.source_keys[a:b][step::step])
+            ranges = parts((lo, hi), self.source_keys[a:b][step::step])
+            out.append([(r, *d) for r, d in zip(ranges, self.measure(ranges))])
         return out
 
     def differing(self) -> set:
@@ -73,9 +74,7 @@ def table_pairs(draw):
 
 def run(model: Model, root, leaf_rows, fanout, max_depth=6):
     src, dst = model.measure([root])[0]
-    return narrow(
-        [(root, src, dst)], model.measure, model.cuts, leaf_rows=leaf_rows, fanout=fanout, max_depth=max_depth
-    )
+    return narrow([(root, src, dst)], model.cut, leaf_rows=leaf_rows, fanout=fanout, max_depth=max_depth)
 
 
 @settings(max_examples=300, deadline=None)
