@@ -165,8 +165,8 @@ def run_reladiff(info, exe: str) -> tuple[float, set[int]]:
         raise SystemExit(f"reladiff failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     keys = set()
     for line in done.stdout.splitlines():
-        if line.strip():
-            keys.add(int(json.loads(line)["key"][0]))
+        if line.strip():  # ["-" or "+", [key, columns...]]: a changed row is two lines
+            keys.add(int(json.loads(line)[1][0]))
     return took, keys
 
 
