@@ -250,19 +250,20 @@ class TableVerifier:
         return len(raw) if raw is not None else counted
 
     def _narrow(
-        self, fast: ChunkDigests, name: str, side: SinkSide, res: TableResult, rng: tuple, src, dst, pieces
+        self, fast: ChunkDigests, name: str, side: SinkSide, res: TableResult, rng: tuple, src, dst, pieces, sink
     ) -> bool:
         """A chunk whose digests differ, narrowed by sub-range digests down to the sub-ranges
-        compared row by row; ``pieces``: the source's digests of its parts, if it computed
-        them. False when a digest or cut query failed (the caller then compares the whole
-        chunk row by row)."""
+        compared row by row; ``pieces``: the source's (first key, digest) of its parts, and
+        ``sink``: the sink's digests of them, if they were computed with the chunk's. False
+        when a digest or cut query failed (the caller then compares the whole chunk row by
+        row)."""
         try:
             roots = [(rng, src, dst)]
             if pieces and len(pieces) > 1 and self.unique:
                 cuts = [k for k, _ in pieces[1:]]
                 ranges = parts(rng, cuts)
                 if len(ranges) == len(pieces):
-                    sink = fast.sink_parts(name, rng, cuts)
+                    sink = sink if sink is not None and len(sink) == len(pieces) else fast.sink_parts(name, rng, cuts)
                     roots = [(r, d, s) for r, (_, d), s in zip(ranges, pieces, sink)]
             found = narrow(
                 roots,

@@ -11,6 +11,7 @@ row, with its own connections, after the window's queries have ended.
 from __future__ import annotations
 
 import queue
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
@@ -39,6 +40,7 @@ class ChunkDigests:
         # rows per part when the source digests chunks in parts (``parts_of``); None: whole
         self.part_rows: int | None = None
         self._parts: dict[tuple, list[tuple[tuple, Digest]]] = {}
+        self._sink_parts: dict[tuple[int, str], list[Digest]] = {}  # (chunk, sink) -> its parts' digests
         self._readers: queue.SimpleQueue[SourceReader] = queue.SimpleQueue()
         self._opened = [source.sibling() for _ in range(SOURCE_CONNECTIONS)]
         for r in self._opened:
@@ -78,15 +80,28 @@ class ChunkDigests:
         out: dict[int, dict[str, Digest]] = {i: {} for i, _ in chunks}
         self.differing = {}
         self._parts = {}
+        self._sink_parts = {}
         if not live:
             return out
-        sinks: dict[str, Future] = {
-            n: self._pool.submit(self._sink_digests, s, [sink_ranges[n][i] for i, _ in chunks]) for n, s in live.items()
-        }
         texts = {_source_query(s) for s in live.values()}  # sinks may share one
-        source: dict[tuple[int, str], Future] = {
-            (i, t): self._pool.submit(self._source_digest, rng, t) for i, rng in chunks for t in texts
-        }
+        source: dict[tuple[int, str], Future] = {}
+        submitted = threading.Event()  # the source's queries are submitted (sinks first: they wait)
+        if self.part_rows is None:
+            sinks: dict[str, Future] = {
+                n: self._pool.submit(self._sink_digests, s, [sink_ranges[n][i] for i, _ in chunks])
+                for n, s in live.items()
+            }
+        else:  # each sink digests the source's parts of a chunk once the source has cut it
+            sinks = {
+                n: self._pool.submit(self._sink_digests_in_parts, n, s, chunks, sink_ranges[n], source, submitted)
+                for n, s in live.items()
+            }
+        try:
+            for i, rng in chunks:
+                for t in texts:
+                    source[(i, t)] = self._pool.submit(self._source_digest, rng, t)
+        finally:
+            submitted.set()
         errors: list[BaseException] = []
         for name, side in live.items():
             try:
@@ -103,11 +118,41 @@ class ChunkDigests:
                     out[i][name] = a
                 else:
                     rng = next(r for j, r in chunks if j == i)
-                    self.differing[(i, name)] = (a, b, self._parts.get((rng, _source_query(side))))
+                    pieces = self._parts.get((rng, _source_query(side)))
+                    self.differing[(i, name)] = (a, b, pieces, self._sink_parts.get((i, name)))
         for f in [*sinks.values(), *source.values()]:
             f.exception()  # every query of the window has ended before the row path runs
         if errors:
             raise errors[0]
+        return out
+
+    def _sink_digests_in_parts(
+        self,
+        name: str,
+        side: SinkSide,
+        chunks: list[tuple[int, tuple]],
+        ranges: list[tuple],
+        source: dict,
+        submitted: threading.Event,
+    ) -> list[Digest]:
+        """A window's sink digests as sums of the digests of the source's parts of each
+        chunk (one query per chunk); a chunk the source did not cut, digested whole."""
+        text = _source_query(side)
+        submitted.wait()
+        out = []
+        for i, rng in chunks:
+            try:
+                source[(i, text)].result()
+                pieces = self._parts.get((rng, text)) or []
+            except (KeyError, SourceError, SinkReadError):
+                pieces = []
+            cuts = [k for k, _ in pieces[1:]]
+            if len(pieces) < 2 or len(parts(rng, cuts)) != len(pieces):
+                out.append(side.digest_in_range(*ranges[i]))
+                continue
+            found = self.sink_parts(name, rng, cuts)
+            self._sink_parts[(i, name)] = found
+            out.append(Digest.of(sum(d.rows for d in found), sum(d.total for d in found)))
         return out
 
     # ------------------------------------------------------------------ narrowing a chunk
