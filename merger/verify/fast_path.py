@@ -6,6 +6,12 @@ run on ``SOURCE_CONNECTIONS`` connections of their own, side by side; each sink 
 the window's digests one after the other on its reader, meanwhile. Each side's query is
 one autocommit SELECT. The caller compares the chunks the digests leave unsettled row by
 row, with its own connections, after the window's queries have ended.
+
+Narrowing (``merger.verify.narrowing``) runs its cuts and sub-range digests here too. Once
+``part_rows`` is set (chunks of the table differ, primary key), the source digests each
+chunk in parts of ``part_rows`` rows (one query; the parts' first keys are the cuts) and
+each sink, once the source has cut a chunk, digests the same key ranges in one query: the
+parts' sums are the chunk digests compared, and a differing chunk is narrowed from them.
 """
 
 from __future__ import annotations
@@ -45,12 +51,16 @@ class ChunkDigests:
         self._opened = [source.sibling() for _ in range(SOURCE_CONNECTIONS)]
         for r in self._opened:
             self._readers.put(r)
-        self._pool = ThreadPoolExecutor(max_workers=SOURCE_CONNECTIONS + max(1, len(sides)))
+        # a second connection to each sink that has one: a window's chunk digests run on both
+        self._twins = {n: s.with_reader(s.reader.sibling()) for n, s in sides.items() if hasattr(s.reader, "sibling")}
+        self._pool = ThreadPoolExecutor(max_workers=SOURCE_CONNECTIONS + max(1, len(sides)) + len(self._twins))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         for r in self._opened:
             r.close()
+        for twin in self._twins.values():
+            twin.reader.close()
 
     def _source_digest(self, rng: tuple, query: tuple[str, str | None]) -> Digest:
         reader = self._readers.get()
@@ -88,8 +98,7 @@ class ChunkDigests:
         submitted = threading.Event()  # the source's queries are submitted (sinks first: they wait)
         if self.part_rows is None:
             sinks: dict[str, Future] = {
-                n: self._pool.submit(self._sink_digests, s, [sink_ranges[n][i] for i, _ in chunks])
-                for n, s in live.items()
+                n: self._sink_window(n, s, [sink_ranges[n][i] for i, _ in chunks]) for n, s in live.items()
             }
         else:  # each sink digests the source's parts of a chunk once the source has cut it
             sinks = {
@@ -125,6 +134,34 @@ class ChunkDigests:
         if errors:
             raise errors[0]
         return out
+
+    def _sink_window(self, name: str, side: SinkSide, ranges: list[tuple]) -> Future:
+        """The window's sink digests, on the sink's two connections where it has two."""
+        twin = self._twins.get(name)
+        if twin is None or len(ranges) < 2:
+            return self._pool.submit(self._sink_digests, side, ranges)
+        halves = [self._pool.submit(self._sink_digests, s, ranges[k::2]) for k, s in enumerate((side, twin))]
+        done: Future = Future()
+        lock = threading.Lock()
+
+        def join(_):
+            with lock:
+                if not all(h.done() for h in halves) or done.done():
+                    return
+                finish()
+
+        def finish():
+            errors = [h.exception() for h in halves if h.exception() is not None]
+            if errors:
+                done.set_exception(errors[0])
+                return
+            out = [None] * len(ranges)
+            out[0::2], out[1::2] = halves[0].result(), halves[1].result()
+            done.set_result(out)
+
+        for h in halves:
+            h.add_done_callback(join)
+        return done
 
     def _sink_digests_in_parts(
         self,
