@@ -51,16 +51,12 @@ class ChunkDigests:
         self._opened = [source.sibling() for _ in range(SOURCE_CONNECTIONS)]
         for r in self._opened:
             self._readers.put(r)
-        # a second connection to each sink that has one: a window's chunk digests run on both
-        self._twins = {n: s.with_reader(s.reader.sibling()) for n, s in sides.items() if hasattr(s.reader, "sibling")}
-        self._pool = ThreadPoolExecutor(max_workers=SOURCE_CONNECTIONS + max(1, len(sides)) + len(self._twins))
+        self._pool = ThreadPoolExecutor(max_workers=SOURCE_CONNECTIONS + max(1, len(sides)))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         for r in self._opened:
             r.close()
-        for twin in self._twins.values():
-            twin.reader.close()
 
     def _source_digest(self, rng: tuple, query: tuple[str, str | None]) -> Digest:
         reader = self._readers.get()
@@ -98,7 +94,8 @@ class ChunkDigests:
         submitted = threading.Event()  # the source's queries are submitted (sinks first: they wait)
         if self.part_rows is None:
             sinks: dict[str, Future] = {
-                n: self._sink_window(n, s, [sink_ranges[n][i] for i, _ in chunks]) for n, s in live.items()
+                n: self._pool.submit(self._sink_digests, s, [sink_ranges[n][i] for i, _ in chunks])
+                for n, s in live.items()
             }
         else:  # each sink digests the source's parts of a chunk once the source has cut it
             sinks = {
@@ -134,34 +131,6 @@ class ChunkDigests:
         if errors:
             raise errors[0]
         return out
-
-    def _sink_window(self, name: str, side: SinkSide, ranges: list[tuple]) -> Future:
-        """The window's sink digests, on the sink's two connections where it has two."""
-        twin = self._twins.get(name)
-        if twin is None or len(ranges) < 2:
-            return self._pool.submit(self._sink_digests, side, ranges)
-        halves = [self._pool.submit(self._sink_digests, s, ranges[k::2]) for k, s in enumerate((side, twin))]
-        done: Future = Future()
-        lock = threading.Lock()
-
-        def join(_):
-            with lock:
-                if not all(h.done() for h in halves) or done.done():
-                    return
-                finish()
-
-        def finish():
-            errors = [h.exception() for h in halves if h.exception() is not None]
-            if errors:
-                done.set_exception(errors[0])
-                return
-            out = [None] * len(ranges)
-            out[0::2], out[1::2] = halves[0].result(), halves[1].result()
-            done.set_result(out)
-
-        for h in halves:
-            h.add_done_callback(join)
-        return done
 
     def _sink_digests_in_parts(
         self,

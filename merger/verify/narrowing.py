@@ -1,5 +1,5 @@
 """Narrowing a chunk whose SQL digests differ: which sub-ranges to digest again, which to
-compare row by row. Pure: the queries are the caller's (``measure``, ``split``).
+compare row by row. Pure: the queries are the caller's (``cut``).
 
 A chunk whose digests differ used to be read whole, on both sides, and compared row by
 row. Instead it is cut, by keys the source picks (every ``step``-th key of the range, so

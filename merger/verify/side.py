@@ -57,14 +57,6 @@ class SinkSide:
         self.aligned = all(k in ALIGNED_KINDS for k in self.kinds)
         self.digest_plan = self._digest_plan()
 
-    def with_reader(self, reader) -> "SinkSide":
-        """The same sink table read through another reader (its own connection)."""
-        import copy
-
-        other = copy.copy(self)
-        other.reader = reader
-        return other
-
     def _digest_plan(self) -> DigestPlan:
         """The SQL texts of the fast path, or why this table is compared row by row."""
         key_kinds = _DIGEST_KEY_KINDS.get(self.reader.name, ())

@@ -64,10 +64,6 @@ class PostgresReader:
         self._conn = None
         self._key_exprs: dict = {}
 
-    def sibling(self) -> "PostgresReader":
-        """Another reader of the same database, with a connection of its own."""
-        return PostgresReader(self.settings, self.fixed_schema, self.rules.nul_policy)
-
     def where(self) -> str:
         s = self.settings
         return f"PostgreSQL at {s.get('host')}:{s.get('port')} (database {s.get('dbname')!r})"
