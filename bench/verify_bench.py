@@ -20,7 +20,7 @@ from key 1) and `cdc verify --sink postgres` and reladiff each must find exactly
 Every figure is wall time from the start of the verification (chunk planning included) to
 its result, and rows/s = source rows / that time; reladiff's includes its process start.
 
-    .venv/bin/python bench/verify_bench.py [--rows 1000000] [--reladiff /venv/bin/reladiff] [--record]
+    .venv/bin/python bench/verify_bench.py [--rows 1000000] [--repeat 3] [--reladiff /venv/bin/reladiff] [--record]
 """
 
 from __future__ import annotations
@@ -202,6 +202,12 @@ def run_verify(
     return took, results
 
 
+def _equal(results) -> None:
+    for r in results:
+        if r.verdict != "equal":
+            raise SystemExit(f"verify found the copy {r.verdict}: {r.to_json()}")
+
+
 def found_keys(result) -> set[int]:
     keys = {k[0] for k in (*result.missing, *result.extra)} | {k[0] for k, _ in result.different}
     if result.unlisted:
@@ -215,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-size", type=int, default=50_000, help="verify's chunk size (the command's default)")
     ap.add_argument("--changes", type=int, default=100, help="rows changed in PostgreSQL for the second part (0: none)")
     ap.add_argument("--reladiff", help="the reladiff executable (the peer baseline); default: not run")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each comparison with a baseline (medians)")
     ap.add_argument("--skip-rows", action="store_true", help="do not time --compare rows (slow)")
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
@@ -232,45 +239,64 @@ def main(argv: list[str] | None = None) -> int:
     print(f"making {args.rows:,} rows in MariaDB, PostgreSQL and Delta ...", flush=True)
     made = make_table(info, args.rows, work)
     print(f"  {made:.1f} s", flush=True)
-    base = select_all(info)
-    print(f"  SELECT *: {base:.2f} s", flush=True)
-    runs = []
+    import statistics
+
+    # the comparisons with the baselines alternate, --repeat times: medians (a shared machine)
+    times: dict[str, list[float]] = {"select": [], "verify": [], "reladiff": []}
+    pg_result = None
+    for _ in range(args.repeat):
+        times["select"].append(select_all(info))
+        took, results = run_verify(info, work, ["postgres"], True, args.chunk_size)
+        _equal(results)
+        times["verify"].append(took)
+        pg_result = results[0]
+        if args.reladiff:
+            took, keys = run_reladiff(info, args.reladiff)
+            if keys:
+                raise SystemExit(f"reladiff found {len(keys)} differences in the unchanged copy: {sorted(keys)[:10]}")
+            times["reladiff"].append(took)
+        print("  " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v), flush=True)
+    base = statistics.median(times["select"])
+    peer = statistics.median(times["reladiff"]) if times["reladiff"] else None
+    runs = [
+        (
+            ["postgres"],
+            True,
+            statistics.median(times["verify"]),
+            {"postgres": pg_result.digest_chunks},
+            pg_result.chunks,
+        )
+    ]
     for sinks in (["postgres"], ["delta"], ["postgres", "delta"]):
         for digests in (True, False):
-            if not digests and (args.skip_rows or len(sinks) > 1):
+            if (not digests and (args.skip_rows or len(sinks) > 1)) or (sinks == ["postgres"] and digests):
                 continue
             took, results = run_verify(info, work, sinks, digests, args.chunk_size)
-            for r in results:
-                if r.verdict != "equal":
-                    raise SystemExit(f"verify found the copy {r.verdict}: {r.to_json()}")
+            _equal(results)
             by = {r.sink: r.digest_chunks for r in results}
             runs.append((sinks, digests, took, by, results[0].chunks))
             print(f"  {'+'.join(sinks)} {'digest' if digests else 'rows'}: {took:.2f} s", flush=True)
-    peer = None
-    if args.reladiff:
-        peer, keys = run_reladiff(info, args.reladiff)
-        print(f"  reladiff: {peer:.2f} s, {len(keys)} keys", flush=True)
-        if keys:
-            raise SystemExit(f"reladiff found {len(keys)} differences in the unchanged copy: {sorted(keys)[:10]}")
-    changed = []
+    changed = {}
     if args.changes:
         want = set(change_sink(info, args.changes))
-        took, results = run_verify(info, work, ["postgres"], True, args.chunk_size)
-        r = results[0]
-        got = found_keys(r)
-        line = {"verify": (took, got, r)}
-        print(f"  postgres digest, {args.changes} changed: {took:.2f} s, {len(got)} keys", flush=True)
-        if args.reladiff:
-            peer_took, peer_keys = run_reladiff(info, args.reladiff)
-            line["reladiff"] = (peer_took, peer_keys, None)
-            print(f"  reladiff, {args.changes} changed: {peer_took:.2f} s, {len(peer_keys)} keys", flush=True)
-        for name, (_, got, _) in line.items():
-            if got != want:
-                raise SystemExit(
-                    f"{name} found {len(got)} keys, not the {len(want)} changed: "
-                    f"missed {sorted(want - got)[:10]}, wrong {sorted(got - want)[:10]}"
-                )
-        changed = line
+        found: dict[str, list] = {"verify": [], "reladiff": []}
+        for _ in range(args.repeat):
+            took, results = run_verify(info, work, ["postgres"], True, args.chunk_size)
+            found["verify"].append((took, found_keys(results[0]), results[0]))
+            if args.reladiff:
+                took, keys = run_reladiff(info, args.reladiff)
+                found["reladiff"].append((took, keys, None))
+            print("  changed: " + ", ".join(f"{k} {v[-1][0]:.2f} s" for k, v in found.items() if v), flush=True)
+        for name, tries in found.items():
+            for _, got, _ in tries:
+                if got != want:
+                    raise SystemExit(
+                        f"{name} found {len(got)} keys, not the {len(want)} changed: "
+                        f"missed {sorted(want - got)[:10]}, wrong {sorted(got - want)[:10]}"
+                    )
+            if tries:
+                changed[name] = (statistics.median(t for t, _, _ in tries), tries[-1][1], tries[-1][2])
+                times[f"{name} changed"] = [t for t, _, _ in tries]
     n = args.rows
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     peer_text = f"; reladiff 0.6.0 (`-j 4`, every column) {peer:.2f} s = {n / peer:,.0f} rows/s" if peer else ""
@@ -278,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Machine: {os.cpu_count()} CPUs, {mem_gb:.0f} GB; load average at start {' '.join(f'{x:.2f}' for x in load)}.",
         "",
         f"{n:,} rows, chunk size {args.chunk_size:,}. Baselines in the same run: pymysql `SELECT *` of the table "
-        f"{base:.2f} s = {n / base:,.0f} rows/s{peer_text}.",
+        f"{base:.2f} s = {n / base:,.0f} rows/s{peer_text}. `SELECT *`, verify into PostgreSQL (digest) and "
+        f"reladiff: medians of {args.repeat} alternating runs each (every run below); the other rows: one run.",
         "",
         "| sinks | compare | wall s | rows/s per sink | vs SELECT * | vs reladiff | chunks settled by digest "
         "| target |",
@@ -317,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
             ratios = [peer / unchanged] + ([peer_took / took] if peer_took else [])
             ok = all(x >= PEER_RATIO for x in ratios)
             lines += ["", f"Target: >= {PEER_RATIO}x reladiff's rows/s, both cases: {'met' if ok else 'not met'}."]
+    lines += [
+        "",
+        "Every run, s: " + "; ".join(f"{k}: {', '.join(f'{t:.2f}' for t in v)}" for k, v in times.items() if v) + ".",
+    ]
     print("\n".join(lines))
     if args.record:
         head = (
