@@ -12,7 +12,8 @@ the sinks hold the pipeline's column types). Then, in the same run:
   (every row read and compared in Python), and both sinks in one run;
 * the peer baseline (with --reladiff PATH): reladiff (the maintained fork of data-diff:
   checksums with bisection), MariaDB against PostgreSQL, every column compared, ``-j 4``,
-  run as its own process (its own virtualenv: ``pip install 'reladiff[mysql,postgresql]'``).
+  run as its own process: the test extra installs it (``reladiff[mysql,postgresql]``);
+  --reladiff names another executable.
 
 Then --changes rows of the PostgreSQL copy are changed (``name``, one every 10,007 keys
 from key 1) and `cdc verify --sink postgres` and reladiff each must find exactly those keys.
@@ -220,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--chunk-size", type=int, default=50_000, help="verify's chunk size (the command's default)")
     ap.add_argument("--changes", type=int, default=100, help="rows changed in PostgreSQL for the second part (0: none)")
-    ap.add_argument("--reladiff", help="the reladiff executable (the peer baseline); default: not run")
+    beside = Path(sys.executable).with_name("reladiff")
+    ap.add_argument(
+        "--reladiff",
+        default=str(beside) if beside.exists() else None,
+        help="the reladiff executable (the peer baseline); default: the one beside this Python, if any, else not run",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="runs of each comparison with a baseline (medians)")
     ap.add_argument("--skip-rows", action="store_true", help="do not time --compare rows (slow)")
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
