@@ -15,9 +15,12 @@ at most one chunk per side is in memory.
 
 Fast path (``merger.verify.sql_digest``): where the table's column types allow it, each
 side first computes the chunk's digest itself, in SQL (MariaDB, PostgreSQL, DataFusion over
-Delta), and only a chunk whose digests differ is read row by row as above. Equal digests
-settle a chunk; a difference proves nothing until the rows are compared. The result says
-how many chunks the digests settled, and why a sink was compared row by row.
+Delta). Equal digests settle a chunk; a difference proves nothing until the rows are
+compared. A chunk whose digests differ is narrowed (``merger.verify.narrowing``): cut at
+keys the source picks into sub-ranges whose digests both sides compute again, the same way,
+until the differing sub-ranges are small; only those are read row by row as above (if a
+digest or cut query fails, the whole chunk is). The result says how many chunks the digests
+settled and how many were narrowed, and why a sink was compared row by row.
 
 The source is live: a chunk that differs is read again, both sides, after
 ``retry_wait`` seconds, up to ``retries`` times. Only keys that differ in every attempt
@@ -40,11 +43,12 @@ from typing import Any, Callable, Sequence
 
 from merger.verify.canonical import UnsupportedColumn, nul_rule_applies
 from merger.verify.digest import ChunkDiff, diff, digest, encode_row, encode_value
-from merger.verify.fast_path import ChunkDigests
+from merger.verify.fast_path import ChunkDigests, sink_range
 from merger.verify.keys import UnsupportedKey
+from merger.verify.narrowing import FANOUT, LEAF_ROWS, PARTS, narrow, parts, step_for
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
-from merger.verify.source import SourceReader, SourceTable
+from merger.verify.source import SourceError, SourceReader, SourceTable
 
 
 @dataclass
@@ -61,6 +65,7 @@ class TableResult:
     unlisted: int = 0  # differing keys beyond the limit
     in_flight_chunks: int = 0  # differed at first, settled on re-check
     digest_chunks: int = 0  # settled by the SQL digests alone (no row read)
+    narrowed_chunks: int = 0  # digests differed: narrowed by sub-range digests to the rows compared
     row_path: str | None = None  # why the chunks were compared row by row, if they were
     error: str | None = None
     note: str | None = None
@@ -100,6 +105,7 @@ class TableResult:
             "mismatched_chunks": self.mismatched_chunks,
             "in_flight_chunks": self.in_flight_chunks,
             "digest_chunks": self.digest_chunks,
+            "narrowed_chunks": self.narrowed_chunks,
             "row_path": self.row_path,
             "missing": [list(k) for k in self.missing],
             "extra": [list(k) for k in self.extra],
@@ -131,6 +137,8 @@ class TableVerifier:
         digests: bool = True,
         target: tuple[str, str] | None = None,
         fixed: tuple[str, str] | None = None,
+        leaf_rows: int = LEAF_ROWS,
+        fanout: int = FANOUT,
     ):
         self.source = source
         self.table = table
@@ -147,6 +155,10 @@ class TableVerifier:
         self.on_progress = on_progress  # (table, chunks done, chunks total, source rows so far)
         self.columns = table.column_names
         self.digests = digests  # False: every chunk row by row (--compare rows)
+        self.leaf_rows = leaf_rows  # a differing chunk is narrowed to sub-ranges of about this many rows
+        self.fanout = fanout  # sub-ranges per cut
+        # a unique key: a part of the source's rows in key order is the range up to the next part's first key
+        self.unique = tuple(self.keys) == tuple(table.primary_key)
 
     def run(self) -> list[TableResult]:
         results = {name: TableResult(self.name, name) for name in self.sinks}
@@ -176,20 +188,28 @@ class TableVerifier:
             for w in range(0, len(chunks), fast.window):
                 window = chunks[w : w + fast.window]
                 settled = fast.settle(window, sink_ranges)
+                if fast.differing and self.unique and fast.part_rows is None:
+                    # chunks differ: the source digests the next chunks in parts, so that
+                    # narrowing one need not digest its source rows again
+                    fast.part_rows = step_for(self.chunk_size, PARTS)
                 for name, why in fast.failed.items():
                     results[name].row_path = why
                 for i, rng in window:
-                    source_rows += self._settle(results, sides, i, rng, sink_ranges, settled[i])
+                    source_rows += self._settle(results, sides, i, rng, sink_ranges, settled[i], fast)
                     if self.on_progress:
                         self.on_progress(self.name, i + 1, len(ranges), source_rows)
         finally:
             fast.close()
         return list(results.values())
 
-    def _settle(self, results, sides, i: int, rng: tuple, sink_ranges, settled: dict[str, int]) -> int:
-        """One chunk for every sink: counted when its digests settled it, else compared row
-        by row. Returns the chunk's source rows."""
+    def _settle(
+        self, results, sides, i: int, rng: tuple, sink_ranges, settled: dict[str, int], fast: ChunkDigests
+    ) -> int:
+        """One chunk for every sink: counted when its digests settled it, narrowed when they
+        differ (``merger.verify.narrowing``), else compared row by row. Returns the chunk's
+        source rows."""
         raw = None  # the source rows, read when a sink needs them
+        counted = 0  # the source rows, from the digests
         for name, res in results.items():
             res.chunks += 1
             if res.error:
@@ -199,7 +219,19 @@ class TableVerifier:
                 res.source_rows += settled[name].rows
                 res.sink_rows += settled[name].rows
                 res.nul_values_changed += settled[name].nul_values
+                counted = settled[name].rows
                 continue
+            roots = fast.differing.get((i, name))
+            if roots is not None and name not in fast.failed:
+                try:
+                    if self._narrow(fast, name, sides[name], res, rng, *roots):
+                        counted = roots[0].rows
+                        continue
+                except SinkUnreachable:
+                    raise
+                except (SinkReadError, UnsupportedKey) as exc:
+                    res.error = str(exc)
+                    continue
             if raw is None:
                 raw = self.source.rows_in_range(self.table, self.keys, *rng)
             if name not in sides:
@@ -207,12 +239,56 @@ class TableVerifier:
                 res.mismatched_chunks += 1 if raw else 0
                 continue
             try:
-                self._chunk(sides[name], res, rng, sink_ranges[name][i], raw)
+                status = self._chunk(sides[name], res, rng, sink_ranges[name][i], raw)
             except SinkUnreachable:
                 raise
             except (SinkReadError, UnsupportedKey) as exc:
                 res.error = str(exc)
-        return len(raw) if raw is not None else max((d.rows for d in settled.values()), default=0)
+                continue
+            res.mismatched_chunks += status == "different"
+            res.in_flight_chunks += status == "in flight"
+        return len(raw) if raw is not None else counted
+
+    def _narrow(
+        self, fast: ChunkDigests, name: str, side: SinkSide, res: TableResult, rng: tuple, src, dst, pieces, sink
+    ) -> bool:
+        """A chunk whose digests differ, narrowed by sub-range digests down to the sub-ranges
+        compared row by row; ``pieces``: the source's (first key, digest) of its parts, and
+        ``sink``: the sink's digests of them, if they were computed with the chunk's. False
+        when a digest or cut query failed (the caller then compares the whole chunk row by
+        row)."""
+        try:
+            roots = [(rng, src, dst)]
+            if pieces and len(pieces) > 1 and self.unique:
+                cuts = [k for k, _ in pieces[1:]]
+                ranges = parts(rng, cuts)
+                if len(ranges) == len(pieces):
+                    sink = sink if sink is not None and len(sink) == len(pieces) else fast.sink_parts(name, rng, cuts)
+                    roots = [(r, d, s) for r, (_, d), s in zip(ranges, pieces, sink)]
+            found = narrow(
+                roots,
+                cut=lambda items: fast.cut(name, items, self.unique),
+                leaf_rows=self.leaf_rows,
+                fanout=self.fanout,
+            )
+        except SinkUnreachable:
+            raise
+        except (SinkReadError, SourceError):
+            return False
+        res.narrowed_chunks += 1 if found.measured or len(roots) > 1 else 0  # a small chunk: straight to rows
+        for _, d in found.settled:
+            res.source_rows += d.rows
+            res.sink_rows += d.rows
+            res.nul_values_changed += d.nul_values
+        statuses = set()
+        for sub in found.leaves:
+            raw = self.source.rows_in_range(self.table, self.keys, *sub)
+            statuses.add(self._chunk(side, res, sub, sink_range(side, sub), raw))
+        if "different" in statuses:
+            res.mismatched_chunks += 1
+        else:
+            res.in_flight_chunks += 1  # the chunk's digests differed; none of its parts does now
+        return True
 
     def _fast_sides(self, sides: dict[str, SinkSide], results: dict[str, TableResult]) -> dict[str, SinkSide]:
         """The sinks whose chunks are compared by SQL digests first; the others say why not."""
@@ -228,8 +304,12 @@ class TableVerifier:
                 fast[name] = side
         return fast
 
-    def _chunk(self, side: SinkSide, res: TableResult, rng: tuple, srng: tuple, raw: list[tuple]) -> None:
+    def _chunk(self, side: SinkSide, res: TableResult, rng: tuple, srng: tuple, raw: list[tuple]) -> str:
+        """Compare one range row by row (again after ``retry_wait`` while it differs) and
+        list its differing keys: ``equal``, ``in flight`` (differed, then settled) or
+        ``different``."""
         persistent: set | None = None
+        status = "equal"
         shown: dict[bytes, tuple] = {}  # key encoding -> the key as a side returned it
         for attempt in range(self.retries + 1):
             if attempt:
@@ -241,7 +321,7 @@ class TableVerifier:
             found = self._compare(side, src, dst)
             if found.empty:
                 if attempt:
-                    res.in_flight_chunks += 1
+                    status = "in flight"
                 break
             for rows, canon in ((dst_raw, dst), (raw, src)):  # the source's spelling wins
                 for r, c in zip(rows, canon):
@@ -249,15 +329,14 @@ class TableVerifier:
             keys = {encode_row(k) for k in found.keys()}
             persistent = keys if persistent is None else persistent & keys
             if not persistent:
-                res.in_flight_chunks += 1  # every difference so far went away: rows in flight
+                status = "in flight"  # every difference so far went away: rows in flight
                 found = ChunkDiff()
                 break
         res.source_rows += len(src)
         res.sink_rows += len(dst)
         res.nul_values_changed += side.nul_changes(raw)  # counted on the source rows compared last
         if found.empty:
-            return
-        res.mismatched_chunks += 1
+            return status
         listed = len(res.missing) + len(res.extra) + len(res.different)
         for kind, items in (("missing", found.missing), ("extra", found.extra), ("different", found.different)):
             for item in items:
@@ -271,6 +350,7 @@ class TableVerifier:
                     listed += 1
                 else:
                     res.unlisted += 1
+        return "different"
 
     def _compare(self, side: SinkSide, src: list[tuple], dst: list[tuple]) -> ChunkDiff:
         if digest(src) == digest(dst):

@@ -80,6 +80,17 @@ class SinkSide:
             *self.target, self.sink_cols, self.keys, self.kinds, lo, hi, self.digest_plan.sink_row, **extra
         )
 
+    def digests_in_parts(self, lo, hi, cuts) -> list:
+        """The digests of [lo, hi) cut at ``cuts`` (canonical keys, in order): one query where
+        the sink's reader has one, else one per part."""
+        if not hasattr(self.reader, "digests_in_parts"):
+            edges = [lo, *cuts, hi]
+            return [self.digest_in_range(a, b) for a, b in zip(edges, edges[1:])]
+        extra = {"fixed": self.fixed} if self.fixed is not None else {}
+        return self.reader.digests_in_parts(
+            *self.target, self.sink_cols, self.keys, self.kinds, lo, hi, list(cuts), self.digest_plan.sink_row, **extra
+        )
+
     def source_rows(self, raw: Sequence[tuple]) -> list[tuple]:
         return canonical_rows(self.canons, raw, "source")
 

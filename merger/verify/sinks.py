@@ -29,6 +29,7 @@ from merger.verify.sql_digest import (
     datafusion_literal,
     datafusion_query,
     fixed_predicate,
+    postgres_parts_query,
     postgres_query,
     range_predicate,
     words_digest,
@@ -220,6 +221,50 @@ class PostgresReader:
         )
         (rows, total), *_ = self._run(q)  # no params: a '%' in the text is plain text
         return Digest.of(rows, total)
+
+    def digests_in_parts(
+        self, db, table, sink_cols, keys, kinds, lo, hi, cuts, row_sql: str, fixed=None
+    ) -> list[Digest]:
+        """The digests of the parts of [lo, hi) cut at ``cuts`` (canonical keys, in order):
+        one query, each row given its part by a CASE over the cuts."""
+        from psycopg import sql
+
+        where, _ = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, literal=True, fixed=fixed)
+        conn = self._connection()
+        if len(keys) == 1 and sink_cols.get(keys[0]):  # a binary search per row
+            values = [postgres_param(kinds[0], c[0], sink_cols.get(keys[0])) for c in cuts]
+            part = sql.SQL("width_bucket({}, CAST({} AS {}[]))").format(
+                sql.Identifier(keys[0]), sql.Literal(values), sql.SQL(sink_cols[keys[0]])
+            )
+        else:
+            part = self._case_part(db, table, sink_cols, keys, kinds, cuts)
+        q = postgres_parts_query(
+            row_sql,
+            sql.Identifier(*self.target(db, table)).as_string(conn),
+            None if where is None else where.as_string(conn),
+            part.as_string(conn),
+        )
+        out = [Digest(0, 0)] * (len(cuts) + 1)
+        for i, rows, total in self._run(q):
+            out[i] = Digest.of(rows, total)
+        return out
+
+    def _case_part(self, db, table, sink_cols, keys, kinds, cuts):
+        """A CASE giving a row the number of ``cuts`` its key is at or above."""
+        from psycopg import sql
+
+        key = self._key_expr(db, table, keys)
+        whens = [
+            sql.SQL("WHEN {} < ({}) THEN {}").format(
+                key,
+                sql.SQL(", ").join(
+                    sql.Literal(postgres_param(k, v, sink_cols.get(c))) for c, k, v in zip(keys, kinds, cut)
+                ),
+                sql.Literal(i),
+            )
+            for i, cut in enumerate(cuts)
+        ]
+        return sql.SQL("CASE {} ELSE {} END").format(sql.SQL(" ").join(whens), sql.Literal(len(cuts)))
 
     def rows_with_keys(self, db, table, names, sink_cols, keys, kinds, canon_keys, fixed=None) -> list[tuple]:
         from psycopg import sql

@@ -25,7 +25,7 @@ from merger.errors import MergerError
 from merger.snapshot.chunking import quote_table, sql_literal, sql_predicate_literal
 from merger.verify.canonical import Column
 from merger.verify.keys import source_value
-from merger.verify.sql_digest import Digest, mariadb_query
+from merger.verify.sql_digest import Digest, mariadb_parts_query, mariadb_query
 
 LOOKUP_BATCH = 1000
 
@@ -221,6 +221,42 @@ class SourceReader:
         )
         row, *_ = self.query(mariadb_query(row_sql, quote_table((t.db, t.table)), where, nul_sql))
         return Digest.of(*row)
+
+    def digest_parts_in_range(
+        self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, nul_sql, step: int
+    ) -> list[tuple[tuple, Digest]]:
+        """The range's digest in parts of ``step`` rows, in key order: (the part's first
+        key, its Digest) each. One query; the sum of the parts is the range's digest."""
+        self._connection()
+        where = sql_predicate_literal(
+            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
+        )
+        q = mariadb_parts_query(
+            row_sql, quote_table((t.db, t.table)), where, [quote_ident(k) for k in keys], step, nul_sql
+        )
+        n = len(keys)
+        return [(tuple(r[:n]), Digest.of(*r[n:])) for r in self.query(q)]
+
+    def cuts_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, step: int) -> list[tuple]:
+        """The keys of the range's rows number ``step + 1``, ``2 * step + 1``, ... in key
+        order: where ``merger.verify.narrowing`` cuts a range into parts of ``step`` rows.
+        Keys only (a boundary query like ``plan``'s); the row number is the server's."""
+        self._connection()
+        where = sql_predicate_literal(
+            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
+        )
+        order = ", ".join(quote_ident(k) for k in keys)
+        inner = ", ".join(f"{quote_ident(k)} AS k{i}" for i, k in enumerate(keys))
+        outer = ", ".join(f"k{i}" for i in range(len(keys)))
+        step = max(1, int(step))
+        return [
+            tuple(r)
+            for r in self.query(
+                f"SELECT {outer} FROM (SELECT {inner}, ROW_NUMBER() OVER (ORDER BY {order}) AS rn "
+                f"FROM {quote_table((t.db, t.table))} WHERE {where}) AS cuts "
+                f"WHERE rn > 1 AND MOD(rn - 1, {step}) = 0 ORDER BY rn"
+            )
+        ]
 
     def rows_with_keys(
         self, t: SourceTable, keys: Sequence[str], kinds: Sequence[str], canon_keys: Sequence[tuple]

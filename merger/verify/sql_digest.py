@@ -235,6 +235,36 @@ def mariadb_query(row_sql: str, table: str, where: str | None, nul_sql: str | No
     )
 
 
+def mariadb_parts_query(
+    row_sql: str, table: str, where: str | None, keys: Sequence[str], step: int, nul_sql: str | None = None
+) -> str:
+    """The range's rows in parts of ``step`` rows in key order (the server numbers them):
+    per part, in order, its first key (one column per key column), then ``COUNT(*)``, the
+    digest's sum and the NUL count as ``mariadb_query``. ``keys``: quoted key columns."""
+    w = f" WHERE {where}" if where else ""
+    order = ", ".join(keys)
+    firsts = ", ".join(f"MIN(CASE WHEN pos = 0 THEN k{i} END)" for i in range(len(keys)))
+    inner = ", ".join(f"{k} AS k{i}" for i, k in enumerate(keys))
+    step = max(1, int(step))
+    return (
+        f"SELECT {firsts}, COUNT(*), IFNULL(SUM(h), 0), IFNULL(SUM(n), 0) FROM ("
+        f"SELECT (ROW_NUMBER() OVER (ORDER BY {order}) - 1) DIV {step} AS part, "
+        f"(ROW_NUMBER() OVER (ORDER BY {order}) - 1) MOD {step} AS pos, {inner}, "
+        f"CAST(CONV(LEFT(MD5({row_sql}), 16), 16, 10) AS UNSIGNED) AS h, {nul_sql or '0'} AS n "
+        f"FROM {table}{w}) AS parts GROUP BY part ORDER BY part"
+    )
+
+
+def postgres_parts_query(row_sql: str, table: str, where: str | None, part_sql: str) -> str:
+    """Per part (``part_sql``: a CASE giving each row its part's number), the count and the
+    digest's sum as ``postgres_query``."""
+    w = f" WHERE {where}" if where else ""
+    return (
+        f"SELECT {part_sql} AS part, count(*), coalesce(sum(('x' || left(md5({row_sql}), 16))::bit(64)::bigint), 0) "
+        f"FROM {table}{w} GROUP BY 1"
+    )
+
+
 def postgres_query(row_sql: str, table: str, where: str | None) -> str:
     """The sum is of signed 64-bit values (bit(64)::bigint); ``Digest.of`` takes it mod 2**64."""
     w = f" WHERE {where}" if where else ""

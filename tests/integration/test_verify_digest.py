@@ -138,13 +138,13 @@ def world(stack, tmp_path_factory):
         sink.close()
 
 
-def verify(world, table: str = "fast", digests: bool = True) -> dict:
+def verify(world, table: str = "fast", digests: bool = True, **narrowing) -> dict:
     s = world["stack"].mariadb
     source = SourceReader(lambda: pymysql.connect(host=s.host, port=s.port, user="root", password=s.root_password))
     readers = {n: make() for n, make in world["readers"].items()}
     try:
         spec = source.describe(world["db"], table)
-        results = TableVerifier(source, spec, ["id"], readers, CHUNK, retries=0, digests=digests).run()
+        results = TableVerifier(source, spec, ["id"], readers, CHUNK, retries=0, digests=digests, **narrowing).run()
     finally:
         source.close()
         for r in readers.values():
@@ -209,3 +209,38 @@ def test_every_change_makes_the_digests_differ(world, sink):
             assert r.different == [((key,), (column,))], (what, r.to_json())
     r = verify(world)[sink]
     assert r.verdict == "equal" and r.digest_chunks == r.chunks, r.to_json()
+
+
+@pytest.mark.parametrize("sink", ["delta", "postgres"])
+def test_a_narrowed_chunk_names_every_differing_key_as_the_row_path_does(world, sink):
+    """Chunks whose digests differ, cut down to one-row sub-ranges by sub-range digests:
+    the same missing, extra and different keys as every row compared."""
+    table = (world["db"], "fast")
+    writer = world["sinks"][sink]
+    gone, changed, twin = 3, 24, 6  # rows without NULLs or NUL, in the first and third chunks
+    extra_key = ROWS + 100  # beyond the last chunk's start: in the last chunk
+    originals = {k: _row(world, sink, k) for k in (gone, changed, twin)}
+    values = originals[changed].to_pylist()[0]
+    values["s"] += "!"
+    edited = pa.Table.from_pylist([values], schema=originals[changed].schema)
+    values = originals[twin].to_pylist()[0]
+    values["id"] = extra_key
+    extra = pa.Table.from_pylist([values], schema=originals[twin].schema)
+    writer.apply(table, 2001, changes(originals[gone], "d", 2001))
+    writer.apply(table, 2002, changes(edited, "u", 2002))
+    writer.apply(table, 2003, changes(extra, "u", 2003))
+    try:
+        narrowed = verify(world, leaf_rows=1, fanout=2)[sink]
+        rows = verify(world, digests=False)[sink]
+    finally:
+        writer.apply(table, 2004, changes(originals[gone], "u", 2004))
+        writer.apply(table, 2005, changes(originals[changed], "u", 2005))
+        writer.apply(table, 2006, changes(extra, "d", 2006))
+    assert narrowed.missing == rows.missing == [(gone,)], narrowed.to_json()
+    assert narrowed.extra == rows.extra == [(extra_key,)], narrowed.to_json()
+    assert narrowed.different == rows.different == [((changed,), ("s",))], narrowed.to_json()
+    assert narrowed.mismatched_chunks == rows.mismatched_chunks
+    assert narrowed.narrowed_chunks == narrowed.mismatched_chunks == 3, narrowed.to_json()
+    assert (narrowed.source_rows, narrowed.sink_rows) == (rows.source_rows, rows.sink_rows) == (ROWS, ROWS)
+    assert narrowed.digest_chunks == narrowed.chunks - narrowed.mismatched_chunks
+    assert verify(world)[sink].verdict == "equal"
