@@ -502,6 +502,25 @@ def spark_archive(force: bool = typer.Option(False, "--force", help="build it ag
 # ------------------------------------------------------------------ entry point
 
 
+def _click_exceptions() -> tuple[type, ...]:
+    """Click's usage-error class: recent typer raises its own copy of click's; click itself
+    may be installed too (another package needs it), whose class is another one."""
+    found = []
+    try:
+        from typer._click.exceptions import ClickException as bundled
+
+        found.append(bundled)
+    except ImportError:
+        pass
+    try:
+        from click import ClickException
+
+        found.append(ClickException)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
 def main() -> None:
     from cdc.errors import USER_ERRORS
 
@@ -522,12 +541,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # click's usage errors
-        try:
-            from click import ClickException
-        except ImportError:  # recent typer ships its own copy of click
-            from typer._click.exceptions import ClickException
-
-        if isinstance(exc, ClickException):
+        if isinstance(exc, _click_exceptions()):
             exc.show()
             sys.exit(exc.exit_code)
         raise
