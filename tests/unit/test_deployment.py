@@ -9,7 +9,10 @@ The compose file offers two paths, and each must work on its own and beside the 
   (``connect``, registered by ``connect-register``) -> Kafka -> ``merger``
   (source_connector: debezium) -> Delta / PostgreSQL;
 * profile ``mariadb``: MariaDB 11.4 -> ``ingest`` -> Kafka -> ``merger-ingest`` -> Delta /
-  PostgreSQL. ingest reads MariaDB only (ingest/checks.py stops against MySQL).
+  PostgreSQL. ingest reads MariaDB only (ingest/checks.py stops against MySQL);
+* profile ``cluster`` (with ``mariadb``): the same topics -> ``merger-cluster``, the driver
+  of a Spark standalone cluster (``spark-master``, ``spark-worker``) -> Delta on S3 (``s3``,
+  its bucket made by ``s3-bucket``) / PostgreSQL.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ DEFAULT_PATH = {"mysql", "connect", "connect-register", "merger"}
 
 MARIADB_PATH = {"mariadb", "ingest", "merger-ingest"}
 
+CLUSTER_PATH = {"spark-master", "spark-worker", "s3", "s3-bucket", "merger-cluster"}
+
 HEALTHY = {"condition": "service_healthy"}
 
 
@@ -95,7 +100,12 @@ def _load(service: str, model):
     path = _config_path(service)
     raw = yaml.safe_load(path.read_text())
     overrides = {}
-    for dotted in ("mysql.password_file", "sinks.postgres.password_file", "kafka.sasl_password_file"):
+    for dotted in (
+        "mysql.password_file",
+        "sinks.postgres.password_file",
+        "kafka.sasl_password_file",
+        "sinks.delta.object_store.credentials_file",
+    ):
         node = raw
         for part in dotted.split("."):
             node = node.get(part) if isinstance(node, dict) else None
@@ -110,7 +120,9 @@ MERGER_INGEST, MERGER_INGEST_AS_DEPLOYED = _load("merger-ingest", MergerConfig)
 
 MERGER_DEBEZIUM, MERGER_DEBEZIUM_AS_DEPLOYED = _load("merger", MergerConfig)
 
-MERGERS = {"merger": MERGER_DEBEZIUM, "merger-ingest": MERGER_INGEST}
+MERGER_CLUSTER, MERGER_CLUSTER_AS_DEPLOYED = _load("merger-cluster", MergerConfig)
+
+MERGERS = {"merger": MERGER_DEBEZIUM, "merger-ingest": MERGER_INGEST, "merger-cluster": MERGER_CLUSTER}
 
 
 def _flags(service: str) -> dict[str, str]:
@@ -218,12 +230,14 @@ def test_compose_has_the_services_of_each_path():
     assert {n for n, p in profiles.items() if not p} == SHARED | DEFAULT_PATH
     assert {n for n, p in profiles.items() if p == ["mariadb"]} == MARIADB_PATH
     assert {n for n, p in profiles.items() if p == ["monitoring"]} == {"prometheus"}
+    assert {n for n, p in profiles.items() if p == ["cluster"]} == CLUSTER_PATH
     # `docker compose up` starts no profile service, so neither ingest nor MariaDB ...
     for name in SHARED | DEFAULT_PATH:
         assert _closure(name) <= SHARED | DEFAULT_PATH, name
     # ... and each path starts from its merger with exactly its own services
     assert _closure("merger") == SHARED | DEFAULT_PATH
     assert _closure("merger-ingest") == SHARED | MARIADB_PATH
+    assert _closure("merger-cluster") == SHARED | (MARIADB_PATH - {"merger-ingest"}) | CLUSTER_PATH
     commands = {name: service.get("command") or [] for name, service in SERVICES.items()}
     assert [n for n, c in commands.items() if c[:2] == ["cdc", "ingest"]] == ["ingest"]
     assert {n for n, c in commands.items() if c[:2] == ["cdc", "merge"]} == set(MERGERS)
@@ -232,6 +246,13 @@ def test_compose_has_the_services_of_each_path():
         assert commands[name] == ["cdc", "merge", "-c", "/config/merger.yaml"]
     assert _config_path("merger").name == "merger-debezium.yaml"
     assert _config_path("merger-ingest").name == "merger.yaml"
+    assert _config_path("merger-cluster").name == "merger-cluster.yaml"
+    # the cluster's processes: pyspark's own spark-class, the worker joined to the master
+    for name, cls in (("spark-master", "deploy.master.Master"), ("spark-worker", "deploy.worker.Worker")):
+        assert commands[name][:2] == ["sh", "-c"] and "/bin/spark-class" in commands[name][2], name
+        assert f"org.apache.spark.{cls} " in commands[name][2], name
+    assert "--port 7077 " in commands["spark-master"][2]
+    assert commands["spark-worker"][2].endswith(" spark://spark-master:7077")
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["cdc"] == "cdc.cli:main"
 
@@ -473,10 +494,15 @@ def test_configs_load_with_their_secrets():
         assert merger.sinks.delta is not None
     # as deployed, the configs name the mounted files, never a password or a variable of ours
     assert INGEST_AS_DEPLOYED.mysql.password_file == SECRET_DIR + "mysql_ingest_password"
-    for deployed in (MERGER_INGEST_AS_DEPLOYED, MERGER_DEBEZIUM_AS_DEPLOYED):
+    for deployed in (MERGER_INGEST_AS_DEPLOYED, MERGER_DEBEZIUM_AS_DEPLOYED, MERGER_CLUSTER_AS_DEPLOYED):
         assert deployed.mysql.password_file == SECRET_DIR + "mysql_merger_password"
         assert deployed.sinks.postgres.password_file == SECRET_DIR + "postgres_password"
     assert INGEST.mysql.password_env is None and all(m.mysql.password_env is None for m in MERGERS.values())
+    # the S3 key pair: a secret file, never in the config
+    store = MERGER_CLUSTER_AS_DEPLOYED.sinks.delta.object_store
+    assert store.credentials_file == SECRET_DIR + "s3_credentials"
+    keys = MERGER_CLUSTER.sinks.delta.object_store.credentials()
+    assert keys and "AWS_ACCESS_KEY_ID" in files["s3_credentials"].read_text()
 
 
 def test_hosts_and_ports_agree_on_each_path():
@@ -488,7 +514,7 @@ def test_hosts_and_ports_agree_on_each_path():
     assert (CONNECT["database.hostname"], int(CONNECT["database.port"])) == ("mysql", 3306)
     assert (MERGER_DEBEZIUM.mysql.host, MERGER_DEBEZIUM.mysql.port) == ("mysql", 3306)
     # profile mariadb: ingest and its merger read the `mariadb` service on its default port
-    for cfg in (INGEST.mysql, MERGER_INGEST.mysql):
+    for cfg in (INGEST.mysql, MERGER_INGEST.mysql, MERGER_CLUSTER.mysql):
         assert (cfg.host, cfg.port) == ("mariadb", 3306)
     pg_env = SERVICES["postgres"]["environment"]
     for merger in MERGERS.values():
@@ -539,11 +565,12 @@ def test_the_two_paths_write_nothing_in_common():
         assert re.match(pattern, f"{merger.topic_prefix}.shop.orders"), name
         assert not re.match(pattern, f"{other.topic_prefix}.shop.orders"), f"{name} would read the other path"
     schemas = {name: m.sinks.postgres.schema_ or "shop" for name, m in MERGERS.items()}  # default: the source db
-    assert len(set(schemas.values())) == 2, schemas
+    assert len(set(schemas.values())) == len(MERGERS), schemas
     data_volumes = {
         next(v.split(":")[0] for v in SERVICES[name]["volumes"] if v.endswith(":/data")) for name in MERGERS
     }
-    assert len(data_volumes) == 2 and data_volumes <= set(COMPOSE["volumes"])
+    assert len(data_volumes) == len(MERGERS) and data_volumes <= set(COMPOSE["volumes"])
+    assert MERGER_CLUSTER.sinks.delta.path.startswith("s3://")  # the others' are on their own volumes
     source_volumes = {SERVICES[s]["volumes"][-1].split(":")[0] for s in ("mysql", "mariadb")}
     assert len(source_volumes) == 2
 
@@ -551,12 +578,16 @@ def test_the_two_paths_write_nothing_in_common():
 def test_dependencies_and_healthchecks():
     assert SERVICES["ingest"]["depends_on"] == {"mariadb": HEALTHY, "kafka": HEALTHY}
     assert SERVICES["merger-ingest"]["depends_on"] == {d: HEALTHY for d in ("mariadb", "kafka", "postgres", "ingest")}
+    assert SERVICES["merger-cluster"]["depends_on"] == {
+        **{d: HEALTHY for d in ("mariadb", "kafka", "postgres", "ingest", "spark-worker")},
+        "s3-bucket": {"condition": "service_completed_successfully"},
+    }
     assert SERVICES["merger"]["depends_on"] == {
         **{d: HEALTHY for d in ("mysql", "kafka", "postgres")},
         "connect-register": {"condition": "service_completed_successfully"},
     }
     for name, service in SERVICES.items():
-        assert name == "connect-register" or "healthcheck" in service, name
+        assert name in ("connect-register", "s3-bucket") or "healthcheck" in service, name
         for dep, spec in service.get("depends_on", {}).items():
             assert dep in SERVICES and spec["condition"] in (
                 "service_healthy",
@@ -630,11 +661,12 @@ def test_each_service_gets_only_its_own_secrets():
     assert SERVICES["mysql"]["secrets"] == ["mysql_root_password", "mysql_merger_password", "mysql_debezium_password"]
     assert SERVICES["mariadb"]["secrets"] == ["mysql_root_password", "mysql_ingest_password", "mysql_merger_password"]
     assert SERVICES["ingest"]["secrets"] == ["mysql_ingest_password"]
-    for name in MERGERS:
+    for name in ("merger", "merger-ingest"):
         assert SERVICES[name]["secrets"] == ["mysql_merger_password", "postgres_password"]
+    assert SERVICES["merger-cluster"]["secrets"] == ["mysql_merger_password", "postgres_password", "s3_credentials"]
     assert SERVICES["connect"]["secrets"] == ["mysql_debezium_password"]
     assert SERVICES["postgres"]["secrets"] == ["postgres_password"]
-    for name in ("kafka", "connect-register", "prometheus"):
+    for name in ("kafka", "connect-register", "prometheus", "spark-master", "spark-worker", "s3", "s3-bucket"):
         assert "secrets" not in SERVICES[name], name
     # the root password reaches each server's entrypoint as a file
     assert SERVICES["mysql"]["environment"] == {"MYSQL_ROOT_PASSWORD_FILE": SECRET_DIR + "mysql_root_password"}
