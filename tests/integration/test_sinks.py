@@ -28,6 +28,7 @@ from tests.unit.test_sinks import (
     STEP,
     batch,
     delta_sink,  # noqa: F401 (a fixture)
+    delta_store,  # noqa: F401 (a fixture, delta_sink's)
     fresh,
     run_model,
     sorted_rows,

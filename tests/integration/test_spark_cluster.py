@@ -171,11 +171,12 @@ def _wait_log(proc, text: str, count: int, timeout_s: float) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_a_worker_killed_during_the_snapshot_and_another_during_the_stream(stack, cluster, tmp_path, unique_name):
+def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack, cluster, tmp_path, unique_name):
     """kill -9 of a worker in the middle of the snapshot (its executor is lost; a task it was
     running, if any, Spark runs again on the other one), the worker started again, then
     kill -9 of the other one while changes stream (a micro-batch every 300 ms): the merger
-    rides through both, and the sinks equal the source."""
+    rides through both, and the sinks equal the source. Then kill -9 of the driver (the
+    merger) under writes: started again, it resumes on the cluster."""
     db = f"sk_{unique_name}"
     ingest = _items_and_ingest(stack, tmp_path, unique_name, db, 100000)
     mcfg = write_merger_config(
@@ -211,6 +212,14 @@ def test_a_worker_killed_during_the_snapshot_and_another_during_the_stream(stack
         assert writes.count > 20
         checker.wait_equal(db, "items", timeout_s=400, proc=merger)
         assert merger.alive() and "Traceback" not in merger.log_text()
+        # the driver killed: the merger started again on the cluster resumes where it was
+        stack_spark.up(stack.state_dir, 2)
+        with Writes(stack, db, 400_000):
+            time.sleep(3)
+            merger.kill9()
+            merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+            time.sleep(5)
+        checker.wait_equal(db, "items", timeout_s=400, proc=merger)
     finally:
         merger.stop()
         ingest.stop()
