@@ -144,7 +144,7 @@ class Writes:
                 _run(
                     self.stack,
                     self.db,
-                    f"UPDATE items SET n = n + 1 WHERE id = {1 + (i * 7919) % 100000}",
+                    f"UPDATE items SET n = n + 1 WHERE id = {1 + (i * 7919) % 60000}",
                     f"INSERT INTO items VALUES ({self.first_id + i}, 'w{i}', {i})",
                 )
                 self.count += 1
@@ -178,7 +178,7 @@ def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack,
     rides through both, and the sinks equal the source. Then kill -9 of the driver (the
     merger) under writes: started again, it resumes on the cluster."""
     db = f"sk_{unique_name}"
-    ingest = _items_and_ingest(stack, tmp_path, unique_name, db, 100000)
+    ingest = _items_and_ingest(stack, tmp_path, unique_name, db, 60000)
     mcfg = write_merger_config(
         stack,
         tmp_path / "merger.yaml",
