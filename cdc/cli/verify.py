@@ -373,6 +373,11 @@ def render(results, console: Console) -> None:
             lines.append(f"... and {r.unlisted} more differing keys")
         if r.row_path and not r.skipped and not r.error:
             lines.append(f"compared row by row: {r.row_path}")
+        if r.narrowed_chunks and r.verdict != "error":
+            lines.append(
+                f"{r.narrowed_chunks} chunk(s) whose digests differed were narrowed by sub-range digests "
+                "to the rows compared"
+            )
         if r.in_flight_chunks and r.verdict != "error":
             lines.append(f"{r.in_flight_chunks} chunk(s) differed at first and settled on re-check (rows in flight)")
         if lines:

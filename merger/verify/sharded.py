@@ -49,6 +49,7 @@ def merge_results(table: str, sink: str, parts: Sequence[tuple[str | None, Table
             "unlisted",
             "in_flight_chunks",
             "digest_chunks",
+            "narrowed_chunks",
             "nul_values_changed",
         ):
             setattr(out, attr, getattr(out, attr) + getattr(r, attr))

@@ -115,3 +115,20 @@ def test_key_mode_unique_with_several_origins_is_not_verified():
         ("db.t", "delta", "error", UNIQUE_NOT_BUILT),
     ]
     assert exit_code(out) == 2
+
+
+def test_the_text_report_says_how_many_chunks_were_narrowed():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from cdc.cli.verify import render
+    from merger.verify.chunked import TableResult
+
+    r = TableResult("db.t", "postgres", chunks=20, source_rows=1000, sink_rows=1000, mismatched_chunks=2)
+    r.narrowed_chunks, r.different = 2, [((7,), ["v"])]
+    out = StringIO()
+    render([r], Console(file=out, width=200))
+    assert "2 chunk(s) whose digests differed were narrowed by sub-range digests" in out.getvalue()
+    merged = merge_results("db.t", "postgres", [(None, r), (None, r)], 20)
+    assert merged.narrowed_chunks == 4
