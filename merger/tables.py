@@ -203,6 +203,11 @@ class TableRegistry:
             rt.reconciler.mark_staged(wid)
             return True
 
+    def window_open(self, rt: TableRuntime, wid: str) -> bool:
+        """Whether the window is still open (not emitted, expired or dropped by a new plan)."""
+        with self._lock:
+            return wid in rt.reconciler.windows
+
     def finish_window(self, rt: TableRuntime, wid: str, forget: Callable[[str], None]) -> None:
         """Give up one window; ``forget(wid)`` (delete its staged rows) inside the lock."""
         with self._lock:

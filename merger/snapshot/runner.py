@@ -539,6 +539,16 @@ class SnapshotRunner(threading.Thread):
             _changed_line(exc),
         )
 
+    def _dropped_while_read(self, table: str, rt, wid: str, exc: BaseException) -> bool:
+        """Whether a window whose read failed had been given up meanwhile (a new plan after
+        a schema change drops the open windows and deletes their staged files, under a read
+        that is still writing them): its failure is then no failure of the snapshot."""
+        if self.tables.window_open(rt, wid):
+            return False
+        self._unstage(table, wid)
+        log.info("snapshot window %s of %s: given up while it was read (%s)", wid, table, _changed_line(exc))
+        return True
+
     def _window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int | None = None) -> None:
         """One window: open it, write LOW, read its chunks, write HIGH. If the source
         fails on the way the window is abandoned and the guard retries the chunks in a
@@ -557,6 +567,11 @@ class SnapshotRunner(threading.Thread):
             expired = not self.tables.mark_staged(rt, wid)
             if not expired:
                 self._watermark(table, wid, "HIGH", origin)
+        except Exception as exc:
+            if self._dropped_while_read(table, rt, wid, exc):
+                return
+            self._abandon(table, rt, wid)
+            raise
         except BaseException:
             self._abandon(table, rt, wid)
             raise
@@ -602,6 +617,8 @@ class SnapshotRunner(threading.Thread):
                 try:
                     rows = self._read_chunks(table, rt, chunks, where, wid)
                 except Exception as exc:
+                    if self._dropped_while_read(table, rt, wid, exc):
+                        continue
                     if not table_changed(exc):
                         raise
                     self._abandon(table, rt, wid)

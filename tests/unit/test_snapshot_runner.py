@@ -142,3 +142,41 @@ def test_small_tables_share_their_watermark_writes_and_keep_the_dblog_order(tmp_
     assert [len(w) for w in windows.values()] == [1, 0, 1]  # t2's window abandoned
     assert windows["db.t1"][0].staged and windows["db.t3"][0].staged
     assert "db.t2" in runner._changed  # read again once its schema change arrives
+
+
+def test_a_window_dropped_by_a_new_plan_under_its_read_is_no_failure(tmp_path):
+    """A schema change makes a new plan, which drops the open windows and deletes their
+    staged files while a read still writes them: that read then fails (its file is gone).
+    The window was given up already, so the failure is no failure of the snapshot; a read
+    failing in a window still open is one (the guard retries it)."""
+    import pytest
+
+    from cdc.tablespec import ColumnSpec, TableSpec
+    from merger.dblog import encode_key
+    from merger.processor import BatchProcessor
+
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"))
+    store = StateStore(cfg.state_dir)
+    processor = BatchProcessor("p", store, [], None, lambda topic: 1)
+    runner = SnapshotRunner(cfg, None, store, processor=processor)
+    runner._watermark = lambda *args: None
+    spec = TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False),), ("id",))
+    rt = processor.table("db.t", spec)
+    chunk = {"id": "t-0", "lo": encode_key(None), "hi": encode_key(None)}
+    gone = "cdc-source-error: FileNotFoundError: [Errno 2] Failed to open local file '.../part-00000.parquet'"
+
+    def read_under_a_new_plan(table, rt, chunks, where, wid, tasks=None):
+        runner._drop_open_windows(table)  # the new plan, meanwhile
+        raise RuntimeError(gone)
+
+    runner._read_chunks = read_under_a_new_plan
+    runner._window("db.t", rt, [chunk], None)  # no exception
+    assert not rt.reconciler.windows
+
+    def read_failing(table, rt, chunks, where, wid, tasks=None):
+        raise RuntimeError(gone)
+
+    runner._read_chunks = read_failing
+    with pytest.raises(RuntimeError, match="FileNotFoundError"):
+        runner._window("db.t", rt, [chunk], None)
+    assert not rt.reconciler.windows  # abandoned
