@@ -84,10 +84,14 @@ def ingest_config(path: Path, stack, shards: dict, prefix: str, db: str, user: s
     return path
 
 
-def write_configs(tmp_path: Path, stack, shards: dict, prefix: str, db: str, **ingest_extra) -> tuple[Path, Path]:
+def write_configs(
+    tmp_path: Path, stack, shards: dict, prefix: str, db: str, changelog: str | None = None, **ingest_extra
+) -> tuple[Path, Path]:
     """The ingest and merger configs of a sharded source whose ``orders_<n>`` tables are
-    routed into ``<db>.orders``."""
+    routed into ``<db>.orders`` (``changelog``: also into the Kafka changelog sink, with
+    that topic prefix)."""
     ingest = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, **ingest_extra)
+    sinks = {"sinks.kafka_changelog.topic_prefix": changelog} if changelog else {}
     merger = write_merger_config(
         stack,
         tmp_path / "merger.yaml",
@@ -96,7 +100,7 @@ def write_configs(tmp_path: Path, stack, shards: dict, prefix: str, db: str, **i
         tmp_path,
         shards=shard_list(shards),
         routes=[{"match": rf"{db}\.orders_\d+", "to": f"{db}.orders"}],
-        **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 2},
+        **{"snapshot.chunk_size": 100, "snapshot.chunks_per_window": 2, **sinks},
     )
     return ingest, merger
 
@@ -265,13 +269,15 @@ class Writers:
                 thread.join(30)
 
 
-def start_pipeline(tmp_path: Path, stack, shards: dict, prefix: str, db: str, **ingest_extra):
+def start_pipeline(
+    tmp_path: Path, stack, shards: dict, prefix: str, db: str, changelog: str | None = None, **ingest_extra
+):
     """The configs written (``write_configs``) and ingest and the merger started:
     ``(ingest_cfg, merger_cfg, ingest, merger)``."""
     from tests.ingest_harness import IngestProcess
     from tests.merger_harness import MergerProcess
 
-    ingest_cfg, merger_cfg = write_configs(tmp_path, stack, shards, prefix, db, **ingest_extra)
+    ingest_cfg, merger_cfg = write_configs(tmp_path, stack, shards, prefix, db, changelog, **ingest_extra)
     ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
     return ingest_cfg, merger_cfg, ingest, merger

@@ -4,9 +4,9 @@ stopped (docs/operations.md, "Sharded sources").
 
 A shard's rows are those whose origin column (``__cdc_origin``, ``<shard>/<db>.<table>``)
 starts with ``<shard>/``, in every table the merger's status lists whose sink table has
-that column. Each sink does the work (``Sink.count_origin`` / ``Sink.delete_origin``); a
-sink that cannot (the Kafka changelog sink: its topics are a log, not a table) is named
-in the output. Nothing else is recorded: running it again deletes nothing more.
+that column. Each sink does the work (``Sink.count_origin`` / ``Sink.delete_origin``; the
+Kafka changelog sink writes a delete and a tombstone per live key of the shard); a sink
+that cannot is named in the output. Nothing else is recorded: running it again deletes nothing more.
 """
 
 from __future__ import annotations
@@ -76,10 +76,7 @@ def remove_shard(
                 sname = sink_name(sink)
                 if not supports_origin(sink):
                     done[("*", sname)] = "not supported"
-                    say(
-                        f"{sname}: not supported (its topics are a log: shard {name}'s records stay; "
-                        "consumers drop them by the origin column)"
-                    )
+                    say(f"{sname}: not supported (it cannot delete rows by origin): shard {name}'s rows stay there")
                     continue
                 for table in tables:
                     db, _, tname = table.partition(".")

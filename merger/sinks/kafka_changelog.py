@@ -38,7 +38,8 @@ below the recorded one is skipped.
 Truncate writes, for every key it holds, a delete (live keys) and a tombstone, all with
 header ``cdc.truncate``, so a consumer materializing the topic ends up empty and so the
 sequences are forgotten on rebuild too. (A Debezium ``t`` event would need a null key,
-which compacted topics refuse.)
+which compacted topics refuse.) ``delete_origin`` (``cdc shard remove``) writes the same
+delete and tombstone for each live key whose origin key column names the shard.
 
 Limits: the sequence state is a dict in memory (one entry per key ever seen, also after
 delete); rebuilding it reads the whole topic. With compaction, tombstones disappear after
@@ -514,20 +515,7 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
 
             def produce(p):
-                for key, seq in held:
-                    part = partition_for(key, st.partitions)
-                    headers = [(SEQ_HEADER, str(seq).encode()), (VERSION_HEADER, vbytes), (TRUNCATE_HEADER, b"1")]
-                    if key in live:
-                        value = {
-                            "before": json.loads(key),
-                            "after": None,
-                            "source": self._source(table, "d", now),
-                            "op": DELETE_OP,
-                            "ts_ms": now,
-                            "transaction": None,
-                        }
-                        self._send(p, st.topic, key, _DUMPS(value).encode(), part, headers)
-                    self._send(p, st.topic, key, None, part, headers)
+                self._send_deletes(p, st, held, live, now, [(VERSION_HEADER, vbytes), (TRUNCATE_HEADER, b"1")])
 
             self._transaction(produce, [new_state])
             st.seqs, st.live, st.version = {}, set(), version
@@ -548,24 +536,70 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             held, live = list(st.seqs.items()), set(st.live)
 
             def produce(p):
-                for key, seq in held:
-                    part = partition_for(key, st.partitions)
-                    headers = [(SEQ_HEADER, str(seq).encode()), (TRUNCATE_HEADER, b"1")]
-                    if key in live:
-                        value = {
-                            "before": json.loads(key),
-                            "after": None,
-                            "source": self._source(table, "d", now),
-                            "op": DELETE_OP,
-                            "ts_ms": now,
-                            "transaction": None,
-                        }
-                        self._send(p, st.topic, key, _DUMPS(value).encode(), part, headers)
-                    self._send(p, st.topic, key, None, part, headers)
+                self._send_deletes(p, st, held, live, now, [(TRUNCATE_HEADER, b"1")])
                 self._send(p, self.control_topic, self._table_key(table), None, 0)
 
             self._transaction(produce, [])
             del states[table]
+
+    def _send_deletes(
+        self, p: Producer, st: _State, held: list[tuple[bytes, int]], live: set[bytes], now: int, headers: list
+    ) -> None:
+        """For each held key: a delete if it is live, then a tombstone, each with the
+        key's sequence and ``headers``."""
+        for key, seq in held:
+            part = partition_for(key, st.partitions)
+            key_headers = [(SEQ_HEADER, str(seq).encode()), *headers]
+            if key in live:
+                value = {
+                    "before": json.loads(key),
+                    "after": None,
+                    "source": self._source(st.table, "d", now),
+                    "op": DELETE_OP,
+                    "ts_ms": now,
+                    "transaction": None,
+                }
+                self._send(p, st.topic, key, _DUMPS(value).encode(), part, key_headers)
+            self._send(p, st.topic, key, None, part, key_headers)
+
+    # ------------------------------------------------------------------ rows of one origin
+
+    def _origin_keys(self, table: TableId, column: str, prefix: str) -> tuple[_State, list[bytes]] | None:
+        """The table's state and its live keys whose key column ``column`` starts with
+        ``prefix``; None: no changelog of the table, or ``column`` is none of its keys."""
+        st = self._all_states().get(table)
+        if st is None or column not in st.keys:
+            return None
+        if st.seqs is None:
+            self._load_seqs(st)
+        found = []
+        for key in st.live:
+            value = json.loads(key).get(column)
+            if isinstance(value, str) and value.startswith(prefix):
+                found.append(key)
+        return st, sorted(found)
+
+    def count_origin(self, table, column: str, prefix: str) -> int | None:
+        with self._lock:
+            held = self._origin_keys(as_table_id(table), column, prefix)
+            return None if held is None else len(held[1])
+
+    def delete_origin(self, table, column: str, prefix: str) -> int | None:
+        """A delete and a tombstone for each live key of the origin, in one Kafka
+        transaction, so a consumer materializing the topic loses exactly those rows. The
+        table's version stays: this runs with the merger stopped (`cdc shard remove`)."""
+        with self._lock:
+            held = self._origin_keys(as_table_id(table), column, prefix)
+            if held is None:
+                return None
+            st, keys = held
+            if keys:
+                now = int(time.time() * 1000)
+                self._transaction(
+                    lambda p: self._send_deletes(p, st, [(k, st.seqs[k]) for k in keys], set(keys), now, []), []
+                )
+                st.live.difference_update(keys)
+            return len(keys)
 
     # ------------------------------------------------------------------ read back
 

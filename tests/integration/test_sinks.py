@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from merger.sinks import IncompatibleSchemaChange, SinkError, SinkUnavailable, TableId
 from merger.sinks import types as T
+from tests.changelog_reader import changelog_rows
 from tests.unit.test_sinks import (
     ALL_ROWS,
     ALL_TYPES,
@@ -578,6 +579,45 @@ def test_kafka_changelog_records_restart_and_partitioning(kafka_sink, stack):
     snap = next(v for v in values if v["op"] == "r")
     assert snap["source"]["snapshot"] == "true" and snap["before"] is None and snap["after"]["v"].startswith("r")
     assert set(snap) == {"before", "after", "source", "op", "ts_ms", "transaction"}
+
+
+def test_kafka_changelog_deletes_the_rows_of_one_origin(stack):
+    """`cdc shard remove --delete-rows` on the changelog: a delete and a tombstone for each
+    live key of the shard; other shards' rows (shard22's too: a prefix is a shard name and
+    its slash) stay; a sink started again counts none of them, and deletes nothing more."""
+    from merger.sinks import KafkaChangelogSink
+
+    schema = pa.schema([("id", pa.int64()), ("__cdc_origin", pa.string()), ("v", pa.string())])
+    # a sink of its own: a second instance on one prefix fences the first (as s2 does below)
+    s, t = KafkaChangelogSink(stack.kafka.bootstrap, "origins" + uuid.uuid4().hex[:6], partitions=3), fresh()
+    s.ensure_table(t, schema, ["id", "__cdc_origin"])
+    origins = ["shard1/d.o_0", "shard2/d.o_0", "shard2/d.o_1", "shard22/d.o_0"]
+    rows = [
+        {"id": i, "__cdc_origin": o, "v": f"{o}-{i}", "_cdc_op": "r", "_cdc_seq": 10} for o in origins for i in range(5)
+    ]
+    s.apply(t, 1, batch(schema, rows))
+    s.apply(t, 2, batch(schema, [{"id": 0, "__cdc_origin": "shard2/d.o_1", "_cdc_op": "d", "_cdc_seq": 11}]))
+    assert s.count_origin(t, "__cdc_origin", "shard2/") == 9
+    assert s.count_origin(t, "v", "shard2/") is None  # not a key column
+    assert s.count_origin(fresh(), "__cdc_origin", "shard2/") is None  # no such table
+    assert s.delete_origin(t, "__cdc_origin", "shard2/") == 9
+
+    topic = s._all_states()[t].topic
+    s.close()
+    expected = {
+        (("__cdc_origin", r["__cdc_origin"]), ("id", r["id"])): {k: r[k] for k in ("id", "__cdc_origin", "v")}
+        for r in rows
+        if not r["__cdc_origin"].startswith("shard2/")
+    }
+    assert changelog_rows(stack.kafka.bootstrap, topic) == expected
+    s2 = KafkaChangelogSink(stack.kafka.bootstrap, s.prefix, partitions=3)
+    try:
+        assert s2.count_origin(t, "__cdc_origin", "shard2/") == 0
+        assert s2.delete_origin(t, "__cdc_origin", "shard2/") == 0
+        assert s2.count_origin(t, "__cdc_origin", "shard1/") == 5
+    finally:
+        s2.close()
+    assert changelog_rows(stack.kafka.bootstrap, topic) == expected
 
 
 @pytest.mark.integration

@@ -59,7 +59,9 @@ class FakeSink(Sink):
         self.closed = True
 
 
-class KafkaChangelogSink(Sink):
+class LogOnlySink(Sink):
+    """A sink without rows by origin (the contract's default)."""
+
     ensure_table = apply = truncate = rows = applied_version = None
 
 
@@ -73,11 +75,11 @@ def test_delete_rows_then_nothing_the_second_time(tmp_path):
     sink = FakeSink({"d.orders": ["shard1/d.o_0", "shard2/d.o_0", "shard2/d.o_1", "shard22/d.o_0"], "d.plain": None})
     store = store_with(tmp_path, ["d.orders", "d.plain"])
     lines = []
-    done = remove_shard(cfg("shard1"), store, "shard2", True, lambda c: [sink, KafkaChangelogSink()], lines.append)
-    assert done == {("d.orders", "FakeSink"): 2, ("*", "kafka_changelog"): "not supported"}
+    done = remove_shard(cfg("shard1"), store, "shard2", True, lambda c: [sink, LogOnlySink()], lines.append)
+    assert done == {("d.orders", "FakeSink"): 2, ("*", "LogOnlySink"): "not supported"}
     assert sink.data["d.orders"] == ["shard1/d.o_0", "shard22/d.o_0"] and sink.closed
     assert "d.orders FakeSink: deleted 2 rows of shard shard2" in lines
-    assert any(line.startswith("kafka_changelog: not supported") for line in lines)
+    assert any(line.startswith("LogOnlySink: not supported") for line in lines)
     done = remove_shard(cfg("shard1"), store, "shard2", True, lambda c: [sink], lines.append)
     assert done == {("d.orders", "FakeSink"): 0}
 
@@ -113,4 +115,4 @@ def test_no_status_is_refused(tmp_path):
 
 def test_the_default_sink_cannot():
     with pytest.raises(SinkError, match="cannot delete"):
-        KafkaChangelogSink().delete_origin(("d", "t"), "__cdc_origin", "s/")
+        LogOnlySink().delete_origin(("d", "t"), "__cdc_origin", "s/")
