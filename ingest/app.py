@@ -818,10 +818,15 @@ class Ingest:
             return 0
         if ddl.kind == "DATABASE" and not self.filter.captures_database(ddl.database or ""):
             return 0
-        routed = [(db, t) for db, t in captured if self.routes.routed(db, t)]
+        # a logical table of several origins: dropping or renaming one origin is not what the
+        # statement would do to the sink table (docs/sharding.md); a TRUNCATE empties that
+        # origin's rows, which the origin column names (key mode origin)
+        routed = [
+            (db, t)
+            for db, t in captured
+            if self.routes.routed(db, t) and not (ddl.kind == "TRUNCATE" and self.routes.adds_origin(db, t))
+        ]
         if routed and ddl.kind not in ("CREATE", "ALTER"):
-            # a logical table of several origins: dropping, renaming or emptying one origin's
-            # rows is not what the statement would do to the sink table (see docs/sharding.md)
             where = f"binlog {position.file}:{position.pos}" + (f" of shard {self.shard}" if self.shard else "")
             raise IngestError(routed_change_message(self.prefix, routed, ddl.kind, where, query))
         database = ddl.database or (captured[0][0] if captured else default_db)
@@ -950,7 +955,10 @@ class Ingest:
             or spec_from_details(db, table, self._details(db, table))
             or TableSpec(db, table, ())
         )
-        enc = TableEncoder(spec, self.env)
+        # a routed table's truncate goes to its logical table's topic, its source naming the
+        # physical table (and shard): the merger empties that origin's rows only
+        logical, physical = self._logical(spec)
+        enc = TableEncoder(logical, self.env, physical)
         ts_ms = event.timestamp * 1000 if event.timestamp else trx.ts_ms  # the statement's, as Debezium
         rec = enc.truncate(
             SourceInfo(db, table, ts_ms, event.packet.server_id, position.file, position.pos, 0, trx.gtid, thread)

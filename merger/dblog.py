@@ -241,11 +241,15 @@ class Reconciler:
             window.high.setdefault(partition, offset if sequence is None else sequence)
         return True
 
-    def on_event(self, partition: int, offset: int, key: Key, op: str) -> bool:
+    def on_event(
+        self, partition: int, offset: int, key: Key, op: str, emptied: Callable[[Window], bool] | None = None
+    ) -> bool:
         """A change event read from ``partition``. False if it was a replay.
 
-        ``op`` is one of c/u/d/r/t; for ``t`` (truncate) the key is ignored. Kafka
-        tombstones (null values after deletes) carry no change: don't pass them.
+        ``op`` is one of c/u/d/r/t; for ``t`` (truncate) the key is ignored, and
+        ``emptied`` says which windows it empties (None: all; a TRUNCATE of one origin of
+        a logical table empties that origin's). Kafka tombstones (null values after
+        deletes) carry no change: don't pass them.
         """
         if op not in OPS:
             raise ValueError(f"op must be one of c/u/d/r/t, got {op!r}")
@@ -255,6 +259,8 @@ class Reconciler:
             if partition not in window.low or window.truncated or window.problem:
                 continue
             if op == "t":
+                if emptied is not None and not emptied(window):
+                    continue
                 window.truncated = True
                 window.seen.clear()  # nothing will be emitted
             else:

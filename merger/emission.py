@@ -15,6 +15,7 @@ from merger.dblog import Window, emitted_rows, window_survives
 from merger.schema import from_snapshot
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import TableFault
+from merger.snapshot.chunking import chunk_origin
 from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
 from merger.state import StateStore
 from merger.tables import TableRegistry, TableRuntime
@@ -106,12 +107,13 @@ class WindowEmitter:
         total = count_rows(files)
         end = total if count is None else min(total, start + count)
         emitted = 0
+        cut = rt.truncated_through
+        if rt.origin_truncated:  # a TRUNCATE of the window's origin (its server's order) counts too
+            cut = max(cut, rt.origin_truncated.get(chunk_origin(window.chunk_ids[0], rt.name), 0))
         for batch in staged_slice(files, start, end - start):
-            if not window_survives(window, rt.truncated_through):
+            if not window_survives(window, cut):
                 break  # a truncate came after LOW: nothing of the window survives
-            table = emitted_rows(
-                window, from_snapshot(rt.spec, rt.schema, fill_missing(batch, rt.spec)), rt.keys, rt.truncated_through
-            )
+            table = emitted_rows(window, from_snapshot(rt.spec, rt.schema, fill_missing(batch, rt.spec)), rt.keys, cut)
             if table.num_rows == 0:
                 continue
             self.writer.apply(batch_id, rt, table, step)

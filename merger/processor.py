@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.ddl import ALTERED, CREATED, DROPPED, spec_from_marker
-from cdc.routes import origin_of
+from cdc.routes import ORIGIN_COLUMN, origin_of
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition
@@ -68,6 +68,7 @@ from merger.shard_ddl import APPLY, CONFLICT, ShardDdl
 from merger.shard_ddl import decide as decide_shard_ddl
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import SinkError, TableFault
+from merger.snapshot.chunking import chunk_origin
 from merger.sources import source_kind
 from merger.state import StateStore
 from merger.table_ddl import DdlFollower
@@ -682,6 +683,14 @@ class BatchProcessor(PausedTables):
             self.ddl.apply(batch_id, rt, ALTERED, verdict.spec, ev.image.get("ddl"), None, step, self._staging_done)
         return False
 
+    def _truncated_origin(self, rt: TableRuntime, ev: ChangeEvent) -> str | None:
+        """The origin a truncate record empties: its physical table's, when the logical
+        table keeps rows of several origins (the origin column); None: the whole table."""
+        if ORIGIN_COLUMN not in rt.schema.names:
+            return None
+        source = (payload_of(ev.record["value"]) or {}).get("source") or {}
+        return origin_of(source.get("shard") or None, str(source.get("db") or ""), str(source.get("table") or ""))
+
     def _origins(self, name: str) -> list[str]:
         """The origins of a logical table that the source has now (none if it cannot say)."""
         try:
@@ -743,6 +752,18 @@ class BatchProcessor(PausedTables):
                     rt.reconciler.on_marker(partition, seq, image["window"], kind, sequence)
                 continue
             if op == "t":
+                origin = self._truncated_origin(rt, ev)
+                if origin is not None:  # one origin of a logical table: its rows only
+                    rt.reconciler.on_event(
+                        partition, seq, None, "t", lambda w, o=origin: chunk_origin(w.chunk_ids[0], rt.name) == o
+                    )
+                    if order > rt.origin_truncated.get(origin, 0):  # one truncate record per partition
+                        self._apply_rows(batch_id, rt, data, taken, step)
+                        taken = []
+                        self.writer.truncate_origin(batch_id, rt, origin, step)
+                        rt.origin_truncated[origin] = order
+                        log.info("%s: the rows of origin %s emptied (TRUNCATE of that table)", rt.name, origin)
+                    continue
                 rt.reconciler.on_event(partition, seq, None, "t")
                 if order > rt.truncated_through:  # one truncate record per partition
                     self._apply_rows(batch_id, rt, data, taken, step)
@@ -761,6 +782,8 @@ class BatchProcessor(PausedTables):
             rt.reconciler.on_event(partition, seq, keys[i], op)
             if order < rt.truncated_through:
                 continue  # older than a truncate already applied (a lagging partition)
+            if rt.origin_truncated and order < rt.origin_truncated.get(image.get(ORIGIN_COLUMN), 0):
+                continue  # older than its origin's truncate (orders of one origin compare)
             taken.append(i)
         self._apply_rows(batch_id, rt, data, taken, step)
 

@@ -9,6 +9,7 @@ from typing import Callable
 
 import pyarrow as pa
 
+from cdc.routes import ORIGIN_COLUMN
 from merger.sinks.base import IncompatibleSchemaChange, SinkError
 from merger.sinks.fanout import SinkFanout
 from merger.state import StateStore
@@ -88,6 +89,12 @@ class SinkWriter:
         version = self.version(batch_id, rt, step)
         db, name = rt.name.split(".", 1)
         self.fanout.each(rt, lambda s: s.truncate((db, name), version))
+
+    def truncate_origin(self, batch_id: int, rt: TableRuntime, origin: str, step: list) -> None:
+        """Empty one origin of a logical table (``Sink.truncate_origin``)."""
+        version = self.version(batch_id, rt, step)
+        db, name = rt.name.split(".", 1)
+        self.fanout.each(rt, lambda s: s.truncate_origin((db, name), version, ORIGIN_COLUMN, origin))
 
     def version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
         """The version of the batch's next write (``step[0]`` counts the writes)."""

@@ -34,6 +34,8 @@ class TableRuntime:
     shard_lag_ms: dict = field(default_factory=dict)  # a sharded source's: shard -> its lag (not saved)
     blocked_on_sink: str | None = None
     truncated_through: int = 0  # the order of the last cut (truncate, drop, reset): older changes are void
+    # a logical table's: origin -> the order of its last TRUNCATE (orders of the origin's server)
+    origin_truncated: dict = field(default_factory=dict)
     emitted: dict = field(default_factory=dict)  # window id -> staged rows already emitted
     ddl_through: int = 0  # the order of the last DDL marker applied (one per partition)
     spec_since: int = 0  # the order of the DDL the spec comes from: older changes decode leniently
@@ -68,6 +70,7 @@ class TableRuntime:
             "snapshot_rows": self.snapshot_rows,
             "last_offsets": self.last_offsets,
             "truncated_through": self.truncated_through,
+            **({"origin_truncated": self.origin_truncated} if self.origin_truncated else {}),
             "ddl_through": self.ddl_through,
             "spec_since": self.spec_since,
             "windows_expired": self.windows_expired,
@@ -98,6 +101,7 @@ class TableRuntime:
             {int(k): v for k, v in t.get("last_offsets", {}).items()},
         )
         rt.truncated_through = t.get("truncated_through", 0)
+        rt.origin_truncated = dict(t.get("origin_truncated", {}))
         rt.ddl_through, rt.spec_since = t.get("ddl_through", 0), t.get("spec_since", 0)
         rt.windows_expired = t.get("windows_expired", 0)
         rt.shard_ddl = ShardDdl.from_dict(t.get("shard_ddl"), spec_from_dict)  # absent in older states

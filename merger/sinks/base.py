@@ -179,6 +179,16 @@ class Sink(abc.ABC):
         again deletes nothing."""
         raise SinkError(f"{type(self).__name__} cannot delete rows by origin: delete them by hand")
 
+    def truncate_origin(self, table: TableId, version: int, column: str, origin: str) -> bool:
+        """Empty one origin of a logical table (a TRUNCATE of one of its physical tables,
+        docs/sharding.md): delete the rows whose ``column`` equals ``origin``, and their
+        tombstones if the tombstones are keyed by ``column``; False if ``version`` was
+        already applied."""
+        raise SinkError(
+            f"{type(self).__name__} cannot empty one origin of table {table}: delete its rows by hand, "
+            "then `cdc resume`"
+        )
+
     def nul_values_changed(self) -> dict[str, int]:
         """Per table, the stored values whose NUL characters the sink's rule changed since
         the process started (only PostgreSQL has such a rule: docs/values.md)."""

@@ -703,6 +703,31 @@ class DeltaSink(DeltaReads, Sink):
         except (OSError, DeltaError) as exc:
             raise self._io_error(exc, self.table_path(table)) from None
 
+    def truncate_origin(self, table, version: int, column: str, origin: str) -> bool:
+        """As ``truncate``, one delete per table (main, then tombstones) whose commit
+        records ``version``: a replay skips the one already done."""
+        table = as_table_id(table)
+        version = int(version)
+        m = self._meta_for(table)
+        try:
+            main_v, tomb_v = self._versions(m)
+            self._fence((m.main, m.tomb), version, main_v)
+            if version <= main_v and version <= tomb_v:
+                return False
+            replay = version <= main_v
+            predicate = _in_predicate(column, [origin])
+            # a delete that matches nothing commits nothing: _record then commits the version
+            if not replay:
+                m.main.delete(predicate, commit_properties=self._commit(version, m.app_main))
+                self._record(m.main, version, delta_arrow_schema(m.main), m.app_main)
+            if tomb_v < version:
+                if column in delta_arrow_schema(m.tomb).names:
+                    m.tomb.delete(predicate, commit_properties=self._commit(version, m.app_tomb))
+                self._record(m.tomb, version, delta_arrow_schema(m.tomb), m.app_tomb)
+            return not replay
+        except (OSError, DeltaError) as exc:
+            raise self._io_error(exc, self.table_path(table)) from None
+
     # ------------------------------------------------------------------ key-range reads (verify)
 
     def has_table(self, table) -> bool:

@@ -521,6 +521,30 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             st.seqs, st.live, st.version = {}, set(), version
             return True
 
+    def truncate_origin(self, table, version: int, column: str, origin: str) -> bool:
+        """As ``truncate``, for the keys whose key column ``column`` equals ``origin``
+        (all of them, deleted ones too, so a rebuild forgets their sequences)."""
+        table = as_table_id(table)
+        version = int(version)
+        with self._lock:
+            st = self._state(table)
+            if version <= st.version:
+                return False
+            if column not in st.keys:
+                raise SinkError(f"table {table}: {column!r} is not a key column of its changelog")
+            held = [(k, seq) for k, seq in st.seqs.items() if json.loads(k).get(column) == origin]
+            live = {k for k, _ in held if k in st.live}
+            vbytes = str(version).encode()
+            now = int(time.time() * 1000)
+            new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
+            headers = [(VERSION_HEADER, vbytes), (TRUNCATE_HEADER, b"1")]
+            self._transaction(lambda p: self._send_deletes(p, st, held, live, now, headers), [new_state])
+            for key, _ in held:
+                st.seqs.pop(key, None)
+            st.live.difference_update(live)
+            st.version = version
+            return True
+
     def drop_table(self, table) -> None:
         """Deletes (and tombstones) for every key the changelog holds, then forget the
         table's control record: ``ensure_table`` starts it anew with its current schema."""

@@ -587,6 +587,22 @@ class PostgresSink(PostgresCopy, PostgresReads, Sink):
         self._record(conn, m, version)
         return True
 
+    def truncate_origin(self, table, version: int, column: str, origin: str) -> bool:
+        table = as_table_id(table)
+        return self._run(self._truncate_origin, table, int(version), column, origin, table=table)
+
+    def _truncate_origin(self, conn, table: TableId, version: int, column: str, origin: str) -> bool:
+        m = self._meta_for(conn, table)
+        if not self._claim(conn, m, version):
+            return False
+        target, tomb, _ = self._ids(m)
+        where = sql.SQL(" WHERE {} = %s").format(sql.Identifier(column))
+        conn.execute(sql.SQL("DELETE FROM {}").format(target) + where, (origin,))
+        if column in m.keys:
+            conn.execute(sql.SQL("DELETE FROM {}").format(tomb) + where, (origin,))
+        self._record(conn, m, version)
+        return True
+
     # ------------------------------------------------------------------ key-range reads (verify)
 
     def has_table(self, table) -> bool:

@@ -83,6 +83,14 @@ def chunk_id(table: str, rng: KeyRange) -> str:
     return f"{table}:{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
 
 
+def chunk_origin(chunk_id: str, table: str) -> str | None:
+    """The origin a chunk of ``table`` reads (the planned table of an origin's chunks is
+    ``<table>@<origin>``); None for a chunk of the table itself."""
+    planned = chunk_id.rpartition(":")[0]
+    prefix = f"{table}@"
+    return planned[len(prefix) :] if planned.startswith(prefix) else None
+
+
 def make_chunks(table: str, ranges: Iterable[KeyRange], start_index: int = 0) -> list[Chunk]:
     return [Chunk(chunk_id(table, r), table, i, r) for i, r in enumerate(ranges, start_index)]
 

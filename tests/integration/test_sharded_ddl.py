@@ -9,19 +9,37 @@ each with two physical tables routed into one logical table.
    shards.
 
 The oracle is a plain SELECT of every physical table of both shards (``note`` read where
-the table has it, else NULL), against each sink read by its own reader."""
+the table has it, else NULL), against each sink read by its own reader.
+
+A TRUNCATE of one physical table of one shard, while the logical table is snapshotted and
+written on both shards, empties that origin's rows only (``test_a_truncate_of_one_shards_table``)."""
 
 from __future__ import annotations
 
 import random
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.changelog_reader import changelog_rows
 from tests.cli_util import merger_status, wait_for
 from tests.ingest_harness import IngestProcess
 from tests.merger_harness import MergerProcess
-from tests.shard_harness import COLUMNS, TABLES, fill, running_shards, servers, sink_readers, sql, write_configs
+from tests.shard_harness import (
+    COLUMNS,
+    TABLES,
+    fill,
+    running_shards,
+    servers,
+    sink_readers,
+    sql,
+    start_pipeline,
+    write_configs,
+    writer,
+)
+from tests.shard_harness import source_rows as plain_source_rows
 from tests.shard_harness import wait_equal as wait_equal_rows
 
 pytestmark = pytest.mark.integration
@@ -142,5 +160,64 @@ def test_a_column_added_on_one_shard_first_then_a_conflict(tmp_path, stack, two_
             assert word in error, error
         assert merger.alive() and ingest.alive()
     finally:
+        ingest.stop()
+        merger.stop()
+
+
+ROWS_TRUNCATED = 1500  # per physical table: 60 chunks of 100 rows, the snapshot lasts a while
+
+
+@pytest.mark.timeout(600)
+def test_a_truncate_of_one_shards_table(tmp_path, stack, two_shards, unique_name):
+    """shard2 truncates its orders_1 in the middle of the logical table's snapshot, while
+    both shards are written: every sink (the Kafka changelog too, read with a plain
+    consumer) then holds what the four physical tables hold, shard2's orders_1 only what
+    was written after its TRUNCATE."""
+    db = f"sht_{unique_name}"
+    prefix = f"sht{unique_name}"
+    shards = servers(two_shards)
+    for info in shards.values():
+        fill(info, db, ROWS_TRUNCATED)
+    stop, errors = threading.Event(), []
+    writers = [
+        threading.Thread(target=writer, args=(info, db, stop, seed, errors), daemon=True)
+        for seed, info in enumerate(shards.values())
+    ]
+    _, merger_cfg, ingest, merger = start_pipeline(tmp_path, stack, shards, prefix, db, changelog=f"{prefix}m")
+    try:
+        for t in writers:
+            t.start()
+
+        def snapshotting():
+            try:
+                table = merger_status(merger_cfg)["tables"].get(f"{db}.orders") or {}
+            except AssertionError:  # no status written yet
+                return False
+            return table.get("chunks_done", 0) >= 2 or table.get("phase") == "streaming"
+
+        wait_for(snapshotting, "the snapshot under way", 120, merger)
+        sql(shards["shard2"], f"TRUNCATE TABLE {db}.orders_1")  # its AUTO_INCREMENT starts again at 1
+        time.sleep(3)
+        stop.set()
+        for t in writers:
+            t.join(30)
+        assert not errors, errors
+        sql(shards["shard2"], f"INSERT INTO {db}.orders_1 (v) VALUES ('after-truncate')")
+        rows = wait_equal_rows(stack, shards, tmp_path, db, [ingest, merger])
+        shard2_t1 = {r for r in rows if r[2] == f"shard2/{db}.orders_1"}
+        assert ("after-truncate" in {v for _, v, _ in shard2_t1}) and len(shard2_t1) < ROWS_TRUNCATED, shard2_t1
+        assert any(r[2] == f"shard1/{db}.orders_1" for r in rows)
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            held = changelog_rows(stack.kafka.bootstrap, f"{prefix}m.{db}.orders")
+            if {(r["id"], r["v"], r["__cdc_origin"]) for r in held.values()} == plain_source_rows(shards, db):
+                break
+            time.sleep(2)
+        else:
+            raise AssertionError(f"the changelog differs from the shards: {len(held)} rows")
+        assert ingest.alive() and merger.alive()
+    finally:
+        stop.set()
         ingest.stop()
         merger.stop()

@@ -581,6 +581,31 @@ def test_kafka_changelog_records_restart_and_partitioning(kafka_sink, stack):
     assert set(snap) == {"before", "after", "source", "op", "ts_ms", "transaction"}
 
 
+def test_truncate_of_one_origin(any_sink):
+    """``truncate_origin``: that origin's rows go, the other origins' stay; a version
+    already applied (a replayed batch) is skipped, also after later writes of the origin."""
+    schema = pa.schema([("id", pa.int64()), ("__cdc_origin", pa.string()), ("v", pa.string())])
+    s, t = any_sink, fresh()
+    s.ensure_table(t, schema, ["id", "__cdc_origin"])
+    origins = ["s1/d.o_0", "s2/d.o_0", "s2/d.o_01"]  # s2/d.o_0 is a prefix of s2/d.o_01: exact match only
+    s.apply(
+        t,
+        1,
+        batch(
+            schema,
+            [{"id": i, "__cdc_origin": o, "v": "x", "_cdc_op": "r", "_cdc_seq": 5} for o in origins for i in range(3)],
+        ),
+    )
+    s.apply(t, 2, batch(schema, [{"id": 0, "__cdc_origin": "s2/d.o_0", "_cdc_op": "d", "_cdc_seq": 6}]))
+    assert s.truncate_origin(t, 3, "__cdc_origin", "s2/d.o_0")
+    held = lambda: sorted((r["__cdc_origin"], r["id"], r["v"]) for r in s.rows(t).to_pylist())  # noqa: E731
+    assert held() == sorted((o, i, "x") for o in ("s1/d.o_0", "s2/d.o_01") for i in range(3))
+    # the origin's tombstones went too, as after a truncate: its deleted key is taken at any sequence
+    s.apply(t, 4, batch(schema, [{"id": 0, "__cdc_origin": "s2/d.o_0", "v": "new", "_cdc_op": "c", "_cdc_seq": 1}]))
+    assert not s.truncate_origin(t, 3, "__cdc_origin", "s2/d.o_0")
+    assert ("s2/d.o_0", 0, "new") in held() and len(held()) == 7
+
+
 def test_kafka_changelog_deletes_the_rows_of_one_origin(stack):
     """`cdc shard remove --delete-rows` on the changelog: a delete and a tombstone for each
     live key of the shard; other shards' rows (shard22's too: a prefix is a shard name and

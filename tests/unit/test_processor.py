@@ -83,6 +83,13 @@ class MemorySink:
             self.tables[table].clear()
         return True
 
+    def truncate_origin(self, table, version, column, origin) -> bool:
+        table = tuple(table)
+        if self._claim(table, version):
+            for key in [k for k, r in self.tables[table].items() if r.get(column) == origin]:
+                del self.tables[table][key]
+        return True
+
     def state(self, table=("db", "t")) -> dict:
         return {k: {c: v for c, v in r.items() if c != "_cdc_seq"} for k, r in self.tables[table].items()}
 
@@ -154,15 +161,15 @@ def _processor(tmp_path, sink, **kw) -> BatchProcessor:
     return proc
 
 
-def _open_window(proc: BatchProcessor, table: str, wid: str, rows: list[dict], spec=SPEC):
+def _open_window(proc: BatchProcessor, table: str, wid: str, rows: list[dict], spec=SPEC, chunk: str | None = None):
     rt = proc.table(table, spec)
     path = proc.store.staging_dir(table, wid)
     path.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path / "part-0.parquet")
     proc.store.mark_staged(table, wid)  # as the snapshot runner does once Spark wrote them
-    rt.reconciler.open_window(wid, [wid], time.time())
+    rt.reconciler.open_window(wid, [chunk or wid], time.time())
     plan = proc.store.load_plan(table) or {"table": table, "chunks": [], "done": [], "rows": 0}
-    plan["chunks"].append({"id": wid})
+    plan["chunks"].append({"id": chunk or wid})
     proc.store.save_plan(table, plan)
     return rt
 
@@ -714,3 +721,69 @@ def test_one_server_changes_stop_a_sharded_merger(tmp_path):
     s.change("c", {"id": 1}, after={"id": 1, "v": "a"})
     with pytest.raises(MergerError, match="one-server source"):
         proc.process(0, s.batch())
+
+
+ORIGINS = TableSpec(
+    "db",
+    "t",
+    (
+        ColumnSpec("id", "int", 1, nullable=False),
+        ColumnSpec("v", "varchar", 2, length=20),
+        ColumnSpec("__cdc_origin", "varchar", 3, length=255, nullable=False),
+    ),
+    ("id", "__cdc_origin"),
+)
+
+
+def _truncate_of(s: ShardStream, shard: str, table: str) -> None:
+    """A TRUNCATE of ``db.<table>`` on ``shard``: a record in every partition of the logical
+    table's topic at the statement's one position, its source naming the physical table."""
+    s.on(shard)
+    pos = s.positions[shard]
+    for p in range(s.partitions):
+        Stream._add(s, p, None, {"op": "t", "source": {"ts_ms": 1, "db": "db", "table": table, "shard": shard}}, 0)
+        s.pending[-1]["headers"][0]["value"] = f"bin.000001:{pos}:0@{shard}".encode()
+    s.positions[shard] += 100
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_truncate_of_one_origin_empties_its_rows_and_its_windows_only(tmp_path, monkeypatch, broken):
+    """Shard a truncates its db.t_0, an origin of the logical table db.t: that origin's rows
+    go, with its open window's snapshot rows and a change of it from before the truncate
+    read late from a lagging partition; shard b's rows and window, and a's changes after
+    the truncate, stay. The broken copy takes the truncate for one of the whole table."""
+    if broken:
+        monkeypatch.setattr(BatchProcessor, "_truncated_origin", lambda self, rt, ev: None)
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink, sharded=True)
+    a, b = "a/db.t_0", "b/db.t_0"
+    rt = _open_window(proc, "db.t", "wa", [{"id": 50, "v": "snap", "__cdc_origin": a}], ORIGINS, f"db.t@{a}:01")
+    _open_window(proc, "db.t", "wb", [{"id": 60, "v": "snap", "__cdc_origin": b}], ORIGINS, f"db.t@{b}:01")
+    s = ShardStream()
+    s.on("a").marker("wa", "LOW")
+    s.on("b").marker("wb", "LOW")
+    for i in range(1, 4):
+        s.on("a").change("c", {"id": i, "__cdc_origin": a}, after={"id": i, "v": "a", "__cdc_origin": a})
+        s.on("b").change("c", {"id": i, "__cdc_origin": b}, after={"id": i, "v": "b", "__cdc_origin": b})
+    s.on("a").change("u", {"id": 3, "__cdc_origin": a}, after={"id": 3, "v": "late", "__cdc_origin": a})
+    late = s.pending[-1]
+    _truncate_of(s, "a", "t_0")
+    s.on("a").change("c", {"id": 9, "__cdc_origin": a}, after={"id": 9, "v": "after", "__cdc_origin": a})
+    rt.reconciler.mark_staged("wa")
+    proc.tables["db.t"].reconciler.mark_staged("wb")
+    s.on("a").marker("wa", "HIGH")
+    s.on("b").marker("wb", "HIGH")
+    # the late change's partition lags: the change and what follows it there come in the
+    # next batch, after the other partition's copy of the truncate was applied
+    lagging = [r for r in s.pending if r["partition"] == late["partition"] and r["offset"] >= late["offset"]]
+    first = [r for r in s.pending if r not in lagging]
+    proc.process(0, pa.Table.from_pylist(first, schema=RECORD_SCHEMA))
+    proc.process(1, pa.Table.from_pylist(lagging, schema=RECORD_SCHEMA))
+    expected = {(i, b): {"id": i, "v": "b", "__cdc_origin": b} for i in range(1, 4)}
+    expected[(60, b)] = {"id": 60, "v": "snap", "__cdc_origin": b}
+    expected[(9, a)] = {"id": 9, "v": "after", "__cdc_origin": a}
+    if broken:
+        assert sink.state() != expected
+        return
+    assert sink.state() == expected
+    assert proc.tables["db.t"].origin_truncated == {a: proc.tables["db.t"].origin_truncated[a]}
