@@ -3,7 +3,7 @@ routed into one logical table `<db>.orders`, rows there before anything starts (
 snapshots each physical table in its own windows), AUTO_INCREMENT keys equal in both,
 writes all along, kill -9 of the merger. Both sinks equal a plain SELECT of the two
 tables, each row with its origin `<db>.<table>` (no shard on one server); `cdc verify`
-says so too."""
+says so too. Then a TRUNCATE of `orders_1` empties that table's rows only."""
 
 from __future__ import annotations
 
@@ -70,6 +70,9 @@ def test_two_tables_of_one_server_into_one_logical_table(tmp_path, stack, unique
         rows = wait_equal(stack, servers, tmp_path, db, [ingest, merger], source=source_rows, sinks=sink_rows)
         assert len({r[0] for r in rows}) < len(rows), "equal keys in both tables, told apart by the origin"
         assert {r[2] for r in rows} == {f"{db}.orders_0", f"{db}.orders_1"}
+        sql(stack, f"TRUNCATE TABLE {db}.orders_1", f"INSERT INTO {db}.orders_1 (v) VALUES ('after')")
+        rows = wait_equal(stack, servers, tmp_path, db, [ingest, merger], source=source_rows, sinks=sink_rows)
+        assert {r for r in rows if r[2] == f"{db}.orders_1"} == {(1, "after", f"{db}.orders_1")}
         merger.stop()
         checked = run_cli("verify", "-c", str(mcfg), "--retries", "0", timeout=300)
         assert checked.returncode == 0, checked.stdout + checked.stderr
