@@ -709,7 +709,8 @@ class MergerConfig(_Model):
         description="the sink tables of a table dropped (or renamed away) in the source: `truncate` "
         "empties them where the DROP falls in the stream, so a table created again under "
         "the name starts empty; `keep` leaves their rows (a table created again writes "
-        "into them by key)",
+        "into them by key); for one physical table of a logical table (routes, shards), "
+        "the same for that origin's rows",
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port; 0 = off")
     metrics_address: str = Field(

@@ -26,7 +26,7 @@ import pymysql
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.config import IngestConfig, routes_of
-from cdc.ddl import ALTERED, CREATED, DROPPED, ddl_marker, parse_ddl, table_effects, unclassified_tables
+from cdc.ddl import ALTERED, CREATED, DROPPED, RENAMED, ddl_marker, parse_ddl, table_effects, unclassified_tables
 from cdc.errors import CdcError
 from cdc.metrics_http import serve as serve_metrics
 from cdc.routes import ORIGIN_COLUMN, origin_of
@@ -818,15 +818,19 @@ class Ingest:
             return 0
         if ddl.kind == "DATABASE" and not self.filter.captures_database(ddl.database or ""):
             return 0
-        # a logical table of several origins: dropping or renaming one origin is not what the
-        # statement would do to the sink table (docs/sharding.md); a TRUNCATE empties that
-        # origin's rows, which the origin column names (key mode origin)
+        # a logical table of several origins: renaming one origin (RENAME, ALTER ... RENAME
+        # TO) is not what the statement would do to the sink table (docs/sharding.md); a
+        # TRUNCATE or a DROP of one is that origin's rows, which the origin column names
+        # (key mode origin)
+        renamed = {t for t, effect in table_effects(ddl) if effect in (DROPPED, RENAMED)} if ddl.kind == "ALTER" else ()
         routed = [
             (db, t)
             for db, t in captured
-            if self.routes.routed(db, t) and not (ddl.kind == "TRUNCATE" and self.routes.adds_origin(db, t))
+            if self.routes.routed(db, t)
+            and (ddl.kind not in ("CREATE", "ALTER") or (db, t) in renamed)
+            and not (ddl.kind in ("TRUNCATE", "DROP") and self.routes.adds_origin(db, t))
         ]
-        if routed and ddl.kind not in ("CREATE", "ALTER"):
+        if routed:
             where = f"binlog {position.file}:{position.pos}" + (f" of shard {self.shard}" if self.shard else "")
             raise IngestError(routed_change_message(self.prefix, routed, ddl.kind, where, query))
         database = ddl.database or (captured[0][0] if captured else default_db)

@@ -626,6 +626,9 @@ class BatchProcessor(PausedTables):
             self._walk(batch_id, rt, events[start:i], step)
             start = i + 1
             order, marker = ev.order, ev.image
+            if str(marker.get("kind")) == DROPPED and ORIGIN_COLUMN in rt.schema.names:
+                self._drop_origin(batch_id, rt, ev, step)  # one physical table of the logical table
+                continue
             if self.source_kind.shards:  # per shard, against the other shards' definitions (merger.shard_ddl)
                 if self._shard_marker(batch_id, rt, ev, step):
                     # paused at this marker: it and what follows are kept, until `cdc resume` or `cdc snapshot`
@@ -683,13 +686,42 @@ class BatchProcessor(PausedTables):
             self.ddl.apply(batch_id, rt, ALTERED, verdict.spec, ev.image.get("ddl"), None, step, self._staging_done)
         return False
 
+    def _drop_origin(self, batch_id: int, rt: TableRuntime, ev: ChangeEvent, step: list) -> None:
+        """A DROP of one physical table of a logical table: that origin's rows are emptied
+        (``on_drop: truncate``, older changes of it read late are void) or kept
+        (``keep``), its definition is forgotten, and a snapshot of the table under way is
+        planned again, from the origins the source has now. Once per statement: the
+        marker is in every partition."""
+        origin = self._origin_of_record(ev)
+        shard = origin.partition("/")[0] if self.source_kind.shards else ""
+        if self.source_kind.shards:
+            if ev.order <= rt.shard_ddl.through.get(shard, 0):
+                return
+            rt.shard_ddl.through[shard] = ev.order
+            rt.shard_ddl.specs.pop(origin, None)
+        else:
+            if ev.order <= rt.ddl_through:
+                return
+            rt.ddl_through = ev.order
+        log.info("%s: origin %s dropped (on_drop: %s)", rt.name, origin, self.on_drop)
+        if self.on_drop == "truncate":
+            self.writer.truncate_origin(batch_id, rt, origin, step)
+            rt.origin_truncated[origin] = max(rt.origin_truncated.get(origin, 0), ev.order)
+        plan = self.store.load_plan(rt.name)
+        if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
+            # its chunks of the dropped table would never be read: the snapshot starts again
+            self.ddl.drop_windows(rt, self._staging_done)
+            self.store.request("snapshot", rt.name, where=None)
+
+    def _origin_of_record(self, ev: ChangeEvent) -> str:
+        """The origin whose physical table a record's ``source`` names."""
+        source = (payload_of(ev.record["value"]) or {}).get("source") or {}
+        return origin_of(source.get("shard") or None, str(source.get("db") or ""), str(source.get("table") or ""))
+
     def _truncated_origin(self, rt: TableRuntime, ev: ChangeEvent) -> str | None:
         """The origin a truncate record empties: its physical table's, when the logical
         table keeps rows of several origins (the origin column); None: the whole table."""
-        if ORIGIN_COLUMN not in rt.schema.names:
-            return None
-        source = (payload_of(ev.record["value"]) or {}).get("source") or {}
-        return origin_of(source.get("shard") or None, str(source.get("db") or ""), str(source.get("table") or ""))
+        return self._origin_of_record(ev) if ORIGIN_COLUMN in rt.schema.names else None
 
     def _origins(self, name: str) -> list[str]:
         """The origins of a logical table that the source has now (none if it cannot say)."""

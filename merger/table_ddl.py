@@ -54,7 +54,7 @@ class DdlFollower:
             return
         log.info("table %s: %s: %s", rt.name, kind, decision)
         if decision.action == DROP:
-            self._drop_windows(rt, done)
+            self.drop_windows(rt, done)
             self._cancel_plan(rt)
             if self.on_drop == "truncate" and batch_id is not None and rt.phase not in ("paused", "failed"):
                 self.writer.truncate(batch_id, rt, step)
@@ -107,10 +107,10 @@ class DdlFollower:
         if rebuild or action in (RESNAPSHOT, RESET):
             if order is not None:
                 rt.spec_since = max(rt.spec_since, order)
-            self._drop_windows(rt, done)  # their rows were read with the old definition
+            self.drop_windows(rt, done)  # their rows were read with the old definition
             self.store.request("snapshot", rt.name, where=None)
 
-    def _drop_windows(self, rt: TableRuntime, done: list[Path]) -> None:
+    def drop_windows(self, rt: TableRuntime, done: list[Path]) -> None:
         """Forget the table's open snapshot windows: their late markers are ignored, their
         staged rows deleted once the batch is saved, their chunks read again."""
         for wid in list(rt.reconciler.windows):

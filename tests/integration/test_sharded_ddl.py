@@ -12,7 +12,8 @@ The oracle is a plain SELECT of every physical table of both shards (``note`` re
 the table has it, else NULL), against each sink read by its own reader.
 
 A TRUNCATE of one physical table of one shard, while the logical table is snapshotted and
-written on both shards, empties that origin's rows only (``test_a_truncate_of_one_shards_table``)."""
+written on both shards, empties that origin's rows only; a DROP of another one too, and the
+table created again is an origin again (``test_a_truncate_and_a_drop_of_one_shards_table``)."""
 
 from __future__ import annotations
 
@@ -164,15 +165,49 @@ def test_a_column_added_on_one_shard_first_then_a_conflict(tmp_path, stack, two_
         merger.stop()
 
 
+def existing_rows(shards: dict, db: str) -> set[tuple]:
+    """(id, v, origin) of every row of the physical tables that exist now."""
+    out = set()
+    for name, info in shards.items():
+        have = {
+            t
+            for (t,) in sql(
+                info, f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}'", fetch=True
+            )
+        }
+        for table in TABLES:
+            if table in have:
+                out |= {
+                    (i, v, f"{name}/{db}.{table}") for i, v in sql(info, f"SELECT id, v FROM {db}.{table}", fetch=True)
+                }
+    return out
+
+
+def wait_changelog_equal(stack, shards: dict, topic: str, db: str, source, timeout_s: float = 60) -> None:
+    """Until a plain consumer of the changelog topic holds what the shards hold."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = {(r["id"], r["v"], r["__cdc_origin"]) for r in changelog_rows(stack.kafka.bootstrap, topic).values()}
+        expected = source(shards, db)
+        if held == expected:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the changelog differs: extra {sorted(held - expected)[:5]}, missing {sorted(expected - held)[:5]}"
+            )
+        time.sleep(2)
+
+
 ROWS_TRUNCATED = 1500  # per physical table: 60 chunks of 100 rows, the snapshot lasts a while
 
 
 @pytest.mark.timeout(600)
-def test_a_truncate_of_one_shards_table(tmp_path, stack, two_shards, unique_name):
+def test_a_truncate_and_a_drop_of_one_shards_table(tmp_path, stack, two_shards, unique_name):
     """shard2 truncates its orders_1 in the middle of the logical table's snapshot, while
     both shards are written: every sink (the Kafka changelog too, read with a plain
     consumer) then holds what the four physical tables hold, shard2's orders_1 only what
-    was written after its TRUNCATE."""
+    was written after its TRUNCATE. Then shard1 drops its orders_0: its rows go, the rest
+    stay; created again, its rows come back under its origin."""
     db = f"sht_{unique_name}"
     prefix = f"sht{unique_name}"
     shards = servers(two_shards)
@@ -208,14 +243,21 @@ def test_a_truncate_of_one_shards_table(tmp_path, stack, two_shards, unique_name
         assert ("after-truncate" in {v for _, v, _ in shard2_t1}) and len(shard2_t1) < ROWS_TRUNCATED, shard2_t1
         assert any(r[2] == f"shard1/{db}.orders_1" for r in rows)
 
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            held = changelog_rows(stack.kafka.bootstrap, f"{prefix}m.{db}.orders")
-            if {(r["id"], r["v"], r["__cdc_origin"]) for r in held.values()} == plain_source_rows(shards, db):
-                break
-            time.sleep(2)
-        else:
-            raise AssertionError(f"the changelog differs from the shards: {len(held)} rows")
+        wait_changelog_equal(stack, shards, f"{prefix}m.{db}.orders", db, plain_source_rows)
+
+        # shard1 drops its orders_0 (on_drop: truncate, the default): its rows go, the rest stay;
+        # created again, the table is an origin again
+        sql(shards["shard1"], f"DROP TABLE {db}.orders_0")
+        rows = wait_equal_rows(stack, shards, tmp_path, db, [ingest, merger], source=existing_rows)
+        assert not any(r[2] == f"shard1/{db}.orders_0" for r in rows) and len(rows) > ROWS_TRUNCATED
+        sql(
+            shards["shard1"],
+            f"CREATE TABLE {db}.orders_0 (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))",
+            f"INSERT INTO {db}.orders_0 (v) VALUES ('created again')",
+        )
+        rows = wait_equal_rows(stack, shards, tmp_path, db, [ingest, merger])
+        assert (1, "created again", f"shard1/{db}.orders_0") in rows
+        wait_changelog_equal(stack, shards, f"{prefix}m.{db}.orders", db, plain_source_rows)
         assert ingest.alive() and merger.alive()
     finally:
         stop.set()

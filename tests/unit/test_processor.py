@@ -787,3 +787,50 @@ def test_a_truncate_of_one_origin_empties_its_rows_and_its_windows_only(tmp_path
         return
     assert sink.state() == expected
     assert proc.tables["db.t"].origin_truncated == {a: proc.tables["db.t"].origin_truncated[a]}
+
+
+def _drop_of(s: ShardStream, shard: str, table: str) -> None:
+    """A DROP TABLE of ``db.<table>`` on ``shard``: a DDL marker of the logical table in
+    every partition at one position, its source naming the physical table."""
+    from cdc.ddl import ddl_marker
+    from cdc.wire.headers import DDL_HEADER
+
+    s.on(shard)
+    pos = s.positions[shard]
+    marker = json.dumps(ddl_marker("db", "t", "DROP", f"DROP TABLE db.{table}", None)).encode()
+    for p in range(s.partitions):
+        value = {"op": "m", "source": {"ts_ms": 1, "db": "db", "table": table, "shard": shard}}
+        Stream._add(s, p, None, {"op": "c"}, 0)
+        s.pending[-1]["value"] = json.dumps(value).encode()
+        s.pending[-1]["headers"] = [
+            {"key": POSITION_HEADER, "value": f"bin.000001:{pos}:0@{shard}".encode()},
+            {"key": DDL_HEADER, "value": marker},
+        ]
+    s.positions[shard] += 100
+
+
+@pytest.mark.parametrize("on_drop", ["truncate", "keep"])
+def test_a_drop_of_one_origin_empties_or_keeps_its_rows_only(tmp_path, on_drop):
+    """Shard a drops its db.t_0: with ``on_drop: truncate`` that origin's rows go (once,
+    though the marker is in every partition), with ``keep`` they stay; shard b's rows and
+    later changes stay either way, and the logical table goes on streaming."""
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink, sharded=True, on_drop=on_drop)
+    proc.table("db.t", ORIGINS)
+    a, b = "a/db.t_0", "b/db.t_0"
+    s = ShardStream()
+    for i in range(1, 4):
+        s.on("a").change("c", {"id": i, "__cdc_origin": a}, after={"id": i, "v": "a", "__cdc_origin": a})
+        s.on("b").change("c", {"id": i, "__cdc_origin": b}, after={"id": i, "v": "b", "__cdc_origin": b})
+    _drop_of(s, "a", "t_0")
+    s.on("b").change("c", {"id": 9, "__cdc_origin": b}, after={"id": 9, "v": "b", "__cdc_origin": b})
+    proc.process(0, s.batch())
+    expected = {(i, b): {"id": i, "v": "b", "__cdc_origin": b} for i in (1, 2, 3, 9)}
+    if on_drop == "keep":
+        expected.update({(i, a): {"id": i, "v": "a", "__cdc_origin": a} for i in (1, 2, 3)})
+    assert sink.state() == expected
+    rt = proc.tables["db.t"]
+    assert rt.phase == "streaming" and rt.shard_ddl.through["a"] > 0
+    writes = sink.writes
+    proc.process(0, s.batch())  # nothing new: no write
+    assert sink.writes == writes
