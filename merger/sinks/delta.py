@@ -76,7 +76,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -673,39 +673,38 @@ class DeltaSink(DeltaReads, Sink):
     # ------------------------------------------------------------------ truncate / read
 
     def truncate(self, table, version: int) -> bool:
-        table = as_table_id(table)
-        version = int(version)
-        m = self._meta_for(table)
-        try:
-            main_v, tomb_v = self._versions(m)
-            self._fence((m.main, m.tomb), version, main_v)
-            if version <= main_v and version <= tomb_v:
-                return False
-            replay = version <= main_v
-            if not replay:
-                write_deltalake(
-                    m.main,
-                    delta_arrow_schema(m.main).empty_table(),
-                    mode="overwrite",
-                    commit_properties=self._commit(version, m.app_main),
-                )
-                m.main.update_incremental()
-                m.maybe_empty = True
-            if tomb_v < version:
-                write_deltalake(
-                    m.tomb,
-                    delta_arrow_schema(m.tomb).empty_table(),
-                    mode="overwrite",
-                    commit_properties=self._commit(version, m.app_tomb),
-                )
-                m.tomb.update_incremental()
-            return not replay
-        except (OSError, DeltaError) as exc:
-            raise self._io_error(exc, self.table_path(table)) from None
+        def overwrite_empty(dt: DeltaTable, app_id: str, version: int) -> None:
+            empty = delta_arrow_schema(dt).empty_table()
+            write_deltalake(dt, empty, mode="overwrite", commit_properties=self._commit(version, app_id))
+            dt.update_incremental()
+
+        def empty_main(m: _Meta, version: int) -> None:
+            overwrite_empty(m.main, m.app_main, version)
+            m.maybe_empty = True
+
+        return self._emptying(table, version, empty_main, lambda m, v: overwrite_empty(m.tomb, m.app_tomb, v))
 
     def truncate_origin(self, table, version: int, column: str, origin: str) -> bool:
-        """As ``truncate``, one delete per table (main, then tombstones) whose commit
-        records ``version``: a replay skips the one already done."""
+        predicate = _in_predicate(column, [origin])
+
+        # a delete that matches nothing commits nothing: _record then commits the version
+        def delete_main(m: _Meta, version: int) -> None:
+            m.main.delete(predicate, commit_properties=self._commit(version, m.app_main))
+            self._record(m.main, version, delta_arrow_schema(m.main), m.app_main)
+
+        def delete_tombs(m: _Meta, version: int) -> None:
+            if column in delta_arrow_schema(m.tomb).names:
+                m.tomb.delete(predicate, commit_properties=self._commit(version, m.app_tomb))
+            self._record(m.tomb, version, delta_arrow_schema(m.tomb), m.app_tomb)
+
+        return self._emptying(table, version, delete_main, delete_tombs)
+
+    def _emptying(
+        self, table, version: int, main: Callable[[_Meta, int], None], tombs: Callable[[_Meta, int], None]
+    ) -> bool:
+        """A versioned write that takes rows out of the table (``main``) and of its
+        tombstones (``tombs``), each step's commit recording ``version``: a replay skips a
+        step already done; False if both were."""
         table = as_table_id(table)
         version = int(version)
         m = self._meta_for(table)
@@ -715,15 +714,10 @@ class DeltaSink(DeltaReads, Sink):
             if version <= main_v and version <= tomb_v:
                 return False
             replay = version <= main_v
-            predicate = _in_predicate(column, [origin])
-            # a delete that matches nothing commits nothing: _record then commits the version
             if not replay:
-                m.main.delete(predicate, commit_properties=self._commit(version, m.app_main))
-                self._record(m.main, version, delta_arrow_schema(m.main), m.app_main)
+                main(m, version)
             if tomb_v < version:
-                if column in delta_arrow_schema(m.tomb).names:
-                    m.tomb.delete(predicate, commit_properties=self._commit(version, m.app_tomb))
-                self._record(m.tomb, version, delta_arrow_schema(m.tomb), m.app_tomb)
+                tombs(m, version)
             return not replay
         except (OSError, DeltaError) as exc:
             raise self._io_error(exc, self.table_path(table)) from None

@@ -469,11 +469,10 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             return None if st is None or st.version < 0 else st.version
 
     def apply(self, table, version: int, changes: Changes) -> bool:
-        table = as_table_id(table)
-        version = int(version)
+        table, version = as_table_id(table), int(version)
         with self._lock:
-            st = self._state(table)
-            if version <= st.version:
+            st = self._unapplied(table, version)
+            if st is None:
                 return False
             src = latest_per_key(table, changes, st.keys)
             unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in st.columns]
@@ -501,12 +500,16 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             st.version = version
             return True
 
+    def _unapplied(self, table: TableId, version: int) -> _State | None:
+        """The table's state for a write of ``version``; None if that version was applied."""
+        st = self._state(table)
+        return None if version <= st.version else st
+
     def truncate(self, table, version: int) -> bool:
-        table = as_table_id(table)
-        version = int(version)
+        table, version = as_table_id(table), int(version)
         with self._lock:
-            st = self._state(table)
-            if version <= st.version:
+            st = self._unapplied(table, version)
+            if st is None:
                 return False
             vbytes = str(version).encode()
             now = int(time.time() * 1000)
@@ -524,11 +527,10 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
     def truncate_origin(self, table, version: int, column: str, origin: str) -> bool:
         """As ``truncate``, for the keys whose key column ``column`` equals ``origin``
         (all of them, deleted ones too, so a rebuild forgets their sequences)."""
-        table = as_table_id(table)
-        version = int(version)
+        table, version = as_table_id(table), int(version)
         with self._lock:
-            st = self._state(table)
-            if version <= st.version:
+            st = self._unapplied(table, version)
+            if st is None:
                 return False
             if column not in st.keys:
                 raise SinkError(f"table {table}: {column!r} is not a key column of its changelog")
