@@ -56,6 +56,19 @@ def test_storage_options_commit_safely_and_hide_the_secret(monkeypatch):
     assert DeltaSinkConfig(path="/data/delta").storage_options() is None
 
 
+def test_a_hung_request_fails_after_request_timeout_s_retries_included():
+    default = DeltaSinkConfig(path="s3://b/p").storage_options()
+    assert (default["timeout"], default["retry_timeout"], default["connect_timeout"]) == (
+        "60000ms",
+        "30000ms",
+        "5000ms",
+    )
+    short = DeltaSinkConfig(path="s3://b/p", object_store={"request_timeout_s": 2.5}).storage_options()
+    assert (short["timeout"], short["retry_timeout"], short["connect_timeout"]) == ("2500ms", "2500ms", "2500ms")
+    with pytest.raises(ValueError, match="request_timeout_s"):
+        DeltaSinkConfig(path="s3://b/p", object_store={"request_timeout_s": 0})
+
+
 def test_credentials_file(tmp_path, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
