@@ -137,7 +137,7 @@ def storage_options(
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def one_line(text: str, limit: int = 400) -> str:
+def one_line(text: str, limit: int | None = 400) -> str:
     """An object-store error (delta-rs prints a tree of causes with colour codes) as one line."""
     text = _ANSI.sub("", text).replace("↳", " ")
     return " ".join(text.split())[:limit]
