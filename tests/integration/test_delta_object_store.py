@@ -14,6 +14,7 @@ in-process mock), reached by delta-rs over HTTP with conditional-put commits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -310,30 +311,40 @@ class _ItemsWorkload(threading.Thread):
         self.error: BaseException | None = None
         self.statements = 0
 
+    def _next(self) -> tuple[str, tuple]:
+        k = self.rnd.randint(1, self.rows + 500)
+        op = self.rnd.random()
+        if op < 0.35:
+            return "INSERT IGNORE INTO items VALUES (%s, 'ins', %s, NOW(3), REPEAT('w', %s))", (k, k, k % 90)
+        if op < 0.7:
+            return "UPDATE items SET price = price + 1, name = %s WHERE id = %s", (f"u{k}", k)
+        if op < 0.9:
+            return "DELETE FROM items WHERE id = %s", (k,)
+        return "UPDATE items SET id = %s WHERE id = %s", (k + 100_000, k)
+
     def run(self):
         try:
             conn = root_connection(self.stack, self.db)
             with conn, conn.cursor() as cur:
-                while not self.stop.is_set():
-                    k = self.rnd.randint(1, self.rows + 500)
-                    op = self.rnd.random()
-                    if op < 0.35:
-                        cur.execute(
-                            "INSERT IGNORE INTO items VALUES (%s, 'ins', %s, NOW(3), REPEAT('w', %s))", (k, k, k % 90)
-                        )
-                    elif op < 0.7:
-                        cur.execute("UPDATE items SET price = price + 1, name = %s WHERE id = %s", (f"u{k}", k))
-                    elif op < 0.9:
-                        cur.execute("DELETE FROM items WHERE id = %s", (k,))
-                    else:
-                        try:
-                            cur.execute("UPDATE items SET id = %s WHERE id = %s", (k + 100_000, k))
-                        except pymysql.err.IntegrityError:
-                            pass
+                while not self.stop.wait(0.01):
+                    try:
+                        cur.execute(*self._next())
+                    except pymysql.err.IntegrityError:  # a key change onto a key that exists
+                        pass
                     self.statements += 1
-                    time.sleep(0.01)
         except BaseException as exc:  # reported by the test
             self.error = exc
+
+
+@contextlib.contextmanager
+def _frozen(pid: int):
+    """The process stopped (SIGSTOP) for the block, continued (SIGCONT) after it, also on
+    failure; yields when it was stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield time.monotonic()
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def _status(mcfg) -> dict:
@@ -394,21 +405,18 @@ def test_a_store_that_hangs_blocks_the_sink_then_catches_up(stack, s3_store, tmp
     work = _ItemsWorkload(stack, db, rows)
     moto = local_stack.running_pid(Path(stack.state_dir), "s3", local_stack.s3_marker(stack))
     assert moto, "the S3 server is not running"
-    frozen = False
     try:
         _wait_equal(stack, s3_store, base, db, merger, timeout_s=150)  # the snapshot is in
         work.start()
         time.sleep(3)  # changes stream into the table
-        os.kill(moto, signal.SIGSTOP)
-        frozen, frozen_at = True, time.monotonic()
-        blocked = _wait(lambda: _blocked(mcfg), FREEZE_S, "the table blocked on the sink in cdc status", merger)
-        blocked_after = time.monotonic() - frozen_at
+        with _frozen(moto) as frozen_at:
+            blocked = _wait(lambda: _blocked(mcfg), FREEZE_S, "the table blocked on the sink in cdc status", merger)
+            blocked_after = time.monotonic() - frozen_at
+            time.sleep(max(0.0, FREEZE_S - (time.monotonic() - frozen_at)))
+            assert merger.alive(), merger.log_text()[-3000:]
+        thawed_at = time.monotonic()
         assert list(blocked) == [f"{db}.items"] and blocked[f"{db}.items"].startswith("DeltaSink: "), blocked
         assert "is unreachable" in blocked[f"{db}.items"], blocked
-        time.sleep(max(0.0, FREEZE_S - (time.monotonic() - frozen_at)))
-        assert merger.alive(), merger.log_text()[-3000:]
-        os.kill(moto, signal.SIGCONT)
-        frozen, thawed_at = False, time.monotonic()
         _wait(lambda: not _blocked(mcfg), 60, "the table to be unblocked", merger)
         unblocked_after = time.monotonic() - thawed_at
         time.sleep(2)
@@ -424,8 +432,6 @@ def test_a_store_that_hangs_blocks_the_sink_then_catches_up(stack, s3_store, tmp
             f"{blocked_after:.1f}s, unblocked {unblocked_after:.1f}s after the thaw; while frozen: {blocked}"
         )
     finally:
-        if frozen:
-            os.kill(moto, signal.SIGCONT)
         work.stop.set()
         merger.stop()
         ingest.stop()
