@@ -9,7 +9,9 @@ in-process mock), reached by delta-rs over HTTP with conditional-put commits.
   the test; killed (-9) after a Delta commit and before its state is saved, it converges
   after a restart; ``cdc verify`` reads the same tables;
 * an unreachable store, or a bucket that does not exist, stops the merger at start with one
-  line.
+  line;
+* a store that hangs mid-run (moto frozen for 25 s under a workload) blocks the table on the
+  Delta sink, visibly in ``cdc status``, and the table catches up equal to the source.
 """
 
 from __future__ import annotations
