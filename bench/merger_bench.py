@@ -1238,8 +1238,8 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
     L = []
     L.append(
         f"Machine: {env['cpus']} CPUs, {env['mem_gb']:.0f} GB; load average at start {env['load']}; "
-        f"merger trigger {args.trigger_ms} ms, Spark conf: product defaults (local mode, driver 2g)"
-        + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else "")
+        f"merger trigger {args.trigger_ms} ms, Spark master {MERGER_SETTINGS.get('spark_master', 'local (default)')}, "
+        "Spark conf: product defaults (driver 2g)" + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else "")
     )
     if baseline:
         L += [
