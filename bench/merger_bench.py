@@ -1238,8 +1238,8 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
     L = []
     L.append(
         f"Machine: {env['cpus']} CPUs, {env['mem_gb']:.0f} GB; load average at start {env['load']}; "
-        f"merger trigger {args.trigger_ms} ms, Spark conf: product defaults (local mode, driver 2g)"
-        + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else "")
+        f"merger trigger {args.trigger_ms} ms, Spark master {MERGER_SETTINGS.get('spark_master', 'local (default)')}, "
+        "Spark conf: product defaults (driver 2g)" + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else "")
     )
     if baseline:
         L += [
@@ -1495,6 +1495,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--down", action="store_true", help="stop the bench stack at the end")
     ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
+    ap.add_argument(
+        "--json-file",
+        type=Path,
+        metavar="PATH",
+        help="write the raw figures as JSON to PATH (and the text report to stdout as always)",
+    )
     args = ap.parse_args(argv)
     for kv in args.merger_set:
         key, sep, value = kv.partition("=")
@@ -1564,8 +1570,11 @@ def main(argv: list[str] | None = None) -> int:
             local_stack.down(Path(args.state_dir))
     lines = report(args, env, baseline, snaps, lat)
     print("\n".join(lines), flush=True)
+    figures = {"baseline": baseline, "snapshots": snaps, "latency": lat, "report": lines}
     if args.json:
-        print(json.dumps({"baseline": baseline, "snapshots": snaps, "latency": lat}, default=str, indent=1))
+        print(json.dumps({k: v for k, v in figures.items() if k != "report"}, default=str, indent=1))
+    if args.json_file:
+        args.json_file.write_text(json.dumps(figures, default=str, indent=1))
     if args.record:
         record(args, lines)
     return 1 if failed else 0

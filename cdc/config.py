@@ -476,6 +476,14 @@ class ObjectStoreConfig(_Model):
         description="a file of AWS_ACCESS_KEY_ID=..., AWS_SECRET_ACCESS_KEY=... (and AWS_SESSION_TOKEN=...) "
         "lines; default: those variables of the environment",
     )
+    request_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="a request to the store (a data file's upload included) that is not answered within this "
+        "fails; the write is then retried and `cdc status` shows the table blocked on the Delta sink. A store "
+        "that hangs is seen after about this long: lower it on a fast network, keep it above the time to "
+        "upload a file of compact_target_mb",
+    )
 
     @field_validator("endpoint")
     @classmethod
@@ -557,7 +565,14 @@ class DeltaSinkConfig(_Model):
         if not is_object_store(self.path):
             return None
         store = self.object_store or ObjectStoreConfig()
-        return storage_options(store.endpoint, store.region, store.addressing, store.allow_http, store.credentials())
+        return storage_options(
+            store.endpoint,
+            store.region,
+            store.addressing,
+            store.allow_http,
+            store.credentials(),
+            store.request_timeout_s,
+        )
 
 
 class KafkaChangelogSinkConfig(_Model):

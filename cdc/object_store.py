@@ -26,7 +26,26 @@ SECRET_NAMES = frozenset({"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
 DEFAULT_REGION = "us-east-1"
 # object_store's client retries: bounded, so that a store that is down is reported (and then
 # waited for by the merger's sink retries) rather than hidden in minutes of backoff
-CLIENT_OPTIONS = {"connect_timeout": "5s", "timeout": "60s", "max_retries": "3", "retry_timeout": "30s"}
+DEFAULT_REQUEST_TIMEOUT_S = 60.0
+MAX_RETRY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+def client_options(request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> dict[str, str]:
+    """object_store's client settings: a request that gets no answer fails after
+    ``request_timeout_s``, and is retried (up to 3 times) only within that time too, so a
+    store that hangs is reported (the sink blocked) after about ``request_timeout_s``, not
+    after minutes; a store that answers an error at once is retried for up to 30 s."""
+
+    def ms(seconds: float) -> str:
+        return f"{max(1, round(seconds * 1000))}ms"
+
+    return {
+        "connect_timeout": ms(min(CONNECT_TIMEOUT_S, request_timeout_s)),
+        "timeout": ms(request_timeout_s),
+        "max_retries": "3",
+        "retry_timeout": ms(min(MAX_RETRY_TIMEOUT_S, request_timeout_s)),
+    }
 
 
 def is_object_store(path: str) -> bool:
@@ -91,9 +110,10 @@ def storage_options(
     addressing: str,
     allow_http: bool,
     credentials: Credentials,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> StorageOptions:
     """The options delta-rs (object_store) needs for an S3 path."""
-    options = StorageOptions(CLIENT_OPTIONS)
+    options = StorageOptions(client_options(request_timeout_s))
     options.update(
         {
             "AWS_REGION": region or DEFAULT_REGION,
@@ -117,7 +137,7 @@ def storage_options(
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def one_line(text: str, limit: int = 400) -> str:
+def one_line(text: str, limit: int | None = 400) -> str:
     """An object-store error (delta-rs prints a tree of causes with colour codes) as one line."""
     text = _ANSI.sub("", text).replace("↳", " ")
     return " ".join(text.split())[:limit]

@@ -222,8 +222,10 @@ class DeltaSink(DeltaReads, Sink):
             raise self._io_error(exc, path) from None
 
     def _io_error(self, exc: BaseException, path: str) -> SinkError:
+        # classified by the whole chain of causes: a MERGE's read of a data file puts the
+        # store's "operation timed out" after 400 characters of Parquet and S3 context
+        lowered = one_line(str(exc), limit=None).lower()
         text = _first_line(exc)
-        lowered = text.lower()
         unreachable = ("timed out", "timeout", "connection", "unreachable", "dns", "503", "network", "sending request")
         if any(w in lowered for w in unreachable):
             return SinkUnavailable(f"Delta storage for {path} is unreachable: {text}")

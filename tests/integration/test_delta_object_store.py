@@ -9,14 +9,23 @@ in-process mock), reached by delta-rs over HTTP with conditional-put commits.
   the test; killed (-9) after a Delta commit and before its state is saved, it converges
   after a restart; ``cdc verify`` reads the same tables;
 * an unreachable store, or a bucket that does not exist, stops the merger at start with one
-  line.
+  line;
+* a store that hangs mid-run (moto frozen for 25 s under a workload) blocks the table on the
+  Delta sink, visibly in ``cdc status``, and the table catches up equal to the source.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import random
+import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -27,6 +36,7 @@ from cdc import stack as local_stack
 from tests.delta_stores import S3DeltaStore, s3_options
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import ROOT, MergerProcess, write_merger_config
+from tests.source_db import root_connection
 from tests.unit.test_sinks import (  # noqa: F401  (the same tests, on the object store)
     STEP,
     delta_sink,
@@ -76,15 +86,8 @@ def test_commits_are_conditional_puts_never_an_unsafe_rename(delta_store):
 # ----------------------------------------------------------------------------- the merger
 
 
-def _conn(stack, db=None):
-    m = stack.mariadb
-    return pymysql.connect(
-        host=m.host, port=m.port, user="root", password=m.root_password, database=db, autocommit=True
-    )
-
-
 def _run(stack, db, *statements):
-    conn = _conn(stack, db)
+    conn = root_connection(stack, db)
     try:
         with conn.cursor() as cur:
             for s in statements:
@@ -97,7 +100,7 @@ COLUMNS = ["id", "name", "price", "made", "note"]
 
 
 def _source(stack, db) -> list[tuple]:
-    conn = _conn(stack, db)
+    conn = root_connection(stack, db)
     try:
         with conn.cursor() as cur:
             cur.execute(f"SELECT {', '.join(COLUMNS)} FROM items ORDER BY id")
@@ -289,4 +292,148 @@ def test_a_second_merger_with_its_own_state_dir_takes_the_bucket_over_and_the_fi
     finally:
         second.stop()
         first.stop()
+        ingest.stop()
+
+
+# ------------------------------------------------------------------ the store hangs mid-run
+
+FREEZE_S = 25
+REQUEST_TIMEOUT_S = 5  # object_store.request_timeout_s: a hung request fails after this
+
+
+class _ItemsWorkload(threading.Thread):
+    """Inserts, updates, deletes and key changes on ``items``, ~100 statements a second,
+    until stopped (autocommit; the check compares with whatever the source then holds)."""
+
+    def __init__(self, stack, db: str, rows: int):
+        super().__init__(daemon=True)
+        self.stack, self.db, self.rows = stack, db, rows
+        self.rnd = random.Random(25)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.statements = 0
+
+    def _next(self) -> tuple[str, tuple]:
+        k = self.rnd.randint(1, self.rows + 500)
+        op = self.rnd.random()
+        if op < 0.35:
+            return "INSERT IGNORE INTO items VALUES (%s, 'ins', %s, NOW(3), REPEAT('w', %s))", (k, k, k % 90)
+        if op < 0.7:
+            return "UPDATE items SET price = price + 1, name = %s WHERE id = %s", (f"u{k}", k)
+        if op < 0.9:
+            return "DELETE FROM items WHERE id = %s", (k,)
+        return "UPDATE items SET id = %s WHERE id = %s", (k + 100_000, k)
+
+    def run(self):
+        try:
+            conn = root_connection(self.stack, self.db)
+            with conn, conn.cursor() as cur:
+                while not self.stop.wait(0.01):
+                    try:
+                        cur.execute(*self._next())
+                    except pymysql.err.IntegrityError:  # a key change onto a key that exists
+                        pass
+                    self.statements += 1
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+@contextlib.contextmanager
+def _frozen(pid: int):
+    """The process stopped (SIGSTOP) for the block, continued (SIGCONT) after it, also on
+    failure; yields when it was stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield time.monotonic()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _status(mcfg) -> dict:
+    """What an operator sees: `cdc status --json` (reads the state directory only)."""
+    res = subprocess.run(
+        [sys.executable, "-m", "cdc.cli", "status", "--json", "-c", str(mcfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout)
+
+
+def _blocked(mcfg) -> dict[str, str]:
+    return {n: t["blocked_on_sink"] for n, t in _status(mcfg)["tables"].items() if t.get("blocked_on_sink")}
+
+
+def _wait(predicate, timeout_s: float, what: str, merger: MergerProcess):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not merger.alive():
+            raise AssertionError(f"merger exited while waiting for {what}:\n{merger.log_text()[-4000:]}")
+        value = predicate()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{merger.log_text()[-3000:]}")
+
+
+@pytest.mark.timeout(300)
+def test_a_store_that_hangs_blocks_the_sink_then_catches_up(stack, s3_store, tmp_path, unique_name):
+    """The S3 server stops answering for 25 s while a workload writes to MariaDB, then
+    answers again: the merger keeps running, `cdc status` shows the table blocked on the
+    Delta sink (each hung request fails after ``object_store.request_timeout_s``, then the
+    write is retried with a growing delay, a WARNING line each), and once the store is back
+    the Delta table catches up and equals the source row for row (read with deltalake, not
+    the merger's reader): nothing lost, nothing doubled.
+
+    The server is frozen (SIGSTOP, then SIGCONT), not killed: moto keeps its objects in
+    memory only, so a killed and restarted moto would be a new, empty store (no bucket, no
+    tables), not the same store back. A frozen server is "a store that hangs": connections
+    are accepted by the kernel and no reply comes, which is also what a store behind a
+    dead network path looks like, and requests that were in flight are carried out late,
+    after the client gave up on them (a commit the merger believes failed may land: the
+    retry must see it and not apply the batch twice)."""
+    db = f"s3h_{unique_name}"
+    base = f"s3://{s3_store.bucket}/{unique_name}"
+    rows = 2000
+    _items(stack, db, f"SELECT seq, CONCAT('n', seq), seq, '2025-01-02 03:04:05', NULL FROM seq_1_to_{rows}")
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    extra = _object_store_config(stack, base)
+    extra["sinks.delta.object_store"]["request_timeout_s"] = REQUEST_TIMEOUT_S
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **extra)
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    work = _ItemsWorkload(stack, db, rows)
+    moto = local_stack.running_pid(Path(stack.state_dir), "s3", local_stack.s3_marker(stack))
+    assert moto, "the S3 server is not running"
+    try:
+        _wait_equal(stack, s3_store, base, db, merger, timeout_s=150)  # the snapshot is in
+        work.start()
+        time.sleep(3)  # changes stream into the table
+        with _frozen(moto) as frozen_at:
+            blocked = _wait(lambda: _blocked(mcfg), FREEZE_S, "the table blocked on the sink in cdc status", merger)
+            blocked_after = time.monotonic() - frozen_at
+            time.sleep(max(0.0, FREEZE_S - (time.monotonic() - frozen_at)))
+            assert merger.alive(), merger.log_text()[-3000:]
+        thawed_at = time.monotonic()
+        assert list(blocked) == [f"{db}.items"] and blocked[f"{db}.items"].startswith("DeltaSink: "), blocked
+        assert "is unreachable" in blocked[f"{db}.items"], blocked
+        _wait(lambda: not _blocked(mcfg), 60, "the table to be unblocked", merger)
+        unblocked_after = time.monotonic() - thawed_at
+        time.sleep(2)
+        work.stop.set()
+        work.join(30)
+        assert work.error is None, work.error
+        _wait_equal(stack, s3_store, base, db, merger, timeout_s=90)
+        log = merger.log_text()
+        assert f"table {db}.items blocked on sink DeltaSink: Delta storage for s3://" in log, log[-3000:]
+        assert "sink DeltaSink reachable again" in log and "Traceback" not in log, log[-3000:]
+        print(
+            f"store frozen {FREEZE_S}s under {work.statements} statements: blocked in status after "
+            f"{blocked_after:.1f}s, unblocked {unblocked_after:.1f}s after the thaw; while frozen: {blocked}"
+        )
+    finally:
+        work.stop.set()
+        merger.stop()
         ingest.stop()

@@ -13,14 +13,13 @@ import signal
 import time
 import urllib.request
 
-import pymysql
 import pytest
 
-from cdc import stack as local_stack
 from cdc import stack_spark
 from cdc.stack import free_port
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.source_db import root_connection
 
 pytestmark = pytest.mark.integration
 
@@ -33,14 +32,7 @@ def cluster(stack):
 
 
 def _run(stack, db, *statements):
-    conn = pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=local_stack.secret_file(stack, "mysql_root_password").read_text(),
-        database=db,
-        autocommit=True,
-    )
+    conn = root_connection(stack, db)
     try:
         with conn.cursor() as cur:
             for statement in statements:

@@ -56,6 +56,19 @@ def test_storage_options_commit_safely_and_hide_the_secret(monkeypatch):
     assert DeltaSinkConfig(path="/data/delta").storage_options() is None
 
 
+def test_a_hung_request_fails_after_request_timeout_s_retries_included():
+    default = DeltaSinkConfig(path="s3://b/p").storage_options()
+    assert (default["timeout"], default["retry_timeout"], default["connect_timeout"]) == (
+        "60000ms",
+        "30000ms",
+        "5000ms",
+    )
+    short = DeltaSinkConfig(path="s3://b/p", object_store={"request_timeout_s": 2.5}).storage_options()
+    assert (short["timeout"], short["retry_timeout"], short["connect_timeout"]) == ("2500ms", "2500ms", "2500ms")
+    with pytest.raises(ValueError, match="request_timeout_s"):
+        DeltaSinkConfig(path="s3://b/p", object_store={"request_timeout_s": 0})
+
+
 def test_credentials_file(tmp_path, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
@@ -85,3 +98,23 @@ def test_an_object_store_error_tree_becomes_one_line():
         "Kernel error -> Generic S3 error\n  \x1b[31m↳\x1b[0m Error performing GET\n   \x1b[31m↳\x1b[0m error sending"
     )
     assert one_line(text) == "Kernel error -> Generic S3 error Error performing GET error sending"
+
+
+def test_a_timeout_deep_in_a_long_store_error_is_a_sink_unavailable():
+    """A MERGE's read of a data file from a store that hangs: delta-rs's error names the file
+    and the request first, the timeout only after 400 characters (seen with moto frozen)."""
+    from merger.sinks.base import SinkUnavailable
+    from merger.sinks.delta import DeltaSink
+
+    sink = DeltaSink("s3://cdc/t1659e7d3")
+    file = "t1659e7d3/s3h_t1659e7d3/items/part-00000-2a23c608-2744-417f-9bc4-4e7dd81859da-c000.snappy.parquet"
+    exc = OSError(
+        f"Generic DeltaTable error: Parquet error: Parquet error: Failed to fetch metadata for file {file}: "
+        f"Object Store error: Generic S3 error: Error performing GET http://127.0.0.1:38451/cdc/{file} in "
+        "5.001145427s - HTTP error\n  ↳ error sending request\n   ↳ operation timed out"
+    )
+    assert str(exc).index("sending request") > 400
+    err = sink._io_error(exc, "s3://cdc/t1659e7d3/s3h_t1659e7d3/items")
+    assert isinstance(err, SinkUnavailable) and "is unreachable" in str(err) and len(str(err)) < 500
+    other = sink._io_error(OSError("Generic S3 error: Access Denied"), "s3://b/p/db/items")
+    assert not isinstance(other, SinkUnavailable) and "Access Denied" in str(other)
