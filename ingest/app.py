@@ -818,17 +818,16 @@ class Ingest:
             return 0
         if ddl.kind == "DATABASE" and not self.filter.captures_database(ddl.database or ""):
             return 0
-        # a logical table of several origins: renaming one origin (RENAME, ALTER ... RENAME
-        # TO) is not what the statement would do to the sink table (docs/sharding.md); a
-        # TRUNCATE or a DROP of one is that origin's rows, which the origin column names
-        # (key mode origin)
+        # a logical table of several origins: a TRUNCATE, DROP or RENAME (also ALTER ...
+        # RENAME TO) of one is that origin's rows, which the origin column names (key mode
+        # origin: docs/sharding.md); without that column ingest cannot say which rows go
         renamed = {t for t, effect in table_effects(ddl) if effect in (DROPPED, RENAMED)} if ddl.kind == "ALTER" else ()
         routed = [
             (db, t)
             for db, t in captured
             if self.routes.routed(db, t)
+            and not self.routes.adds_origin(db, t)
             and (ddl.kind not in ("CREATE", "ALTER") or (db, t) in renamed)
-            and not (ddl.kind in ("TRUNCATE", "DROP") and self.routes.adds_origin(db, t))
         ]
         if routed:
             where = f"binlog {position.file}:{position.pos}" + (f" of shard {self.shard}" if self.shard else "")

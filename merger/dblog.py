@@ -259,13 +259,23 @@ class Reconciler:
             if partition not in window.low or window.truncated or window.problem:
                 continue
             if op == "t":
-                if emptied is not None and not emptied(window):
-                    continue
-                window.truncated = True
-                window.seen.clear()  # nothing will be emitted
+                if emptied is None or emptied(window):
+                    self._empty(window)
             else:
                 window.seen.add(key)
         return True
+
+    def empty_windows(self, emptied: Callable[[Window], bool]) -> None:
+        """The open windows ``emptied`` names emit nothing (a TRUNCATE, or a table renamed
+        onto their origin, came after their LOW): their rows may be older than it."""
+        for window in self.windows.values():
+            if not window.truncated and not window.problem and emptied(window):
+                self._empty(window)
+
+    @staticmethod
+    def _empty(window: Window) -> None:
+        window.truncated = True
+        window.seen.clear()  # nothing will be emitted
 
     # -- persistence --------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc.ddl import ALTERED, CREATED, DROPPED, spec_from_marker
+from cdc.ddl import ALTERED, CREATED, DROPPED, RENAMED, spec_from_marker
 from cdc.routes import ORIGIN_COLUMN, origin_of
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
@@ -626,8 +626,14 @@ class BatchProcessor(PausedTables):
             self._walk(batch_id, rt, events[start:i], step)
             start = i + 1
             order, marker = ev.order, ev.image
-            if str(marker.get("kind")) == DROPPED and ORIGIN_COLUMN in rt.schema.names:
+            kind = str(marker.get("kind"))
+            if kind == DROPPED and ORIGIN_COLUMN in rt.schema.names:
                 self._drop_origin(batch_id, rt, ev, step)  # one physical table of the logical table
+                continue
+            if kind == RENAMED and ORIGIN_COLUMN in rt.schema.names:
+                if self._renamed_in(batch_id, rt, ev, step):
+                    keep(self.store, batch_id, rt.name, [kept.record for kept in events[i:]], "-ddl")
+                    return
                 continue
             if self.source_kind.shards:  # per shard, against the other shards' definitions (merger.shard_ddl)
                 if self._shard_marker(batch_id, rt, ev, step):
@@ -712,6 +718,34 @@ class BatchProcessor(PausedTables):
             # its chunks of the dropped table would never be read: the snapshot starts again
             self.ddl.drop_windows(rt, self._staging_done)
             self.store.request("snapshot", rt.name, where=None)
+
+    def _renamed_in(self, batch_id: int, rt: TableRuntime, ev: ChangeEvent, step: list) -> bool:
+        """A table renamed into the logical table (RENAME TABLE, ALTER ... RENAME TO): one
+        more origin, whose rows came without row events. Its definition counts as an
+        ALTER's would; then its server's tables are snapshotted again (a shard's; the
+        whole logical table on one server). True: the shards disagree, paused here."""
+        if self.source_kind.shards:
+            shard = self._origin_of_record(ev).partition("/")[0]
+            if ev.order <= rt.shard_ddl.through.get(shard, 0):
+                return False  # the same statement, read from another partition
+            if self._shard_marker(batch_id, rt, ev, step):
+                return True
+        else:
+            if ev.order <= rt.ddl_through:
+                return False
+            rt.ddl_through = ev.order
+            spec = spec_from_marker(ev.image)
+            if spec is not None:
+                self.ddl.apply(batch_id, rt, ALTERED, spec, ev.image.get("ddl"), ev.order, step, self._staging_done)
+        origin = self._origin_of_record(ev)
+        if self.on_drop == "truncate":  # what the name held before (a swap) is void, as at a DROP
+            self.writer.truncate_origin(batch_id, rt, origin, step)
+            rt.origin_truncated[origin] = max(rt.origin_truncated.get(origin, 0), ev.order)
+        rt.reconciler.empty_windows(lambda w: chunk_origin(w.chunk_ids[0], rt.name) == origin)
+        of_shard = {"shard": origin.partition("/")[0]} if self.source_kind.shards else {}
+        self.store.request("snapshot", rt.name, where=None, **of_shard)
+        log.info("%s: %s renamed into it: its rows are snapshotted", rt.name, origin)
+        return False
 
     def _origin_of_record(self, ev: ChangeEvent) -> str:
         """The origin whose physical table a record's ``source`` names."""

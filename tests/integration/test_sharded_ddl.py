@@ -13,11 +13,13 @@ the table has it, else NULL), against each sink read by its own reader.
 
 A TRUNCATE of one physical table of one shard, while the logical table is snapshotted and
 written on both shards, empties that origin's rows only; a DROP of another one too, and the
-table created again is an origin again (``test_a_truncate_and_a_drop_of_one_shards_table``)."""
+table created again is an origin again, and a table renamed into the logical table brings
+its rows under its new origin (``test_a_truncate_and_a_drop_of_one_shards_table``)."""
 
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -166,20 +168,15 @@ def test_a_column_added_on_one_shard_first_then_a_conflict(tmp_path, stack, two_
 
 
 def existing_rows(shards: dict, db: str) -> set[tuple]:
-    """(id, v, origin) of every row of the physical tables that exist now."""
+    """(id, v, origin) of every row of every physical table routed into ``<db>.orders``
+    (``orders_<n>``) that exists now."""
     out = set()
     for name, info in shards.items():
-        have = {
-            t
-            for (t,) in sql(
-                info, f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}'", fetch=True
-            )
-        }
-        for table in TABLES:
-            if table in have:
-                out |= {
-                    (i, v, f"{name}/{db}.{table}") for i, v in sql(info, f"SELECT id, v FROM {db}.{table}", fetch=True)
-                }
+        listed = sql(info, f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}'", fetch=True)
+        for (table,) in listed:
+            if re.fullmatch(r"orders_\d+", table):
+                rows = sql(info, f"SELECT id, v FROM {db}.{table}", fetch=True)
+                out |= {(i, v, f"{name}/{db}.{table}") for i, v in rows}
     return out
 
 
@@ -207,7 +204,8 @@ def test_a_truncate_and_a_drop_of_one_shards_table(tmp_path, stack, two_shards, 
     both shards are written: every sink (the Kafka changelog too, read with a plain
     consumer) then holds what the four physical tables hold, shard2's orders_1 only what
     was written after its TRUNCATE. Then shard1 drops its orders_0: its rows go, the rest
-    stay; created again, its rows come back under its origin."""
+    stay; created again, its rows come back under its origin. Last, shard1 renames its
+    orders_1 to orders_7 (routed too): the rows are then under orders_7's origin only."""
     db = f"sht_{unique_name}"
     prefix = f"sht{unique_name}"
     shards = servers(two_shards)
@@ -258,6 +256,14 @@ def test_a_truncate_and_a_drop_of_one_shards_table(tmp_path, stack, two_shards, 
         rows = wait_equal_rows(stack, shards, tmp_path, db, [ingest, merger])
         assert (1, "created again", f"shard1/{db}.orders_0") in rows
         wait_changelog_equal(stack, shards, f"{prefix}m.{db}.orders", db, plain_source_rows)
+
+        # shard1 renames its orders_1 to orders_7, routed too: the rows move to that origin
+        before = {(i, v) for i, v, o in rows if o == f"shard1/{db}.orders_1"}
+        sql(shards["shard1"], f"RENAME TABLE {db}.orders_1 TO {db}.orders_7")
+        rows = wait_equal_rows(stack, shards, tmp_path, db, [ingest, merger], source=existing_rows)
+        assert {(i, v) for i, v, o in rows if o == f"shard1/{db}.orders_7"} == before and before
+        assert not any(o == f"shard1/{db}.orders_1" for _, _, o in rows)
+        wait_changelog_equal(stack, shards, f"{prefix}m.{db}.orders", db, existing_rows)
         assert ingest.alive() and merger.alive()
     finally:
         stop.set()

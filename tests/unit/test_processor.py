@@ -789,24 +789,26 @@ def test_a_truncate_of_one_origin_empties_its_rows_and_its_windows_only(tmp_path
     assert proc.tables["db.t"].origin_truncated == {a: proc.tables["db.t"].origin_truncated[a]}
 
 
-def _drop_of(s: ShardStream, shard: str, table: str) -> None:
-    """A DROP TABLE of ``db.<table>`` on ``shard``: a DDL marker of the logical table in
-    every partition at one position, its source naming the physical table."""
+def _drop_of(s: ShardStream, shard: str, table: str, kind: str = "DROP", spec=None, row: int = 0) -> None:
+    """A DROP TABLE of ``db.<table>`` on ``shard`` (or another ``kind`` of DDL marker, at
+    ``row`` of the statement): a DDL marker of the logical table in every partition at one
+    position, its source naming the physical table."""
     from cdc.ddl import ddl_marker
     from cdc.wire.headers import DDL_HEADER
 
     s.on(shard)
     pos = s.positions[shard]
-    marker = json.dumps(ddl_marker("db", "t", "DROP", f"DROP TABLE db.{table}", None)).encode()
+    marker = json.dumps(ddl_marker("db", "t", kind, f"{kind} TABLE db.{table}", spec)).encode()
     for p in range(s.partitions):
         value = {"op": "m", "source": {"ts_ms": 1, "db": "db", "table": table, "shard": shard}}
         Stream._add(s, p, None, {"op": "c"}, 0)
         s.pending[-1]["value"] = json.dumps(value).encode()
         s.pending[-1]["headers"] = [
-            {"key": POSITION_HEADER, "value": f"bin.000001:{pos}:0@{shard}".encode()},
+            {"key": POSITION_HEADER, "value": f"bin.000001:{pos}:{row}@{shard}".encode()},
             {"key": DDL_HEADER, "value": marker},
         ]
-    s.positions[shard] += 100
+    if row == 0:
+        s.positions[shard] += 100
 
 
 @pytest.mark.parametrize("on_drop", ["truncate", "keep"])
@@ -834,3 +836,26 @@ def test_a_drop_of_one_origin_empties_or_keeps_its_rows_only(tmp_path, on_drop):
     writes = sink.writes
     proc.process(0, s.batch())  # nothing new: no write
     assert sink.writes == writes
+
+
+def test_a_table_renamed_into_a_logical_table_is_an_origin_snapshotted_anew(tmp_path):
+    """RENAME TABLE t_1 TO t_7 on shard a, t_7 routed too: t_1's rows go (a DROP of that
+    origin), what t_7's origin held before (a swap) goes too, and a snapshot of shard a's
+    tables is asked for, once, though the markers are in every partition."""
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink, sharded=True)
+    proc.table("db.t", ORIGINS)
+    a1, a7, b1 = "a/db.t_1", "a/db.t_7", "b/db.t_1"
+    s = ShardStream()
+    for origin, shard in ((a1, "a"), (a7, "a"), (b1, "b")):
+        s.on(shard).change("c", {"id": 1, "__cdc_origin": origin}, after={"id": 1, "v": "x", "__cdc_origin": origin})
+    _drop_of(s, "a", "t_1", "DROP", None, row=0)
+    _drop_of(s, "a", "t_7", "RENAME", ORIGINS, row=1)
+    proc.process(0, s.batch())
+    assert sink.state() == {(1, b1): {"id": 1, "v": "x", "__cdc_origin": b1}}
+    requests = proc.store.take_requests()
+    assert [(r["action"], r["table"], r["args"]) for r in requests] == [
+        ("snapshot", "db.t", {"where": None, "shard": "a"})
+    ]
+    proc.process(0, s.batch())  # nothing new
+    assert proc.store.take_requests() == []
