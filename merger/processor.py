@@ -848,7 +848,7 @@ class BatchProcessor(PausedTables):
             rt.reconciler.on_event(partition, seq, keys[i], op)
             if order < rt.truncated_through:
                 continue  # older than a truncate already applied (a lagging partition)
-            if rt.origin_truncated and order < rt.origin_truncated.get(image.get(ORIGIN_COLUMN), 0):
+            if rt.origin_truncated and order < rt.origin_truncated.get((image or {}).get(ORIGIN_COLUMN), 0):
                 continue  # older than its origin's truncate (orders of one origin compare)
             taken.append(i)
         self._apply_rows(batch_id, rt, data, taken, step)
