@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.headers import POSITION_HEADER, WATERMARK_HEADER
@@ -859,3 +861,92 @@ def test_a_table_renamed_into_a_logical_table_is_an_origin_snapshotted_anew(tmp_
     ]
     proc.process(0, s.batch())  # nothing new
     assert proc.store.take_requests() == []
+
+
+def _origin_records(ops: list[tuple], partitions: int = 2) -> list[list[dict]]:
+    """Each partition's records of ``ops`` (writes, deletes and truncates of the origins
+    ``<shard>/db.<table>`` of the logical table db.t), each shard's positions rising along
+    its binlog: a change in its key's partition, a truncate in every partition at one position."""
+    out: list[list[dict]] = [[] for _ in range(partitions)]
+    pos = {"a": 1_000, "b": 500_000}
+
+    def add(p: int, shard: str, key, value: dict, headers: list | None = None) -> None:
+        out[p].append(
+            {
+                "key": json.dumps(key).encode() if key is not None else None,
+                "value": json.dumps(value).encode(),
+                "topic": f"{PREFIX}.db.t",
+                "partition": p,
+                "offset": len(out[p]),
+                "headers": [{"key": POSITION_HEADER, "value": f"bin.000001:{pos[shard]}:0@{shard}".encode()}],
+            }
+        )
+
+    for op in ops:
+        shard, table = op[1], op[2]
+        origin = f"{shard}/db.{table}"
+        source = {"ts_ms": 1, "db": "db", "table": table, "shard": shard}
+        pos[shard] += 100
+        if op[0] == "t":
+            for p in range(partitions):
+                add(p, shard, None, {"op": "t", "source": source})
+            continue
+        key = {"id": op[3], "__cdc_origin": origin}
+        if op[0] == "d":
+            row = {"id": op[3], "v": None, "__cdc_origin": origin}
+            add(op[3] % partitions, shard, key, {"op": "d", "before": row, "after": None, "source": source})
+        else:
+            row = {"id": op[3], "v": op[4], "__cdc_origin": origin}
+            add(op[3] % partitions, shard, key, {"op": "c", "before": None, "after": row, "source": source})
+    return out
+
+
+ORIGIN_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("w"),
+            st.sampled_from("ab"),
+            st.sampled_from(["t_0", "t_1"]),
+            st.integers(0, 5),
+            st.text("xyz", max_size=3),
+        ),
+        st.tuples(st.just("d"), st.sampled_from("ab"), st.sampled_from(["t_0", "t_1"]), st.integers(0, 3)),
+        st.tuples(st.just("t"), st.sampled_from("ab"), st.sampled_from(["t_0", "t_1"])),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=ORIGIN_OPS, cuts=st.lists(st.integers(0, 30), min_size=2, max_size=6), behind=st.integers(1, 8))
+def test_truncates_of_origins_against_a_model(tmp_path_factory, ops, cuts, behind):
+    """Writes, deletes and TRUNCATEs of four origins (two shards, two tables each) of one
+    logical table, the two partitions read in batches that cut them at different places
+    (one partition lagging behind the other's truncate): the sink equals a model that
+    applies each origin's statements in order, a truncate emptying that origin only."""
+    model: dict = {}
+    for op in ops:
+        origin = f"{op[1]}/db.{op[2]}"
+        if op[0] == "t":
+            model = {k: v for k, v in model.items() if k[1] != origin}
+        elif op[0] == "d":
+            model.pop((op[3], origin), None)
+        else:
+            model[(op[3], origin)] = {"id": op[3], "v": op[4], "__cdc_origin": origin}
+    parts = _origin_records(ops)
+    sink = MemorySink()
+    proc = _processor(tmp_path_factory.mktemp("p"), sink, sharded=True)
+    proc.table("db.t", ORIGINS)
+    # batch k takes each partition up to its own cut: partition 1 lags ``behind`` partition 0
+    ends = sorted(set(cuts))
+    taken = [0, 0]
+    for k, end in enumerate([*ends, 10**6]):
+        lag = [end, max(0, end - behind)] if k < len(ends) else [end, end]
+        batch = []
+        for p in range(2):
+            upto = max(taken[p], min(lag[p], len(parts[p])))
+            batch += parts[p][taken[p] : upto]
+            taken[p] = upto
+        proc.process(k, pa.Table.from_pylist(batch, schema=RECORD_SCHEMA))
+    assert taken == [len(parts[0]), len(parts[1])]
+    assert sink.state() == model
