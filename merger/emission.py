@@ -15,7 +15,7 @@ from merger.dblog import Window, emitted_rows, window_survives
 from merger.schema import from_snapshot
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import TableFault
-from merger.snapshot.chunking import chunk_origin
+from merger.snapshot.chunking import window_origin
 from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
 from merger.state import StateStore
 from merger.tables import TableRegistry, TableRuntime
@@ -109,7 +109,7 @@ class WindowEmitter:
         emitted = 0
         cut = rt.truncated_through
         if rt.origin_truncated:  # a TRUNCATE of the window's origin (its server's order) counts too
-            cut = max(cut, rt.origin_truncated.get(chunk_origin(window.chunk_ids[0], rt.name), 0))
+            cut = max(cut, rt.origin_truncated.get(window_origin(window, rt.name), 0))
         for batch in staged_slice(files, start, end - start):
             if not window_survives(window, cut):
                 break  # a truncate came after LOW: nothing of the window survives

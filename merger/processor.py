@@ -68,7 +68,7 @@ from merger.shard_ddl import APPLY, CONFLICT, ShardDdl
 from merger.shard_ddl import decide as decide_shard_ddl
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import SinkError, TableFault
-from merger.snapshot.chunking import chunk_origin
+from merger.snapshot.chunking import window_origin
 from merger.sources import source_kind
 from merger.state import StateStore
 from merger.table_ddl import DdlFollower
@@ -711,8 +711,7 @@ class BatchProcessor(PausedTables):
             rt.ddl_through = ev.order
         log.info("%s: origin %s dropped (on_drop: %s)", rt.name, origin, self.on_drop)
         if self.on_drop == "truncate":
-            self.writer.truncate_origin(batch_id, rt, origin, step)
-            rt.origin_truncated[origin] = max(rt.origin_truncated.get(origin, 0), ev.order)
+            self._cut_origin(batch_id, rt, origin, ev.order, step)
         plan = self.store.load_plan(rt.name)
         if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
             # its chunks of the dropped table would never be read: the snapshot starts again
@@ -739,13 +738,18 @@ class BatchProcessor(PausedTables):
                 self.ddl.apply(batch_id, rt, ALTERED, spec, ev.image.get("ddl"), ev.order, step, self._staging_done)
         origin = self._origin_of_record(ev)
         if self.on_drop == "truncate":  # what the name held before (a swap) is void, as at a DROP
-            self.writer.truncate_origin(batch_id, rt, origin, step)
-            rt.origin_truncated[origin] = max(rt.origin_truncated.get(origin, 0), ev.order)
-        rt.reconciler.empty_windows(lambda w: chunk_origin(w.chunk_ids[0], rt.name) == origin)
+            self._cut_origin(batch_id, rt, origin, ev.order, step)
+        rt.reconciler.empty_windows(lambda w: window_origin(w, rt.name) == origin)
         of_shard = {"shard": origin.partition("/")[0]} if self.source_kind.shards else {}
         self.store.request("snapshot", rt.name, where=None, **of_shard)
         log.info("%s: %s renamed into it: its rows are snapshotted", rt.name, origin)
         return False
+
+    def _cut_origin(self, batch_id: int, rt: TableRuntime, origin: str, order: int, step: list) -> None:
+        """Empty one origin's rows in every sink at ``order``: its changes older than that,
+        read later from a lagging partition, are void (orders of one origin compare)."""
+        self.writer.truncate_origin(batch_id, rt, origin, step)
+        rt.origin_truncated[origin] = max(rt.origin_truncated.get(origin, 0), order)
 
     def _origin_of_record(self, ev: ChangeEvent) -> str:
         """The origin whose physical table a record's ``source`` names."""
@@ -820,14 +824,12 @@ class BatchProcessor(PausedTables):
             if op == "t":
                 origin = self._truncated_origin(rt, ev)
                 if origin is not None:  # one origin of a logical table: its rows only
-                    rt.reconciler.on_event(
-                        partition, seq, None, "t", lambda w, o=origin: chunk_origin(w.chunk_ids[0], rt.name) == o
-                    )
+                    of_origin = lambda w, o=origin: window_origin(w, rt.name) == o  # noqa: E731
+                    rt.reconciler.on_event(partition, seq, None, "t", of_origin)
                     if order > rt.origin_truncated.get(origin, 0):  # one truncate record per partition
                         self._apply_rows(batch_id, rt, data, taken, step)
                         taken = []
-                        self.writer.truncate_origin(batch_id, rt, origin, step)
-                        rt.origin_truncated[origin] = order
+                        self._cut_origin(batch_id, rt, origin, order, step)
                         log.info("%s: the rows of origin %s emptied (TRUNCATE of that table)", rt.name, origin)
                     continue
                 rt.reconciler.on_event(partition, seq, None, "t")

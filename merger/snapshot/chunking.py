@@ -91,6 +91,11 @@ def chunk_origin(chunk_id: str, table: str) -> str | None:
     return planned[len(prefix) :] if planned.startswith(prefix) else None
 
 
+def window_origin(window, table: str) -> str | None:
+    """The origin a snapshot window of ``table`` reads (all its chunks are one origin's)."""
+    return chunk_origin(window.chunk_ids[0], table)
+
+
 def make_chunks(table: str, ranges: Iterable[KeyRange], start_index: int = 0) -> list[Chunk]:
     return [Chunk(chunk_id(table, r), table, i, r) for i, r in enumerate(ranges, start_index)]
 
