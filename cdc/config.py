@@ -279,20 +279,10 @@ SHARDS_DESCRIPTION = (
 ROUTES_DESCRIPTION = "physical tables into logical ones: [{match: <regex on db.table>, to: <db.table>}]"
 KEY_MODE_DESCRIPTION = (
     "origin: the tables of several origins (shards, routed tables) get the column __cdc_origin in their "
-    "key, so equal keys never overwrite each other; unique (keys unique across origins, no column added): "
-    "not built yet, refused"
+    "key, so equal keys never overwrite each other; unique: the keys are unique across origins (a sharded "
+    "keyspace whose key ranges move between shards with `cdc shard move`): __cdc_origin is a plain column "
+    "and a key met from two origins pauses its table (docs/sharding.md, section 4)"
 )
-UNIQUE_NOT_BUILT = (
-    "key_mode: unique is not built yet: the merger cannot yet tell a key written by two origins (which it "
-    "must stop on) from one moved between shards, so rows could overwrite each other unnoticed. Use "
-    "key_mode: origin (the default; the origin column joins the key); docs/sharding.md, section 4"
-)
-
-
-def _check_key_mode(value: str) -> str:
-    if value == "unique":
-        raise ValueError(UNIQUE_NOT_BUILT)
-    return value
 
 
 class IngestConfig(_Model):
@@ -375,7 +365,6 @@ class IngestConfig(_Model):
     )(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
     _shards = field_validator("shards")(_check_shards)
-    _key_mode = field_validator("key_mode")(_check_key_mode)
 
     @field_validator("topic_prefix")
     @classmethod
@@ -735,7 +724,6 @@ class MergerConfig(_Model):
     _regexes = field_validator("table_include", "table_exclude")(_check_regexes)
     _qualified = field_validator("watermark_table")(_check_qualified)
     _shards = field_validator("shards")(_check_shards)
-    _key_mode = field_validator("key_mode")(_check_key_mode)
 
     @field_validator("signal_table")
     @classmethod

@@ -11,7 +11,8 @@ logical table gets one more column, ``__cdc_origin`` (``<shard>/<db>.<table>``, 
 ``<db>.<table>`` without shards), which joins the primary key, so those rows never
 overwrite each other (Debezium's ``key.enforce.uniqueness``, the ``migration_shard_id`` of
 Spanner's migration tool). In key mode ``unique`` the user declares the keys unique across
-origins: no column is added.
+origins (a Vitess keyspace's case): the column is a plain one, naming the origin of the
+row's last change, and the key stays the source's (docs/sharding.md, section 4).
 """
 
 from __future__ import annotations
@@ -83,11 +84,17 @@ class Routes:
         return self.sharded or self._route(db, table) is not None
 
     def adds_origin(self, db: str, table: str) -> bool:
-        return self.key_mode == "origin" and self.routed(db, table)
+        """Whether the physical table's rows carry the origin column (in either key mode)."""
+        return self.routed(db, table)
+
+    @property
+    def origin_in_key(self) -> bool:
+        """Key mode ``origin``: the origin column joins the key."""
+        return self.key_mode == "origin"
 
     def logical_spec(self, spec: TableSpec) -> TableSpec:
-        """The physical table's definition as its logical table's: renamed, and in key mode
-        ``origin`` with the origin column appended and joined to the primary key. A table
+        """The physical table's definition as its logical table's: renamed, with the origin
+        column appended, and in key mode ``origin`` joined to the primary key. A table
         without a primary key keeps none (its chunk keys name the columns)."""
         ldb, ltable = self.logical(spec.db, spec.table)
         if not self.adds_origin(spec.db, spec.table):
@@ -96,8 +103,8 @@ class Routes:
             return dataclasses.replace(spec, db=ldb, table=ltable)
         if any(c.name == ORIGIN_COLUMN for c in spec.columns):
             raise ValueError(
-                f"{spec.db}.{spec.table} has a column named {ORIGIN_COLUMN}, the origin column of key mode "
-                "'origin': rename it, or set key_mode: unique"
+                f"{spec.db}.{spec.table} has a column named {ORIGIN_COLUMN}, the origin column of a "
+                "logical table of several origins: rename it"
             )
         origin = ColumnSpec(
             ORIGIN_COLUMN,
@@ -107,5 +114,7 @@ class Routes:
             charset="utf8mb4",
             nullable=False,
         )
-        key = (*spec.primary_key, ORIGIN_COLUMN) if spec.primary_key else ()
+        key = spec.primary_key
+        if self.origin_in_key:
+            key = (*spec.primary_key, ORIGIN_COLUMN) if spec.primary_key else ()
         return dataclasses.replace(spec, db=ldb, table=ltable, columns=(*spec.columns, origin), primary_key=key)

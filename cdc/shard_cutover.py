@@ -47,13 +47,40 @@ class KeyRange:
 
 @dataclass(frozen=True)
 class Move:
-    """One move of ``keys`` from shard ``source`` to ``target``; ``number``: its place among
-    all moves (1, 2, ...), the generation it starts."""
+    """One move of ``keys`` of logical table ``table`` (``db.table``; None: of any table)
+    from shard ``source`` to ``target``; ``number``: its place among all moves (1, 2, ...),
+    the generation it starts. A key is the value of the table's first key column."""
 
     number: int
     keys: KeyRange
     source: str
     target: str
+    table: str | None = None
+
+    def holds(self, table: str | None, key: Any) -> bool:
+        return (self.table is None or table is None or self.table == table) and self.keys.holds(key)
+
+    def to_json(self) -> list:
+        return [self.number, self.table, self.keys.low, self.keys.high, self.source, self.target]
+
+    @classmethod
+    def from_json(cls, raw: list) -> "Move":
+        number, table, low, high, source, target = raw
+        return cls(int(number), KeyRange(low, high), str(source), str(target), table)
+
+
+def passed_to_json(rows: list[tuple[Move, str]]) -> list:
+    """A shard's passed control rows as JSON (the position record, the watermark markers)."""
+    return [[move.to_json(), row] for move, row in rows]
+
+
+def passed_from_json(raw: list) -> list[tuple[Move, str]]:
+    rows = []
+    for move, row in raw:
+        if row not in (BEGIN, SWITCH):
+            raise ValueError(f"not a control row of a move: {row!r}")
+        rows.append((Move.from_json(move), row))
+    return rows
 
 
 class CutoverFilter:
@@ -68,15 +95,64 @@ class CutoverFilter:
         """``shard``'s reader passed a control row of ``move``."""
         self.passed.setdefault(shard, []).append((move, row))
 
-    def generation(self, shard: str, key: Any) -> int | None:
-        """The generation of ``shard``'s change of ``key``; None: not emitted (a copy on
-        the target before the switch, or the source's cleanup after it)."""
+    def generation(self, shard: str, key: Any, table: str | None = None) -> int | None:
+        """The generation of ``shard``'s change of ``key`` (of ``table``); None: not emitted
+        (a copy on the target before the switch, or the source's cleanup after it)."""
         for move, row in reversed(self.passed.get(shard, ())):
-            if move.keys.holds(key):
+            if move.holds(table, key):
                 if row == BEGIN:
                     return None
                 return move.number if move.target == shard else None
         return 0
+
+    def switched(self, shard: str, number: int) -> bool:
+        """Whether ``shard``'s reader has passed its switch row of move ``number``."""
+        return any(m.number == number and r == SWITCH for m, r in self.passed.get(shard, ()))
+
+    def moves_switched(self) -> list[Move]:
+        """Every move whose target's reader has passed its switch row."""
+        return [m for shard, rows in self.passed.items() for m, r in rows if r == SWITCH and m.target == shard]
+
+    def table_rows(self, shard: str, table: str) -> list[tuple[Move, str]]:
+        """``shard``'s passed control rows of moves of ``table``."""
+        return [(m, r) for m, r in self.passed.get(shard, ()) if m.table in (None, table)]
+
+
+def moved_from(switched: list[Move], table: str | None, key: Any, generation: int) -> tuple[str, ...]:
+    """The shards ``key`` was moved away from, up to ``generation`` (the sources of the
+    switched moves holding it): a live row of the key last written on one of them is not a
+    conflict for a change of the key's current owner."""
+    return tuple(sorted({m.source for m in switched if m.number <= generation and m.holds(table, key)}))
+
+
+def shard_of(origin: str) -> str:
+    """The shard an origin (``<shard>/<db>.<table>``) names."""
+    return origin.partition("/")[0]
+
+
+def owner_conflicts(
+    held: dict[Hashable, str], changes: list[tuple[Hashable, str, tuple[str, ...], bool]]
+) -> list[tuple[Hashable, str, str]]:
+    """Keys declared unique that arrive from two origins (key mode ``unique``).
+
+    ``held``: per key, the origin of its live row in the sink (absent: no live row);
+    ``changes``: a batch's changes in the order they apply, each ``(key, origin,
+    moved_from, deleted)``. A change of a key whose live row was last written by another
+    origin, on a shard the key was not moved away from, is a conflict: ``(key, that
+    origin, this one)``. A key deleted on one shard and written on another without a move
+    is not seen (it has no live row left to compare with)."""
+    live = dict(held)
+    found = []
+    for key, origin, moved, deleted in changes:
+        prev = live.get(key)
+        if prev is not None and prev != origin and shard_of(prev) not in moved:
+            found.append((key, prev, origin))
+            continue
+        if deleted:
+            live.pop(key, None)
+        else:
+            live[key] = origin
+    return found
 
 
 class KeyConflict(ValueError):

@@ -5,3 +5,6 @@ from __future__ import annotations
 POSITION_HEADER = "cdc.position"  # EventPosition.encode(): binlog file:pos:row[:part[:epoch]]
 WATERMARK_HEADER = "cdc.watermark"  # a watermark marker: {"table", "window", "kind"}
 DDL_HEADER = "cdc.ddl"  # a DDL marker (cdc/ddl.py ddl_marker)
+# key mode unique (docs/sharding.md, section 4): the emission counter, the sink's sequence
+EMITTED_HEADER = "cdc.emitted"  # decimal; rises with each record one ingest process writes
+MOVED_FROM_HEADER = "cdc.moved_from"  # the shards a change's key was moved away from, comma-separated

@@ -130,7 +130,7 @@ def test_logical_spec_against_a_model(spec, routes_tuple, key_mode, sharded):
     several_origins = sharded or matched is not None
     out = routes.logical_spec(spec)
     assert (out.db, out.table) == (ldb, ltable)
-    if key_mode == "origin" and several_origins:
+    if several_origins:
         assert out.columns[:-1] == spec.columns
         origin = out.columns[-1]
         assert origin.name == ORIGIN_COLUMN
@@ -138,13 +138,16 @@ def test_logical_spec_against_a_model(spec, routes_tuple, key_mode, sharded):
         assert origin.nullable is False
         assert origin.length == ORIGIN_LENGTH
         assert origin.position == len(spec.columns) + 1
-        assert out.primary_key == ((*spec.primary_key, ORIGIN_COLUMN) if spec.primary_key else ())
+        if key_mode == "origin":
+            assert out.primary_key == ((*spec.primary_key, ORIGIN_COLUMN) if spec.primary_key else ())
+        else:
+            assert out.primary_key == spec.primary_key
     else:
         assert out.columns == spec.columns
         assert out.primary_key == spec.primary_key
         if (ldb, ltable) == (spec.db, spec.table):
             assert out is spec  # unchanged: the very same object
-    assert routes.adds_origin(spec.db, spec.table) == (key_mode == "origin" and several_origins)
+    assert routes.adds_origin(spec.db, spec.table) == several_origins
 
 
 def _spec(*names, pk=("id",), db="shop", table="orders_00"):
@@ -166,13 +169,14 @@ def test_unrouted_tables_of_one_server_are_unchanged():
     spec = _spec("id", "v")
     assert Routes().logical_spec(spec) is spec
     assert Routes([Route(r"crm\..*", "crm.all")]).logical_spec(spec) is spec
-    assert Routes([], "unique", sharded=True).logical_spec(spec) is spec
 
 
-def test_unique_mode_renames_only():
+def test_unique_mode_adds_the_origin_as_a_plain_column():
     spec = _spec("id", "v")
-    out = Routes([Route(r"shop\.orders_\d+", "shop.orders")], "unique").logical_spec(spec)
-    assert (out.db, out.table, out.columns, out.primary_key) == ("shop", "orders", spec.columns, spec.primary_key)
+    for routes in (Routes([Route(r"shop\.orders_\d+", "shop.orders")], "unique"), Routes([], "unique", sharded=True)):
+        out = routes.logical_spec(spec)
+        assert [c.name for c in out.columns] == ["id", "v", ORIGIN_COLUMN]
+        assert out.primary_key == spec.primary_key  # the key stays the source's
 
 
 def test_sharded_tables_get_the_origin_column_unrouted():
@@ -182,13 +186,13 @@ def test_sharded_tables_get_the_origin_column_unrouted():
     assert out.primary_key == ("id", ORIGIN_COLUMN)
 
 
-def test_a_column_named_like_the_origin_column_is_refused_in_origin_mode():
+def test_a_column_named_like_the_origin_column_is_refused():
     spec = _spec("id", ORIGIN_COLUMN)
-    with pytest.raises(ValueError, match="key_mode: unique") as info:
-        Routes([], sharded=True).logical_spec(spec)
-    assert ORIGIN_COLUMN in str(info.value) and "shop.orders_00" in str(info.value)
-    assert Routes([], "unique", sharded=True).logical_spec(spec) is spec  # unique mode: nothing added
-    assert Routes([]).logical_spec(spec) is spec  # one origin: nothing added either
+    for mode in ("origin", "unique"):
+        with pytest.raises(ValueError, match="rename it") as info:
+            Routes([], mode, sharded=True).logical_spec(spec)
+        assert ORIGIN_COLUMN in str(info.value) and "shop.orders_00" in str(info.value)
+    assert Routes([]).logical_spec(spec) is spec  # one origin: nothing added
 
 
 # --------------------------------------------------------------------------- config
@@ -246,8 +250,5 @@ def test_routes_of_a_config():
 
 
 @pytest.mark.parametrize("model", [IngestConfig, MergerConfig])
-def test_key_mode_unique_is_refused_until_it_is_built(model):
-    """No conflict check yet: two origins' rows could overwrite each other unnoticed."""
-    with pytest.raises(ValidationError, match="key_mode: unique is not built yet") as info:
-        model(shards=[_shard("s1"), _shard("s2")], key_mode="unique")
-    assert "key_mode: origin" in str(info.value)
+def test_key_mode_unique_is_accepted(model):
+    assert model(shards=[_shard("s1"), _shard("s2")], key_mode="unique").key_mode == "unique"
