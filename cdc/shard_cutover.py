@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 BEGIN, SWITCH = "begin", "switch"
+CUTOVER_TABLE = "cdc_cutover"  # the control rows' table, in the watermark table's database on every shard
 
 
 @dataclass(frozen=True)

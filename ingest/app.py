@@ -31,7 +31,7 @@ from cdc.errors import CdcError
 from cdc.metrics_http import serve as serve_metrics
 from cdc.routes import ORIGIN_COLUMN, origin_of
 from cdc.tablespec import TableSpec
-from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.headers import DDL_HEADER, EMITTED_HEADER, MOVED_FROM_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import encode_marker, watermark_marker
 from cdc.wire.position import EventPosition, position_bytes
 from cdc.wire.topics import table_topic
@@ -40,6 +40,7 @@ from ingest.binlog import open_reader
 from ingest.checks import check_source, gtid_for_file_pos, read_server_state
 from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
 from ingest.control_records import context_headers, heartbeat_record, message_record
+from ingest.cutover import ShardCutover, move_of
 from ingest.declared import DeclaredTypes
 from ingest.envelope import PhysicalTable, SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
@@ -151,6 +152,7 @@ class Ingest:
         self._lease_producer: TransactionalProducer | None = None
         self._lease_renewed = 0.0
         self.renews_lease = True  # a shard's reader: False, the process holds the lease
+        self.cutover: ShardCutover | None = None  # key mode unique of a sharded source: the process's
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -633,7 +635,9 @@ class Ingest:
         transaction until sent; None if it becomes none (a table not captured, an operation
         not emitted, the watermark table's markers, which are sent at once)."""
         db, table = event.schema, event.table
-        if (db, table) == self.filter.watermark_table or not self.filter.captures_table(db, table):
+        if (db, table) in (self.filter.watermark_table, self.filter.cutover_table) or not self.filter.captures_table(
+            db, table
+        ):
             return None
         return f"{db}.{table}" if self.env.emits(_operation(event)) else None
 
@@ -641,6 +645,8 @@ class Ingest:
         db, table = event.schema, event.table
         if (db, table) == self.filter.watermark_table:
             return self._watermark(event, trx, position)
+        if (db, table) == self.filter.cutover_table:
+            return self._cutover_rows(event, trx)
         if not self.filter.captures_table(db, table):
             return 0
         codec = self._codec(event)
@@ -674,6 +680,7 @@ class Ingest:
         held_bytes = 0
         src_head, src_tail = enc.source_split(ts_ms, server_id, position.file, position.pos, trx.gtid, trx.thread)
         origin = codec.origin
+        cutover = self.cutover if self.cutover is not None and codec.spec.primary_key else None
         for row_index, row in enumerate(rows):
             if op == "u":
                 before, after = row["before_values"], row["after_values"]
@@ -682,6 +689,15 @@ class Ingest:
                 before, after, bns, ans = None, row["values"], None, row.get("none_sources")
             else:
                 before, after, bns, ans = row["values"], None, row.get("none_sources"), None
+            moved = moved_after = b""
+            if cutover is not None:  # key mode unique: the moves' copies and cleanups are not emitted
+                first = codec.spec.primary_key[0]
+                moved = cutover.decide(self.shard, codec.name, (before or after)[first])
+                moved_after = (
+                    moved if after is None or before is None else cutover.decide(self.shard, codec.name, after[first])
+                )
+                if moved is None and moved_after is None:
+                    continue
             if origin is not None:
                 if before is not None:
                     before[ORIGIN_COLUMN] = origin
@@ -697,11 +713,17 @@ class Ingest:
             pos_bytes = position_bytes(position.file, position.pos, row_index, 0, position.epoch, position.shard)
             for i, rec in enumerate(records):
                 # the create half of a primary-key change sorts after its delete half
+                create_half = op == "u" and i and rec.value is not None
                 pb = (
                     pos_bytes
-                    if not (op == "u" and i and rec.value is not None)
+                    if not create_half
                     else position_bytes(position.file, position.pos, row_index, 1, position.epoch, position.shard)
                 )
+                if cutover is not None:
+                    # a key change across a moved range's bound: each half by its own key
+                    moved_from = moved_after if create_half or len(records) == 1 else moved
+                    if moved_from is None:
+                        continue
                 if rec.key is not None:
                     # librdkafka's murmur2_random partitioner: Kafka's Java default (see producer.py)
                     key, part = rec.key.encode(), UNASSIGNED_PARTITION
@@ -711,6 +733,8 @@ class Ingest:
                     headers = [(POSITION_HEADER, pb), *[(k, v.encode()) for k, v in rec.headers], *context]
                 else:
                     headers = [(POSITION_HEADER, pb), *context]
+                if cutover is not None and moved_from:
+                    headers.append((MOVED_FROM_HEADER, moved_from))
                 value = rec.value.encode() if rec.value is not None else None
                 held_bytes += (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
                 hold((topic, key, value, part, headers))
@@ -730,10 +754,17 @@ class Ingest:
         self.stats["events"] += n
         return n
 
-    def _send_record(self, rec, partition: int, position: bytes | None = None) -> None:
+    def _stamp(self) -> bytes | None:
+        """One emission counter value for the copies of one marker or truncate (key mode
+        unique; the others' records are stamped as they are sent: ``ingest.shards``)."""
+        return self.cutover.counter.stamp() if self.cutover is not None else None
+
+    def _send_record(self, rec, partition: int, position: bytes | None = None, emitted: bytes | None = None) -> None:
         headers = [(k, v.encode()) for k, v in rec.headers] + self._context
         if position is not None:
             headers.insert(0, (POSITION_HEADER, position))
+        if emitted is not None:
+            headers.append((EMITTED_HEADER, emitted))
         self.producer.send(
             rec.topic,
             rec.key.encode() if rec.key is not None else None,
@@ -765,7 +796,8 @@ class Ingest:
             ldb, ltable = self.routes.logical(db, table)
             topic = table_topic(self.prefix, ldb, ltable)
             partitions = self._partitions(db, table)
-            payload = watermark_marker(f"{ldb}.{ltable}", values.get("window_id"), values.get("kind"))
+            cutover = self.cutover.marker_cutover(self.shard, f"{ldb}.{ltable}") if self.cutover is not None else None
+            payload = watermark_marker(f"{ldb}.{ltable}", values.get("window_id"), values.get("kind"), cutover)
             source = source_json(
                 self.env,
                 SourceInfo(
@@ -784,10 +816,24 @@ class Ingest:
             rec = message_record(
                 self.env, topic, source, "cdc.watermark", payload, headers=[(WATERMARK_HEADER, payload)]
             )
+            emitted = self._stamp()
             for p in range(partitions):
-                self._send_record(rec, p, pos)
+                self._send_record(rec, p, pos, emitted)
             written += partitions
             metrics.MARKERS.labels(target, str(values.get("kind"))).inc()
+        return written
+
+    def _cutover_rows(self, event, trx: SourceTransaction) -> int:
+        """A move's control row (key mode unique): the filter and the barrier learn of it
+        (``ingest.cutover``). Before a switch, the transaction's records up to here are sent,
+        so the barrier holds every change the source made before it."""
+        if self.cutover is None or not isinstance(event, WriteRowsEvent):
+            return 0
+        written = self._release_held(trx) if trx.held else 0
+        for row in event.rows:
+            control = move_of(row.get("values") or {}, self.shard)
+            if control is not None:
+                self.cutover.meet(self.shard, *control)
         return written
 
     def _prepare_topics(self, event) -> None:
@@ -826,7 +872,7 @@ class Ingest:
             (db, t)
             for db, t in captured
             if self.routes.routed(db, t)
-            and not self.routes.adds_origin(db, t)
+            and not self.routes.origin_in_key
             and (ddl.kind not in ("CREATE", "ALTER") or (db, t) in renamed)
         ]
         if routed:
@@ -937,8 +983,9 @@ class Ingest:
             # one row index per table: tables whose names share a topic keep distinct positions
             pos = position_bytes(position.file, position.pos, row, 0, position.epoch, position.shard)
             partitions = self._partitions(db, table)
+            emitted = self._stamp()
             for p in range(partitions):
-                self._send_record(rec, p, pos)
+                self._send_record(rec, p, pos, emitted)
             written += partitions
             log.info("%s %s.%s: DDL marker in %d partition(s)", kind, db, table, partitions)
         return written
@@ -967,8 +1014,9 @@ class Ingest:
             SourceInfo(db, table, ts_ms, event.packet.server_id, position.file, position.pos, 0, trx.gtid, thread)
         )
         pos = position_bytes(position.file, position.pos, 0, 0, position.epoch, position.shard)
+        emitted = self._stamp()
         for p in range(partitions):
-            self._send_record(rec, p, pos)
+            self._send_record(rec, p, pos, emitted)
         metrics.EVENTS.labels(f"{db}.{table}", "t").inc()
         return partitions
 

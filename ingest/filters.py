@@ -7,6 +7,7 @@ import re
 from functools import lru_cache
 
 from cdc.config import IngestConfig
+from cdc.shard_cutover import CUTOVER_TABLE
 from ingest.errors import IngestError
 from ingest.fatal import dotted_database_message
 
@@ -26,6 +27,8 @@ class CaptureFilter:
         self._c_out = _compile(config.column_exclude)
         self._c_mask = _compile(config.column_mask)
         self.watermark_table = tuple(config.watermark_table.split(".", 1))
+        # the moves' control rows (key mode unique), beside the watermark table
+        self.cutover_table = (self.watermark_table[0], CUTOVER_TABLE)
 
     @staticmethod
     def _match(patterns: list[re.Pattern], text: str) -> bool:
@@ -33,7 +36,7 @@ class CaptureFilter:
 
     @lru_cache(maxsize=65536)
     def captures_table(self, db: str, table: str) -> bool:
-        if db in SYSTEM_DATABASES or (db, table) == self.watermark_table:
+        if db in SYSTEM_DATABASES or (db, table) in (self.watermark_table, self.cutover_table):
             return False
         if self._db_in and not self._match(self._db_in, db):
             return False

@@ -27,6 +27,11 @@ SHARD_BEHIND = Gauge(
     "Milliseconds between the shard's commit and ingest reading the event",
     ["shard"],
 )
+SHARD_WAITING = Gauge(
+    "cdc_ingest_shard_waiting_for_switch",
+    "the move whose switch the shard's reader waits at, for the source shard to reach its own (0: none)",
+    ["shard"],
+)
 SHARD_UNAVAILABLE = Gauge("cdc_ingest_shard_unavailable", "1 while ingest waits for the shard to come back", ["shard"])
 SHARD_COMMITTED_MS = Gauge(
     "cdc_ingest_shard_committed_timestamp_ms", "When the shard's position last moved in a committed vector", ["shard"]

@@ -35,9 +35,17 @@ class ResumePoint:
     ts_ms: int = 0
     server_id: int | None = None  # @@server_id of the source the position is on
     epoch: int = 0  # EventPosition.epoch of the records: +1 at each failover ingest continued across
+    # key mode unique: the control rows of moves the shard's reader passed (ingest.cutover)
+    cutover: list | None = None
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        if data["cutover"] is None:
+            del data["cutover"]
+        return data
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        return json.dumps(self.as_dict(), separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> "ResumePoint":
@@ -51,14 +59,16 @@ class PositionVector:
     with the events of every shard that the Kafka transaction holds (docs/sharding.md)."""
 
     shards: dict[str, ResumePoint]
+    emitted: int = 0  # key mode unique: the emission counter's last value (ingest.cutover)
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {"shards": {name: asdict(point) for name, point in sorted(self.shards.items())}}, separators=(",", ":")
-        ).encode()
+        data: dict = {"shards": {name: point.as_dict() for name, point in sorted(self.shards.items())}}
+        if self.emitted:
+            data["emitted"] = self.emitted
+        return json.dumps(data, separators=(",", ":")).encode()
 
     def with_point(self, shard: str, point: ResumePoint) -> "PositionVector":
-        return PositionVector({**self.shards, shard: point})
+        return PositionVector({**self.shards, shard: point}, self.emitted)
 
 
 def position_record(raw: bytes) -> ResumePoint | PositionVector:
@@ -70,7 +80,8 @@ def position_record(raw: bytes) -> ResumePoint | PositionVector:
             {
                 name: ResumePoint(**{k: entry.get(k) for k in ResumePoint.__dataclass_fields__ if k in entry})
                 for name, entry in data["shards"].items()
-            }
+            },
+            int(data.get("emitted") or 0),
         )
     return ResumePoint.from_json(raw)
 

@@ -21,10 +21,15 @@ Faults:
 * the broker fails, or the producer is fenced: the open transaction is lost for all, every
   shard goes back to the committed vector (``Rewind``) once a new producer is made;
 * anything fatal in one shard stops every shard, and the process, with that error.
+
+In key mode ``unique`` the readers share an ``ingest.cutover.ShardCutover``: every record
+is stamped with the emission counter as it is sent, and the moves' control rows each shard
+passed go into its entry of the vector.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -32,9 +37,11 @@ import time
 from cdc.config import IngestConfig
 from cdc.errors import CdcError
 from cdc.metrics_http import serve as serve_metrics
+from cdc.wire.headers import EMITTED_HEADER
 from ingest import metrics
 from ingest.app import SOURCE_ERRORS, Ingest, source_retry_reason
 from ingest.checks import check_source
+from ingest.cutover import BarrierInterrupted, ShardCutover
 from ingest.errors import IngestError
 from ingest.fatal import one_server_position_message, too_large_message
 from ingest.position import PositionVector, ResumePoint
@@ -85,6 +92,11 @@ class ShardedIngest:
         self.config = config
         self.prefix = config.topic_prefix
         shards = [s for s in config.shards if only is None or s.name == only]
+        if only is not None and config.key_mode == "unique":
+            raise IngestError(
+                f"--shard {only}: in key_mode unique one ingest process follows every shard (the order of a "
+                "key moved between shards is decided across their binlogs); run `cdc ingest` without --shard"
+            )
         if not shards:
             raise IngestError(
                 f"--shard {only}: no such shard in the config (shards: {', '.join(s.name for s in config.shards)})"
@@ -101,6 +113,7 @@ class ShardedIngest:
         self.fault: BaseException | None = None  # a broker error or fencing, to recover from
         self.fatal: BaseException | None = None
         self.interrupts = {name: threading.Event() for name in self.members}
+        self.cutover: ShardCutover | None = None  # key mode unique, once the vector is read
 
     # ------------------------------------------------------------------ the shared transaction
 
@@ -111,13 +124,28 @@ class ShardedIngest:
     def send(self, view: ShardProducer, method: str, args: tuple) -> None:
         with self.lock:
             self._check(view)
+            if self.cutover is not None:
+                self._stamp([args] if method == "send" else args[0])
             getattr(self.process.producer, method)(*args)
+
+    def _stamp(self, records) -> None:
+        """Key mode unique: the emission counter on every record that has none yet (the
+        copies of one marker were stamped with one value as they were made)."""
+        stamp = self.cutover.counter.stamp
+        for record in records:
+            headers = record[4]
+            if not any(name == EMITTED_HEADER for name, _ in headers):
+                headers.append((EMITTED_HEADER, stamp()))
 
     def commit(self, view: ShardProducer, point: ResumePoint) -> None:
         with self.lock:
             self._check(view)
+            emitted = 0
+            if self.cutover is not None:
+                point = dataclasses.replace(point, cutover=self.cutover.passed(view.shard))
+                emitted = self.cutover.counter.last
             self.pending[view.shard] = point
-            vector = PositionVector(dict(self.pending))
+            vector = PositionVector(dict(self.pending), emitted)
             self.process.renew_lease_if_due()
             self.process.producer.commit(self.process.offsets_topic, self.process.source_key, vector)
             moved = [n for n, p in vector.shards.items() if self.committed.shards.get(n) != p]
@@ -176,6 +204,10 @@ class ShardedIngest:
             # same logical tables' topics (a topic two of them create at once exists once)
             member.topics = process.topics
             member.start_at(vector.shards.get(name), facts[name])
+        if self.config.key_mode == "unique":
+            self.cutover = ShardCutover(vector, self.interrupts)
+            for member in self.members.values():
+                member.cutover = self.cutover
         self.committed = vector
         self.pending = {**vector.shards, **{name: m.committed for name, m in self.members.items()}}
         threads = [
@@ -255,10 +287,12 @@ class ShardedIngest:
                     interrupt.clear()
                     view.generation = self.generation
                     member.committed = self.pending[name]
+                    if self.cutover is not None:
+                        self.cutover.reset(name, member.committed.cutover)
                 try:
                     member.stream(interrupt)
                     member.backoff = 1.0
-                except Rewind:
+                except (Rewind, BarrierInterrupted):
                     continue
                 except SOURCE_ERRORS as exc:
                     reason = source_retry_reason(exc, f"{self.prefix} (shard {name})", member.committed)

@@ -483,6 +483,55 @@ def shard_remove(
     )
 
 
+move_app = typer.Typer(
+    no_args_is_help=True,
+    help="Move a key range of a logical table between shards, key_mode unique (docs/operations.md).",
+)
+shard_app.add_typer(move_app, name="move")
+
+
+@move_app.command("begin")
+def shard_move_begin(
+    table: str = typer.Option(..., "--table", help="the logical table, db.table"),
+    source: str = typer.Option(..., "--from", help="the shard that holds the range now"),
+    target: str = typer.Option(..., "--to", help="the shard the range moves to"),
+    low: Optional[str] = typer.Option(None, "--low", help='the range\'s first key (JSON: 1000, "eu"); none: unbounded'),
+    high: Optional[str] = typer.Option(None, "--high", help="the key after the range (JSON); none: unbounded"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="ingest YAML file"),
+    local: bool = typer.Option(False, "--local"),
+    state_dir: Path = STATE_DIR_OPTION,
+):
+    """Begin a move: write its begin row on the target shard, before its copy of the range.
+    The range: keys whose first key column is >= LOW and < HIGH."""
+    from cdc.cli import shard_move
+
+    ks = shard_move.Keyspace(load_ingest_config(config, local, state_dir))
+    try:
+        shard_move.begin(ks, table, shard_move.bound(low), shard_move.bound(high), source, target, console.print)
+    finally:
+        ks.close()
+
+
+@move_app.command("switch")
+def shard_move_switch(
+    number: int = typer.Argument(..., help="the move, as `begin` numbered it"),
+    check: bool = typer.Option(True, "--check/--no-check", help="refuse unless the range's rows are equal on both"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="ingest YAML file"),
+    local: bool = typer.Option(False, "--local"),
+    state_dir: Path = STATE_DIR_OPTION,
+):
+    """Switch a move, with the writes to its range stopped: its switch rows on the source,
+    then on the target. Then send the range's writes to the target and delete it from the
+    source."""
+    from cdc.cli import shard_move
+
+    ks = shard_move.Keyspace(load_ingest_config(config, local, state_dir))
+    try:
+        shard_move.switch(ks, number, check, console.print)
+    finally:
+        ks.close()
+
+
 @app.command("spark-archive")
 def spark_archive(force: bool = typer.Option(False, "--force", help="build it again even if it exists")):
     """Build the JVM class-data archive that starts the merger's Spark ~2 s faster (local
