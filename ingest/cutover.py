@@ -51,16 +51,23 @@ class BarrierInterrupted(Exception):
     """A reader waiting at a switch was told to stop or to read again from its entry."""
 
 
-class EmissionCounter:
-    """Rises with every call, across restarts (module docstring)."""
+def clock_us() -> int:
+    return time.time_ns() // 1000
 
-    def __init__(self, committed: int = 0) -> None:
+
+class EmissionCounter:
+    """Rises with every call, across restarts (module docstring): above the committed value
+    and above the clock's microseconds (a restart takes far longer than the counter can run
+    ahead of the clock: that would take over a million records a second, sustained)."""
+
+    def __init__(self, committed: int = 0, clock=clock_us) -> None:
         self.lock = threading.Lock()
-        self.last = max(committed, time.time_ns() // 1000)
+        self.clock = clock
+        self.last = max(committed, clock())
 
     def next(self) -> int:
         with self.lock:
-            self.last = max(self.last + 1, time.time_ns() // 1000)
+            self.last = max(self.last + 1, self.clock())
             return self.last
 
     def stamp(self) -> bytes:
@@ -100,8 +107,8 @@ def move_of(row: dict[str, Any], shard: str) -> tuple[Move, str] | None:
 class ShardCutover:
     """The counter, the filter and the barrier of one ingest process (module docstring)."""
 
-    def __init__(self, vector: PositionVector, interrupts: dict[str, threading.Event]) -> None:
-        self.counter = EmissionCounter(vector.emitted)
+    def __init__(self, vector: PositionVector, interrupts: dict[str, threading.Event], clock=clock_us) -> None:
+        self.counter = EmissionCounter(vector.emitted, clock)
         self.lock = threading.Condition()
         self.filter = CutoverFilter(
             {name: passed_from_json(point.cutover or []) for name, point in vector.shards.items()}
@@ -125,7 +132,7 @@ class ShardCutover:
             rows = self.filter.passed.get(shard, [])
             if any(m.number == move.number and r == row for m, r in rows):
                 return
-            if row == SWITCH and shard == move.target:
+            if self.blocked(shard, move, row):
                 self._wait_for_source(shard, move)
             self.filter.meet(shard, move, row)
             self.lock.notify_all()
@@ -139,12 +146,17 @@ class ShardCutover:
             move.target,
         )
 
+    def blocked(self, shard: str, move: Move, row: str) -> bool:
+        """Whether ``shard``'s reader must wait before passing the row: the target's switch
+        until the source's reader has passed its own."""
+        return row == SWITCH and shard == move.target and not self.filter.switched(move.source, move.number)
+
     def _wait_for_source(self, shard: str, move: Move) -> None:
         started = logged = time.monotonic()
         interrupt = self.interrupts.get(shard)
         metrics.SHARD_WAITING.labels(shard).set(move.number)
         try:
-            while not self.filter.switched(move.source, move.number):
+            while self.blocked(shard, move, SWITCH):
                 if interrupt is not None and interrupt.is_set():
                     raise BarrierInterrupted()
                 self.lock.wait(0.5)

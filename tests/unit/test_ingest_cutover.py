@@ -1,0 +1,106 @@
+"""ingest.cutover: the counter, the decisions, the barrier between two reader threads, and
+what the position vector keeps of them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from cdc.shard_cutover import BEGIN, SWITCH, KeyRange, Move
+from ingest.cutover import BarrierInterrupted, EmissionCounter, ShardCutover, move_of
+from ingest.errors import IngestError
+from ingest.position import PositionVector, ResumePoint, position_record
+
+MOVE = Move(1, KeyRange(100, 200), "a", "b", "shop.orders")
+
+
+def test_the_counter_rises_above_the_committed_value_and_the_clock():
+    assert EmissionCounter(50, clock=lambda: 10).next() == 51
+    assert EmissionCounter(50, clock=lambda: 1000).next() == 1001
+    counter = EmissionCounter(0)
+    values = [counter.next() for _ in range(1000)]
+    assert values == sorted(set(values))
+
+
+def test_decisions_of_the_source_and_the_target():
+    cut = ShardCutover(PositionVector({}), {})
+    assert cut.decide("b", "shop.orders", 150) == b""  # no move yet
+    cut.meet("b", MOVE, BEGIN)
+    assert cut.decide("b", "shop.orders", 150) is None  # the copy
+    assert cut.decide("b", "shop.orders", 250) == b""  # outside the range
+    assert cut.decide("b", "shop.other", 150) == b""  # another table
+    cut.meet("a", MOVE, SWITCH)
+    assert cut.decide("a", "shop.orders", 150) is None  # the cleanup
+    cut.meet("b", MOVE, SWITCH)
+    assert cut.decide("b", "shop.orders", 150) == b"a"  # the new owner's, moved from a
+    marker = cut.marker_cutover("b", "shop.orders")
+    assert marker == {"passed": [[MOVE.to_json(), BEGIN], [MOVE.to_json(), SWITCH]], "switched": [MOVE.to_json()]}
+    assert cut.marker_cutover("b", "shop.other") == {"passed": [], "switched": []}
+    with pytest.raises(IngestError, match="does not compare"):
+        cut.decide("b", "shop.orders", "text key")
+
+
+def test_the_target_waits_at_its_switch_for_the_source():
+    cut = ShardCutover(PositionVector({}), {"a": threading.Event(), "b": threading.Event()})
+    cut.meet("b", MOVE, BEGIN)
+    passed = threading.Event()
+
+    def target():
+        cut.meet("b", MOVE, SWITCH)
+        passed.set()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    time.sleep(0.7)
+    assert not passed.is_set(), "the target passed its switch before the source"
+    cut.meet("a", MOVE, SWITCH)
+    thread.join(5)
+    assert passed.is_set()
+
+
+def test_a_waiting_reader_is_interrupted():
+    interrupts = {"b": threading.Event()}
+    cut = ShardCutover(PositionVector({}), interrupts)
+    failed = []
+
+    def target():
+        try:
+            cut.meet("b", MOVE, SWITCH)
+        except BarrierInterrupted:
+            failed.append(True)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    interrupts["b"].set()
+    thread.join(5)
+    assert failed == [True]
+    assert not cut.filter.switched("b", 1)
+
+
+def test_the_vector_keeps_the_passed_rows_and_the_counter():
+    cut = ShardCutover(PositionVector({}), {})
+    cut.meet("b", MOVE, BEGIN)
+    cut.meet("b", MOVE, BEGIN)  # replayed: met once
+    vector = PositionVector({"b": ResumePoint("0-2-5", cutover=cut.passed("b")), "a": ResumePoint("0-1-9")}, 777)
+    back = position_record(vector.to_json())
+    assert back == vector
+    assert b'"cutover"' not in ResumePoint("0-1-9").to_json()  # a one-server point is as before
+    again = ShardCutover(back, {})
+    assert again.decide("b", "shop.orders", 150) is None
+    assert again.counter.next() > 777
+
+
+def test_rows_of_the_cutover_table():
+    row = {"move_id": 3, "kind": "switch", "table_name": "shop.orders", "low_key": "100", "high_key": "200"}
+    assert move_of({**row, "source": "a", "target": "b"}, "a") == (
+        Move(3, KeyRange(100, 200), "a", "b", "shop.orders"),
+        SWITCH,
+    )
+    assert move_of({**row, "source": "a", "target": "b"}, "c") is None  # not this shard's
+    assert move_of({**row, "kind": "begin", "source": "a", "target": "b"}, "a") is None  # a begin is the target's
+    with pytest.raises(IngestError, match="not a move"):
+        move_of({"kind": "switch"}, "a")
+    with pytest.raises(IngestError, match="not begin or switch"):
+        move_of({**row, "kind": "go", "source": "a", "target": "b"}, "a")
