@@ -497,7 +497,9 @@ def shard_move_begin(
     target: str = typer.Option(..., "--to", help="the shard the range moves to"),
     low: Optional[str] = typer.Option(None, "--low", help='the range\'s first key (JSON: 1000, "eu"); none: unbounded'),
     high: Optional[str] = typer.Option(None, "--high", help="the key after the range (JSON); none: unbounded"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="ingest YAML file"),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="the merger's YAML file: its shard users write the watermark tables"
+    ),
     local: bool = typer.Option(False, "--local"),
     state_dir: Path = STATE_DIR_OPTION,
 ):
@@ -505,7 +507,7 @@ def shard_move_begin(
     The range: keys whose first key column is >= LOW and < HIGH."""
     from cdc.cli import shard_move
 
-    ks = shard_move.Keyspace(load_ingest_config(config, local, state_dir))
+    ks = shard_move.Keyspace(load_merger_config(config, local, state_dir))
     try:
         shard_move.begin(ks, table, shard_move.bound(low), shard_move.bound(high), source, target, console.print)
     finally:
@@ -516,7 +518,9 @@ def shard_move_begin(
 def shard_move_switch(
     number: int = typer.Argument(..., help="the move, as `begin` numbered it"),
     check: bool = typer.Option(True, "--check/--no-check", help="refuse unless the range's rows are equal on both"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="ingest YAML file"),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", help="the merger's YAML file: its shard users write the watermark tables"
+    ),
     local: bool = typer.Option(False, "--local"),
     state_dir: Path = STATE_DIR_OPTION,
 ):
@@ -525,7 +529,7 @@ def shard_move_switch(
     source."""
     from cdc.cli import shard_move
 
-    ks = shard_move.Keyspace(load_ingest_config(config, local, state_dir))
+    ks = shard_move.Keyspace(load_merger_config(config, local, state_dir))
     try:
         shard_move.switch(ks, number, check, console.print)
     finally:

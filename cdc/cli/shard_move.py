@@ -41,7 +41,8 @@ def bound(text: str | None) -> Any:
 
 
 class Keyspace:
-    """The shards of an ingest config, for the moves' steps."""
+    """The shards of the merger's config (whose users write the watermark tables, and so
+    the moves' rows beside them), for the moves' steps."""
 
     def __init__(self, cfg: Any, connect: Callable[[Any], Any] | None = None) -> None:
         if not cfg.shards:
