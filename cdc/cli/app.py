@@ -490,6 +490,12 @@ move_app = typer.Typer(
 shard_app.add_typer(move_app, name="move")
 
 
+def _say_out():
+    """A printer of plain lines to stdout (what a command reports, for scripts too)."""
+    out = Console(width=None if sys.stdout.isatty() else 200)
+    return lambda line: out.print(line, highlight=False)
+
+
 @move_app.command("begin")
 def shard_move_begin(
     table: str = typer.Option(..., "--table", help="the logical table, db.table"),
@@ -509,7 +515,7 @@ def shard_move_begin(
 
     ks = shard_move.Keyspace(load_merger_config(config, local, state_dir))
     try:
-        shard_move.begin(ks, table, shard_move.bound(low), shard_move.bound(high), source, target, console.print)
+        shard_move.begin(ks, table, shard_move.bound(low), shard_move.bound(high), source, target, _say_out())
     finally:
         ks.close()
 
@@ -531,7 +537,7 @@ def shard_move_switch(
 
     ks = shard_move.Keyspace(load_merger_config(config, local, state_dir))
     try:
-        shard_move.switch(ks, number, check, console.print)
+        shard_move.switch(ks, number, check, _say_out())
     finally:
         ks.close()
 

@@ -104,3 +104,40 @@ def test_rows_of_the_cutover_table():
         move_of({"kind": "switch"}, "a")
     with pytest.raises(IngestError, match="not begin or switch"):
         move_of({**row, "kind": "go", "source": "a", "target": "b"}, "a")
+
+
+def _shards_config(**extra):
+    from cdc.config import IngestConfig
+
+    shards = [{"name": n, "mysql": {"host": f"{n}.example", "port": 3306}} for n in ("s1", "s2")]
+    return IngestConfig(shards=shards, **extra)
+
+
+def test_one_shard_alone_is_refused_in_key_mode_unique():
+    from ingest.shards import ShardedIngest
+
+    with pytest.raises(IngestError, match="one ingest process follows every shard"):
+        ShardedIngest(_shards_config(key_mode="unique"), only="s1")
+
+
+def test_the_move_commands_refuse_what_they_cannot_do():
+    from cdc.cli.shard_move import Keyspace, begin, bound
+    from cdc.config import ConfigError, MergerConfig, ShardConfig
+
+    shards = [ShardConfig(name=n, mysql={"host": f"{n}.example", "port": 3306}) for n in ("s1", "s2")]
+    with pytest.raises(ConfigError, match="no shards"):
+        Keyspace(MergerConfig(key_mode="unique"))
+    with pytest.raises(ConfigError, match="for key_mode unique"):
+        Keyspace(MergerConfig(shards=shards))
+    ks = Keyspace(MergerConfig(shards=shards, key_mode="unique"), connect=lambda shard: pytest.fail("connected"))
+    with pytest.raises(ConfigError, match="same shard"):
+        begin(ks, "shop.orders", 0, 10, "s1", "s1", print)
+    with pytest.raises(ConfigError, match="empty"):
+        begin(ks, "shop.orders", 10, 10, "s1", "s2", print)
+    with pytest.raises(ConfigError, match="do not compare"):
+        begin(ks, "shop.orders", 10, "x", "s1", "s2", print)
+    with pytest.raises(ConfigError, match="db.table"):
+        begin(ks, "orders", 0, 10, "s1", "s2", print)
+    with pytest.raises(ConfigError, match="no shard 's9'"):
+        ks.conn("s9")
+    assert bound("1000") == 1000 and bound('"eu"') == "eu" and bound("eu") == "eu" and bound(None) is None
