@@ -105,10 +105,12 @@ class BatchProcessor(PausedTables):
         source_connector: str = "ingest",
         on_drop: str = "truncate",
         sharded: bool = False,
+        key_mode: str = "origin",
     ):
         self.prefix = prefix
         # what wrote the topics: its replay rule, sequences, order, DDL, truncates, snapshots
-        self.source_kind = source_kind(source_connector, sharded)
+        self.source_kind = source_kind(source_connector, sharded, key_mode)
+        self.key_mode = key_mode
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
         self.store = store
         self.sinks = sinks
@@ -577,23 +579,34 @@ class BatchProcessor(PausedTables):
         DDL marker in the batch (the table may be gone from the source by now), else from
         the source. Changes before that marker (an earlier table under the name) decode
         leniently; the marker counts as applied only if nothing came before it."""
-        for r, headers, payload, pos in sorted(items, key=lambda it: it[3].sequence() if it[3] else 0):
-            raw = headers.get(DDL_HEADER)
+        orders = [self._order_or_none(it) for it in items]
+        for i in sorted(range(len(items)), key=lambda i: orders[i] or 0):
+            raw = items[i].headers.get(DDL_HEADER)
             if raw is None:
                 continue
             spec = spec_from_marker(json.loads(raw))
             if spec is None:
                 continue
             rt = self.table(name, spec)
-            if rt is not None and pos is not None:
-                order = pos.sequence()
+            order = orders[i]
+            if rt is not None and order is not None:
                 rt.spec_since = order
-                if not any(p is not None and p.sequence() < order for *_, p in items):
+                if not any(o is not None and o < order for o in orders):
                     rt.ddl_through = order  # the table starts with it
             return rt
         if all(DDL_HEADER in headers for _, headers, *_ in items):
             return None  # only markers of a table that is gone: nothing to apply
         return self.table(name)
+
+    def _order_or_none(self, item: ParsedRecord) -> int | None:
+        """A record's order (the kind's); None without a position, or when it lacks what
+        the kind orders by (it is a bad record where its change is met)."""
+        if item.position is None:
+            return None
+        try:
+            return self.source_kind.order_of(item)
+        except BadRecord:
+            return None
 
     # ------------------------------------------------------------------ changes of one table
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc.tablespec import ColumnSpec, TableSpec
-from cdc.wire.headers import POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.headers import EMITTED_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
 from merger.state import StateStore
 
@@ -712,6 +712,58 @@ def test_a_window_of_one_shard_among_another_shards_changes(tmp_path, monkeypatc
         return
     assert sink.state() == expected
     assert "w1" not in rt.reconciler.windows
+
+
+class UniqueStream(ShardStream):
+    """A ShardStream of key mode unique: every record also carries ingest's emission
+    counter (``cdc.emitted``), rising with each write; a marker's copies share one."""
+
+    def __init__(self, partitions: int = 2):
+        super().__init__(partitions=partitions)
+        self.emitted = 1
+
+    def _add(self, partition: int, key, value, pos: int):
+        super()._add(partition, key, value, pos)
+        self.pending[-1]["headers"].append({"key": EMITTED_HEADER, "value": str(self.emitted).encode()})
+        if not (value == {"op": "m"} and partition < self.partitions - 1):
+            self.emitted += 1
+
+
+@pytest.mark.parametrize("key_mode", ["unique", "origin"])
+def test_key_mode_unique_orders_a_moved_keys_changes_by_the_emission_counter(tmp_path, key_mode):
+    """Key 1 moved from shard a (high positions) to shard b (low ones): b's later change
+    wins, and a window of a emitted after it (HIGH before b's change) does not overwrite
+    it. The broken copy (the positions as sequences, key mode origin's kind) keeps a's."""
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode=key_mode)
+    s = UniqueStream()
+    rt = _open_window(proc, "db.t", "w1", [{"id": 1, "v": "snap-a"}, {"id": 2, "v": "snap-a"}])
+    s.on("a").marker("w1", "LOW")
+    s.on("a").change("c", {"id": 1}, after={"id": 1, "v": "a"})
+    rt.reconciler.mark_staged("w1")
+    s.on("a").marker("w1", "HIGH")
+    s.on("b").change("u", {"id": 2}, before={"id": 2, "v": "snap-a"}, after={"id": 2, "v": "b"})
+    proc.process(0, s.batch())
+    s.on("b").change("u", {"id": 1}, before={"id": 1, "v": "a"}, after={"id": 1, "v": "b"})
+    proc.process(1, s.batch())
+    expected = {(1,): {"id": 1, "v": "b"}, (2,): {"id": 2, "v": "b"}}
+    if key_mode == "origin":
+        assert sink.state() != expected
+        return
+    assert sink.state() == expected
+
+
+def test_key_mode_unique_pauses_a_table_at_a_record_without_the_emission_counter(tmp_path):
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", SPEC)
+    s = UniqueStream()
+    s.on("a").change("c", {"id": 1}, after={"id": 1, "v": "a"})
+    s.on("a").change("c", {"id": 2}, after={"id": 2, "v": "a"})
+    s.pending[-1]["headers"].pop()
+    proc.process(0, s.batch())
+    rt = proc.tables.get("db.t")
+    assert rt.phase == "paused" and "no cdc.emitted header" in rt.error and "\n" not in rt.error
 
 
 def test_one_server_changes_stop_a_sharded_merger(tmp_path):
