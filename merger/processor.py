@@ -50,6 +50,7 @@ from merger.emission import WindowEmitter
 from merger.errors import BadChange, MergerError
 from merger.kafka.admission import learn, observed_sizes, record_bytes
 from merger.kept import keep
+from merger.owner_check import OwnerCheck
 from merger.pausing import PausedTables
 from merger.records import (
     MARKER,
@@ -139,6 +140,8 @@ class BatchProcessor(PausedTables):
         self._replaying: set = set()
         self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
         self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
+        # key mode unique: a key's changes from a second origin pause its table (merger.owner_check)
+        self.owners = OwnerCheck(sinks, self.writer.fanout.with_retry) if key_mode == "unique" else None
         self.ddl = DdlFollower(store, self.writer, self.chunk_keys, modes, on_drop)
         self._spill_done: list = []
         self._staging_done: list = []
@@ -871,6 +874,10 @@ class BatchProcessor(PausedTables):
     def _apply_rows(self, batch_id: int, rt: TableRuntime, data, taken: list, step: list) -> None:
         if not taken:
             return
+        if self.owners is not None and ORIGIN_COLUMN in rt.schema.names:
+            version = self.writer.next_version(batch_id, rt, step)
+            events, keys = data[0], data[2]
+            self.owners.check(rt, version, [events[i] for i in taken], [keys[i] for i in taken], self._origin_of_record)
         table = data[1]
         if len(taken) != table.num_rows:
             table = table.take(pa.array(taken, pa.int64()))

@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc.tablespec import ColumnSpec, TableSpec
-from cdc.wire.headers import EMITTED_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.headers import EMITTED_HEADER, MOVED_FROM_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
+from merger.sinks.base import KeepsRows
 from merger.state import StateStore
 
 PREFIX = "p"
@@ -734,7 +735,7 @@ def test_key_mode_unique_orders_a_moved_keys_changes_by_the_emission_counter(tmp
     """Key 1 moved from shard a (high positions) to shard b (low ones): b's later change
     wins, and a window of a emitted after it (HIGH before b's change) does not overwrite
     it. The broken copy (the positions as sequences, key mode origin's kind) keeps a's."""
-    sink = MemorySink()
+    sink = RowSink()
     proc = _processor(tmp_path, sink, sharded=True, key_mode=key_mode)
     s = UniqueStream()
     rt = _open_window(proc, "db.t", "w1", [{"id": 1, "v": "snap-a"}, {"id": 2, "v": "snap-a"}])
@@ -754,7 +755,7 @@ def test_key_mode_unique_orders_a_moved_keys_changes_by_the_emission_counter(tmp
 
 
 def test_key_mode_unique_pauses_a_table_at_a_record_without_the_emission_counter(tmp_path):
-    sink = MemorySink()
+    sink = RowSink()
     proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
     proc.table("db.t", SPEC)
     s = UniqueStream()
@@ -764,6 +765,103 @@ def test_key_mode_unique_pauses_a_table_at_a_record_without_the_emission_counter
     proc.process(0, s.batch())
     rt = proc.tables.get("db.t")
     assert rt.phase == "paused" and "no cdc.emitted header" in rt.error and "\n" not in rt.error
+
+
+class RowSink(MemorySink, KeepsRows):
+    """A MemorySink that keeps rows readable by key, as PostgreSQL's and Delta's."""
+
+    def rows_with_keys(self, table, key_columns, keys) -> pa.Table:
+        rows = self.tables[tuple(table)]
+        held = [{c: v for c, v in rows[tuple(k)].items() if c != "_cdc_seq"} for k in keys if tuple(k) in rows]
+        return pa.Table.from_pylist(
+            held, schema=pa.schema([("id", pa.int32()), ("v", pa.string()), (ORIGIN, pa.string())])
+        )
+
+
+ORIGIN = "__cdc_origin"
+UNIQUE = TableSpec(
+    "db",
+    "t",
+    (
+        ColumnSpec("id", "int", 1, nullable=False),
+        ColumnSpec("v", "varchar", 2, length=20),
+        ColumnSpec(ORIGIN, "varchar", 3, length=255, nullable=False),
+    ),
+    ("id",),
+)
+
+
+def _unique_change(s: "UniqueStream", shard: str, op: str, key: int, v: str, moved: str | None = None) -> None:
+    row = {"id": key, "v": v, ORIGIN: f"{shard}/db.t"}
+    s.on(shard).change(op, {"id": key}, before=row if op == "d" else None, after=None if op == "d" else row)
+    if moved:
+        s.pending[-1]["headers"].append({"key": MOVED_FROM_HEADER, "value": moved.encode()})
+
+
+def test_key_mode_unique_pauses_a_table_at_a_key_from_a_second_origin(tmp_path):
+    """Key 1 lives on shard a; shard b writes it with no move declared: the table pauses
+    with one line naming the key and both origins, and the way out; nothing of b's is
+    applied, key 2 of the same slice neither (kept with the table's changes)."""
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", UNIQUE)
+    s = UniqueStream()
+    _unique_change(s, "a", "c", 1, "a1")
+    proc.process(0, s.batch())
+    _unique_change(s, "b", "c", 2, "b2")
+    _unique_change(s, "b", "u", 1, "b1")
+    proc.process(1, s.batch())
+    rt = proc.tables.get("db.t")
+    assert rt.phase == "paused", rt.error
+    assert "key 1" in rt.error and "a/db.t" in rt.error and "b/db.t" in rt.error and "\n" not in rt.error
+    assert "key_mode: origin" in rt.error and "cdc shard move" in rt.error
+    assert sink.state() == {(1,): {"id": 1, "v": "a1", ORIGIN: "a/db.t"}}
+
+
+def test_key_mode_unique_pauses_at_two_origins_inserting_one_key_in_one_batch(tmp_path):
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", UNIQUE)
+    s = UniqueStream()
+    _unique_change(s, "a", "c", 5, "a")
+    _unique_change(s, "b", "c", 5, "b")
+    proc.process(0, s.batch())
+    rt = proc.tables.get("db.t")
+    assert rt.phase == "paused" and "key 5" in rt.error
+    assert sink.state() == {}
+
+
+def test_key_mode_unique_applies_a_moved_key_and_a_batch_run_again(tmp_path, monkeypatch):
+    """b's change of key 1 names a in cdc.moved_from: applied, the row's origin is b's. The
+    same batch run again after a crash (the sink holds b's row, a's change comes again)
+    is no conflict; the broken copy that checks a batch the sink already holds pauses."""
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", UNIQUE)
+    s = UniqueStream()
+    _unique_change(s, "a", "c", 1, "a1")
+    _unique_change(s, "b", "u", 1, "b1", moved="a")
+    records = s.batch()
+    proc.process(0, records)
+    assert proc.tables.get("db.t").phase == "streaming"
+    assert sink.state() == {(1,): {"id": 1, "v": "b1", ORIGIN: "b/db.t"}}
+    for broken in (False, True):
+        if broken:
+            monkeypatch.setattr(RowSink, "applied_version", lambda self, table: None)
+        again = BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2, sharded=True, key_mode="unique")
+        again.table("db.t", UNIQUE)
+        again.process(0, records)  # no state saved before batch 0: all of it again
+        assert (again.tables.get("db.t").phase == "paused") == broken
+    assert sink.state() == {(1,): {"id": 1, "v": "b1", ORIGIN: "b/db.t"}}
+
+
+def test_key_mode_unique_needs_a_sink_that_keeps_rows(tmp_path):
+    from merger.errors import MergerError
+
+    with pytest.raises(MergerError, match="needs a sink that keeps rows") as exc:
+        _processor(tmp_path, MemorySink(), sharded=True, key_mode="unique")
+    assert "\n" not in str(exc.value)
+    _processor(tmp_path, MemorySink(), sharded=True)  # key mode origin: no check
 
 
 def test_one_server_changes_stop_a_sharded_merger(tmp_path):
