@@ -835,7 +835,7 @@ class BatchProcessor(PausedTables):
             if op == MARKER:
                 kind = str(image.get("kind", "")).upper()
                 if image.get("window") and kind in ("LOW", "HIGH"):
-                    rt.reconciler.on_marker(partition, seq, image["window"], kind, sequence)
+                    rt.reconciler.on_marker(partition, seq, image["window"], kind, sequence, image.get("cutover"))
                 continue
             if op == "t":
                 origin = self._truncated_origin(rt, ev)

@@ -864,6 +864,66 @@ def test_key_mode_unique_needs_a_sink_that_keeps_rows(tmp_path):
     _processor(tmp_path, MemorySink(), sharded=True)  # key mode origin: no check
 
 
+def _with_cutover(s: "UniqueStream", passed: list) -> None:
+    """The marker just added (one copy per partition) carries the moves its shard passed."""
+    from cdc.shard_cutover import passed_to_json
+
+    for record in s.pending[-s.partitions :]:
+        header = next(h for h in record["headers"] if h["key"] == WATERMARK_HEADER)
+        marker = json.loads(header["value"])
+        marker["cutover"] = {
+            "passed": passed_to_json(passed),
+            "switched": [m.to_json() for m, r in passed if r == "switch"],
+        }
+        header["value"] = json.dumps(marker).encode()
+
+
+@pytest.mark.parametrize("switched", [False, True])
+def test_key_mode_unique_leaves_out_window_rows_of_a_range_moved_away_and_asks_its_target(tmp_path, switched):
+    """A window on shard a whose HIGH marker says a passed the switch of keys 10..20 to b:
+    its rows of those keys are left out (their values may lag b's) and, once the snapshot
+    is done, a snapshot of the table on shard b is asked for. Without the move every row
+    is emitted, and nothing asked."""
+    from cdc.shard_cutover import SWITCH, KeyRange, Move
+
+    move = Move(1, KeyRange(10, 20), "a", "b", "db.t")
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    rows = [{"id": i, "v": "snap", ORIGIN: "a/db.t"} for i in (5, 15, 25)]
+    rt = _open_window(proc, "db.t", "w1", rows, spec=UNIQUE, chunk="db.t@a/db.t:0001")
+    s = UniqueStream()
+    s.on("a").marker("w1", "LOW")
+    _with_cutover(s, [])
+    rt.reconciler.mark_staged("w1")
+    s.on("a").marker("w1", "HIGH")
+    _with_cutover(s, [(move, SWITCH)] if switched else [])
+    proc.process(0, s.batch())
+    assert "w1" not in rt.reconciler.windows
+    emitted = sorted(k[0] for k in sink.state())
+    requests = [(r["action"], r["table"], r["args"]) for r in proc.store.take_requests()]
+    if switched:
+        assert emitted == [5, 25]
+        assert requests == [("snapshot", "db.t", {"where": None, "shard": "b"})]
+    else:
+        assert emitted == [5, 15, 25] and requests == []
+
+
+def test_key_mode_unique_window_cutover_survives_a_restart(tmp_path):
+    from cdc.shard_cutover import SWITCH, KeyRange, Move
+    from merger.dblog import Reconciler
+
+    rec = Reconciler(1)
+    rec.open_window("w", ["c"], 0.0)
+    cut = {"passed": [[Move(1, KeyRange(1, 2), "a", "b", "db.t").to_json(), SWITCH]], "switched": []}
+    rec.on_marker(0, 1, "w", "LOW", 7, {"passed": [], "switched": []})
+    rec.on_marker(0, 2, "w", "HIGH", 9, cut)
+    again = Reconciler.from_dict(json.loads(json.dumps(rec.to_dict())))
+    assert again.window("w").cutover == {"LOW": {"passed": [], "switched": []}, "HIGH": cut}
+    plain = Reconciler(1)
+    plain.open_window("w", ["c"], 0.0)
+    assert "cutover" not in plain.to_dict()["windows"][0]  # other windows' state as before
+
+
 def test_one_server_changes_stop_a_sharded_merger(tmp_path):
     from merger.errors import MergerError
 

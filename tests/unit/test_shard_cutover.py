@@ -10,7 +10,17 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cdc.shard_cutover import BEGIN, SWITCH, CutoverFilter, KeyConflict, KeyOrder, KeyRange, Move
+from cdc.shard_cutover import (
+    BEGIN,
+    SWITCH,
+    CutoverFilter,
+    KeyConflict,
+    KeyOrder,
+    KeyRange,
+    Move,
+    passed_from_json,
+    passed_to_json,
+)
 
 SHARDS = ["a", "b", "c"]
 KEYS = range(8)
@@ -215,3 +225,61 @@ def test_two_shards_in_one_generation_is_a_conflict():
     assert not order.newer(5, 0, "a", 11)  # the old owner's change read late
     with pytest.raises(KeyConflict, match="shard 'b' and on shard 'c'"):
         order.newer(5, 2, "c", 99)
+
+
+# ---------------------------------------------------------------------- snapshot windows and moves
+
+M1 = Move(1, KeyRange(10, 20), "a", "b", "db.t")
+M2 = Move(2, KeyRange(10, 20), "b", "c", "db.t")
+OTHER = Move(3, KeyRange(10, 20), "a", "c", "db.other")  # of another table: ignored
+
+
+def _window(shard: str, low: list, high: list):
+    from cdc.shard_cutover import WindowOwnership
+
+    return WindowOwnership(shard, "db.t", passed_from_json(passed_to_json(low)), passed_from_json(passed_to_json(high)))
+
+
+@pytest.mark.parametrize(
+    "shard,low,high,decision",
+    [
+        # the source before its switch: its own key
+        ("a", [], [], (True, None)),
+        ("a", [(OTHER, SWITCH)], [(OTHER, SWITCH)], (True, None)),
+        # the source passed its switch inside the window, or before it: leftovers, the target asked
+        ("a", [], [(M1, SWITCH)], (False, "b")),
+        ("a", [(M1, SWITCH)], [(M1, SWITCH)], (False, "b")),
+        # the target's copy before the switch: its source's windows read the row
+        ("b", [], [(M1, BEGIN)], (False, None)),
+        ("b", [(M1, BEGIN)], [(M1, BEGIN)], (False, None)),
+        # the target's switch inside the window: the generation changed, the target asked
+        ("b", [(M1, BEGIN)], [(M1, BEGIN), (M1, SWITCH)], (False, "b")),
+        # the target after its switch: its own key, in the move's generation
+        ("b", [(M1, BEGIN), (M1, SWITCH)], [(M1, BEGIN), (M1, SWITCH)], (True, None)),
+        # moved on: b is the source of move 2 past its switch
+        ("b", [(M1, BEGIN), (M1, SWITCH)], [(M1, BEGIN), (M1, SWITCH), (M2, SWITCH)], (False, "c")),
+        ("c", [(M2, BEGIN)], [(M2, BEGIN), (M2, SWITCH)], (False, "c")),
+    ],
+)
+def test_a_window_keeps_the_rows_its_shard_owned_at_low_and_at_high(shard, low, high, decision):
+    window = _window(shard, low, high)
+    assert window.decide(15) == decision
+    assert window.decide(20) == (True, None)  # outside the range: the shard's own key
+    assert window.moves == any(m.table == "db.t" for m, _ in high)
+
+
+def test_a_kept_window_row_was_read_while_its_shard_owned_the_key():
+    """Every (LOW, HIGH) pair along each shard's control rows of one move: a row is kept only
+    when the shard owned the key all through the window (the source before its switch, the
+    target after it), and whenever a row read after the switch is dropped the target is asked."""
+    rows = {"a": [(M1, SWITCH)], "b": [(M1, BEGIN), (M1, SWITCH)]}
+    for shard, passed in rows.items():
+        for low in range(len(passed) + 1):
+            for high in range(low, len(passed) + 1):
+                if shard == "b" and high == 0:
+                    continue  # before the begin b holds no row of the range
+                kept, ask = _window(shard, passed[:low], passed[:high]).decide(15)
+                owned_all_through = (shard == "a" and high == 0) or (shard == "b" and low == 2)
+                assert kept == owned_all_through, (shard, low, high)
+                switched_by_high = (shard == "a" and high == 1) or (shard == "b" and high == 2)
+                assert (ask == "b") == (not kept and switched_by_high), (shard, low, high)
