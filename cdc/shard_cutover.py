@@ -126,6 +126,14 @@ class CutoverFilter:
         return [(m, r) for m, r in self.passed.get(shard, ()) if m.table in (None, table)]
 
 
+def owned_ranges(rows: list[tuple[Move, str]], shard: str, table: str) -> list[tuple[KeyRange, bool]]:
+    """``CutoverFilter.generation``'s rule for ``shard`` as key ranges (``cdc verify`` turns
+    them into SQL): its control rows of moves of ``table`` (in the order it passed them),
+    latest first, each with whether the shard owns its keys there. The first range holding a
+    key decides; none: the shard's own key."""
+    return [(m.keys, row == SWITCH and m.target == shard) for m, row in reversed(rows) if m.table in (None, table)]
+
+
 class WindowOwnership:
     """Which rows of a snapshot window on ``shard`` are emitted (key mode ``unique``,
     docs/sharding.md section 4, point 4): those whose key the shard owned both at LOW and

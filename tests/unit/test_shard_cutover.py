@@ -283,3 +283,27 @@ def test_a_kept_window_row_was_read_while_its_shard_owned_the_key():
                 assert kept == owned_all_through, (shard, low, high)
                 switched_by_high = (shard == "a" and high == 1) or (shard == "b" and high == 2)
                 assert (ask == "b") == (not kept and switched_by_high), (shard, low, high)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 5), st.integers(0, 30), st.integers(0, 30), st.sampled_from("abc"), st.booleans()),
+        max_size=8,
+    ),
+    st.sampled_from("abc"),
+)
+def test_owned_ranges_decide_as_the_filter(raw, shard):
+    """The first range holding a key says what ``CutoverFilter.generation`` says: owned
+    exactly when the generation is not None."""
+    from cdc.shard_cutover import owned_ranges
+
+    rows = []
+    for number, low, size, other, switch in raw:
+        source, target = (shard, other) if number % 2 else (other, shard)
+        table = "db.other" if number == 5 else "db.t"
+        rows.append((Move(number, KeyRange(low, low + size), source, target, table), SWITCH if switch else BEGIN))
+    ranges = owned_ranges(rows, shard, "db.t")
+    f = CutoverFilter({shard: rows})
+    for key in range(-1, 62):
+        decided = next((owned for r, owned in ranges if r.holds(key)), True)
+        assert decided == (f.generation(shard, key, "db.t") is not None), key
