@@ -7,7 +7,7 @@ the first sink that keeps rows (``merger.sinks.base.KeepsRows``: the key columns
 apply order against them (``cdc.shard_cutover.owner_conflicts``): a change of a key whose
 live row another origin wrote, on a shard the key was not moved away from (the change's
 ``cdc.moved_from`` header), is a conflict. Snapshot rows are not checked: a window's rows
-of keys its shard did not own are dropped before (``cdc.shard_cutover.window_keeps``).
+of keys its shard did not own are dropped before (``cdc.shard_cutover.WindowOwnership``).
 """
 
 from __future__ import annotations
@@ -52,13 +52,18 @@ class OwnerCheck:
             raise MergerError(NO_ROW_SINK)
         self.read = read or (lambda rt, sink, call: call())
 
-    def held(self, rt: TableRuntime, keys: list[tuple]) -> dict[tuple, str]:
-        """Per key, the origin of its live row in the sink (absent: none)."""
+    def _ask(self, rt: TableRuntime, call):
+        """``call(sink, table)``'s result, through ``read``."""
         got: list = []
         db, table = rt.name.split(".", 1)
+        self.read(rt, self.sink, lambda: got.append(call(self.sink, (db, table))))
+        return got[0]
+
+    def held(self, rt: TableRuntime, keys: list[tuple]) -> dict[tuple, str]:
+        """Per key, the origin of its live row in the sink (absent: none)."""
         unique = list(dict.fromkeys(keys))
-        self.read(rt, self.sink, lambda: got.append(self.sink.rows_with_keys((db, table), rt.keys, unique)))
-        rows = got[0].select([*rt.keys, ORIGIN_COLUMN]).to_pylist() if got and got[0].num_rows else []
+        found = self._ask(rt, lambda sink, table: sink.rows_with_keys(table, rt.keys, unique))
+        rows = found.select([*rt.keys, ORIGIN_COLUMN]).to_pylist() if found.num_rows else []
         return {tuple(r[k] for k in rt.keys): r[ORIGIN_COLUMN] for r in rows if r[ORIGIN_COLUMN] is not None}
 
     def check(self, rt: TableRuntime, version: int, events: list[ChangeEvent], keys: list[tuple], origin_of) -> None:
@@ -68,8 +73,7 @@ class OwnerCheck:
         when its row image lacks the column."""
         if not events:
             return
-        db, table = rt.name.split(".", 1)
-        applied = self.sink.applied_version((db, table))
+        applied = self._ask(rt, lambda sink, table: sink.applied_version(table))
         if applied is not None and applied >= version:
             return  # a batch run again after a crash: the sink holds these changes, and skips them
         changes = [

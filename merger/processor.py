@@ -111,7 +111,6 @@ class BatchProcessor(PausedTables):
         self.prefix = prefix
         # what wrote the topics: its replay rule, sequences, order, DDL, truncates, snapshots
         self.source_kind = source_kind(source_connector, sharded, key_mode)
-        self.key_mode = key_mode
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
         self.store = store
         self.sinks = sinks
@@ -141,7 +140,7 @@ class BatchProcessor(PausedTables):
         self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
         self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
         # key mode unique: a key's changes from a second origin pause its table (merger.owner_check)
-        self.owners = OwnerCheck(sinks, self.writer.fanout.with_retry) if key_mode == "unique" else None
+        self.owners = OwnerCheck(sinks, self.writer.fanout.read) if key_mode == "unique" else None
         self.ddl = DdlFollower(store, self.writer, self.chunk_keys, modes, on_drop)
         self._spill_done: list = []
         self._staging_done: list = []
