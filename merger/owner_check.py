@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cdc.config import UNIQUE_NEEDS_ROWS
 from cdc.routes import ORIGIN_COLUMN
 from cdc.shard_cutover import owner_conflicts, shard_of
 from cdc.wire.headers import MOVED_FROM_HEADER
@@ -21,11 +22,6 @@ from merger.errors import BadChange, MergerError
 from merger.records import ChangeEvent, headers_of
 from merger.sinks.base import KeepsRows
 from merger.tables import TableRuntime
-
-NO_ROW_SINK = (
-    "key_mode: unique needs a sink that keeps rows (postgres or delta): the merger checks each key's origin "
-    "against the sink's row, and the Kafka changelog cannot be read back by key"
-)
 
 
 class OwnerConflict(BadChange):
@@ -49,7 +45,7 @@ class OwnerCheck:
         while the sink is unavailable); None: at once."""
         self.sink = next((s for s in sinks if isinstance(s, KeepsRows)), None)
         if self.sink is None:
-            raise MergerError(NO_ROW_SINK)
+            raise MergerError(UNIQUE_NEEDS_ROWS)  # the config refuses it first
         self.read = read or (lambda rt, sink, call: call())
 
     def _ask(self, rt: TableRuntime, call):
