@@ -908,6 +908,31 @@ def test_key_mode_unique_leaves_out_window_rows_of_a_range_moved_away_and_asks_i
         assert emitted == [5, 15, 25] and requests == []
 
 
+def test_key_mode_unique_asks_for_the_targets_snapshot_once_the_running_one_is_done(tmp_path):
+    """A new plan replaces a running one: the snapshot of the move's target is asked for
+    only when the last window of the plan is emitted, not at the window that left rows out."""
+    from cdc.shard_cutover import SWITCH, KeyRange, Move
+
+    switched = [(Move(1, KeyRange(10, 20), "a", "b", "db.t"), SWITCH)]
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    s = UniqueStream()
+    rt = _open_window(proc, "db.t", "w1", [{"id": 15, "v": "x", ORIGIN: "a/db.t"}], spec=UNIQUE, chunk="db.t@a/db.t:1")
+    _open_window(proc, "db.t", "w2", [{"id": 30, "v": "y", ORIGIN: "b/db.t"}], spec=UNIQUE, chunk="db.t@b/db.t:2")
+    for wid, shard in (("w1", "a"), ("w2", "b")):
+        s.on(shard).marker(wid, "LOW")
+        _with_cutover(s, switched if shard == "a" else [])
+        rt.reconciler.mark_staged(wid)
+        s.on(shard).marker(wid, "HIGH")
+        _with_cutover(s, switched if shard == "a" else [])
+        proc.process(0 if wid == "w1" else 1, s.batch())
+        requests = proc.store.take_requests()
+        if wid == "w1":
+            assert requests == [] and proc.store.load_plan("db.t")["then_snapshot"] == ["b"]
+    assert [(r["action"], r["args"]) for r in requests] == [("snapshot", {"where": None, "shard": "b"})]
+    assert sorted(k[0] for k in sink.state()) == [30]
+
+
 def test_key_mode_unique_window_cutover_survives_a_restart(tmp_path):
     from cdc.shard_cutover import SWITCH, KeyRange, Move
     from merger.dblog import Reconciler
