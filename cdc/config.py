@@ -284,6 +284,11 @@ KEY_MODE_DESCRIPTION = (
     "and a key met from two origins pauses its table (docs/sharding.md, section 4)"
 )
 
+UNIQUE_NEEDS_ROWS = (
+    "key_mode: unique needs a sink that keeps rows (sinks.postgres or sinks.delta): the merger checks each "
+    "key's origin against the sink's row, and the Kafka changelog cannot be read back by key"
+)
+
 
 class IngestConfig(_Model):
     """Configuration of one ``cdc ingest`` process (one source server)."""
@@ -729,6 +734,12 @@ class MergerConfig(_Model):
     @classmethod
     def _signal_table(cls, value: str | None) -> str | None:
         return None if value is None else _check_qualified(cls, value)
+
+    @model_validator(mode="after")
+    def _unique_needs_rows(self) -> "MergerConfig":
+        if self.key_mode == "unique" and not (self.sinks.postgres or self.sinks.delta):
+            raise ValueError(UNIQUE_NEEDS_ROWS)
+        return self
 
 
 def routes_of(config: IngestConfig | MergerConfig) -> Routes:

@@ -96,15 +96,23 @@ class CutoverFilter:
         """``shard``'s reader passed a control row of ``move``."""
         self.passed.setdefault(shard, []).append((move, row))
 
+    def deciding(self, shard: str, key: Any, table: str | None = None) -> tuple[Move, str] | None:
+        """The last control row ``shard`` passed of a move holding ``key`` (None: none)."""
+        for move, row in reversed(self.passed.get(shard, ())):
+            if move.holds(table, key):
+                return move, row
+        return None
+
     def generation(self, shard: str, key: Any, table: str | None = None) -> int | None:
         """The generation of ``shard``'s change of ``key`` (of ``table``); None: not emitted
         (a copy on the target before the switch, or the source's cleanup after it)."""
-        for move, row in reversed(self.passed.get(shard, ())):
-            if move.holds(table, key):
-                if row == BEGIN:
-                    return None
-                return move.number if move.target == shard else None
-        return 0
+        last = self.deciding(shard, key, table)
+        if last is None:
+            return 0
+        move, row = last
+        if row == BEGIN:
+            return None
+        return move.number if move.target == shard else None
 
     def switched(self, shard: str, number: int) -> bool:
         """Whether ``shard``'s reader has passed its switch row of move ``number``."""
@@ -117,6 +125,47 @@ class CutoverFilter:
     def table_rows(self, shard: str, table: str) -> list[tuple[Move, str]]:
         """``shard``'s passed control rows of moves of ``table``."""
         return [(m, r) for m, r in self.passed.get(shard, ()) if m.table in (None, table)]
+
+
+def owned_ranges(rows: list[tuple[Move, str]], shard: str, table: str) -> list[tuple[KeyRange, bool]]:
+    """``CutoverFilter.generation``'s rule for ``shard`` as key ranges (``cdc verify`` turns
+    them into SQL): its control rows of moves of ``table`` (in the order it passed them),
+    latest first, each with whether the shard owns its keys there. The first range holding a
+    key decides; none: the shard's own key."""
+    return [(m.keys, row == SWITCH and m.target == shard) for m, row in reversed(rows) if m.table in (None, table)]
+
+
+class WindowOwnership:
+    """Which rows of a snapshot window on ``shard`` are emitted (key mode ``unique``,
+    docs/sharding.md section 4, point 4): those whose key the shard owned both at LOW and
+    at HIGH, in one generation (``low``/``high``: the control rows of moves of ``table``
+    the shard's reader had passed at each marker). A row read from a copy before its
+    switch or from leftovers after it may lag the owner's changes."""
+
+    def __init__(self, shard: str, table: str, low: list[tuple[Move, str]], high: list[tuple[Move, str]]) -> None:
+        self.shard, self.table = shard, table
+        self.low = CutoverFilter({shard: low})
+        self.high = CutoverFilter({shard: high})
+
+    @property
+    def moves(self) -> bool:
+        """Whether HIGH passed a control row of a move of the table (else every row is kept)."""
+        return bool(self.high.table_rows(self.shard, self.table))
+
+    def decide(self, key: Any) -> tuple[bool, str | None]:
+        """``(kept, snapshot_on)``: whether the window's row of ``key`` is emitted, and if
+        not, the shard whose snapshot must bring the key (None: a copy before its switch,
+        whose source's row is read there). The move's target is asked when the shard is
+        its source past the switch (the target's windows may have run before it) or when
+        the key's generation changed inside the window."""
+        at_low = self.low.generation(self.shard, key, self.table)
+        at_high = self.high.generation(self.shard, key, self.table)
+        if at_high is not None and at_high == at_low:
+            return True, None
+        last = self.high.deciding(self.shard, key, self.table)
+        if last is None or last[1] == BEGIN:
+            return False, None  # a copy on the target before its switch: its source's row is read
+        return False, last[0].target
 
 
 def moved_from(switched: list[Move], table: str | None, key: Any, generation: int) -> tuple[str, ...]:

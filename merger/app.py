@@ -381,6 +381,7 @@ class Merger:
             source_connector=cfg.source_connector,
             on_drop=cfg.on_drop,
             sharded=bool(cfg.shards),
+            key_mode=cfg.key_mode,
         )
 
     def _start_query(self, spark, processor, store, progress: "_BatchProgress"):

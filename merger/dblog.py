@@ -138,6 +138,8 @@ class Window:
     truncated: bool = False  # a truncate came after LOW
     staged: bool = False  # chunk rows are staged
     problem: str | None = None  # why it can't be reconciled
+    # LOW/HIGH -> the marker's "cutover" (key mode unique: the moves its shard had passed there)
+    cutover: dict = field(default_factory=dict)
 
 
 class Reconciler:
@@ -220,10 +222,19 @@ class Reconciler:
         self.last_offsets[partition] = offset
         return True
 
-    def on_marker(self, partition: int, offset: int, window_id: str, kind: str, sequence: int | None = None) -> bool:
+    def on_marker(
+        self,
+        partition: int,
+        offset: int,
+        window_id: str,
+        kind: str,
+        sequence: int | None = None,
+        cutover: dict | None = None,
+    ) -> bool:
         """A watermark marker read from ``partition``. False if it was a replay. ``offset``
         rises along the partition; ``sequence``: the marker's own, when it is not the offset
-        (a sharded source's, whose shards' sequences do not rise along a partition)."""
+        (a sharded source's, whose shards' sequences do not rise along a partition);
+        ``cutover``: the marker's (key mode unique; every copy carries the same)."""
         kind = str(kind).upper()
         if kind not in (LOW, HIGH):
             raise ValueError(f"marker kind must be LOW or HIGH, got {kind!r}")
@@ -237,8 +248,11 @@ class Reconciler:
         elif partition not in window.low:
             window.problem = f"HIGH marker at offset {offset} of partition {partition} without a LOW marker before it"
             window.seen.clear()
+            return True
         else:
             window.high.setdefault(partition, offset if sequence is None else sequence)
+        if cutover is not None:
+            window.cutover.setdefault(kind, cutover)
         return True
 
     def on_event(
@@ -305,6 +319,7 @@ class Reconciler:
                 truncated=bool(wd["truncated"]),
                 staged=bool(wd["staged"]),
                 problem=wd["problem"],
+                cutover=wd.get("cutover", {}),
             )
             rec.windows[w.window_id] = w
         return rec
@@ -313,7 +328,7 @@ class Reconciler:
 def _window_to_dict(w: Window) -> dict:
     seen = [encode_key(k) for k in w.seen]
     seen.sort(key=lambda e: json.dumps(e, sort_keys=True))  # deterministic output
-    return {
+    out = {
         "id": w.window_id,
         "chunk_ids": list(w.chunk_ids),
         "opened_at": w.opened_at,
@@ -324,6 +339,9 @@ def _window_to_dict(w: Window) -> dict:
         "staged": w.staged,
         "problem": w.problem,
     }
+    if w.cutover:  # only key mode unique's windows: the others' state stays as it was
+        out["cutover"] = w.cutover
+    return out
 
 
 # -- the emission rule --------------------------------------------------------------------

@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import pyarrow as pa
+
+from cdc.shard_cutover import WindowOwnership, passed_from_json, shard_of
 from merger import crashpoints
 from merger.dblog import Window, emitted_rows, window_survives
 from merger.schema import from_snapshot
@@ -21,6 +24,18 @@ from merger.state import StateStore
 from merger.tables import TableRegistry, TableRuntime
 
 log = logging.getLogger(__name__)
+
+
+def window_ownership(window: Window, table: str) -> WindowOwnership | None:
+    """Which rows of a window its shard owned (key mode unique: both its markers carry the
+    moves passed there); None: every row is the shard's (markers without ``cutover``)."""
+    low, high = window.cutover.get("LOW"), window.cutover.get("HIGH")
+    origin = window_origin(window, table)
+    if low is None or high is None or origin is None:
+        return None
+    return WindowOwnership(
+        shard_of(origin), table, passed_from_json(low.get("passed", [])), passed_from_json(high.get("passed", []))
+    )
 
 
 class WindowEmitter:
@@ -110,10 +125,14 @@ class WindowEmitter:
         cut = rt.truncated_through
         if rt.origin_truncated:  # a TRUNCATE of the window's origin (its server's order) counts too
             cut = max(cut, rt.origin_truncated.get(window_origin(window, rt.name), 0))
+        owner = window_ownership(window, rt.name)
+        asks: set[str] = set()  # shards whose snapshot brings keys this window left out
         for batch in staged_slice(files, start, end - start):
             if not window_survives(window, cut):
                 break  # a truncate came after LOW: nothing of the window survives
             table = emitted_rows(window, from_snapshot(rt.spec, rt.schema, fill_missing(batch, rt.spec)), rt.keys, cut)
+            if owner is not None and table.num_rows:
+                table = self._owned(rt, wid, owner, table, asks)
             if table.num_rows == 0:
                 continue
             self.writer.apply(batch_id, rt, table, step)
@@ -121,7 +140,7 @@ class WindowEmitter:
             crashpoints.reached("mid_emission")
         rt.snapshot_rows += emitted
         finished = end >= total
-        self._record_progress(rt, window, emitted, finished)
+        self._record_progress(rt, window, emitted, finished, asks)
         if not finished:
             rt.emitted[wid] = end
             log.info(
@@ -140,13 +159,40 @@ class WindowEmitter:
         done.append(path)
         log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
 
-    def _record_progress(self, rt: TableRuntime, window: Window, emitted: int, finished: bool) -> None:
+    @staticmethod
+    def _owned(rt: TableRuntime, wid: str, owner: WindowOwnership, table: pa.Table, asks: set[str]) -> pa.Table:
+        """A window's rows of the keys its shard owned at LOW and at HIGH (key mode unique,
+        ``cdc.shard_cutover.WindowOwnership``); adds to ``asks`` the shards whose snapshot
+        must bring the keys left out."""
+        if not owner.moves:
+            return table
+        decisions = [owner.decide(key) for key in table.column(rt.keys[0]).to_pylist()]
+        kept = pa.array([keep for keep, _ in decisions], pa.bool_())
+        left = [ask for keep, ask in decisions if not keep]
+        if left:
+            asks.update(ask for ask in left if ask)
+            log.info(
+                "snapshot window %s of %s: %d rows of keys shard %s did not own all through the window left out",
+                wid,
+                rt.name,
+                len(left),
+                owner.shard,
+            )
+        return table.filter(kept)
+
+    def _record_progress(
+        self, rt: TableRuntime, window: Window, emitted: int, finished: bool, asks: set[str] = frozenset()
+    ) -> None:
         """The snapshot plan counts the rows; a finished window's chunks are done, and the
-        last one finishes the snapshot."""
+        last one finishes the snapshot. ``asks``: shards to snapshot once it is finished (a
+        new plan replaces a running one)."""
         plan = self.store.load_plan(rt.name)
         if plan is None:
+            self._snapshot_shards(rt, asks)
             return
         plan["rows"] = plan.get("rows", 0) + emitted
+        if asks:
+            plan["then_snapshot"] = sorted(set(plan.get("then_snapshot", [])) | asks)
         if finished:
             done = set(plan.get("done", []))
             done.update(window.chunk_ids)
@@ -156,3 +202,10 @@ class WindowEmitter:
                 if rt.phase == "snapshotting":
                     rt.phase = "streaming"
         self.store.save_plan(rt.name, plan)
+        if plan.get("finished_at"):
+            self._snapshot_shards(rt, set(plan.get("then_snapshot", [])))
+
+    def _snapshot_shards(self, rt: TableRuntime, shards: set[str]) -> None:
+        for shard in sorted(shards):
+            log.info("snapshot of %s on shard %s asked for: a moved key range's rows are read there", rt.name, shard)
+            self.store.request("snapshot", rt.name, where=None, shard=shard)

@@ -50,6 +50,7 @@ from merger.emission import WindowEmitter
 from merger.errors import BadChange, MergerError
 from merger.kafka.admission import learn, observed_sizes, record_bytes
 from merger.kept import keep
+from merger.owner_check import OwnerCheck
 from merger.pausing import PausedTables
 from merger.records import (
     MARKER,
@@ -105,10 +106,11 @@ class BatchProcessor(PausedTables):
         source_connector: str = "ingest",
         on_drop: str = "truncate",
         sharded: bool = False,
+        key_mode: str = "origin",
     ):
         self.prefix = prefix
         # what wrote the topics: its replay rule, sequences, order, DDL, truncates, snapshots
-        self.source_kind = source_kind(source_connector, sharded)
+        self.source_kind = source_kind(source_connector, sharded, key_mode)
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
         self.store = store
         self.sinks = sinks
@@ -137,6 +139,8 @@ class BatchProcessor(PausedTables):
         self._replaying: set = set()
         self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
         self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
+        # key mode unique: a key's changes from a second origin pause its table (merger.owner_check)
+        self.owners = OwnerCheck(sinks, self.writer.fanout.read) if key_mode == "unique" else None
         self.ddl = DdlFollower(store, self.writer, self.chunk_keys, modes, on_drop)
         self._spill_done: list = []
         self._staging_done: list = []
@@ -577,23 +581,34 @@ class BatchProcessor(PausedTables):
         DDL marker in the batch (the table may be gone from the source by now), else from
         the source. Changes before that marker (an earlier table under the name) decode
         leniently; the marker counts as applied only if nothing came before it."""
-        for r, headers, payload, pos in sorted(items, key=lambda it: it[3].sequence() if it[3] else 0):
-            raw = headers.get(DDL_HEADER)
+        orders = [self._order_or_none(it) for it in items]
+        for i in sorted(range(len(items)), key=lambda i: orders[i] or 0):
+            raw = items[i].headers.get(DDL_HEADER)
             if raw is None:
                 continue
             spec = spec_from_marker(json.loads(raw))
             if spec is None:
                 continue
             rt = self.table(name, spec)
-            if rt is not None and pos is not None:
-                order = pos.sequence()
+            order = orders[i]
+            if rt is not None and order is not None:
                 rt.spec_since = order
-                if not any(p is not None and p.sequence() < order for *_, p in items):
+                if not any(o is not None and o < order for o in orders):
                     rt.ddl_through = order  # the table starts with it
             return rt
         if all(DDL_HEADER in headers for _, headers, *_ in items):
             return None  # only markers of a table that is gone: nothing to apply
         return self.table(name)
+
+    def _order_or_none(self, item: ParsedRecord) -> int | None:
+        """A record's order (the kind's); None without a position, or when it lacks what
+        the kind orders by (it is a bad record where its change is met)."""
+        if item.position is None:
+            return None
+        try:
+            return self.source_kind.order_of(item)
+        except BadRecord:
+            return None
 
     # ------------------------------------------------------------------ changes of one table
 
@@ -819,7 +834,7 @@ class BatchProcessor(PausedTables):
             if op == MARKER:
                 kind = str(image.get("kind", "")).upper()
                 if image.get("window") and kind in ("LOW", "HIGH"):
-                    rt.reconciler.on_marker(partition, seq, image["window"], kind, sequence)
+                    rt.reconciler.on_marker(partition, seq, image["window"], kind, sequence, image.get("cutover"))
                 continue
             if op == "t":
                 origin = self._truncated_origin(rt, ev)
@@ -858,6 +873,10 @@ class BatchProcessor(PausedTables):
     def _apply_rows(self, batch_id: int, rt: TableRuntime, data, taken: list, step: list) -> None:
         if not taken:
             return
+        if self.owners is not None and ORIGIN_COLUMN in rt.schema.names:
+            version = self.writer.next_version(batch_id, rt, step)
+            events, keys = data[0], data[2]
+            self.owners.check(rt, version, [events[i] for i in taken], [keys[i] for i in taken], self._origin_of_record)
         table = data[1]
         if len(taken) != table.num_rows:
             table = table.take(pa.array(taken, pa.int64()))

@@ -44,11 +44,11 @@ class ChangeEvent(NamedTuple):
     """One change of a table, as the merger applies it."""
 
     partition: int
-    seq: int  # the sink's sequence: orders the changes of one key (binlog position, or Kafka offset)
+    seq: int  # the sink's sequence: orders the changes of one key (binlog position, Kafka offset or emission)
     op: str  # c u d r t, MARKER (watermark) or SCHEMA (DDL marker)
     image: Any  # the row (after; before for d), the marker's JSON, or None for a truncate
     record: dict  # the Kafka record it came from (dead-letter, spill files)
-    order: int  # binlog order across partitions (cuts at truncates and DDL)
+    order: int  # binlog order across partitions (cuts at truncates and DDL); key mode unique: the emission
 
 
 class Decoded(NamedTuple):
@@ -102,12 +102,14 @@ def parse(record: dict) -> ParsedRecord:
 
 def change_event(item: ParsedRecord, source: SourceKind) -> ChangeEvent:
     """The change a parsed (non-tombstone) record carries, on topics written by ``source``.
-    Raises BadRecord for an unknown op or a change without its row image."""
+    Raises BadRecord for an unknown op, a change without its row image, or a record
+    without the order its kind needs."""
     r, headers, payload, pos = item
-    # order: binlog order across partitions (cuts at truncates); seq: the sink's
-    # sequence, the kind's (the same for ingest's topics; on Debezium's many records
-    # share one position, so there it is the Kafka offset: merger.sources)
-    order = pos.sequence() if pos else r["offset"]
+    # order: binlog order across partitions (cuts at truncates; in key mode unique the
+    # emission counter); seq: the sink's sequence, the kind's (the order for ingest's
+    # topics; on Debezium's many records share one position, so there it is the Kafka
+    # offset: merger.sources)
+    order = source.order_of(item)
     seq = source.sequence_of(order, r["offset"])
     ddl = headers.get(DDL_HEADER)
     if ddl is not None:  # a DDL marker (cdc.ddl.ddl_marker)

@@ -98,9 +98,13 @@ class SinkWriter:
 
     def version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
         """The version of the batch's next write (``step[0]`` counts the writes)."""
-        version = self._version_base(rt) + batch_id * STEP + step[0]
+        version = self.next_version(batch_id, rt, step)
         step[0] += 1
         return version
+
+    def next_version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
+        """The version the batch's next write will get (a sink at or above it skips it)."""
+        return self._version_base(rt) + batch_id * STEP + step[0]
 
     def _version_base(self, rt: TableRuntime) -> int:
         """Added to every sink version of the table. Sinks skip a write whose version is

@@ -36,6 +36,17 @@ def check_removable(cfg: Any, name: str) -> None:
         )
 
 
+def check_deletable(cfg: Any, name: str) -> None:
+    """Key mode ``unique``: ``__cdc_origin`` names the last writer of a row, so a row moved
+    away from the shard may still name it: its rows cannot be told by origin."""
+    if cfg.key_mode == "unique":
+        raise ConfigError(
+            f"key_mode: unique: shard {name}'s rows cannot be deleted by origin, since a row moved to another "
+            f"shard may still name {name} as its origin (__cdc_origin names the row's last writer); use "
+            "--keep-rows, and move or delete the shard's key ranges in the source first (docs/sharding.md, section 4)"
+        )
+
+
 def known_tables(store: Any) -> list[str]:
     """The tables of the merger's last status (``<db>.<table>``)."""
     status = store.read_status()
@@ -62,6 +73,8 @@ def remove_shard(
     from merger.sinks.base import TableId
 
     check_removable(cfg, name)
+    if delete:
+        check_deletable(cfg, name)
     if store.running_merger() is not None:
         raise ConfigError(
             f"a merger is running on state_dir {store.root} (pid {store.running_merger()}): stop it first"

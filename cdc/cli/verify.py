@@ -185,7 +185,9 @@ def run_verify(
                     )
                     return verifier.run() if readable else []
 
-                if routed:
+                if routed and cfg.key_mode == "unique":
+                    results += _verify_owned(name, catalog.origins(name), source_of, readable, verify, cfg)
+                elif routed:
                     results += _verify_origins(name, catalog.origins(name), source_of, readable, verify, limit)
                 else:
                     db, tname = name.split(".", 1)
@@ -209,18 +211,39 @@ def run_verify(
     return _report(results, as_json, err)
 
 
+def _verify_owned(name: str, origins, source_of, readable: dict, verify, cfg: MergerConfig) -> list:
+    """One logical table in key mode unique: the sink table by the source key, without the
+    origin column, against the union of the origins' rows that their shards own
+    (``merger.verify.union_source``)."""
+    from merger.verify.chunked import TableResult
+    from merger.verify.source import SourceError
+    from merger.verify.union_source import CUTOVER_TABLE, union_of
+
+    cutover_table = f"{cfg.watermark_table.split('.', 1)[0]}.{CUTOVER_TABLE}"
+    try:
+        union, table = union_of(
+            name, [(o.shard, o.db, o.table, source_of(o.shard, o.mysql)) for o in origins], cutover_table
+        )
+    except SourceError as exc:
+        return [TableResult(name, n, error=str(exc)) for n in readable]
+    try:
+        results = verify(union, table, target=tuple(name.split(".", 1)))
+    finally:
+        union.close()
+    for r in results:
+        r.table = name
+    return results
+
+
 def _verify_origins(name: str, origins, source_of, readable: dict, verify, limit: int) -> list:
     """One logical table of a sharded (or routed) source: each origin's physical table on its
     shard against the sink rows of that origin, merged into one result per sink
     (``merger.verify.sharded``)."""
     from cdc.routes import ORIGIN_COLUMN
-    from merger.verify.chunked import TableResult
-    from merger.verify.sharded import UNIQUE_NOT_BUILT, add_strays, merge_results, stray_origins
+    from merger.verify.sharded import add_strays, merge_results, stray_origins
     from merger.verify.sinks import SinkUnreachable
 
     target = tuple(name.split(".", 1))
-    if len(origins) > 1 and any(o.name is None for o in origins):
-        return [TableResult(name, n, error=UNIQUE_NOT_BUILT) for n in readable]
     parts: dict[str, list] = {n: [] for n in readable}
     for origin in origins:
         source = source_of(origin.shard, origin.mysql)

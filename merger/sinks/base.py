@@ -108,6 +108,12 @@ def as_table_id(table) -> TableId:
     return TableId(str(db), str(name))
 
 
+class KeepsRows:
+    """A sink whose tables hold the rows, readable by key (``rows_with_keys``): PostgreSQL
+    and Delta, not the Kafka changelog. Key mode ``unique`` checks each key's owner against
+    the first such sink (``merger.owner_check``)."""
+
+
 class Sink(abc.ABC):
     """What the merger calls. All methods are safe to call from several threads for
     different tables; calls for one table must not overlap."""

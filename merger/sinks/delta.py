@@ -91,6 +91,7 @@ from merger.sinks.base import (
     SEQ,
     Changes,
     IncompatibleSchemaChange,
+    KeepsRows,
     Sink,
     SinkError,
     SinkUnavailable,
@@ -180,7 +181,7 @@ _IS_DELETE = f"s.{quote_ident(OP)} = '{DELETE_OP}'"
 _NOT_DELETE = f"s.{quote_ident(OP)} <> '{DELETE_OP}'"
 
 
-class DeltaSink(DeltaReads, Sink):
+class DeltaSink(DeltaReads, KeepsRows, Sink):
     def __init__(
         self,
         base_path: str | os.PathLike,

@@ -44,12 +44,18 @@ class SinkFanout:
 
     def with_retry(self, rt, sink, call: Callable) -> None:
         """``call()`` (a write to ``sink``), again and again while the sink is unavailable."""
+        self.read(rt, sink, call, f"after_write:{type(sink).__name__}")
+
+    def read(self, rt, sink, call: Callable, point: str | None = None) -> None:
+        """``call()``, again and again while ``sink`` is unavailable; ``point``: the crash
+        point reached once it went through (a write's)."""
         delay = 1.0
         name = type(sink).__name__
         while True:
             try:
                 call()
-                crashpoints.reached(f"after_write:{name}")
+                if point is not None:
+                    crashpoints.reached(point)
                 # sinks are written in parallel: only the blocked one may clear the flag
                 if rt.blocked_on_sink and rt.blocked_on_sink.startswith(name + ":"):
                     log.info("sink %s reachable again", name)

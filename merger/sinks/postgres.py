@@ -59,6 +59,7 @@ from merger.sinks.base import (
     SEQ,
     Changes,
     IncompatibleSchemaChange,
+    KeepsRows,
     Sink,
     SinkError,
     SinkFull,
@@ -143,7 +144,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresSink(PostgresCopy, PostgresReads, Sink):
+class PostgresSink(PostgresCopy, PostgresReads, KeepsRows, Sink):
     def __init__(
         self,
         settings: "PgSettings | Mapping[str, Any]",

@@ -7,9 +7,11 @@ Kafka source's options ask the kind instead of testing a name:
 * ``ingest`` (``ingest_topics.IngestTopics``): the project's own topics;
 * ``debezium`` (``debezium_topics.DebeziumTopics``): Debezium's MySQL connector;
 * ``ingest`` of a sharded source (``sharded_topics.ShardedTopics``): the project's own
-  topics, written from several servers (the merger's config lists ``shards``).
+  topics, written from several servers (the merger's config lists ``shards``);
+* the same in key mode ``unique`` (``unique_sharded_topics.UniqueShardedTopics``): ordered
+  by ingest's emission counter.
 
-``source_kind(name, sharded)`` gives the kind of a ``source_connector`` value.
+``source_kind(name, sharded, key_mode)`` gives the kind of a ``source_connector`` value.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from merger.errors import MergerError
 from merger.sources.debezium_topics import DebeziumTopics
 from merger.sources.ingest_topics import IngestTopics
 from merger.sources.sharded_topics import ShardedTopics
+from merger.sources.unique_sharded_topics import UniqueShardedTopics
 
 if TYPE_CHECKING:
     from cdc.config import MergerConfig
     from cdc.wire.position import ReplayFilter
+    from merger.records import ParsedRecord
     from merger.source import SourceGuard
     from merger.sources.debezium_topics import SignalWriter
     from merger.state import StateStore
@@ -56,9 +60,15 @@ class SourceKind(Protocol):
         """A new replay filter with this writer's rule (``accept_record``; its ``highest``
         positions are saved with the merger's state)."""
 
+    def order_of(self, item: ParsedRecord) -> int:
+        """A record's order across the partitions of its table (truncates and DDL cut
+        there): its binlog position's sequence (its offset without one); in key mode
+        ``unique`` of a sharded source the emission counter. Raises
+        ``merger.records.BadRecord`` when the record lacks what the kind orders by."""
+
     def sequence_of(self, order: int, offset: int) -> int:
         """The sink's sequence of a change (it orders the changes of one key): from its
-        binlog order ``order`` and its Kafka ``offset``."""
+        order ``order`` (``order_of``) and its Kafka ``offset``."""
 
     def in_order(self, items: Sequence) -> list:
         """A batch's records of one table (``merger.records.ParsedRecord``) in the order
@@ -79,14 +89,14 @@ class SourceKind(Protocol):
 KINDS: dict[str, SourceKind] = {kind.name: kind for kind in (IngestTopics(), DebeziumTopics())}
 
 
-def source_kind(name: str, sharded: bool = False) -> SourceKind:
+def source_kind(name: str, sharded: bool = False, key_mode: str = "origin") -> SourceKind:
     """The kind of source a ``source_connector`` value names (``sharded``: the merger's
-    config lists shards)."""
+    config lists shards; ``key_mode``: its ``key_mode``)."""
     kind = KINDS.get(name)
     if kind is None:
         raise MergerError(f"source_connector {name!r} is not a kind of source the merger reads: {', '.join(KINDS)}")
     if sharded:
         if not isinstance(kind, IngestTopics):
             raise MergerError(f"a sharded source (`shards`) is read from ingest's topics, not from {name}'s")
-        return ShardedTopics()
+        return UniqueShardedTopics() if key_mode == "unique" else ShardedTopics()
     return kind

@@ -54,7 +54,7 @@ import pymysql
 
 from cdc.quoting import quote_ident
 from cdc.wire.position import EventPosition, ReplayFilter
-from merger.batch_order import by_sequence
+from merger.batch_order import binlog_order, by_sequence
 from merger.errors import MergerError
 
 log = logging.getLogger(__name__)
@@ -246,6 +246,9 @@ class DebeziumTopics:
 
     def replay_filter(self) -> ReplayFilter:
         return DebeziumReplayFilter()
+
+    def order_of(self, item) -> int:
+        return binlog_order(item)
 
     def sequence_of(self, order: int, offset: int) -> int:
         return offset

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cdc.wire.position import ReplayFilter
-from merger.batch_order import by_sequence
+from merger.batch_order import binlog_order, by_sequence
 
 
 class IngestTopics:
@@ -38,6 +38,9 @@ class IngestTopics:
 
     def replay_filter(self) -> ReplayFilter:
         return ReplayFilter()
+
+    def order_of(self, item) -> int:
+        return binlog_order(item)
 
     def sequence_of(self, order: int, offset: int) -> int:
         return order

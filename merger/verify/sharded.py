@@ -11,9 +11,9 @@ compared as a value. Sink rows whose origin is none of the source's are reported
 The results of the origins are merged into one per logical table and sink; a key is
 reported as the logical key: the physical key with the origin appended.
 
-In key mode ``unique`` the sink rows carry no origin: a table of one origin is verified as
-it is (under its logical name); a table of several is not verified yet (an error naming
-why).
+In key mode ``unique`` the origin column names a row's last writer, not where the row is
+now: the logical table is compared with the union of the rows each shard owns
+(``merger.verify.union_source``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,6 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from merger.verify.chunked import TableResult
-
-UNIQUE_NOT_BUILT = (
-    "key mode unique: a logical table of several origins cannot be verified yet (its sink rows do not name "
-    "their origin)"
-)
 
 
 def logical_key(key: Sequence, origin: str | None) -> tuple:

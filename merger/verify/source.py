@@ -78,11 +78,15 @@ class SourceReader:
         self._connect_fn = connect
         self._conn: pymysql.Connection | None = None
         self.no_backslash_escapes = False
+        # a condition every row read must meet (SQL): a shard's owned key ranges in key mode
+        # unique (merger.verify.union_source); None: every row
+        self.only: str | None = None
 
     def sibling(self) -> "SourceReader":
         """Another reader of the same server, with a connection of its own."""
         other = SourceReader(self._connect_fn)
         other.where = self.where
+        other.only = self.only
         return other
 
     def _connection(self) -> pymysql.Connection:
@@ -182,6 +186,13 @@ class SourceReader:
             sql += " ORDER BY " + ", ".join(quote_ident(k) for k in order)
         return sql
 
+    def _range(self, keys: Sequence[str], lo, hi) -> str:
+        """The WHERE of the rows of keys in [lo, hi) that the reader reads (``only``)."""
+        where = sql_predicate_literal(
+            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
+        )
+        return where if self.only is None else f"({where}) AND ({self.only})"
+
     def rows(self, t: SourceTable, order: Sequence[str] | None = None) -> list[tuple]:
         return self.query(self._select(t, order=order))
 
@@ -207,18 +218,14 @@ class SourceReader:
 
     def rows_in_range(self, t: SourceTable, keys: Sequence[str], lo: tuple | None, hi: tuple | None) -> list[tuple]:
         self._connection()
-        where = sql_predicate_literal(
-            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
-        )
+        where = self._range(keys, lo, hi)
         return self.query(self._select(t, where))
 
     def digest_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, nul_sql=None) -> Digest:
         """The chunk's digest, computed by the server (``merger.verify.sql_digest``), and
         with ``nul_sql`` the count of its values holding a NUL character."""
         self._connection()
-        where = sql_predicate_literal(
-            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
-        )
+        where = self._range(keys, lo, hi)
         row, *_ = self.query(mariadb_query(row_sql, quote_table((t.db, t.table)), where, nul_sql))
         return Digest.of(*row)
 
@@ -228,9 +235,7 @@ class SourceReader:
         """The range's digest in parts of ``step`` rows, in key order: (the part's first
         key, its Digest) each. One query; the sum of the parts is the range's digest."""
         self._connection()
-        where = sql_predicate_literal(
-            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
-        )
+        where = self._range(keys, lo, hi)
         q = mariadb_parts_query(
             row_sql, quote_table((t.db, t.table)), where, [quote_ident(k) for k in keys], step, nul_sql
         )
@@ -242,9 +247,7 @@ class SourceReader:
         order: where ``merger.verify.narrowing`` cuts a range into parts of ``step`` rows.
         Keys only (a boundary query like ``plan``'s); the row number is the server's."""
         self._connection()
-        where = sql_predicate_literal(
-            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
-        )
+        where = self._range(keys, lo, hi)
         order = ", ".join(quote_ident(k) for k in keys)
         inner = ", ".join(f"{quote_ident(k)} AS k{i}" for i, k in enumerate(keys))
         outer = ", ".join(f"k{i}" for i in range(len(keys)))
@@ -270,7 +273,8 @@ class SourceReader:
             tuples = ", ".join(
                 "(" + ", ".join(self.literal(source_value(k, v)) for k, v in zip(kinds, key)) + ")" for key in batch
             )
-            out += self.query(self._select(t, f"{cols} IN ({tuples})"))
+            where = f"{cols} IN ({tuples})"
+            out += self.query(self._select(t, where if self.only is None else f"{where} AND ({self.only})"))
         return out
 
 

@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc.tablespec import ColumnSpec, TableSpec
-from cdc.wire.headers import POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.headers import EMITTED_HEADER, MOVED_FROM_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
+from merger.sinks.base import KeepsRows
 from merger.state import StateStore
 
 PREFIX = "p"
@@ -712,6 +713,240 @@ def test_a_window_of_one_shard_among_another_shards_changes(tmp_path, monkeypatc
         return
     assert sink.state() == expected
     assert "w1" not in rt.reconciler.windows
+
+
+class UniqueStream(ShardStream):
+    """A ShardStream of key mode unique: every record also carries ingest's emission
+    counter (``cdc.emitted``), rising with each write; a marker's copies share one."""
+
+    def __init__(self, partitions: int = 2):
+        super().__init__(partitions=partitions)
+        self.emitted = 1
+
+    def _add(self, partition: int, key, value, pos: int):
+        super()._add(partition, key, value, pos)
+        self.pending[-1]["headers"].append({"key": EMITTED_HEADER, "value": str(self.emitted).encode()})
+        if not (value == {"op": "m"} and partition < self.partitions - 1):
+            self.emitted += 1
+
+
+@pytest.mark.parametrize("key_mode", ["unique", "origin"])
+def test_key_mode_unique_orders_a_moved_keys_changes_by_the_emission_counter(tmp_path, key_mode):
+    """Key 1 moved from shard a (high positions) to shard b (low ones): b's later change
+    wins, and a window of a emitted after it (HIGH before b's change) does not overwrite
+    it. The broken copy (the positions as sequences, key mode origin's kind) keeps a's."""
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode=key_mode)
+    s = UniqueStream()
+    rt = _open_window(proc, "db.t", "w1", [{"id": 1, "v": "snap-a"}, {"id": 2, "v": "snap-a"}])
+    s.on("a").marker("w1", "LOW")
+    s.on("a").change("c", {"id": 1}, after={"id": 1, "v": "a"})
+    rt.reconciler.mark_staged("w1")
+    s.on("a").marker("w1", "HIGH")
+    s.on("b").change("u", {"id": 2}, before={"id": 2, "v": "snap-a"}, after={"id": 2, "v": "b"})
+    proc.process(0, s.batch())
+    s.on("b").change("u", {"id": 1}, before={"id": 1, "v": "a"}, after={"id": 1, "v": "b"})
+    proc.process(1, s.batch())
+    expected = {(1,): {"id": 1, "v": "b"}, (2,): {"id": 2, "v": "b"}}
+    if key_mode == "origin":
+        assert sink.state() != expected
+        return
+    assert sink.state() == expected
+
+
+def test_key_mode_unique_pauses_a_table_at_a_record_without_the_emission_counter(tmp_path):
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", SPEC)
+    s = UniqueStream()
+    s.on("a").change("c", {"id": 1}, after={"id": 1, "v": "a"})
+    s.on("a").change("c", {"id": 2}, after={"id": 2, "v": "a"})
+    s.pending[-1]["headers"].pop()
+    proc.process(0, s.batch())
+    rt = proc.tables.get("db.t")
+    assert rt.phase == "paused" and "no cdc.emitted header" in rt.error and "\n" not in rt.error
+
+
+class RowSink(MemorySink, KeepsRows):
+    """A MemorySink that keeps rows readable by key, as PostgreSQL's and Delta's."""
+
+    def rows_with_keys(self, table, key_columns, keys) -> pa.Table:
+        rows = self.tables[tuple(table)]
+        held = [{c: v for c, v in rows[tuple(k)].items() if c != "_cdc_seq"} for k in keys if tuple(k) in rows]
+        return pa.Table.from_pylist(
+            held, schema=pa.schema([("id", pa.int32()), ("v", pa.string()), (ORIGIN, pa.string())])
+        )
+
+
+ORIGIN = "__cdc_origin"
+UNIQUE = TableSpec(
+    "db",
+    "t",
+    (
+        ColumnSpec("id", "int", 1, nullable=False),
+        ColumnSpec("v", "varchar", 2, length=20),
+        ColumnSpec(ORIGIN, "varchar", 3, length=255, nullable=False),
+    ),
+    ("id",),
+)
+
+
+def _unique_change(s: "UniqueStream", shard: str, op: str, key: int, v: str, moved: str | None = None) -> None:
+    row = {"id": key, "v": v, ORIGIN: f"{shard}/db.t"}
+    s.on(shard).change(op, {"id": key}, before=row if op == "d" else None, after=None if op == "d" else row)
+    if moved:
+        s.pending[-1]["headers"].append({"key": MOVED_FROM_HEADER, "value": moved.encode()})
+
+
+def test_key_mode_unique_pauses_a_table_at_a_key_from_a_second_origin(tmp_path):
+    """Key 1 lives on shard a; shard b writes it with no move declared: the table pauses
+    with one line naming the key and both origins, and the way out; nothing of b's is
+    applied, key 2 of the same slice neither (kept with the table's changes)."""
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", UNIQUE)
+    s = UniqueStream()
+    _unique_change(s, "a", "c", 1, "a1")
+    proc.process(0, s.batch())
+    _unique_change(s, "b", "c", 2, "b2")
+    _unique_change(s, "b", "u", 1, "b1")
+    proc.process(1, s.batch())
+    rt = proc.tables.get("db.t")
+    assert rt.phase == "paused", rt.error
+    assert "key 1" in rt.error and "a/db.t" in rt.error and "b/db.t" in rt.error and "\n" not in rt.error
+    assert "key_mode: origin" in rt.error and "cdc shard move" in rt.error
+    assert sink.state() == {(1,): {"id": 1, "v": "a1", ORIGIN: "a/db.t"}}
+
+
+def test_key_mode_unique_pauses_at_two_origins_inserting_one_key_in_one_batch(tmp_path):
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", UNIQUE)
+    s = UniqueStream()
+    _unique_change(s, "a", "c", 5, "a")
+    _unique_change(s, "b", "c", 5, "b")
+    proc.process(0, s.batch())
+    rt = proc.tables.get("db.t")
+    assert rt.phase == "paused" and "key 5" in rt.error
+    assert sink.state() == {}
+
+
+def test_key_mode_unique_applies_a_moved_key_and_a_batch_run_again(tmp_path, monkeypatch):
+    """b's change of key 1 names a in cdc.moved_from: applied, the row's origin is b's. The
+    same batch run again after a crash (the sink holds b's row, a's change comes again)
+    is no conflict; the broken copy that checks a batch the sink already holds pauses."""
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", UNIQUE)
+    s = UniqueStream()
+    _unique_change(s, "a", "c", 1, "a1")
+    _unique_change(s, "b", "u", 1, "b1", moved="a")
+    records = s.batch()
+    proc.process(0, records)
+    assert proc.tables.get("db.t").phase == "streaming"
+    assert sink.state() == {(1,): {"id": 1, "v": "b1", ORIGIN: "b/db.t"}}
+    for broken in (False, True):
+        if broken:
+            monkeypatch.setattr(RowSink, "applied_version", lambda self, table: None)
+        again = BatchProcessor(PREFIX, proc.store, [sink], None, lambda topic: 2, sharded=True, key_mode="unique")
+        again.table("db.t", UNIQUE)
+        again.process(0, records)  # no state saved before batch 0: all of it again
+        assert (again.tables.get("db.t").phase == "paused") == broken
+    assert sink.state() == {(1,): {"id": 1, "v": "b1", ORIGIN: "b/db.t"}}
+
+
+def test_key_mode_unique_needs_a_sink_that_keeps_rows(tmp_path):
+    from merger.errors import MergerError
+
+    with pytest.raises(MergerError, match="needs a sink that keeps rows") as exc:
+        _processor(tmp_path, MemorySink(), sharded=True, key_mode="unique")
+    assert "\n" not in str(exc.value)
+    _processor(tmp_path, MemorySink(), sharded=True)  # key mode origin: no check
+
+
+def _with_cutover(s: "UniqueStream", passed: list) -> None:
+    """The marker just added (one copy per partition) carries the moves its shard passed."""
+    from cdc.shard_cutover import passed_to_json
+
+    for record in s.pending[-s.partitions :]:
+        header = next(h for h in record["headers"] if h["key"] == WATERMARK_HEADER)
+        marker = json.loads(header["value"])
+        marker["cutover"] = {
+            "passed": passed_to_json(passed),
+            "switched": [m.to_json() for m, r in passed if r == "switch"],
+        }
+        header["value"] = json.dumps(marker).encode()
+
+
+@pytest.mark.parametrize("switched", [False, True])
+def test_key_mode_unique_leaves_out_window_rows_of_a_range_moved_away_and_asks_its_target(tmp_path, switched):
+    """A window on shard a whose HIGH marker says a passed the switch of keys 10..20 to b:
+    its rows of those keys are left out (their values may lag b's) and, once the snapshot
+    is done, a snapshot of the table on shard b is asked for. Without the move every row
+    is emitted, and nothing asked."""
+    from cdc.shard_cutover import SWITCH, KeyRange, Move
+
+    move = Move(1, KeyRange(10, 20), "a", "b", "db.t")
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    rows = [{"id": i, "v": "snap", ORIGIN: "a/db.t"} for i in (5, 15, 25)]
+    rt = _open_window(proc, "db.t", "w1", rows, spec=UNIQUE, chunk="db.t@a/db.t:0001")
+    s = UniqueStream()
+    s.on("a").marker("w1", "LOW")
+    _with_cutover(s, [])
+    rt.reconciler.mark_staged("w1")
+    s.on("a").marker("w1", "HIGH")
+    _with_cutover(s, [(move, SWITCH)] if switched else [])
+    proc.process(0, s.batch())
+    assert "w1" not in rt.reconciler.windows
+    emitted = sorted(k[0] for k in sink.state())
+    requests = [(r["action"], r["table"], r["args"]) for r in proc.store.take_requests()]
+    if switched:
+        assert emitted == [5, 25]
+        assert requests == [("snapshot", "db.t", {"where": None, "shard": "b"})]
+    else:
+        assert emitted == [5, 15, 25] and requests == []
+
+
+def test_key_mode_unique_asks_for_the_targets_snapshot_once_the_running_one_is_done(tmp_path):
+    """A new plan replaces a running one: the snapshot of the move's target is asked for
+    only when the last window of the plan is emitted, not at the window that left rows out."""
+    from cdc.shard_cutover import SWITCH, KeyRange, Move
+
+    switched = [(Move(1, KeyRange(10, 20), "a", "b", "db.t"), SWITCH)]
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    s = UniqueStream()
+    rt = _open_window(proc, "db.t", "w1", [{"id": 15, "v": "x", ORIGIN: "a/db.t"}], spec=UNIQUE, chunk="db.t@a/db.t:1")
+    _open_window(proc, "db.t", "w2", [{"id": 30, "v": "y", ORIGIN: "b/db.t"}], spec=UNIQUE, chunk="db.t@b/db.t:2")
+    for wid, shard in (("w1", "a"), ("w2", "b")):
+        s.on(shard).marker(wid, "LOW")
+        _with_cutover(s, switched if shard == "a" else [])
+        rt.reconciler.mark_staged(wid)
+        s.on(shard).marker(wid, "HIGH")
+        _with_cutover(s, switched if shard == "a" else [])
+        proc.process(0 if wid == "w1" else 1, s.batch())
+        requests = proc.store.take_requests()
+        if wid == "w1":
+            assert requests == [] and proc.store.load_plan("db.t")["then_snapshot"] == ["b"]
+    assert [(r["action"], r["args"]) for r in requests] == [("snapshot", {"where": None, "shard": "b"})]
+    assert sorted(k[0] for k in sink.state()) == [30]
+
+
+def test_key_mode_unique_window_cutover_survives_a_restart(tmp_path):
+    from cdc.shard_cutover import SWITCH, KeyRange, Move
+    from merger.dblog import Reconciler
+
+    rec = Reconciler(1)
+    rec.open_window("w", ["c"], 0.0)
+    cut = {"passed": [[Move(1, KeyRange(1, 2), "a", "b", "db.t").to_json(), SWITCH]], "switched": []}
+    rec.on_marker(0, 1, "w", "LOW", 7, {"passed": [], "switched": []})
+    rec.on_marker(0, 2, "w", "HIGH", 9, cut)
+    again = Reconciler.from_dict(json.loads(json.dumps(rec.to_dict())))
+    assert again.window("w").cutover == {"LOW": {"passed": [], "switched": []}, "HIGH": cut}
+    plain = Reconciler(1)
+    plain.open_window("w", ["c"], 0.0)
+    assert "cutover" not in plain.to_dict()["windows"][0]  # other windows' state as before
 
 
 def test_one_server_changes_stop_a_sharded_merger(tmp_path):

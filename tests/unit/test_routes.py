@@ -251,4 +251,13 @@ def test_routes_of_a_config():
 
 @pytest.mark.parametrize("model", [IngestConfig, MergerConfig])
 def test_key_mode_unique_is_accepted(model):
-    assert model(shards=[_shard("s1"), _shard("s2")], key_mode="unique").key_mode == "unique"
+    sinks = {"sinks": {"delta": {"path": "/tmp/d"}}} if model is MergerConfig else {}
+    assert model(shards=[_shard("s1"), _shard("s2")], key_mode="unique", **sinks).key_mode == "unique"
+
+
+def test_key_mode_unique_needs_a_sink_that_keeps_rows():
+    """The merger checks each key's origin against a sink's row: the Kafka changelog alone
+    cannot be read back by key."""
+    with pytest.raises(ValidationError, match="needs a sink that keeps rows"):
+        MergerConfig(shards=[_shard("s1")], key_mode="unique", sinks={"kafka_changelog": {"topic_prefix": "c"}})
+    MergerConfig(shards=[_shard("s1")], sinks={"kafka_changelog": {"topic_prefix": "c"}})  # key mode origin

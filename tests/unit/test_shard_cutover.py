@@ -10,7 +10,17 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cdc.shard_cutover import BEGIN, SWITCH, CutoverFilter, KeyConflict, KeyOrder, KeyRange, Move
+from cdc.shard_cutover import (
+    BEGIN,
+    SWITCH,
+    CutoverFilter,
+    KeyConflict,
+    KeyOrder,
+    KeyRange,
+    Move,
+    passed_from_json,
+    passed_to_json,
+)
 
 SHARDS = ["a", "b", "c"]
 KEYS = range(8)
@@ -320,3 +330,85 @@ def test_broken_copies_of_ingest_fail_the_model(broken):
 
     with pytest.raises((AssertionError, ExceptionGroup)):
         prop()
+
+
+# ---------------------------------------------------------------------- snapshot windows and moves
+
+M1 = Move(1, KeyRange(10, 20), "a", "b", "db.t")
+M2 = Move(2, KeyRange(10, 20), "b", "c", "db.t")
+OTHER = Move(3, KeyRange(10, 20), "a", "c", "db.other")  # of another table: ignored
+
+
+def _window(shard: str, low: list, high: list):
+    from cdc.shard_cutover import WindowOwnership
+
+    return WindowOwnership(shard, "db.t", passed_from_json(passed_to_json(low)), passed_from_json(passed_to_json(high)))
+
+
+@pytest.mark.parametrize(
+    "shard,low,high,decision",
+    [
+        # the source before its switch: its own key
+        ("a", [], [], (True, None)),
+        ("a", [(OTHER, SWITCH)], [(OTHER, SWITCH)], (True, None)),
+        # the source passed its switch inside the window, or before it: leftovers, the target asked
+        ("a", [], [(M1, SWITCH)], (False, "b")),
+        ("a", [(M1, SWITCH)], [(M1, SWITCH)], (False, "b")),
+        # the target's copy before the switch: its source's windows read the row
+        ("b", [], [(M1, BEGIN)], (False, None)),
+        ("b", [(M1, BEGIN)], [(M1, BEGIN)], (False, None)),
+        # the target's switch inside the window: the generation changed, the target asked
+        ("b", [(M1, BEGIN)], [(M1, BEGIN), (M1, SWITCH)], (False, "b")),
+        # the target after its switch: its own key, in the move's generation
+        ("b", [(M1, BEGIN), (M1, SWITCH)], [(M1, BEGIN), (M1, SWITCH)], (True, None)),
+        # moved on: b is the source of move 2 past its switch
+        ("b", [(M1, BEGIN), (M1, SWITCH)], [(M1, BEGIN), (M1, SWITCH), (M2, SWITCH)], (False, "c")),
+        ("c", [(M2, BEGIN)], [(M2, BEGIN), (M2, SWITCH)], (False, "c")),
+    ],
+)
+def test_a_window_keeps_the_rows_its_shard_owned_at_low_and_at_high(shard, low, high, decision):
+    window = _window(shard, low, high)
+    assert window.decide(15) == decision
+    assert window.decide(20) == (True, None)  # outside the range: the shard's own key
+    assert window.moves == any(m.table == "db.t" for m, _ in high)
+
+
+def test_a_kept_window_row_was_read_while_its_shard_owned_the_key():
+    """Every (LOW, HIGH) pair along each shard's control rows of one move: a row is kept only
+    when the shard owned the key all through the window (the source before its switch, the
+    target after it), and whenever a row read after the switch is dropped the target is asked."""
+    rows = {"a": [(M1, SWITCH)], "b": [(M1, BEGIN), (M1, SWITCH)]}
+    for shard, passed in rows.items():
+        for low in range(len(passed) + 1):
+            for high in range(low, len(passed) + 1):
+                if shard == "b" and high == 0:
+                    continue  # before the begin b holds no row of the range
+                kept, ask = _window(shard, passed[:low], passed[:high]).decide(15)
+                owned_all_through = (shard == "a" and high == 0) or (shard == "b" and low == 2)
+                assert kept == owned_all_through, (shard, low, high)
+                switched_by_high = (shard == "a" and high == 1) or (shard == "b" and high == 2)
+                assert (ask == "b") == (not kept and switched_by_high), (shard, low, high)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 5), st.integers(0, 30), st.integers(0, 30), st.sampled_from("abc"), st.booleans()),
+        max_size=8,
+    ),
+    st.sampled_from("abc"),
+)
+def test_owned_ranges_decide_as_the_filter(raw, shard):
+    """The first range holding a key says what ``CutoverFilter.generation`` says: owned
+    exactly when the generation is not None."""
+    from cdc.shard_cutover import owned_ranges
+
+    rows = []
+    for number, low, size, other, switch in raw:
+        source, target = (shard, other) if number % 2 else (other, shard)
+        table = "db.other" if number == 5 else "db.t"
+        rows.append((Move(number, KeyRange(low, low + size), source, target, table), SWITCH if switch else BEGIN))
+    ranges = owned_ranges(rows, shard, "db.t")
+    f = CutoverFilter({shard: rows})
+    for key in range(-1, 62):
+        decided = next((owned for r, owned in ranges if r.holds(key)), True)
+        assert decided == (f.generation(shard, key, "db.t") is not None), key

@@ -20,8 +20,8 @@ def test_like_prefix_escapes_the_wildcards():
     assert like_prefix("a%b\\c") == "a\\%b\\\\c%"
 
 
-def cfg(*names):
-    return SimpleNamespace(shards=[SimpleNamespace(name=n) for n in names])
+def cfg(*names, key_mode="origin"):
+    return SimpleNamespace(shards=[SimpleNamespace(name=n) for n in names], key_mode=key_mode)
 
 
 @pytest.mark.parametrize(
@@ -92,6 +92,22 @@ def test_keep_rows_counts_and_changes_nothing(tmp_path):
     )
     assert done == {("d.orders", "FakeSink"): 1} and sink.data["d.orders"] == ["shard1/x", "shard2/x"]
     assert lines == ["d.orders FakeSink: kept 1 rows of shard shard2"]
+
+
+def test_key_mode_unique_refuses_deleting_rows_and_keeps_them(tmp_path):
+    """A row moved away from the shard may still name it as its origin (the last writer):
+    --delete-rows is refused with one line before a sink is opened; --keep-rows counts."""
+    sink = FakeSink({"d.orders": ["shard1/x", "shard2/x"]})
+    store = store_with(tmp_path, ["d.orders"])
+
+    def no_sinks(c):
+        raise AssertionError("sinks opened")
+
+    with pytest.raises(ConfigError, match="key_mode: unique") as exc:
+        remove_shard(cfg("shard1", key_mode="unique"), store, "shard2", True, no_sinks, print)
+    assert "\n" not in str(exc.value) and "--keep-rows" in str(exc.value)
+    done = remove_shard(cfg("shard1", key_mode="unique"), store, "shard2", False, lambda c: [sink], print)
+    assert done == {("d.orders", "FakeSink"): 1} and sink.data["d.orders"] == ["shard1/x", "shard2/x"]
 
 
 def test_refused_while_a_merger_runs(tmp_path):

@@ -4,19 +4,22 @@ records is in test_debezium_mode.py; with ingest's, in test_processor.py and oth
 
 from __future__ import annotations
 
+import json
 import typing
 
 import pytest
 
 from cdc.config import MergerConfig
+from cdc.wire.headers import EMITTED_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition, ReplayFilter
 from merger.app import source_options
 from merger.errors import MergerError
-from merger.records import ParsedRecord, change_event
+from merger.records import BadRecord, ParsedRecord, change_event
 from merger.sources import KINDS, SourceKind, source_kind
 from merger.sources.debezium_topics import DebeziumReplayFilter, DebeziumTopics, SignalWriter
 from merger.sources.ingest_topics import IngestTopics
 from merger.sources.sharded_topics import ShardedTopics
+from merger.sources.unique_sharded_topics import UniqueShardedTopics
 
 P = EventPosition
 
@@ -185,3 +188,50 @@ def test_a_change_carries_its_kinds_sequence_and_the_binlog_order(name):
     # without a position both follow the offset
     ev = change_event(_item(18, None), kind)
     assert ev.order == ev.seq == 18
+
+
+# ---------------------------------------------------------------------- key mode unique of a sharded source
+
+
+def _stamped(offset: int, emitted, value: dict | None = None, headers: dict | None = None) -> ParsedRecord:
+    record = {"topic": "cdc.shop.t", "partition": 1, "offset": offset}
+    stamped = {} if emitted is None else {EMITTED_HEADER: emitted}
+    pos = P("binlog.000003", 4000, shard="a")
+    return ParsedRecord(record, {**stamped, **(headers or {})}, value or {"op": "u", "after": {"id": 1}}, pos)
+
+
+def test_key_mode_unique_of_a_sharded_source_is_its_own_kind():
+    kind = source_kind("ingest", sharded=True, key_mode="unique")
+    assert isinstance(kind, UniqueShardedTopics) and isinstance(kind, SourceKind) and kind.shards
+    assert type(source_kind("ingest", sharded=True, key_mode="origin")) is ShardedTopics
+    assert type(source_kind("ingest", key_mode="unique")) is IngestTopics  # routes on one server: positions compare
+    with pytest.raises(MergerError, match="ingest's topics"):
+        source_kind("debezium", sharded=True, key_mode="unique")
+
+
+def test_key_mode_unique_orders_and_sequences_by_the_emission_counter():
+    """The emission counter, not the shard's binlog position, is both the order and the
+    sink's sequence; a marker's copies share it, so the HIGH marker's sequence is one."""
+    kind = source_kind("ingest", sharded=True, key_mode="unique")
+    ev = change_event(_stamped(17, b"905"), kind)
+    assert ev.order == ev.seq == 905
+    marker = json.dumps({"table": "shop.t", "window": "w1", "kind": "high"}).encode()
+    ev = change_event(_stamped(18, b"906", headers={WATERMARK_HEADER: marker}), kind)
+    assert ev.op == "m" and ev.order == ev.seq == 906
+    assert kind.reconciler_order(18, ev.seq) == (18, 906)  # the offset rises along a partition
+
+
+@pytest.mark.parametrize("emitted", [None, b"", b"-3", b"12a", b"1e3", "\u00b2".encode()])
+def test_key_mode_unique_refuses_a_record_without_its_counter(emitted):
+    """Never ordered as 0: a bad record, whose error names the header."""
+    kind = source_kind("ingest", sharded=True, key_mode="unique")
+    with pytest.raises(BadRecord, match="cdc.emitted") as exc:
+        change_event(_stamped(17, emitted), kind)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_the_other_kinds_ignore_the_emission_counter(name):
+    kind = source_kind(name)
+    ev = change_event(_stamped(17, b"905"), kind)
+    assert ev.order == P("binlog.000003", 4000, shard="a").sequence()

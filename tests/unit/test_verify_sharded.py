@@ -99,22 +99,20 @@ def test_delta_reader_reads_one_origin(tmp_path):
     assert reader.value_counts("db", "t", "__cdc_origin") == {"a/db.t": 3, "b/db.t": 2}
 
 
-def test_key_mode_unique_with_several_origins_is_not_verified():
-    from cdc.cli.verify import _verify_origins, exit_code
-    from merger.catalog import Origin
-    from merger.verify.sharded import UNIQUE_NOT_BUILT
+def test_a_shards_owned_keys_as_sql():
+    """The first range holding a key decides (latest control row first); none: owned."""
+    from cdc.shard_cutover import KeyRange
+    from merger.verify.union_source import owned_sql
 
-    origins = [Origin(None, s, None, "db", "t") for s in ("s1", "s2")]
+    class Literal:
+        def literal(self, v):
+            return repr(v)
 
-    def never(*args, **kwargs):
-        raise AssertionError("nothing is read")
-
-    out = _verify_origins("db.t", origins, never, {"postgres": object(), "delta": object()}, never, 20)
-    assert [(r.table, r.sink, r.verdict, r.error) for r in out] == [
-        ("db.t", "postgres", "error", UNIQUE_NOT_BUILT),
-        ("db.t", "delta", "error", UNIQUE_NOT_BUILT),
-    ]
-    assert exit_code(out) == 2
+    assert owned_sql(Literal(), "id", []) is None
+    ranges = [(KeyRange(10, 15), False), (KeyRange(None, 12), True), (KeyRange(None, None), False)]
+    assert owned_sql(Literal(), "id", ranges) == (
+        "CASE WHEN `id` >= 10 AND `id` < 15 THEN 0 WHEN `id` < 12 THEN 1 WHEN TRUE THEN 0 ELSE 1 END = 1"
+    )
 
 
 def test_the_text_report_says_how_many_chunks_were_narrowed():
