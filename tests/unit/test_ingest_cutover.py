@@ -125,11 +125,13 @@ def test_the_move_commands_refuse_what_they_cannot_do():
     from cdc.config import ConfigError, MergerConfig, ShardConfig
 
     shards = [ShardConfig(name=n, mysql={"host": f"{n}.example", "port": 3306}) for n in ("s1", "s2")]
+    sinks = {"delta": {"path": "/tmp/d"}}
     with pytest.raises(ConfigError, match="no shards"):
-        Keyspace(MergerConfig(key_mode="unique"))
+        Keyspace(MergerConfig(key_mode="unique", sinks=sinks))
     with pytest.raises(ConfigError, match="for key_mode unique"):
         Keyspace(MergerConfig(shards=shards))
-    ks = Keyspace(MergerConfig(shards=shards, key_mode="unique"), connect=lambda shard: pytest.fail("connected"))
+    unique = MergerConfig(shards=shards, key_mode="unique", sinks=sinks)
+    ks = Keyspace(unique, connect=lambda shard: pytest.fail("connected"))
     with pytest.raises(ConfigError, match="same shard"):
         begin(ks, "shop.orders", 0, 10, "s1", "s1", print)
     with pytest.raises(ConfigError, match="empty"):
