@@ -11,6 +11,8 @@ topic_prefix each), as ``cdc ingest`` processes:
 * ``1 shard, 1 process``: a sharded config listing shard1 only (the baseline);
 * ``2 / 4 shards, 1 process``: one config listing the shards, one ``cdc ingest`` process;
 * ``2 / 4 shards, per shard``: the same config, one ``cdc ingest --shard NAME`` per shard;
+* ``2 / 4 shards, key mode unique``: one process, ``key_mode: unique`` (every record
+  stamped with the emission counter; no moves, so the filter passes everything);
 * ``plain config (reference)``: shard1 as a one-server source (no ``shards``), the code
   path of bench/ingest_throughput.py.
 
@@ -65,10 +67,13 @@ TABLE = f"{DB}.orders"
 DDL = f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2))"
 TRX_ROWS = 1000
 MAX_SHARDS = 4
-CASES = (  # label, shards, mode ("one": one process; "each": one process per shard; "plain")
+CASES = (  # label, shards, mode ("one": one process; "each": one process per shard; "plain";
+    # "unique": one process in key mode unique, every record stamped with the emission counter)
     ("1 shard, 1 process (baseline)", 1, "one"),
     ("2 shards, 1 process", 2, "one"),
     ("4 shards, 1 process", 4, "one"),
+    ("2 shards, 1 process, key mode unique", 2, "unique"),
+    ("4 shards, 1 process, key mode unique", 4, "unique"),
     ("2 shards, 1 process per shard", 2, "each"),
     ("4 shards, 1 process per shard", 4, "each"),
     ("1 server, plain config (reference)", 1, "plain"),
@@ -174,7 +179,9 @@ def _mysql(info: local_stack.StackInfo) -> dict:
     }
 
 
-def write_config(path: Path, kafka: local_stack.StackInfo, shards: dict, names: list[str], prefix: str, plain: bool):
+def write_config(
+    path: Path, kafka: local_stack.StackInfo, shards: dict, names: list[str], prefix: str, plain: bool, unique: bool
+):
     cfg = {
         "topic_prefix": prefix,
         "server_id": 7300 + (int(time.time()) % 1000),
@@ -187,6 +194,8 @@ def write_config(path: Path, kafka: local_stack.StackInfo, shards: dict, names: 
         cfg["mysql"] = _mysql(shards[names[0]])
     else:
         cfg["shards"] = [{"name": n, "mysql": _mysql(shards[n])} for n in names]
+    if unique:
+        cfg["key_mode"] = "unique"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -273,7 +282,9 @@ def _proc_stats(pid: int) -> tuple[float, float]:
 def run_case(label, count, mode, kafka, shards, backlogs, rows, work: Path, stall_s, case_timeout_s) -> dict:
     names = [f"shard{i}" for i in range(1, count + 1)]
     prefix = f"shb{int(time.time() * 1000) % 10**9}"
-    config = write_config(work / f"{prefix}.yaml", kafka, shards, names, prefix, plain=(mode == "plain"))
+    config = write_config(
+        work / f"{prefix}.yaml", kafka, shards, names, prefix, plain=(mode == "plain"), unique=(mode == "unique")
+    )
     targets = {n: backlogs[n]["gtid_end"] for n in names}
     cdc_cmd = [sys.executable, "-m", "cdc.cli", "ingest", "-c", str(config)]
     commands = [[*cdc_cmd, "--shard", n] for n in names] if mode == "each" else [cdc_cmd]
