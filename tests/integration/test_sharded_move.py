@@ -1,7 +1,9 @@
 """Key mode unique (issue 24): a keyspace of three shards whose keys are unique across
 them, a key range moved from one shard to another under writes with `cdc shard move`
 (begin, the copy, the target following the source's writes, the switch, the cleanup), with
-kill -9 of ingest and of the merger at the switch, then the range moved on again.
+kill -9 of ingest and of the merger at the switch; then the shard that took the range
+fails over to its GTID replica under writes, and half of the range moves on to a third
+shard.
 
 The oracle shares no code with the pipeline: a plain SELECT of every shard's table (after
 the cleanup each key is on one shard), against each sink read by its own reader
@@ -10,17 +12,22 @@ the table with an error naming both."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
+from pathlib import Path
 
 import pymysql
 import pytest
 
+from cdc import stack as local_stack
+from cdc import stack_shards
 from tests.cli_util import merger_status, run_cli, wait_for
+from tests.failover_harness import TcpProxy, caught_up, promote
 from tests.ingest_harness import IngestProcess
 from tests.merger_harness import MergerProcess
-from tests.shard_harness import running_shards, servers, sink_readers, sql, wait_equal, write_configs
+from tests.shard_harness import offsets_record, running_shards, servers, sink_readers, sql, wait_equal, write_configs
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +37,7 @@ KEYS_PER_SHARD = 200
 
 @pytest.fixture(scope="module")
 def shard_state(tmp_path_factory, stack):
-    yield from running_shards(tmp_path_factory, 3)
+    yield from running_shards(tmp_path_factory, 3, replicas=True)
 
 
 class KeyspaceWriter:
@@ -47,17 +54,14 @@ class KeyspaceWriter:
         self.stop = threading.Event()
         self.errors: list = []
         self.writes = 0
-        self.conns = {
-            name: pymysql.connect(
-                host="127.0.0.1",
-                port=info.mariadb.port,
-                user="root",
-                password=info.mariadb.root_password,
-                autocommit=True,
-            )
-            for name, info in shards.items()
-        }
+        self.conns = {name: self.connect(name) for name in shards}
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def connect(self, name: str):
+        info = self.shards[name]
+        return pymysql.connect(
+            host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password, autocommit=True
+        )
 
     def write(self, shard: str, key: int, value: str | None) -> None:
         with self.conns[shard].cursor() as cur:
@@ -148,7 +152,14 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
 ):
     db = f"shu_{unique_name}"
     prefix = f"shu{unique_name}"
-    shards = servers(shard_state)
+    primaries = servers(shard_state)
+    replica2 = local_stack.StackInfo.load(
+        Path(next(s.replica for s in stack_shards.load(shard_state) if s.name == "shard2"))
+    )
+    # shard2 is reached through a proxy (its address moves at the failover), as every client of it
+    proxy = TcpProxy(primaries["shard2"].mariadb.port)
+    p2 = primaries["shard2"]
+    shards = {**primaries, "shard2": dataclasses.replace(p2, mariadb=dataclasses.replace(p2.mariadb, port=proxy.port))}
     for name, info in shards.items():
         first = FIRST[name]
         rows = ", ".join(f"({k}, 'first-{k}')" for k in range(first, first + KEYS_PER_SHARD // 2))
@@ -197,6 +208,15 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
         time.sleep(4)
         merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
         time.sleep(8)
+        # shard2, which holds the range now, fails over to its replica: writes paused, the
+        # replica caught up and promoted, the proxy moved
+        with writer.lock:
+            caught_up(p2, replica2)
+            promote(replica2)
+            proxy.switch(replica2.mariadb.port)
+            writer.conns["shard2"].close()
+            writer.conns["shard2"] = writer.connect("shard2")
+        time.sleep(5)
         # the range moves on, from shard2 to shard3, half of it, with the processes up
         onward = range(0, 50)
         move(
@@ -226,6 +246,9 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
     try:
         expected = wait_equal(stack, shards, tmp_path, db, [ingest, merger], source=source_rows, sinks=sink_rows)
         assert writer.writes > 1000
+        entries = offsets_record(stack, prefix)["shards"]
+        assert (entries["shard2"]["server_id"], entries["shard2"]["epoch"]) == (201, 1), entries
+        assert [row[1] for row in entries["shard2"]["cutover"]] == ["begin", "switch", "switch"], entries
         assert {k for k, _ in expected} & set(moved), "moved keys are live"
         on = {
             name: {k for k, _ in sql(info, f"SELECT id, v FROM {db}.orders_0", fetch=True)}
@@ -247,3 +270,4 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
     finally:
         ingest.stop()
         merger.stop()
+        proxy.close()
