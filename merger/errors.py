@@ -13,3 +13,7 @@ class TablePaused(MergerError):
 
 class BadChange(CdcError):
     """A change of a known table that cannot be applied (``on_bad_record: pause``)."""
+
+
+class BadRecord(ValueError):
+    """A Kafka record that cannot be parsed into a change (its value, headers or position)."""

@@ -18,7 +18,7 @@ import pyarrow as pa
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import decode_marker
 from cdc.wire.position import EventPosition
-from merger.errors import MergerError
+from merger.errors import BadRecord, MergerError
 from merger.schema import rows_to_arrow
 from merger.schema_change import rows_to_arrow_lenient
 
@@ -27,10 +27,6 @@ if TYPE_CHECKING:
 
 MARKER = "m"  # op of a watermark marker
 SCHEMA = "s"  # op of a DDL marker
-
-
-class BadRecord(ValueError):
-    pass
 
 
 class ParsedRecord(NamedTuple):

@@ -28,7 +28,6 @@ from merger.sources.unique_sharded_topics import UniqueShardedTopics
 if TYPE_CHECKING:
     from cdc.config import MergerConfig
     from cdc.wire.position import ReplayFilter
-    from merger.records import ParsedRecord
     from merger.source import SourceGuard
     from merger.sources.debezium_topics import SignalWriter
     from merger.state import StateStore
@@ -60,11 +59,12 @@ class SourceKind(Protocol):
         """A new replay filter with this writer's rule (``accept_record``; its ``highest``
         positions are saved with the merger's state)."""
 
-    def order_of(self, item: ParsedRecord) -> int:
+    def order_of(self, item) -> int:
         """A record's order across the partitions of its table (truncates and DDL cut
         there): its binlog position's sequence (its offset without one); in key mode
         ``unique`` of a sharded source the emission counter. Raises
-        ``merger.records.BadRecord`` when the record lacks what the kind orders by."""
+        ``merger.errors.BadRecord`` when a record (``merger.records.ParsedRecord``) lacks what
+        the kind orders by."""
 
     def sequence_of(self, order: int, offset: int) -> int:
         """The sink's sequence of a change (it orders the changes of one key): from its

@@ -15,7 +15,7 @@ shards (docs/sharding.md, section 4). As ``ShardedTopics``, except:
 from __future__ import annotations
 
 from cdc.wire.headers import EMITTED_HEADER
-from merger.records import BadRecord
+from merger.errors import BadRecord
 from merger.sources.sharded_topics import ShardedTopics
 
 
