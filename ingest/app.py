@@ -31,7 +31,7 @@ from cdc.errors import CdcError
 from cdc.metrics_http import serve as serve_metrics
 from cdc.routes import ORIGIN_COLUMN, origin_of
 from cdc.tablespec import TableSpec
-from cdc.wire.headers import DDL_HEADER, EMITTED_HEADER, MOVED_FROM_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.headers import DDL_HEADER, EMITTED_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import encode_marker, watermark_marker
 from cdc.wire.position import EventPosition, position_bytes
 from cdc.wire.topics import table_topic
@@ -689,12 +689,14 @@ class Ingest:
                 before, after, bns, ans = None, row["values"], None, row.get("none_sources")
             else:
                 before, after, bns, ans = row["values"], None, row.get("none_sources"), None
-            moved = moved_after = b""
+            moved = moved_after = None
             if cutover is not None:  # key mode unique: the moves' copies and cleanups are not emitted
                 first = codec.spec.primary_key[0]
-                moved = cutover.decide(self.shard, codec.name, (before or after)[first])
+                moved = cutover.headers(self.shard, codec.name, (before or after)[first], op != "d")
                 moved_after = (
-                    moved if after is None or before is None else cutover.decide(self.shard, codec.name, after[first])
+                    moved
+                    if after is None or before is None
+                    else cutover.headers(self.shard, codec.name, after[first], True)
                 )
                 if moved is None and moved_after is None:
                     continue
@@ -721,8 +723,8 @@ class Ingest:
                 )
                 if cutover is not None:
                     # a key change across a moved range's bound: each half by its own key
-                    moved_from = moved_after if create_half or len(records) == 1 else moved
-                    if moved_from is None:
+                    moved_headers = moved_after if create_half or len(records) == 1 else moved
+                    if moved_headers is None:
                         continue
                 if rec.key is not None:
                     # librdkafka's murmur2_random partitioner: Kafka's Java default (see producer.py)
@@ -733,8 +735,8 @@ class Ingest:
                     headers = [(POSITION_HEADER, pb), *[(k, v.encode()) for k, v in rec.headers], *context]
                 else:
                     headers = [(POSITION_HEADER, pb), *context]
-                if cutover is not None and moved_from:
-                    headers.append((MOVED_FROM_HEADER, moved_from))
+                if cutover is not None and moved_headers:
+                    headers.extend(moved_headers)
                 value = rec.value.encode() if rec.value is not None else None
                 held_bytes += (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
                 hold((topic, key, value, part, headers))

@@ -38,6 +38,7 @@ from cdc.shard_cutover import (
     passed_from_json,
     passed_to_json,
 )
+from cdc.wire.headers import MOVED_FROM_HEADER, MOVED_TO_HEADER
 from ingest import metrics
 from ingest.errors import IngestError
 from ingest.position import PositionVector
@@ -195,6 +196,19 @@ class ShardCutover:
         with self.lock:
             switched = self.filter.moves_switched()
         return ",".join(moved_from(switched, table, key, generation)).encode()
+
+    def headers(self, shard: str, table: str, key: Any, write: bool) -> list[tuple[str, bytes]] | None:
+        """What a change of ``key`` read on ``shard`` carries (``decide``); None: not
+        emitted. A write (not a delete) on a move's source after its switch is no cleanup
+        but a write to the wrong shard: it is emitted with ``cdc.moved_to`` naming the
+        move's target, and the merger pauses the table on it, never dropped unseen."""
+        moved = self.decide(shard, table, key)
+        if moved is None:
+            last = self.filter.deciding(shard, key, table) if write else None
+            if last is not None and last[1] == SWITCH and last[0].source == shard:
+                return [(MOVED_TO_HEADER, last[0].target.encode())]
+            return None
+        return [(MOVED_FROM_HEADER, moved)] if moved else []
 
     def marker_cutover(self, shard: str, table: str) -> dict:
         """What a watermark marker of ``table`` read on ``shard`` carries."""

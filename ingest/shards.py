@@ -125,16 +125,17 @@ class ShardedIngest:
         with self.lock:
             self._check(view)
             if self.cutover is not None:
-                self._stamp([args] if method == "send" else args[0])
+                self._stamp([args] if method == "send" else args[0], method == "send")
             getattr(self.process.producer, method)(*args)
 
-    def _stamp(self, records) -> None:
-        """Key mode unique: the emission counter on every record that has none yet (the
-        copies of one marker were stamped with one value as they were made)."""
+    def _stamp(self, records, stamped_maybe: bool) -> None:
+        """Key mode unique: the emission counter on every record. A single record may be
+        stamped already (the copies of one marker get one value as they are made); the
+        held change records sent together never are."""
         stamp = self.cutover.counter.stamp
         for record in records:
             headers = record[4]
-            if not any(name == EMITTED_HEADER for name, _ in headers):
+            if not (stamped_maybe and any(name == EMITTED_HEADER for name, _ in headers)):
                 headers.append((EMITTED_HEADER, stamp()))
 
     def commit(self, view: ShardProducer, point: ResumePoint) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from cdc.config import UNIQUE_NEEDS_ROWS
 from cdc.routes import ORIGIN_COLUMN
 from cdc.shard_cutover import owner_conflicts, shard_of
-from cdc.wire.headers import MOVED_FROM_HEADER
+from cdc.wire.headers import MOVED_FROM_HEADER, MOVED_TO_HEADER
 from merger.errors import BadChange, MergerError
 from merger.records import ChangeEvent, headers_of
 from merger.sinks.base import KeepsRows
@@ -75,6 +75,16 @@ class OwnerCheck:
         changes = [
             ((ev.image or {}).get(ORIGIN_COLUMN) or origin_of(ev), moved_from(ev), ev.op == "d") for ev in events
         ]
+        for ev, key, (origin, _, _) in zip(events, keys, changes):
+            target = headers_of(ev.record.get("headers")).get(MOVED_TO_HEADER)
+            if target is not None:  # a write on a move's source after its switch (ingest.cutover)
+                shown = key[0] if len(key) == 1 else key
+                target = target if isinstance(target, str) else bytes(target).decode("utf-8")
+                raise OwnerConflict(
+                    f"{rt.name}: key {shown!r} was written on {origin} after its move to shard {target} "
+                    f"switched: writes to a moved range go to its new shard. Write the key's latest value on "
+                    f"{target}, then `cdc snapshot {rt.name}` (the table's later changes are kept until then)"
+                )
         found = owner_conflicts(
             self.held(rt, keys), [(key, o, moved, deleted) for key, (o, moved, deleted) in zip(keys, changes)]
         )

@@ -8,3 +8,4 @@ DDL_HEADER = "cdc.ddl"  # a DDL marker (cdc/ddl.py ddl_marker)
 # key mode unique (docs/sharding.md, section 4): the emission counter, the sink's sequence
 EMITTED_HEADER = "cdc.emitted"  # decimal; rises with each record one ingest process writes
 MOVED_FROM_HEADER = "cdc.moved_from"  # the shards a change's key was moved away from, comma-separated
+MOVED_TO_HEADER = "cdc.moved_to"  # a write on a shard after its switch moved the key to this one

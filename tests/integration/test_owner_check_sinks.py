@@ -11,7 +11,7 @@ import pytest
 
 from merger.processor import BatchProcessor
 from merger.state import StateStore
-from tests.unit.test_processor import ORIGIN, PREFIX, UNIQUE, UniqueStream, _unique_change
+from tests.unit.test_processor import ORIGIN, PREFIX, UNIQUE, UniqueStream, unique_change
 
 
 @pytest.fixture
@@ -39,13 +39,13 @@ def test_a_key_from_a_second_origin_pauses_and_a_moved_one_applies(tmp_path, row
     proc.table(name, spec)
     s = UniqueStream()
     s.topic = f"{PREFIX}.{name}"
-    _unique_change(s, "a", "c", 1, "a1")
-    _unique_change(s, "a", "c", 2, "a2")
+    unique_change(s, "a", "c", 1, "a1")
+    unique_change(s, "a", "c", 2, "a2")
     proc.process(0, s.batch())
-    _unique_change(s, "b", "u", 1, "b1", moved="a")  # a declared move of key 1
+    unique_change(s, "b", "u", 1, "b1", moved="a")  # a declared move of key 1
     proc.process(1, s.batch())
     assert proc.tables.get(name).phase == "streaming"
-    _unique_change(s, "b", "u", 2, "b2")  # key 2 was not moved
+    unique_change(s, "b", "u", 2, "b2")  # key 2 was not moved
     proc.process(2, s.batch())
     rt = proc.tables.get(name)
     assert rt.phase == "paused" and "key 2" in rt.error and "a/db.t" in rt.error and "b/db.t" in rt.error

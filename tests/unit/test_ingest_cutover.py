@@ -143,3 +143,18 @@ def test_the_move_commands_refuse_what_they_cannot_do():
     with pytest.raises(ConfigError, match="no shard 's9'"):
         ks.conn("s9")
     assert bound("1000") == 1000 and bound('"eu"') == "eu" and bound("eu") == "eu" and bound(None) is None
+
+
+def test_a_write_on_the_source_after_its_switch_is_emitted_to_pause_the_table():
+    from cdc.wire.headers import MOVED_FROM_HEADER, MOVED_TO_HEADER
+
+    cut = ShardCutover(PositionVector({}), {})
+    assert cut.headers("a", "shop.orders", 150, write=True) == []  # no move: a plain change
+    cut.meet("b", MOVE, BEGIN)
+    assert cut.headers("b", "shop.orders", 150, write=True) is None  # the copy
+    cut.meet("a", MOVE, SWITCH)
+    cut.meet("b", MOVE, SWITCH)
+    assert cut.headers("a", "shop.orders", 150, write=False) is None  # the cleanup
+    assert cut.headers("a", "shop.orders", 150, write=True) == [(MOVED_TO_HEADER, b"b")]  # the wrong shard
+    assert cut.headers("b", "shop.orders", 150, write=True) == [(MOVED_FROM_HEADER, b"a")]
+    assert cut.headers("a", "shop.orders", 250, write=True) == []  # outside the range

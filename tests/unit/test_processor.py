@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc.tablespec import ColumnSpec, TableSpec
-from cdc.wire.headers import EMITTED_HEADER, MOVED_FROM_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.headers import EMITTED_HEADER, MOVED_FROM_HEADER, MOVED_TO_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
 from merger.sinks.base import KeepsRows
 from merger.state import StateStore
@@ -791,7 +791,7 @@ UNIQUE = TableSpec(
 )
 
 
-def _unique_change(s: "UniqueStream", shard: str, op: str, key: int, v: str, moved: str | None = None) -> None:
+def unique_change(s: "UniqueStream", shard: str, op: str, key: int, v: str, moved: str | None = None) -> None:
     row = {"id": key, "v": v, ORIGIN: f"{shard}/db.t"}
     s.on(shard).change(op, {"id": key}, before=row if op == "d" else None, after=None if op == "d" else row)
     if moved:
@@ -806,10 +806,10 @@ def test_key_mode_unique_pauses_a_table_at_a_key_from_a_second_origin(tmp_path):
     proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
     proc.table("db.t", UNIQUE)
     s = UniqueStream()
-    _unique_change(s, "a", "c", 1, "a1")
+    unique_change(s, "a", "c", 1, "a1")
     proc.process(0, s.batch())
-    _unique_change(s, "b", "c", 2, "b2")
-    _unique_change(s, "b", "u", 1, "b1")
+    unique_change(s, "b", "c", 2, "b2")
+    unique_change(s, "b", "u", 1, "b1")
     proc.process(1, s.batch())
     rt = proc.tables.get("db.t")
     assert rt.phase == "paused", rt.error
@@ -818,13 +818,31 @@ def test_key_mode_unique_pauses_a_table_at_a_key_from_a_second_origin(tmp_path):
     assert sink.state() == {(1,): {"id": 1, "v": "a1", ORIGIN: "a/db.t"}}
 
 
+def test_key_mode_unique_pauses_at_a_write_on_a_moves_source_after_its_switch(tmp_path):
+    """Ingest emits such a write with cdc.moved_to (not dropped unseen): the table pauses,
+    naming the key, the shard written and the move's target; nothing of it is applied."""
+    sink = RowSink()
+    proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
+    proc.table("db.t", UNIQUE)
+    s = UniqueStream()
+    unique_change(s, "a", "c", 1, "a1")
+    proc.process(0, s.batch())
+    unique_change(s, "a", "u", 1, "stray")
+    s.pending[-1]["headers"].append({"key": MOVED_TO_HEADER, "value": b"b"})
+    proc.process(1, s.batch())
+    rt = proc.tables.get("db.t")
+    assert rt.phase == "paused", rt.error
+    assert "key 1" in rt.error and "a/db.t" in rt.error and "shard b" in rt.error and "\n" not in rt.error
+    assert sink.state() == {(1,): {"id": 1, "v": "a1", ORIGIN: "a/db.t"}}
+
+
 def test_key_mode_unique_pauses_at_two_origins_inserting_one_key_in_one_batch(tmp_path):
     sink = RowSink()
     proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
     proc.table("db.t", UNIQUE)
     s = UniqueStream()
-    _unique_change(s, "a", "c", 5, "a")
-    _unique_change(s, "b", "c", 5, "b")
+    unique_change(s, "a", "c", 5, "a")
+    unique_change(s, "b", "c", 5, "b")
     proc.process(0, s.batch())
     rt = proc.tables.get("db.t")
     assert rt.phase == "paused" and "key 5" in rt.error
@@ -839,8 +857,8 @@ def test_key_mode_unique_applies_a_moved_key_and_a_batch_run_again(tmp_path, mon
     proc = _processor(tmp_path, sink, sharded=True, key_mode="unique")
     proc.table("db.t", UNIQUE)
     s = UniqueStream()
-    _unique_change(s, "a", "c", 1, "a1")
-    _unique_change(s, "b", "u", 1, "b1", moved="a")
+    unique_change(s, "a", "c", 1, "a1")
+    unique_change(s, "b", "u", 1, "b1", moved="a")
     records = s.batch()
     proc.process(0, records)
     assert proc.tables.get("db.t").phase == "streaming"
