@@ -477,10 +477,7 @@ def shard_remove(
     if delete_rows == keep_rows:
         raise ConfigError("say what happens to the shard's rows: --delete-rows or --keep-rows")
     cfg = load_merger_config(config, local, state_dir)
-    out = Console(width=None if sys.stdout.isatty() else 200)
-    remove_shard(
-        cfg, StateStore(cfg.state_dir), name, delete_rows, build_sinks, lambda line: out.print(line, highlight=False)
-    )
+    remove_shard(cfg, StateStore(cfg.state_dir), name, delete_rows, build_sinks, _say_out())
 
 
 move_app = typer.Typer(
