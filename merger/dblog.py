@@ -390,6 +390,41 @@ def emitted_rows(window: Window, rows: pa.Table, keys: list[str], truncated_thro
     )
 
 
+def swept_keys(
+    window: Window, asked: pa.Table, read: pa.Table, keys: list[str], truncated_through: int = 0
+) -> pa.Table:
+    """The deletes a ready *key-list* window emits (``cdc repair``): of the ``asked`` keys
+    (a table of the ``keys`` columns: keys a sink holds that may be gone at the source),
+    those the window's SELECT did not return (``read``: the staged rows' keys) and that
+    were not seen since LOW, as ``d`` changes at the HIGH sequence; none if the window
+    does not survive.
+
+    Why this is exact: the SELECT ran between LOW and HIGH and did not find k, so k was
+    absent at some instant after LOW; k was not changed from LOW until the emission, so it
+    is still absent, and any later change of k carries a sequence above HIGH and wins. A
+    re-read of the source (``emitted_rows``) cannot remove a row only the sink holds;
+    this can, and never deletes a row the source has."""
+    if not window_survives(window, truncated_through) or asked.num_rows == 0:
+        gone = asked.slice(0, 0)
+    else:
+        gone = asked.filter(unseen_mask(asked, keys, window.seen))
+        if read.num_rows and gone.num_rows:
+            gone = gone.filter(_absent_mask(gone, read, keys))
+    seq = high_sequence(window)
+    return gone.append_column("_cdc_op", pa.repeat(pa.scalar("d"), gone.num_rows)).append_column(
+        "_cdc_seq", pa.repeat(pa.scalar(seq, pa.int64()), gone.num_rows)
+    )
+
+
+def _absent_mask(rows: pa.Table, other: pa.Table, keys: list[str]) -> pa.Array:
+    """True for the rows of ``rows`` whose key (exactly equal values) ``other`` lacks."""
+    if len(keys) == 1:
+        col = rows.column(keys[0])
+        return pc.invert(pc.is_in(col, value_set=pc.cast(other.column(keys[0]), col.type).combine_chunks()))
+    present = set(zip(*[other.column(k).to_pylist() for k in keys]))
+    return pa.array([key not in present for key in zip(*[rows.column(k).to_pylist() for k in keys])])
+
+
 # -- exact JSON form of keys -----------------------------------------------------------
 # Every value becomes [tag, payload]; tuples nest. Ints are written as strings so that
 # readers with 64-bit floats for JSON numbers can't round them.

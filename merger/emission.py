@@ -14,11 +14,12 @@ import pyarrow as pa
 
 from cdc.shard_cutover import WindowOwnership, passed_from_json, shard_of
 from merger import crashpoints
-from merger.dblog import Window, emitted_rows, window_survives
+from merger.dblog import Window, emitted_rows, swept_keys, window_survives
 from merger.schema import from_snapshot
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import TableFault
 from merger.snapshot.chunking import window_origin
+from merger.snapshot.repair import asked_table, chunk_keys, deletes_table, is_key_list
 from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
 from merger.state import StateStore
 from merger.tables import TableRegistry, TableRuntime
@@ -140,7 +141,8 @@ class WindowEmitter:
             crashpoints.reached("mid_emission")
         rt.snapshot_rows += emitted
         finished = end >= total
-        self._record_progress(rt, window, emitted, finished, asks)
+        deleted = self._sweep(batch_id, rt, window, files, cut, step) if finished else 0
+        self._record_progress(rt, window, emitted, finished, asks, deleted)
         if not finished:
             rt.emitted[wid] = end
             log.info(
@@ -158,6 +160,33 @@ class WindowEmitter:
         rt.reconciler.finish(wid)  # after the plan says done: the runner must not read it again
         done.append(path)
         log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
+
+    def _sweep(self, batch_id: int, rt: TableRuntime, window: Window, files: list[Path], cut: int, step: list) -> int:
+        """A repair's key-list window: the asked keys the SELECT did not return and the
+        stream did not change are deleted (``merger.dblog.swept_keys``); the deletes."""
+        plan = self.store.load_plan(rt.name) or {}
+        asked = [
+            k for c in plan.get("chunks", []) if c["id"] in window.chunk_ids and is_key_list(c) for k in chunk_keys(c)
+        ]
+        if not asked:
+            return 0
+        try:
+            asked_keys = asked_table(rt.schema, rt.keys, asked)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise TableFault(
+                f"repair of {rt.name}: its keys do not fit the table's key columns {rt.keys} ({exc}); "
+                "`cdc resume` the table, then `cdc snapshot` it"
+            ) from None
+        read = [
+            from_snapshot(rt.spec, rt.schema, fill_missing(b, rt.spec)).select(rt.keys)
+            for b in staged_slice(files, 0, count_rows(files))
+        ]
+        read_keys = pa.concat_tables(read) if read else asked_keys.slice(0, 0)
+        gone = swept_keys(window, asked_keys, read_keys, rt.keys, cut)
+        if gone.num_rows:
+            self.writer.apply(batch_id, rt, deletes_table(rt.schema, gone), step)
+            log.info("repair of %s: %d rows the source does not hold deleted from the sinks", rt.name, gone.num_rows)
+        return gone.num_rows
 
     @staticmethod
     def _owned(rt: TableRuntime, wid: str, owner: WindowOwnership, table: pa.Table, asks: set[str]) -> pa.Table:
@@ -181,7 +210,13 @@ class WindowEmitter:
         return table.filter(kept)
 
     def _record_progress(
-        self, rt: TableRuntime, window: Window, emitted: int, finished: bool, asks: set[str] = frozenset()
+        self,
+        rt: TableRuntime,
+        window: Window,
+        emitted: int,
+        finished: bool,
+        asks: set[str] = frozenset(),
+        deleted: int = 0,
     ) -> None:
         """The snapshot plan counts the rows; a finished window's chunks are done, and the
         last one finishes the snapshot. ``asks``: shards to snapshot once it is finished (a
@@ -191,6 +226,8 @@ class WindowEmitter:
             self._snapshot_shards(rt, asks)
             return
         plan["rows"] = plan.get("rows", 0) + emitted
+        if deleted:
+            plan["deleted"] = plan.get("deleted", 0) + deleted
         if asks:
             plan["then_snapshot"] = sorted(set(plan.get("then_snapshot", [])) | asks)
         if finished:

@@ -74,6 +74,7 @@ from merger.sources import source_kind
 from merger.state import StateStore
 from merger.table_ddl import DdlFollower
 from merger.tables import TableRegistry, TableRuntime
+from merger.verify_windows import is_verify_window
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +296,9 @@ class BatchProcessor(PausedTables):
             self._expire_windows()
             crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())
+            now = time.time()
+            for rt in self.tables.values():
+                rt.verify_windows.commit(now)
             self._learn_record_sizes(records)
             self._finish_batch(batch_id, records.num_rows, streamed_s)
 
@@ -833,10 +837,14 @@ class BatchProcessor(PausedTables):
             seq, sequence = reconciler_order(ev.record["offset"], seq)
             if op == MARKER:
                 kind = str(image.get("kind", "")).upper()
-                if image.get("window") and kind in ("LOW", "HIGH"):
+                if is_verify_window(image.get("window")) and kind in ("LOW", "HIGH"):
+                    # `cdc verify`'s: where the sinks stand (merger.verify_windows)
+                    rt.verify_windows.on_marker(image["window"], kind, partition, ev.seq, time.time())
+                elif image.get("window") and kind in ("LOW", "HIGH"):
                     rt.reconciler.on_marker(partition, seq, image["window"], kind, sequence, image.get("cutover"))
                 continue
             if op == "t":
+                rt.verify_windows.on_truncate(partition)
                 origin = self._truncated_origin(rt, ev)
                 if origin is not None:  # one origin of a logical table: its rows only
                     of_origin = lambda w, o=origin: window_origin(w, rt.name) == o  # noqa: E731

@@ -16,6 +16,7 @@ from cdc.tablespec import ColumnSpec, TableSpec
 from merger.dblog import Reconciler
 from merger.schema import SourceModes, arrow_schema, json_converters
 from merger.shard_ddl import ShardDdl
+from merger.verify_windows import VerifyWindows
 
 
 @dataclass
@@ -42,6 +43,8 @@ class TableRuntime:
     windows_expired: int = 0  # snapshot windows expired in a row (since one was emitted)
     # a sharded source's: each origin's definition, each shard's last DDL (merger.shard_ddl)
     shard_ddl: ShardDdl = field(default_factory=ShardDdl)
+    # the markers of `cdc verify`'s windows read (not saved: a verify waits seconds)
+    verify_windows: VerifyWindows = field(default_factory=VerifyWindows)
 
     def __post_init__(self):
         self.schema = arrow_schema(self.spec)
@@ -178,6 +181,8 @@ class TableRegistry:
                 "lag_ms": rt.lag_ms,
                 "last_offsets": rt.last_offsets,
                 "open_windows": len(rt.reconciler.windows),
+                "partitions": rt.partitions,
+                "verify_windows": rt.verify_windows.status(),
             }
             shards = {
                 shard: {"lag_ms": lag, "chunks_done": 0, "chunks_total": 0} for shard, lag in rt.shard_lag_ms.items()

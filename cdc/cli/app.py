@@ -442,6 +442,17 @@ def verify(
         "rows: read and compare every row",
     ),
     as_json: bool = typer.Option(False, "--json"),
+    consistent: Optional[bool] = typer.Option(
+        None,
+        "--consistent/--no-consistent",
+        help="confirm each difference at a known position through the running merger's verify windows "
+        "(default: when a merger runs on the state_dir); --no-consistent: re-read after --retry-wait",
+        show_default=False,
+    ),
+    repair_: bool = typer.Option(
+        False, "--repair", help="repair what differs through the running merger, then verify again (`cdc repair`)"
+    ),
+    repair_timeout: str = typer.Option("10m", "--repair-timeout", help="how long to wait for each table's repair"),
 ):
     """Compare each sink table with its source in key-range chunks, without locking the
     source. Exit code 0: all equal; 1: a difference; 2: a table could not be verified;
@@ -452,7 +463,47 @@ def verify(
     digests = parse_compare(compare)
     named = [_check_table(t) for t in tables or []]
     cfg = load_merger_config(config, local, state_dir)
-    sys.exit(run_verify(cfg, named, sink, chunk_size, retries, wait, limit, as_json, console, digests=digests))
+    if repair_:
+        from cdc.cli.repair import run_repair
+
+        timeout = parse_duration(repair_timeout, "--repair-timeout")
+        sys.exit(
+            run_repair(
+                cfg, named, sink, chunk_size, retries, wait, limit, as_json, console, digests, timeout, consistent
+            )
+        )
+    sys.exit(run_verify(cfg, named, sink, chunk_size, retries, wait, limit, as_json, console, digests, consistent))
+
+
+@app.command()
+def repair(
+    tables: Optional[list[str]] = typer.Argument(
+        None, help="<database>.<table> ... (default: every table the merger handles)"
+    ),
+    config: Optional[Path] = CONFIG_OPTION,
+    local: bool = typer.Option(False, "--local"),
+    state_dir: Path = STATE_DIR_OPTION,
+    sink: Optional[str] = typer.Option(
+        None, "--sink", help="find the differences in this sink only: delta or postgres"
+    ),
+    chunk_size: Optional[int] = typer.Option(
+        None, "--chunk-size", min=1, help="rows per verify chunk (default: snapshot.chunk_size)"
+    ),
+    timeout: str = typer.Option("10m", "--timeout", help="how long to wait for each table's repair"),
+    limit: int = typer.Option(20, "--limit", min=1, help="differing keys listed per table and sink after the repair"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Find the rows that differ (cdc verify) and have the running merger re-read them from
+    the source between watermarks, deleting those only a sink holds; then verify again.
+    Never locks or writes the source (but its watermark table). Exit codes as cdc verify's,
+    for the verify after the repair."""
+    from cdc.cli.repair import run_repair
+    from cdc.cli.verify import parse_duration
+
+    wait = parse_duration(timeout, "--timeout")
+    named = [_check_table(t) for t in tables or []]
+    cfg = load_merger_config(config, local, state_dir)
+    sys.exit(run_repair(cfg, named, sink, chunk_size, 3, 2.0, limit, as_json, console, True, wait))
 
 
 shard_app = typer.Typer(no_args_is_help=True, help="Operator steps of a sharded source (docs/sharding.md).")

@@ -25,11 +25,11 @@ from cdc.config import ConfigError, MergerConfig
 SINK_NAMES = ("delta", "postgres")
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, option: str = "--retry-wait") -> float:
     """'2s', '500ms', '1m', '1.5' (seconds) -> seconds."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", str(text))
     if not m:
-        raise ConfigError(f"--retry-wait: {text!r} is not a duration (e.g. 2s, 500ms, 1m)")
+        raise ConfigError(f"{option}: {text!r} is not a duration (e.g. 2s, 500ms, 1m)")
     value = float(m.group(1))
     return value * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
 
@@ -130,7 +130,67 @@ def run_verify(
     as_json: bool,
     err: Console,
     digests: bool = True,
+    consistent: bool | None = None,
 ) -> int:
+    """`cdc verify`: the results reported; the exit code."""
+    results = verify_tables(cfg, named, sink, chunk_size, retries, retry_wait, limit, err, digests, consistent)
+    return report(results, as_json, err)
+
+
+def confirmer_for(cfg: MergerConfig, consistent: bool | None):
+    """A ``merger.verify.consistent.Confirmer`` (differences confirmed at a known position in
+    verify windows), or None (re-read after ``--retry-wait``). ``consistent`` None: one when
+    the running merger can report its windows; True: one, or the reason it cannot be."""
+    from merger.state import StateStore
+
+    why = None
+    if cfg.source_connector != "ingest":
+        why = "the topics are written by Debezium (no verify windows in them)"
+    elif cfg.shards or cfg.routes:
+        why = "a sharded or routed source (not built yet)"
+    else:
+        store = StateStore(cfg.state_dir)
+        if store.running_merger() is None:
+            why = f"no merger runs on state_dir {cfg.state_dir}"
+    if why is not None:
+        if consistent:
+            raise ConfigError(f"--consistent: {why}; run it without --consistent")
+        return None
+    from cdc.quoting import quote_ident
+    from merger.source import connect
+    from merger.verify.consistent import Confirmer
+
+    db, name = cfg.watermark_table.split(".", 1)
+    sql = f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) VALUES (%s, %s, %s)"
+    conn: list = []
+
+    def write_watermark(table: str, window_id: str, kind: str) -> None:
+        if not conn:
+            conn.append(connect(cfg.mysql))
+        with conn[0].cursor() as cur:
+            cur.execute(sql, (table, window_id, kind))
+
+    def window_status(table: str, window_id: str) -> dict | None:
+        t = ((store.read_status() or {}).get("tables") or {}).get(table) or {}
+        found = (t.get("verify_windows") or {}).get(window_id)
+        return None if found is None else {**found, "partitions": t.get("partitions")}
+
+    return Confirmer(write_watermark, window_status, timeout=max(60.0, cfg.snapshot.window_timeout_s))
+
+
+def verify_tables(
+    cfg: MergerConfig,
+    named: Sequence[str],
+    sink: str | None,
+    chunk_size: int | None,
+    retries: int,
+    retry_wait: float,
+    limit: int,
+    err: Console,
+    digests: bool = True,
+    consistent: bool | None = None,
+) -> list:
+    """Each table against each sink (``merger.verify.chunked.TableResult`` per table and sink)."""
     from cdc.config import routes_of
     from merger.catalog import ShardedCatalog, SourceCatalog
     from merger.verify.chunked import TableResult, TableVerifier
@@ -149,6 +209,7 @@ def run_verify(
         raise
     sinks = open_sinks(cfg, sink)
     readable = {n: s for n, s in sinks.items() if s is not None}
+    confirm = confirmer_for(cfg, consistent)
     sources: dict = {}  # shard name (None: the one server) -> SourceReader
 
     def source_of(shard, mysql):
@@ -181,6 +242,7 @@ def run_verify(
                         limit=limit,
                         on_progress=advance,
                         digests=digests,
+                        confirm=confirm,
                         **where,
                     )
                     return verifier.run() if readable else []
@@ -208,7 +270,7 @@ def run_verify(
                 s.close()
             except Exception:
                 pass
-    return _report(results, as_json, err)
+    return results
 
 
 def _verify_owned(name: str, origins, source_of, readable: dict, verify, cfg: MergerConfig) -> list:
@@ -303,7 +365,7 @@ def _chunk_keys(cfg: MergerConfig, name: str, table) -> tuple[list[str], str | N
     return keys, None
 
 
-def _report(results: list, as_json: bool, err: Console) -> int:
+def report(results: list, as_json: bool, err: Console) -> int:
     """Prints the results (a table, or JSON; what was skipped, on stderr) and returns the exit code."""
     code = exit_code(results)
     skipped = skipped_line(results)

@@ -119,6 +119,11 @@ log = logging.getLogger(__name__)
 COMMIT_CONFLICT_RETRIES = 5  # Delta commits of one step that may conflict with another writer in a row
 
 
+def missing_data_file(error_text: str) -> bool:
+    """Whether a delta-rs error (lower case) says a data file of the table is not in storage."""
+    return ".parquet" in error_text and any(w in error_text for w in ("not found", "no such file", "does not exist"))
+
+
 def _first_line(exc: BaseException) -> str:
     """A delta-rs error as one line (an object store's is a tree of causes over lines)."""
     text = one_line(str(exc))
@@ -230,7 +235,33 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         unreachable = ("timed out", "timeout", "connection", "unreachable", "dns", "503", "network", "sending request")
         if any(w in lowered for w in unreachable):
             return SinkUnavailable(f"Delta storage for {path} is unreachable: {text}")
+        if missing_data_file(lowered):
+            # deleted by hand or lost: this table cannot be written until its log stops naming it
+            return TableFault(
+                f"Delta table at {path}: a data file its log names is missing from storage ({text}); "
+                "`cdc repair` removes such files from the table's log, re-reads their rows from the source and "
+                "resumes the table"
+            )
         return SinkError(f"Delta error at {path}: {text}")
+
+    def forget_missing_files(self, table) -> list[str]:
+        """Remove from the table's log the data files storage no longer holds (Delta's FSCK):
+        their rows are gone from the table, for a repair to read again; the files removed.
+        Nothing when every file is there."""
+        path = self.table_path(table)
+        dt = self._open(path)
+        if dt is None:
+            return []
+        try:
+            found = dt.repair(dry_run=True).get("files_removed", [])
+            if not found:
+                return []
+            removed = dt.repair(dry_run=False).get("files_removed", [])
+        except (OSError, DeltaError) as exc:
+            raise self._io_error(exc, path) from None
+        self._meta.pop(as_table_id(table), None)
+        log.warning("Delta table %s: %d data files missing from storage removed from its log", path, len(removed))
+        return list(removed)
 
     # ------------------------------------------------------------------ writer epochs
 

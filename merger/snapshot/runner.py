@@ -38,6 +38,7 @@ from merger.snapshot.chunking import (
     sql_predicate_literal,
 )
 from merger.snapshot.direct_read import is_whole_table, stage_table
+from merger.snapshot.repair import RepairError, is_key_list, repair_plan, window_where
 from merger.source import SourceGuard, connect
 from merger.sources import source_kind
 from merger.state import StateStore
@@ -150,6 +151,7 @@ class SnapshotRunner(threading.Thread):
         self.stream_ready = lambda: True
         self._last_tick = 0.0
         self._deferred: list[dict] = []  # resume requests waiting for the processor's tables
+        self._repairs: list[dict] = []  # repair requests waiting for the table's running snapshot
         # per server (a sharded source's shard, None for the one server): the connection kept
         # for watermark writes, and one for planning and small-table reads; a new one cost
         # ~40 ms of CPU (pymysql builds a TLS context each time), 40% of the merger's time
@@ -307,11 +309,18 @@ class SnapshotRunner(threading.Thread):
             requests = [r for r in requests if r["action"] != "resume"]
         elif self._deferred:
             requests, self._deferred = self._deferred + requests, []
+        requests, self._repairs = self._repairs + requests, []
         for req in requests:
             table, action = req["table"], req["action"]
             plan = self.store.load_plan(table)
             rt = self.tables.lookup(table)
-            if self.signals is not None:
+            if action == "repair":
+                if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
+                    if plan.get("repair_id") != req.get("args", {}).get("id"):
+                        self._repairs.append(req)  # after the running snapshot (or repair)
+                    continue
+                self._plan_repair(table, rt, req.get("args", {}))
+            elif self.signals is not None:
                 self.signals.handle(req)  # Debezium snapshots the table; we only ask
             elif action == "snapshot":
                 args = req.get("args", {})
@@ -410,6 +419,47 @@ class SnapshotRunner(threading.Thread):
             log.info("snapshot of %s planned: %d chunks over %d source tables", table, len(chunks), len(origins))
         return plan
 
+    def _plan_repair(self, table: str, rt, args: dict) -> None:
+        """A repair's key-list plan (merger.snapshot.repair); a repair that cannot run is
+        written down as a cancelled plan with its error, for `cdc repair` to report."""
+        repair_id = str(args.get("id") or "")
+        try:
+            if self.signals is not None:
+                raise RepairError(f"repair of {table}: needs the merger's own snapshots (source_connector: ingest)")
+            if rt is None or not rt.keys:
+                raise RepairError(f"repair of {table}: the merger has no such table with a key")
+            if rt.phase in ("paused", "failed", "dropped"):
+                raise RepairError(f"repair of {table}: the table is {rt.phase}; `cdc status` says why")
+            origins = self.guard.call(f"listing where {table} is read", self.processor.catalog.origins, table)
+            if len(origins) != 1 or origins[0].shard is not None or origins[0].name is not None:
+                raise RepairError(f"repair of {table}: a sharded or routed table cannot be repaired yet")
+            plan = repair_plan(table, repair_id, [tuple(decode_key(k)) for k in args.get("keys", [])])
+        except RepairError as exc:
+            log.error("%s", exc)
+            self.store.save_plan(
+                table,
+                {
+                    "table": table,
+                    "repair_id": repair_id,
+                    "error": str(exc),
+                    "cancelled": time.time(),
+                    "chunks": [],
+                    "done": [],
+                    "rows": 0,
+                    "deleted": 0,
+                    "created_at": time.time(),
+                },
+            )
+            return
+        self.store.save_plan(table, plan)
+        self.tables.set_phase(rt, "snapshotting", when="streaming")
+        log.info(
+            "repair of %s planned: %d keys in %d windows",
+            table,
+            sum(len(c["keys"]) for c in plan["chunks"]),
+            len(plan["chunks"]),
+        )
+
     def _plan_origin(self, table: str, rt, origin: Origin) -> list[dict]:
         """The chunks of one source table of ``table`` (for a routed table, each names its
         origin: the window reads that server's table and writes that server's watermarks)."""
@@ -494,15 +544,16 @@ class SnapshotRunner(threading.Thread):
             return None
         # a window reads one origin (one server's table, its watermarks on that server)
         todo = [c for c in todo if c.get("origin") == todo[0].get("origin")]
-        # a window holds at least `parallelism` chunks, one read each at least
-        per_window = max(self.config.snapshot.chunks_per_window, self.parallelism)
+        # a window holds at least `parallelism` chunks, one read each at least; a key list
+        # (a repair) is read alone, by one SELECT
+        per_window = 1 if is_key_list(todo[0]) else max(self.config.snapshot.chunks_per_window, self.parallelism)
         chunks = todo[:per_window]
         # while changes stream in, one read task: the other core serves the stream
         tasks = STREAMING_READ_TASKS if streaming else self.parallelism
         since = self._changed.get(table)
         if since is not None and time.monotonic() - since < 2.0 * len(self._changed_retries(table)):
             return None
-        return table, rt, chunks, plan.get("where"), tasks
+        return table, rt, chunks, window_where(plan.get("where"), chunks, read_keys(rt.keys)), tasks
 
     def _run_window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int) -> bool:
         try:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from merger.verify.canonical import UnsupportedColumn, nul_rule_applies
+from merger.verify.consistent import Confirmer, NotConfirmed, settle
 from merger.verify.digest import ChunkDiff, diff, digest, encode_row, encode_value
 from merger.verify.fast_path import ChunkDigests, sink_range
 from merger.verify.keys import UnsupportedKey
@@ -49,6 +50,8 @@ from merger.verify.narrowing import FANOUT, LEAF_ROWS, PARTS, narrow, parts, ste
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
 from merger.verify.source import SourceError, SourceReader, SourceTable
+
+CONFIRM_KEYS = 1000  # candidate keys per verify window
 
 
 @dataclass
@@ -72,6 +75,9 @@ class TableResult:
     skipped: bool = False
     nul_policy: str | None = None  # the sink's NUL rule, where it changes values (PostgreSQL strip/replace)
     nul_values_changed: int = 0  # source values compared that hold a NUL the rule changed
+    key_kinds: list = field(default_factory=list)  # the canonical kinds of the key columns (repair reads them)
+    confirmed_at: int | None = None  # position-consistent: the LOW position of the last verify window
+    changing: int = 0  # position-consistent: candidate keys that changed in every window (not checked)
 
     @property
     def nul_note(self) -> str | None:
@@ -116,6 +122,8 @@ class TableResult:
             "nul_policy": self.nul_policy,
             "nul_values_changed": self.nul_values_changed,
             "nul_note": self.nul_note,
+            "confirmed_at": self.confirmed_at,
+            "changing": self.changing,
         }
 
 
@@ -139,6 +147,7 @@ class TableVerifier:
         fixed: tuple[str, str] | None = None,
         leaf_rows: int = LEAF_ROWS,
         fanout: int = FANOUT,
+        confirm: Confirmer | None = None,
     ):
         self.source = source
         self.table = table
@@ -159,6 +168,12 @@ class TableVerifier:
         self.fanout = fanout  # sub-ranges per cut
         # a unique key: a part of the source's rows in key order is the range up to the next part's first key
         self.unique = tuple(self.keys) == tuple(table.primary_key)
+        # position-consistent (merger.verify.consistent): differing keys are candidates, each
+        # confirmed in a verify window instead of re-read after a wait
+        self.confirm = confirm
+        self._chunk_index = 0
+        self._candidates: dict[str, list[tuple[int, ChunkDiff]]] = {}
+        self._shown: dict[bytes, tuple] = {}  # a candidate key as a side returned it
 
     def run(self) -> list[TableResult]:
         results = {name: TableResult(self.name, name) for name in self.sinks}
@@ -172,6 +187,7 @@ class TableVerifier:
                     results[name].error = f"the sink table {'.'.join(self.target)} has no column {self.fixed[0]}"
                 else:
                     sides[name] = SinkSide(reader, self.table, self.keys, cols, self.target, self.fixed)
+                    results[name].key_kinds = list(sides[name].kinds)
                     if nul_rule_applies(reader.rules):
                         results[name].nul_policy = reader.rules.nul_policy
             except SinkUnreachable:
@@ -195,12 +211,79 @@ class TableVerifier:
                 for name, why in fast.failed.items():
                     results[name].row_path = why
                 for i, rng in window:
+                    self._chunk_index = i
                     source_rows += self._settle(results, sides, i, rng, sink_ranges, settled[i], fast)
                     if self.on_progress:
                         self.on_progress(self.name, i + 1, len(ranges), source_rows)
         finally:
             fast.close()
+        for name, found in self._candidates.items():
+            try:
+                self._confirm(sides[name], results[name], found)
+            except SinkUnreachable:
+                raise
+            except (SinkReadError, UnsupportedKey, SourceError, NotConfirmed) as exc:
+                results[name].error = str(exc)
         return list(results.values())
+
+    def _confirm(self, side: SinkSide, res: TableResult, found: list[tuple[int, ChunkDiff]]) -> None:
+        """The candidates of one sink, confirmed in verify windows (``merger.verify.consistent``):
+        keys changed inside a window go to the next one, at most ``retries`` more; what is
+        left then is counted as changing, not reported."""
+        chunks_of: dict[bytes, set[int]] = {}
+        for i, diff_ in found:
+            for key in diff_.keys():
+                chunks_of.setdefault(encode_row(key), set()).add(i)
+        remaining = [k for i, d in found for k in d.keys()]
+        remaining = list({encode_row(k): k for k in remaining}.values())
+        confirmed = ChunkDiff()
+        for _ in range(self.retries + 1):
+            if not remaining:
+                break
+            changing = []
+            for b in range(0, len(remaining), CONFIRM_KEYS):
+                batch = remaining[b : b + CONFIRM_KEYS]
+                raw, report = self.confirm.window(
+                    self.name, lambda batch=batch: self.source.rows_with_keys(self.table, self.keys, side.kinds, batch)
+                )
+                res.confirmed_at = report.low
+                if report.truncated:
+                    changing += batch
+                    continue
+                found_now = settle(
+                    batch,
+                    self.columns,
+                    side.key_pos,
+                    side.source_rows(raw),
+                    side.sink_rows(side.rows_with_keys(batch)),
+                    side.sequences(batch),
+                    report.low,
+                )
+                changing += found_now.changing
+                confirmed.missing += found_now.diff.missing
+                confirmed.extra += found_now.diff.extra
+                confirmed.different += found_now.diff.different
+            remaining = changing
+        res.changing += len(remaining)
+        bad = {encode_row(k) for k in confirmed.keys()}
+        chunks = {i for i, _ in found}
+        wrong = {i for ek in bad for i in chunks_of.get(ek, ())}
+        res.mismatched_chunks += len(wrong)
+        res.in_flight_chunks += len(chunks - wrong)
+        listed = len(res.missing) + len(res.extra) + len(res.different)
+        for kind, items in (
+            ("missing", confirmed.missing),
+            ("extra", confirmed.extra),
+            ("different", confirmed.different),
+        ):
+            for item in items:
+                if listed < self.limit:
+                    key = item[0] if kind == "different" else item
+                    shown = self._shown.get(encode_row(key), key)
+                    getattr(res, kind).append((shown, item[1]) if kind == "different" else shown)
+                    listed += 1
+                else:
+                    res.unlisted += 1
 
     def _settle(
         self, results, sides, i: int, rng: tuple, sink_ranges, settled: dict[str, int], fast: ChunkDigests
@@ -286,7 +369,7 @@ class TableVerifier:
             statuses.add(self._chunk(side, res, sub, sink_range(side, sub), raw))
         if "different" in statuses:
             res.mismatched_chunks += 1
-        else:
+        elif "candidate" not in statuses:  # (candidates are counted once confirmed)
             res.in_flight_chunks += 1  # the chunk's digests differed; none of its parts does now
         return True
 
@@ -308,6 +391,21 @@ class TableVerifier:
         """Compare one range row by row (again after ``retry_wait`` while it differs) and
         list its differing keys: ``equal``, ``in flight`` (differed, then settled) or
         ``different``."""
+        if self.confirm is not None:
+            src = side.source_rows(raw)
+            dst_raw = side.rows_in_range(*srng)
+            dst = side.sink_rows(dst_raw)
+            found = self._compare(side, src, dst)
+            res.source_rows += len(src)
+            res.sink_rows += len(dst)
+            res.nul_values_changed += side.nul_changes(raw)
+            if found.empty:
+                return "equal"
+            for rows, canon in ((dst_raw, dst), (raw, src)):  # the source's spelling wins
+                for r, c in zip(rows, canon):
+                    self._shown[encode_row(tuple(c[i] for i in side.key_pos))] = tuple(r[i] for i in side.key_pos)
+            self._candidates.setdefault(res.sink, []).append((self._chunk_index, found))
+            return "candidate"
         persistent: set | None = None
         status = "equal"
         shown: dict[bytes, tuple] = {}  # key encoding -> the key as a side returned it

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from merger.verify.column_canon import ColumnCanon, row_canons
+from merger.verify.digest import encode_row
 from merger.verify.keys import ALIGNED_KINDS, key_kind, order_key
-from merger.verify.sinks import delta_statistics_exact
+from merger.verify.sinks import SEQ_COLUMN, delta_statistics_exact
 from merger.verify.source import SourceTable
 from merger.verify.sql_digest import DigestPlan, plan
 
@@ -120,6 +121,24 @@ class SinkSide:
         return self.reader.rows_with_keys(
             *self.target, self.names, self.sink_cols, self.keys, self.kinds, list(canon_keys), **self._read_kwargs()
         )
+
+    def sequences(self, canon_keys) -> dict[bytes, int]:
+        """Per key (``encode_row`` of the canonical key), the position of the sink's last
+        change of it: its row's ``_cdc_seq`` or its tombstone's (keys it has neither of are
+        left out)."""
+        keys = list(canon_keys)
+        rows = self.reader.rows_with_keys(
+            *self.target, [*self.keys, SEQ_COLUMN], self.sink_cols, self.keys, self.kinds, keys, **self._read_kwargs()
+        )
+        extra = {"key_canons": self.key_canons} if self.reader.name == "delta" else {}
+        tombs = self.reader.tombstones_with_keys(*self.target, self.sink_cols, self.keys, self.kinds, keys, **extra)
+        out: dict[bytes, int] = {}
+        for r in [*rows, *tombs]:
+            if r[-1] is None:
+                continue
+            ek = encode_row(tuple(c.sink(v) for c, v in zip(self.key_canons, r[:-1])))
+            out[ek] = max(out.get(ek, -1), int(r[-1]))
+        return out
 
     def sink_rows(self, raw: Sequence[tuple]) -> list[tuple]:
         return canonical_rows(self.canons, raw, "sink")

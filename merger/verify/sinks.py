@@ -39,6 +39,35 @@ LOOKUP_BATCH = 500
 SEQ = "_cdc_seq"  # the sinks' own bookkeeping column: not a source column
 
 
+def _lenient_temporals(conn) -> None:
+    """Dates, timestamps and intervals Python cannot hold ('infinity', year 10000, a user's
+    write into the sink) are read as their text: verify then reports them as differing
+    values instead of failing on the table."""
+    import psycopg
+    from psycopg.types import datetime as pgdt
+
+    def lenient(base):
+        class Lenient(base):
+            def load(self, data):
+                try:
+                    return super().load(data)
+                except (psycopg.DataError, ValueError, OverflowError):
+                    return bytes(data).decode("utf-8", "replace")
+
+        return Lenient
+
+    for name, base in (
+        ("date", pgdt.DateLoader),
+        ("timestamp", pgdt.TimestampLoader),
+        ("timestamptz", pgdt.TimestamptzLoader),
+        ("interval", pgdt.IntervalLoader),
+    ):
+        conn.adapters.register_loader(name, lenient(base))
+
+
+SEQ_COLUMN = "_cdc_seq"  # each sink row's and tombstone's position (docs/architecture.md)
+
+
 class SinkReadError(MergerError):
     """A sink table could not be read (reported for that table)."""
 
@@ -92,6 +121,7 @@ class PostgresReader:
         conn.execute("SET TimeZone = 'UTC'")
         # jsonb values parsed exactly: numbers as Decimal, never rounded through a float
         set_json_loads(partial(json.loads, parse_float=Decimal), conn)
+        _lenient_temporals(conn)
         self._conn = conn
         return conn
 
@@ -281,6 +311,36 @@ class PostgresReader:
             out += self._select(db, table, names, sink_cols, where, params)
         return out
 
+    def tombstones_with_keys(self, db, table, sink_cols, keys, kinds, canon_keys) -> list[tuple]:
+        """``(key values..., sequence)`` of the sink's tombstones of these keys: its deleted
+        keys with the delete's position (the tombstone table whose comment names the sink
+        table, docs/architecture.md); none when the sink keeps no tombstone table for it."""
+        from psycopg import sql
+
+        found = self._run(
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind = 'r' AND obj_description(c.oid, 'pg_class') = %s",
+            (f"cdc sink tombstones (deleted key -> sequence) of {self._qualified(db, table)}",),
+        )
+        if not found or not canon_keys:
+            return []
+        tomb = sql.Identifier(*found[0])
+        key = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, keys)))
+        one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(keys)))
+        out: list[tuple] = []
+        for i in range(0, len(canon_keys), LOOKUP_BATCH):
+            batch = canon_keys[i : i + LOOKUP_BATCH]
+            q = sql.SQL("SELECT {}, {} FROM {} WHERE {} IN ({})").format(
+                sql.SQL(", ").join(map(sql.Identifier, keys)),
+                sql.Identifier(SEQ_COLUMN),
+                tomb,
+                key,
+                sql.SQL(", ").join([one] * len(batch)),
+            )
+            params = [postgres_param(k, v, sink_cols.get(c)) for kv in batch for c, k, v in zip(keys, kinds, kv)]
+            out += self._run(q, params)
+        return out
+
     def value_counts(self, db, table, column) -> dict:
         """How many rows hold each value of ``column``."""
         from psycopg import sql
@@ -454,6 +514,33 @@ class DeltaReader:
             return t.filter(pa.array(mask, pa.bool_())) if mask else t
 
         return self._scan(db, table, names, sink_cols, keep, fixed=fixed)
+
+    def tombstones_with_keys(
+        self, db, table, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = ()
+    ) -> list[tuple]:
+        """``(key values..., sequence)`` of the sink's tombstones of these keys (the table
+        the Delta sink keeps its deleted keys in, docs/architecture.md); none without one."""
+        import pyarrow as pa
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        from merger.sinks.delta import DeltaSink
+
+        wanted = set(map(tuple, canon_keys))
+        path = DeltaSink.tombstone_path(self, (db, table))
+        try:
+            t = _plain(
+                DeltaTable(path, storage_options=self.storage_options).to_pyarrow_table(columns=[*keys, SEQ_COLUMN])
+            )
+        except TableNotFoundError:
+            return []
+        except (OSError, DeltaError) as exc:
+            raise SinkReadError(f"Delta tombstones {path}: {_first_line(exc)}") from None
+        if not wanted or t.num_rows == 0:
+            return []
+        cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
+        t = t.filter(pa.array([key in wanted for key in zip(*cols)], pa.bool_()))
+        return list(zip(*(t.column(n).to_pylist() for n in [*keys, SEQ_COLUMN])))
 
     def value_counts(self, db, table, column) -> dict:
         """How many rows hold each value of ``column``."""

@@ -1,0 +1,117 @@
+"""Repair plans (``cdc repair``, ``cdc verify --repair``): key-list windows, pure Python.
+
+A repair re-reads the keys a verify found different, missing or extra in a sink through
+the DBLog window path (LOW, ``SELECT ... WHERE key IN (...)``, HIGH), never by writing to
+the source (a write that changes nothing leaves no row event). Its chunks are key lists,
+not ranges: each is read by one SELECT in its own window. At the emission, the rows read
+are upserted like snapshot rows and the asked keys the SELECT did not return are deleted
+(``merger.dblog.swept_keys``), so rows only a sink holds go too, which a re-read of the
+source alone cannot do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from decimal import Decimal
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+from cdc.quoting import quote_ident
+from merger.dblog import decode_key, encode_key
+from merger.snapshot.chunking import sql_literal
+
+KEYS_PER_WINDOW = 500
+# key values a repair can name exactly on both ends (SQL literal and Arrow value)
+REPAIRABLE = (int, str, bytes, Decimal)
+
+
+class RepairError(ValueError):
+    """A repair that cannot be planned (the message says why and what to do)."""
+
+
+def repair_plan(table: str, repair_id: str, keys: Sequence[tuple], per_window: int = KEYS_PER_WINDOW) -> dict:
+    """The snapshot plan of a repair: chunks of at most ``per_window`` keys each (tuples
+    of the key columns' source values), ``repair_id`` naming the request it answers."""
+    keys = list(dict.fromkeys(tuple(k) for k in keys))
+    if not keys:
+        raise RepairError(f"repair of {table}: no keys to repair")
+    for key in keys:
+        for value in key:
+            if not isinstance(value, REPAIRABLE) or isinstance(value, bool):
+                raise RepairError(
+                    f"repair of {table}: key value {value!r} is of a type repair cannot name exactly "
+                    "(integer, decimal, string and binary keys only); `cdc snapshot` reads the table again"
+                )
+    chunks = []
+    for i in range(0, len(keys), per_window):
+        part = [encode_key(k) for k in keys[i : i + per_window]]
+        digest = hashlib.sha256(json.dumps(part).encode()).hexdigest()[:16]
+        chunks.append({"id": f"{table}:repair:{digest}", "lo": encode_key(None), "hi": encode_key(None), "keys": part})
+    return {
+        "table": table,
+        "where": None,
+        "created_at": time.time(),
+        "rows": 0,
+        "deleted": 0,
+        "done": [],
+        "chunks": chunks,
+        "repair_id": repair_id,
+    }
+
+
+def is_key_list(chunk: dict) -> bool:
+    return "keys" in chunk
+
+
+def chunk_keys(chunk: dict) -> list[tuple]:
+    return [tuple(decode_key(k)) for k in chunk.get("keys", [])]
+
+
+def key_list_where(key_columns: Sequence[str], keys: Sequence[tuple], no_backslash_escapes: bool = False) -> str:
+    """``k IN (...)`` (one column) or ``(a, b) IN ((..), ..)``: the rows of exactly these
+    keys, as the source's collation compares them."""
+    if not keys:
+        return "FALSE"
+
+    def lit(v: Any) -> str:
+        return sql_literal(v, no_backslash_escapes=no_backslash_escapes)
+
+    if len(key_columns) == 1:
+        return f"{quote_ident(key_columns[0])} IN ({', '.join(lit(k[0]) for k in keys)})"
+    cols = ", ".join(quote_ident(c) for c in key_columns)
+    rows = ", ".join("(" + ", ".join(lit(v) for v in k) + ")" for k in keys)
+    return f"({cols}) IN ({rows})"
+
+
+def window_where(plan_where: str | None, chunks: list[dict], key_columns: Sequence[str]) -> str | None:
+    """The SELECT condition of a window: a key-list chunk's keys (with the plan's condition)."""
+    if not chunks or not is_key_list(chunks[0]):
+        return plan_where
+    keys = key_list_where(key_columns, chunk_keys(chunks[0]))
+    return keys if not plan_where else f"({plan_where}) AND {keys}"
+
+
+def asked_table(schema: pa.Schema, key_columns: Sequence[str], keys: Sequence[tuple]) -> pa.Table:
+    """The asked keys as a table of the key columns in the sink's Arrow types (the type of a
+    DECIMAL stored as text is a string)."""
+    columns = {}
+    for i, name in enumerate(key_columns):
+        typ = schema.field(name).type
+        values = [k[i] for k in keys]
+        if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+            values = [v if isinstance(v, str) else format(v, "f") if isinstance(v, Decimal) else str(v) for v in values]
+        columns[name] = pa.array(values, typ)
+    return pa.table(columns)
+
+
+def deletes_table(schema: pa.Schema, gone: pa.Table) -> pa.Table:
+    """Delete changes (key columns, ``_cdc_op``, ``_cdc_seq``) widened to every column of
+    ``schema`` (nulls), as the sinks take a batch of changes."""
+    n = gone.num_rows
+    columns = {f.name: gone.column(f.name) if f.name in gone.column_names else pa.nulls(n, f.type) for f in schema}
+    columns["_cdc_op"] = gone.column("_cdc_op")
+    columns["_cdc_seq"] = gone.column("_cdc_seq")
+    return pa.table(columns)
