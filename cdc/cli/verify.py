@@ -158,7 +158,7 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
         return None
     from cdc.quoting import quote_ident
     from merger.source import connect
-    from merger.verify.consistent import Confirmer
+    from merger.verify.consistent import Confirmer, NotConfirmed
 
     db, name = cfg.watermark_table.split(".", 1)
     sql = f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) VALUES (%s, %s, %s)"
@@ -172,6 +172,10 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
 
     def window_status(table: str, window_id: str) -> dict | None:
         t = ((store.read_status() or {}).get("tables") or {}).get(table) or {}
+        if t.get("phase") == "paused":
+            raise NotConfirmed(
+                f"{table} is paused in the merger (`cdc status` says why): differences cannot be confirmed"
+            )
         found = (t.get("verify_windows") or {}).get(window_id)
         return None if found is None else {**found, "partitions": t.get("partitions")}
 

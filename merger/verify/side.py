@@ -127,8 +127,9 @@ class SinkSide:
         change of it: its row's ``_cdc_seq`` or its tombstone's (keys it has neither of are
         left out)."""
         keys = list(canon_keys)
+        with_seq = {**self.sink_cols, SEQ_COLUMN: "bigint"}  # the readers leave it out of the columns compared
         rows = self.reader.rows_with_keys(
-            *self.target, [*self.keys, SEQ_COLUMN], self.sink_cols, self.keys, self.kinds, keys, **self._read_kwargs()
+            *self.target, [*self.keys, SEQ_COLUMN], with_seq, self.keys, self.kinds, keys, **self._read_kwargs()
         )
         extra = {"key_canons": self.key_canons} if self.reader.name == "delta" else {}
         tombs = self.reader.tombstones_with_keys(*self.target, self.sink_cols, self.keys, self.kinds, keys, **extra)

@@ -23,6 +23,7 @@ import psycopg
 import pymysql
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
@@ -140,8 +141,8 @@ def _damage_delta(path: Path, rnd: random.Random, present: list[int]) -> dict:
             )
             write_deltalake(str(path), stray, mode="append")
             break
-        except Exception as exc:  # noqa: BLE001
-            if "conflict" not in str(exc).lower() or attempt == 4:
+        except CommitFailedError:
+            if attempt == 4:
                 raise
             time.sleep(0.5)
     return {"gone": gone, "changed": changed}
@@ -207,6 +208,9 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
         untouched = [k for k in odd if k not in damaged][::37]
         seqs_before = _pg_seqs(stack, db, untouched)
 
+        res = _cdc("verify", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs")
+        (tmp_path / "verify_before.json").write_text(res.stdout + res.stderr)
+        assert res.returncode == 1, res.stdout + res.stderr  # the damage is seen
         res = _cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs", timeout=600)
         (tmp_path / "repair.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr  # 1: a row the workload changed meanwhile
