@@ -623,6 +623,22 @@ class SnapshotConfig(_Model):
     )
 
 
+class ContinuousVerifyConfig(_Model):
+    chunks_per_minute: float = Field(
+        0,
+        ge=0,
+        description="key-range chunks the merger verifies per minute in the background, table after table "
+        "(each: a digest query on the source and on each sink; differences confirmed in verify windows, "
+        "as `cdc verify`); 0: off. `cdc status` shows each table's last pass; see docs/operations.md",
+    )
+    chunk_size: int = Field(50_000, ge=100, description="rows per verified chunk")
+    repair: bool = Field(False, description="repair what a pass confirms as different (as `cdc repair`)")
+
+
+class VerifyConfig(_Model):
+    continuous: ContinuousVerifyConfig = Field(default_factory=ContinuousVerifyConfig)
+
+
 class MergerConfig(_Model):
     """Configuration of one ``cdc merge`` process."""
 
@@ -652,6 +668,7 @@ class MergerConfig(_Model):
     table_exclude: list[str] = Field(default_factory=list)
     sinks: SinksConfig = Field(default_factory=SinksConfig)
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
     state_dir: str = Field("./.cdc/merger", description="Spark checkpoint, reconciliation state, staging")
     spark_master: str = Field(
         "local[2]",

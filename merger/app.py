@@ -274,6 +274,7 @@ class Merger:
     def _run(self, stop: threading.Event | None = None) -> None:
         from cdc.metrics_http import serve as serve_metrics
         from merger.checks import check_source, source_servers
+        from merger.continuous_verify import ContinuousVerifier
         from merger.kafka import CdcKafkaDataSource
         from merger.snapshot.runner import SnapshotRunner
         from merger.source import SourceGuard
@@ -317,12 +318,23 @@ class Merger:
             runner.stream_ready = _stream_ready(self.query, processor)
             processor.reader_behind = _reader_behind(self.query)
             runner.start()
+            verifier = None
+            why_not = ContinuousVerifier.wanted(cfg)
+            if why_not is None:
+                verifier = ContinuousVerifier(cfg, store, processor.tables)
+                processor.verify_passes = verifier.passes
+                verifier.start()
+                log.info("background verify: %g chunks a minute", cfg.verify.continuous.chunks_per_minute)
+            elif why_not != "off":
+                log.warning("verify.continuous is set but does not run: %s", why_not)
             log.info("merger running: topics %s, state in %s", subscribe_pattern(cfg), cfg.state_dir)
             try:
                 self._watch(stop, processor, runner, progress)
             finally:
                 stop.set()  # ends the source guard's retries too
                 runner.stop_event.set()
+                if verifier is not None:
+                    verifier.stop_event.set()
                 try:
                     self.query.stop()
                 except Exception:

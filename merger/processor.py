@@ -139,6 +139,7 @@ class BatchProcessor(PausedTables):
         self.batch_started: float | None = None
         self._replaying: set = set()
         self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
+        self.verify_passes: dict[str, dict] = {}  # table -> its last background verify pass (its thread's)
         self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
         # key mode unique: a key's changes from a second origin pause its table (merger.owner_check)
         self.owners = OwnerCheck(sinks, self.writer.fanout.read) if key_mode == "unique" else None
@@ -909,8 +910,14 @@ class BatchProcessor(PausedTables):
             "bad_records": self.bad_records,
             # set while a source access waits for the database to come back
             "source_unavailable": guard.status() if guard is not None else None,
-            "tables": self._with_nul_counts(self.tables.status(self.store.plan_summaries())),
+            "tables": self._with_verify_passes(self._with_nul_counts(self.tables.status(self.store.plan_summaries()))),
         }
+
+    def _with_verify_passes(self, tables: dict) -> dict:
+        """Each table's last background verify pass (merger.continuous_verify), if any."""
+        for name, t in tables.items():
+            t["verified"] = self.verify_passes.get(name)
+        return tables
 
     def _with_nul_counts(self, tables: dict) -> dict:
         """Each table's count of values a sink's NUL rule changed (0 when none)."""

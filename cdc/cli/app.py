@@ -359,6 +359,18 @@ def resume(
     console.print(f"requested: resume {table}")
 
 
+def verified_cell(last: dict | None, now: float) -> str:
+    """A table's last background verify pass: its verdict and how long ago it ended."""
+    if not last:
+        return "-"
+    ago = max(0.0, now - last.get("at", now))
+    when = f"{ago:.0f}s ago" if ago < 120 else f"{ago / 60:.0f}m ago" if ago < 7200 else f"{ago / 3600:.0f}h ago"
+    what = last.get("verdict", "?")
+    if what == "different":
+        what += f" ({last.get('differing_keys', 0)} keys)"
+    return f"{what} {when}"
+
+
 def shard_line(shard: str, s: dict) -> str:
     """One shard's part of a table's status line: its snapshot chunks and its lag."""
     lag = "-" if s.get("lag_ms") is None else f"{s['lag_ms']:.0f} ms"
@@ -388,7 +400,9 @@ def status(
         title=f"merger (status {age:.0f}s old, last batch {st.get('last_batch')}, "
         f"bad records {st.get('bad_records', 0)})"
     )
-    for col in ("table", "phase", "chunks", "snapshot rows", "rows applied", "lag ms", "offsets", "note"):
+    columns = ["table", "phase", "chunks", "snapshot rows", "rows applied", "lag ms", "offsets"]
+    verified = any(t.get("verified") for t in st.get("tables", {}).values())
+    for col in [*columns, *(["verified"] if verified else []), "note"]:
         table.add_column(col)
     for name, t in st.get("tables", {}).items():
         phase = t["phase"] + (" (blocked on sink)" if t.get("blocked_on_sink") else "")
@@ -403,7 +417,10 @@ def status(
         if t.get("snapshot") in ("paused", "cancelled"):
             chunks += f" ({t['snapshot']})"
         note = note if t.get("shards") and not t.get("error") else note[:80]
-        table.add_row(name, phase, chunks, str(t["snapshot_rows"]), str(t["rows_applied"]), lag, offsets, note)
+        cells = [name, phase, chunks, str(t["snapshot_rows"]), str(t["rows_applied"]), lag, offsets]
+        if verified:
+            cells.append(verified_cell(t.get("verified"), time.time()))
+        table.add_row(*cells, note)
     out = Console(width=None if sys.stdout.isatty() else 200)  # piped: no wrapping at 80 columns
     out.print(table)
     merger_line = st["merger"]["summary"]

@@ -13,7 +13,6 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, Callable, Sequence
 
 from rich.console import Console
@@ -22,7 +21,6 @@ from rich.table import Table
 from cdc.config import ConfigError, MergerConfig
 
 REPAIR_LIMIT = 100_000  # differing keys listed per table and sink when repairing
-REPAIRABLE_KINDS = ("int", "decimal", "string", "binary")
 POLL_S = 0.5
 
 
@@ -57,48 +55,24 @@ class TableRepair:
 def plan_repairs(results: Sequence[Any]) -> list[TableRepair]:
     """The repairs verify's results ask for, one per table with differences (pure): the union
     of the differing keys of every sink, as source values."""
-    from merger.verify.keys import UnsupportedKey
+    from merger.snapshot.repair import RepairError, differing_keys
 
     repairs: dict[str, TableRepair] = {}
     for r in results:
         if r.verdict != "different":
             continue
         rep = repairs.setdefault(r.table, TableRepair(r.table))
-        keys = [*r.missing, *r.extra, *(k for k, _ in r.different)]
         rep.found[r.sink] = {"inserted": len(r.missing), "updated": len(r.different), "deleted": len(r.extra)}
         rep.unlisted += r.unlisted
-        if not keys:
-            if r.note and rep.error is None:
-                rep.error = f"sink {r.sink}: {r.note}"
-            continue
-        odd = [k for k in r.key_kinds if k not in REPAIRABLE_KINDS]
-        if odd or not r.key_kinds:
-            rep.error = (
-                f"keys of kind {', '.join(odd) or 'unknown'}: repair names integer, decimal, string and binary keys "
-                f"only; `cdc snapshot {r.table}` reads the table again"
-            )
-            continue
         try:
-            converted = [tuple(_source_key(kind, v) for kind, v in zip(r.key_kinds, key)) for key in keys]
-        except (UnsupportedKey, ValueError) as exc:
-            rep.error = f"a key verify reported cannot be named: {exc}"
+            keys = differing_keys(r)
+        except RepairError as exc:
+            rep.error = str(exc)
             continue
-        rep.keys = list(dict.fromkeys([*rep.keys, *converted]))
+        if not keys and r.note and rep.error is None:
+            rep.error = f"sink {r.sink}: {r.note}"
+        rep.keys = list(dict.fromkeys([*rep.keys, *keys]))
     return list(repairs.values())
-
-
-def _source_key(kind: str, value: Any) -> Any:
-    """A key value verify reported (canonical text, or the value a side returned) as the
-    source's value."""
-    from merger.verify.keys import source_value
-
-    if isinstance(value, str):
-        return source_value(kind, value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
-        return value
-    raise ValueError(f"key value {value!r} has no source form")
 
 
 def wait_for_repair(

@@ -53,21 +53,10 @@ def open_sinks(cfg: MergerConfig, only: str | None) -> dict[str, Any]:
         configured = [only]
     if not configured:
         raise ConfigError("sinks: the config names no sink to verify")
-    from merger.verify.sinks import DeltaReader, PostgresReader
+    from merger.verify.sinks import sink_reader
 
-    sinks: dict[str, Any] = {}
-    for name in configured:
-        if name == "delta":
-            sinks[name] = DeltaReader(cfg.sinks.delta.path, storage_options=cfg.sinks.delta.storage_options())
-        elif name == "postgres":
-            pg = cfg.sinks.postgres
-            # the sink's rule for NUL characters decides what the source's strings become
-            sinks[name] = PostgresReader(
-                pg.settings(), schema=pg.schema_, nul_policy=getattr(pg, "nul_policy", None) or "strip"
-            )
-        else:
-            sinks[name] = None  # changelog topics are read whole: not verified here
-    return sinks
+    # changelog topics are read whole: not verified here (None)
+    return {name: sink_reader(name, cfg.sinks) if name in SINK_NAMES else None for name in configured}
 
 
 def resolve_tables(cfg: MergerConfig, source_tables: Sequence[str], named: Sequence[str]) -> list[str]:
@@ -468,7 +457,12 @@ def render(results, console: Console) -> None:
                 "to the rows compared"
             )
         if r.in_flight_chunks and r.verdict != "error":
-            lines.append(f"{r.in_flight_chunks} chunk(s) differed at first and settled on re-check (rows in flight)")
+            how = "in a verify window" if r.confirmed_at is not None else "on re-check"
+            lines.append(f"{r.in_flight_chunks} chunk(s) differed at first and settled {how} (rows in flight)")
+        if r.confirmed_at is not None and r.verdict != "error":
+            lines.append(f"differences confirmed at a known position (the last verify window's LOW: {r.confirmed_at})")
+        if r.changing:
+            lines.append(f"{r.changing} key(s) changed in every verify window: not checked in this run")
         if lines:
             console.print(f"[bold]{escape(r.table)} / {r.sink}[/bold]")
             for line in lines:

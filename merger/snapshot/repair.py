@@ -24,6 +24,7 @@ from merger.dblog import decode_key, encode_key
 from merger.snapshot.chunking import sql_literal
 
 KEYS_PER_WINDOW = 500
+REPAIRABLE_KINDS = ("int", "decimal", "string", "binary")  # verify's key kinds (merger.verify.keys)
 # key values a repair can name exactly on both ends (SQL literal and Arrow value)
 REPAIRABLE = (int, str, bytes, Decimal)
 
@@ -115,3 +116,36 @@ def deletes_table(schema: pa.Schema, gone: pa.Table) -> pa.Table:
     columns["_cdc_op"] = gone.column("_cdc_op")
     columns["_cdc_seq"] = gone.column("_cdc_seq")
     return pa.table(columns)
+
+
+def differing_keys(result) -> list[tuple]:
+    """The keys a verify result (``merger.verify.chunked.TableResult``) lists as missing,
+    extra or different, as the source's values; RepairError when its key kinds cannot be
+    named exactly."""
+    keys = [*result.missing, *result.extra, *(k for k, _ in result.different)]
+    if not keys:
+        return []
+    odd = [k for k in result.key_kinds if k not in REPAIRABLE_KINDS]
+    if odd or not result.key_kinds:
+        raise RepairError(
+            f"keys of kind {', '.join(odd) or 'unknown'}: repair names integer, decimal, string and binary keys "
+            f"only; `cdc snapshot {result.table}` reads the table again"
+        )
+    try:
+        return [tuple(_source_key(kind, v) for kind, v in zip(result.key_kinds, key)) for key in keys]
+    except ValueError as exc:
+        raise RepairError(f"a key verify reported cannot be named: {exc}") from None
+
+
+def _source_key(kind: str, value: Any) -> Any:
+    """A key value verify reported (canonical text, or the value a side returned) as the
+    source's value."""
+    from merger.verify.keys import source_value
+
+    if isinstance(value, str):
+        return source_value(kind, value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"key value {value!r} has no source form")

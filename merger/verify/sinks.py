@@ -657,3 +657,14 @@ def _bound_filter(cols: list[str], values: list, lower: bool):
         return (f > v if lower else f < v) | ((f == v) & level(i + 1))
 
     return level(0)
+
+
+def sink_reader(name: str, sinks_config) -> Any:
+    """Verify's reader of one configured sink (``cdc.config.SinksConfig``): its own client."""
+    if name == "delta":
+        return DeltaReader(sinks_config.delta.path, storage_options=sinks_config.delta.storage_options())
+    if name == "postgres":
+        pg = sinks_config.postgres
+        # the sink's rule for NUL characters decides what the source's strings become
+        return PostgresReader(pg.settings(), schema=pg.schema_, nul_policy=getattr(pg, "nul_policy", None) or "strip")
+    raise ValueError(f"sink {name!r} cannot be read by key range")
