@@ -508,6 +508,12 @@ def repair(
     ),
     timeout: str = typer.Option("10m", "--timeout", help="how long to wait for each table's repair"),
     limit: int = typer.Option(20, "--limit", min=1, help="differing keys listed per table and sink after the repair"),
+    where: Optional[str] = typer.Option(
+        None,
+        "--where",
+        help="one table: re-read every row the source or a sink holds that meets this SQL condition (run on "
+        "each side in its own SQL), instead of the rows verify finds different",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Find the rows that differ (cdc verify) and have the running merger re-read them from
@@ -520,6 +526,12 @@ def repair(
     wait = parse_duration(timeout, "--timeout")
     named = [_check_table(t) for t in tables or []]
     cfg = load_merger_config(config, local, state_dir)
+    if where is not None:
+        from cdc.cli.repair import run_where_repair
+
+        if len(named) != 1:
+            raise ConfigError("--where: name exactly one table")
+        sys.exit(run_where_repair(cfg, named[0], where, sink, wait, limit, as_json, console))
     sys.exit(run_repair(cfg, named, sink, chunk_size, 3, 2.0, limit, as_json, console, True, wait))
 
 

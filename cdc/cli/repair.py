@@ -21,6 +21,7 @@ from rich.table import Table
 from cdc.config import ConfigError, MergerConfig
 
 REPAIR_LIMIT = 100_000  # differing keys listed per table and sink when repairing
+WHERE_LIMIT = 100_000  # rows a --where repair re-reads at most
 POLL_S = 0.5
 
 
@@ -270,3 +271,98 @@ def run_repair(
     for r in failed:
         err.print(f"[red]repair of {r.table} not done:[/red] {r.error}", highlight=False)
     return report(others + after, False, err)
+
+
+def where_keys(cfg: MergerConfig, table: str, condition: str, sink: str | None) -> tuple[list[tuple], dict[str, int]]:
+    """`cdc repair TABLE --where`: the keys of the source rows that meet ``condition`` and of
+    each sink's rows that do (the condition run on each side, in its own SQL), as source
+    values; and how many each side has."""
+    from cdc.cli.verify import open_sinks
+    from merger.verify.source import SourceError, SourceReader
+
+    db, name = table.split(".", 1)
+    source = SourceReader(cfg.mysql)
+    readers = {n: r for n, r in open_sinks(cfg, sink).items() if r is not None}
+    try:
+        described = source.describe(db, name)
+        if described is None:
+            raise ConfigError(f"unknown table {table}: the source has no such table")
+        keys = list(described.primary_key) or list(cfg.snapshot.chunk_keys.get(table, []))
+        if not keys:
+            raise ConfigError(f"{table} has no primary key: set snapshot.chunk_keys")
+        cols = ", ".join(f"`{k.replace('`', '``')}`" for k in keys)
+        try:
+            found = {
+                "source": source.query(f"SELECT {cols} FROM `{db}`.`{name}` WHERE {condition} LIMIT {WHERE_LIMIT + 1}")
+            }
+        except SourceError as exc:
+            raise ConfigError(f"--where {condition!r} on the source: {exc}") from None
+        for n, reader in readers.items():
+            try:
+                found[n] = reader.keys_where(db, name, keys, condition)
+            except Exception as exc:  # noqa: BLE001 - the condition may not be that sink's SQL
+                raise ConfigError(f"--where {condition!r} on sink {n}: {str(exc).splitlines()[0]}") from None
+    finally:
+        source.close()
+        for r in readers.values():
+            r.close()
+    counts = {n: len(k) for n, k in found.items()}
+    union = list(dict.fromkeys(tuple(_plain_key(v) for v in k) for ks in found.values() for k in ks))
+    if len(union) > WHERE_LIMIT:
+        raise ConfigError(
+            f"--where {condition!r} names more than {WHERE_LIMIT:,} rows: narrow it, or `cdc snapshot {table} "
+            "--where ...` (a re-read of the source that leaves rows only a sink holds)"
+        )
+    return union, counts
+
+
+def _plain_key(v: Any) -> Any:
+    """A key value a side returned, as the source's value (bytes from a memoryview)."""
+    return bytes(v) if isinstance(v, (bytearray, memoryview)) else v
+
+
+def run_where_repair(
+    cfg: MergerConfig, table: str, condition: str, sink: str | None, timeout: float, limit: int, as_json: bool, err
+) -> int:
+    """`cdc repair TABLE --where COND`: every row either side holds that meets the condition
+    is re-read (or deleted when the source lacks it), then the table is verified."""
+    from cdc.cli.verify import report, verify_tables
+    from merger.state import StateStore
+
+    if cfg.source_connector != "ingest" or cfg.shards or cfg.routes:
+        raise ConfigError("repair needs the merger's own windows on an unsharded source (source_connector: ingest)")
+    store = StateStore(cfg.state_dir)
+    if store.running_merger() is None:
+        raise ConfigError(
+            f"no merger runs on state_dir {cfg.state_dir}: repair is done by the running merger; start it"
+        )
+    keys, counts = where_keys(cfg, table, condition, sink)
+    rep = TableRepair(table, keys=keys, found={n: {"rows": c} for n, c in counts.items()})
+    if keys:
+        run_repairs(store, [rep], timeout, err)
+    after = verify_tables(cfg, [table], sink, None, 3, 2.0, limit, err, True, None)
+    if as_json:
+        from cdc.cli.verify import exit_code
+
+        code = exit_code(after)
+        print(
+            json.dumps(
+                {
+                    "ok": code == 0,
+                    "exit_code": code,
+                    "repairs": [rep.to_json()],
+                    "tables": [r.to_json() for r in after],
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return code
+    err.print(
+        f"repair of {table} where {condition}: {len(keys)} keys ("
+        + ", ".join(f"{n} {c}" for n, c in counts.items())
+        + f"); {rep.rows_read} rows re-read and written, {rep.rows_deleted} deleted"
+        + (f"; not done: {rep.error}" if rep.error else ""),
+        highlight=False,
+    )
+    return report(after, False, err)

@@ -341,6 +341,16 @@ class PostgresReader:
             out += self._run(q, params)
         return out
 
+    def keys_where(self, db, table, keys, condition: str) -> list[tuple]:
+        """The keys of the sink rows that meet ``condition`` (SQL in PostgreSQL's dialect, as
+        the operator wrote it for `cdc repair --where`)."""
+        from psycopg import sql
+
+        q = sql.SQL("SELECT {} FROM {} WHERE ").format(
+            sql.SQL(", ").join(map(sql.Identifier, keys)), sql.Identifier(*self.target(db, table))
+        ) + sql.SQL(condition)  # noqa: S608 - the operator's own condition
+        return self._run(q)
+
     def value_counts(self, db, table, column) -> dict:
         """How many rows hold each value of ``column``."""
         from psycopg import sql
@@ -541,6 +551,26 @@ class DeltaReader:
         cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
         t = t.filter(pa.array([key in wanted for key in zip(*cols)], pa.bool_()))
         return list(zip(*(t.column(n).to_pylist() for n in [*keys, SEQ_COLUMN])))
+
+    def keys_where(self, db, table, keys, condition: str) -> list[tuple]:
+        """The keys of the sink rows that meet ``condition`` (SQL in DataFusion's dialect,
+        as the operator wrote it for `cdc repair --where`)."""
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+        from deltalake.exceptions import DeltaError
+
+        dt = self._open(db, table)
+        if dt is None:
+            return []
+        cols = ", ".join('"' + k.replace('"', '""') + '"' for k in keys)
+        try:
+            t = pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {cols} FROM t WHERE {condition}").read_all())
+        except (OSError, DeltaError, Exception) as exc:  # noqa: BLE001 - DataFusion's parse errors too
+            raise SinkReadError(
+                f"Delta table {self.path(db, table)}: --where {condition!r}: {_first_line(exc)}"
+            ) from None
+        t = _plain(t)
+        return list(zip(*(t.column(k).to_pylist() for k in keys)))
 
     def value_counts(self, db, table, column) -> dict:
         """How many rows hold each value of ``column``."""

@@ -137,7 +137,7 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
         ) as c:
             c.execute(f'UPDATE "{db}"."hot" SET v = -1 WHERE id = 101')
             c.execute(f'DELETE FROM "{db}"."hot" WHERE id = 2001')
-            c.execute(f"INSERT INTO \"{db}\".\"hot\" (id, v, s, _cdc_seq) VALUES (-5, 0, 'stray', 1)")
+            c.execute(f'INSERT INTO "{db}"."hot" (id, v, s, _cdc_seq) VALUES (-5, 0, \'stray\', 1)')
         dt = DeltaTable(str(tmp_path / "delta" / db / "hot"))
         for attempt in range(5):  # the merger commits too: a conflict is retried
             try:

@@ -146,7 +146,7 @@ STEPS = st.lists(
 DAMAGE = st.lists(st.tuples(st.sampled_from(["drop", "change", "add"]), KEYS, st.integers(0, 9)), max_size=8)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     st.integers(1, 3),
     st.dictionaries(KEYS, st.tuples(st.just("v"), st.integers(0, 99)), max_size=10),
@@ -176,7 +176,7 @@ def test_broken_copies_of_the_rule_are_caught(broken):
     """The property above finds each broken copy of the rule."""
     found = []
 
-    @settings(max_examples=600, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=600, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(
         st.integers(1, 3),
         st.dictionaries(KEYS, st.tuples(st.just("v"), st.integers(0, 99)), max_size=10),
