@@ -18,10 +18,9 @@ import uuid
 from prometheus_client import Counter, Gauge
 
 from cdc.config import MergerConfig
-from cdc.quoting import quote_ident
 from merger.dblog import encode_key
 from merger.snapshot.repair import RepairError, differing_keys
-from merger.source import connect
+from merger.source import WatermarkWriter
 from merger.state import StateStore
 from merger.tables import TableRegistry
 from merger.verify.chunked import TableVerifier
@@ -48,12 +47,8 @@ class ContinuousVerifier(threading.Thread):
         self.tables = tables
         self.stop_event = threading.Event()
         self.passes: dict[str, dict] = {}  # table -> its last pass (the status shows it)
-        self._wm_conn = None
+        self.watermarks = WatermarkWriter(config.mysql, config.watermark_table)
         self._last_chunk = 0.0
-        db, name = config.watermark_table.split(".", 1)
-        self._watermark_sql = (
-            f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) VALUES (%s, %s, %s)"
-        )
 
     @staticmethod
     def wanted(config: MergerConfig) -> str | None:
@@ -83,11 +78,7 @@ class ContinuousVerifier(threading.Thread):
                     log.warning("background verify of %s failed: %s", name, exc)
                     self.passes[name] = {"at": time.time(), "verdict": "error", "error": str(exc)[:300]}
                     self.stop_event.wait(10)
-        if self._wm_conn is not None:
-            try:
-                self._wm_conn.close()
-            except Exception:
-                pass
+        self.watermarks.close()
 
     def _pace(self, *_args) -> None:
         """Called after each chunk: keeps to ``chunks_per_minute``."""
@@ -120,7 +111,7 @@ class ContinuousVerifier(threading.Thread):
                 retries=2,
                 limit=10_000,
                 on_progress=self._pace,
-                confirm=Confirmer(self._write_watermark, self._window_status),
+                confirm=Confirmer(self.watermarks.write, self._window_status),
             )
             results = verifier.run()
         except _Stopped:
@@ -173,20 +164,6 @@ class ContinuousVerifier(threading.Thread):
         self.store.request("repair", name, keys=[encode_key(k) for k in keys], id=uuid.uuid4().hex)
         log.info("background verify of %s: a repair of %d keys asked for", name, len(keys))
         return f"repair of {len(keys)} keys asked for"
-
-    def _write_watermark(self, table: str, window_id: str, kind: str) -> None:
-        if self._wm_conn is None:
-            self._wm_conn = connect(self.config.mysql)
-        try:
-            with self._wm_conn.cursor() as cur:
-                cur.execute(self._watermark_sql, (table, window_id, kind))
-        except BaseException:
-            conn, self._wm_conn = self._wm_conn, None
-            try:
-                conn.close()
-            except Exception:
-                pass
-            raise
 
     def _window_status(self, table: str, window_id: str) -> dict | None:
         with self.tables.locked():

@@ -176,3 +176,37 @@ class SourceGuard:
                 self.on_change()
             except Exception:  # status publishing must never break a retry
                 log.debug("status update failed", exc_info=True)
+
+
+class WatermarkWriter:
+    """Writes watermark rows ``(table, window id, kind)`` on one kept connection (its own
+    committed transaction each): `cdc verify`'s windows and the background verify's. A
+    failed write drops the connection; the next one opens a new one."""
+
+    def __init__(self, mysql, watermark_table: str):
+        from cdc.quoting import quote_ident
+
+        self.mysql = mysql
+        db, name = watermark_table.split(".", 1)
+        self.sql = (
+            f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) VALUES (%s, %s, %s)"
+        )
+        self._conn: pymysql.Connection | None = None
+
+    def write(self, table: str, window_id: str, kind: str) -> None:
+        if self._conn is None:
+            self._conn = connect(self.mysql)
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute(self.sql, (table, window_id, kind))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass

@@ -474,22 +474,18 @@ def verify(
     """Compare each sink table with its source in key-range chunks, without locking the
     source. Exit code 0: all equal; 1: a difference; 2: a table could not be verified;
     3: a sink was skipped (nothing compared for it)."""
-    from cdc.cli.verify import parse_compare, parse_duration, run_verify
+    from cdc.cli.verify import VerifyOptions, parse_compare, parse_duration, run_verify
 
     wait = parse_duration(retry_wait)
     digests = parse_compare(compare)
     named = [_check_table(t) for t in tables or []]
     cfg = load_merger_config(config, local, state_dir)
+    opts = VerifyOptions(sink, chunk_size, retries, wait, limit, digests, consistent)
     if repair_:
         from cdc.cli.repair import run_repair
 
-        timeout = parse_duration(repair_timeout, "--repair-timeout")
-        sys.exit(
-            run_repair(
-                cfg, named, sink, chunk_size, retries, wait, limit, as_json, console, digests, timeout, consistent
-            )
-        )
-    sys.exit(run_verify(cfg, named, sink, chunk_size, retries, wait, limit, as_json, console, digests, consistent))
+        sys.exit(run_repair(cfg, named, opts, as_json, console, parse_duration(repair_timeout, "--repair-timeout")))
+    sys.exit(run_verify(cfg, named, opts, as_json, console))
 
 
 @app.command()
@@ -521,18 +517,19 @@ def repair(
     Never locks or writes the source (but its watermark table). Exit codes as cdc verify's,
     for the verify after the repair."""
     from cdc.cli.repair import run_repair
-    from cdc.cli.verify import parse_duration
+    from cdc.cli.verify import VerifyOptions, parse_duration
 
     wait = parse_duration(timeout, "--timeout")
     named = [_check_table(t) for t in tables or []]
     cfg = load_merger_config(config, local, state_dir)
+    opts = VerifyOptions(sink=sink, chunk_size=chunk_size, limit=limit)
     if where is not None:
         from cdc.cli.repair import run_where_repair
 
         if len(named) != 1:
             raise ConfigError("--where: name exactly one table")
-        sys.exit(run_where_repair(cfg, named[0], where, sink, wait, limit, as_json, console))
-    sys.exit(run_repair(cfg, named, sink, chunk_size, 3, 2.0, limit, as_json, console, True, wait))
+        sys.exit(run_where_repair(cfg, named[0], where, opts, wait, as_json, console))
+    sys.exit(run_repair(cfg, named, opts, as_json, console, wait))
 
 
 shard_app = typer.Typer(no_args_is_help=True, help="Operator steps of a sharded source (docs/sharding.md).")

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from cdc.cli.verify import VerifyOptions
 from cdc.config import ConfigError, MergerConfig
 
 REPAIR_LIMIT = 100_000  # differing keys listed per table and sink when repairing
@@ -190,21 +191,12 @@ def render_repairs(repairs: list[TableRepair], console: Console) -> None:
 
 
 def run_repair(
-    cfg: MergerConfig,
-    named: Sequence[str],
-    sink: str | None,
-    chunk_size: int | None,
-    retries: int,
-    retry_wait: float,
-    limit: int,
-    as_json: bool,
-    err: Console,
-    digests: bool = True,
-    timeout: float = 600.0,
-    consistent: bool | None = None,
+    cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, as_json: bool, err: Console, timeout: float = 600.0
 ) -> int:
     """Verify, repair what differs, verify the repaired tables again; the exit code is the
     second verify's (0: equal now)."""
+    from dataclasses import replace
+
     from cdc.cli.verify import report, verify_tables
     from merger.state import StateStore
 
@@ -217,26 +209,14 @@ def run_repair(
         raise ConfigError(
             f"no merger runs on state_dir {cfg.state_dir}: repair is done by the running merger; start it"
         )
-    results = verify_tables(
-        cfg, named, sink, chunk_size, retries, retry_wait, max(limit, REPAIR_LIMIT), err, digests, consistent
-    )
+    finding = replace(opts, limit=max(opts.limit, REPAIR_LIMIT))
+    results = verify_tables(cfg, named, finding, err)
     forgotten: dict[str, int] = {}
-    if cfg.sinks.delta is not None and sink in (None, "delta"):
+    if cfg.sinks.delta is not None and opts.sink in (None, "delta"):
         forgotten = forget_missing_delta_files(cfg, sorted({r.table for r in results if r.sink == "delta"}))
         if forgotten:  # their rows are missing now: resume the tables, find the rows again
             resume_paused(store, list(forgotten), timeout)
-            again = verify_tables(
-                cfg,
-                list(forgotten),
-                sink,
-                chunk_size,
-                retries,
-                retry_wait,
-                max(limit, REPAIR_LIMIT),
-                err,
-                digests,
-                consistent,
-            )
+            again = verify_tables(cfg, list(forgotten), finding, err)
             results = [r for r in results if r.table not in forgotten] + again
     repairs = plan_repairs(results)
     for rep in repairs:
@@ -244,9 +224,7 @@ def run_repair(
     if not repairs:
         return report(results, as_json, err)
     run_repairs(store, repairs, timeout, err)
-    after = verify_tables(
-        cfg, [r.table for r in repairs], sink, chunk_size, retries, retry_wait, limit, err, digests, consistent
-    )
+    after = verify_tables(cfg, [r.table for r in repairs], opts, err)
     others = [r for r in results if r.table not in {rep.table for rep in repairs}]
     if as_json:
         from cdc.cli.verify import exit_code
@@ -322,7 +300,7 @@ def _plain_key(v: Any) -> Any:
 
 
 def run_where_repair(
-    cfg: MergerConfig, table: str, condition: str, sink: str | None, timeout: float, limit: int, as_json: bool, err
+    cfg: MergerConfig, table: str, condition: str, opts: VerifyOptions, timeout: float, as_json: bool, err: Console
 ) -> int:
     """`cdc repair TABLE --where COND`: every row either side holds that meets the condition
     is re-read (or deleted when the source lacks it), then the table is verified."""
@@ -336,11 +314,11 @@ def run_where_repair(
         raise ConfigError(
             f"no merger runs on state_dir {cfg.state_dir}: repair is done by the running merger; start it"
         )
-    keys, counts = where_keys(cfg, table, condition, sink)
+    keys, counts = where_keys(cfg, table, condition, opts.sink)
     rep = TableRepair(table, keys=keys, found={n: {"rows": c} for n, c in counts.items()})
     if keys:
         run_repairs(store, [rep], timeout, err)
-    after = verify_tables(cfg, [table], sink, None, 3, 2.0, limit, err, True, None)
+    after = verify_tables(cfg, [table], opts, err)
     if as_json:
         from cdc.cli.verify import exit_code
 

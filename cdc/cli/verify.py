@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Sequence
 
@@ -108,22 +109,22 @@ def skipped_line(results) -> str | None:
     )
 
 
-def run_verify(
-    cfg: MergerConfig,
-    named: Sequence[str],
-    sink: str | None,
-    chunk_size: int | None,
-    retries: int,
-    retry_wait: float,
-    limit: int,
-    as_json: bool,
-    err: Console,
-    digests: bool = True,
-    consistent: bool | None = None,
-) -> int:
+@dataclass(frozen=True)
+class VerifyOptions:
+    """How `cdc verify` (and `cdc repair`'s verify) compares: the command's options."""
+
+    sink: str | None = None  # one sink only
+    chunk_size: int | None = None  # None: snapshot.chunk_size
+    retries: int = 3
+    retry_wait: float = 2.0
+    limit: int = 20  # differing keys listed per table and sink
+    digests: bool = True  # False: --compare rows
+    consistent: bool | None = None  # None: when a merger runs
+
+
+def run_verify(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, as_json: bool, err: Console) -> int:
     """`cdc verify`: the results reported; the exit code."""
-    results = verify_tables(cfg, named, sink, chunk_size, retries, retry_wait, limit, err, digests, consistent)
-    return report(results, as_json, err)
+    return report(verify_tables(cfg, named, opts, err), as_json, err)
 
 
 def confirmer_for(cfg: MergerConfig, consistent: bool | None):
@@ -145,19 +146,10 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
         if consistent:
             raise ConfigError(f"--consistent: {why}; run it without --consistent")
         return None
-    from cdc.quoting import quote_ident
-    from merger.source import connect
+    from merger.source import WatermarkWriter
     from merger.verify.consistent import Confirmer, NotConfirmed
 
-    db, name = cfg.watermark_table.split(".", 1)
-    sql = f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) VALUES (%s, %s, %s)"
-    conn: list = []
-
-    def write_watermark(table: str, window_id: str, kind: str) -> None:
-        if not conn:
-            conn.append(connect(cfg.mysql))
-        with conn[0].cursor() as cur:
-            cur.execute(sql, (table, window_id, kind))
+    watermarks = WatermarkWriter(cfg.mysql, cfg.watermark_table)
 
     def window_status(table: str, window_id: str) -> dict | None:
         t = ((store.read_status() or {}).get("tables") or {}).get(table) or {}
@@ -168,21 +160,10 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
         found = (t.get("verify_windows") or {}).get(window_id)
         return None if found is None else {**found, "partitions": t.get("partitions")}
 
-    return Confirmer(write_watermark, window_status, timeout=max(60.0, cfg.snapshot.window_timeout_s))
+    return Confirmer(watermarks.write, window_status, timeout=max(60.0, cfg.snapshot.window_timeout_s))
 
 
-def verify_tables(
-    cfg: MergerConfig,
-    named: Sequence[str],
-    sink: str | None,
-    chunk_size: int | None,
-    retries: int,
-    retry_wait: float,
-    limit: int,
-    err: Console,
-    digests: bool = True,
-    consistent: bool | None = None,
-) -> list:
+def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, err: Console) -> list:
     """Each table against each sink (``merger.verify.chunked.TableResult`` per table and sink)."""
     from cdc.config import routes_of
     from merger.catalog import ShardedCatalog, SourceCatalog
@@ -200,9 +181,9 @@ def verify_tables(
     except BaseException:
         catalog.close()
         raise
-    sinks = open_sinks(cfg, sink)
+    sinks = open_sinks(cfg, opts.sink)
     readable = {n: s for n, s in sinks.items() if s is not None}
-    confirm = confirmer_for(cfg, consistent)
+    confirm = confirmer_for(cfg, opts.consistent)
     sources: dict = {}  # shard name (None: the one server) -> SourceReader
 
     def source_of(shard, mysql):
@@ -229,12 +210,12 @@ def verify_tables(
                         table,
                         keys,
                         readable,
-                        chunk_size or cfg.snapshot.chunk_size,
-                        retries=retries,
-                        retry_wait=retry_wait,
-                        limit=limit,
+                        opts.chunk_size or cfg.snapshot.chunk_size,
+                        retries=opts.retries,
+                        retry_wait=opts.retry_wait,
+                        limit=opts.limit,
                         on_progress=advance,
-                        digests=digests,
+                        digests=opts.digests,
                         confirm=confirm,
                         **where,
                     )
@@ -243,7 +224,7 @@ def verify_tables(
                 if routed and cfg.key_mode == "unique":
                     results += _verify_owned(name, catalog.origins(name), source_of, readable, verify, cfg)
                 elif routed:
-                    results += _verify_origins(name, catalog.origins(name), source_of, readable, verify, limit)
+                    results += _verify_origins(name, catalog.origins(name), source_of, readable, verify, opts.limit)
                 else:
                     db, tname = name.split(".", 1)
                     source = source_of(None, cfg.mysql)
