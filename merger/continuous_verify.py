@@ -48,6 +48,7 @@ class ContinuousVerifier(threading.Thread):
         self.stop_event = threading.Event()
         self.passes: dict[str, dict] = {}  # table -> its last pass (the status shows it)
         self.watermarks = WatermarkWriter(config.mysql, config.watermark_table)
+        self._sinks = [n for n in ("postgres", "delta") if getattr(config.sinks, n) is not None]
         self._last_chunk = 0.0
 
     @staticmethod
@@ -80,8 +81,10 @@ class ContinuousVerifier(threading.Thread):
                     self.stop_event.wait(10)
         self.watermarks.close()
 
-    def _pace(self, *_args) -> None:
-        """Called after each chunk: keeps to ``chunks_per_minute``."""
+    def _pace(self, table: str, *_progress) -> None:
+        """Called after each chunk: counts it, and keeps to ``chunks_per_minute``."""
+        for sink in self._sinks:
+            CHUNKS.labels(table, sink).inc()
         gap = 60.0 / self.settings.chunks_per_minute
         wait = self._last_chunk + gap - time.monotonic()
         if wait > 0:
@@ -127,7 +130,6 @@ class ContinuousVerifier(threading.Thread):
         verdicts = {r.verdict for r in results}
         verdict = "different" if "different" in verdicts else "error" if "error" in verdicts else "equal"
         for r in results:
-            CHUNKS.labels(name, r.sink).inc(r.chunks)
             DIFFERING.labels(name, r.sink).inc(r.mismatched_chunks)
         LAST_PASS.labels(name).set(time.time())
         DIFFERING_KEYS.labels(name).set(differing)
