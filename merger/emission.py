@@ -141,8 +141,9 @@ class WindowEmitter:
             crashpoints.reached("mid_emission")
         rt.snapshot_rows += emitted
         finished = end >= total
-        deleted = self._sweep(batch_id, rt, window, files, cut, step) if finished else 0
-        self._record_progress(rt, window, emitted, finished, asks, deleted)
+        plan = self.store.load_plan(rt.name)  # read once for the sweep and the progress
+        deleted = self._sweep(batch_id, rt, window, files, cut, step, plan) if finished and plan else 0
+        self._record_progress(rt, window, emitted, finished, asks, deleted, plan)
         if not finished:
             rt.emitted[wid] = end
             log.info(
@@ -161,10 +162,11 @@ class WindowEmitter:
         done.append(path)
         log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
 
-    def _sweep(self, batch_id: int, rt: TableRuntime, window: Window, files: list[Path], cut: int, step: list) -> int:
+    def _sweep(
+        self, batch_id: int, rt: TableRuntime, window: Window, files: list[Path], cut: int, step: list, plan: dict
+    ) -> int:
         """A repair's key-list window: the asked keys the SELECT did not return and the
         stream did not change are deleted (``merger.dblog.swept_keys``); the deletes."""
-        plan = self.store.load_plan(rt.name) or {}
         asked = [
             k for c in plan.get("chunks", []) if c["id"] in window.chunk_ids and is_key_list(c) for k in chunk_keys(c)
         ]
@@ -215,13 +217,13 @@ class WindowEmitter:
         window: Window,
         emitted: int,
         finished: bool,
-        asks: set[str] = frozenset(),
-        deleted: int = 0,
+        asks: set[str],
+        deleted: int,
+        plan: dict | None,
     ) -> None:
         """The snapshot plan counts the rows; a finished window's chunks are done, and the
         last one finishes the snapshot. ``asks``: shards to snapshot once it is finished (a
-        new plan replaces a running one)."""
-        plan = self.store.load_plan(rt.name)
+        new plan replaces a running one); ``plan``: the table's, as loaded (None: none)."""
         if plan is None:
             self._snapshot_shards(rt, asks)
             return

@@ -254,3 +254,31 @@ def create_mixed_tables(conn: pymysql.Connection, db: str, big_rows: int) -> Non
         cur.execute("INSERT INTO skey SELECT CONCAT(CHAR(65 + seq % 26), 'é-', seq), seq FROM seq_1_to_20000")
         cur.execute("CREATE TABLE comp (a INT, b VARCHAR(10), c BIGINT, PRIMARY KEY (a, b))")
         cur.execute("INSERT INTO comp SELECT seq % 100, CONCAT('b', seq), seq FROM seq_1_to_20000")
+
+
+def root_conn(stack: local_stack.StackInfo, db: str | None = None) -> pymysql.Connection:
+    """An autocommit root connection to the stack's MariaDB (the tests' writes and checks)."""
+    m = stack.mariadb
+    return pymysql.connect(
+        host=m.host, port=m.port, user="root", password=m.root_password, database=db, autocommit=True
+    )
+
+
+def pg_conn(stack: local_stack.StackInfo):
+    """An autocommit psycopg connection to the stack's PostgreSQL (a sink changed by hand)."""
+    import psycopg
+
+    pg = stack.postgres
+    return psycopg.connect(
+        host=pg.host, port=pg.port, user=pg.user, dbname=pg.database, password=pg.password, autocommit=True
+    )
+
+
+def run_cdc(*args: str, timeout: float = 600):
+    """`cdc ARGS` as a user runs it: a subprocess in the checkout, output captured."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )

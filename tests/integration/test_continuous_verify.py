@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-import psycopg
-import pymysql
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from cdc import stack as local_stack
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.merger_harness import MergerProcess, SinkChecker, pg_conn, root_conn, run_cdc, write_merger_config
 
 pytestmark = pytest.mark.integration
 
@@ -32,25 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ROWS = 4000
 
 
-def _conn(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
-
-
 def _status(cfg: Path) -> dict:
-    res = subprocess.run(
-        [sys.executable, "-m", "cdc.cli", "status", "-c", str(cfg), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    res = run_cdc("status", "-c", str(cfg), "--json", timeout=60)
     return json.loads(res.stdout) if res.stdout.strip() else {}
 
 
@@ -82,7 +61,7 @@ def _wait(predicate, timeout_s: float, what: str, proc=None):
 @pytest.mark.timeout(1200)
 def test_the_merger_finds_and_repairs_damage_in_the_background(stack, tmp_path, unique_name):
     db = f"cv_{unique_name}"
-    conn = _conn(stack)
+    conn = root_conn(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
         cur.execute(f"USE {db}")
@@ -110,7 +89,7 @@ def test_the_merger_finds_and_repairs_damage_in_the_background(stack, tmp_path, 
 
     def workload():  # even ids only: the damage is on odd ones
         rnd = random.Random(5)
-        with _conn(stack, db) as c, c.cursor() as cur:
+        with root_conn(stack, db) as c, c.cursor() as cur:
             while not stop.is_set():
                 cur.execute("UPDATE c SET v = v + 1 WHERE id = %s", (2 * rnd.randint(1, ROWS // 2),))
                 stop.wait(0.02)
@@ -128,10 +107,7 @@ def test_the_merger_finds_and_repairs_damage_in_the_background(stack, tmp_path, 
             "a first background pass",
             merger,
         )
-        pg = stack.postgres
-        with psycopg.connect(
-            host=pg.host, port=pg.port, user=pg.user, dbname=pg.database, password=pg.password, autocommit=True
-        ) as c:
+        with pg_conn(stack) as c:
             c.execute(f'DELETE FROM "{db}"."c" WHERE id = 7')
             c.execute(f'UPDATE "{db}"."c" SET s = \'x\' WHERE id = 1999')
             c.execute(f'INSERT INTO "{db}"."c" (id, v, s, _cdc_seq) VALUES (-3, 0, \'stray\', 1)')
@@ -161,13 +137,7 @@ def test_the_merger_finds_and_repairs_damage_in_the_background(stack, tmp_path, 
         assert _metric(port, "cdc_merger_verify_chunks_total", table=f"{db}.c") >= ROWS / 500
         assert _metric(port, "cdc_merger_verify_differing_chunks_total", table=f"{db}.c") >= 3
         assert _metric(port, "cdc_merger_verify_last_pass_seconds", table=f"{db}.c") > 0
-        out = subprocess.run(
-            [sys.executable, "-m", "cdc.cli", "status", "-c", str(mcfg)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-        )
+        out = run_cdc("status", "-c", str(mcfg), timeout=60)
         assert "verified" in out.stdout, out.stdout
         assert merger.alive() and "Traceback" not in merger.log_text()
     finally:

@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-import psycopg
-import pymysql
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.merger_harness import MergerProcess, SinkChecker, pg_conn, root_conn, run_cdc, write_merger_config
 
 pytestmark = pytest.mark.integration
 
@@ -35,37 +31,13 @@ ROWS = 6000
 PAIRS = [(r, f"{'k' if j % 2 else 'K'}{j:03d}") for r in ("alpha", "Beta", "gamma", "Delta") for j in range(50)]
 
 
-def _conn(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
-
-
-def _pg(stack):
-    pg = stack.postgres
-    return psycopg.connect(
-        host=pg.host, port=pg.port, user=pg.user, dbname=pg.database, password=pg.password, autocommit=True
-    )
-
-
-def _cdc(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cdc.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
-
-
 class Workload(threading.Thread):
     """Inserts, updates and deletes of even ``items`` ids up to ROWS*2: the odd ids are the
     damaged ones, so what verify finds is exactly the damage."""
 
     def __init__(self, stack, db: str, rate: float = 150):
         super().__init__(daemon=True)
-        self.conn = _conn(stack, db)
+        self.conn = root_conn(stack, db)
         self.rate = rate
         self.stop_event = threading.Event()
         self.statements = 0
@@ -102,7 +74,7 @@ class Workload(threading.Thread):
 
 
 def _pg_seqs(stack, db: str, ids: list[int]) -> dict:
-    with _pg(stack) as c:
+    with pg_conn(stack) as c:
         rows = c.execute(f'SELECT id, _cdc_seq FROM "{db}"."items" WHERE id = ANY(%s)', (ids,)).fetchall()
     return dict(rows)
 
@@ -110,7 +82,7 @@ def _pg_seqs(stack, db: str, ids: list[int]) -> dict:
 def _damage_postgres(stack, db: str, rnd: random.Random, present: list[int]) -> dict:
     picked = rnd.sample(present, 12)
     gone, changed, infinite = picked[:5], picked[5:10], picked[10:]
-    with _pg(stack) as c:
+    with pg_conn(stack) as c:
         c.execute(f'DELETE FROM "{db}"."items" WHERE id = ANY(%s)', (gone,))
         c.execute(f'UPDATE "{db}"."items" SET name = \'damaged\' WHERE id = ANY(%s)', (changed,))
         c.execute(f'UPDATE "{db}"."items" SET updated = \'infinity\' WHERE id = ANY(%s)', (infinite,))
@@ -176,7 +148,7 @@ def _delete_a_delta_file(path: Path) -> int:
 @pytest.mark.timeout(1500)
 def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, unique_name):
     db = f"rep_{unique_name}"
-    conn = _conn(stack)
+    conn = root_conn(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
         cur.execute(f"USE {db}")
@@ -212,10 +184,10 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
         untouched = [k for k in odd if k not in damaged][::37]
         seqs_before = _pg_seqs(stack, db, untouched)
 
-        res = _cdc("verify", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs")
+        res = run_cdc("verify", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs")
         (tmp_path / "verify_before.json").write_text(res.stdout + res.stderr)
         assert res.returncode == 1, res.stdout + res.stderr  # the damage is seen
-        res = _cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs", timeout=600)
+        res = run_cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs", timeout=600)
         (tmp_path / "repair.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr  # 1: a row the workload changed meanwhile
         repairs = {r["table"]: r for r in json.loads(res.stdout)["repairs"]}
@@ -237,7 +209,7 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
         # a data file of the Delta table deleted from storage: the merger pauses the table
         # when a write meets it; `cdc repair` removes it from the log and reads its rows again
         lost = _delete_a_delta_file(tmp_path / "delta" / db / "items")
-        res = _cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", timeout=600)
+        res = run_cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", timeout=600)
         (tmp_path / "repair_file.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr
         (items,) = json.loads(res.stdout)["repairs"]
@@ -246,10 +218,12 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
 
         # --where: every row either side holds in a key range, whatever verify says; the
         # condition runs on the source and on each sink (here the same SQL in all three)
-        with _pg(stack) as c:
+        with pg_conn(stack) as c:
             c.execute(f'UPDATE "{db}"."items" SET qty = -1 WHERE id BETWEEN 101 AND 121')
             c.execute(f'INSERT INTO "{db}"."items" (id, name, qty, updated, _cdc_seq) VALUES (-20, \'x\', 0, now(), 1)')
-        res = _cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", "--where", "id BETWEEN -30 AND 121", timeout=600)
+        res = run_cdc(
+            "repair", "-c", str(mcfg), "--json", f"{db}.items", "--where", "id BETWEEN -30 AND 121", timeout=600
+        )
         (tmp_path / "repair_where.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr
         (items,) = json.loads(res.stdout)["repairs"]

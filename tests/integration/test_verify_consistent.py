@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-import psycopg
-import pymysql
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.merger_harness import MergerProcess, SinkChecker, pg_conn, root_conn, run_cdc, write_merger_config
 
 pytestmark = pytest.mark.integration
 
@@ -30,30 +26,13 @@ ROWS = 20_000
 RATE = 1000  # statements per second asked of the workload
 
 
-def _conn(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-    )
-
-
-def _cdc(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cdc.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
-
-
 class Workload(threading.Thread):
     """Updates, inserts and deletes of even ids, one per statement (autocommit), paced
     to RATE a second: the odd ids are left for the damage."""
 
     def __init__(self, stack, db: str):
         super().__init__(daemon=True)
-        self.conn = _conn(stack, db)
+        self.conn = root_conn(stack, db)
         self.stop_event = threading.Event()
         self.statements = 0
         self.started = 0.0
@@ -94,7 +73,7 @@ class Workload(threading.Thread):
 
 
 def _verify(cfg: Path, *args: str) -> tuple[int, dict]:
-    res = _cdc("verify", "-c", str(cfg), "--json", *args)
+    res = run_cdc("verify", "-c", str(cfg), "--json", *args)
     assert res.stdout.strip(), res.stderr
     return res.returncode, json.loads(res.stdout)
 
@@ -103,7 +82,7 @@ def _verify(cfg: Path, *args: str) -> tuple[int, dict]:
 @pytest.mark.timeout(1500)
 def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp_path, unique_name):
     db = f"vc_{unique_name}"
-    conn = _conn(stack)
+    conn = root_conn(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
         cur.execute(f"USE {db}")
@@ -131,10 +110,7 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
         assert workload.rate() > RATE * 0.5, f"the workload ran at {workload.rate():.0f} statements/s"
 
         # damage behind the merger's back on odd ids: verify names exactly those keys
-        pg = stack.postgres
-        with psycopg.connect(
-            host=pg.host, port=pg.port, user=pg.user, dbname=pg.database, password=pg.password, autocommit=True
-        ) as c:
+        with pg_conn(stack) as c:
             c.execute(f'UPDATE "{db}"."hot" SET v = -1 WHERE id = 101')
             c.execute(f'DELETE FROM "{db}"."hot" WHERE id = 2001')
             c.execute(f'INSERT INTO "{db}"."hot" (id, v, s, _cdc_seq) VALUES (-5, 0, \'stray\', 1)')

@@ -10,7 +10,7 @@ import zlib
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from merger import dblog
@@ -184,6 +184,9 @@ def test_broken_copies_of_the_rule_are_caught(broken):
         st.lists(KEYS, max_size=4),
         STEPS,
     )
+    # the interleaving each broken copy gets wrong, always tried first (the search may miss it)
+    @example(1, {}, [("add", 5, 0)], [], [("advance",), ("advance",), ("write", 5, 1), ("advance",)])
+    @example(1, {}, [("add", 5, 0)], [], [])
     def check(p, initial, damage, extra, steps):
         sink, source = run(steps, p, initial, damage, extra, sweep=broken)
         if sink != source:
