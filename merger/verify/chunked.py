@@ -301,7 +301,6 @@ class TableVerifier:
                 res.digest_chunks += 1
                 res.source_rows += settled[name].rows
                 res.sink_rows += settled[name].rows
-                res.nul_values_changed += settled[name].nul_values
                 counted = settled[name].rows
                 continue
             roots = fast.differing.get((i, name))
@@ -362,7 +361,6 @@ class TableVerifier:
         for _, d in found.settled:
             res.source_rows += d.rows
             res.sink_rows += d.rows
-            res.nul_values_changed += d.nul_values
         statuses = set()
         for sub in found.leaves:
             raw = self.source.rows_in_range(self.table, self.keys, *sub)

@@ -1,7 +1,7 @@
 """Verify's fast path, run: the SQL digests of a window of chunks, on the source and on
 each sink, at the same time (``merger.verify.sql_digest`` writes the SQL).
 
-The source's per-row work (text, MD5) is the slowest part, so the window's source digests
+The source's per-row work (text, hash) costs the most, so the window's source digests
 run on ``SOURCE_CONNECTIONS`` connections of their own, side by side; each sink computes
 the window's digests one after the other on its reader, meanwhile. Each side's query is
 one autocommit SELECT. The caller compares the chunks the digests leave unsettled row by
@@ -58,19 +58,17 @@ class ChunkDigests:
         for r in self._opened:
             r.close()
 
-    def _source_digest(self, rng: tuple, query: tuple[str, str | None]) -> Digest:
+    def _source_digest(self, rng: tuple, query: str) -> Digest:
         reader = self._readers.get()
         try:
             step = self.part_rows
             if step is None:
-                return reader.digest_in_range(self.table, self.keys, *rng, *query)
-            parts = reader.digest_parts_in_range(self.table, self.keys, *rng, *query, step)
+                return reader.digest_in_range(self.table, self.keys, *rng, query)
+            parts = reader.digest_parts_in_range(self.table, self.keys, *rng, query, step)
         finally:
             self._readers.put(reader)
         self._parts[(rng, query)] = parts
-        return Digest.of(
-            sum(d.rows for _, d in parts), sum(d.total for _, d in parts), sum(d.nul_values for _, d in parts)
-        )
+        return Digest.of(sum(d.rows for _, d in parts), sum(d.total for _, d in parts))
 
     @staticmethod
     def _sink_digests(side: SinkSide, sink_ranges: list[tuple]) -> list[Digest]:
@@ -200,10 +198,10 @@ class ChunkDigests:
             _wait(source)
         return out
 
-    def _source_parts(self, rng: tuple, text: tuple[str, str | None], step: int) -> list[tuple[tuple, Digest]]:
+    def _source_parts(self, rng: tuple, text: str, step: int) -> list[tuple[tuple, Digest]]:
         reader = self._readers.get()
         try:
-            return reader.digest_parts_in_range(self.table, self.keys, *rng, *text, step)
+            return reader.digest_parts_in_range(self.table, self.keys, *rng, text, step)
         finally:
             self._readers.put(reader)
 
@@ -237,5 +235,5 @@ def _wait(futures: list[Future]) -> None:
         f.exception()  # every query has ended before a result (or an error) is used
 
 
-def _source_query(side: SinkSide) -> tuple[str, str | None]:
-    return side.digest_plan.source_row, side.digest_plan.source_nul
+def _source_query(side: SinkSide) -> str:
+    return side.digest_plan.source_row

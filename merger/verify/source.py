@@ -221,24 +221,21 @@ class SourceReader:
         where = self._range(keys, lo, hi)
         return self.query(self._select(t, where))
 
-    def digest_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, nul_sql=None) -> Digest:
-        """The chunk's digest, computed by the server (``merger.verify.sql_digest``), and
-        with ``nul_sql`` the count of its values holding a NUL character."""
+    def digest_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str) -> Digest:
+        """The chunk's digest, computed by the server (``merger.verify.sql_digest``)."""
         self._connection()
         where = self._range(keys, lo, hi)
-        row, *_ = self.query(mariadb_query(row_sql, quote_table((t.db, t.table)), where, nul_sql))
+        row, *_ = self.query(mariadb_query(row_sql, quote_table((t.db, t.table)), where))
         return Digest.of(*row)
 
     def digest_parts_in_range(
-        self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, nul_sql, step: int
+        self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, step: int
     ) -> list[tuple[tuple, Digest]]:
         """The range's digest in parts of ``step`` rows, in key order: (the part's first
         key, its Digest) each. One query; the sum of the parts is the range's digest."""
         self._connection()
         where = self._range(keys, lo, hi)
-        q = mariadb_parts_query(
-            row_sql, quote_table((t.db, t.table)), where, [quote_ident(k) for k in keys], step, nul_sql
-        )
+        q = mariadb_parts_query(row_sql, quote_table((t.db, t.table)), where, [quote_ident(k) for k in keys], step)
         n = len(keys)
         return [(tuple(r[:n]), Digest.of(*r[n:])) for r in self.query(q)]
 

@@ -86,16 +86,16 @@ class UnionSource:
     def rows_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi) -> list[tuple]:
         return [row for r, table in self.parts for row in r.rows_in_range(table, keys, lo, hi)]
 
-    def digest_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, nul_sql=None) -> Digest:
-        found = [r.digest_in_range(table, keys, lo, hi, row_sql, nul_sql) for r, table in self.parts]
-        return Digest.of(sum(d.rows for d in found), sum(d.total for d in found), sum(d.nul_values for d in found))
+    def digest_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str) -> Digest:
+        found = [r.digest_in_range(table, keys, lo, hi, row_sql) for r, table in self.parts]
+        return Digest.of(sum(d.rows for d in found), sum(d.total for d in found))
 
     def digest_parts_in_range(
-        self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, nul_sql, step: int
+        self, t: SourceTable, keys: Sequence[str], lo, hi, row_sql: str, step: int
     ) -> list[tuple[tuple, Digest]]:
         """One part: the origins' rows are not numbered in one key order (a differing chunk is
         then compared row by row)."""
-        return [(lo or (), self.digest_in_range(t, keys, lo, hi, row_sql, nul_sql))]
+        return [(lo or (), self.digest_in_range(t, keys, lo, hi, row_sql))]
 
     def cuts_in_range(self, t: SourceTable, keys: Sequence[str], lo, hi, step: int) -> list[tuple]:
         return []  # as digest_parts_in_range: no cut across origins

@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, pg_conn, root_conn, run_cdc, write_merger_config
 
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 20_000
 RATE = 1000  # statements per second asked of the workload
+RUNS = 2 if IS_CI else 3  # verify runs that must report equal (bounded under CI: two workers share 2 cores)
 
 
 class Workload(threading.Thread):
@@ -100,7 +102,7 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
         workload.start()
         time.sleep(5)
         # no false difference, run after run, while about 1,000 changes a second flow
-        for _ in range(3):
+        for _ in range(RUNS):
             code, data = _verify(mcfg, "--chunk-size", "5000", f"{db}.hot")
             runs.append(data)
             for t in data["tables"]:
@@ -138,9 +140,11 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
         assert [d["key"] for d in dlr["different"]] == [[30001]] and dlr["different"][0]["columns"] == ["s"], dlr
         assert pgr["confirmed_at"] is not None and dlr["confirmed_at"] is not None
 
-        # a timed re-check instead (the old way) under the same load: every key it lists
-        # that the damage does not explain is a false difference it would have reported
-        code, timed = _verify(mcfg, "--chunk-size", "5000", "--no-consistent", "--retries", "0", f"{db}.hot")
+        # a timed re-check instead (the old way) under the same load, for the record: every
+        # key it lists that the damage does not explain is a false difference it would report
+        timed = None
+        if not IS_CI:
+            _, timed = _verify(mcfg, "--chunk-size", "5000", "--no-consistent", "--retries", "0", f"{db}.hot")
         (tmp_path / "runs.json").write_text(json.dumps({"runs": runs, "timed": timed, "rate": workload.rate()}))
         workload.stop()
         assert merger.alive() and "Traceback" not in merger.log_text()

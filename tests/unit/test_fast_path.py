@@ -23,7 +23,7 @@ class Source:
     def sibling(self):
         return self
 
-    def digest_in_range(self, table, keys, lo, hi, row_sql, nul_sql=None):
+    def digest_in_range(self, table, keys, lo, hi, row_sql):
         self.threads.add(threading.get_ident())
         return self.digests[(lo, row_sql)]
 

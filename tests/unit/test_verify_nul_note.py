@@ -1,7 +1,6 @@
 """cdc verify and the PostgreSQL sink's NUL rule: which source values the rule changed
-(counted from the source values, merger.verify.canonical / column_canon / side), the SQL
-count of the digest fast path (merger.verify.sql_digest), and the note of the result
-(merger.verify.chunked.TableResult, cdc/cli/verify.py)."""
+(counted from the source values, merger.verify.canonical / column_canon / side), and the
+note of the result (merger.verify.chunked.TableResult, cdc/cli/verify.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from merger.verify.chunked import TableResult
 from merger.verify.column_canon import row_canons
 from merger.verify.side import SinkSide
 from merger.verify.source import SourceTable
-from merger.verify.sql_digest import mariadb_query, nul_count, plan
 
 COLUMNS = (
     Column("id", "int", "int(11)"),
@@ -80,23 +78,6 @@ def test_json_in_a_text_column_keeps_its_escape_so_nothing_is_changed():
     doc = '{"k": "a\\u0000"}'
     assert side.nul_changes([(1, None, None, None, doc, None)]) == 0
     assert side.canons[4].source(doc) == side.canons[4].sink(doc)
-
-
-def test_the_digest_query_counts_nul_values_only_where_the_rule_changes_them():
-    sink_types = {"id": "integer", "v": "text", "t": "text", "c": "text", "b": "bytea"}
-    cols = [c for c in COLUMNS if c.name != "j"]  # JSON takes the row path
-    for rules in RULES:
-        p = plan(cols, rules, sink_types)
-        assert p.usable
-        assert p.source_nul == nul_count(cols, rules)
-        assert p.source_nul.count("LOCATE(X'00', CAST(") == 3  # v, t, c; not the binary column
-        query = mariadb_query(p.source_row, "`db`.`t`", "`id` < 5", p.source_nul)
-        assert f"IFNULL(SUM({p.source_nul}), 0) FROM `db`.`t` WHERE `id` < 5" in query
-    assert (
-        plan(cols, SinkRules("delta"), {**sink_types, "v": "string", "t": "string", "c": "string"}).source_nul is None
-    )
-    assert nul_count(cols, SinkRules("postgres", "pause")) is None
-    assert mariadb_query("x", "`db`.`t`", None).count("SUM(") == 1  # no count asked: none
 
 
 @pytest.mark.parametrize("policy", ["strip", "replace"])
