@@ -119,6 +119,7 @@ class PostgresReader:
         except psycopg.OperationalError as exc:
             raise SinkUnreachable(f"{self.where()} is unreachable: {_first_line(exc)}") from None
         conn.execute("SET TimeZone = 'UTC'")
+        conn.execute("SET DateStyle = 'ISO, YMD'")  # a date's text in the digest (merger.verify.sql_digest)
         # jsonb values parsed exactly: numbers as Decimal, never rounded through a float
         set_json_loads(partial(json.loads, parse_float=Decimal), conn)
         _lenient_temporals(conn)

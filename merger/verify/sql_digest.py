@@ -142,11 +142,11 @@ def column_texts(col: Column, rules: SinkRules, sink_type: str | None) -> tuple[
             return (f"CASE WHEN {c} <> 0 THEN 'true' WHEN {c} = 0 THEN 'false' END", sink_text)
         dec = _decimal_type(st)
         if st in (_PG_INTS if pg else _DF_INTS) or (dec is not None and dec[1] == 0):
-            return (f"CAST({c} AS CHAR)", sink_text)
+            return (c, sink_text)  # CONCAT_WS writes a number's digits as CAST would, for less
     elif kind == "decimal":
         dec = _decimal_type(st)
         if dec is not None and dec[1] == (col.numeric_scale or 0):
-            return (f"CAST({c} AS CHAR)", sink_text)
+            return (c, sink_text)
     elif kind == "string":
         if st in ("jsonb", "json"):
             raise NoSqlText(f"column {col.name!r} is {st} in the sink")
@@ -156,8 +156,8 @@ def column_texts(col: Column, rules: SinkRules, sink_type: str | None) -> tuple[
             return (f"HEX({c})", f"upper(encode({s}, 'hex'))")
     elif kind == "date":
         if st in ("date", "date32[day]", "date32"):
-            fmt = "'YYYY-MM-DD'" if pg else "'%Y-%m-%d'"
-            return (f"DATE_FORMAT({c}, '%Y-%m-%d')", f"to_char({s}, {fmt})")
+            # PostgreSQL's text of a date is YYYY-MM-DD under DateStyle ISO (its readers set it)
+            return (f"CAST({c} AS CHAR)", f"{s}::text" if pg else f"to_char({s}, '%Y-%m-%d')")
     elif kind in ("datetime", "timestamp"):
         want = (
             ("timestamp without time zone", "timestamp[us]")
@@ -166,7 +166,9 @@ def column_texts(col: Column, rules: SinkRules, sink_type: str | None) -> tuple[
         )
         if st in want:
             fmt = "'YYYY-MM-DD HH24:MI:SS.US'" if pg else "'%Y-%m-%d %H:%M:%S%.6f'"
-            return (f"DATE_FORMAT({c}, '%Y-%m-%d %H:%i:%s.%f')", f"to_char({s}, {fmt})")
+            # CAST writes the column's own number of fraction digits: six, alike, only for (6)
+            src = f"CAST({c} AS CHAR)" if col.datetime_precision == 6 else f"DATE_FORMAT({c}, '%Y-%m-%d %H:%i:%s.%f')"
+            return (src, f"to_char({s}, {fmt})")
     elif kind == "time":
         src = f"CAST(TIME_TO_SEC({c}) * 1000000 AS SIGNED)"
         if pg and st == "interval":
