@@ -544,11 +544,12 @@ def _truncate_closes_every_current(current, sequence, time):
     return scd2.Plan(updated=[scd2.closed(v, sequence, max(time, v.start_time)) for v in current if v.is_current])
 
 
+# the rule replaced -> its broken copy
 BROKEN = {
-    "is_replay": _replays_applied,
-    "closed": _closes_a_sequence_early,
-    "apply_change": _equal_snapshot_opens,
-    "truncate": _truncate_closes_every_current,
+    "is_replay": _replays_applied,  # replays applied again: fails on the first example below
+    "closed": _closes_a_sequence_early,  # a gap where the next version opens: first and third
+    "apply_change": _equal_snapshot_opens,  # an equal snapshot row opens a version: second
+    "truncate": _truncate_closes_every_current,  # a replayed truncate closes later versions: third
 }
 
 
