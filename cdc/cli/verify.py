@@ -133,6 +133,8 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
     the running merger can report its windows; True: one, or the reason it cannot be."""
     from merger.state import StateStore
 
+    if consistent is False:  # --no-consistent: the timed re-read, even with a merger running
+        return None
     why = None
     if cfg.source_connector != "ingest":
         why = "the topics are written by Debezium (no verify windows in them)"
