@@ -14,7 +14,14 @@ matrix's mutations (the value a mutation writes is the matrix's, in the type the
 pipeline gave the sink column), and `cdc verify --json` must name exactly each damaged
 key with exactly its column (or the missing/extra key) in each sink, and nothing of the
 workload's rows in flight; `cdc repair` then puts every damage right and verifies the
-table equal again. Real MariaDB, ingest, the broker, the merger (Spark local mode)."""
+table equal again. Real MariaDB, ingest, the broker, the merger (Spark local mode).
+
+No mutation is left out for either sink: every one's value can be written in the type the
+pipeline gives the column. The pipeline's types differ from the hand-written copies' in
+two columns only, and the damage follows them: a MariaDB JSON column (a LONGTEXT) is text
+in PostgreSQL, not jsonb, so the changed JSON goes in as its text; BOOLEAN is tinyint(1),
+an integer column in both sinks (the source row holds 5), so the flipped boolean goes in
+as 0."""
 
 from __future__ import annotations
 
