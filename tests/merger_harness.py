@@ -3,8 +3,11 @@ sinks with the source."""
 
 from __future__ import annotations
 
+import random
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pymysql
 import yaml
@@ -282,3 +285,57 @@ def run_cdc(*args: str, timeout: float = 600):
     return subprocess.run(
         [sys.executable, "-m", "cdc.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
+
+
+class Workload(threading.Thread):
+    """A steady write workload: ``statement(rnd)`` gives each statement as (SQL, params), run
+    one per autocommit statement on one connection to ``db`` (after the ``session``
+    statements), paced to ``rate`` a second, until ``stop``. The statements decide which
+    rows it touches, so a test can keep rows out of its reach (the ones it damages)."""
+
+    def __init__(
+        self,
+        stack: local_stack.StackInfo,
+        db: str,
+        statement: Callable[[random.Random], tuple[str, tuple]],
+        rate: float = 1000,
+        seed: int = 3,
+        session: tuple[str, ...] = (),
+    ):
+        super().__init__(daemon=True)
+        self.conn = root_conn(stack, db)
+        self.statement = statement
+        self.target = rate
+        self.seed = seed
+        self.session = session
+        self.stop_event = threading.Event()
+        self.statements = 0
+        self.started = 0.0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        rnd = random.Random(self.seed)
+        self.started = time.monotonic()
+        try:
+            with self.conn.cursor() as cur:
+                for s in self.session:
+                    cur.execute(s)
+                while not self.stop_event.is_set():
+                    cur.execute(*self.statement(rnd))
+                    self.statements += 1
+                    ahead = self.statements / self.target - (time.monotonic() - self.started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.conn.close()
+
+    def rate(self) -> float:
+        """Statements a second so far."""
+        return self.statements / max(1e-9, time.monotonic() - self.started)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(30)
+        assert self.error is None, self.error

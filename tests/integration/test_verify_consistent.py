@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 from pathlib import Path
 
@@ -18,7 +17,15 @@ from deltalake.exceptions import CommitFailedError
 
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, pg_conn, root_conn, run_cdc, write_merger_config
+from tests.merger_harness import (
+    MergerProcess,
+    SinkChecker,
+    Workload,
+    pg_conn,
+    root_conn,
+    run_cdc,
+    write_merger_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -28,50 +35,16 @@ RATE = 1000  # statements per second asked of the workload
 RUNS = 2 if IS_CI else 3  # verify runs that must report equal (bounded under CI: two workers share 2 cores)
 
 
-class Workload(threading.Thread):
-    """Updates, inserts and deletes of even ids, one per statement (autocommit), paced
-    to RATE a second: the odd ids are left for the damage."""
-
-    def __init__(self, stack, db: str):
-        super().__init__(daemon=True)
-        self.conn = root_conn(stack, db)
-        self.stop_event = threading.Event()
-        self.statements = 0
-        self.started = 0.0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        rnd = random.Random(3)
-        self.started = time.monotonic()
-        try:
-            with self.conn.cursor() as cur:
-                while not self.stop_event.is_set():
-                    k = 2 * rnd.randint(1, ROWS)
-                    op = rnd.random()
-                    if op < 0.6:
-                        cur.execute("UPDATE hot SET v = v + 1, s = CONCAT('u', v) WHERE id = %s", (k,))
-                    elif op < 0.8:
-                        cur.execute(
-                            "INSERT INTO hot VALUES (%s, 0, 'i') ON DUPLICATE KEY UPDATE v = v - 1, s = 'dup'", (k,)
-                        )
-                    else:
-                        cur.execute("DELETE FROM hot WHERE id = %s", (k,))
-                    self.statements += 1
-                    ahead = self.statements / RATE - (time.monotonic() - self.started)
-                    if ahead > 0:
-                        time.sleep(ahead)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
-        finally:
-            self.conn.close()
-
-    def rate(self) -> float:
-        return self.statements / max(1e-9, time.monotonic() - self.started)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(30)
-        assert self.error is None, self.error
+def hot_statement(rnd: random.Random) -> tuple[str, tuple]:
+    """An update, insert or delete of an even id, for the Workload: the odd ids are left
+    for the damage."""
+    k = 2 * rnd.randint(1, ROWS)
+    op = rnd.random()
+    if op < 0.6:
+        return "UPDATE hot SET v = v + 1, s = CONCAT('u', v) WHERE id = %s", (k,)
+    if op < 0.8:
+        return "INSERT INTO hot VALUES (%s, 0, 'i') ON DUPLICATE KEY UPDATE v = v - 1, s = 'dup'", (k,)
+    return "DELETE FROM hot WHERE id = %s", (k,)
 
 
 def _verify(cfg: Path, *args: str) -> tuple[int, dict]:
@@ -95,7 +68,7 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
-    workload = Workload(stack, db)
+    workload = Workload(stack, db, hot_statement, rate=RATE)
     runs = []
     try:
         checker.wait_equal(db, "hot", timeout_s=300, proc=merger)

@@ -291,7 +291,7 @@ def _set(rows: list[dict], key: int, **values) -> list[dict]:
     return [{**r, **values} if r["id"] == key else dict(r) for r in rows]
 
 
-def _mutations():
+def mutation_matrix():
     """(name, function(rows, sink) -> rows, expected: ('different', key, column) |
     ('missing', key) | ('extra', key), sinks to mutate)"""
 
@@ -358,7 +358,7 @@ def _mutations():
     ]
 
 
-@pytest.mark.parametrize("name,mutate,expected", _mutations(), ids=[m[0] for m in _mutations()])
+@pytest.mark.parametrize("name,mutate,expected", mutation_matrix(), ids=[m[0] for m in mutation_matrix()])
 def test_every_mutation_is_found(world, name, mutate, expected):
     tag = "m" + str(abs(hash(name)) % 10**8)
     found = verify(
