@@ -8,8 +8,6 @@ the merger (Spark local mode), Delta and PostgreSQL."""
 from __future__ import annotations
 
 import json
-import random
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -20,7 +18,15 @@ from deltalake.exceptions import CommitFailedError
 
 from cdc import stack as local_stack
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, pg_conn, root_conn, run_cdc, write_merger_config
+from tests.merger_harness import (
+    MergerProcess,
+    SinkChecker,
+    Workload,
+    pg_conn,
+    root_conn,
+    run_cdc,
+    write_merger_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -85,16 +91,10 @@ def test_the_merger_finds_and_repairs_damage_in_the_background(stack, tmp_path, 
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
-    stop = threading.Event()
-
-    def workload():  # even ids only: the damage is on odd ones
-        rnd = random.Random(5)
-        with root_conn(stack, db) as c, c.cursor() as cur:
-            while not stop.is_set():
-                cur.execute("UPDATE c SET v = v + 1 WHERE id = %s", (2 * rnd.randint(1, ROWS // 2),))
-                stop.wait(0.02)
-
-    writer = threading.Thread(target=workload, daemon=True)
+    # even ids only: the damage is on odd ones
+    writer = Workload(
+        stack, db, lambda rnd: ("UPDATE c SET v = v + 1 WHERE id = %s", (2 * rnd.randint(1, ROWS // 2),)), 50, 5
+    )
     try:
         checker.wait_equal(db, "c", timeout_s=300, proc=merger)
         # a clean pass first: the table verified equal while writes flow
@@ -130,8 +130,7 @@ def test_the_merger_finds_and_repairs_damage_in_the_background(stack, tmp_path, 
         )
         # (a pass under way when the damage was done may see part of it: the next one the rest)
         assert 1 <= found["differing_keys"] <= 4 and "repair of" in found.get("repair", ""), found
-        stop.set()
-        writer.join(30)
+        writer.stop()
         # nothing else repairs the sinks: equal again only if the background passes found it all
         checker.wait_equal(db, "c", timeout_s=240, proc=merger)
         assert _metric(port, "cdc_merger_verify_chunks_total", table=f"{db}.c") >= ROWS / 500
@@ -141,7 +140,7 @@ def test_the_merger_finds_and_repairs_damage_in_the_background(stack, tmp_path, 
         assert "verified" in out.stdout, out.stdout
         assert merger.alive() and "Traceback" not in merger.log_text()
     finally:
-        stop.set()
+        writer.stop_event.set()
         merger.stop()
         ingest.stop()
         checker.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 from pathlib import Path
 
@@ -22,7 +21,15 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, pg_conn, root_conn, run_cdc, write_merger_config
+from tests.merger_harness import (
+    MergerProcess,
+    SinkChecker,
+    Workload,
+    pg_conn,
+    root_conn,
+    run_cdc,
+    write_merger_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -31,46 +38,20 @@ ROWS = 6000
 PAIRS = [(r, f"{'k' if j % 2 else 'K'}{j:03d}") for r in ("alpha", "Beta", "gamma", "Delta") for j in range(50)]
 
 
-class Workload(threading.Thread):
-    """Inserts, updates and deletes of even ``items`` ids up to ROWS*2: the odd ids are the
-    damaged ones, so what verify finds is exactly the damage."""
-
-    def __init__(self, stack, db: str, rate: float = 150):
-        super().__init__(daemon=True)
-        self.conn = root_conn(stack, db)
-        self.rate = rate
-        self.stop_event = threading.Event()
-        self.statements = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        rnd = random.Random(7)
-        try:
-            with self.conn.cursor() as cur:
-                while not self.stop_event.is_set():
-                    k = 2 * rnd.randint(1, ROWS)
-                    op = rnd.random()
-                    if op < 0.4:
-                        cur.execute("UPDATE items SET qty = qty + 1, name = CONCAT('w', %s) WHERE id = %s", (k, k))
-                    elif op < 0.7:
-                        cur.execute(
-                            "INSERT INTO items (id, name, qty, updated) VALUES (%s, 'new', 1, NOW(6)) "
-                            "ON DUPLICATE KEY UPDATE qty = qty - 1",
-                            (k,),
-                        )
-                    else:
-                        cur.execute("DELETE FROM items WHERE id = %s", (k,))
-                    self.statements += 1
-                    self.stop_event.wait(1 / self.rate)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
-        finally:
-            self.conn.close()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(30)
-        assert self.error is None, self.error
+def item_change(rnd: random.Random) -> tuple[str, tuple]:
+    """An insert, update or delete of an even ``items`` id up to ROWS*2, for the Workload: the
+    odd ids are the damaged ones, so what verify finds is exactly the damage."""
+    k = 2 * rnd.randint(1, ROWS)
+    op = rnd.random()
+    if op < 0.4:
+        return "UPDATE items SET qty = qty + 1, name = CONCAT('w', %s) WHERE id = %s", (k, k)
+    if op < 0.7:
+        return (
+            "INSERT INTO items (id, name, qty, updated) VALUES (%s, 'new', 1, NOW(6)) "
+            "ON DUPLICATE KEY UPDATE qty = qty - 1",
+            (k,),
+        )
+    return "DELETE FROM items WHERE id = %s", (k,)
 
 
 def _pg_seqs(stack, db: str, ids: list[int]) -> dict:
@@ -169,7 +150,7 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
-    workload = Workload(stack, db)
+    workload = Workload(stack, db, item_change, rate=150, seed=7)
     try:
         for table in ("items", "pairs"):
             checker.wait_equal(db, table, timeout_s=300, proc=merger)
