@@ -7,8 +7,20 @@ event met below an offset already taken is a replay).
 A sharded source: the shards' sequences do not compare. Ingest writes every shard's
 records through one producer, so the order it sent them in agrees with each partition's
 offsets and with each shard's binlog order; once replays are dropped (per partition and
-shard) such an order always exists, and ``shards_merged`` finds one: it takes, among the
+shard) such an order exists, and ``shards_merged`` finds one: it takes, among the
 partitions' next records, one that comes first in its shard's binlog.
+
+Except after an ingest crash on a broker that shows aborted transactions' records (the
+local Tansu does, DESIGN.md): the crashed run's last transaction may show in some
+partitions and not in others, and the next run sends those shards' records again in
+another interleaving. Then no order may keep both every partition and every shard; for
+example ``[a2, b1]`` in one partition and ``[b2, a1]`` in another. What needs a shard's
+order across partitions is a record written to every partition (a watermark or DDL
+marker, a truncate: its first copy acts for all of them); two data records in different
+partitions are changes of different keys, whose order between them changes nothing. So
+when every partition's next record waits for a lower one of its shard, a next *data*
+record is taken; a record written to every partition still waits until it is the lowest
+of its shard left (OrderConflict if only such records wait: no crash makes that).
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ class Placed(NamedTuple):
     offset: int
     shard: str
     sequence: int
+    every_partition: bool = False  # a watermark or DDL marker, a truncate: a copy in each partition
 
 
 class OrderConflict(ValueError):
@@ -45,7 +58,10 @@ class OrderConflict(ValueError):
 
 def shards_merged(records: Sequence[Placed]) -> list[int]:
     """Indexes of ``records`` in an order that keeps every partition's offset order and
-    every shard's sequence order (OrderConflict if there is none)."""
+    each shard's sequence order around its records written to every partition (and
+    between its data records too, unless a crash's aborted records leave none: see the
+    module). OrderConflict if a partition's records of one shard go down (a replay left
+    in), or if only records written to every partition wait."""
     queues: dict[int, list[int]] = {}
     for i in sorted(range(len(records)), key=lambda i: (records[i].partition, records[i].offset)):
         queues.setdefault(records[i].partition, []).append(i)
@@ -56,27 +72,41 @@ def shards_merged(records: Sequence[Placed]) -> list[int]:
     for heap in pending.values():
         heapq.heapify(heap)
     heads = {p: 0 for p in queues}
+    last: dict[tuple[int, str], int] = {}  # per partition and shard, the sequence last taken
     out: list[int] = []
     while len(out) < len(records):
-        chosen = None
+        chosen = waiting_data = None
         for p, queue in queues.items():
             at = heads[p]
             if at == len(queue):
                 continue
-            i = queue[at]
-            first = pending[records[i].shard][0]
-            if first[0] == records[i].sequence:
+            r = records[queue[at]]
+            if pending[r.shard][0][0] == r.sequence:
                 chosen = p
                 break
+            if waiting_data is None and not r.every_partition:
+                waiting_data = p
         if chosen is None:
-            raise OrderConflict("the partitions' records disagree with their shards' order (replays left in?)")
+            chosen = waiting_data
+        if chosen is None:
+            raise OrderConflict(
+                "the partitions' markers or truncates disagree with their shards' order: no order of this batch "
+                "applies them after every change before them"
+            )
         i = queues[chosen][heads[chosen]]
+        r = records[i]
+        if r.sequence < last.get((chosen, r.shard), r.sequence):
+            raise OrderConflict(
+                f"partition {chosen} holds a record of shard {r.shard} below one of that shard before it "
+                f"(offset {r.offset}): a replay left in"
+            )
+        last[(chosen, r.shard)] = r.sequence
         heads[chosen] += 1
-        heap = pending[records[i].shard]
+        heap = pending[r.shard]
         # equal sequences (the halves of a key change, a marker in every partition) go in any order
         top = heapq.heappop(heap)
         if top[1] != i:
-            heap.remove((records[i].sequence, i))
+            heap.remove((r.sequence, i))
             heapq.heappush(heap, top)
             heapq.heapify(heap)
         out.append(i)

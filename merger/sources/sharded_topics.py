@@ -6,7 +6,9 @@
   does so for positions that name a shard).
 * **A batch's order** is one that keeps every partition's offsets and every shard's
   binlog order (``merger.batch_order.shards_merged``), never an order made up between
-  shards.
+  shards; after an ingest crash whose aborted records the broker shows, a shard's order
+  may give way between data records of different partitions, never around a marker or a
+  truncate.
 * **The reconciler tells replays by the Kafka offset**, which rises along a partition
   (the sequences of two shards do not); markers still carry their window's sequence.
 * **A DDL marker counts per shard**, checked against the other shards' definitions
@@ -17,8 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
 from merger.batch_order import Placed, shards_merged
 from merger.sources.ingest_topics import IngestTopics
+
+
+def in_every_partition(item) -> bool:
+    """Whether ingest wrote a copy of the record (a ``merger.records.ParsedRecord``) into
+    each partition of its topic: a watermark or DDL marker, a truncate (the copies share
+    one position)."""
+    headers, payload = item.headers, item.payload
+    if DDL_HEADER in headers or WATERMARK_HEADER in headers:
+        return True
+    return isinstance(payload, dict) and payload.get("op") in ("m", "t")
 
 
 class ShardedTopics(IngestTopics):
@@ -33,6 +46,7 @@ class ShardedTopics(IngestTopics):
                 it.record["offset"],
                 it.position.shard if it.position else "",
                 it.position.sequence() if it.position else 0,
+                in_every_partition(it),
             )
             for it in items
         ]

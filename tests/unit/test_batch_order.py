@@ -4,6 +4,7 @@ producer that wrote them (any interleaving of the shards' sends, any partitionin
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -77,13 +78,162 @@ def test_the_order_of_sequences_alone_breaks_the_partitions():
     assert shards_merged(records) == [0, 1, 2]
 
 
-def test_records_no_one_producer_could_write_are_refused():
-    """A replay left in (a shard's record again, after the other shard's): no order exists."""
+def test_a_crash_hole_gets_an_order_of_its_partitions():
+    """Ingest's last transaction before a crash showed in partition 0 only (a2, then b1),
+    the next run sent the lost ones again in another interleaving (b2, then a1): no order
+    keeps both partitions and both shards. Data records give way, in partition order."""
     records = [
         Placed(0, 0, "a", 2),
         Placed(0, 1, "b", 1),
         Placed(1, 0, "b", 2),
         Placed(1, 1, "a", 1),
     ]
-    with pytest.raises(OrderConflict):
+    order = shards_merged(records)
+    assert sorted(order) == [0, 1, 2, 3]
+    assert order.index(0) < order.index(1) and order.index(2) < order.index(3)
+
+
+def test_markers_that_no_order_can_place_are_refused():
+    """The same, where the records that would have to give way are markers: refused."""
+    records = [
+        Placed(0, 0, "a", 2, True),
+        Placed(0, 1, "b", 1, True),
+        Placed(1, 0, "b", 2, True),
+        Placed(1, 1, "a", 1, True),
+    ]
+    with pytest.raises(OrderConflict, match="markers or truncates"):
         shards_merged(records)
+
+
+def test_a_replay_left_in_is_refused():
+    """A partition's records of one shard that go down: a replay the filter let through."""
+    records = [Placed(0, 0, "a", 5), Placed(0, 1, "a", 3), Placed(1, 0, "a", 4)]
+    with pytest.raises(OrderConflict, match="replay left in"):
+        shards_merged(records)
+
+
+# -- an ingest crash on a broker that shows aborted records ---------------------------------
+
+
+@st.composite
+def crashed_sends(draw):
+    """What the merger reads after ingest crashed once: run 1 sent each shard's records
+    (data records to one partition, markers and truncates to every partition) in some
+    interleaving; its committed transactions, a prefix of the sends, are delivered, and
+    of the aborted rest each partition shows a prefix (the broker shows aborted records,
+    a kill loses what was in flight). Run 2 resumes every shard after its committed
+    records, in another interleaving. The replay filter (per partition and shard, at or
+    below the highest taken) then drops what was shown twice."""
+    shards = [f"s{s}" for s in range(draw(st.integers(1, 3)))]
+    partitions = draw(st.integers(1, 3))
+    per_shard = {}
+    for shard in shards:
+        seq, out = 0, []
+        for _ in range(draw(st.integers(0, 8))):
+            seq += 1
+            spans = draw(st.integers(0, 4)) == 0
+            out.append((shard, seq, None if spans else draw(st.integers(0, partitions - 1))))
+        per_shard[shard] = out
+    rnd = random.Random(draw(st.integers(0, 10**6)))
+
+    def interleave(queues):
+        queues = [list(q) for q in queues if q]
+        sent = []
+        while queues:
+            q = rnd.choice(queues)
+            sent.append(q.pop(0))
+            queues = [q for q in queues if q]
+        return sent
+
+    def copies(sent):  # (partition, shard, seq, spans) in send order
+        out = []
+        for shard, seq, partition in sent:
+            targets = range(partitions) if partition is None else [partition]
+            out.extend((p, shard, seq, partition is None) for p in targets)
+        return out
+
+    run1 = interleave(per_shard.values())
+    committed = draw(st.integers(0, len(run1)))
+    run1_copies = copies(run1)
+    done = len(copies(run1[:committed]))
+    shown = list(run1_copies[:done])
+    for p in range(partitions):  # per partition, a prefix of the aborted rest
+        rest = [c for c in run1_copies[done:] if c[0] == p]
+        shown.extend(rest[: draw(st.integers(0, len(rest)))])
+    resumed = {s: [r for r in per_shard[s] if r not in run1[:committed]] for s in shards}
+    run2_copies = copies(interleave(resumed.values()))
+    logs = {p: [c for c in shown if c[0] == p] + [c for c in run2_copies if c[0] == p] for p in range(partitions)}
+    records, highest = [], {}
+    for p, log in logs.items():
+        for offset, (_, shard, seq, spans) in enumerate(log):
+            if seq <= highest.get((p, shard), 0):
+                continue  # the replay filter
+            highest[(p, shard)] = seq
+            records.append(Placed(p, offset, shard, seq, spans))
+    return records
+
+
+def keeps_what_the_merger_needs(records, order) -> bool:
+    """Every partition's offsets; every record of a shard below one of its markers or
+    truncates before each copy of it."""
+    position = {i: at for at, i in enumerate(order)}
+    last_offset = {}
+    for i in order:
+        r = records[i]
+        if r.offset <= last_offset.get(r.partition, -1):
+            return False
+        last_offset[r.partition] = r.offset
+    for i, r in enumerate(records):
+        if r.every_partition:
+            for j, other in enumerate(records):
+                if other.shard == r.shard and other.sequence < r.sequence and position[j] > position[i]:
+                    return False
+    return True
+
+
+@given(crashed_sends(), st.randoms())
+def test_a_crash_with_aborted_records_shown_gets_an_order(records, rnd):
+    shuffled = list(records)
+    rnd.shuffle(shuffled)
+    order = shards_merged(shuffled)
+    assert sorted(order) == list(range(len(shuffled)))
+    assert keeps_what_the_merger_needs(shuffled, order)
+
+
+def test_the_strict_order_is_refused_by_such_a_crash():
+    """The model above makes the case the strict rule (every shard's order between all its
+    records) refuses: run 1's a2 shown in partition 0 only, with b1 after it; run 2 sends
+    b2 then a1 to partition 1."""
+    records = [Placed(0, 0, "a", 2), Placed(0, 1, "b", 1), Placed(1, 0, "b", 2), Placed(1, 1, "a", 1)]
+    assert not any(respects(records, list(order)) for order in itertools.permutations(range(4)))
+    assert keeps_what_the_merger_needs(records, shards_merged(records))
+
+
+def test_a_marker_never_goes_before_a_lower_change_of_its_shard():
+    """A marker of shard a (sequence 3) in both partitions; a's change 2 waits in partition
+    1 behind b's change, which waits for b's change in partition 0 behind the marker."""
+    records = [
+        Placed(0, 0, "a", 3, True),
+        Placed(0, 1, "b", 1),
+        Placed(1, 0, "b", 2),
+        Placed(1, 1, "a", 2),
+        Placed(1, 2, "a", 3, True),
+    ]
+    order = shards_merged(records)
+    assert keeps_what_the_merger_needs(records, order)
+    assert order.index(3) < order.index(0)
+
+
+def test_which_records_ingest_writes_to_every_partition():
+    from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
+    from merger.records import ParsedRecord
+    from merger.sources.sharded_topics import in_every_partition
+
+    def rec(headers, payload):
+        return ParsedRecord({"partition": 0, "offset": 0}, headers, payload, None)
+
+    assert in_every_partition(rec({WATERMARK_HEADER: b"{}"}, {"op": "c"}))
+    assert in_every_partition(rec({DDL_HEADER: b"{}"}, {}))
+    assert in_every_partition(rec({}, {"op": "t"}))
+    assert in_every_partition(rec({}, {"op": "m"}))
+    assert not any(in_every_partition(rec({}, {"op": op})) for op in "cudr")
