@@ -173,17 +173,42 @@ class _Meta:
 
     @property
     def app_main(self) -> str:
-        return f"cdc-sink:{self.table_id}"
+        return app_main(self.table_id)
 
     @property
     def app_tomb(self) -> str:
-        return f"cdc-sink-tombstones:{self.table_id}"
+        return app_tombstones(self.table_id)
 
 
 # the MERGE conditions on a change (alias s) and the row or tombstone it meets (alias t)
 _NEWER = f"s.{quote_ident(SEQ)} > t.{quote_ident(SEQ)}"
 _IS_DELETE = f"s.{quote_ident(OP)} = '{DELETE_OP}'"
 _NOT_DELETE = f"s.{quote_ident(OP)} <> '{DELETE_OP}'"
+
+
+def held_version(dt: DeltaTable, app_id: str) -> int:
+    """The version the app transaction ``app_id`` recorded in ``dt`` (-1: none)."""
+    v = dt.transaction_version(app_id)
+    return -1 if v is None else v
+
+
+def steps_done(main: DeltaTable, tomb: DeltaTable) -> tuple[int, int]:
+    """The versions whose table step and tombstone step are done, as the loaded snapshots
+    of a sink table and its tombstone table record them. A tombstone step with nothing to
+    write is recorded in the table's own commit (see the module notes)."""
+    table_id = main.metadata().id
+    tombs = max(held_version(tomb, app_tombstones(table_id)), held_version(main, app_tombstones(table_id)))
+    return held_version(main, app_main(table_id)), tombs
+
+
+def app_main(table_id: str) -> str:
+    """The app transaction that records a sink table's applied versions."""
+    return f"cdc-sink:{table_id}"
+
+
+def app_tombstones(table_id: str) -> str:
+    """The app transaction that records the versions whose tombstone step is done."""
+    return f"cdc-sink-tombstones:{table_id}"
 
 
 class DeltaSink(DeltaReads, KeepsRows, Sink):
@@ -460,14 +485,10 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
 
     @staticmethod
     def _held(dt: DeltaTable, app_id: str) -> int:
-        v = dt.transaction_version(app_id)
-        return -1 if v is None else v
+        return held_version(dt, app_id)
 
     def _versions(self, m: _Meta) -> tuple[int, int]:
-        """The versions whose table step and tombstone step are done. A tombstone step with
-        nothing to write is recorded in the table's own commit (see the module notes)."""
-        tombs = max(self._held(m.tomb, m.app_tomb), self._held(m.main, m.app_tomb))
-        return self._held(m.main, m.app_main), tombs
+        return steps_done(m.main, m.tomb)
 
     def _record(self, dt: DeltaTable, version: int, schema: pa.Schema, *app_ids: str) -> None:
         """Make sure ``version`` is recorded in ``dt`` (an empty commit if the write

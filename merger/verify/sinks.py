@@ -15,6 +15,7 @@ column of a sharded source's logical table: verify compares one origin at a time
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 from functools import partial
 from typing import Any, Sequence
@@ -65,6 +66,7 @@ def _lenient_temporals(conn) -> None:
         conn.adapters.register_loader(name, lenient(base))
 
 
+TOMBSTONE_WAIT_S = 30.0  # how long a confirmation read waits for the Delta tombstones to catch up
 SEQ_COLUMN = "_cdc_seq"  # each sink row's and tombstone's position (docs/architecture.md)
 
 
@@ -342,6 +344,33 @@ class PostgresReader:
             out += self._run(q, params)
         return out
 
+    def _tombstones_after_rows(self, db, table, path: str):
+        """The tombstone table once it holds the deletes of every row change read before
+        (None: no sink table). The sink commits a batch's rows, then its tombstones: a read
+        between the two would see a deleted row gone without its tombstone, a key without
+        a position (``merger.sinks.delta``). So the table is loaded now, after the rows
+        were read, and the tombstones until their step reaches its version."""
+        from deltalake import DeltaTable
+
+        from merger.sinks.delta import steps_done
+
+        main = self._open(db, table)
+        if main is None:
+            return None
+        deadline = time.monotonic() + TOMBSTONE_WAIT_S
+        while True:
+            tomb = DeltaTable(path, storage_options=self.storage_options)
+            table_done, tombs_done = steps_done(main, tomb)
+            if tombs_done >= table_done:
+                return tomb
+            if time.monotonic() > deadline:
+                raise SinkReadError(
+                    f"Delta tombstones {path}: still at version {tombs_done} of the table's {table_done} after "
+                    f"{TOMBSTONE_WAIT_S:.0f}s (a merger stopped between a batch's two commits finishes it when it "
+                    "starts again): start the merger, then verify again"
+                )
+            time.sleep(0.05)
+
     def keys_where(self, db, table, keys, condition: str) -> list[tuple]:
         """The keys of the sink rows that meet ``condition`` (SQL in PostgreSQL's dialect, as
         the operator wrote it for `cdc repair --where`)."""
@@ -532,7 +561,6 @@ class DeltaReader:
         """``(key values..., sequence)`` of the sink's tombstones of these keys (the table
         the Delta sink keeps its deleted keys in, docs/architecture.md); none without one."""
         import pyarrow as pa
-        from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
         from merger.sinks.delta import DeltaSink
@@ -540,9 +568,10 @@ class DeltaReader:
         wanted = set(map(tuple, canon_keys))
         path = DeltaSink.tombstone_path(self, (db, table))
         try:
-            t = _plain(
-                DeltaTable(path, storage_options=self.storage_options).to_pyarrow_table(columns=[*keys, SEQ_COLUMN])
-            )
+            tomb = self._tombstones_after_rows(db, table, path)
+            if tomb is None:
+                return []
+            t = _plain(tomb.to_pyarrow_table(columns=[*keys, SEQ_COLUMN]))
         except TableNotFoundError:
             return []
         except (OSError, DeltaError) as exc:
@@ -552,6 +581,33 @@ class DeltaReader:
         cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
         t = t.filter(pa.array([key in wanted for key in zip(*cols)], pa.bool_()))
         return list(zip(*(t.column(n).to_pylist() for n in [*keys, SEQ_COLUMN])))
+
+    def _tombstones_after_rows(self, db, table, path: str):
+        """The tombstone table once it holds the deletes of every row change read before
+        (None: no sink table). The sink commits a batch's rows, then its tombstones: a read
+        between the two would see a deleted row gone without its tombstone, a key without
+        a position (``merger.sinks.delta``). So the table is loaded now, after the rows
+        were read, and the tombstones until their step reaches its version."""
+        from deltalake import DeltaTable
+
+        from merger.sinks.delta import steps_done
+
+        main = self._open(db, table)
+        if main is None:
+            return None
+        deadline = time.monotonic() + TOMBSTONE_WAIT_S
+        while True:
+            tomb = DeltaTable(path, storage_options=self.storage_options)
+            table_done, tombs_done = steps_done(main, tomb)
+            if tombs_done >= table_done:
+                return tomb
+            if time.monotonic() > deadline:
+                raise SinkReadError(
+                    f"Delta tombstones {path}: still at version {tombs_done} of the table's {table_done} after "
+                    f"{TOMBSTONE_WAIT_S:.0f}s (a merger stopped between a batch's two commits finishes it when it "
+                    "starts again): start the merger, then verify again"
+                )
+            time.sleep(0.05)
 
     def keys_where(self, db, table, keys, condition: str) -> list[tuple]:
         """The keys of the sink rows that meet ``condition`` (SQL in DataFusion's dialect,
