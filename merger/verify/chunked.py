@@ -250,14 +250,11 @@ class TableVerifier:
                 if report.truncated:
                     changing += batch
                     continue
+                held = side.sink_rows(side.rows_with_keys(batch))
+                # the positions are read after the rows: any change the rows show, they show
+                positions = side.sequences(batch)
                 found_now = settle(
-                    batch,
-                    self.columns,
-                    side.key_pos,
-                    side.source_rows(raw),
-                    side.sink_rows(side.rows_with_keys(batch)),
-                    side.sequences(batch),
-                    report.low,
+                    batch, self.columns, side.key_pos, side.source_rows(raw), held, positions, report.low
                 )
                 changing += found_now.changing
                 confirmed.missing += found_now.diff.missing

@@ -9,7 +9,7 @@ from typing import Sequence
 from merger.verify.column_canon import ColumnCanon, row_canons
 from merger.verify.digest import encode_row
 from merger.verify.keys import ALIGNED_KINDS, key_kind, order_key
-from merger.verify.sinks import SEQ_COLUMN, delta_statistics_exact
+from merger.verify.sinks import delta_statistics_exact
 from merger.verify.source import SourceTable
 from merger.verify.sql_digest import DigestPlan, plan
 
@@ -127,14 +127,10 @@ class SinkSide:
         change of it: its row's ``_cdc_seq`` or its tombstone's (keys it has neither of are
         left out)."""
         keys = list(canon_keys)
-        with_seq = {**self.sink_cols, SEQ_COLUMN: "bigint"}  # the readers leave it out of the columns compared
-        rows = self.reader.rows_with_keys(
-            *self.target, [*self.keys, SEQ_COLUMN], with_seq, self.keys, self.kinds, keys, **self._read_kwargs()
-        )
         extra = {"key_canons": self.key_canons} if self.reader.name == "delta" else {}
-        tombs = self.reader.tombstones_with_keys(*self.target, self.sink_cols, self.keys, self.kinds, keys, **extra)
+        found = self.reader.positions_with_keys(*self.target, self.sink_cols, self.keys, self.kinds, keys, **extra)
         out: dict[bytes, int] = {}
-        for r in [*rows, *tombs]:
+        for r in found:
             if r[-1] is None:
                 continue
             ek = encode_row(tuple(c.sink(v) for c, v in zip(self.key_canons, r[:-1])))

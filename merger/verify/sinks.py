@@ -314,62 +314,35 @@ class PostgresReader:
             out += self._select(db, table, names, sink_cols, where, params)
         return out
 
-    def tombstones_with_keys(self, db, table, sink_cols, keys, kinds, canon_keys) -> list[tuple]:
-        """``(key values..., sequence)`` of the sink's tombstones of these keys: its deleted
-        keys with the delete's position (the tombstone table whose comment names the sink
-        table, docs/architecture.md); none when the sink keeps no tombstone table for it."""
+    def positions_with_keys(self, db, table, sink_cols, keys, kinds, canon_keys) -> list[tuple]:
+        """``(key values..., sequence)`` of the sink's rows and tombstones of these keys: the
+        position of its last change of each (a deleted key's tombstone is in the table whose
+        comment names the sink table, docs/architecture.md). Rows and tombstones are read in
+        one statement, one snapshot: read apart, a key deleted and written again in between
+        would show neither (its tombstone goes when it is written again)."""
         from psycopg import sql
 
+        if not canon_keys:
+            return []
         found = self._run(
             "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE c.relkind = 'r' AND obj_description(c.oid, 'pg_class') = %s",
             (f"cdc sink tombstones (deleted key -> sequence) of {self._qualified(db, table)}",),
         )
-        if not found or not canon_keys:
-            return []
-        tomb = sql.Identifier(*found[0])
+        tables = [sql.Identifier(*self.target(db, table))] + ([sql.Identifier(*found[0])] if found else [])
+        columns = sql.SQL(", ").join(map(sql.Identifier, [*keys, SEQ_COLUMN]))
         key = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, keys)))
         one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(keys)))
         out: list[tuple] = []
         for i in range(0, len(canon_keys), LOOKUP_BATCH):
             batch = canon_keys[i : i + LOOKUP_BATCH]
-            q = sql.SQL("SELECT {}, {} FROM {} WHERE {} IN ({})").format(
-                sql.SQL(", ").join(map(sql.Identifier, keys)),
-                sql.Identifier(SEQ_COLUMN),
-                tomb,
-                key,
-                sql.SQL(", ").join([one] * len(batch)),
+            listed = sql.SQL(", ").join([one] * len(batch))
+            q = sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {} FROM {} WHERE {} IN ({})").format(columns, t, key, listed) for t in tables
             )
             params = [postgres_param(k, v, sink_cols.get(c)) for kv in batch for c, k, v in zip(keys, kinds, kv)]
-            out += self._run(q, params)
+            out += self._run(q, params * len(tables))
         return out
-
-    def _tombstones_after_rows(self, db, table, path: str):
-        """The tombstone table once it holds the deletes of every row change read before
-        (None: no sink table). The sink commits a batch's rows, then its tombstones: a read
-        between the two would see a deleted row gone without its tombstone, a key without
-        a position (``merger.sinks.delta``). So the table is loaded now, after the rows
-        were read, and the tombstones until their step reaches its version."""
-        from deltalake import DeltaTable
-
-        from merger.sinks.delta import steps_done
-
-        main = self._open(db, table)
-        if main is None:
-            return None
-        deadline = time.monotonic() + TOMBSTONE_WAIT_S
-        while True:
-            tomb = DeltaTable(path, storage_options=self.storage_options)
-            table_done, tombs_done = steps_done(main, tomb)
-            if tombs_done >= table_done:
-                return tomb
-            if time.monotonic() > deadline:
-                raise SinkReadError(
-                    f"Delta tombstones {path}: still at version {tombs_done} of the table's {table_done} after "
-                    f"{TOMBSTONE_WAIT_S:.0f}s (a merger stopped between a batch's two commits finishes it when it "
-                    "starts again): start the merger, then verify again"
-                )
-            time.sleep(0.05)
 
     def keys_where(self, db, table, keys, condition: str) -> list[tuple]:
         """The keys of the sink rows that meet ``condition`` (SQL in PostgreSQL's dialect, as
@@ -435,14 +408,15 @@ class DeltaReader:
             return None
         return {f.name: str(_plain_type(f.type)) for f in pa.schema(dt.schema().to_arrow()) if f.name != SEQ}
 
-    def _scan(self, db, table, names, sink_cols, keep, prune=None, fixed=None) -> list[tuple]:
-        """Rows of the table's files (pruned by ``prune`` where delta-rs can), filtered
-        per batch by ``fixed`` (column, value) and ``keep(arrow table) -> arrow table``."""
+    def _scan(self, db, table, names, sink_cols, keep, prune=None, fixed=None, dt=None) -> list[tuple]:
+        """Rows of the table's files (``dt``: as loaded; else its latest version; pruned by
+        ``prune`` where delta-rs can), filtered per batch by ``fixed`` (column, value) and
+        ``keep(arrow table) -> arrow table``."""
         import pyarrow as pa
         import pyarrow.dataset as ds
         from deltalake.exceptions import DeltaError
 
-        dt = self._open(db, table)
+        dt = dt or self._open(db, table)
         if dt is None:
             raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
         present = [n for n in names if n in sink_cols]
@@ -555,59 +529,68 @@ class DeltaReader:
 
         return self._scan(db, table, names, sink_cols, keep, fixed=fixed)
 
-    def tombstones_with_keys(
+    def positions_with_keys(
         self, db, table, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = ()
     ) -> list[tuple]:
-        """``(key values..., sequence)`` of the sink's tombstones of these keys (the table
-        the Delta sink keeps its deleted keys in, docs/architecture.md); none without one."""
+        """``(key values..., sequence)`` of the sink's rows and tombstones of these keys: the
+        position of its last change of each (deleted keys are in the table the Delta sink
+        keeps its tombstones in, docs/architecture.md). Both are read at one batch of the
+        merger (``_one_batch``): read apart, a key deleted and written again in between
+        would show neither."""
         import pyarrow as pa
-        from deltalake.exceptions import DeltaError, TableNotFoundError
-
-        from merger.sinks.delta import DeltaSink
+        from deltalake.exceptions import DeltaError
 
         wanted = set(map(tuple, canon_keys))
-        path = DeltaSink.tombstone_path(self, (db, table))
-        try:
-            tomb = self._tombstones_after_rows(db, table, path)
-            if tomb is None:
-                return []
-            t = _plain(tomb.to_pyarrow_table(columns=[*keys, SEQ_COLUMN]))
-        except TableNotFoundError:
+        if not wanted:
             return []
-        except (OSError, DeltaError) as exc:
-            raise SinkReadError(f"Delta tombstones {path}: {_first_line(exc)}") from None
-        if not wanted or t.num_rows == 0:
-            return []
-        cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
-        t = t.filter(pa.array([key in wanted for key in zip(*cols)], pa.bool_()))
-        return list(zip(*(t.column(n).to_pylist() for n in [*keys, SEQ_COLUMN])))
+        main, tomb = self._one_batch(db, table)
 
-    def _tombstones_after_rows(self, db, table, path: str):
-        """The tombstone table once it holds the deletes of every row change read before
-        (None: no sink table). The sink commits a batch's rows, then its tombstones: a read
-        between the two would see a deleted row gone without its tombstone, a key without
-        a position (``merger.sinks.delta``). So the table is loaded now, after the rows
-        were read, and the tombstones until their step reaches its version."""
+        def keep(t):
+            cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
+            return t.filter(pa.array([key in wanted for key in zip(*cols)], pa.bool_())) if t.num_rows else t
+
+        out = self._scan(db, table, [*keys, SEQ_COLUMN], {**sink_cols, SEQ_COLUMN: "bigint"}, keep, dt=main)
+        if tomb is not None:
+            try:
+                t = _plain(tomb.to_pyarrow_table(columns=[*keys, SEQ_COLUMN]))
+            except (OSError, DeltaError) as exc:
+                raise SinkReadError(f"Delta tombstones of {self.path(db, table)}: {_first_line(exc)}") from None
+            t = keep(t)
+            out += zip(*(t.column(n).to_pylist() for n in [*keys, SEQ_COLUMN]))
+        return out
+
+    def _one_batch(self, db, table):
+        """The sink table and its tombstone table (None: none) as one batch of the merger
+        left them. The sink commits a batch's rows, then its tombstones; so the two are
+        loaded again until the tombstones' step is the table's (``steps_done``), waiting
+        while a batch is between its two commits."""
         from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
 
-        from merger.sinks.delta import steps_done
+        from merger.sinks.delta import DeltaSink, steps_done
 
-        main = self._open(db, table)
-        if main is None:
-            return None
+        path = DeltaSink.tombstone_path(self, (db, table))
         deadline = time.monotonic() + TOMBSTONE_WAIT_S
         while True:
-            tomb = DeltaTable(path, storage_options=self.storage_options)
+            main = self._open(db, table)
+            if main is None:
+                raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
+            try:
+                tomb = DeltaTable(path, storage_options=self.storage_options)
+            except TableNotFoundError:
+                return main, None
+            except (OSError, DeltaError) as exc:
+                raise SinkReadError(f"Delta tombstones {path}: {_first_line(exc)}") from None
             table_done, tombs_done = steps_done(main, tomb)
-            if tombs_done >= table_done:
-                return tomb
+            if tombs_done == table_done:
+                return main, tomb
             if time.monotonic() > deadline:
                 raise SinkReadError(
-                    f"Delta tombstones {path}: still at version {tombs_done} of the table's {table_done} after "
+                    f"Delta tombstones {path}: at version {tombs_done} while the table is at {table_done} after "
                     f"{TOMBSTONE_WAIT_S:.0f}s (a merger stopped between a batch's two commits finishes it when it "
                     "starts again): start the merger, then verify again"
                 )
-            time.sleep(0.05)
+            time.sleep(0.02)  # a batch between its two commits, or one committed between the two loads
 
     def keys_where(self, db, table, keys, condition: str) -> list[tuple]:
         """The keys of the sink rows that meet ``condition`` (SQL in DataFusion's dialect,
