@@ -15,7 +15,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from merger import state_chain
 from merger.errors import MergerError
@@ -435,10 +435,14 @@ class StateStore:
         atomic_write_json(path, {"action": action, "table": table, "args": args, "ts": time.time()})
         return path
 
-    def take_requests(self) -> list[dict]:
+    def take_requests(self, leave: Callable[[dict], bool] | None = None) -> list[dict]:
+        """The operators' requests, oldest first, each taken once; those ``leave`` says
+        must wait stay on disk (taken by a later call, or by the merger after a restart)."""
         out = []
         for p in sorted(self.control.glob("*.json")):
             data = read_json(p)
+            if data and leave is not None and leave(data):
+                continue
             p.unlink(missing_ok=True)
             if data:
                 out.append(data)

@@ -150,8 +150,8 @@ class SnapshotRunner(threading.Thread):
         # set by the app: True once the streaming query has finished its first trigger
         self.stream_ready = lambda: True
         self._last_tick = 0.0
-        self._deferred: list[dict] = []  # resume requests waiting for the processor's tables
-        self._repairs: list[dict] = []  # repair requests waiting for the table's running snapshot
+        self._resume_waits = False  # a resume request waits for the processor's tables
+        self._resume_tick = False  # the tick that brings the batch restoring them was raised
         # per server (a sharded source's shard, None for the one server): the connection kept
         # for watermark writes, and one for planning and small-table reads; a new one cost
         # ~40 ms of CPU (pymysql builds a TLS context each time), 40% of the merger's time
@@ -296,29 +296,38 @@ class SnapshotRunner(threading.Thread):
         except Exception as exc:  # the next tick tries again
             log.warning("watermark tick for %s failed: %s", table, exc)
 
+    def _waits(self, req: dict) -> bool:
+        """Whether a request must wait (left in the store, so a restart keeps it): a resume
+        until the processor restored its tables (paused ones too) in its first micro-batch,
+        else it would find no table; a repair until the table's running snapshot or repair
+        is done."""
+        if req.get("action") == "resume":
+            self._resume_waits = not self.processor.restored
+            return self._resume_waits
+        if req.get("action") != "repair":
+            return False
+        plan = self.store.load_plan(req.get("table", ""))
+        return (
+            plan is not None
+            and not plan.get("finished_at")
+            and not plan.get("cancelled")
+            and plan.get("repair_id") != req.get("args", {}).get("id")
+        )
+
     def _handle_requests(self) -> None:
-        requests = self.store.take_requests()
-        if not self.processor.restored:
-            # the processor restores its tables (paused ones too) in its first micro-batch:
-            # a resume handled before would find no table and be lost. It waits for that
-            # batch, which a tick brings (Spark runs none without new offsets)
-            waiting = [r for r in requests if r["action"] == "resume"]
-            if waiting:
-                self._deferred += waiting
-                self.store.raise_tick(self.store.tick() + 1)
-            requests = [r for r in requests if r["action"] != "resume"]
-        elif self._deferred:
-            requests, self._deferred = self._deferred + requests, []
-        requests, self._repairs = self._repairs + requests, []
+        self._resume_waits = False
+        requests = self.store.take_requests(leave=self._waits)
+        if self._resume_waits and not self._resume_tick:
+            # the batch that restores the tables: a tick brings it (Spark runs none without new offsets)
+            self._resume_tick = True
+            self.store.raise_tick(self.store.tick() + 1)
         for req in requests:
             table, action = req["table"], req["action"]
             plan = self.store.load_plan(table)
             rt = self.tables.lookup(table)
             if action == "repair":
                 if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
-                    if plan.get("repair_id") != req.get("args", {}).get("id"):
-                        self._repairs.append(req)  # after the running snapshot (or repair)
-                    continue
+                    continue  # this very repair, already running
                 self._plan_repair(table, rt, req.get("args", {}))
             elif self.signals is not None:
                 self.signals.handle(req)  # Debezium snapshots the table; we only ask

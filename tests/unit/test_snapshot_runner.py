@@ -81,6 +81,53 @@ def test_a_resume_before_the_first_micro_batch_waits_for_the_restored_tables(tmp
     assert rt.phase == "streaming" and rt.error is None
 
 
+def test_a_waiting_resume_is_kept_across_a_restart(tmp_path):
+    """The merger stopped before its first micro-batch: the resume is still asked for when
+    the next one starts (it stays in the store until it can be handled)."""
+    from merger.processor import BatchProcessor
+
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"))
+    store = StateStore(cfg.state_dir)
+    first = SnapshotRunner(cfg, None, store, processor=BatchProcessor("p", store, [], None, lambda topic: 1))
+    store.request("resume", "db.t")
+    first._handle_requests()
+    first._handle_requests()
+    assert store.tick() == 1  # one micro-batch asked for, not one per loop
+    restarted = StateStore(cfg.state_dir)
+    assert [(r["action"], r["table"]) for r in restarted.take_requests()] == [("resume", "db.t")]
+
+
+def test_a_repair_behind_a_running_snapshot_is_kept_across_a_restart(tmp_path):
+    """A repair asked for while the table's snapshot runs waits for it, in the store: a
+    merger restarted meanwhile still has it, and runs it after the snapshot."""
+    from merger.processor import BatchProcessor
+
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"))
+    store = StateStore(cfg.state_dir)
+
+    def merger() -> SnapshotRunner:
+        runner = SnapshotRunner(cfg, None, store, processor=BatchProcessor("p", store, [], None, lambda topic: 1))
+        runner.processor.restored = True
+        return runner
+
+    store.save_plan("db.t", {"chunks": [], "done": []})  # a snapshot under way
+    runner = merger()
+    planned = []
+    runner._plan_repair = lambda table, rt, args: planned.append((table, args["id"]))
+    store.request("repair", "db.t", keys=["[1]"], id="r1")
+    runner._handle_requests()
+    assert planned == []
+    again = merger()  # the merger restarted
+    again._plan_repair = lambda table, rt, args: planned.append((table, args["id"]))
+    again._handle_requests()
+    assert planned == []  # the snapshot still runs
+    store.save_plan("db.t", {"chunks": [], "done": [], "finished_at": 1.0})
+    again._handle_requests()
+    assert planned == [("db.t", "r1")]
+    again._handle_requests()
+    assert planned == [("db.t", "r1")]  # taken once
+
+
 def test_reads_at_once_are_capped_at_the_cores_only_when_the_merger_sizes_local_spark():
     from merger.snapshot.chunk_read import read_parallelism
 
