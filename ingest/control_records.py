@@ -11,8 +11,8 @@ from typing import Sequence
 from ingest.envelope import (
     EnvelopeConfig,
     Record,
-    _f,
-    _prim,
+    named_field,
+    primitive_schema,
     source_schema,
     transaction_block_schema,
     with_schema,
@@ -104,7 +104,10 @@ def message_record(
     if cfg.schemas_enable:
         msg_schema = {
             "type": "struct",
-            "fields": [_f(_prim("string", True), "prefix"), _f(_prim("bytes", True), "content")],
+            "fields": [
+                named_field(primitive_schema("string", True), "prefix"),
+                named_field(primitive_schema("bytes", True), "content"),
+            ],
             "optional": False,
             "name": f"io.debezium.connector.{cfg.connector}.Message",
             "version": 1,
@@ -112,11 +115,11 @@ def message_record(
         schema = {
             "type": "struct",
             "fields": [
-                _f(_prim("string", False), "op"),
-                _f(_prim("int64", True), "ts_ms"),
-                _f(source_schema(cfg.connector), "source"),
-                _f(transaction_block_schema(), "transaction"),
-                _f(msg_schema, "message"),
+                named_field(primitive_schema("string", False), "op"),
+                named_field(primitive_schema("int64", True), "ts_ms"),
+                named_field(source_schema(cfg.connector), "source"),
+                named_field(transaction_block_schema(), "transaction"),
+                named_field(msg_schema, "message"),
             ],
             "optional": False,
             "name": f"io.debezium.connector.{cfg.connector}.MessageValue",

@@ -112,13 +112,15 @@ class EnvelopeConfig:
 # --------------------------------------------------------------------------- schemas
 
 
-def _f(schema: Mapping, name: str) -> dict:
+def named_field(schema: Mapping, name: str) -> dict:
+    """A Kafka Connect schema as the field ``name`` of a struct."""
     d = dict(schema)
     d["field"] = name
     return d
 
 
-def _prim(type_: str, optional: bool) -> dict:
+def primitive_schema(type_: str, optional: bool) -> dict:
+    """A Kafka Connect schema of a primitive type (int64, string, ...)."""
     return {"type": type_, "optional": optional}
 
 
@@ -131,10 +133,10 @@ def source_schema(connector: str = CONNECTOR, sharded: bool = False) -> dict:
     schema = {
         "type": "struct",
         "fields": [
-            _f(_prim("string", False), "version"),
-            _f(_prim("string", False), "connector"),
-            _f(_prim("string", False), "name"),
-            _f(_prim("int64", False), "ts_ms"),
+            named_field(primitive_schema("string", False), "version"),
+            named_field(primitive_schema("string", False), "connector"),
+            named_field(primitive_schema("string", False), "name"),
+            named_field(primitive_schema("int64", False), "ts_ms"),
             {
                 "type": "string",
                 "optional": True,
@@ -144,25 +146,25 @@ def source_schema(connector: str = CONNECTOR, sharded: bool = False) -> dict:
                 "default": "false",
                 "field": "snapshot",
             },
-            _f(_prim("string", False), "db"),
-            _f(_prim("string", True), "sequence"),
-            _f(_prim("int64", True), "ts_us"),
-            _f(_prim("int64", True), "ts_ns"),
-            _f(_prim("string", True), "table"),
-            _f(_prim("int64", False), "server_id"),
-            _f(_prim("string", True), "gtid"),
-            _f(_prim("string", False), "file"),
-            _f(_prim("int64", False), "pos"),
-            _f(_prim("int32", False), "row"),
-            _f(_prim("int64", True), "thread"),
-            _f(_prim("string", True), "query"),
+            named_field(primitive_schema("string", False), "db"),
+            named_field(primitive_schema("string", True), "sequence"),
+            named_field(primitive_schema("int64", True), "ts_us"),
+            named_field(primitive_schema("int64", True), "ts_ns"),
+            named_field(primitive_schema("string", True), "table"),
+            named_field(primitive_schema("int64", False), "server_id"),
+            named_field(primitive_schema("string", True), "gtid"),
+            named_field(primitive_schema("string", False), "file"),
+            named_field(primitive_schema("int64", False), "pos"),
+            named_field(primitive_schema("int32", False), "row"),
+            named_field(primitive_schema("int64", True), "thread"),
+            named_field(primitive_schema("string", True), "query"),
         ],
         "optional": False,
         "name": f"io.debezium.connector.{connector}.Source",
         "version": 1,
     }
     if sharded:
-        schema["fields"].append(_f(_prim("string", True), "shard"))
+        schema["fields"].append(named_field(primitive_schema("string", True), "shard"))
     return schema
 
 
@@ -170,9 +172,9 @@ def transaction_block_schema() -> dict:
     return {
         "type": "struct",
         "fields": [
-            _f(_prim("string", False), "id"),
-            _f(_prim("int64", False), "total_order"),
-            _f(_prim("int64", False), "data_collection_order"),
+            named_field(primitive_schema("string", False), "id"),
+            named_field(primitive_schema("int64", False), "total_order"),
+            named_field(primitive_schema("int64", False), "data_collection_order"),
         ],
         "optional": True,
         "name": "event.block",
@@ -186,7 +188,7 @@ def row_schema(
     codecs = codecs or [column_codec(c, config) for c in spec.columns]
     return {
         "type": "struct",
-        "fields": [_f(c.schema, c.name) for c in codecs],
+        "fields": [named_field(c.schema, c.name) for c in codecs],
         "optional": True,
         "name": f"{prefix}.{spec.db}.{spec.table}.Value",
     }
@@ -195,7 +197,7 @@ def row_schema(
 def key_schema(spec: TableSpec, prefix: str, config: ConverterConfig | None = None) -> dict | None:
     if not spec.primary_key:
         return None
-    fields = [_f(column_codec(c, config).schema, c.name) for c in spec.pk_columns]
+    fields = [named_field(column_codec(c, config).schema, c.name) for c in spec.pk_columns]
     return {"type": "struct", "fields": fields, "optional": False, "name": f"{prefix}.{spec.db}.{spec.table}.Key"}
 
 
@@ -211,14 +213,14 @@ def envelope_schema(
     return {
         "type": "struct",
         "fields": [
-            _f(row, "before"),
-            _f(row, "after"),
-            _f(source_schema(connector, sharded), "source"),
-            _f(transaction_block_schema(), "transaction"),
-            _f(_prim("string", False), "op"),
-            _f(_prim("int64", True), "ts_ms"),
-            _f(_prim("int64", True), "ts_us"),
-            _f(_prim("int64", True), "ts_ns"),
+            named_field(row, "before"),
+            named_field(row, "after"),
+            named_field(source_schema(connector, sharded), "source"),
+            named_field(transaction_block_schema(), "transaction"),
+            named_field(primitive_schema("string", False), "op"),
+            named_field(primitive_schema("int64", True), "ts_ms"),
+            named_field(primitive_schema("int64", True), "ts_us"),
+            named_field(primitive_schema("int64", True), "ts_ns"),
         ],
         "optional": False,
         "name": f"{prefix}.{spec.db}.{spec.table}.Envelope",

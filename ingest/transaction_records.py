@@ -9,8 +9,8 @@ from typing import Mapping, Sequence
 from ingest.envelope import (
     EnvelopeConfig,
     Record,
-    _f,
-    _prim,
+    named_field,
+    primitive_schema,
     with_schema,
 )
 from ingest.jsontext import dumps, json_str
@@ -77,7 +77,7 @@ class TransactionTracker:
 def transaction_key_schema() -> dict:
     return {
         "type": "struct",
-        "fields": [_f(_prim("string", False), "id")],
+        "fields": [named_field(primitive_schema("string", False), "id")],
         "optional": False,
         "name": "io.debezium.connector.common.TransactionMetadataKey",
         "version": 1,
@@ -87,7 +87,10 @@ def transaction_key_schema() -> dict:
 def transaction_value_schema() -> dict:
     coll = {
         "type": "struct",
-        "fields": [_f(_prim("string", False), "data_collection"), _f(_prim("int64", False), "event_count")],
+        "fields": [
+            named_field(primitive_schema("string", False), "data_collection"),
+            named_field(primitive_schema("int64", False), "event_count"),
+        ],
         "optional": True,
         "name": "event.collection",
         "version": 1,
@@ -95,11 +98,11 @@ def transaction_value_schema() -> dict:
     return {
         "type": "struct",
         "fields": [
-            _f(_prim("string", False), "status"),
-            _f(_prim("string", False), "id"),
-            _f(_prim("int64", True), "event_count"),
+            named_field(primitive_schema("string", False), "status"),
+            named_field(primitive_schema("string", False), "id"),
+            named_field(primitive_schema("int64", True), "event_count"),
             {"type": "array", "items": coll, "optional": True, "field": "data_collections"},
-            _f(_prim("int64", False), "ts_ms"),
+            named_field(primitive_schema("int64", False), "ts_ms"),
         ],
         "optional": False,
         "name": "io.debezium.connector.common.TransactionMetadataValue",

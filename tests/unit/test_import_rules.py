@@ -26,12 +26,6 @@ KNOWN_PRIVATE_IMPORTS = {
     ("merger.sinks.delta_reads", "merger.sinks.delta", "_Meta"),
     ("merger.sinks.postgres_reads", "merger.sinks.postgres", "_Meta"),
     ("merger.sinks.postgres_copy", "merger.sinks.postgres", "_Meta"),
-    ("ingest.schema_change_records", "ingest.envelope", "_f"),
-    ("ingest.schema_change_records", "ingest.envelope", "_prim"),
-    ("ingest.transaction_records", "ingest.envelope", "_f"),
-    ("ingest.transaction_records", "ingest.envelope", "_prim"),
-    ("ingest.control_records", "ingest.envelope", "_f"),
-    ("ingest.control_records", "ingest.envelope", "_prim"),
 }
 
 
