@@ -301,6 +301,19 @@ class StateStore:
     def save_plan(self, table: str, plan: dict) -> None:
         atomic_write_json(self.plan_path(table), plan)
 
+    def refuse_repair(self, table: str, repair_id: str, error: str) -> None:
+        """A repair the merger cannot run: its reason, for `cdc repair` to report (the
+        table's snapshot plan is left as it is)."""
+        atomic_write_json(
+            self.plans / f"{safe_name(table)}.repair-refused",
+            {"repair_id": repair_id, "error": error, "at": time.time()},
+        )
+
+    def repair_refusal(self, table: str, repair_id: str) -> str | None:
+        """Why the merger refused the repair ``repair_id`` of ``table`` (None: it did not)."""
+        found = read_json(self.plans / f"{safe_name(table)}.repair-refused", {})
+        return found.get("error") if found.get("repair_id") == repair_id else None
+
     def all_plans(self) -> dict[str, dict]:
         """Every table's plan, new dicts."""
         return {table: json.loads(text) for table, (text, _) in self._plan_index().items()}

@@ -85,6 +85,9 @@ def wait_for_repair(
     deadline = time.monotonic() + timeout
     plan: dict | None = None
     while time.monotonic() < deadline:
+        refused = store.repair_refusal(table, repair_id)
+        if refused:
+            raise ConfigError(refused)
         plan = store.load_plan(table)
         if plan is not None and plan.get("repair_id") == repair_id:
             if plan.get("error"):

@@ -429,8 +429,8 @@ class SnapshotRunner(threading.Thread):
         return plan
 
     def _plan_repair(self, table: str, rt, args: dict) -> None:
-        """A repair's key-list plan (merger.snapshot.repair); a repair that cannot run is
-        written down as a cancelled plan with its error, for `cdc repair` to report."""
+        """A repair's key-list plan (merger.snapshot.repair); why a repair cannot run is
+        written down beside the plans (``StateStore.refuse_repair``), for `cdc repair` to report."""
         repair_id = str(args.get("id") or "")
         try:
             if self.signals is not None:
@@ -445,20 +445,7 @@ class SnapshotRunner(threading.Thread):
             plan = repair_plan(table, repair_id, [tuple(decode_key(k)) for k in args.get("keys", [])])
         except RepairError as exc:
             log.error("%s", exc)
-            self.store.save_plan(
-                table,
-                {
-                    "table": table,
-                    "repair_id": repair_id,
-                    "error": str(exc),
-                    "cancelled": time.time(),
-                    "chunks": [],
-                    "done": [],
-                    "rows": 0,
-                    "deleted": 0,
-                    "created_at": time.time(),
-                },
-            )
+            self.store.refuse_repair(table, repair_id, str(exc))
             return
         self.store.save_plan(table, plan)
         self.tables.set_phase(rt, "snapshotting", when="streaming")

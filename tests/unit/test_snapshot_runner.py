@@ -227,3 +227,26 @@ def test_a_window_dropped_by_a_new_plan_under_its_read_is_no_failure(tmp_path):
     with pytest.raises(RuntimeError, match="FileNotFoundError"):
         runner._window("db.t", rt, [chunk], None)
     assert not rt.reconciler.windows  # abandoned
+
+
+def test_a_repair_the_merger_cannot_run_is_reported_and_leaves_the_plan_alone(tmp_path):
+    """A refused repair (here: a table the merger does not know) is written down beside the
+    plans: `cdc repair` reports its reason, and the table's snapshot plan stays as it was."""
+    import pytest
+
+    from cdc.cli.repair import wait_for_repair
+    from cdc.config import ConfigError
+    from merger.processor import BatchProcessor
+
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"))
+    store = StateStore(cfg.state_dir)
+    finished = {"table": "db.t", "chunks": [], "done": [], "finished_at": 1.0}
+    store.save_plan("db.t", finished)
+    runner = SnapshotRunner(cfg, None, store, processor=BatchProcessor("p", store, [], None, lambda topic: 1))
+    runner.processor.restored = True
+    store.request("repair", "db.t", keys=["[1]"], id="r1")
+    runner._handle_requests()
+    assert store.load_plan("db.t") == finished
+    assert store.repair_refusal("db.t", "r2") is None
+    with pytest.raises(ConfigError, match="no such table with a key"):
+        wait_for_repair(store, "db.t", "r1", timeout=5)
