@@ -238,7 +238,8 @@ def apply_change(latest: Version | None, change: Change, options: SCD2Options) -
     current = latest if latest is not None and latest.is_current else None
     if change.op == DELETE:
         return Step(rewritten=closed(current, change.sequence, time)) if current else Step()
-    assert change.op in UPSERTS
+    if change.op not in UPSERTS:
+        raise ValueError(f"unknown op {change.op!r} of a change of key {change.key!r}")
     if current is None:
         note = None
         if change.op == SNAPSHOT and latest is not None:

@@ -575,3 +575,8 @@ def test_broken_copies_of_the_rules_are_caught(name, monkeypatch):
     with pytest.raises((AssertionError, ExceptionGroup)):  # a group when the search finds several
         check_broken()
     assert found
+
+
+def test_a_change_of_an_unknown_op_is_an_error_not_a_skip():
+    with pytest.raises(ValueError, match="op must be one of"):
+        feed({}, [change("x", 10, name="a", visits=0)])
