@@ -281,7 +281,8 @@ def test_dead_letter_records_match_schema(monkeypatch):
 
 def _changelog_sink():
     from merger.sinks.base import TableId
-    from merger.sinks.kafka_changelog import KafkaChangelogSink, _State
+    from merger.sinks.kafka_changelog import KafkaChangelogSink
+    from merger.sinks.kafka_changelog.sink import _State
 
     sink = KafkaChangelogSink("127.0.0.1:1", "merged")  # never connects in these tests
     table = TableId("shop", "orders")

@@ -108,7 +108,7 @@ def test_kafka_changelog_writes_debeziums_little_endian_bits(n, bits):
 
 
 def test_kafka_changelog_keeps_bit_widths_in_its_control_record():
-    from merger.sinks.kafka_changelog import _State
+    from merger.sinks.kafka_changelog.sink import _State
 
     st = _State(("db", "t"), "p.db.t", ["id"], {"id": pa.int32(), "b": pa.binary()}, bits={"b": 12})
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(json.loads(st.control_value())["schema"])))

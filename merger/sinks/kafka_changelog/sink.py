@@ -75,7 +75,7 @@ from merger.sinks.base import (
     latest_per_key,
     user_fields,
 )
-from merger.sinks.kafka_changelog_codec import _DUMPS, SEQ_HEADER, VERSION_HEADER, ChangelogCodec
+from merger.sinks.kafka_changelog.codec import _DUMPS, SEQ_HEADER, VERSION_HEADER, ChangelogCodec
 
 try:
     from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition

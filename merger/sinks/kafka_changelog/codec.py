@@ -24,14 +24,14 @@ from merger.sinks.base import (
 )
 
 if TYPE_CHECKING:
-    from merger.sinks.kafka_changelog import _State
+    from merger.sinks.kafka_changelog.sink import _State
 
 SEQ_HEADER, VERSION_HEADER = "cdc.seq", "cdc.version"
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class ChangelogCodec:
-    """KafkaChangelogSink's methods for this job (the rest of the class is in merger/sinks/kafka_changelog.py)."""
+    """KafkaChangelogSink's methods for this job (the rest of the class is in merger/sinks/kafka_changelog/sink.py)."""
 
     def _records(self, st: _State, src: pa.Table, version: int) -> list:
         if src.num_rows == 0:
