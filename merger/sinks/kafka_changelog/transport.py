@@ -24,6 +24,8 @@ def err_text(exc: BaseException) -> str:
 
 
 class Transport:
+    """One sink's Kafka clients; ``prefix`` names the consumer group that reads topics back."""
+
     def __init__(self, client: dict, prefix: str, control_topic: str, transactional_id: str, timeout_s: float):
         self.client = client
         self.prefix = prefix
