@@ -47,7 +47,7 @@ def table_topic(prefix: str, db: str, table: str) -> str:
     return topic_safe(f"{prefix}.{db}.{table}")
 
 
-# The merged-changelog sink's topics (merger/sinks/kafka_changelog.py) keep their own,
+# The merged-changelog sink's topics (merger/sinks/kafka_changelog/) keep their own,
 # older rule: one "_" per character Kafka does not allow, no length cap. Their names are
 # in use; the Debezium rule above would rename topics of non-BMP or overlong names.
 INVALID_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9._-]")

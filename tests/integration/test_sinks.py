@@ -667,7 +667,7 @@ def test_kafka_changelog_writes_bits_as_debezium_does(stack):
     s.ensure_table(t, schema, ["id"])
     s.apply(t, 1, batch(schema, [{"id": 1, "b": b"\x0c\x61", "raw": b"\x0c\x61", "_cdc_op": "c", "_cdc_seq": 1}]))
     got = {}
-    s._read_topic(s._all_states()[t].topic, lambda m: got.update(json.loads(m.value())["after"]))
+    s.transport.read_topic(s._all_states()[t].topic, lambda m: got.update(json.loads(m.value())["after"]))
     assert got == {"id": 1, "b": base64.b64encode(b"\x61\x0c").decode(), "raw": base64.b64encode(b"\x0c\x61").decode()}
     s.close()
     s2 = KafkaChangelogSink(stack.kafka.bootstrap, s.prefix)

@@ -17,12 +17,9 @@ KNOWN_CIRCLES = {
     frozenset({"merger.app", "merger.spark_archive"}),
     frozenset({"merger.kafka.admission", "merger.kafka.offsets"}),
     frozenset({"merger.sinks.delta", "merger.sinks.delta_reads"}),
-    frozenset({"merger.sinks.kafka_changelog", "merger.sinks.kafka_changelog_codec"}),
     frozenset({"merger.sinks.postgres", "merger.sinks.postgres_copy", "merger.sinks.postgres_reads"}),
 }
 KNOWN_PRIVATE_IMPORTS = {
-    ("merger.sinks.kafka_changelog", "merger.sinks.kafka_changelog_codec", "_DUMPS"),
-    ("merger.sinks.kafka_changelog_codec", "merger.sinks.kafka_changelog", "_State"),
     ("merger.sinks.delta_reads", "merger.sinks.delta", "_Meta"),
     ("merger.sinks.postgres_reads", "merger.sinks.postgres", "_Meta"),
     ("merger.sinks.postgres_copy", "merger.sinks.postgres", "_Meta"),

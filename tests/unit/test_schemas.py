@@ -281,17 +281,20 @@ def test_dead_letter_records_match_schema(monkeypatch):
 
 def _changelog_sink():
     from merger.sinks.base import TableId
-    from merger.sinks.kafka_changelog import KafkaChangelogSink, _State
+    from merger.sinks.kafka_changelog import KafkaChangelogSink
+    from merger.sinks.kafka_changelog.state import TableState
 
     sink = KafkaChangelogSink("127.0.0.1:1", "merged")  # never connects in these tests
     table = TableId("shop", "orders")
     columns = {"id": pa.int64(), "amount": pa.decimal128(10, 2), "created": pa.timestamp("us"), "name": pa.string()}
-    state = _State(table, "merged.shop.orders", ["id"], columns, version=3, partitions=3, seqs={}, live=set())
+    state = TableState(table, "merged.shop.orders", ["id"], columns, version=3, partitions=3, seqs={}, live=set())
     return sink, table, state
 
 
 def test_kafka_changelog_records_match_schema():
     import decimal
+
+    from merger.sinks.kafka_changelog.state import control_key
 
     sink, table, state = _changelog_sink()
     source = source_json(EnvelopeConfig("p"), SRC)
@@ -306,7 +309,7 @@ def test_kafka_changelog_records_match_schema():
             "_cdc_source": pa.array([source, source, None, None]),
         }
     )
-    records = sink._records(state, changes, 4)
+    records = sink.codec.records(state, changes, 4)
     assert [json.loads(v)["op"] for _, v, *_ in records] == ["c", "u", "r", "d"]
     for key, value, partition, headers, is_delete in records:
         jsonschema.validate(json.loads(key), _schema("changelog-key.schema.json"))
@@ -315,7 +318,7 @@ def test_kafka_changelog_records_match_schema():
         assert 0 <= partition < 3 and is_delete == (json.loads(value)["op"] == "d")
     control = json.loads(state.control_value())
     jsonschema.validate(control, _schema("changelog-control-value.schema.json"))
-    assert json.loads(sink._table_key(table)) == ["shop", "orders"]
+    assert json.loads(control_key(table)) == ["shop", "orders"]
 
 
 def test_kafka_changelog_truncate_records_match_schema():
@@ -330,7 +333,7 @@ def test_kafka_changelog_truncate_records_match_schema():
         def produce(self, topic, value=None, key=None, partition=None, headers=None, on_delivery=None):
             sent.append((topic, key, value, headers))
 
-    sink._transaction = lambda produce, states: produce(Recorder())
+    sink.transport.transaction = lambda produce, states: produce(Recorder())
     assert sink.truncate(table, 5)
     assert [(k, v is None) for _, k, v, _ in sent] == [(b'{"id":1}', False), (b'{"id":1}', True), (b'{"id":2}', True)]
     for topic, key, value, headers in sent:

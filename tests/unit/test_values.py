@@ -100,17 +100,17 @@ def test_kafka_changelog_writes_debeziums_little_endian_bits(n, bits):
 
     sink = KafkaChangelogSink("127.0.0.1:1", "p")  # connects only when used
     stored = pa.chunked_array([pa.array([_big_endian(n, bits), None], pa.binary())])
-    encoded = sink._encoded_column(stored, pa.binary(), n)
+    encoded = sink.codec.encoded_column(stored, pa.binary(), n)
     assert encoded == [column_codec(_spec(n).columns[1]).to_value(bits), None]  # as ingest / Debezium
-    assert sink._decoded_column(encoded, pa.binary(), n).to_pylist() == [_big_endian(n, bits), None]
+    assert sink.codec.decoded_column(encoded, pa.binary(), n).to_pylist() == [_big_endian(n, bits), None]
     # plain binary columns stay as they are
-    assert sink._encoded_column(stored, pa.binary()) == [base64.b64encode(_big_endian(n, bits)).decode(), None]
+    assert sink.codec.encoded_column(stored, pa.binary()) == [base64.b64encode(_big_endian(n, bits)).decode(), None]
 
 
 def test_kafka_changelog_keeps_bit_widths_in_its_control_record():
-    from merger.sinks.kafka_changelog import _State
+    from merger.sinks.kafka_changelog.state import TableState
 
-    st = _State(("db", "t"), "p.db.t", ["id"], {"id": pa.int32(), "b": pa.binary()}, bits={"b": 12})
+    st = TableState(("db", "t"), "p.db.t", ["id"], {"id": pa.int32(), "b": pa.binary()}, bits={"b": 12})
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(json.loads(st.control_value())["schema"])))
     assert {f.name: T.bit_width(f) for f in schema} == {"id": None, "b": 12}
 

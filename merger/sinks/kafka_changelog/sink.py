@@ -49,13 +49,10 @@ A sink instance serializes its ``apply`` calls (one transactional producer).
 
 from __future__ import annotations
 
-import base64
 import json
-import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -68,62 +65,22 @@ from merger.sinks.base import (
     IncompatibleSchemaChange,
     Sink,
     SinkError,
-    SinkUnavailable,
     TableId,
     as_table_id,
     check_keys,
     latest_per_key,
     user_fields,
 )
-from merger.sinks.kafka_changelog_codec import _DUMPS, SEQ_HEADER, VERSION_HEADER, ChangelogCodec
+from merger.sinks.kafka_changelog.codec import SEQ_HEADER, TRUNCATE_HEADER, VERSION_HEADER, ChangelogCodec, dumps
+from merger.sinks.kafka_changelog.reads import ChangelogReads
+from merger.sinks.kafka_changelog.state import TableState, control_key
+from merger.sinks.kafka_changelog.transport import Transport
 
-try:
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-except ImportError as _exc:  # pragma: no cover
-    raise ImportError("the Kafka changelog sink needs confluent-kafka") from _exc
-
-log = logging.getLogger(__name__)
-
-TRUNCATE_HEADER = "cdc.truncate"
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 
-def _err_text(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0].str()
-    return str(exc)
-
-
-@dataclass
-class _State:
-    table: TableId
-    topic: str
-    keys: list[str]
-    columns: dict[str, pa.DataType]  # user column -> storage type
-    version: int = -1
-    partitions: int = 0
-    seqs: dict[bytes, int] | None = None  # key bytes -> sequence held (deleted keys included)
-    live: set[bytes] = field(default_factory=set)
-    bits: dict[str, int] = field(default_factory=dict)  # BIT(n>1) column -> n
-
-    def control_value(self) -> bytes:
-        schema = pa.schema(
-            [
-                pa.field(c, t, metadata={T.BIT_WIDTH: str(self.bits[c]).encode()} if c in self.bits else None)
-                for c, t in self.columns.items()
-            ]
-        )
-        return json.dumps(
-            {
-                "version": self.version,
-                "keys": self.keys,
-                "topic": self.topic,
-                "schema": base64.b64encode(schema.serialize().to_pybytes()).decode(),
-            }
-        ).encode()
-
-
-class KafkaChangelogSink(ChangelogCodec, Sink):
+class KafkaChangelogSink(Sink):
     def __init__(
         self,
         bootstrap: "str | Mapping[str, Any]",
@@ -142,167 +99,31 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
         if decimal_handling not in ("precise", "string", "double"):
             raise SinkError(f"decimal_handling must be precise, string or double, not {decimal_handling!r}")
         self.prefix = topic_prefix
-        self.control_topic = f"{topic_prefix}._cdc.changelog_versions"
-        self.transactional_id = transactional_id or f"cdc-changelog-{topic_prefix}"
         self.partitions = partitions
         self.tombstones = tombstones
         self.compact = compact
         self.decimal_handling = decimal_handling
-        self.timeout = timeout_s
-        self._lock = threading.RLock()
-        self._admin: AdminClient | None = None
-        self._producer: Producer | None = None
-        self._states: dict[TableId, _State] | None = None
-        self._errors: list[str] = []
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _admin_client(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = AdminClient(dict(self.client))
-            try:
-                self._admin.list_topics(timeout=min(self.timeout, 10))
-            except KafkaException as exc:
-                self._admin = None
-                raise SinkUnavailable(
-                    f"Kafka broker {self.client.get('bootstrap.servers')} is unreachable: {_err_text(exc)}"
-                ) from None
-        return self._admin
-
-    def _topic_partitions(self, topic: str, create: int, compact: bool) -> int:
-        admin = self._admin_client()
-        try:
-            # never ask the broker about one topic by name: that auto-creates it (Tansu; Kafka
-            # with auto.create.topics.enable) with the broker's default partition count
-            meta = admin.list_topics(timeout=self.timeout).topics.get(topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                config = {"cleanup.policy": "compact"} if compact else {}
-                fut = admin.create_topics(
-                    [NewTopic(topic, num_partitions=create, replication_factor=1, config=config)],
-                    operation_timeout=self.timeout,
-                )
-                try:
-                    fut[topic].result(self.timeout)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise
-                deadline = time.monotonic() + self.timeout
-                while True:
-                    meta = admin.list_topics(timeout=self.timeout).topics.get(topic)
-                    if meta is not None and meta.error is None and meta.partitions:
-                        break
-                    if time.monotonic() > deadline:
-                        raise SinkUnavailable(f"topic {topic} did not appear after creation")
-                    time.sleep(0.1)
-            return len(meta.partitions)
-        except KafkaException as exc:
-            raise SinkUnavailable(f"Kafka: cannot use topic {topic}: {_err_text(exc)}") from None
-
-    def _get_producer(self) -> Producer:
-        if self._producer is None:
-            conf = dict(self.client)
-            conf.update(
-                {
-                    "transactional.id": self.transactional_id,
-                    "enable.idempotence": True,
-                    "linger.ms": 5,
-                    "batch.num.messages": 10000,
-                    "queue.buffering.max.messages": 1000000,
-                    "queue.buffering.max.kbytes": 1048576,
-                    "transaction.timeout.ms": 120000,
-                }
-            )
-            p = Producer(conf)
-            try:
-                p.init_transactions(self.timeout)  # fences an earlier instance with the same id
-            except KafkaException as exc:
-                raise SinkUnavailable(f"Kafka: cannot initialise transactions: {_err_text(exc)}") from None
-            self._producer = p
-        return self._producer
-
-    def _on_delivery(self, err, _msg) -> None:
-        if err is not None:
-            self._errors.append(err.str())
-
-    def _read_topic(self, topic: str, handle: Callable[[Any], None], quiet_s: float = 0.5) -> None:
-        """Every committed record of ``topic`` in partition order. The end is where every
-        partition reached its high watermark and nothing more arrived for ``quiet_s`` (the
-        local broker may under-report the high watermark)."""
-        conf = dict(self.client)
-        conf.update(
-            {
-                "group.id": f"cdc-changelog-reader-{self.prefix}",
-                "enable.auto.commit": False,
-                "allow.auto.create.topics": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": False,
-            }
+        self.transport = Transport(
+            self.client,
+            topic_prefix,
+            f"{topic_prefix}._cdc.changelog_versions",
+            transactional_id or f"cdc-changelog-{topic_prefix}",
+            timeout_s,
         )
-        consumer = Consumer(conf)
-        try:
-            meta = consumer.list_topics(timeout=self.timeout).topics.get(topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                return
-            ends = {}
-            for p in meta.partitions:
-                lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout)
-                if hi > lo:
-                    ends[p] = hi
-            if not ends:
-                return
-            consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-            quiet = None
-            deadline = time.monotonic() + max(self.timeout, 60)
-            while True:
-                msgs = consumer.consume(10000, 0.2)
-                if not msgs:
-                    positions = consumer.position([TopicPartition(topic, p) for p in ends])
-                    if all(tp.offset >= ends[tp.partition] for tp in positions):
-                        quiet = quiet or time.monotonic()
-                        if time.monotonic() - quiet >= quiet_s:
-                            return
-                    if time.monotonic() > deadline:
-                        raise SinkUnavailable(f"Kafka: reading {topic} timed out")
-                    continue
-                quiet = None
-                for msg in msgs:
-                    if msg.error():
-                        if msg.error().code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise SinkUnavailable(f"Kafka: cannot read {topic}: {msg.error().str()}")
-                    handle(msg)
-        except KafkaException as exc:
-            raise SinkUnavailable(f"Kafka: cannot read {topic}: {_err_text(exc)}") from None
-        finally:
-            consumer.close()
+        self.codec = ChangelogCodec(topic_prefix, decimal_handling)
+        self.readback = ChangelogReads(self.transport, self.codec)
+        self._lock = threading.RLock()
+        self._states: dict[TableId, TableState] | None = None
 
     # ------------------------------------------------------------------ state
 
-    def _all_states(self) -> dict[TableId, _State]:
+    def _all_states(self) -> dict[TableId, TableState]:
         if self._states is None:
-            self._topic_partitions(self.control_topic, 1, compact=True)
-            latest: dict[bytes, bytes | None] = {}
-            self._read_topic(self.control_topic, lambda m: latest.__setitem__(m.key(), m.value()))
-            states = {}
-            for k, v in latest.items():
-                if not k or not v:
-                    continue
-                db, name = json.loads(k)
-                d = json.loads(v)
-                schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(d["schema"])))
-                tid = TableId(db, name)
-                states[tid] = _State(
-                    tid,
-                    d["topic"],
-                    d["keys"],
-                    {f.name: f.type for f in schema},
-                    version=d["version"],
-                    bits={f.name: T.bit_width(f) for f in schema if T.bit_width(f)},
-                )
-            self._states = states
+            self.transport.topic_partitions(self.transport.control_topic, 1, compact=True)
+            self._states = self.readback.states()
         return self._states
 
-    def _state(self, table: TableId) -> _State:
+    def _state(self, table: TableId) -> TableState:
         st = self._all_states().get(table)
         if st is None:
             raise SinkError(f"table {table}: no changelog for it yet; call ensure_table first")
@@ -310,85 +131,9 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             self._load_seqs(st)
         return st
 
-    def _load_seqs(self, st: _State) -> None:
-        st.partitions = self._topic_partitions(st.topic, self.partitions, self.compact)
-        seqs: dict[bytes, int] = {}
-        live: set[bytes] = set()
-
-        def handle(msg):
-            headers = dict(msg.headers() or [])
-            key = msg.key()
-            if TRUNCATE_HEADER in headers:
-                seqs.pop(key, None)
-                live.discard(key)
-                return
-            if SEQ_HEADER not in headers:
-                return
-            seqs[key] = int(headers[SEQ_HEADER])
-            value = msg.value()
-            if value is None or json.loads(value).get("op") == DELETE_OP:
-                live.discard(key)
-            else:
-                live.add(key)
-
-        self._read_topic(st.topic, handle)
-        st.seqs, st.live = seqs, live
-
-    def _table_key(self, table: TableId) -> bytes:
-        return json.dumps([table.database, table.table], ensure_ascii=False).encode()
-
-    # ------------------------------------------------------------------ transactions
-
-    def _transaction(self, produce: Callable[[Producer], None], states: list[_State]) -> None:
-        """Run produce() and the control records of ``states`` in one Kafka transaction."""
-        p = self._get_producer()
-        self._errors = []
-        try:
-            p.begin_transaction()
-            produce(p)
-            remaining = p.flush(self.timeout)
-            if remaining or self._errors:
-                raise SinkUnavailable(f"Kafka: changes not acknowledged: {self._errors[:1] or remaining}")
-            for st in states:
-                self._send(p, self.control_topic, self._table_key(st.table), st.control_value(), 0)
-            p.commit_transaction(self.timeout)
-            if self._errors:
-                raise SinkUnavailable(f"Kafka: control record not acknowledged: {self._errors[0]}")
-        except (KafkaException, SinkError) as exc:
-            fatal = isinstance(exc, KafkaException) and exc.args and exc.args[0].fatal()
-            try:
-                if not fatal:
-                    p.abort_transaction(self.timeout)
-            except KafkaException:
-                fatal = True
-            if fatal:
-                self._producer = None  # a fenced or broken producer is not reusable
-            if isinstance(exc, SinkError):
-                raise
-            if fatal:
-                raise SinkError(
-                    f"Kafka transactional producer failed (fenced by another instance "
-                    f"with transactional.id {self.transactional_id!r}?): {_err_text(exc)}"
-                ) from None
-            raise SinkUnavailable(f"Kafka transaction failed: {_err_text(exc)}") from None
-
-    def _send(
-        self,
-        p: Producer,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int,
-        headers: list | None = None,
-    ) -> None:
-        while True:
-            try:
-                p.produce(
-                    topic, value=value, key=key, partition=partition, headers=headers, on_delivery=self._on_delivery
-                )
-                return
-            except BufferError:
-                p.poll(0.05)
+    def _load_seqs(self, st: TableState) -> None:
+        st.partitions = self.transport.topic_partitions(st.topic, self.partitions, self.compact)
+        st.seqs, st.live = self.readback.sequences(st.topic)
 
     # ------------------------------------------------------------------ ensure_table
 
@@ -413,7 +158,7 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
                 clash = [s.table for s in states.values() if s.topic == topic]
                 if clash:
                     raise SinkError(f"table {table}: topic {topic} is already used by table {clash[0]}")
-                st = _State(table, topic, keys, dict(wanted), bits=bits)
+                st = TableState(table, topic, keys, dict(wanted), bits=bits)
                 done.append("created")
             else:
                 if set(st.keys) != set(keys):
@@ -452,9 +197,9 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
                     if st.seqs is None:
                         self._load_seqs(st)
                     return []
-                st = _State(table, st.topic, st.keys, columns, st.version, st.partitions, st.seqs, st.live, bits)
-            st.partitions = self._topic_partitions(st.topic, self.partitions, self.compact)
-            self._transaction(lambda p: None, [st])
+                st = TableState(table, st.topic, st.keys, columns, st.version, st.partitions, st.seqs, st.live, bits)
+            st.partitions = self.transport.topic_partitions(st.topic, self.partitions, self.compact)
+            self.transport.transaction(lambda p: None, [st])
             states[table] = st
             if st.seqs is None:
                 self._load_seqs(st)
@@ -481,16 +226,16 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
                     f"table {table}: column(s) {unknown} not in the changelog schema; "
                     f"call ensure_table with the new schema first"
                 )
-            records = self._records(st, src, version)
-            new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
+            records = self.codec.records(st, src, version)
+            new_state = TableState(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
 
             def produce(p):
                 for topic_key, value, part, headers, is_delete in records:
-                    self._send(p, st.topic, topic_key, value, part, headers)
+                    self.transport.send(p, st.topic, topic_key, value, part, headers)
                     if is_delete and self.tombstones:
-                        self._send(p, st.topic, topic_key, None, part, headers)
+                        self.transport.send(p, st.topic, topic_key, None, part, headers)
 
-            self._transaction(produce, [new_state])
+            self.transport.transaction(produce, [new_state])
             for topic_key, value, _, headers, is_delete in records:
                 st.seqs[topic_key] = int(headers[0][1])
                 if is_delete:
@@ -500,7 +245,7 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             st.version = version
             return True
 
-    def _unapplied(self, table: TableId, version: int) -> _State | None:
+    def _unapplied(self, table: TableId, version: int) -> TableState | None:
         """The table's state for a write of ``version``; None if that version was applied."""
         st = self._state(table)
         return None if version <= st.version else st
@@ -515,12 +260,12 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             now = int(time.time() * 1000)
             held = list(st.seqs.items())
             live = set(st.live)
-            new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
+            new_state = TableState(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
 
             def produce(p):
                 self._send_deletes(p, st, held, live, now, [(VERSION_HEADER, vbytes), (TRUNCATE_HEADER, b"1")])
 
-            self._transaction(produce, [new_state])
+            self.transport.transaction(produce, [new_state])
             st.seqs, st.live, st.version = {}, set(), version
             return True
 
@@ -538,9 +283,9 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             live = {k for k, _ in held if k in st.live}
             vbytes = str(version).encode()
             now = int(time.time() * 1000)
-            new_state = _State(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
+            new_state = TableState(table, st.topic, st.keys, st.columns, version, st.partitions, bits=st.bits)
             headers = [(VERSION_HEADER, vbytes), (TRUNCATE_HEADER, b"1")]
-            self._transaction(lambda p: self._send_deletes(p, st, held, live, now, headers), [new_state])
+            self.transport.transaction(lambda p: self._send_deletes(p, st, held, live, now, headers), [new_state])
             for key, _ in held:
                 st.seqs.pop(key, None)
             st.live.difference_update(live)
@@ -563,13 +308,13 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
 
             def produce(p):
                 self._send_deletes(p, st, held, live, now, [(TRUNCATE_HEADER, b"1")])
-                self._send(p, self.control_topic, self._table_key(table), None, 0)
+                self.transport.send(p, self.transport.control_topic, control_key(table), None, 0)
 
-            self._transaction(produce, [])
+            self.transport.transaction(produce, [])
             del states[table]
 
     def _send_deletes(
-        self, p: Producer, st: _State, held: list[tuple[bytes, int]], live: set[bytes], now: int, headers: list
+        self, p: Producer, st: TableState, held: list[tuple[bytes, int]], live: set[bytes], now: int, headers: list
     ) -> None:
         """For each held key: a delete if it is live, then a tombstone, each with the
         key's sequence and ``headers``."""
@@ -580,17 +325,17 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
                 value = {
                     "before": json.loads(key),
                     "after": None,
-                    "source": self._source(st.table, "d", now),
+                    "source": self.codec.source(st.table, "d", now),
                     "op": DELETE_OP,
                     "ts_ms": now,
                     "transaction": None,
                 }
-                self._send(p, st.topic, key, _DUMPS(value).encode(), part, key_headers)
-            self._send(p, st.topic, key, None, part, key_headers)
+                self.transport.send(p, st.topic, key, dumps(value).encode(), part, key_headers)
+            self.transport.send(p, st.topic, key, None, part, key_headers)
 
     # ------------------------------------------------------------------ rows of one origin
 
-    def _origin_keys(self, table: TableId, column: str, prefix: str) -> tuple[_State, list[bytes]] | None:
+    def _origin_keys(self, table: TableId, column: str, prefix: str) -> tuple[TableState, list[bytes]] | None:
         """The table's state and its live keys whose key column ``column`` starts with
         ``prefix``; None: no changelog of the table, or ``column`` is none of its keys."""
         st = self._all_states().get(table)
@@ -621,7 +366,7 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
             st, keys = held
             if keys:
                 now = int(time.time() * 1000)
-                self._transaction(
+                self.transport.transaction(
                     lambda p: self._send_deletes(p, st, [(k, st.seqs[k]) for k in keys], set(keys), now, []), []
                 )
                 st.live.difference_update(keys)
@@ -629,11 +374,16 @@ class KafkaChangelogSink(ChangelogCodec, Sink):
 
     # ------------------------------------------------------------------ read back
 
+    def rows(self, table) -> pa.Table:
+        """The table as a consumer materializing the changelog sees it (last record per
+        key; deletes and tombstones remove the key)."""
+        table = as_table_id(table)
+        with self._lock:
+            return self.readback.rows(self._state(table))
+
     def count(self, table) -> int:
         return self.rows(table).num_rows
 
     def close(self) -> None:
         with self._lock:
-            if self._producer is not None:
-                self._producer.flush(5)
-                self._producer = None
+            self.transport.close()

@@ -1,5 +1,5 @@
-"""Arrow columns to the changelog's Debezium JSON values and back (the records' value
-encoding, and decoding for reads)."""
+"""The changelog's records: Arrow columns to Debezium JSON keys and values, the headers,
+and the values decoded back to Arrow (for reads)."""
 
 from __future__ import annotations
 
@@ -8,39 +8,35 @@ import datetime as _dt
 import json
 import math
 import time
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.wire.partitioner import partition_for
 from merger.sinks import types as T
-from merger.sinks.base import (
-    DELETE_OP,
-    OP,
-    SEQ,
-    TableId,
-    as_table_id,
-)
-
-if TYPE_CHECKING:
-    from merger.sinks.kafka_changelog import _State
+from merger.sinks.base import DELETE_OP, OP, SEQ, TableId
+from merger.sinks.kafka_changelog.state import TableState
 
 SEQ_HEADER, VERSION_HEADER = "cdc.seq", "cdc.version"
-_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+TRUNCATE_HEADER = "cdc.truncate"
+dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class ChangelogCodec:
-    """KafkaChangelogSink's methods for this job (the rest of the class is in merger/sinks/kafka_changelog.py)."""
+    """The encodings of one sink: its topic prefix names the synthesized ``source`` blocks;
+    ``decimal_handling`` is precise, string or double."""
 
-    def _records(self, st: _State, src: pa.Table, version: int) -> list:
+    def __init__(self, prefix: str, decimal_handling: str):
+        self.prefix = prefix
+        self.decimal_handling = decimal_handling
+
+    def records(self, st: TableState, src: pa.Table, version: int) -> list:
         if src.num_rows == 0:
             return []
-        dumps = _DUMPS
         cols = [c for c in src.column_names if c in st.columns]
         # a BIT(n>1) column: known from ensure_table, or from the batch's field metadata
         enc = {
-            c: self._encoded_column(src[c], st.columns[c], st.bits.get(c) or T.bit_width(src.schema.field(c)))
+            c: self.encoded_column(src[c], st.columns[c], st.bits.get(c) or T.bit_width(src.schema.field(c)))
             for c in cols
         }
         key_parts = [(dumps(k) + ":", enc[k]) for k in st.keys]
@@ -49,7 +45,7 @@ class ChangelogCodec:
         sources = src["_cdc_source"].to_pylist() if "_cdc_source" in src.column_names else None
         ts = src["_cdc_ts_ms"].to_pylist() if "_cdc_ts_ms" in src.column_names else None
         now = int(time.time() * 1000)
-        own_source = {op: dumps(self._source(st.table, op, now)) for op in ("c", "u", "r", "d")}
+        own_source = {op: dumps(self.source(st.table, op, now)) for op in ("c", "u", "r", "d")}
         vbytes = str(version).encode()
         n_parts = st.partitions
         out = []
@@ -79,7 +75,7 @@ class ChangelogCodec:
             )
         return out
 
-    def _source(self, table: TableId, op: str, now: int) -> dict:
+    def source(self, table: TableId, op: str, now: int) -> dict:
         return {
             "version": "cdc-merger",
             "connector": "mysql",
@@ -98,7 +94,7 @@ class ChangelogCodec:
             "query": None,
         }
 
-    def _encoded_column(self, col: pa.ChunkedArray, storage: pa.DataType, bit_width: int | None = None) -> list:
+    def encoded_column(self, col: pa.ChunkedArray, storage: pa.DataType, bit_width: int | None = None) -> list:
         typ = col.type
         if isinstance(typ, pa.BaseExtensionType):
             col = pa.chunked_array([c.storage for c in col.chunks], type=typ.storage_type)
@@ -137,7 +133,7 @@ class ChangelogCodec:
             return [_float(v) for v in col.to_pylist()]
         return pc.cast(col, storage).to_pylist() if not T.is_json(storage) else pc.cast(col, pa.string()).to_pylist()
 
-    def _decoded_column(self, values: list, storage: pa.DataType, bit_width: int | None = None) -> pa.Array:
+    def decoded_column(self, values: list, storage: pa.DataType, bit_width: int | None = None) -> pa.Array:
         if pa.types.is_date(storage):
             return pc.cast(pa.array(values, pa.int32()), pa.date32())
         if pa.types.is_timestamp(storage):
@@ -179,35 +175,10 @@ class ChangelogCodec:
             return pa.array(values, pa.string())
         return pa.array(values, storage)
 
-    def rows(self, table) -> pa.Table:
-        """The table as a consumer materializing the changelog sees it (last record per
-        key; deletes and tombstones remove the key)."""
-        table = as_table_id(table)
-        with self._lock:
-            st = self._state(table)
-            latest: dict[bytes, dict | None] = {}
-
-            def handle(msg):
-                value = msg.value()
-                if value is None:
-                    latest.pop(msg.key(), None)
-                    return
-                v = json.loads(value)
-                if v.get("op") == DELETE_OP:
-                    latest.pop(msg.key(), None)
-                else:
-                    latest[msg.key()] = v["after"]
-
-            self._read_topic(st.topic, handle)
-            names = list(st.columns)
-            rows = sorted(latest.values(), key=lambda r: json.dumps([r.get(k) for k in st.keys]))
-            arrays = [self._decoded_column([r.get(c) for r in rows], st.columns[c], st.bits.get(c)) for c in names]
-            return pa.table(arrays, names=names)
-
 
 def _scalar(v) -> str:
     """JSON text of one scalar (fast path for ints)."""
-    return str(v) if type(v) is int else _DUMPS(v)
+    return str(v) if type(v) is int else dumps(v)
 
 
 def _zoned(micros: int) -> str:
