@@ -14,13 +14,20 @@ Except after an ingest crash on a broker that shows aborted transactions' record
 local Tansu does, DESIGN.md): the crashed run's last transaction may show in some
 partitions and not in others, and the next run sends those shards' records again in
 another interleaving. Then no order may keep both every partition and every shard; for
-example ``[a2, b1]`` in one partition and ``[b2, a1]`` in another. What needs a shard's
-order across partitions is a record written to every partition (a watermark or DDL
-marker, a truncate: its first copy acts for all of them); two data records in different
-partitions are changes of different keys, whose order between them changes nothing. So
-when every partition's next record waits for a lower one of its shard, a next *data*
-record is taken; a record written to every partition still waits until it is the lowest
-of its shard left (OrderConflict if only such records wait: no crash makes that).
+example ``[a2, b1]`` in one partition and ``[b2, a1]`` in another. The partitions' order
+is kept always (the reconciler tells replays by offset); when every partition's next
+record waits for a lower one of its shard, one of them goes first anyway, the one whose
+early place matters least:
+
+1. a data record: two data records in different partitions are changes of different
+   keys, whose order between them changes nothing;
+2. else a watermark marker: a window is reconciled per partition, against the changes
+   before and after the marker in that partition, which keep their places;
+3. else a truncate or DDL marker (two of different shards inside one crash's aborted
+   records): its first copy acts for the whole table before a lower change of its shard
+   read from another partition, the very case of a partition that lags across batches,
+   which the merger already handles by order (a change older than its origin's truncate
+   is dropped; one older than the DDL decodes leniently).
 """
 
 from __future__ import annotations
@@ -49,7 +56,12 @@ class Placed(NamedTuple):
     offset: int
     shard: str
     sequence: int
-    every_partition: bool = False  # a watermark or DDL marker, a truncate: a copy in each partition
+    spread: int = 0  # DATA, WINDOW or CUT: where the record acts
+
+
+DATA = 0  # a change of one key, in its key's partition
+WINDOW = 1  # a watermark marker: a copy in every partition, each acting in its own
+CUT = 2  # a truncate or DDL marker: a copy in every partition, the first acting for the table
 
 
 class OrderConflict(ValueError):
@@ -58,10 +70,9 @@ class OrderConflict(ValueError):
 
 def shards_merged(records: Sequence[Placed]) -> list[int]:
     """Indexes of ``records`` in an order that keeps every partition's offset order and
-    each shard's sequence order around its records written to every partition (and
-    between its data records too, unless a crash's aborted records leave none: see the
-    module). OrderConflict if a partition's records of one shard go down (a replay left
-    in), or if only records written to every partition wait."""
+    every shard's sequence order, or when a crash's aborted records leave none, as much of
+    the shards' order as the rule of the module allows. OrderConflict if a partition's
+    records of one shard go down (a replay left in)."""
     queues: dict[int, list[int]] = {}
     for i in sorted(range(len(records)), key=lambda i: (records[i].partition, records[i].offset)):
         queues.setdefault(records[i].partition, []).append(i)
@@ -75,7 +86,7 @@ def shards_merged(records: Sequence[Placed]) -> list[int]:
     last: dict[tuple[int, str], int] = {}  # per partition and shard, the sequence last taken
     out: list[int] = []
     while len(out) < len(records):
-        chosen = waiting_data = None
+        chosen = waiting = None  # waiting: the partition whose next record goes first if all wait
         for p, queue in queues.items():
             at = heads[p]
             if at == len(queue):
@@ -84,15 +95,10 @@ def shards_merged(records: Sequence[Placed]) -> list[int]:
             if pending[r.shard][0][0] == r.sequence:
                 chosen = p
                 break
-            if waiting_data is None and not r.every_partition:
-                waiting_data = p
+            if waiting is None or r.spread < records[queues[waiting][heads[waiting]]].spread:
+                waiting = p
         if chosen is None:
-            chosen = waiting_data
-        if chosen is None:
-            raise OrderConflict(
-                "the partitions' markers or truncates disagree with their shards' order: no order of this batch "
-                "applies them after every change before them"
-            )
+            chosen = waiting
         i = queues[chosen][heads[chosen]]
         r = records[i]
         if r.sequence < last.get((chosen, r.shard), r.sequence):

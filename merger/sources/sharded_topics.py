@@ -7,8 +7,7 @@
 * **A batch's order** is one that keeps every partition's offsets and every shard's
   binlog order (``merger.batch_order.shards_merged``), never an order made up between
   shards; after an ingest crash whose aborted records the broker shows, a shard's order
-  may give way between data records of different partitions, never around a marker or a
-  truncate.
+  may give way where no order keeps it (data records first, markers last).
 * **The reconciler tells replays by the Kafka offset**, which rises along a partition
   (the sequences of two shards do not); markers still carry their window's sequence.
 * **A DDL marker counts per shard**, checked against the other shards' definitions
@@ -20,18 +19,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
-from merger.batch_order import Placed, shards_merged
+from merger.batch_order import CUT, DATA, WINDOW, Placed, shards_merged
 from merger.sources.ingest_topics import IngestTopics
 
 
-def in_every_partition(item) -> bool:
-    """Whether ingest wrote a copy of the record (a ``merger.records.ParsedRecord``) into
-    each partition of its topic: a watermark or DDL marker, a truncate (the copies share
-    one position)."""
+def spread_of(item) -> int:
+    """Where a record (a ``merger.records.ParsedRecord``) acts (``merger.batch_order``):
+    a DDL marker or a truncate (CUT) and a watermark marker (WINDOW) have a copy in every
+    partition of the topic; a change (DATA) is in its key's partition."""
     headers, payload = item.headers, item.payload
-    if DDL_HEADER in headers or WATERMARK_HEADER in headers:
-        return True
-    return isinstance(payload, dict) and payload.get("op") in ("m", "t")
+    op = payload.get("op") if isinstance(payload, dict) else None
+    if DDL_HEADER in headers or op == "t":
+        return CUT
+    if WATERMARK_HEADER in headers or op == "m":
+        return WINDOW
+    return DATA
 
 
 class ShardedTopics(IngestTopics):
@@ -46,7 +48,7 @@ class ShardedTopics(IngestTopics):
                 it.record["offset"],
                 it.position.shard if it.position else "",
                 it.position.sequence() if it.position else 0,
-                in_every_partition(it),
+                spread_of(it),
             )
             for it in items
         ]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from merger.batch_order import OrderConflict, Placed, shards_merged
+from merger.batch_order import CUT, DATA, WINDOW, OrderConflict, Placed, shards_merged
 
 
 @st.composite
@@ -93,16 +93,22 @@ def test_a_crash_hole_gets_an_order_of_its_partitions():
     assert order.index(0) < order.index(1) and order.index(2) < order.index(3)
 
 
-def test_markers_that_no_order_can_place_are_refused():
-    """The same, where the records that would have to give way are markers: refused."""
+def test_markers_that_no_order_can_place_get_one_data_first_cuts_last():
+    """Two crashes' worth of interleavings where only markers wait: one goes first anyway,
+    a watermark marker before a truncate or DDL marker, and a data record before both."""
     records = [
-        Placed(0, 0, "a", 2, True),
-        Placed(0, 1, "b", 1, True),
-        Placed(1, 0, "b", 2, True),
-        Placed(1, 1, "a", 1, True),
+        Placed(0, 0, "a", 2, CUT),
+        Placed(0, 1, "b", 1),
+        Placed(1, 0, "b", 2, WINDOW),
+        Placed(1, 1, "a", 1),
     ]
-    with pytest.raises(OrderConflict, match="markers or truncates"):
-        shards_merged(records)
+    order = shards_merged(records)
+    assert order == [2, 3, 0, 1]  # b's watermark marker first, then a1, a's cut, b1
+    records[2] = records[2]._replace(spread=DATA)
+    assert shards_merged(records) == [2, 3, 0, 1]
+    records[0] = records[0]._replace(spread=DATA)
+    records[2] = records[2]._replace(spread=CUT)
+    assert shards_merged(records) == [0, 1, 2, 3]  # the data record a2 goes first
 
 
 def test_a_replay_left_in_is_refused():
@@ -131,8 +137,8 @@ def crashed_sends(draw):
         seq, out = 0, []
         for _ in range(draw(st.integers(0, 8))):
             seq += 1
-            spans = draw(st.integers(0, 4)) == 0
-            out.append((shard, seq, None if spans else draw(st.integers(0, partitions - 1))))
+            spread = draw(st.sampled_from([DATA, DATA, DATA, WINDOW, CUT]))
+            out.append((shard, seq, spread, None if spread != DATA else draw(st.integers(0, partitions - 1))))
         per_shard[shard] = out
     rnd = random.Random(draw(st.integers(0, 10**6)))
 
@@ -145,11 +151,11 @@ def crashed_sends(draw):
             queues = [q for q in queues if q]
         return sent
 
-    def copies(sent):  # (partition, shard, seq, spans) in send order
+    def copies(sent):  # (partition, shard, seq, spread) in send order
         out = []
-        for shard, seq, partition in sent:
+        for shard, seq, spread, partition in sent:
             targets = range(partitions) if partition is None else [partition]
-            out.extend((p, shard, seq, partition is None) for p in targets)
+            out.extend((p, shard, seq, spread) for p in targets)
         return out
 
     run1 = interleave(per_shard.values())
@@ -165,30 +171,46 @@ def crashed_sends(draw):
     logs = {p: [c for c in shown if c[0] == p] + [c for c in run2_copies if c[0] == p] for p in range(partitions)}
     records, highest = [], {}
     for p, log in logs.items():
-        for offset, (_, shard, seq, spans) in enumerate(log):
+        for offset, (_, shard, seq, spread) in enumerate(log):
             if seq <= highest.get((p, shard), 0):
                 continue  # the replay filter
             highest[(p, shard)] = seq
-            records.append(Placed(p, offset, shard, seq, spans))
+            records.append(Placed(p, offset, shard, seq, spread))
     return records
 
 
 def keeps_what_the_merger_needs(records, order) -> bool:
-    """Every partition's offsets; every record of a shard below one of its markers or
-    truncates before each copy of it."""
-    position = {i: at for at, i in enumerate(order)}
-    last_offset = {}
+    """Every partition's offsets, and every shard's sequences within a partition."""
+    last_offset, last_seq = {}, {}
     for i in order:
         r = records[i]
-        if r.offset <= last_offset.get(r.partition, -1):
+        if r.offset <= last_offset.get(r.partition, -1) or r.sequence < last_seq.get((r.partition, r.shard), -1):
             return False
-        last_offset[r.partition] = r.offset
-    for i, r in enumerate(records):
-        if r.every_partition:
-            for j, other in enumerate(records):
-                if other.shard == r.shard and other.sequence < r.sequence and position[j] > position[i]:
-                    return False
+        last_offset[r.partition], last_seq[(r.partition, r.shard)] = r.offset, r.sequence
     return True
+
+
+def shard_order_given_way(records, order) -> list:
+    """Where the order puts a record before a lower one of its shard: (its spread, whether
+    every partition's next record waited at that point, as it must for any to give way)."""
+    out, taken = [], set()
+    for at, i in enumerate(order):
+        r = records[i]
+        lower = [j for j, o in enumerate(records) if o.shard == r.shard and o.sequence < r.sequence and j not in taken]
+        if lower:
+            heads = {}
+            for j, o in enumerate(records):
+                if j not in taken and (o.partition not in heads or o.offset < records[heads[o.partition]].offset):
+                    heads[o.partition] = j
+            lowest = {}
+            for j, o in enumerate(records):
+                if j not in taken:
+                    lowest[o.shard] = min(lowest.get(o.shard, o.sequence), o.sequence)
+            all_wait = all(records[j].sequence != lowest[records[j].shard] for j in heads.values())
+            waiting_spreads = sorted(records[j].spread for j in heads.values())
+            out.append((r.spread, all_wait, r.spread == waiting_spreads[0]))
+        taken.add(i)
+    return out
 
 
 @given(crashed_sends(), st.randoms())
@@ -198,6 +220,8 @@ def test_a_crash_with_aborted_records_shown_gets_an_order(records, rnd):
     order = shards_merged(shuffled)
     assert sorted(order) == list(range(len(shuffled)))
     assert keeps_what_the_merger_needs(shuffled, order)
+    # a shard's order gives way only where every partition waits, and then the least spread first
+    assert all(all_wait and least for _, all_wait, least in shard_order_given_way(shuffled, order))
 
 
 def test_the_strict_order_is_refused_by_such_a_crash():
@@ -206,34 +230,36 @@ def test_the_strict_order_is_refused_by_such_a_crash():
     b2 then a1 to partition 1."""
     records = [Placed(0, 0, "a", 2), Placed(0, 1, "b", 1), Placed(1, 0, "b", 2), Placed(1, 1, "a", 1)]
     assert not any(respects(records, list(order)) for order in itertools.permutations(range(4)))
-    assert keeps_what_the_merger_needs(records, shards_merged(records))
+    order = shards_merged(records)
+    assert keeps_what_the_merger_needs(records, order)
+    assert [spread for spread, _, _ in shard_order_given_way(records, order)] == [DATA]
 
 
 def test_a_marker_never_goes_before_a_lower_change_of_its_shard():
     """A marker of shard a (sequence 3) in both partitions; a's change 2 waits in partition
     1 behind b's change, which waits for b's change in partition 0 behind the marker."""
     records = [
-        Placed(0, 0, "a", 3, True),
+        Placed(0, 0, "a", 3, CUT),
         Placed(0, 1, "b", 1),
         Placed(1, 0, "b", 2),
         Placed(1, 1, "a", 2),
-        Placed(1, 2, "a", 3, True),
+        Placed(1, 2, "a", 3, CUT),
     ]
     order = shards_merged(records)
     assert keeps_what_the_merger_needs(records, order)
-    assert order.index(3) < order.index(0)
+    assert order.index(3) < order.index(0)  # b2 gives way, not a's truncate
 
 
-def test_which_records_ingest_writes_to_every_partition():
+def test_where_each_record_acts():
     from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
     from merger.records import ParsedRecord
-    from merger.sources.sharded_topics import in_every_partition
+    from merger.sources.sharded_topics import spread_of
 
     def rec(headers, payload):
         return ParsedRecord({"partition": 0, "offset": 0}, headers, payload, None)
 
-    assert in_every_partition(rec({WATERMARK_HEADER: b"{}"}, {"op": "c"}))
-    assert in_every_partition(rec({DDL_HEADER: b"{}"}, {}))
-    assert in_every_partition(rec({}, {"op": "t"}))
-    assert in_every_partition(rec({}, {"op": "m"}))
-    assert not any(in_every_partition(rec({}, {"op": op})) for op in "cudr")
+    assert spread_of(rec({WATERMARK_HEADER: b"{}"}, {"op": "c"})) == WINDOW
+    assert spread_of(rec({}, {"op": "m"})) == WINDOW
+    assert spread_of(rec({DDL_HEADER: b"{}"}, {})) == CUT
+    assert spread_of(rec({}, {"op": "t"})) == CUT
+    assert all(spread_of(rec({}, {"op": op})) == DATA for op in "cudr")
