@@ -483,10 +483,6 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         m = self._meta_for(table)
         return m.main.transaction_version(m.app_main)
 
-    @staticmethod
-    def _held(dt: DeltaTable, app_id: str) -> int:
-        return held_version(dt, app_id)
-
     def _versions(self, m: _Meta) -> tuple[int, int]:
         return steps_done(m.main, m.tomb)
 
@@ -494,7 +490,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         """Make sure ``version`` is recorded in ``dt`` (an empty commit if the write
         before did not commit anything)."""
         dt.update_incremental()
-        if self._held(dt, app_ids[0]) >= version:
+        if held_version(dt, app_ids[0]) >= version:
             return
         write_deltalake(dt, schema.empty_table(), mode="append", commit_properties=self._commit(version, *app_ids))
         dt.update_incremental()

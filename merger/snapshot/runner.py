@@ -41,10 +41,12 @@ from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.snapshot.repair import RepairError, is_key_list, repair_plan, window_where
 from merger.source import SourceGuard, connect
 from merger.sources import source_kind
-from merger.state import StateStore
+from merger.state import StateStore, plan_state
 from merger.tables import TableRegistry
 
 log = logging.getLogger(__name__)
+
+UNFINISHED = ("running", "paused")  # plan_state of a snapshot (or repair) still under way
 
 MAX_OPEN_WINDOWS = 3
 # while changes stream in (one in the last few seconds), read at most one window ahead of
@@ -307,12 +309,7 @@ class SnapshotRunner(threading.Thread):
         if req.get("action") != "repair":
             return False
         plan = self.store.load_plan(req.get("table", ""))
-        return (
-            plan is not None
-            and not plan.get("finished_at")
-            and not plan.get("cancelled")
-            and plan.get("repair_id") != req.get("args", {}).get("id")
-        )
+        return plan_state(plan) in UNFINISHED and plan.get("repair_id") != req.get("args", {}).get("id")
 
     def _handle_requests(self) -> None:
         self._resume_waits = False
@@ -326,7 +323,7 @@ class SnapshotRunner(threading.Thread):
             plan = self.store.load_plan(table)
             rt = self.tables.lookup(table)
             if action == "repair":
-                if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
+                if plan_state(plan) in UNFINISHED:
                     continue  # this very repair, already running
                 self._plan_repair(table, rt, req.get("args", {}))
             elif self.signals is not None:
@@ -335,7 +332,7 @@ class SnapshotRunner(threading.Thread):
                 args = req.get("args", {})
                 if args.get("auto") and plan is not None:
                     continue  # a table seen again after a restart: its plan is already there
-                if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
+                if plan_state(plan) in UNFINISHED:
                     self._drop_open_windows(table)
                 if rt is not None and rt.phase == "paused" and args.get("shard"):
                     # its sink tables are rebuilt: every shard's rows are read again

@@ -516,18 +516,11 @@ class DeltaReader:
         self, db, table, names, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = (), fixed=None
     ) -> list[tuple]:
         """Rows whose canonical key is one of ``canon_keys`` (compared in Python)."""
-        import pyarrow as pa
 
         wanted = set(map(tuple, canon_keys))
         if not wanted:
             return []
-
-        def keep(t):
-            cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
-            mask = [key in wanted for key in zip(*cols)]
-            return t.filter(pa.array(mask, pa.bool_())) if mask else t
-
-        return self._scan(db, table, names, sink_cols, keep, fixed=fixed)
+        return self._scan(db, table, names, sink_cols, _with_keys(wanted, keys, key_canons), fixed=fixed)
 
     def positions_with_keys(
         self, db, table, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = ()
@@ -537,18 +530,13 @@ class DeltaReader:
         keeps its tombstones in, docs/architecture.md). Both are read at one batch of the
         merger (``_one_batch``): read apart, a key deleted and written again in between
         would show neither."""
-        import pyarrow as pa
         from deltalake.exceptions import DeltaError
 
         wanted = set(map(tuple, canon_keys))
         if not wanted:
             return []
         main, tomb = self._one_batch(db, table)
-
-        def keep(t):
-            cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
-            return t.filter(pa.array([key in wanted for key in zip(*cols)], pa.bool_())) if t.num_rows else t
-
+        keep = _with_keys(wanted, keys, key_canons)
         out = self._scan(db, table, [*keys, SEQ_COLUMN], {**sink_cols, SEQ_COLUMN: "bigint"}, keep, dt=main)
         if tomb is not None:
             try:
@@ -642,6 +630,18 @@ def _plain_type(typ):
     if pa.types.is_binary_view(typ) or pa.types.is_large_binary(typ):
         return pa.binary()
     return typ
+
+
+def _with_keys(wanted: set, keys: Sequence[str], key_canons: Sequence[ColumnCanon]):
+    """A filter of Arrow tables: the rows whose canonical key is in ``wanted``."""
+    import pyarrow as pa
+
+    def keep(t):
+        cols = [c.sinks(t.column(k).to_pylist()) for c, k in zip(key_canons, keys)]
+        mask = [key in wanted for key in zip(*cols)]
+        return t.filter(pa.array(mask, pa.bool_())) if mask else t
+
+    return keep
 
 
 def _plain(t):
