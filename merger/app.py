@@ -26,6 +26,7 @@ from cdc.config import MergerConfig, load_model, routes_of
 from merger import spark_progress
 from merger.cluster_reach import check_state_dir_reached
 from merger.errors import MergerError
+from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
 from merger.state import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
 
@@ -171,35 +172,6 @@ def stop_spark(spark, timeout_s: float = 30.0) -> None:
     except Exception as exc:
         log.debug("the Spark JVM did not exit in %.0fs (%s): killed", timeout_s, exc)
         proc.kill()
-
-
-def build_sinks(config: MergerConfig) -> list:
-    sinks = []
-    if config.sinks.delta:
-        from merger.sinks.delta import DeltaSink
-
-        delta = config.sinks.delta
-        sinks.append(
-            DeltaSink(
-                delta.path,
-                storage_options=delta.storage_options(),
-                compact_every_commits=delta.compact_every_commits,
-                compact_target_mb=delta.compact_target_mb,
-            )
-        )
-    if config.sinks.postgres:
-        from merger.sinks.postgres import PostgresSink
-
-        pg = config.sinks.postgres
-        sinks.append(PostgresSink(pg.settings(), schema=pg.schema_, nul_policy=pg.nul_policy))
-    if config.sinks.kafka_changelog:
-        from merger.sinks.kafka_changelog import KafkaChangelogSink
-
-        kc = config.sinks.kafka_changelog
-        sinks.append(KafkaChangelogSink(config.kafka.client_config(), kc.topic_prefix, partitions=kc.partitions))
-    if not sinks:
-        raise MergerError("sinks: configure at least one of sinks.delta, sinks.postgres, sinks.kafka_changelog")
-    return sinks
 
 
 def subscribe_pattern(config: MergerConfig) -> str:

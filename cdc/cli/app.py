@@ -548,7 +548,7 @@ def shard_remove(
     """After removing a shard from both configs, with the merger stopped: delete its rows
     (those whose __cdc_origin starts with NAME/) from the sinks, or keep them and list them."""
     from cdc.cli.shard import remove_shard
-    from merger.app import build_sinks
+    from merger.sinks.registry import build_sinks
     from merger.state import StateStore
 
     if delete_rows == keep_rows:

@@ -138,9 +138,9 @@ def forget_missing_delta_files(cfg: MergerConfig, tables: Sequence[str]) -> dict
     """Per table, the data files a Delta table's log names that storage no longer holds,
     removed from its log (their rows are then missing: the repair reads them again)."""
     from merger.sinks.base import SinkError
-    from merger.sinks.delta import DeltaSink
+    from merger.sinks.registry import build_sinks
 
-    sink = DeltaSink(cfg.sinks.delta.path, storage_options=cfg.sinks.delta.storage_options())
+    (sink,) = build_sinks(cfg, only=("delta",))
     out = {}
     for table in tables:
         try:

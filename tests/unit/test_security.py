@@ -112,6 +112,7 @@ def test_kafka_settings_reach_every_client(kafka_tls, monkeypatch, tmp_path):
     import merger.app as ma
     from merger.kafka import SourceOptions
     from merger.sinks.kafka_changelog import KafkaChangelogSink
+    from merger.sinks.registry import build_sinks
 
     monkeypatch.setattr(ip, "Producer", FakeProducer)
     monkeypatch.setattr(ip, "AdminClient", FakeAdmin)
@@ -129,7 +130,7 @@ def test_kafka_settings_reach_every_client(kafka_tls, monkeypatch, tmp_path):
     assert {name for name, _ in built} == {"FakeAdmin", "FakeProducer", "FakeConsumer"}
     for name, conf in built:
         _expected(conf)
-    (sink,) = ma.build_sinks(mcfg)
+    (sink,) = build_sinks(mcfg)
     assert isinstance(sink, KafkaChangelogSink)
     _expected(sink.client)
 
