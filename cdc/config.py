@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -417,6 +417,61 @@ def load_model(model: type[BaseModel], path: str | Path | None, overrides: dict 
         raise ConfigError(format_validation_error(exc, source)) from None
 
 
+class LatestTableConfig(_Model):
+    """The latest state of each row (the default)."""
+
+    mode: Literal["latest"]
+
+
+class SCD2TableConfig(_Model):
+    """An SCD type 2 history: one row per version of each row, with ``__start_at`` /
+    ``__end_at`` (docs/history.md)."""
+
+    mode: Literal["scd2"]
+    track_history: list[str] | None = Field(
+        None, description="the columns whose change opens a new version (default: every non-key column)"
+    )
+    track_history_except: list[str] | None = Field(
+        None, description="every non-key column but these opens a new version; these update the current one"
+    )
+
+    @model_validator(mode="after")
+    def _one_list(self) -> "SCD2TableConfig":
+        if self.track_history is not None and self.track_history_except is not None:
+            raise ValueError("give track_history or track_history_except, not both")
+        for name in ("track_history", "track_history_except"):
+            if getattr(self, name) == []:
+                raise ValueError(f"{name} lists no column (leave it out to track every column)")
+        return self
+
+
+class ChangelogTableConfig(_Model):
+    """An append-only change log: one row per change (docs/history.md)."""
+
+    mode: Literal["changelog"]
+    image: Literal["after", "before_after"] = Field(
+        "after", description="after: the row after the change (a delete keeps its key); before_after: both"
+    )
+
+
+TableModeConfig = Annotated[
+    LatestTableConfig | SCD2TableConfig | ChangelogTableConfig,
+    Field(discriminator="mode"),
+]
+TABLES_DESCRIPTION = (
+    "per table <database>.<table>, what the sink keeps: {mode: latest} (the default), {mode: scd2, "
+    "track_history: [...] or track_history_except: [...]} or {mode: changelog, image: after | before_after}; "
+    "see docs/history.md"
+)
+
+
+def _check_table_names(cls, value: dict) -> dict:
+    for name in value:
+        if name.count(".") != 1:
+            raise ValueError(f"{name!r} must be <database>.<table>")
+    return value
+
+
 class PostgresSinkConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(5432, ge=1, le=65535)
@@ -434,6 +489,8 @@ class PostgresSinkConfig(_Model):
         "table with an error naming table, key and column); a NUL in a key column always "
         "pauses. See docs/values.md",
     )
+    tables: dict[str, TableModeConfig] = Field(default_factory=dict, description=TABLES_DESCRIPTION)
+    _tables = field_validator("tables")(_check_table_names)
 
     def settings(self) -> dict:
         secret = _read_secret(self.password_env, self.password_file, "sinks.postgres.password")

@@ -140,6 +140,9 @@ class Window:
     problem: str | None = None  # why it can't be reconciled
     # LOW/HIGH -> the marker's "cutover" (key mode unique: the moves its shard had passed there)
     cutover: dict = field(default_factory=dict)
+    # the HIGH marker's source commit time (microseconds): the time of the window's rows in
+    # a history table (merger.history.modes); None: not known (a marker without one)
+    high_time_us: int | None = None
 
 
 class Reconciler:
@@ -230,11 +233,13 @@ class Reconciler:
         kind: str,
         sequence: int | None = None,
         cutover: dict | None = None,
+        time_us: int | None = None,
     ) -> bool:
         """A watermark marker read from ``partition``. False if it was a replay. ``offset``
         rises along the partition; ``sequence``: the marker's own, when it is not the offset
         (a sharded source's, whose shards' sequences do not rise along a partition);
-        ``cutover``: the marker's (key mode unique; every copy carries the same)."""
+        ``cutover``: the marker's (key mode unique; every copy carries the same);
+        ``time_us``: its source commit time (every copy carries the same)."""
         kind = str(kind).upper()
         if kind not in (LOW, HIGH):
             raise ValueError(f"marker kind must be LOW or HIGH, got {kind!r}")
@@ -251,6 +256,8 @@ class Reconciler:
             return True
         else:
             window.high.setdefault(partition, offset if sequence is None else sequence)
+            if window.high_time_us is None:
+                window.high_time_us = time_us
         if cutover is not None:
             window.cutover.setdefault(kind, cutover)
         return True
@@ -320,6 +327,7 @@ class Reconciler:
                 staged=bool(wd["staged"]),
                 problem=wd["problem"],
                 cutover=wd.get("cutover", {}),
+                high_time_us=wd.get("high_time_us"),
             )
             rec.windows[w.window_id] = w
         return rec
@@ -341,6 +349,8 @@ def _window_to_dict(w: Window) -> dict:
     }
     if w.cutover:  # only key mode unique's windows: the others' state stays as it was
         out["cutover"] = w.cutover
+    if w.high_time_us is not None:
+        out["high_time_us"] = w.high_time_us
     return out
 
 

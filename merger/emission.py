@@ -15,6 +15,7 @@ import pyarrow as pa
 from cdc.shard_cutover import WindowOwnership, passed_from_json, shard_of
 from merger import crashpoints
 from merger.dblog import Window, emitted_rows, swept_keys, window_survives
+from merger.history.modes import COMMIT_US
 from merger.schema import from_snapshot
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import TableFault
@@ -136,7 +137,7 @@ class WindowEmitter:
                 table = self._owned(rt, wid, owner, table, asks)
             if table.num_rows == 0:
                 continue
-            self.writer.apply(batch_id, rt, table, step)
+            self.writer.apply(batch_id, rt, self._timed(rt, window, table), step)
             emitted += table.num_rows
             crashpoints.reached("mid_emission")
         rt.snapshot_rows += emitted
@@ -186,9 +187,18 @@ class WindowEmitter:
         read_keys = pa.concat_tables(read) if read else asked_keys.slice(0, 0)
         gone = swept_keys(window, asked_keys, read_keys, rt.keys, cut)
         if gone.num_rows:
-            self.writer.apply(batch_id, rt, deletes_table(rt.schema, gone), step)
+            self.writer.apply(batch_id, rt, self._timed(rt, window, deletes_table(rt.schema, gone)), step)
             log.info("repair of %s: %d rows the source does not hold deleted from the sinks", rt.name, gone.num_rows)
         return gone.num_rows
+
+    def _timed(self, rt: TableRuntime, window: Window, table: pa.Table) -> pa.Table:
+        """The window's changes with their commit time, where a sink's mode keeps it: the
+        HIGH marker's (the rows are the source's as of HIGH); a window saved before markers
+        carried it takes the time it opened."""
+        if COMMIT_US not in self.writer.extra_columns(rt):
+            return table
+        us = window.high_time_us if window.high_time_us is not None else int(window.opened_at * 1_000_000)
+        return table.append_column(COMMIT_US, pa.repeat(pa.scalar(us, pa.int64()), table.num_rows))
 
     @staticmethod
     def _owned(rt: TableRuntime, wid: str, owner: WindowOwnership, table: pa.Table, asks: set[str]) -> pa.Table:

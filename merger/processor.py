@@ -823,7 +823,10 @@ class BatchProcessor(PausedTables):
             self.refresh_spec(rt, batch_id=batch_id, step=step)  # a column we do not know: the schema changed
         # decode every data event at once
         data = decode(
-            [ev for ev in events if ev.op not in (MARKER, "t")], rt, lambda ev, reason: self._bad(ev.record, reason, rt)
+            [ev for ev in events if ev.op not in (MARKER, "t")],
+            rt,
+            lambda ev, reason: self._bad(ev.record, reason, rt),
+            self.writer.extra_columns(rt),
         )
         decoded = {id(ev): i for i, ev in enumerate(data[0])} if data else {}
         keys = data[2] if data else []
@@ -833,7 +836,7 @@ class BatchProcessor(PausedTables):
         taken = []
         reconciler_order = self.source_kind.reconciler_order
         for ev in events:
-            partition, seq, op, image, _, order = ev
+            partition, seq, op, image, _, order, _ = ev
             # what rises along a partition: the sequence, or a sharded source's Kafka offset
             seq, sequence = reconciler_order(ev.record["offset"], seq)
             if op == MARKER:
@@ -842,7 +845,9 @@ class BatchProcessor(PausedTables):
                     # `cdc verify`'s: where the sinks stand (merger.verify_windows)
                     rt.verify_windows.on_marker(image["window"], kind, partition, ev.seq, time.time())
                 elif image.get("window") and kind in ("LOW", "HIGH"):
-                    rt.reconciler.on_marker(partition, seq, image["window"], kind, sequence, image.get("cutover"))
+                    rt.reconciler.on_marker(
+                        partition, seq, image["window"], kind, sequence, image.get("cutover"), ev.commit_us
+                    )
                 continue
             if op == "t":
                 rt.verify_windows.on_truncate(partition)

@@ -19,6 +19,7 @@ from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import decode_marker
 from cdc.wire.position import EventPosition
 from merger.errors import BadRecord, MergerError
+from merger.history.modes import COMMIT_US
 from merger.schema import rows_to_arrow
 from merger.schema_change import rows_to_arrow_lenient
 
@@ -45,6 +46,19 @@ class ChangeEvent(NamedTuple):
     image: Any  # the row (after; before for d), the marker's JSON, or None for a truncate
     record: dict  # the Kafka record it came from (dead-letter, spill files)
     order: int  # binlog order across partitions (cuts at truncates and DDL); key mode unique: the emission
+    commit_us: int | None = None  # the source's commit time (source.ts_us, else ts_ms), microseconds
+
+
+def commit_us_of(payload: dict | None) -> int | None:
+    """A change's source commit time in microseconds since the epoch: Debezium's
+    ``source.ts_us`` (2.x), else ``source.ts_ms`` (a binlog event's time, whole seconds)."""
+    src = (payload or {}).get("source") or {}
+    us, ms = src.get("ts_us"), src.get("ts_ms")
+    if isinstance(us, int) and not isinstance(us, bool):
+        return us
+    if isinstance(ms, int) and not isinstance(ms, bool):
+        return ms * 1000
+    return None
 
 
 class Decoded(NamedTuple):
@@ -109,13 +123,13 @@ def change_event(item: ParsedRecord, source: SourceKind) -> ChangeEvent:
     seq = source.sequence_of(order, r["offset"])
     ddl = headers.get(DDL_HEADER)
     if ddl is not None:  # a DDL marker (cdc.ddl.ddl_marker)
-        return ChangeEvent(r["partition"], seq, SCHEMA, decode_marker(ddl), r, order)
+        return ChangeEvent(r["partition"], seq, SCHEMA, decode_marker(ddl), r, order, commit_us_of(payload))
     marker = headers.get(WATERMARK_HEADER)
     if marker is not None or payload.get("op") == "m":
         if marker is None:
             content = (payload.get("message") or {}).get("content")
             marker = base64.b64decode(content) if content else b"{}"
-        return ChangeEvent(r["partition"], seq, MARKER, decode_marker(marker), r, order)
+        return ChangeEvent(r["partition"], seq, MARKER, decode_marker(marker), r, order, commit_us_of(payload))
     op = payload.get("op")
     if op in ("c", "u", "r"):
         image = payload.get("after")
@@ -127,24 +141,29 @@ def change_event(item: ParsedRecord, source: SourceKind) -> ChangeEvent:
         raise BadRecord(f"unknown op {op!r}")
     if op != "t" and not isinstance(image, dict):
         raise BadRecord(f"op {op} without an image")
-    return ChangeEvent(r["partition"], seq, op, image, r, order)
+    return ChangeEvent(r["partition"], seq, op, image, r, order, commit_us_of(payload))
 
 
-def decode(evs: list[ChangeEvent], rt, bad: Callable[[ChangeEvent, str], None]) -> Decoded | None:
+def decode(
+    evs: list[ChangeEvent], rt, bad: Callable[[ChangeEvent, str], None], extra: frozenset[str] = frozenset()
+) -> Decoded | None:
     """The data events (no markers, no truncates) of table ``rt`` (a ``TableRuntime``)
-    decoded into its Arrow schema, with ``_cdc_op``/``_cdc_seq``. An event that does not
-    decode goes to ``bad(ev, reason)`` (which may raise) and is left out."""
+    decoded into its Arrow schema, with ``_cdc_op``/``_cdc_seq``, and ``_cdc_commit_us``
+    if ``extra`` (the columns the table's sink modes need) names it. An event that does
+    not decode goes to ``bad(ev, reason)`` (which may raise) and is left out."""
     if not evs:
         return None
     if rt.spec_since and any(ev.order < rt.spec_since for ev in evs):
         # older than the DDL the definition comes from (a lagging partition): leniently
         old = [ev for ev in evs if ev.order < rt.spec_since]
-        new = decode([ev for ev in evs if ev.order >= rt.spec_since], rt, bad)
+        new = decode([ev for ev in evs if ev.order >= rt.spec_since], rt, bad, extra)
         table, kept = rows_to_arrow_lenient(rt.schema, rt.converters, [ev.image for ev in old], rt.keys)
         old = [old[i] for i in kept]
         table = table.append_column("_cdc_op", pa.array([ev.op for ev in old], pa.string())).append_column(
             "_cdc_seq", pa.array([ev.seq for ev in old], pa.int64())
         )
+        if COMMIT_US in extra:
+            table = table.append_column(COMMIT_US, pa.array([ev.commit_us for ev in old], pa.int64()))
         if new is not None:
             old, table = old + new[0], pa.concat_tables([table, new[1]])
         if not old:
@@ -159,6 +178,7 @@ def decode(evs: list[ChangeEvent], rt, bad: Callable[[ChangeEvent, str], None]) 
             extra={
                 "_cdc_op": (pa.string(), [ev.op for ev in evs]),
                 "_cdc_seq": (pa.int64(), [ev.seq for ev in evs]),
+                **({COMMIT_US: (pa.int64(), [ev.commit_us for ev in evs])} if COMMIT_US in extra else {}),
             },
         )
     except (ValueError, TypeError, pa.ArrowException) as exc:
@@ -171,6 +191,6 @@ def decode(evs: list[ChangeEvent], rt, bad: Callable[[ChangeEvent, str], None]) 
                 bad(ev, f"cannot decode for {rt.name}: {one}")
         if len(good) == len(evs):
             raise MergerError(f"cannot decode a batch of {rt.name}: {exc}") from None
-        return decode(good, rt, bad)
+        return decode(good, rt, bad, extra)
     keys = list(zip(*[table.column(k).to_pylist() for k in rt.keys]))
     return Decoded(evs, table, keys)

@@ -27,6 +27,12 @@ class SinkWriter:
         self.fanout = SinkFanout(sinks, on_blocked)
         self._version_bases: dict[str, int] = {}
 
+    def extra_columns(self, rt: TableRuntime) -> frozenset[str]:
+        """The columns the table's batches carry for the sinks' modes (``merger.history.modes``)."""
+        db, table = rt.name.split(".", 1)
+        modes = [getattr(s, "modes", None) for s in self.sinks]  # a sink without modes keeps the latest state
+        return frozenset().union(*(m.extra_columns((db, table)) for m in modes if m is not None))
+
     # ------------------------------------------------------------------ sink tables
 
     def ensure_tables(self, rt: TableRuntime) -> bool:

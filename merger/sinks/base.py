@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from merger.errors import MergerError
+from merger.history.modes import TableModes
 
 OP, SEQ = "_cdc_op", "_cdc_seq"
 RESERVED_PREFIX = "_cdc_"
@@ -117,6 +118,9 @@ class KeepsRows:
 class Sink(abc.ABC):
     """What the merger calls. All methods are safe to call from several threads for
     different tables; calls for one table must not overlap."""
+
+    # what each table keeps (``merger.history.modes``); a sink with history modes sets its own
+    modes: TableModes = TableModes()
 
     @abc.abstractmethod
     def ensure_table(self, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from merger.errors import MergerError
+from merger.history.modes import TableModes, table_modes
 
 
 def _delta(section: Any, config: Any):
@@ -27,9 +28,22 @@ def _delta(section: Any, config: Any):
     )
 
 
+def _modes(kind: str, section: Any, available: tuple[str, ...]) -> TableModes:
+    """The sink's table modes from its ``tables:``; a mode the sink does not have is an error."""
+    modes = table_modes({name: entry.model_dump() for name, entry in (getattr(section, "tables", None) or {}).items()})
+    for name, mode in modes.by_table.items():
+        if mode.name not in available:
+            raise MergerError(
+                f"sinks.{kind}.tables.{name}: mode {mode.name} is not available in the {kind} sink "
+                f"(it has {', '.join(available)})"
+            )
+    return modes
+
+
 def _postgres(section: Any, config: Any):
     from merger.sinks.postgres import PostgresSink
 
+    _modes("postgres", section, ("latest",))
     return PostgresSink(section.settings(), schema=section.schema_, nul_policy=section.nul_policy)
 
 

@@ -62,3 +62,13 @@ def test_only_one_section(tmp_path):
     assert isinstance(sink, DeltaSink)
     with pytest.raises(MergerError, match="postgres is not configured"):
         registry.build_sinks(_config(tmp_path, "delta"), only=("postgres",))
+
+
+def test_a_mode_the_sink_does_not_have_is_one_line(tmp_path):
+    cfg = MergerConfig(sinks={"postgres": {"tables": {"shop.orders": {"mode": "scd2"}}}})
+    with pytest.raises(MergerError) as exc:
+        registry.build_sinks(cfg)
+    assert "sinks.postgres.tables.shop.orders: mode scd2 is not available in the postgres sink" in str(exc.value)
+    cfg = MergerConfig(sinks={"postgres": {"tables": {"shop.orders": {"mode": "latest"}}}})
+    (sink,) = registry.build_sinks(cfg)
+    sink.close()

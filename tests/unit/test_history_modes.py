@@ -1,0 +1,159 @@
+"""Sink table modes (merger.history.modes): the configuration's `tables:` entries, the
+columns each mode asks of a batch, and the commit time the records carry for them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cdc.config import ConfigError, MergerConfig, load_model
+from cdc.tablespec import ColumnSpec, TableSpec
+from cdc.wire.position import EventPosition
+from merger.dblog import Reconciler
+from merger.history.changelog import BEFORE_AFTER
+from merger.history.modes import (
+    COMMIT_US,
+    LATEST,
+    ChangelogMode,
+    LatestMode,
+    SCD2Mode,
+    TableModes,
+    mode_of,
+    table_modes,
+)
+from merger.history.scd2 import HistoryOptionsError
+from merger.records import ParsedRecord, change_event, commit_us_of, decode
+from merger.schema import SourceModes
+from merger.sources import source_kind
+from merger.tables import TableRuntime
+
+
+def _load(tmp_path, sinks: dict) -> MergerConfig:
+    import yaml
+
+    path = tmp_path / "merger.yaml"
+    path.write_text(yaml.safe_dump({"sinks": sinks}))
+    return load_model(MergerConfig, str(path))
+
+
+def test_config_entries_become_modes(tmp_path):
+    cfg = _load(
+        tmp_path,
+        {
+            "postgres": {
+                "tables": {
+                    "shop.orders": {"mode": "scd2", "track_history_except": ["updated_at"]},
+                    "shop.pay": {"mode": "changelog", "image": "before_after"},
+                    "shop.log": {"mode": "changelog"},
+                    "shop.plain": {"mode": "latest"},
+                }
+            }
+        },
+    )
+    modes = table_modes({k: v.model_dump() for k, v in cfg.sinks.postgres.tables.items()})
+    assert modes.of(("shop", "orders")) == SCD2Mode(None, ("updated_at",))
+    assert modes.of("shop.pay") == ChangelogMode(BEFORE_AFTER)
+    assert modes.of("shop.log") == ChangelogMode("after")
+    assert modes.of("shop.plain") is LATEST
+    assert modes.of(("shop", "other")) is LATEST  # a table not named keeps the latest state
+    assert modes.extra_columns("shop.orders") == {COMMIT_US} == modes.extra_columns("shop.log")
+    assert modes.extra_columns("shop.other") == frozenset()
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"mode": "nope"}, "'latest', 'scd2', 'changelog'"),
+        ({"mode": "scd2", "track_history": ["a"], "track_history_except": ["b"]}, "not both"),
+        ({"mode": "scd2", "track_history": []}, "lists no column"),
+        ({"mode": "changelog", "track_history": ["a"]}, "unknown key"),
+        ({"mode": "changelog", "image": "before"}, "after"),
+    ],
+)
+def test_a_bad_entry_is_one_line(tmp_path, entry, message):
+    with pytest.raises(ConfigError) as exc:
+        _load(tmp_path, {"postgres": {"tables": {"shop.orders": entry}}})
+    assert message in str(exc.value) and "sinks.postgres.tables" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_table_name_must_be_qualified(tmp_path):
+    with pytest.raises(ConfigError, match="'orders' must be <database>.<table>"):
+        _load(tmp_path, {"postgres": {"tables": {"orders": {"mode": "changelog"}}}})
+
+
+def test_scd2_mode_options_check_the_keys():
+    assert SCD2Mode(("a",)).options(["id"]).tracks("a")
+    assert not SCD2Mode(("a",)).options(["id"]).tracks("b")
+    with pytest.raises(HistoryOptionsError, match="key column"):
+        SCD2Mode(("id",)).options(["id"])
+    with pytest.raises(HistoryOptionsError):
+        ChangelogMode("sideways")
+    with pytest.raises(HistoryOptionsError, match="latest, scd2, changelog"):
+        mode_of({"mode": "sideways"})
+    assert LatestMode().extra_columns == frozenset()
+    assert TableModes().of(("a", "b")) is LATEST
+
+
+def test_commit_time_of_a_payload():
+    assert commit_us_of({"source": {"ts_ms": 1700000000000, "ts_us": 1700000000000123}}) == 1700000000000123
+    assert commit_us_of({"source": {"ts_ms": 1700000000000}}) == 1700000000000000
+    assert commit_us_of({"source": {}}) is None
+    assert commit_us_of(None) is None
+    assert commit_us_of({"source": {"ts_ms": True}}) is None  # not a number
+
+
+def _runtime() -> TableRuntime:
+    cols = (
+        ColumnSpec("id", "int", nullable=False),
+        ColumnSpec("v", "varchar", length=20, charset="utf8mb4"),
+    )
+    cols = tuple(dataclasses.replace(c, position=i) for i, c in enumerate(cols, 1))
+    rt = TableRuntime("shop.t", TableSpec("shop", "t", cols, ("id",)), ["id"], 1, Reconciler(1))
+    rt.set_spec(rt.spec, SourceModes())
+    return rt
+
+
+def _event(offset: int, op: str, row: dict, ts_ms: int):
+    record = {"topic": "cdc.shop.t", "partition": 0, "offset": offset}
+    payload = {"op": op, ("before" if op == "d" else "after"): row, "source": {"ts_ms": ts_ms}}
+    return change_event(
+        ParsedRecord(record, {}, payload, EventPosition("b.000001", 100 + offset, 0)), source_kind("ingest")
+    )
+
+
+def test_decode_adds_the_commit_time_only_when_a_mode_asks():
+    evs = [_event(1, "c", {"id": 1, "v": "a"}, 1_000), _event(2, "d", {"id": 1}, 2_000)]
+    assert [ev.commit_us for ev in evs] == [1_000_000, 2_000_000]
+    bad = []
+    plain = decode(evs, _runtime(), lambda ev, why: bad.append(why))
+    assert COMMIT_US not in plain.table.column_names
+    timed = decode(evs, _runtime(), lambda ev, why: bad.append(why), frozenset({COMMIT_US}))
+    assert timed.table.column(COMMIT_US).to_pylist() == [1_000_000, 2_000_000]
+    assert timed.table.column("_cdc_op").to_pylist() == ["c", "d"] and not bad
+
+
+def test_decode_of_older_changes_after_a_ddl_keeps_the_commit_time():
+    rt = _runtime()
+    evs = [_event(1, "c", {"id": 1, "v": "a"}, 1_000), _event(5, "u", {"id": 1, "v": "b"}, 3_000)]
+    rt.spec_since = evs[1].order  # the first change is older than the definition: decoded leniently
+    timed = decode(evs, rt, lambda ev, why: None, frozenset({COMMIT_US}))
+    assert timed.table.column(COMMIT_US).to_pylist() == [1_000_000, 3_000_000]
+
+
+def test_a_window_keeps_its_high_markers_time_across_a_restart():
+    rec = Reconciler(2)
+    rec.open_window("w1", ["c1"], 10.0)
+    rec.on_marker(0, 5, "w1", "LOW", time_us=1_000)
+    rec.on_marker(1, 5, "w1", "LOW", time_us=1_000)
+    rec.on_marker(0, 9, "w1", "HIGH", time_us=7_000_000)
+    rec.on_marker(1, 9, "w1", "HIGH", time_us=7_000_000)
+    assert rec.window("w1").high_time_us == 7_000_000
+    again = Reconciler.from_dict(rec.to_dict())
+    assert again.window("w1").high_time_us == 7_000_000
+    # a state saved before windows kept it loads, without one
+    saved = rec.to_dict()
+    for w in saved["windows"]:
+        w.pop("high_time_us")
+    assert Reconciler.from_dict(saved).window("w1").high_time_us is None
