@@ -316,8 +316,8 @@ def test_type_mapping_round_trip(kind, request):
 def test_postgres_binary_copy_round_trip(pg_sink, monkeypatch):
     """Tables whose columns all have a fixed binary COPY form go through pgpq's encoder
     (both the direct snapshot COPY and the staging + MERGE path): the same values."""
-    from merger.sinks import postgres as pgmod
-    from merger.sinks import postgres_copy
+    from merger.sinks.postgres import copy as postgres_copy
+    from merger.sinks.postgres import sink as pgmod
 
     binary_cols = [f for f in ALL_TYPES if f.name not in ("b", "tm", "dur", "j")]
     schema = pa.schema(binary_cols)
@@ -369,7 +369,7 @@ INT_STEP = st.one_of(
 def test_postgres_snapshot_copy_path_matches_model(pg_sink, monkeypatch, steps):
     """Snapshot rows COPYed straight into the target (few rows in the key range) or MERGEd
     (many): either way the sequence rule holds against rows and tombstones."""
-    from merger.sinks import postgres_copy
+    from merger.sinks.postgres import copy as postgres_copy
 
     monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 2)
     t = TableId("fast" + uuid.uuid4().hex[:8], "model")
@@ -444,7 +444,8 @@ NUL_ROWS = [
 def test_postgres_nul_policy_strips_or_replaces_text_and_jsonb(stack, policy, char, fast, monkeypatch):
     """PostgreSQL text refuses U+0000 and jsonb also its escape: both paths (MERGE and the
     snapshot COPY) store the value by the rule; the batch is not refused."""
-    from merger.sinks import PostgresSink, postgres_copy
+    from merger.sinks import PostgresSink
+    from merger.sinks.postgres import copy as postgres_copy
 
     monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 1 if fast else 10**9)
     s, t = PostgresSink(stack.postgres, nul_policy=policy), fresh()

@@ -74,8 +74,8 @@ from merger.sinks.base import (
 )
 from merger.sinks.nul import apply_nul_policy, check_policy
 from merger.sinks.nul_count import NulCounts
-from merger.sinks.postgres_copy import PostgresCopy
-from merger.sinks.postgres_reads import PostgresReads
+from merger.sinks.postgres.copy import PostgresCopy
+from merger.sinks.postgres.reads import PostgresReads
 
 log = logging.getLogger(__name__)
 

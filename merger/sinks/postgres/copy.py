@@ -18,11 +18,11 @@ from merger.sinks.base import (
 )
 
 if TYPE_CHECKING:
-    from merger.sinks.postgres import _Meta
+    from merger.sinks.postgres.sink import _Meta
 
 
 class PostgresCopy:
-    """PostgresSink's methods for this job (the rest of the class is in merger/sinks/postgres.py)."""
+    """PostgresSink's methods for this job (the rest of the class is in merger/sinks/postgres/sink.py)."""
 
     def _copy(self, conn, m: _Meta, rel, src: pa.Table, cols: list[str], with_op: bool) -> None:
         """COPY the batch's columns (plus the sequence, and the op for the staging table)."""

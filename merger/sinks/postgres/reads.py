@@ -15,11 +15,11 @@ from merger.sinks.base import (
 )
 
 if TYPE_CHECKING:
-    from merger.sinks.postgres import _Meta
+    from merger.sinks.postgres.sink import _Meta
 
 
 class PostgresReads:
-    """PostgresSink's methods for this job (the rest of the class is in merger/sinks/postgres.py)."""
+    """PostgresSink's methods for this job (the rest of the class is in merger/sinks/postgres/sink.py)."""
 
     def rows(self, table) -> pa.Table:
         table = as_table_id(table)
