@@ -317,19 +317,18 @@ def test_postgres_binary_copy_round_trip(pg_sink, monkeypatch):
     """Tables whose columns all have a fixed binary COPY form go through pgpq's encoder
     (both the direct snapshot COPY and the staging + MERGE path): the same values."""
     from merger.sinks.postgres import copy as postgres_copy
-    from merger.sinks.postgres import sink as pgmod
 
     binary_cols = [f for f in ALL_TYPES if f.name not in ("b", "tm", "dur", "j")]
     schema = pa.schema(binary_cols)
     used = []
-    real = pgmod.PostgresSink._binary
+    real = postgres_copy.Copier.binary
 
     def spy(self, *args):
         out = real(self, *args)
         used.append(out is not None)
         return out
 
-    monkeypatch.setattr(pgmod.PostgresSink, "_binary", spy)
+    monkeypatch.setattr(postgres_copy.Copier, "binary", spy)
     monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 2)
     expected = [{k: v for k, v in r.items() if k in schema.names} for r in _expected_all_types("postgres")]
     for op in ("r", "c"):  # r: the direct COPY into the target, c: staging + MERGE
@@ -482,6 +481,8 @@ def test_postgres_nul_policy_pause_refuses_the_batch(stack):
 def test_postgres_layout_and_control_table(pg_sink, stack):
     import psycopg
 
+    from merger.sinks.postgres.catalog import tomb_name
+
     s, t = pg_sink, TableId("shop" + uuid.uuid4().hex[:6], "order")
     s.ensure_table(t, SIMPLE, ["id"])
     s.apply(t, 3, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 1}]))
@@ -496,7 +497,7 @@ def test_postgres_layout_and_control_table(pg_sink, stack):
             (f'"{t.database}"."order"',),
         ).fetchall()
         assert pk == [("id",)]
-        tomb = s._tomb_name(t.database, "order")
+        tomb = tomb_name(t.database, "order")
         assert c.execute(f'SELECT id, _cdc_seq FROM _cdc."{tomb}"').fetchall() == [(1, 1)]
     with pytest.raises(SinkError, match="63-byte"):
         s.ensure_table(TableId("db", "ü" * 40), SIMPLE, ["id"])
