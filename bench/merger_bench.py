@@ -597,16 +597,15 @@ class Run:
 def drop_pg_schema(info, schema: str) -> None:
     from psycopg import sql
 
-    from merger.sinks.postgres import PostgresSink
+    from merger.sinks.postgres.catalog import tomb_name
 
-    helper = PostgresSink({"host": info.postgres.host}, schema=schema)  # only for the tombstone names
     with pg_conn(info) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         exists = conn.execute("SELECT to_regclass('_cdc._cdc_applied')").fetchone()[0]
         if exists:
             for table in (BIG, LAT, WARM):
                 conn.execute(
-                    sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier("_cdc", helper._tomb_name(schema, table)))
+                    sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier("_cdc", tomb_name(schema, table)))
                 )
             conn.execute(
                 "DELETE FROM _cdc._cdc_applied WHERE table_name LIKE %s", ('"' + schema.replace('"', '""') + '".%',)

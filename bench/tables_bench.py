@@ -127,7 +127,7 @@ def drop_everything(stack, db: str, n: int) -> None:
     """The run's source database, its PostgreSQL schema, tombstone tables and applied rows."""
     from psycopg import sql
 
-    from merger.sinks.postgres import PostgresSink
+    from merger.sinks.postgres.catalog import tomb_name
 
     try:
         conn = root_conn(stack)
@@ -137,12 +137,11 @@ def drop_everything(stack, db: str, n: int) -> None:
     except Exception as exc:
         log(f"  could not drop database {db}: {exc}")
     try:
-        helper = PostgresSink({"host": stack.postgres.host})  # only for the tombstone names
         with pg_conn(stack) as pg:
             pg.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(db)))
             if pg.execute("SELECT to_regclass('_cdc._cdc_applied')").fetchone()[0]:
                 for i in range(n):
-                    tomb = helper._tomb_name(db, table_name(i))
+                    tomb = tomb_name(db, table_name(i))
                     pg.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier("_cdc", tomb)))
                 pg.execute("DELETE FROM _cdc._cdc_applied WHERE table_name LIKE %s", ('"' + db + '".%',))
     except Exception as exc:

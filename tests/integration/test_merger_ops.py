@@ -150,7 +150,7 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
         # exactly those, and nothing else
         DeltaTable(str(tmp_path / "delta" / db / "t")).delete("id <= 100")
         pg = checker.pg
-        pg._run(lambda c: c.execute(f'DELETE FROM "{db}"."t" WHERE id <= 100'))
+        pg.session.run(lambda c: c.execute(f'DELETE FROM "{db}"."t" WHERE id <= 100'))
         out = _cdc("snapshot", f"{db}.t", "--where", "id <= 50", "-c", str(mcfg))
         assert out.returncode == 0, out.stderr
         # (the status may still show the previous, finished plan for a moment)

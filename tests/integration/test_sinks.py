@@ -316,20 +316,19 @@ def test_type_mapping_round_trip(kind, request):
 def test_postgres_binary_copy_round_trip(pg_sink, monkeypatch):
     """Tables whose columns all have a fixed binary COPY form go through pgpq's encoder
     (both the direct snapshot COPY and the staging + MERGE path): the same values."""
-    from merger.sinks import postgres as pgmod
-    from merger.sinks import postgres_copy
+    from merger.sinks.postgres import copy as postgres_copy
 
     binary_cols = [f for f in ALL_TYPES if f.name not in ("b", "tm", "dur", "j")]
     schema = pa.schema(binary_cols)
     used = []
-    real = pgmod.PostgresSink._binary
+    real = postgres_copy.Copier.binary
 
     def spy(self, *args):
         out = real(self, *args)
         used.append(out is not None)
         return out
 
-    monkeypatch.setattr(pgmod.PostgresSink, "_binary", spy)
+    monkeypatch.setattr(postgres_copy.Copier, "binary", spy)
     monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 2)
     expected = [{k: v for k, v in r.items() if k in schema.names} for r in _expected_all_types("postgres")]
     for op in ("r", "c"):  # r: the direct COPY into the target, c: staging + MERGE
@@ -369,7 +368,7 @@ INT_STEP = st.one_of(
 def test_postgres_snapshot_copy_path_matches_model(pg_sink, monkeypatch, steps):
     """Snapshot rows COPYed straight into the target (few rows in the key range) or MERGEd
     (many): either way the sequence rule holds against rows and tombstones."""
-    from merger.sinks import postgres_copy
+    from merger.sinks.postgres import copy as postgres_copy
 
     monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 2)
     t = TableId("fast" + uuid.uuid4().hex[:8], "model")
@@ -444,7 +443,8 @@ NUL_ROWS = [
 def test_postgres_nul_policy_strips_or_replaces_text_and_jsonb(stack, policy, char, fast, monkeypatch):
     """PostgreSQL text refuses U+0000 and jsonb also its escape: both paths (MERGE and the
     snapshot COPY) store the value by the rule; the batch is not refused."""
-    from merger.sinks import PostgresSink, postgres_copy
+    from merger.sinks import PostgresSink
+    from merger.sinks.postgres import copy as postgres_copy
 
     monkeypatch.setattr(postgres_copy, "FAST_MIN_ROWS", 1 if fast else 10**9)
     s, t = PostgresSink(stack.postgres, nul_policy=policy), fresh()
@@ -481,6 +481,8 @@ def test_postgres_nul_policy_pause_refuses_the_batch(stack):
 def test_postgres_layout_and_control_table(pg_sink, stack):
     import psycopg
 
+    from merger.sinks.postgres.catalog import tomb_name
+
     s, t = pg_sink, TableId("shop" + uuid.uuid4().hex[:6], "order")
     s.ensure_table(t, SIMPLE, ["id"])
     s.apply(t, 3, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 1}]))
@@ -495,7 +497,7 @@ def test_postgres_layout_and_control_table(pg_sink, stack):
             (f'"{t.database}"."order"',),
         ).fetchall()
         assert pk == [("id",)]
-        tomb = s._tomb_name(t.database, "order")
+        tomb = tomb_name(t.database, "order")
         assert c.execute(f'SELECT id, _cdc_seq FROM _cdc."{tomb}"').fetchall() == [(1, 1)]
     with pytest.raises(SinkError, match="63-byte"):
         s.ensure_table(TableId("db", "ü" * 40), SIMPLE, ["id"])

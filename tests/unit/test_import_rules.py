@@ -17,12 +17,9 @@ KNOWN_CIRCLES = {
     frozenset({"merger.app", "merger.spark_archive"}),
     frozenset({"merger.kafka.admission", "merger.kafka.offsets"}),
     frozenset({"merger.sinks.delta", "merger.sinks.delta_reads"}),
-    frozenset({"merger.sinks.postgres", "merger.sinks.postgres_copy", "merger.sinks.postgres_reads"}),
 }
 KNOWN_PRIVATE_IMPORTS = {
     ("merger.sinks.delta_reads", "merger.sinks.delta", "_Meta"),
-    ("merger.sinks.postgres_reads", "merger.sinks.postgres", "_Meta"),
-    ("merger.sinks.postgres_copy", "merger.sinks.postgres", "_Meta"),
 }
 
 

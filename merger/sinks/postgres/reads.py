@@ -3,30 +3,29 @@ the tests compare with the source."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import pyarrow as pa
 from psycopg import sql
 
 from merger.sinks import types as T
-from merger.sinks.base import (
-    TableId,
-    as_table_id,
-)
-
-if TYPE_CHECKING:
-    from merger.sinks.postgres import _Meta
+from merger.sinks.base import TableId, as_table_id
+from merger.sinks.postgres.catalog import Catalog
+from merger.sinks.postgres.meta import TableMeta
+from merger.sinks.postgres.session import Session
 
 
 class PostgresReads:
-    """PostgresSink's methods for this job (the rest of the class is in merger/sinks/postgres.py)."""
+    def __init__(self, session: Session, catalog: Catalog):
+        self.session = session
+        self.catalog = catalog
 
     def rows(self, table) -> pa.Table:
         table = as_table_id(table)
-        return self._run(self._rows, table)
+        return self.session.run(self._rows, table)
 
     def _rows(self, conn, table: TableId, where: sql.Composable | None = None, params=()) -> pa.Table:
-        m = self._meta_for(conn, table)
+        m = self.catalog.meta_for(conn, table)
         names = list(m.columns)
         exprs = [
             sql.SQL("{}::text").format(sql.Identifier(c))
@@ -57,19 +56,19 @@ class PostgresReads:
         table = as_table_id(table)
 
         def q(conn):
-            m = self._meta_for(conn, table)
+            m = self.catalog.meta_for(conn, table)
             return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(m.schema, m.name))).fetchone()[
                 0
             ]
 
-        return self._run(q)
+        return self.session.run(q)
 
     def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
         table = as_table_id(table)
         cols = list(key_columns)
 
         def q(conn):
-            m = self._meta_for(conn, table)
+            m = self.catalog.meta_for(conn, table)
             key = self._ordered_key(conn, m, cols)
             conds, params = [], []
             for bound, op in ((lo, ">="), (hi, "<")):
@@ -82,9 +81,9 @@ class PostgresReads:
                     params += list(bound)
             return self._rows(conn, table, sql.SQL(" AND ").join(conds) if conds else None, params)
 
-        return self._run(q)
+        return self.session.run(q)
 
-    def _ordered_key(self, conn, m: _Meta, cols: list[str]) -> sql.Composable:
+    def _ordered_key(self, conn, m: TableMeta, cols: list[str]) -> sql.Composable:
         """The key as a row value compared in code point order: text columns whose
         collation is not byte order get COLLATE "C" (correct, but then the primary key
         index is not used for the range)."""
@@ -129,4 +128,4 @@ class PostgresReads:
                 parts.append(self._rows(conn, table, where, [v for k in batch for v in k]))
             return pa.concat_tables(parts)
 
-        return self._run(q)
+        return self.session.run(q)
