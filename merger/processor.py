@@ -68,7 +68,7 @@ from merger.schema import SourceModes
 from merger.shard_ddl import APPLY, CONFLICT, ShardDdl
 from merger.shard_ddl import decide as decide_shard_ddl
 from merger.sink_writer import SinkWriter
-from merger.sinks.base import SinkError, TableFault
+from merger.sinks.base import SinkError, TableCut, TableFault
 from merger.snapshot.chunking import window_origin
 from merger.sources import source_kind
 from merger.state import StateStore
@@ -765,10 +765,13 @@ class BatchProcessor(PausedTables):
         log.info("%s: %s renamed into it: its rows are snapshotted", rt.name, origin)
         return False
 
-    def _cut_origin(self, batch_id: int, rt: TableRuntime, origin: str, order: int, step: list) -> None:
+    def _cut_origin(
+        self, batch_id: int, rt: TableRuntime, origin: str, order: int, step: list, cut: TableCut | None = None
+    ) -> None:
         """Empty one origin's rows in every sink at ``order``: its changes older than that,
-        read later from a lagging partition, are void (orders of one origin compare)."""
-        self.writer.truncate_origin(batch_id, rt, origin, step)
+        read later from a lagging partition, are void (orders of one origin compare).
+        ``cut``: the TRUNCATE's place, for history tables (None: a rename's)."""
+        self.writer.truncate_origin(batch_id, rt, origin, step, cut)
         rt.origin_truncated[origin] = max(rt.origin_truncated.get(origin, 0), order)
 
     def _origin_of_record(self, ev: ChangeEvent) -> str:
@@ -858,14 +861,14 @@ class BatchProcessor(PausedTables):
                     if order > rt.origin_truncated.get(origin, 0):  # one truncate record per partition
                         self._apply_rows(batch_id, rt, data, taken, step)
                         taken = []
-                        self._cut_origin(batch_id, rt, origin, order, step)
+                        self._cut_origin(batch_id, rt, origin, order, step, TableCut(ev.seq, ev.commit_us))
                         log.info("%s: the rows of origin %s emptied (TRUNCATE of that table)", rt.name, origin)
                     continue
                 rt.reconciler.on_event(partition, seq, None, "t")
                 if order > rt.truncated_through:  # one truncate record per partition
                     self._apply_rows(batch_id, rt, data, taken, step)
                     taken = []
-                    self.writer.truncate(batch_id, rt, step)
+                    self.writer.truncate(batch_id, rt, step, TableCut(ev.seq, ev.commit_us))
                     rt.truncated_through = order
                     if not self.source_kind.truncate_in_every_partition:
                         # one truncate record, in one partition (Debezium's): a change

@@ -10,7 +10,8 @@ from typing import Callable
 import pyarrow as pa
 
 from cdc.routes import ORIGIN_COLUMN
-from merger.sinks.base import IncompatibleSchemaChange, SinkError
+from merger.history.modes import LatestMode
+from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableCut
 from merger.sinks.fanout import SinkFanout
 from merger.state import StateStore
 from merger.tables import TableRuntime
@@ -91,16 +92,29 @@ class SinkWriter:
         db, name = rt.name.split(".", 1)
         self.fanout.each(rt, lambda s: s.apply((db, name), version, table))
 
-    def truncate(self, batch_id: int, rt: TableRuntime, step: list) -> None:
+    def truncate(self, batch_id: int, rt: TableRuntime, step: list, cut: TableCut | None = None) -> None:
+        """Empty the table; ``cut``: the truncate's place in the stream, for the sinks whose
+        table keeps a history (None: a DDL's reset, whose own place the sinks take)."""
         version = self.version(batch_id, rt, step)
-        db, name = rt.name.split(".", 1)
-        self.fanout.each(rt, lambda s: s.truncate((db, name), version))
+        t = tuple(rt.name.split(".", 1))
+        self.fanout.each(
+            rt, lambda s: s.truncate(t, version, cut=cut) if _keeps_history(s, t) else s.truncate(t, version)
+        )
 
-    def truncate_origin(self, batch_id: int, rt: TableRuntime, origin: str, step: list) -> None:
+    def truncate_origin(
+        self, batch_id: int, rt: TableRuntime, origin: str, step: list, cut: TableCut | None = None
+    ) -> None:
         """Empty one origin of a logical table (``Sink.truncate_origin``)."""
         version = self.version(batch_id, rt, step)
-        db, name = rt.name.split(".", 1)
-        self.fanout.each(rt, lambda s: s.truncate_origin((db, name), version, ORIGIN_COLUMN, origin))
+        t = tuple(rt.name.split(".", 1))
+        self.fanout.each(
+            rt,
+            lambda s: (
+                s.truncate_origin(t, version, ORIGIN_COLUMN, origin, cut=cut)
+                if _keeps_history(s, t)
+                else s.truncate_origin(t, version, ORIGIN_COLUMN, origin)
+            ),
+        )
 
     def version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
         """The version of the batch's next write (``step[0]`` counts the writes)."""
@@ -135,3 +149,9 @@ class SinkWriter:
         for sink in self.sinks:
             self.fanout.with_retry(rt, sink, lambda s=sink: held.append(s.applied_version((db, name))))
         return max(v for v in held if v is not None)
+
+
+def _keeps_history(sink, table: tuple) -> bool:
+    """Whether the sink's table is a history (its truncate takes the cut)."""
+    modes = getattr(sink, "modes", None)
+    return modes is not None and not isinstance(modes.of(table), LatestMode)

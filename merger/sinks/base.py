@@ -94,6 +94,14 @@ class UnstorableValue(TableFault):
     names the table, key and column. The merger pauses that table."""
 
 
+class TableCut(NamedTuple):
+    """Where a truncate cuts a table's changes: its sequence and source commit time
+    (microseconds; None: not known). History tables write it down; the others empty."""
+
+    sequence: int
+    time_us: int | None = None
+
+
 class TableId(NamedTuple):
     database: str
     table: str
@@ -257,9 +265,9 @@ def to_arrow_table(changes: Changes) -> pa.Table:
     return pa.Table.from_batches(batches)
 
 
-def latest_per_key(table: TableId, changes: Changes, keys: Sequence[str]) -> pa.Table:
-    """Validate a change batch and keep, per key, the change with the highest sequence
-    (ties: the later row). The result is sorted by key."""
+def checked_changes(table: TableId, changes: Changes, keys: Sequence[str]) -> pa.Table:
+    """A change batch as one Arrow table, validated: its op and sequence columns, known
+    ops, no null sequence or key."""
     t = to_arrow_table(changes)
     for col in (OP, SEQ, *keys):
         if col not in t.column_names:
@@ -280,6 +288,15 @@ def latest_per_key(table: TableId, changes: Changes, keys: Sequence[str]) -> pa.
     for col in (SEQ, *keys):
         if t[col].null_count:
             raise SinkError(f"table {table}: null in {'sequence' if col == SEQ else 'key column ' + repr(col)}")
+    return t
+
+
+def latest_per_key(table: TableId, changes: Changes, keys: Sequence[str]) -> pa.Table:
+    """Validate a change batch and keep, per key, the change with the highest sequence
+    (ties: the later row). The result is sorted by key."""
+    t = checked_changes(table, changes, keys)
+    if t.num_rows == 0:
+        return t
     n = t.num_rows
     row = "_cdc_row"
     work = t.append_column(row, pa.array(range(n), pa.int64()))

@@ -28,23 +28,17 @@ def _delta(section: Any, config: Any):
     )
 
 
-def _modes(kind: str, section: Any, available: tuple[str, ...]) -> TableModes:
-    """The sink's table modes from its ``tables:``; a mode the sink does not have is an error."""
-    modes = table_modes({name: entry.model_dump() for name, entry in (getattr(section, "tables", None) or {}).items()})
-    for name, mode in modes.by_table.items():
-        if mode.name not in available:
-            raise MergerError(
-                f"sinks.{kind}.tables.{name}: mode {mode.name} is not available in the {kind} sink "
-                f"(it has {', '.join(available)})"
-            )
-    return modes
+def _modes(section: Any) -> TableModes:
+    """The sink's table modes, from its ``tables:`` (the sink refuses a mode it does not have)."""
+    return table_modes({name: entry.model_dump() for name, entry in (getattr(section, "tables", None) or {}).items()})
 
 
 def _postgres(section: Any, config: Any):
     from merger.sinks.postgres import PostgresSink
 
-    _modes("postgres", section, ("latest",))
-    return PostgresSink(section.settings(), schema=section.schema_, nul_policy=section.nul_policy)
+    return PostgresSink(
+        section.settings(), schema=section.schema_, nul_policy=section.nul_policy, modes=_modes(section)
+    )
 
 
 def _kafka_changelog(section: Any, config: Any):

@@ -7,6 +7,7 @@ import pytest
 
 from cdc.config import MergerConfig
 from merger.errors import MergerError
+from merger.history.modes import ChangelogMode
 from merger.sinks import registry
 from merger.sinks.delta import DeltaSink
 from merger.sinks.kafka_changelog import KafkaChangelogSink
@@ -65,10 +66,19 @@ def test_only_one_section(tmp_path):
 
 
 def test_a_mode_the_sink_does_not_have_is_one_line(tmp_path):
-    cfg = MergerConfig(sinks={"postgres": {"tables": {"shop.orders": {"mode": "scd2"}}}})
-    with pytest.raises(MergerError) as exc:
-        registry.build_sinks(cfg)
-    assert "sinks.postgres.tables.shop.orders: mode scd2 is not available in the postgres sink" in str(exc.value)
-    cfg = MergerConfig(sinks={"postgres": {"tables": {"shop.orders": {"mode": "latest"}}}})
+    for entry, text in (
+        ({"mode": "scd2"}, "mode scd2"),
+        ({"mode": "changelog", "image": "before_after"}, "mode changelog with image before_after"),
+    ):
+        cfg = MergerConfig(sinks={"postgres": {"tables": {"shop.orders": entry}}})
+        with pytest.raises(MergerError) as exc:
+            registry.build_sinks(cfg)
+        assert f"sinks.postgres.tables.shop.orders: {text} is not available in the postgres sink" in str(exc.value)
+    cfg = MergerConfig(
+        sinks={"postgres": {"tables": {"shop.orders": {"mode": "changelog"}, "shop.o": {"mode": "latest"}}}}
+    )
     (sink,) = registry.build_sinks(cfg)
+    assert (
+        isinstance(sink.modes.of(("shop", "orders")), ChangelogMode) and sink.modes.of(("shop", "o")).name == "latest"
+    )
     sink.close()

@@ -42,15 +42,19 @@ The password is only handed to libpq, never logged or put in an error message.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 from psycopg import sql
 
-from merger.sinks.base import Changes, KeepsRows, Sink, SinkError, TableId, as_table_id
+from merger.history.changelog import AFTER
+from merger.history.modes import ChangelogMode, LatestMode, TableModes
+from merger.sinks.base import Changes, KeepsRows, Sink, SinkError, TableCut, TableId, as_table_id
 from merger.sinks.nul import check_policy
 from merger.sinks.nul_count import NulCounts
 from merger.sinks.postgres.catalog import Catalog, check_ident
+from merger.sinks.postgres.changelog import ChangelogTables
 from merger.sinks.postgres.control import Control
 from merger.sinks.postgres.copy import Copier
 from merger.sinks.postgres.latest import LatestWriter
@@ -59,6 +63,14 @@ from merger.sinks.postgres.reads import PostgresReads
 from merger.sinks.postgres.schema import Schemas
 from merger.sinks.postgres.session import Session
 from merger.sinks.postgres.settings import PgSettings
+
+log = logging.getLogger(__name__)
+
+AVAILABLE_MODES = (LatestMode, ChangelogMode)  # scd2: not built yet (docs/history.md)
+
+
+def _mode_text(mode) -> str:
+    return f"mode {mode.name}" + (f" with image {mode.image}" if isinstance(mode, ChangelogMode) else "")
 
 
 class PostgresSink(KeepsRows, Sink):
@@ -72,13 +84,15 @@ class PostgresSink(KeepsRows, Sink):
         merge_join: str = "index",
         fast_snapshot: bool = True,
         nul_policy: str = "strip",
+        modes: TableModes | None = None,
     ):
         """``schema``: fixed target schema (default: one schema per source database).
         ``nul_policy``: strip, replace or pause: NUL characters in text (``merger.sinks.nul``).
         ``merge_join``: "index" makes the MERGE probe the target's primary key for each
         staged row (nested loop; cost follows the batch, not the table; measured 3x faster
         than the hash join the planner picks for 100k rows into 1M); "auto" lets the
-        planner choose."""
+        planner choose. ``modes``: what each table keeps (default: the latest state of
+        every table; ``merger.history.modes``)."""
         if merge_join not in ("index", "auto"):
             raise SinkError(f"merge_join must be 'index' or 'auto', not {merge_join!r}")
         try:
@@ -96,6 +110,17 @@ class PostgresSink(KeepsRows, Sink):
         self.latest = LatestWriter(self.catalog, Copier(fast_snapshot), self.nul_policy, work_mem, merge_join)
         self.readback = PostgresReads(self.session, self.catalog)
         self.origins = Origins(self.session, self.catalog)
+        self.modes = modes or TableModes()
+        for name, mode in self.modes.by_table.items():
+            if not isinstance(mode, AVAILABLE_MODES) or (isinstance(mode, ChangelogMode) and mode.image != AFTER):
+                raise SinkError(
+                    f"sinks.postgres.tables.{name}: {_mode_text(mode)} is not available in the postgres sink"
+                )
+        self.changelog = ChangelogTables(self.catalog, self.latest.copier, self.nul_policy, json_as_jsonb)
+
+    def _logs(self, table: TableId) -> bool:
+        """Whether the table is a change log (``merger.sinks.postgres.changelog``)."""
+        return isinstance(self.modes.of(table), ChangelogMode)
 
     def close(self) -> None:
         self.session.close()
@@ -103,10 +128,19 @@ class PostgresSink(KeepsRows, Sink):
     # ------------------------------------------------------------------ tables and versions
 
     def ensure_table(self, table, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
-        return self.schemas.ensure(as_table_id(table), arrow_schema, key_columns)
+        table = as_table_id(table)
+        if self._logs(table):
+            return self.session.run(self.changelog.ensure, table, arrow_schema, key_columns, table=table)
+        return self.schemas.ensure(table, arrow_schema, key_columns)
 
     def drop_table(self, table) -> None:
-        self.schemas.drop(as_table_id(table))
+        table = as_table_id(table)
+        if self._logs(table):  # a history is never dropped: set aside, a new log starts
+            aside = self.session.run(self.changelog.set_aside, table, table=table)
+            if aside:
+                log.warning("change log of %s set aside as %s (its history is kept); a new one starts", table, aside)
+            return
+        self.schemas.drop(table)
 
     def has_table(self, table) -> bool:
         table = as_table_id(table)
@@ -128,20 +162,32 @@ class PostgresSink(KeepsRows, Sink):
         return self.nul_counts.snapshot()
 
     def _apply(self, conn, table: TableId, version: int, changes: Changes) -> tuple[bool, dict[str, int]]:
-        m = self.catalog.meta_for(conn, table)
+        logs = self._logs(table)
+        m = (self.changelog if logs else self.catalog).meta_for(conn, table)
         if not self.control.claim(conn, m.qualified, version):
             return False, {}
-        nul_changed = self.latest.write(conn, table, m, changes)
+        if logs:
+            nul_changed = self.changelog.write(conn, table, m, version, changes)
+        else:
+            nul_changed = self.latest.write(conn, table, m, changes)
         self.control.record(conn, m.qualified, version)
         return True, nul_changed
 
     # ------------------------------------------------------------------ truncate
 
-    def truncate(self, table, version: int) -> bool:
+    def truncate(self, table, version: int, cut: TableCut | None = None) -> bool:
+        """``cut``: where the truncate is in the stream (a change log writes it down)."""
         table = as_table_id(table)
-        return self.session.run(self._truncate, table, int(version), table=table)
+        return self.session.run(self._truncate, table, int(version), cut, table=table)
 
-    def _truncate(self, conn, table: TableId, version: int) -> bool:
+    def _truncate(self, conn, table: TableId, version: int, cut: TableCut | None) -> bool:
+        if self._logs(table):
+            m = self.changelog.meta_for(conn, table)
+            if not self.control.claim(conn, m.qualified, version):
+                return False
+            self.changelog.truncate(conn, m, version, cut, None)
+            self.control.record(conn, m.qualified, version)
+            return True
         m = self.catalog.meta_for(conn, table)
         if not self.control.claim(conn, m.qualified, version):
             return False
@@ -150,11 +196,20 @@ class PostgresSink(KeepsRows, Sink):
         self.control.record(conn, m.qualified, version)
         return True
 
-    def truncate_origin(self, table, version: int, column: str, origin: str) -> bool:
+    def truncate_origin(self, table, version: int, column: str, origin: str, cut: TableCut | None = None) -> bool:
         table = as_table_id(table)
-        return self.session.run(self._truncate_origin, table, int(version), column, origin, table=table)
+        return self.session.run(self._truncate_origin, table, int(version), column, origin, cut, table=table)
 
-    def _truncate_origin(self, conn, table: TableId, version: int, column: str, origin: str) -> bool:
+    def _truncate_origin(
+        self, conn, table: TableId, version: int, column: str, origin: str, cut: TableCut | None
+    ) -> bool:
+        if self._logs(table):
+            m = self.changelog.meta_for(conn, table)
+            if not self.control.claim(conn, m.qualified, version):
+                return False
+            self.changelog.truncate(conn, m, version, cut, (column, origin))
+            self.control.record(conn, m.qualified, version)
+            return True
         m = self.catalog.meta_for(conn, table)
         if not self.control.claim(conn, m.qualified, version):
             return False
