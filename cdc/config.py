@@ -636,6 +636,11 @@ class SinksConfig(_Model):
     postgres: PostgresSinkConfig | None = None
     kafka_changelog: KafkaChangelogSinkConfig | None = None
 
+    def table_mode(self, sink: str, table: str) -> str:
+        """What sink ``sink`` keeps of ``table`` (its ``tables:``; latest when not named)."""
+        entry = (getattr(getattr(self, sink, None), "tables", None) or {}).get(table)
+        return entry.mode if entry is not None else "latest"
+
 
 class SnapshotConfig(_Model):
     auto_new_tables: bool = Field(True, description="snapshot a table when it is seen for the first time")

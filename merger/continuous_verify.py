@@ -98,7 +98,12 @@ class ContinuousVerifier(threading.Thread):
         if rt is None:
             return
         db, table = name.split(".", 1)
-        readers = {n: sink_reader(n, self.config.sinks) for n in ("postgres", "delta") if getattr(self.config.sinks, n)}
+        sinks = self.config.sinks
+        # a history table (sinks.<sink>.tables) has no latest state to compare
+        names = [n for n in ("postgres", "delta") if getattr(sinks, n) and sinks.table_mode(n, name) == "latest"]
+        if not names:
+            return
+        readers = {n: sink_reader(n, sinks) for n in names}
         source = SourceReader(self.config.mysql)
         started = time.time()
         try:

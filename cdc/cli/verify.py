@@ -198,6 +198,8 @@ def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, 
     try:
         with progress:
             for name in tables:
+                # a history table (sinks.<sink>.tables) has no latest state to compare
+                compared = {n: r for n, r in readable.items() if cfg.sinks.table_mode(n, name) == "latest"}
                 task = progress.add_task(f"{name}: planning", total=None, rows=0)
 
                 def advance(table, done, total, rows, task=task):
@@ -206,12 +208,12 @@ def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, 
                 def verify(source, table, **where):
                     keys, error = _chunk_keys(cfg, name, table)
                     if error:
-                        return [TableResult(table.name if table else name, n, error=error) for n in readable]
+                        return [TableResult(table.name if table else name, n, error=error) for n in compared]
                     verifier = TableVerifier(
                         source,
                         table,
                         keys,
-                        readable,
+                        compared,
                         opts.chunk_size or cfg.snapshot.chunk_size,
                         retries=opts.retries,
                         retry_wait=opts.retry_wait,
@@ -221,12 +223,12 @@ def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, 
                         confirm=confirm,
                         **where,
                     )
-                    return verifier.run() if readable else []
+                    return verifier.run() if compared else []
 
                 if routed and cfg.key_mode == "unique":
-                    results += _verify_owned(name, catalog.origins(name), source_of, readable, verify, cfg)
+                    results += _verify_owned(name, catalog.origins(name), source_of, compared, verify, cfg)
                 elif routed:
-                    results += _verify_origins(name, catalog.origins(name), source_of, readable, verify, opts.limit)
+                    results += _verify_origins(name, catalog.origins(name), source_of, compared, verify, opts.limit)
                 else:
                     db, tname = name.split(".", 1)
                     source = source_of(None, cfg.mysql)
@@ -235,6 +237,16 @@ def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, 
                     TableResult(name, n, skipped=True, note="changelog topics cannot be read by key range")
                     for n, s in sinks.items()
                     if s is None
+                ]
+                results += [
+                    TableResult(
+                        name,
+                        n,
+                        skipped=True,
+                        note=f"a {cfg.sinks.table_mode(n, name)} table (sinks.{n}.tables): no latest state to compare",
+                    )
+                    for n in readable
+                    if n not in compared
                 ]
                 progress.remove_task(task)
     finally:

@@ -157,3 +157,11 @@ def test_a_window_keeps_its_high_markers_time_across_a_restart():
     for w in saved["windows"]:
         w.pop("high_time_us")
     assert Reconciler.from_dict(saved).window("w1").high_time_us is None
+
+
+def test_the_mode_of_a_table_in_a_sink(tmp_path):
+    cfg = _load(tmp_path, {"postgres": {"tables": {"shop.log": {"mode": "changelog"}}}, "delta": {"path": "/x"}})
+    assert cfg.sinks.table_mode("postgres", "shop.log") == "changelog"
+    assert cfg.sinks.table_mode("postgres", "shop.other") == "latest"
+    assert cfg.sinks.table_mode("delta", "shop.log") == "latest"
+    assert cfg.sinks.table_mode("kafka_changelog", "shop.log") == "latest"

@@ -1,0 +1,197 @@
+"""A PostgreSQL table in mode ``changelog`` (issue 27), end to end: ingest and the merger
+as processes on the real stack, the merger killed with SIGKILL between two runs of a
+workload.
+
+The oracle shares no code with the sink: the test writes one row per autocommit
+statement from one connection, so the binlog order is the order of its statements, and
+it writes down, for each statement, the change the log must show (op, key, the row after
+it). The log is read back with psycopg and ordered by ``__seq``; a snapshot's rows share
+their window's sequence and are compared as a set. A table of the same database in the
+default mode must still hold the source's rows."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pymysql
+import pytest
+
+from tests.ingest_harness import IngestProcess, write_config
+from tests.merger_harness import MergerProcess, write_merger_config
+
+pytestmark = pytest.mark.integration
+
+COLUMNS = ("v", "n", "w")
+
+
+def _conn(stack, db):
+    return pymysql.connect(
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
+        database=db,
+        autocommit=True,
+    )
+
+
+def _pg(stack):
+    p = stack.postgres
+    return psycopg.connect(host=p.host, port=p.port, user=p.user, password=p.password, dbname=p.database)
+
+
+class Workload:
+    """Runs statements and writes down the change each one makes to the log."""
+
+    def __init__(self, stack, db):
+        self.conn = _conn(stack, db)
+        self.expected: list[tuple] = []  # (op, id, v, n, w) in commit order
+        self.times: list[tuple[float, float]] = []  # per expected change: wall clock around its statement
+
+    def _row(self, key):
+        with self.conn.cursor() as cur:
+            cur.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = DATABASE() "
+                "AND table_name = 't' AND column_name = 'w'"
+            )
+            w = "w" if cur.fetchone()[0] else "NULL"
+            cur.execute(f"SELECT id, v, n, {w} FROM t WHERE id = %s", (key,))
+            return cur.fetchone()
+
+    def run(self, sql, *args, changes):
+        """``changes``: what the statement does, as (op, key) in order; values read back."""
+        before = time.time()
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+        after = time.time()
+        for op, key in changes:
+            if op in ("c", "u"):
+                self.expected.append((op, *self._row(key)))
+            elif op == "d":
+                self.expected.append(("d", key, None, None, None))
+            else:  # truncate
+                self.expected.append(("t", None, None, None, None))
+            self.times.append((before, after))
+
+
+def _log(stack, db) -> list[tuple] | None:
+    with _pg(stack) as c:
+        if c.execute("SELECT to_regclass(%s)", (f'"{db}"."t"',)).fetchone()[0] is None:
+            return None
+        has_w = c.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = 't' "
+            "AND column_name = 'w'",
+            (db,),
+        ).fetchone()[0]
+        w = "w" if has_w else "NULL::int"
+        return c.execute(
+            f'SELECT __op, id, v, n, {w}, __seq, extract(epoch from __at)::float8, __version FROM "{db}"."t" '
+            "ORDER BY __seq, id"
+        ).fetchall()
+
+
+def _count(stack, db) -> int:
+    return len(_log(stack, db) or [])
+
+
+def _wait(what, check, merger, timeout_s=300):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        if merger is not None and not merger.alive():
+            raise AssertionError(f"merger exited:\n{merger.log_text()[-4000:]}")
+        last = check()
+        if last is None:
+            return
+        time.sleep(2)
+    raise AssertionError(f"{what} within {timeout_s}s: {last}\n{merger.log_text()[-3000:] if merger else ''}")
+
+
+@pytest.mark.timeout(900)
+def test_a_changelog_table_holds_every_change_once_in_order_across_a_kill9(stack, tmp_path, unique_name):
+    db = f"cl_{unique_name}"
+    setup = _conn(stack, None)
+    with setup.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
+        cur.execute(f"CREATE TABLE {db}.plain (id INT PRIMARY KEY, v VARCHAR(40))")
+        cur.execute(f"INSERT INTO {db}.t VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3), (4, NULL, 4)")
+        cur.execute(f"INSERT INTO {db}.plain VALUES (1, 'a'), (2, 'b')")
+    setup.close()
+    snapshot = {("r", i, v, n, None) for i, v, n in ((1, "one", 1), (2, "two", 2), (3, "three", 3), (4, None, 4))}
+
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    extra = {"sinks.delta": None, "sinks.postgres.tables": {f"{db}.t": {"mode": "changelog"}}}
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **extra)
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    work = Workload(stack, db)
+    try:
+        snapped = time.time()
+        _wait(
+            "the snapshot rows did not reach the change log",
+            lambda: None if _count(stack, db) == 4 else f"{_count(stack, db)} rows",
+            merger,
+        )
+        work.run("INSERT INTO t VALUES (10, 'ten', 10)", changes=[("c", 10)])
+        work.run("UPDATE t SET v = 'uno' WHERE id = 1", changes=[("u", 1)])
+        work.run("UPDATE t SET n = n + 1 WHERE id = 10", changes=[("u", 10)])
+        work.run("DELETE FROM t WHERE id = 2", changes=[("d", 2)])
+        work.run("UPDATE t SET id = 20 WHERE id = 3", changes=[("d", 3), ("c", 20)])  # a key change
+        _wait(
+            "the first changes did not reach the log",
+            lambda: None if _count(stack, db) >= 10 else _count(stack, db),
+            merger,
+        )
+        merger.kill9()
+        # while the merger is down: more changes, a TRUNCATE, a column added
+        work.run("INSERT INTO t VALUES (11, 'eleven', 11)", changes=[("c", 11)])
+        work.run("UPDATE t SET v = 'ONE' WHERE id = 1", changes=[("u", 1)])
+        work.run("TRUNCATE TABLE t", changes=[("t", None)])
+        work.run("INSERT INTO t VALUES (1, 'again', 100)", changes=[("c", 1)])
+        work.run("ALTER TABLE t ADD COLUMN w INT", changes=[])
+        work.run("INSERT INTO t VALUES (30, 'thirty', 30, 3)", changes=[("c", 30)])
+        work.run("UPDATE t SET w = 7 WHERE id = 1", changes=[("u", 1)])
+        work.run("DELETE FROM t WHERE id = 30", changes=[("d", 30)])
+        with work.conn.cursor() as cur:
+            cur.execute("INSERT INTO plain VALUES (3, 'c')")
+            cur.execute("UPDATE plain SET v = 'B' WHERE id = 2")
+        merger = MergerProcess(mcfg, tmp_path / "merger2.log").start()
+        want = len(snapshot) + len(work.expected)
+        _wait(
+            f"the change log did not reach {want} rows",
+            lambda: None if _count(stack, db) >= want else _count(stack, db),
+            merger,
+        )
+        with work.conn.cursor() as cur:
+            cur.execute("SELECT id, v FROM plain ORDER BY id")
+            plain = cur.fetchall()
+
+        def plain_equal():
+            with _pg(stack) as c:
+                got = c.execute(f'SELECT id, v FROM "{db}"."plain" ORDER BY id').fetchall()
+            return None if [tuple(r) for r in got] == [tuple(r) for r in plain] else got
+
+        _wait("the table in the default mode does not hold the source's rows", plain_equal, merger)
+        time.sleep(3)  # a few more batches: nothing may be appended twice
+        log = _log(stack, db)
+    finally:
+        merger.stop()
+        ingest.stop()
+        work.conn.close()
+
+    got = [tuple(r[:5]) for r in log]
+    assert len(got) == want, f"{len(got)} rows, {want} changes:\n{got}"
+    assert {g for g in got[:4]} == snapshot, got[:4]
+    assert len({r[5] for r in log[:4]}) == 1  # one window: its HIGH's sequence
+    assert got[4:] == work.expected
+    seqs = [r[5] for r in log]
+    assert seqs == sorted(seqs) and len(set(seqs[4:])) == len(seqs[4:])
+    versions = [r[7] for r in log]
+    assert versions == sorted(versions), "a later change appended by an earlier write"
+    # times: the binlog's whole seconds of each statement; the snapshot's at its HIGH marker
+    assert all(snapped - 2 <= r[6] <= time.time() for r in log[:4]), [r[6] for r in log[:4]]
+    for row, (before, after) in zip(log[4:], work.times):
+        assert int(before) - 1 <= row[6] <= after + 1, (row, before, after)
