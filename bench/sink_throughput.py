@@ -4,6 +4,11 @@ the PostgreSQL, Delta Lake and Kafka-changelog sinks. Prints rows/s per sink and
 
     .venv/bin/python bench/sink_throughput.py [--rows 1000000] [--batch 100000]
         [--updates 200000] [--sinks postgres,delta,kafka] [--state-dir /tmp/cdc-bench-stack]
+        [--pg-modes latest,changelog]
+
+``--pg-modes``: the PostgreSQL sink once per table mode (``merger.history.modes``), one
+after the other in the same run: the cost of a change log against the latest state (the
+batches then carry the commit time a history table needs).
 
 PostgreSQL and the broker come from the local embedded stack (started in --state-dir if
 not running; left running). Delta tables go to a temporary directory (removed after).
@@ -66,8 +71,8 @@ def batches(rows: int, batch: int, updates: int, seed: int = 7):
     return load, upd
 
 
-def run(sink, name: str, load, upd) -> dict:
-    table = TableId("bench", f"t_{uuid.uuid4().hex[:8]}")
+def run(sink, name: str, load, upd, table: TableId | None = None) -> dict:
+    table = table or TableId("bench", f"t_{uuid.uuid4().hex[:8]}")
     sink.ensure_table(table, SCHEMA, ["id"])
     version = 0
     result = {}
@@ -93,7 +98,7 @@ def run(sink, name: str, load, upd) -> dict:
     t1 = time.perf_counter()
     assert not sink.apply(table, version, (upd or load)[-1])
     print(f"{name:9s} replay of an applied version skipped in {time.perf_counter() - t1:.3f} s", flush=True)
-    if hasattr(sink, "count") and name != "kafka":
+    if hasattr(sink, "count") and name in ("postgres", "delta"):
         assert sink.count(table) == sum(b.num_rows for b in load)
     return result
 
@@ -110,6 +115,7 @@ def main(argv=None) -> int:
         action="store_true",
         help="PostgreSQL: MERGE snapshot rows too (no direct COPY into the target)",
     )
+    ap.add_argument("--pg-modes", default="latest", help="PostgreSQL table modes, each in turn: latest,changelog")
     args = ap.parse_args(argv)
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
     print(
@@ -128,11 +134,27 @@ def main(argv=None) -> int:
         if name == "postgres":
             from merger.sinks import PostgresSink
 
-            sink = PostgresSink(info.postgres, fast_snapshot=not args.pg_merge_only)
-            try:
-                run(sink, name, load, upd)
-            finally:
-                sink.close()
+            for mode in [m.strip() for m in args.pg_modes.split(",") if m.strip()]:
+                if mode == "latest":
+                    sink = PostgresSink(info.postgres, fast_snapshot=not args.pg_merge_only)
+                    try:
+                        run(sink, name, load, upd)
+                    finally:
+                        sink.close()
+                    continue
+                if mode != "changelog":
+                    ap.error(f"--pg-modes: {mode!r} is not latest or changelog")
+                from merger.history.modes import COMMIT_US, ChangelogMode, TableModes
+
+                table = TableId("bench", f"log_{uuid.uuid4().hex[:8]}")
+                sink = PostgresSink(info.postgres, modes=TableModes({str(table): ChangelogMode()}))
+                timed = [
+                    [b.append_column(COMMIT_US, pc.multiply(b["_cdc_seq"], 1000)) for b in part] for part in (load, upd)
+                ]
+                try:
+                    run(sink, "pg-log", *timed, table=table)
+                finally:
+                    sink.close()
         elif name == "delta":
             from merger.sinks import DeltaSink
 
