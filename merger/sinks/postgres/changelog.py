@@ -235,7 +235,6 @@ class ChangelogTables:
             [c for c in cols if T.is_json(m.columns[c])],
             self.nul_policy,
         )
-        stage_meta = TableMeta(m.schema, m.name, m.keys, {**{c: m.columns[c] for c in cols}, COMMIT_US: pa.int64()}, "")
         target = sql.Identifier(m.schema, m.name)
         ident = {c: sql.Identifier(c) for c in [*cols, COMMIT_US, SEQ, OP, *LOG_COLUMNS]}
         conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp._cdc_log_stage"))
@@ -245,7 +244,12 @@ class ChangelogTables:
                 "NULL::bigint AS {}, NULL::text AS {} FROM {} WITH NO DATA"
             ).format(sql.SQL(", ").join(ident[c] for c in cols), ident[COMMIT_US], ident[SEQ], ident[OP], target)
         )
-        self.copier.copy(conn, stage_meta, sql.Identifier("_cdc_log_stage"), src, [*cols, COMMIT_US], with_op=True)
+        self.copier.copy_table(
+            conn,
+            sql.Identifier("_cdc_log_stage"),
+            src,
+            {**{c: m.columns[c] for c in cols}, COMMIT_US: pa.int64(), SEQ: pa.int64(), OP: pa.string()},
+        )
         key_match = sql.SQL(" AND ").join(sql.SQL("l.{k} = s.{k}").format(k=ident[k]) for k in m.keys)
         values = [
             ident[c]

@@ -20,8 +20,14 @@ class Copier:
 
     def copy(self, conn, m: TableMeta, rel, src: pa.Table, cols: list[str], with_op: bool) -> None:
         """COPY the batch's columns (plus the sequence, and the op for the staging table)."""
-        names = cols + ([SEQ, OP] if with_op else [SEQ])
-        binary = self.binary(m, src, cols, names)
+        storage = {**{c: m.columns[c] for c in cols}, SEQ: pa.int64(), **({OP: pa.string()} if with_op else {})}
+        self.copy_table(conn, rel, src, storage)
+
+    def copy_table(self, conn, rel, src: pa.Table, storage: dict[str, pa.DataType | None]) -> None:
+        """COPY ``src``'s columns named in ``storage`` (name -> the sink's storage type,
+        None: a type this sink did not create, handed over as text) into ``rel``."""
+        names = list(storage)
+        binary = self.binary(src, storage)
         fmt = sql.SQL("binary" if binary is not None else "csv")
         with conn.cursor() as cur:
             with cur.copy(
@@ -31,7 +37,7 @@ class Copier:
             ) as cp:
                 if binary is None:
                     for piece in _pieces(src):
-                        cp.write(self._csv(m, piece, cols, with_op=with_op))
+                        cp.write(_csv(piece, storage))
                     return
                 encoder = ArrowToPostgresBinaryEncoder(binary.schema)
                 cp.write(encoder.write_header())
@@ -40,25 +46,14 @@ class Copier:
                         cp.write(encoder.write_batch(batch))
                 cp.write(encoder.finish())
 
-    def binary(self, m: TableMeta, src: pa.Table, cols: list[str], names: list[str]) -> pa.Table | None:
+    def binary(self, src: pa.Table, storage: dict[str, pa.DataType | None]) -> pa.Table | None:
         """The columns cast to the sink's storage types, for a binary COPY; None when a
         column's type has no fixed binary form here (then CSV)."""
-        storage = {c: m.columns[c] for c in cols}
-        for c, t in storage.items():
-            if not (t in _BINARY_COPY_TYPES or pa.types.is_decimal128(t)):
+        for t in storage.values():
+            if not (t in _BINARY_COPY_TYPES or (t is not None and pa.types.is_decimal128(t))):
                 return None
-        # NUL characters are gone already (``nul_policy``, in ``LatestWriter.write``)
-        return cast_columns(src.select(names), {**storage, SEQ: pa.int64(), OP: pa.string()})
-
-    def _csv(self, m: TableMeta, src: pa.Table, cols: list[str], with_op: bool = True) -> memoryview:
-        arrays = []
-        for c in cols:
-            arrays.append(_pg_text(src[c], m.columns[c], c))
-        arrays += [src[SEQ], src[OP]] if with_op else [src[SEQ]]
-        out = pa.table(arrays, names=[f"c{i}" for i in range(len(arrays))])
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(out, sink, pacsv.WriteOptions(include_header=False, batch_size=65536))
-        return memoryview(sink.getvalue())
+        # NUL characters are gone already (``nul_policy``, in the writers)
+        return cast_columns(src.select(list(storage)), storage)
 
     def insert_snapshot_rows(self, conn, m: TableMeta, src: pa.Table, cols: list[str], target, tomb) -> bool:
         """Snapshot rows (op ``r`` only) over a key range the target barely holds yet: COPY
@@ -125,6 +120,14 @@ _BINARY_COPY_TYPES = {
     pa.timestamp("us"),
     pa.timestamp("us", tz="UTC"),
 }
+
+
+def _csv(src: pa.Table, storage: dict[str, pa.DataType | None]) -> memoryview:
+    arrays = [_pg_text(src[c], t, c) for c, t in storage.items()]
+    out = pa.table(arrays, names=[f"c{i}" for i in range(len(arrays))])
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(out, sink, pacsv.WriteOptions(include_header=False, batch_size=65536))
+    return memoryview(sink.getvalue())
 
 
 def _pieces(table: pa.Table, rows: int = 32768):
