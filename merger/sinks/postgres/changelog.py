@@ -29,10 +29,7 @@ A table dropped at the source, or rebuilt by the merger (an incompatible schema 
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,176 +42,44 @@ from merger.sinks.base import (
     OP,
     SEQ,
     Changes,
-    IncompatibleSchemaChange,
     SinkError,
     TableCut,
-    TableFault,
     TableId,
-    check_keys,
     checked_changes,
-    user_fields,
 )
 from merger.sinks.nul import apply_nul_policy
-from merger.sinks.postgres.catalog import Catalog, check_ident
+from merger.sinks.postgres.catalog import Catalog
 from merger.sinks.postgres.copy import Copier
+from merger.sinks.postgres.history_schema import HistoryLayout, HistorySchema
 from merger.sinks.postgres.meta import TableMeta
 
 log = logging.getLogger(__name__)
 
 LOG_OP, LOG_SEQ, LOG_AT, LOG_VERSION = "__op", "__seq", "__at", "__version"
 LOG_COLUMNS = (LOG_OP, LOG_SEQ, LOG_AT, LOG_VERSION)
-MARK = "cdc sink change log of "  # the table comment's start: the mode, then the source table
-MIN_SERVER = 150000  # NULLS NOT DISTINCT
+CHANGELOG = HistoryLayout(
+    mode="changelog",
+    what="a change log",
+    columns=(
+        (LOG_OP, "text NOT NULL"),
+        (LOG_SEQ, "bigint NOT NULL"),
+        (LOG_AT, "timestamptz"),
+        (LOG_VERSION, "bigint NOT NULL"),
+    ),
+    key_order=LOG_SEQ,
+    keys_not_null=False,  # a truncate's row has no key
+)
 
 
 class ChangelogTables:
     def __init__(self, catalog: Catalog, copier: Copier, nul_policy: str, json_as_jsonb: bool):
-        self.catalog = catalog
+        self.schema = HistorySchema(catalog, json_as_jsonb, CHANGELOG)
         self.copier = copier
         self.nul_policy = nul_policy
-        self.json_as_jsonb = json_as_jsonb
-        self._meta: dict[TableId, TableMeta] = {}
-
-    # ------------------------------------------------------------------ the table
-
-    def load(self, conn, table: TableId) -> TableMeta | None:
-        """The log's definition; None: no table. A table of another mode is refused."""
-        schema, name = self.catalog.target_name(table)
-        qualified = sql.Identifier(schema, name).as_string(conn)
-        row = conn.execute(
-            "SELECT to_regclass(%s)::oid, obj_description(to_regclass(%s), 'pg_class')", (qualified, qualified)
-        ).fetchone()
-        if row[0] is None:
-            return None
-        if not (row[1] or "").startswith(MARK):
-            raise TableFault(
-                f"table {qualified} exists and is not a change log (its mode in sinks.postgres.tables is "
-                f"changelog now): rename or drop it, then `cdc snapshot {table}`; a mode never changes silently"
-            )
-        cols = conn.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
-            " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (row[0],),
-        ).fetchall()
-        keys = [
-            r[0]
-            for r in conn.execute(
-                "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
-                " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-                " WHERE i.indrelid = %s AND i.indisunique ORDER BY k.n",
-                (row[0],),
-            ).fetchall()
-            if r[0] != LOG_SEQ
-        ]
-        columns = {n: T.pg_type_to_storage(t) for n, t in cols if n not in LOG_COLUMNS}
-        return TableMeta(schema, name, keys, columns, "")
-
-    def meta_for(self, conn, table: TableId) -> TableMeta:
-        m = self._meta.get(table)
-        if m is None:
-            m = self.load(conn, table)
-            if m is None:
-                raise SinkError(f"table {table}: no sink table yet; call ensure_table first")
-            self._meta[table] = m
-        return m
-
-    def forget(self, table: TableId) -> None:
-        self._meta.pop(table, None)
-
-    def ensure(self, conn, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
-        keys = check_keys(table, arrow_schema, key_columns)
-        schema, name = self.catalog.target_name(table)
-        check_ident(schema, "schema")
-        check_ident(name, "table")
-        wanted: dict[str, pa.DataType] = {}
-        for f in user_fields(arrow_schema):
-            check_ident(f.name, "column")
-            if f.name in LOG_COLUMNS:
-                raise SinkError(f"table {table}: column {f.name!r} is a change log column; it cannot be kept")
-            try:
-                wanted[f.name] = T.pg_storage_type(f.type, self.json_as_jsonb)
-            except T.UnsupportedType as exc:
-                raise SinkError(f"table {table}, column {f.name!r}: {exc}") from None
-        self.forget(table)
-        qualified = sql.Identifier(schema, name)
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified.as_string(conn),))
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        m = self.load(conn, table)
-        if m is None:
-            if conn.info.server_version < MIN_SERVER:
-                raise SinkError(
-                    f"table {table}: a change log needs PostgreSQL 15 or later (UNIQUE NULLS NOT DISTINCT); "
-                    f"the server is {conn.info.server_version // 10000}"
-                )
-            cols = [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(T.pg_type_name(t))) for c, t in wanted.items()]
-            cols += [
-                sql.SQL("{} text NOT NULL").format(sql.Identifier(LOG_OP)),
-                sql.SQL("{} bigint NOT NULL").format(sql.Identifier(LOG_SEQ)),
-                sql.SQL("{} timestamptz").format(sql.Identifier(LOG_AT)),
-                sql.SQL("{} bigint NOT NULL").format(sql.Identifier(LOG_VERSION)),
-            ]
-            conn.execute(sql.SQL("CREATE TABLE {} ({})").format(qualified, sql.SQL(", ").join(cols)))
-            conn.execute(
-                sql.SQL("CREATE UNIQUE INDEX {} ON {} ({}) NULLS NOT DISTINCT").format(
-                    sql.Identifier(_index_name(name)),
-                    qualified,
-                    sql.SQL(", ").join(sql.Identifier(c) for c in [*keys, LOG_SEQ]),
-                )
-            )
-            conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(qualified, sql.Literal(MARK + str(table))))
-            return ["created"]
-        if list(m.keys) != list(keys):
-            raise IncompatibleSchemaChange(
-                f"incompatible schema change for {table}: key columns change from {m.keys} to {keys}"
-            )
-        done: list[str] = []
-        for c, new in wanted.items():
-            if c not in m.columns:
-                conn.execute(
-                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                        qualified, sql.Identifier(c), sql.SQL(T.pg_type_name(new))
-                    )
-                )
-                done.append(f"added column {c} {T.pg_type_name(new)}")
-                continue
-            old = m.columns[c]
-            verdict = T.compare(old, new) if old is not None else None
-            if verdict == T.SAME:
-                continue
-            old_name = T.pg_type_name(old) if old is not None else "an unknown type"
-            if verdict is None:
-                raise IncompatibleSchemaChange(
-                    f"incompatible schema change for {table}: column {c!r} cannot change from "
-                    f"{old_name} to {T.pg_type_name(new)}"
-                )
-            conn.execute(
-                sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
-                    qualified, sql.Identifier(c), sql.SQL(T.pg_type_name(new))
-                )
-            )
-            done.append(f"widened {c} {old_name} -> {T.pg_type_name(new)}")
-        return done
-
-    def set_aside(self, conn, table: TableId) -> str | None:
-        """The log renamed aside (its history kept); the new name, None if there was none."""
-        schema, name = self.catalog.target_name(table)
-        qualified = sql.Identifier(schema, name)
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified.as_string(conn),))
-        if self.load(conn, table) is None:
-            return None
-        aside = _aside_name(name)
-        conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(qualified, sql.Identifier(aside)))
-        conn.execute(
-            sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-                sql.Identifier(schema, _index_name(name)), sql.Identifier(_index_name(aside))
-            )
-        )
-        self.forget(table)
-        return f"{schema}.{aside}"
 
     # ------------------------------------------------------------------ writes
 
-    def write(self, conn, table: TableId, m: TableMeta, version: int, changes: Changes) -> dict[str, int]:
+    def write(self, conn, table: TableId, m: TableMeta, version: int, changes: Changes, mode=None) -> dict[str, int]:
         """Append the batch's changes in the caller's transaction; the values the NUL rule changed."""
         src = checked_changes(table, changes, m.keys)
         if not src.num_rows:
@@ -312,16 +177,3 @@ class ChangelogTables:
 def _time(us: sql.Composable) -> sql.Composable:
     """Microseconds since the epoch as timestamptz, exactly (no float on the way)."""
     return sql.SQL("(timestamptz 'epoch' + {} * interval '1 microsecond')").format(us)
-
-
-def _index_name(table: str) -> str:
-    return "cdc_log_" + hashlib.sha1(table.encode()).hexdigest()[:20]
-
-
-def _aside_name(table: str) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    name = f"{table}__until_{stamp}"
-    if len(name.encode()) > 63:
-        short = table.encode()[:20].decode(errors="ignore")  # a name of at most 63 bytes
-        name = f"{short}_{hashlib.sha1(table.encode()).hexdigest()[:8]}__until_{stamp}"
-    return name

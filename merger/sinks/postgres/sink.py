@@ -49,7 +49,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from merger.history.changelog import AFTER
-from merger.history.modes import ChangelogMode, LatestMode, TableModes
+from merger.history.modes import ChangelogMode, LatestMode, SCD2Mode, TableModes
 from merger.sinks.base import Changes, KeepsRows, Sink, SinkError, TableCut, TableId, as_table_id
 from merger.sinks.nul import check_policy
 from merger.sinks.nul_count import NulCounts
@@ -60,13 +60,14 @@ from merger.sinks.postgres.copy import Copier
 from merger.sinks.postgres.latest import LatestWriter
 from merger.sinks.postgres.origins import Origins
 from merger.sinks.postgres.reads import PostgresReads
+from merger.sinks.postgres.scd2 import SCD2Tables
 from merger.sinks.postgres.schema import Schemas
 from merger.sinks.postgres.session import Session
 from merger.sinks.postgres.settings import PgSettings
 
 log = logging.getLogger(__name__)
 
-AVAILABLE_MODES = (LatestMode, ChangelogMode)  # scd2: not built yet (docs/history.md)
+AVAILABLE_MODES = (LatestMode, ChangelogMode, SCD2Mode)
 
 
 def _mode_text(mode) -> str:
@@ -116,11 +117,15 @@ class PostgresSink(KeepsRows, Sink):
                 raise SinkError(
                     f"sinks.postgres.tables.{name}: {_mode_text(mode)} is not available in the postgres sink"
                 )
-        self.changelog = ChangelogTables(self.catalog, self.latest.copier, self.nul_policy, json_as_jsonb)
+        copier = self.latest.copier
+        self.histories = {
+            ChangelogMode: ChangelogTables(self.catalog, copier, self.nul_policy, json_as_jsonb),
+            SCD2Mode: SCD2Tables(self.catalog, copier, self.nul_policy, json_as_jsonb),
+        }
 
-    def _logs(self, table: TableId) -> bool:
-        """Whether the table is a change log (``merger.sinks.postgres.changelog``)."""
-        return isinstance(self.modes.of(table), ChangelogMode)
+    def _history(self, table: TableId):
+        """The writer of the table's history (``changelog``, ``scd2``); None: latest state."""
+        return self.histories.get(type(self.modes.of(table)))
 
     def close(self) -> None:
         self.session.close()
@@ -129,16 +134,21 @@ class PostgresSink(KeepsRows, Sink):
 
     def ensure_table(self, table, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
         table = as_table_id(table)
-        if self._logs(table):
-            return self.session.run(self.changelog.ensure, table, arrow_schema, key_columns, table=table)
-        return self.schemas.ensure(table, arrow_schema, key_columns)
+        history = self._history(table)
+        if history is None:
+            return self.schemas.ensure(table, arrow_schema, key_columns)
+        mode = self.modes.of(table)
+        if isinstance(mode, SCD2Mode):  # its options name columns of the table
+            history.check(table, mode, list(key_columns), [f.name for f in arrow_schema])
+        return self.session.run(history.schema.ensure, table, arrow_schema, key_columns, table=table)
 
     def drop_table(self, table) -> None:
         table = as_table_id(table)
-        if self._logs(table):  # a history is never dropped: set aside, a new log starts
-            aside = self.session.run(self.changelog.set_aside, table, table=table)
+        history = self._history(table)
+        if history is not None:  # a history is never dropped: set aside, a new one starts
+            aside = self.session.run(history.schema.set_aside, table, table=table)
             if aside:
-                log.warning("change log of %s set aside as %s (its history is kept); a new one starts", table, aside)
+                log.warning("history of %s set aside as %s (kept); a new one starts", table, aside)
             return
         self.schemas.drop(table)
 
@@ -162,12 +172,12 @@ class PostgresSink(KeepsRows, Sink):
         return self.nul_counts.snapshot()
 
     def _apply(self, conn, table: TableId, version: int, changes: Changes) -> tuple[bool, dict[str, int]]:
-        logs = self._logs(table)
-        m = (self.changelog if logs else self.catalog).meta_for(conn, table)
+        history = self._history(table)
+        m = (self.catalog if history is None else history.schema).meta_for(conn, table)
         if not self.control.claim(conn, m.qualified, version):
             return False, {}
-        if logs:
-            nul_changed = self.changelog.write(conn, table, m, version, changes)
+        if history is not None:
+            nul_changed = history.write(conn, table, m, version, changes, self.modes.of(table))
         else:
             nul_changed = self.latest.write(conn, table, m, changes)
         self.control.record(conn, m.qualified, version)
@@ -181,11 +191,12 @@ class PostgresSink(KeepsRows, Sink):
         return self.session.run(self._truncate, table, int(version), cut, table=table)
 
     def _truncate(self, conn, table: TableId, version: int, cut: TableCut | None) -> bool:
-        if self._logs(table):
-            m = self.changelog.meta_for(conn, table)
+        history = self._history(table)
+        if history is not None:
+            m = history.schema.meta_for(conn, table)
             if not self.control.claim(conn, m.qualified, version):
                 return False
-            self.changelog.truncate(conn, m, version, cut, None)
+            history.truncate(conn, m, version, cut, None)
             self.control.record(conn, m.qualified, version)
             return True
         m = self.catalog.meta_for(conn, table)
@@ -203,11 +214,12 @@ class PostgresSink(KeepsRows, Sink):
     def _truncate_origin(
         self, conn, table: TableId, version: int, column: str, origin: str, cut: TableCut | None
     ) -> bool:
-        if self._logs(table):
-            m = self.changelog.meta_for(conn, table)
+        history = self._history(table)
+        if history is not None:
+            m = history.schema.meta_for(conn, table)
             if not self.control.claim(conn, m.qualified, version):
                 return False
-            self.changelog.truncate(conn, m, version, cut, (column, origin))
+            history.truncate(conn, m, version, cut, (column, origin))
             self.control.record(conn, m.qualified, version)
             return True
         m = self.catalog.meta_for(conn, table)

@@ -1,0 +1,226 @@
+"""The PostgreSQL sink's history tables (modes ``changelog`` and ``scd2``) created,
+followed, read back from PostgreSQL's catalog and set aside. What differs between the
+two is a ``HistoryLayout``: the columns the mode adds, its indexes, its mark.
+
+A history table's comment marks its mode, so a table created in another mode (or by
+someone else) is refused, never written over; a mode never changes silently. A history
+is never dropped: set aside (renamed ``<table>__until_<UTC time>``) a new one starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import pyarrow as pa
+from psycopg import sql
+
+from merger.sinks import types as T
+from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableFault, TableId, check_keys, user_fields
+from merger.sinks.postgres.catalog import Catalog, check_ident
+from merger.sinks.postgres.meta import TableMeta
+
+MIN_SERVER = 150000  # PostgreSQL 15: UNIQUE NULLS NOT DISTINCT
+
+
+@dataclass(frozen=True)
+class HistoryLayout:
+    """``columns``: what the mode adds after the user columns, (name, SQL type) each;
+    ``key_order``: the column that follows the keys in the table's unique index; the
+    index is a primary key when ``keys_not_null`` (every row has its key), else a unique
+    index NULLS NOT DISTINCT (a truncate's row has none); ``open_index``: a partial
+    unique index on the keys where this condition holds (one open version per key)."""
+
+    mode: str
+    what: str
+    columns: tuple[tuple[str, str], ...]
+    key_order: str
+    keys_not_null: bool
+    open_index: str | None = None
+
+    @property
+    def mark(self) -> str:
+        return f"cdc sink {self.mode} table of "
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.columns)
+
+
+def index_name(table: str, kind: str) -> str:
+    return f"cdc_{kind}_" + hashlib.sha1(table.encode()).hexdigest()[:20]
+
+
+class HistorySchema:
+    def __init__(self, catalog: Catalog, json_as_jsonb: bool, layout: HistoryLayout):
+        self.catalog = catalog
+        self.json_as_jsonb = json_as_jsonb
+        self.layout = layout
+        self._meta: dict[TableId, TableMeta] = {}
+
+    def load(self, conn, table: TableId) -> TableMeta | None:
+        """The table's definition; None: no table. A table of another mode is refused."""
+        schema, name = self.catalog.target_name(table)
+        qualified = sql.Identifier(schema, name).as_string(conn)
+        row = conn.execute(
+            "SELECT to_regclass(%s)::oid, obj_description(to_regclass(%s), 'pg_class')", (qualified, qualified)
+        ).fetchone()
+        if row[0] is None:
+            return None
+        if not (row[1] or "").startswith(self.layout.mark):
+            raise TableFault(
+                f"table {qualified} exists and is not {self.layout.what} (its mode in sinks.postgres.tables "
+                f"is {self.layout.mode} now): rename or drop it, then `cdc snapshot {table}`; a mode never "
+                "changes silently"
+            )
+        cols = conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (row[0],),
+        ).fetchall()
+        keys = [
+            r[0]
+            for r in conn.execute(
+                "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+                " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+                " JOIN pg_class ic ON ic.oid = i.indexrelid"
+                " WHERE i.indrelid = %s AND ic.relname = %s ORDER BY k.n",
+                (row[0], index_name(str(table), "key")),
+            ).fetchall()
+            if r[0] != self.layout.key_order
+        ]
+        columns = {n: T.pg_type_to_storage(t) for n, t in cols if n not in self.layout.names}
+        return TableMeta(schema, name, keys, columns, "")
+
+    def meta_for(self, conn, table: TableId) -> TableMeta:
+        m = self._meta.get(table)
+        if m is None:
+            m = self.load(conn, table)
+            if m is None:
+                raise SinkError(f"table {table}: no sink table yet; call ensure_table first")
+            self._meta[table] = m
+        return m
+
+    def forget(self, table: TableId) -> None:
+        self._meta.pop(table, None)
+
+    def ensure(self, conn, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
+        keys = check_keys(table, arrow_schema, key_columns)
+        schema, name = self.catalog.target_name(table)
+        check_ident(schema, "schema")
+        check_ident(name, "table")
+        wanted: dict[str, pa.DataType] = {}
+        for f in user_fields(arrow_schema):
+            check_ident(f.name, "column")
+            if f.name in self.layout.names:
+                raise SinkError(f"table {table}: column {f.name!r} is a column of {self.layout.what}")
+            try:
+                wanted[f.name] = T.pg_storage_type(f.type, self.json_as_jsonb)
+            except T.UnsupportedType as exc:
+                raise SinkError(f"table {table}, column {f.name!r}: {exc}") from None
+        self.forget(table)
+        qualified = sql.Identifier(schema, name)
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified.as_string(conn),))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        m = self.load(conn, table)
+        if m is None:
+            self._create(conn, table, qualified, keys, wanted)
+            return ["created"]
+        if list(m.keys) != list(keys):
+            raise IncompatibleSchemaChange(
+                f"incompatible schema change for {table}: key columns change from {m.keys} to {keys}"
+            )
+        done: list[str] = []
+        for c, new in wanted.items():
+            if c not in m.columns:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                        qualified, sql.Identifier(c), sql.SQL(T.pg_type_name(new))
+                    )
+                )
+                done.append(f"added column {c} {T.pg_type_name(new)}")
+                continue
+            old = m.columns[c]
+            verdict = T.compare(old, new) if old is not None else None
+            if verdict == T.SAME:
+                continue
+            old_name = T.pg_type_name(old) if old is not None else "an unknown type"
+            if verdict is None:
+                raise IncompatibleSchemaChange(
+                    f"incompatible schema change for {table}: column {c!r} cannot change from "
+                    f"{old_name} to {T.pg_type_name(new)}"
+                )
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
+                    qualified, sql.Identifier(c), sql.SQL(T.pg_type_name(new))
+                )
+            )
+            done.append(f"widened {c} {old_name} -> {T.pg_type_name(new)}")
+        return done
+
+    def _create(self, conn, table: TableId, qualified: sql.Identifier, keys: list[str], wanted: dict) -> None:
+        layout = self.layout
+        if conn.info.server_version < MIN_SERVER:
+            raise SinkError(
+                f"table {table}: {layout.what} needs PostgreSQL 15 or later; "
+                f"the server is {conn.info.server_version // 10000}"
+            )
+        not_null = layout.keys_not_null
+        cols = [
+            sql.SQL("{} {}{}").format(
+                sql.Identifier(c), sql.SQL(T.pg_type_name(t)), sql.SQL(" NOT NULL" if not_null and c in keys else "")
+            )
+            for c, t in wanted.items()
+        ]
+        cols += [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in layout.columns]
+        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(qualified, sql.SQL(", ").join(cols)))
+        key_cols = sql.SQL(", ").join(sql.Identifier(c) for c in [*keys, layout.key_order])
+        conn.execute(
+            sql.SQL("CREATE UNIQUE INDEX {} ON {} ({}){}").format(
+                sql.Identifier(index_name(str(table), "key")),
+                qualified,
+                key_cols,
+                sql.SQL("" if not_null else " NULLS NOT DISTINCT"),
+            )
+        )
+        if layout.open_index:
+            conn.execute(
+                sql.SQL("CREATE UNIQUE INDEX {} ON {} ({}) WHERE {}").format(
+                    sql.Identifier(index_name(str(table), "open")),
+                    qualified,
+                    sql.SQL(", ").join(sql.Identifier(c) for c in keys),
+                    sql.SQL(layout.open_index),
+                )
+            )
+        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(qualified, sql.Literal(layout.mark + str(table))))
+
+    def set_aside(self, conn, table: TableId) -> str | None:
+        """The table renamed aside (its history kept); the new name, None if there was none."""
+        schema, name = self.catalog.target_name(table)
+        qualified = sql.Identifier(schema, name)
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified.as_string(conn),))
+        if self.load(conn, table) is None:
+            return None
+        aside = _aside_name(name)
+        conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(qualified, sql.Identifier(aside)))
+        for kind in ("key", "open"):  # the new table's indexes take these names
+            conn.execute(
+                sql.SQL("ALTER INDEX IF EXISTS {} RENAME TO {}").format(
+                    sql.Identifier(schema, index_name(str(table), kind)),
+                    sql.Identifier(index_name(f"{table}@{aside}", kind)),
+                )
+            )
+        # the comment keeps the mark: a table set aside is still a history of its mode
+        self.forget(table)
+        return f"{schema}.{aside}"
+
+
+def _aside_name(table: str) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    name = f"{table}__until_{stamp}"
+    if len(name.encode()) > 63:
+        short = table.encode()[:20].decode(errors="ignore")  # a name of at most 63 bytes
+        name = f"{short}_{hashlib.sha1(table.encode()).hexdigest()[:8]}__until_{stamp}"
+    return name
