@@ -1,13 +1,15 @@
-"""A PostgreSQL table in mode ``changelog`` (issue 27), end to end: ingest and the merger
-as processes on the real stack, the merger killed with SIGKILL between two runs of a
-workload.
+"""PostgreSQL tables in modes ``changelog`` and ``scd2`` (issue 27), end to end: ingest
+and the merger as processes on the real stack, the merger killed with SIGKILL between two
+runs of a workload that both tables get, statement by statement.
 
 The oracle shares no code with the sink: the test writes one row per autocommit
 statement from one connection, so the binlog order is the order of its statements, and
 it writes down, for each statement, the change the log must show (op, key, the row after
 it). The log is read back with psycopg and ordered by ``__seq``; a snapshot's rows share
-their window's sequence and are compared as a set. A table of the same database in the
-default mode must still hold the source's rows."""
+their window's sequence and are compared as a set. The SCD type 2 table's versions are
+those the test derives from the same changes (every column tracked: a change of values
+opens a version, a delete or truncate closes it), and they tile time. A table of the same
+database in the default mode must still hold the source's rows."""
 
 from __future__ import annotations
 
@@ -60,10 +62,13 @@ class Workload:
             return cur.fetchone()
 
     def run(self, sql, *args, changes):
-        """``changes``: what the statement does, as (op, key) in order; values read back."""
+        """``changes``: what the statement does, as (op, key) in order; values read back.
+        The statement runs on ``h`` too (the SCD type 2 table), then on ``t``."""
+        with self.conn.cursor() as cur:
+            cur.execute(sql.format(t="h"), args)
         before = time.time()
         with self.conn.cursor() as cur:
-            cur.execute(sql, args)
+            cur.execute(sql.format(t="t"), args)
         after = time.time()
         for op, key in changes:
             if op in ("c", "u"):
@@ -109,7 +114,7 @@ def _wait(what, check, merger, timeout_s=300):
 
 
 @pytest.mark.timeout(900)
-def test_a_changelog_table_holds_every_change_once_in_order_across_a_kill9(stack, tmp_path, unique_name):
+def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tmp_path, unique_name):
     db = f"cl_{unique_name}"
     setup = _conn(stack, None)
     with setup.cursor() as cur:
@@ -118,13 +123,16 @@ def test_a_changelog_table_holds_every_change_once_in_order_across_a_kill9(stack
         cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
         cur.execute(f"CREATE TABLE {db}.plain (id INT PRIMARY KEY, v VARCHAR(40))")
         cur.execute(f"INSERT INTO {db}.t VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3), (4, NULL, 4)")
+        cur.execute(f"CREATE TABLE {db}.h LIKE {db}.t")
+        cur.execute(f"INSERT INTO {db}.h SELECT * FROM {db}.t")
         cur.execute(f"INSERT INTO {db}.plain VALUES (1, 'a'), (2, 'b')")
     setup.close()
     snapshot = {("r", i, v, n, None) for i, v, n in ((1, "one", 1), (2, "two", 2), (3, "three", 3), (4, None, 4))}
 
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    extra = {"sinks.delta": None, "sinks.postgres.tables": {f"{db}.t": {"mode": "changelog"}}}
+    tables = {f"{db}.t": {"mode": "changelog"}, f"{db}.h": {"mode": "scd2"}}
+    extra = {"sinks.delta": None, "sinks.postgres.tables": tables}
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **extra)
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     work = Workload(stack, db)
@@ -135,11 +143,11 @@ def test_a_changelog_table_holds_every_change_once_in_order_across_a_kill9(stack
             lambda: None if _count(stack, db) == 4 else f"{_count(stack, db)} rows",
             merger,
         )
-        work.run("INSERT INTO t VALUES (10, 'ten', 10)", changes=[("c", 10)])
-        work.run("UPDATE t SET v = 'uno' WHERE id = 1", changes=[("u", 1)])
-        work.run("UPDATE t SET n = n + 1 WHERE id = 10", changes=[("u", 10)])
-        work.run("DELETE FROM t WHERE id = 2", changes=[("d", 2)])
-        work.run("UPDATE t SET id = 20 WHERE id = 3", changes=[("d", 3), ("c", 20)])  # a key change
+        work.run("INSERT INTO {t} VALUES (10, 'ten', 10)", changes=[("c", 10)])
+        work.run("UPDATE {t} SET v = 'uno' WHERE id = 1", changes=[("u", 1)])
+        work.run("UPDATE {t} SET n = n + 1 WHERE id = 10", changes=[("u", 10)])
+        work.run("DELETE FROM {t} WHERE id = 2", changes=[("d", 2)])
+        work.run("UPDATE {t} SET id = 20 WHERE id = 3", changes=[("d", 3), ("c", 20)])  # a key change
         _wait(
             "the first changes did not reach the log",
             lambda: None if _count(stack, db) >= 10 else _count(stack, db),
@@ -147,14 +155,14 @@ def test_a_changelog_table_holds_every_change_once_in_order_across_a_kill9(stack
         )
         merger.kill9()
         # while the merger is down: more changes, a TRUNCATE, a column added
-        work.run("INSERT INTO t VALUES (11, 'eleven', 11)", changes=[("c", 11)])
-        work.run("UPDATE t SET v = 'ONE' WHERE id = 1", changes=[("u", 1)])
-        work.run("TRUNCATE TABLE t", changes=[("t", None)])
-        work.run("INSERT INTO t VALUES (1, 'again', 100)", changes=[("c", 1)])
-        work.run("ALTER TABLE t ADD COLUMN w INT", changes=[])
-        work.run("INSERT INTO t VALUES (30, 'thirty', 30, 3)", changes=[("c", 30)])
-        work.run("UPDATE t SET w = 7 WHERE id = 1", changes=[("u", 1)])
-        work.run("DELETE FROM t WHERE id = 30", changes=[("d", 30)])
+        work.run("INSERT INTO {t} VALUES (11, 'eleven', 11)", changes=[("c", 11)])
+        work.run("UPDATE {t} SET v = 'ONE' WHERE id = 1", changes=[("u", 1)])
+        work.run("TRUNCATE TABLE {t}", changes=[("t", None)])
+        work.run("INSERT INTO {t} VALUES (1, 'again', 100)", changes=[("c", 1)])
+        work.run("ALTER TABLE {t} ADD COLUMN w INT", changes=[])
+        work.run("INSERT INTO {t} VALUES (30, 'thirty', 30, 3)", changes=[("c", 30)])
+        work.run("UPDATE {t} SET w = 7 WHERE id = 1", changes=[("u", 1)])
+        work.run("DELETE FROM {t} WHERE id = 30", changes=[("d", 30)])
         with work.conn.cursor() as cur:
             cur.execute("INSERT INTO plain VALUES (3, 'c')")
             cur.execute("UPDATE plain SET v = 'B' WHERE id = 2")
@@ -175,8 +183,11 @@ def test_a_changelog_table_holds_every_change_once_in_order_across_a_kill9(stack
             return None if [tuple(r) for r in got] == [tuple(r) for r in plain] else got
 
         _wait("the table in the default mode does not hold the source's rows", plain_equal, merger)
+        want_h = _scd2_model(snapshot, work.expected)
+        _wait("the SCD type 2 table does not hold the versions", lambda: _scd2_differs(stack, db, want_h), merger)
         time.sleep(3)  # a few more batches: nothing may be appended twice
         log = _log(stack, db)
+        history = _scd2(stack, db)
     finally:
         merger.stop()
         ingest.stop()
@@ -195,3 +206,60 @@ def test_a_changelog_table_holds_every_change_once_in_order_across_a_kill9(stack
     assert all(snapped - 2 <= r[6] <= time.time() for r in log[:4]), [r[6] for r in log[:4]]
     for row, (before, after) in zip(log[4:], work.times):
         assert int(before) - 1 <= row[6] <= after + 1, (row, before, after)
+    # the SCD type 2 table, after the same batches: the versions the changes give
+    assert [r[:5] for r in history] == want_h
+    keys: dict = {}
+    for row in history:
+        keys.setdefault(row[0], []).append(row)
+    for versions in keys.values():
+        for a, b in zip(versions, versions[1:]):  # versions tile time: none overlaps the next
+            assert a[6] is not None and a[6] <= b[5] and a[8] <= b[7], versions
+        assert [v[4] for v in versions].count(True) <= 1
+    # the snapshot opened keys 1 and 4 at its window's HIGH, before every streamed change
+    assert keys[1][0][5] == keys[4][0][5] < keys[10][0][5]
+
+
+def _scd2(stack, db) -> list[tuple]:
+    """(id, v, n, w, current, start_seq, end_seq, start_at, end_at) by key and start."""
+    with _pg(stack) as c:
+        if c.execute("SELECT to_regclass(%s)", (f'"{db}"."h"',)).fetchone()[0] is None:
+            return []
+        has_w = c.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = 'h' "
+            "AND column_name = 'w'",
+            (db,),
+        ).fetchone()[0]
+        w = "w" if has_w else "NULL::int"
+        rows = c.execute(
+            f"SELECT id, v, n, {w}, __current, __start_seq, __end_seq, extract(epoch from __start_at)::float8, "
+            f'extract(epoch from __end_at)::float8 FROM "{db}"."h" ORDER BY id, __start_seq'
+        ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def _scd2_model(snapshot: set, expected: list[tuple]) -> list[tuple]:
+    """(id, v, n, w, current) of each version, every column tracked: a change of values
+    opens a version, a delete or truncate closes the current one."""
+    versions: dict = {}
+    for op, i, v, n, w in [*sorted(snapshot, key=lambda r: r[1]), *expected]:
+        if op == "t":
+            for vs in versions.values():
+                vs[-1][4] = False
+            continue
+        vs = versions.setdefault(i, [])
+        current = vs[-1] if vs and vs[-1][4] else None
+        if op == "d":
+            if current:
+                current[4] = False
+            continue
+        if current is not None and current[1:4] == [v, n, w]:
+            continue
+        if current is not None:
+            current[4] = False
+        vs.append([i, v, n, w, True])
+    return [tuple(x) for i in sorted(versions) for x in versions[i]]
+
+
+def _scd2_differs(stack, db, want: list[tuple]):
+    got = [r[:5] for r in _scd2(stack, db)]
+    return None if got == want else got
