@@ -4,7 +4,7 @@ the PostgreSQL, Delta Lake and Kafka-changelog sinks. Prints rows/s per sink and
 
     .venv/bin/python bench/sink_throughput.py [--rows 1000000] [--batch 100000]
         [--updates 200000] [--sinks postgres,delta,kafka] [--state-dir /tmp/cdc-bench-stack]
-        [--pg-modes latest,changelog]
+        [--pg-modes latest,changelog,scd2]
 
 ``--pg-modes``: the PostgreSQL sink once per table mode (``merger.history.modes``), one
 after the other in the same run: the cost of a change log against the latest state (the
@@ -142,17 +142,18 @@ def main(argv=None) -> int:
                     finally:
                         sink.close()
                     continue
-                if mode != "changelog":
-                    ap.error(f"--pg-modes: {mode!r} is not latest or changelog")
-                from merger.history.modes import COMMIT_US, ChangelogMode, TableModes
+                if mode not in ("changelog", "scd2"):
+                    ap.error(f"--pg-modes: {mode!r} is not latest, changelog or scd2")
+                from merger.history.modes import COMMIT_US, ChangelogMode, SCD2Mode, TableModes
 
-                table = TableId("bench", f"log_{uuid.uuid4().hex[:8]}")
-                sink = PostgresSink(info.postgres, modes=TableModes({str(table): ChangelogMode()}))
+                table = TableId("bench", f"{mode}_{uuid.uuid4().hex[:8]}")
+                kept = ChangelogMode() if mode == "changelog" else SCD2Mode()
+                sink = PostgresSink(info.postgres, modes=TableModes({str(table): kept}))
                 timed = [
                     [b.append_column(COMMIT_US, pc.multiply(b["_cdc_seq"], 1000)) for b in part] for part in (load, upd)
                 ]
                 try:
-                    run(sink, "pg-log", *timed, table=table)
+                    run(sink, f"pg-{mode}", *timed, table=table)
                 finally:
                     sink.close()
         elif name == "delta":

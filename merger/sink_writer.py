@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from cdc.routes import ORIGIN_COLUMN
 from merger.history.modes import LatestMode
-from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableCut
+from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableCut, TableFault
 from merger.sinks.fanout import SinkFanout
 from merger.state import StateStore
 from merger.tables import TableRuntime
@@ -48,7 +48,9 @@ class SinkWriter:
                     sink,
                     lambda s=sink: created.append("created" in (s.ensure_table((db, table), rt.schema, rt.keys) or [])),
                 )
-            except IncompatibleSchemaChange as exc:
+            except (IncompatibleSchemaChange, TableFault) as exc:
+                # a table fault: the sink table is not one this sink may write (another mode,
+                # a history option that does not fit): only this table stops
                 rt.phase, rt.error = "paused", str(exc)
                 log.error("table %s paused: %s", rt.name, exc)
                 return any(created)

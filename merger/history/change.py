@@ -1,11 +1,12 @@
 """One change of one key as the history tables take it (pure, no I/O).
 
 The merger's change events carry a ``sequence`` (the binlog position packed into a
-positive int64, docs/architecture.md, "Sequences"): it orders every change of a key, is
-the same in every partition, and a reconciled snapshot row carries its window's HIGH
-watermark position. ``time`` is the source commit time the history shows (int
-microseconds or a datetime: the history only compares and copies it); the sequence, not
-the time, is the order, so two changes in one second keep theirs.
+positive int64, docs/architecture.md, "Sequences"; on topics Debezium wrote, the Kafka
+offset, which starts at 0): it orders every change of a key, is the same in every
+partition, and a reconciled snapshot row carries its window's HIGH watermark position.
+``time`` is the source commit time the history shows (int microseconds or a datetime:
+the history only compares and copies it); the sequence, not the time, is the order, so
+two changes in one second keep theirs.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class Change:
         if self.op not in OPS:
             raise ValueError(f"change op must be one of {sorted(OPS)}, got {self.op!r}")
         # bool is an int: refuse it, a flag passed as a sequence is a caller's bug
-        if not isinstance(self.sequence, int) or isinstance(self.sequence, bool) or self.sequence <= 0:
-            raise ValueError(f"change sequence must be a positive int, got {self.sequence!r}")
+        if not isinstance(self.sequence, int) or isinstance(self.sequence, bool) or self.sequence < 0:
+            raise ValueError(f"change sequence must be an int >= 0, got {self.sequence!r}")
         if not isinstance(self.key, tuple):
             raise ValueError(f"change key must be a tuple, got {self.key!r}")
         if self.op == TRUNCATE and self.key != ():

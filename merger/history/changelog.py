@@ -46,7 +46,7 @@ def appended_rows(last: Mapping[tuple, int], changes: Iterable[Change], mode: st
     moved = dict(last)
     rows = []
     for change in sorted(changes, key=lambda c: c.sequence):  # stable: a repeat in one batch is a replay
-        if change.sequence <= moved.get(change.key, 0):
+        if change.sequence <= moved.get(change.key, -1):  # -1: none yet (a Kafka offset may be 0)
             continue
         moved[change.key] = change.sequence
         before = change.before if mode == BEFORE_AFTER else None

@@ -200,3 +200,16 @@ def test_any_replay_of_any_batches_leaves_the_models_log(stack, script, replays,
         sink.close()
         with _pg(stack) as c:
             c.execute(f'DROP SCHEMA "{t.database}" CASCADE')
+
+
+def test_a_change_at_sequence_0_is_kept(stack):
+    """Topics Debezium wrote: the sequence is the Kafka offset, 0 for a partition's first record."""
+    t = _table()
+    sink = _sink(stack, [str(t)])
+    try:
+        sink.ensure_table(t, SCHEMA, ["id"])
+        sink.apply(t, 1, _batch([("c", 1, "a", 0, 1_000_000)]))
+        sink.apply(t, 2, _batch([("c", 1, "a", 0, 1_000_000), ("u", 1, "b", 1, 2_000_000)]))
+        assert _log(stack, t) == [("c", 1, "a", 0, 1_000_000), ("u", 1, "b", 1, 2_000_000)]
+    finally:
+        sink.close()

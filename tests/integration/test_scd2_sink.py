@@ -231,3 +231,15 @@ def test_any_batches_and_replays_give_the_models_history_and_tile_time(stack, sc
         sink.close()
         with _pg(stack) as c:
             c.execute(f'DROP SCHEMA IF EXISTS "{t.database}" CASCADE')
+
+
+def test_a_change_at_sequence_0_opens_a_version(stack):
+    t = _table()
+    sink = _sink(stack, {str(t): SCD2Mode()})
+    try:
+        sink.ensure_table(t, SCHEMA, ["id"])
+        sink.apply(t, 1, _batch([("c", 1, "a", 1, 0, 1_000_000)]))
+        sink.apply(t, 2, _batch([("c", 1, "a", 1, 0, 1_000_000)]))
+        assert _history(stack, t) == [(1, "a", 1, 0, None, 0, 1_000_000, None, True)]
+    finally:
+        sink.close()

@@ -77,3 +77,10 @@ def test_every_change_appears_once_in_order_whatever_the_replays(history, replay
         last, delivered = out.last, end
     log += appended_rows(last, changes[delivered:]).rows
     assert [(r.key, r.sequence) for r in log] == [(c.key, c.sequence) for c in changes]
+
+
+def test_a_change_at_sequence_0_is_appended():
+    """A Kafka offset (topics Debezium wrote) starts at 0: the first change is not a replay."""
+    first = appended_rows({}, [Change((1,), "c", 0, 0, {"id": 1})])
+    assert [r.sequence for r in first.rows] == [0] and first.last == {(1,): 0}
+    assert appended_rows(first.last, [Change((1,), "c", 0, 0, {"id": 1})]).rows == []

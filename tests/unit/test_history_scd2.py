@@ -301,7 +301,7 @@ def test_options_naming_unknown_columns_are_refused():
     "kwargs",
     [
         {"key": (1,), "op": "x", "sequence": 1, "time": 0, "values": {}},
-        {"key": (1,), "op": "c", "sequence": 0, "time": 0, "values": {}},
+        {"key": (1,), "op": "c", "sequence": -1, "time": 0, "values": {}},
         {"key": (1,), "op": "c", "sequence": True, "time": 0, "values": {}},
         {"key": 1, "op": "c", "sequence": 1, "time": 0, "values": {}},
         {"key": (1,), "op": "c", "sequence": 1, "time": 0, "values": None},
@@ -580,3 +580,8 @@ def test_broken_copies_of_the_rules_are_caught(name, monkeypatch):
 def test_a_change_of_an_unknown_op_is_an_error_not_a_skip():
     with pytest.raises(ValueError, match="op must be one of"):
         feed({}, [change("x", 10, name="a", visits=0)])
+
+
+def test_a_change_at_sequence_0_opens_a_version():
+    plan = apply_changes({}, [Change((1,), "c", 0, 5, {"id": 1, "v": "a"})], SCD2Options(keys=("id",)))
+    assert [(v.start_sequence, v.values["v"]) for v in plan.inserted] == [(0, "a")]

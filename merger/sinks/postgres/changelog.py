@@ -128,7 +128,7 @@ class ChangelogTables:
             sql.SQL(
                 "INSERT INTO {target} ({cols}, {op}, {seq}, {at}, {version}) "
                 "SELECT {values}, s.{sop}, s.{sseq}, {time}, %s FROM _cdc_log_stage s "
-                "WHERE s.{sseq} > COALESCE((SELECT max(l.{seq}) FROM {target} l WHERE {key_match}), 0) "
+                "WHERE s.{sseq} > COALESCE((SELECT max(l.{seq}) FROM {target} l WHERE {key_match}), -1) "
                 "ORDER BY s.{sseq} ON CONFLICT DO NOTHING"
             ).format(
                 target=target,
