@@ -818,6 +818,14 @@ class MergerConfig(_Model):
     def _unique_needs_rows(self) -> "MergerConfig":
         if self.key_mode == "unique" and not (self.sinks.postgres or self.sinks.delta):
             raise ValueError(UNIQUE_NEEDS_ROWS)
+        if self.key_mode == "unique" and self.sinks.postgres and self.sinks.postgres.tables:
+            kept = sorted(t for t, e in self.sinks.postgres.tables.items() if e.mode != "latest")
+            if kept:  # merger.owner_check reads each key's row back from a latest-state table
+                raise ValueError(
+                    f"key_mode: unique reads each key's owner from the sinks' latest state; "
+                    f"sinks.postgres.tables gives {kept[0]} mode {self.sinks.postgres.tables[kept[0]].mode} "
+                    "(history modes are not available with key_mode: unique yet)"
+                )
         return self
 
 

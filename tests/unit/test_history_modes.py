@@ -165,3 +165,14 @@ def test_the_mode_of_a_table_in_a_sink(tmp_path):
     assert cfg.sinks.table_mode("postgres", "shop.other") == "latest"
     assert cfg.sinks.table_mode("delta", "shop.log") == "latest"
     assert cfg.sinks.table_mode("kafka_changelog", "shop.log") == "latest"
+
+
+def test_key_mode_unique_refuses_history_tables(tmp_path):
+    import yaml
+
+    path = tmp_path / "merger.yaml"
+    path.write_text(
+        yaml.safe_dump({"key_mode": "unique", "sinks": {"postgres": {"tables": {"shop.log": {"mode": "changelog"}}}}})
+    )
+    with pytest.raises(ConfigError, match="history modes are not available with key_mode: unique"):
+        load_model(MergerConfig, str(path))
