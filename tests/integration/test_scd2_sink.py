@@ -243,3 +243,35 @@ def test_a_change_at_sequence_0_opens_a_version(stack):
         assert _history(stack, t) == [(1, "a", 1, 0, None, 0, 1_000_000, None, True)]
     finally:
         sink.close()
+
+
+def test_json_values_are_compared_as_json(stack):
+    """A JSON value the sink stores as jsonb (which reorders keys and spaces) read back
+    equal opens nothing; a different one opens a version."""
+    t = _table()
+    schema = pa.schema([("id", pa.int32()), ("j", pa.json_())])
+    sink = _sink(stack, {str(t): SCD2Mode()})
+
+    def batch(rows):
+        return pa.table(
+            {
+                "id": pa.array([r[0] for r in rows], pa.int32()),
+                "j": pa.array([r[1] for r in rows], pa.json_()),
+                "_cdc_op": pa.array([r[2] for r in rows], pa.string()),
+                "_cdc_seq": pa.array([r[3] for r in rows], pa.int64()),
+                COMMIT_US: pa.array([1_000_000 * r[3] for r in rows], pa.int64()),
+            }
+        )
+
+    try:
+        sink.ensure_table(t, schema, ["id"])
+        sink.apply(t, 1, batch([(1, '{"b": [1, 2],   "a": 1}', "c", 1)]))
+        sink.apply(t, 2, batch([(1, '{"a":1,"b":[1,2]}', "r", 2)]))  # the same value: nothing
+        sink.apply(t, 3, batch([(1, '{"a": 2, "b": [1, 2]}', "u", 3)]))
+        with _pg(stack) as c:
+            rows = c.execute(
+                f'SELECT j, __start_seq, __current FROM "{t.database}"."t" ORDER BY __start_seq'
+            ).fetchall()
+        assert rows == [({"a": 1, "b": [1, 2]}, 1, False), ({"a": 2, "b": [1, 2]}, 3, True)]
+    finally:
+        sink.close()

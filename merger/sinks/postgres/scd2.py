@@ -200,7 +200,10 @@ class SCD2Tables:
     def _upsert(self, conn, m: TableMeta, cols: list[str], stored: dict, versions: list[Version]) -> None:
         if not versions:
             return
-        data = {c: [_to_sink(v.values.get(c), m.columns[c]) for v in versions] for c in cols}
+        data = {c: [v.values.get(c) for v in versions] for c in cols}
+        for c in cols:
+            if m.columns[c] is not None and T.is_json(m.columns[c]):  # parsed to compare: text again
+                data[c] = [None if x is None else json.dumps(x) for x in data[c]]
         arrays = {c: pa.array(data[c], type=stored[c]) for c in cols}
         arrays[START_SEQ] = pa.array([v.start_sequence for v in versions], pa.int64())
         arrays[END_SEQ] = pa.array([v.end_sequence for v in versions], pa.int64())
@@ -299,7 +302,3 @@ def _python_rows(t: pa.Table, cols: list[str], m: TableMeta) -> list[dict[str, A
             if row[c] is not None:
                 row[c] = json.loads(row[c])
     return rows
-
-
-def _to_sink(value: Any, storage: pa.DataType | None) -> Any:
-    return json.dumps(value) if value is not None and storage is not None and T.is_json(storage) else value
