@@ -1,5 +1,9 @@
 """PostgreSQL sink: one transaction per batch = COPY into a temp staging table + MERGE.
 
+What a table keeps is its mode (``modes``, from ``sinks.postgres.tables``): the latest
+state (below), or a history, written by ``changelog.ChangelogTables`` (one row per change)
+or ``scd2.SCD2Tables`` (versions); every mode shares the version claim of ``Control``.
+
 Layout
 ------
 * Target table ``"<schema>"."<table>"``: the user columns plus ``_cdc_seq bigint`` (the
