@@ -58,20 +58,8 @@ class Catalog:
         oid = conn.execute("SELECT to_regclass(%s)::oid", (qualified,)).fetchone()[0]
         if oid is None:
             return None
-        cols = conn.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
-            " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (oid,),
-        ).fetchall()
-        keys = [
-            r[0]
-            for r in conn.execute(
-                "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
-                " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-                " WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n",
-                (oid,),
-            ).fetchall()
-        ]
+        cols = table_columns(conn, oid)
+        keys = index_columns(conn, oid, primary=True)
         columns = {n: T.pg_type_to_storage(t) for n, t in cols if n != SEQ}
         if SEQ not in {n for n, _ in cols} or not keys:
             raise SinkError(
@@ -92,3 +80,25 @@ class Catalog:
     def forget(self, table: TableId) -> None:
         """Read the table's definition again on its next use."""
         self._meta.pop(table, None)
+
+
+def table_columns(conn, oid: int) -> list[tuple[str, str]]:
+    """A table's columns in order, with their types as ``format_type`` spells them."""
+    return conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+        " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (oid,),
+    ).fetchall()
+
+
+def index_columns(conn, oid: int, primary: bool = False, index: str | None = None) -> list[str]:
+    """The columns, in order, of a table's primary key or of its index named ``index``."""
+    which = "i.indisprimary" if primary else "ic.relname = %s"
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+        " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+        " JOIN pg_class ic ON ic.oid = i.indexrelid"
+        f" WHERE i.indrelid = %s AND {which} ORDER BY k.n",
+        (oid,) if primary else (oid, index),
+    ).fetchall()
+    return [r[0] for r in rows]

@@ -36,7 +36,6 @@ import pyarrow.compute as pc
 from psycopg import sql
 
 from merger.history.modes import COMMIT_US
-from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,
     OP,
@@ -47,11 +46,10 @@ from merger.sinks.base import (
     TableId,
     checked_changes,
 )
-from merger.sinks.nul import apply_nul_policy
 from merger.sinks.postgres.catalog import Catalog
 from merger.sinks.postgres.copy import Copier
-from merger.sinks.postgres.history_schema import HistoryLayout, HistorySchema
-from merger.sinks.postgres.meta import TableMeta
+from merger.sinks.postgres.history_schema import HistoryLayout, HistorySchema, commit_time_sql, cut_sql
+from merger.sinks.postgres.meta import TableMeta, fit_batch
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +84,7 @@ class ChangelogTables:
             return {}
         if COMMIT_US not in src.column_names:
             raise SinkError(f"table {table}: a change log batch without {COMMIT_US} (the merger adds it)")
-        unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]
-        if unknown:
-            raise SinkError(
-                f"table {table}: column(s) {unknown} not in the sink table; call ensure_table with the new schema first"
-            )
-        cols = [c for c in src.column_names if c in m.columns]
-        src, nul_changed = apply_nul_policy(
-            table,
-            src,
-            m.keys,
-            [c for c in cols if m.columns[c] == pa.string()],
-            [c for c in cols if T.is_json(m.columns[c])],
-            self.nul_policy,
-        )
+        src, cols, nul_changed = fit_batch(table, src, m, self.nul_policy)
         target = sql.Identifier(m.schema, m.name)
         ident = {c: sql.Identifier(c) for c in [*cols, COMMIT_US, SEQ, OP, *LOG_COLUMNS]}
         conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp._cdc_log_stage"))
@@ -142,7 +127,7 @@ class ChangelogTables:
                 ),
                 sop=ident[OP],
                 sseq=ident[SEQ],
-                time=_time(sql.SQL("s.{}").format(ident[COMMIT_US])),
+                time=commit_time_sql(sql.SQL("s.{}").format(ident[COMMIT_US])),
                 key_match=key_match,
             ),
             (version,),
@@ -159,12 +144,7 @@ class ChangelogTables:
         cols, vals = [], []
         if origin is not None:
             cols, vals = [sql.Identifier(origin[0])], [sql.Literal(origin[1])]
-        seq = (
-            sql.Literal(int(cut.sequence))
-            if cut is not None
-            else sql.SQL("(SELECT COALESCE(max({}), 0) + 1 FROM {})").format(sql.Identifier(LOG_SEQ), target)
-        )
-        at = _time(sql.Literal(int(cut.time_us))) if cut is not None and cut.time_us is not None else sql.SQL("now()")
+        seq, at = cut_sql(cut, target, LOG_SEQ)
         conn.execute(
             sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING").format(
                 target,
@@ -172,8 +152,3 @@ class ChangelogTables:
                 sql.SQL(", ").join([*vals, sql.Literal("t"), seq, at, sql.Literal(int(version))]),
             )
         )
-
-
-def _time(us: sql.Composable) -> sql.Composable:
-    """Microseconds since the epoch as timestamptz, exactly (no float on the way)."""
-    return sql.SQL("(timestamptz 'epoch' + {} * interval '1 microsecond')").format(us)

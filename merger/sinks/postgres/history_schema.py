@@ -18,9 +18,17 @@ import pyarrow as pa
 from psycopg import sql
 
 from merger.sinks import types as T
-from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableFault, TableId, check_keys, user_fields
-from merger.sinks.postgres.catalog import Catalog, check_ident
+from merger.sinks.base import (
+    IncompatibleSchemaChange,
+    SinkError,
+    TableCut,
+    TableFault,
+    TableId,
+    check_keys,
+)
+from merger.sinks.postgres.catalog import Catalog, index_columns, table_columns
 from merger.sinks.postgres.meta import TableMeta
+from merger.sinks.postgres.schema import follow_columns, wanted_columns
 
 MIN_SERVER = 150000  # PostgreSQL 15: UNIQUE NULLS NOT DISTINCT
 
@@ -75,21 +83,9 @@ class HistorySchema:
                 f"is {self.layout.mode} now): rename or drop it, then `cdc snapshot {table}`; a mode never "
                 "changes silently"
             )
-        cols = conn.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
-            " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (row[0],),
-        ).fetchall()
+        cols = table_columns(conn, row[0])
         keys = [
-            r[0]
-            for r in conn.execute(
-                "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
-                " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-                " JOIN pg_class ic ON ic.oid = i.indexrelid"
-                " WHERE i.indrelid = %s AND ic.relname = %s ORDER BY k.n",
-                (row[0], index_name(str(table), "key")),
-            ).fetchall()
-            if r[0] != self.layout.key_order
+            c for c in index_columns(conn, row[0], index=index_name(str(table), "key")) if c != self.layout.key_order
         ]
         columns = {n: T.pg_type_to_storage(t) for n, t in cols if n not in self.layout.names}
         return TableMeta(schema, name, keys, columns, "")
@@ -109,17 +105,7 @@ class HistorySchema:
     def ensure(self, conn, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
         keys = check_keys(table, arrow_schema, key_columns)
         schema, name = self.catalog.target_name(table)
-        check_ident(schema, "schema")
-        check_ident(name, "table")
-        wanted: dict[str, pa.DataType] = {}
-        for f in user_fields(arrow_schema):
-            check_ident(f.name, "column")
-            if f.name in self.layout.names:
-                raise SinkError(f"table {table}: column {f.name!r} is a column of {self.layout.what}")
-            try:
-                wanted[f.name] = T.pg_storage_type(f.type, self.json_as_jsonb)
-            except T.UnsupportedType as exc:
-                raise SinkError(f"table {table}, column {f.name!r}: {exc}") from None
+        wanted = wanted_columns(table, (schema, name), arrow_schema, self.json_as_jsonb, self.layout.names)
         self.forget(table)
         qualified = sql.Identifier(schema, name)
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (qualified.as_string(conn),))
@@ -132,32 +118,7 @@ class HistorySchema:
             raise IncompatibleSchemaChange(
                 f"incompatible schema change for {table}: key columns change from {m.keys} to {keys}"
             )
-        done: list[str] = []
-        for c, new in wanted.items():
-            if c not in m.columns:
-                conn.execute(
-                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                        qualified, sql.Identifier(c), sql.SQL(T.pg_type_name(new))
-                    )
-                )
-                done.append(f"added column {c} {T.pg_type_name(new)}")
-                continue
-            old = m.columns[c]
-            verdict = T.compare(old, new) if old is not None else None
-            if verdict == T.SAME:
-                continue
-            old_name = T.pg_type_name(old) if old is not None else "an unknown type"
-            if verdict is None:
-                raise IncompatibleSchemaChange(
-                    f"incompatible schema change for {table}: column {c!r} cannot change from "
-                    f"{old_name} to {T.pg_type_name(new)}"
-                )
-            conn.execute(
-                sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
-                    qualified, sql.Identifier(c), sql.SQL(T.pg_type_name(new))
-                )
-            )
-            done.append(f"widened {c} {old_name} -> {T.pg_type_name(new)}")
+        done, _ = follow_columns(conn, table, qualified, m.columns, wanted)
         return done
 
     def _create(self, conn, table: TableId, qualified: sql.Identifier, keys: list[str], wanted: dict) -> None:
@@ -224,3 +185,20 @@ def _aside_name(table: str) -> str:
         short = table.encode()[:20].decode(errors="ignore")  # a name of at most 63 bytes
         name = f"{short}_{hashlib.sha1(table.encode()).hexdigest()[:8]}__until_{stamp}"
     return name
+
+
+def commit_time_sql(us: sql.Composable) -> sql.Composable:
+    """Microseconds since the epoch as timestamptz, exactly (no float on the way); NULL stays NULL."""
+    return sql.SQL("(timestamptz 'epoch' + {} * interval '1 microsecond')").format(us)
+
+
+def cut_sql(
+    cut: TableCut | None, target: sql.Identifier, sequence_column: str
+) -> tuple[sql.Composable, sql.Composable]:
+    """A truncate's sequence and time as SQL. Without its own place (a DDL's reset): after
+    every change the table holds, at the server's clock."""
+    if cut is None:
+        seq = sql.SQL("(SELECT COALESCE(max({}), 0) + 1 FROM {})").format(sql.Identifier(sequence_column), target)
+        return seq, sql.SQL("now()")
+    at = commit_time_sql(sql.Literal(int(cut.time_us))) if cut.time_us is not None else sql.SQL("now()")
+    return sql.Literal(int(cut.sequence)), at

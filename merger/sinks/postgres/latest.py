@@ -8,12 +8,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
-from merger.sinks import types as T
-from merger.sinks.base import DELETE_OP, OP, SEQ, Changes, SinkError, TableId, latest_per_key
-from merger.sinks.nul import apply_nul_policy
+from merger.sinks.base import DELETE_OP, OP, SEQ, Changes, TableId, latest_per_key
 from merger.sinks.postgres.catalog import Catalog
 from merger.sinks.postgres.copy import Copier
-from merger.sinks.postgres.meta import TableMeta
+from merger.sinks.postgres.meta import TableMeta, fit_batch
 
 
 class LatestWriter:
@@ -31,20 +29,7 @@ class LatestWriter:
         target, tomb = self.catalog.idents(m)
         if not src.num_rows:
             return {}
-        unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]
-        if unknown:
-            raise SinkError(
-                f"table {table}: column(s) {unknown} not in the sink table; call ensure_table with the new schema first"
-            )
-        cols = [c for c in src.column_names if c in m.columns]
-        src, nul_changed = apply_nul_policy(
-            table,
-            src,
-            m.keys,
-            [c for c in cols if m.columns[c] == pa.string()],
-            [c for c in cols if T.is_json(m.columns[c])],
-            self.nul_policy,
-        )
+        src, cols, nul_changed = fit_batch(table, src, m, self.nul_policy)
         if not self.copier.insert_snapshot_rows(conn, m, src, cols, target, tomb):
             self._merge(conn, m, src, cols, target, tomb)
         return nul_changed

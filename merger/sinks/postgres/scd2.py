@@ -55,11 +55,10 @@ from merger.sinks.base import (
     cast_columns,
     checked_changes,
 )
-from merger.sinks.nul import apply_nul_policy
 from merger.sinks.postgres.catalog import Catalog
 from merger.sinks.postgres.copy import Copier
-from merger.sinks.postgres.history_schema import HistoryLayout, HistorySchema
-from merger.sinks.postgres.meta import TableMeta
+from merger.sinks.postgres.history_schema import HistoryLayout, HistorySchema, commit_time_sql, cut_sql
+from merger.sinks.postgres.meta import TableMeta, fit_batch
 
 log = logging.getLogger(__name__)
 
@@ -113,22 +112,9 @@ class SCD2Tables:
             raise SinkError(
                 f"table {table}: an SCD type 2 batch needs {COMMIT_US} on every change (the merger adds it)"
             )
-        unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]
-        if unknown:
-            raise SinkError(
-                f"table {table}: column(s) {unknown} not in the sink table; call ensure_table with the new schema first"
-            )
-        cols = [c for c in src.column_names if c in m.columns]
+        src, cols, nul_changed = fit_batch(table, src, m, self.nul_policy)
         self.check(table, mode, m.keys, cols)
         options = mode.options(m.keys)
-        src, nul_changed = apply_nul_policy(
-            table,
-            src,
-            m.keys,
-            [c for c in cols if m.columns[c] == pa.string()],
-            [c for c in cols if T.is_json(m.columns[c])],
-            self.nul_policy,
-        )
         stored = _stored_types(m, cols)
         values = _python_rows(cast_columns(src.select(cols), stored), cols, m)
         ops, seqs, times = src[OP].to_pylist(), src[SEQ].to_pylist(), src[COMMIT_US].to_pylist()
@@ -240,8 +226,8 @@ class SCD2Tables:
                 target=sql.Identifier(m.schema, m.name),
                 cols=sql.SQL(", ").join(ident[c] for c in written),
                 vals=sql.SQL(", ").join(sql.SQL("s.{}").format(ident[c]) for c in cols),
-                start=_time(sql.SQL("s.{}").format(sql.Identifier(_START_US))),
-                end=_time(sql.SQL("s.{}").format(sql.Identifier(_END_US))),
+                start=commit_time_sql(sql.SQL("s.{}").format(sql.Identifier(_START_US))),
+                end=commit_time_sql(sql.SQL("s.{}").format(sql.Identifier(_END_US))),
                 ss=ident[START_SEQ],
                 es=ident[END_SEQ],
                 ls=ident[LAST_SEQ],
@@ -257,12 +243,7 @@ class SCD2Tables:
         """Every current version applied before the truncate closes at it (of one origin:
         its rows only). Without the truncate's own place (a DDL's reset), after every change."""
         target = sql.Identifier(m.schema, m.name)
-        seq = (
-            sql.Literal(int(cut.sequence))
-            if cut is not None
-            else sql.SQL("(SELECT COALESCE(max({}), 0) + 1 FROM {})").format(sql.Identifier(LAST_SEQ), target)
-        )
-        at = _time(sql.Literal(int(cut.time_us))) if cut is not None and cut.time_us is not None else sql.SQL("now()")
+        seq, at = cut_sql(cut, target, LAST_SEQ)
         where = sql.SQL("")
         if origin is not None:
             where = sql.SQL(" AND {} = {}").format(sql.Identifier(origin[0]), sql.Literal(origin[1]))
@@ -280,11 +261,6 @@ class SCD2Tables:
                 where=where,
             )
         )
-
-
-def _time(us: sql.Composable) -> sql.Composable:
-    """Microseconds since the epoch as timestamptz, exactly (no float on the way); NULL stays NULL."""
-    return sql.SQL("(timestamptz 'epoch' + {} * interval '1 microsecond')").format(us)
 
 
 def _stored_types(m: TableMeta, cols: list[str]) -> dict[str, pa.DataType]:

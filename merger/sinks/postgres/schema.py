@@ -27,15 +27,7 @@ class Schemas:
     def ensure(self, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
         keys = check_keys(table, arrow_schema, key_columns)
         schema, name = self.catalog.target_name(table)
-        check_ident(schema, "schema")
-        check_ident(name, "table")
-        wanted: dict[str, pa.DataType] = {}
-        for f in user_fields(arrow_schema):
-            check_ident(f.name, "column")
-            try:
-                wanted[f.name] = T.pg_storage_type(f.type, self.json_as_jsonb)
-            except T.UnsupportedType as exc:
-                raise SinkError(f"table {table}, column {f.name!r}: {exc}") from None
+        wanted = wanted_columns(table, (schema, name), arrow_schema, self.json_as_jsonb)
         self.catalog.forget(table)
         return self.session.run(self._ensure, table, schema, name, keys, wanted)
 
@@ -68,31 +60,14 @@ class Schemas:
             raise IncompatibleSchemaChange(
                 f"incompatible schema change for {table}: key columns change from {m.keys} to {keys}"
             )
-        done: list[str] = []
-        for c, new in wanted.items():
-            if c not in m.columns:
+        done, widened = follow_columns(conn, table, sql.Identifier(schema, name), m.columns, wanted)
+        for c in widened:
+            if c in keys:  # the tombstone table's key columns follow
                 conn.execute(
-                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                        sql.Identifier(schema, name), sql.Identifier(c), sql.SQL(T.pg_type_name(new))
+                    sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
+                        tomb, sql.Identifier(c), sql.SQL(T.pg_type_name(wanted[c]))
                     )
                 )
-                done.append(f"added column {c} {T.pg_type_name(new)}")
-                continue
-            old = m.columns[c]
-            verdict = T.compare(old, new) if old is not None else None
-            if verdict == T.SAME:
-                continue
-            old_name = T.pg_type_name(old) if old is not None else "an unknown type"
-            if verdict is None:
-                raise IncompatibleSchemaChange(
-                    f"incompatible schema change for {table}: column {c!r} cannot change from "
-                    f"{old_name} to {T.pg_type_name(new)}"
-                )
-            alter = sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}")
-            conn.execute(alter.format(sql.Identifier(schema, name), sql.Identifier(c), sql.SQL(T.pg_type_name(new))))
-            if c in keys:
-                conn.execute(alter.format(tomb, sql.Identifier(c), sql.SQL(T.pg_type_name(new))))
-            done.append(f"widened {c} {old_name} -> {T.pg_type_name(new)}")
         if (
             conn.execute(
                 "SELECT to_regclass(%s)", (pg_ident(self.catalog.control_schema) + "." + pg_ident(m.tomb),)
@@ -130,3 +105,58 @@ class Schemas:
 
         self.session.run(drop)
         self.catalog.forget(table)
+
+
+def wanted_columns(
+    table: TableId, target: tuple[str, str], arrow_schema: pa.Schema, json_as_jsonb: bool, reserved: tuple = ()
+) -> dict[str, pa.DataType]:
+    """The storage type of each user column of ``arrow_schema``, every name checked
+    against PostgreSQL's rules (``target``: the table's schema and name); ``reserved``:
+    names a history mode's own columns take."""
+    check_ident(target[0], "schema")
+    check_ident(target[1], "table")
+    wanted: dict[str, pa.DataType] = {}
+    for f in user_fields(arrow_schema):
+        check_ident(f.name, "column")
+        if f.name in reserved:
+            raise SinkError(f"table {table}: column {f.name!r} is one of the columns the table's mode adds")
+        try:
+            wanted[f.name] = T.pg_storage_type(f.type, json_as_jsonb)
+        except T.UnsupportedType as exc:
+            raise SinkError(f"table {table}, column {f.name!r}: {exc}") from None
+    return wanted
+
+
+def follow_columns(conn, table: TableId, target: sql.Identifier, current: dict, wanted: dict) -> tuple[list, list]:
+    """Columns added and types widened so that ``target`` (columns ``current``) holds
+    ``wanted``; a change it cannot follow raises ``IncompatibleSchemaChange``. Returns
+    what was done (lines for the log) and the columns widened."""
+    done: list[str] = []
+    widened: list[str] = []
+    for c, new in wanted.items():
+        if c not in current:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                    target, sql.Identifier(c), sql.SQL(T.pg_type_name(new))
+                )
+            )
+            done.append(f"added column {c} {T.pg_type_name(new)}")
+            continue
+        old = current[c]
+        verdict = T.compare(old, new) if old is not None else None
+        if verdict == T.SAME:
+            continue
+        old_name = T.pg_type_name(old) if old is not None else "an unknown type"
+        if verdict is None:
+            raise IncompatibleSchemaChange(
+                f"incompatible schema change for {table}: column {c!r} cannot change from "
+                f"{old_name} to {T.pg_type_name(new)}"
+            )
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(
+                target, sql.Identifier(c), sql.SQL(T.pg_type_name(new))
+            )
+        )
+        widened.append(c)
+        done.append(f"widened {c} {old_name} -> {T.pg_type_name(new)}")
+    return done, widened

@@ -195,21 +195,7 @@ class PostgresSink(KeepsRows, Sink):
         return self.session.run(self._truncate, table, int(version), cut, table=table)
 
     def _truncate(self, conn, table: TableId, version: int, cut: TableCut | None) -> bool:
-        history = self._history(table)
-        if history is not None:
-            m = history.schema.meta_for(conn, table)
-            if not self.control.claim(conn, m.qualified, version):
-                return False
-            history.truncate(conn, m, version, cut, None)
-            self.control.record(conn, m.qualified, version)
-            return True
-        m = self.catalog.meta_for(conn, table)
-        if not self.control.claim(conn, m.qualified, version):
-            return False
-        target, tomb = self.catalog.idents(m)
-        conn.execute(sql.SQL("TRUNCATE {}, {}").format(target, tomb))
-        self.control.record(conn, m.qualified, version)
-        return True
+        return self._cut(conn, table, version, cut, None)
 
     def truncate_origin(self, table, version: int, column: str, origin: str, cut: TableCut | None = None) -> bool:
         table = as_table_id(table)
@@ -218,22 +204,26 @@ class PostgresSink(KeepsRows, Sink):
     def _truncate_origin(
         self, conn, table: TableId, version: int, column: str, origin: str, cut: TableCut | None
     ) -> bool:
+        return self._cut(conn, table, version, cut, (column, origin))
+
+    def _cut(self, conn, table: TableId, version: int, cut: TableCut | None, origin: tuple[str, str] | None) -> bool:
+        """A truncate of the table (``origin``: of the rows whose (column, value) it is),
+        versioned: a latest-state table is emptied, a history writes it down."""
         history = self._history(table)
-        if history is not None:
-            m = history.schema.meta_for(conn, table)
-            if not self.control.claim(conn, m.qualified, version):
-                return False
-            history.truncate(conn, m, version, cut, (column, origin))
-            self.control.record(conn, m.qualified, version)
-            return True
-        m = self.catalog.meta_for(conn, table)
+        m = (self.catalog if history is None else history.schema).meta_for(conn, table)
         if not self.control.claim(conn, m.qualified, version):
             return False
-        target, tomb = self.catalog.idents(m)
-        where = sql.SQL(" WHERE {} = %s").format(sql.Identifier(column))
-        conn.execute(sql.SQL("DELETE FROM {}").format(target) + where, (origin,))
-        if column in m.keys:
-            conn.execute(sql.SQL("DELETE FROM {}").format(tomb) + where, (origin,))
+        if history is not None:
+            history.truncate(conn, m, version, cut, origin)
+        elif origin is None:
+            conn.execute(sql.SQL("TRUNCATE {}, {}").format(*self.catalog.idents(m)))
+        else:
+            target, tomb = self.catalog.idents(m)
+            column, value = origin
+            where = sql.SQL(" WHERE {} = %s").format(sql.Identifier(column))
+            conn.execute(sql.SQL("DELETE FROM {}").format(target) + where, (value,))
+            if column in m.keys:
+                conn.execute(sql.SQL("DELETE FROM {}").format(tomb) + where, (value,))
         self.control.record(conn, m.qualified, version)
         return True
 
