@@ -584,6 +584,23 @@ class DeltaSinkConfig(_Model):
         "files under it are binned into files of about it, larger ones stay. A MERGE rewrites every file "
         "holding a key it updates or deletes: smaller files make updates cheaper, larger ones make reads faster",
     )
+    tables: dict[str, TableModeConfig] = Field(
+        default_factory=dict,
+        description="per table, what the sink keeps: the Delta sink keeps the latest state only for now "
+        "(history tables: sinks.postgres.tables, docs/history.md)",
+    )
+    _tables = field_validator("tables")(_check_table_names)
+
+    @field_validator("tables")
+    @classmethod
+    def _latest_only(cls, value: dict) -> dict:
+        kept = [name for name, entry in value.items() if entry.mode != "latest"]
+        if kept:
+            raise ValueError(
+                f"{kept[0]}: mode {value[kept[0]].mode} is not available in the Delta sink yet "
+                "(history tables: sinks.postgres.tables)"
+            )
+        return value
 
     @field_validator("path")
     @classmethod

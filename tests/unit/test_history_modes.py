@@ -176,3 +176,10 @@ def test_key_mode_unique_refuses_history_tables(tmp_path):
     )
     with pytest.raises(ConfigError, match="history modes are not available with key_mode: unique"):
         load_model(MergerConfig, str(path))
+
+
+def test_the_delta_sink_refuses_history_modes_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="mode scd2 is not available in the Delta sink yet"):
+        _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "scd2"}}}})
+    cfg = _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "latest"}}}})
+    assert cfg.sinks.table_mode("delta", "shop.t") == "latest"
