@@ -183,3 +183,30 @@ def test_the_delta_sink_refuses_history_modes_in_one_line(tmp_path):
         _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "scd2"}}}})
     cfg = _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "latest"}}}})
     assert cfg.sinks.table_mode("delta", "shop.t") == "latest"
+
+
+def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path):
+    """A table in a history mode in PostgreSQL gets _cdc_commit_us in every sink's batch:
+    the Delta sink (latest state) leaves it out of its rows."""
+    import pyarrow as pa
+
+    from merger.sinks.delta import DeltaSink
+
+    sink = DeltaSink(str(tmp_path / "delta"))
+    sink.ensure_table(("db", "t"), pa.schema([("id", pa.int32()), ("v", pa.string())]), ["id"])
+
+    def batch(rows):
+        return pa.table(
+            {
+                "id": pa.array([r[0] for r in rows], pa.int32()),
+                "v": pa.array([r[1] for r in rows], pa.string()),
+                "_cdc_op": pa.array([r[2] for r in rows], pa.string()),
+                "_cdc_seq": pa.array([r[3] for r in rows], pa.int64()),
+                COMMIT_US: pa.array([1_000_000] * len(rows), pa.int64()),
+            }
+        )
+
+    assert sink.apply(("db", "t"), 1, batch([(1, "a", "r", 5), (2, "b", "r", 5)]))
+    assert sink.apply(("db", "t"), 2, batch([(1, "a2", "u", 6), (2, None, "d", 7), (3, "c", "c", 8)]))
+    rows = sorted(sink.rows(("db", "t")).to_pylist(), key=lambda r: r["id"])
+    assert rows == [{"id": 1, "v": "a2"}, {"id": 3, "v": "c"}]
