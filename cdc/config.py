@@ -460,8 +460,8 @@ TableModeConfig = Annotated[
 ]
 TABLES_DESCRIPTION = (
     "per table <database>.<table>, what the sink keeps: {mode: latest} (the default), {mode: scd2, "
-    "track_history: [...] or track_history_except: [...]} or {mode: changelog, image: after | before_after}; "
-    "see docs/history.md"
+    "track_history: [...] or track_history_except: [...]} or {mode: changelog} (image: after; before_after is "
+    "not available yet); see docs/history.md"
 )
 
 

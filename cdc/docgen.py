@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import get_args, get_origin
+from typing import Annotated, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -18,6 +18,10 @@ INCLUDES = (ROOT / "docs" / "kafka_source.md",)
 
 def _type_name(annotation) -> str:
     origin = get_origin(annotation)
+    if origin is Annotated:  # a tagged union of models (a table's mode): its tags
+        members = get_args(get_args(annotation)[0])
+        tags = [repr(get_args(m.model_fields["mode"].annotation)[0]) for m in members if "mode" in m.model_fields]
+        return "{mode: " + " \\| ".join(tags) + ", ...}"
     if origin is None:
         return getattr(annotation, "__name__", str(annotation))
     args = [a for a in get_args(annotation) if a is not type(None)]
