@@ -519,6 +519,8 @@ class Run:
                 "schema": self.pg_schema,
                 "password_file": str(local_stack.secret_file(info, "postgres_password")),
             }
+            if PG_MODE != "latest":  # a history table (docs/history.md) for each of the bench's tables
+                sinks["postgres"]["tables"] = {f"{DB}.{t}": {"mode": PG_MODE} for t in (BIG, LAT, WARM)}
         mcfg = write_merger_config(
             info,
             self.dir / "merger.yaml",
@@ -613,6 +615,7 @@ def drop_pg_schema(info, schema: str) -> None:
 
 
 MERGER_SETTINGS: dict = {}  # --merger-set KEY=VALUE (dotted config keys)
+PG_MODE = "latest"  # --pg-mode: the PostgreSQL sink's mode for the bench's tables
 
 
 def spark_conf(args) -> dict:
@@ -1238,7 +1241,9 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
     L.append(
         f"Machine: {env['cpus']} CPUs, {env['mem_gb']:.0f} GB; load average at start {env['load']}; "
         f"merger trigger {args.trigger_ms} ms, Spark master {MERGER_SETTINGS.get('spark_master', 'local (default)')}, "
-        "Spark conf: product defaults (driver 2g)" + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else "")
+        "Spark conf: product defaults (driver 2g)"
+        + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else "")
+        + (f"; PostgreSQL tables in mode `{PG_MODE}`" if PG_MODE != "latest" else "")
     )
     if baseline:
         L += [
@@ -1430,7 +1435,8 @@ def record(args, lines: list[str]) -> None:
     head = (
         f"### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d %H:%M')}, commit {commit_label()} "
         f"(`bench/merger_bench.py --rows {args.rows} --parallelism {args.parallelism} --sinks {args.sinks}"
-        f"{' --skip-latency' if args.skip_latency else ''}`)"
+        f"{' --skip-latency' if args.skip_latency else ''}"
+        f"{f' --pg-mode {PG_MODE}' if PG_MODE != 'latest' else ''}`)"
     )
     append_results([head, "", *lines])
 
@@ -1477,6 +1483,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet-interval-s", type=float, default=0.5, help="seconds between the quiet phase's UPDATEs")
     ap.add_argument("--pg-poll-ms", type=int, default=100)
     ap.add_argument(
+        "--pg-mode",
+        choices=("latest", "changelog", "scd2"),
+        default="latest",
+        help="the PostgreSQL sink's mode for the bench's tables (sinks.postgres.tables; docs/history.md)",
+    )
+    ap.add_argument(
         "--merger-set",
         action="append",
         default=[],
@@ -1501,6 +1513,8 @@ def main(argv: list[str] | None = None) -> int:
         help="write the raw figures as JSON to PATH (and the text report to stdout as always)",
     )
     args = ap.parse_args(argv)
+    global PG_MODE
+    PG_MODE = args.pg_mode
     for kv in args.merger_set:
         key, sep, value = kv.partition("=")
         if not sep:

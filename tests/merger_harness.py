@@ -79,6 +79,47 @@ class MergerProcess(IngestProcess):
         return self
 
 
+class CrashingMerger(MergerProcess):
+    """`cdc merge` killed by itself (SIGKILL) at a named crash point (merger/crashpoints.py,
+    ``CDC_CRASH_AT``), or a plain merger when ``crash_at`` is None."""
+
+    def __init__(self, config_path: Path, log_path: Path, crash_at: str | None):
+        super().__init__(config_path, log_path)
+        self.crash_at = crash_at
+
+    def start(self) -> "CrashingMerger":
+        import os
+        import subprocess
+        import sys
+
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("CDC_CRASH_AT", None)
+        if self.crash_at:
+            env["CDC_CRASH_AT"] = self.crash_at
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cdc.cli", "merge", "-c", str(self.config_path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
+        return self
+
+    def wait_killed(self, timeout_s: float) -> None:
+        import subprocess
+
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(
+                f"the merger did not reach {self.crash_at} in {timeout_s}s:\n{self.log_text()[-3000:]}"
+            ) from None
+        assert self.proc.returncode == -9, (self.proc.returncode, self.log_text()[-3000:])
+        self._log.close()
+
+
 class SinkChecker:
     """The tests' oracle: the sinks compared with the source independently of the
     pipeline (plain SELECTs, each sink's own client, one canonical form:

@@ -6,7 +6,6 @@ source, row for row: nothing lost, nothing doubled."""
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
@@ -17,43 +16,11 @@ import pymysql
 import pytest
 
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
-from tests.merger_harness import ROOT, MergerProcess, SinkChecker, write_merger_config
+from tests.merger_harness import ROOT, CrashingMerger, SinkChecker, write_merger_config
 
 pytestmark = pytest.mark.integration
 
 ROWS = 30_000
-
-
-class CrashingMerger(MergerProcess):
-    def __init__(self, config_path, log_path, crash_at: str | None):
-        super().__init__(config_path, log_path)
-        self.crash_at = crash_at
-
-    def start(self) -> "CrashingMerger":
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.pop("CDC_CRASH_AT", None)
-        if self.crash_at:
-            env["CDC_CRASH_AT"] = self.crash_at
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cdc.cli", "merge", "-c", str(self.config_path)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=ROOT,
-        )
-        return self
-
-    def wait_killed(self, timeout_s: float) -> None:
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise AssertionError(
-                f"the merger did not reach {self.crash_at} in {timeout_s}s:\n{self.log_text()[-3000:]}"
-            ) from None
-        assert self.proc.returncode == -9, (self.proc.returncode, self.log_text()[-3000:])
-        self._log.close()
 
 
 class Writer(threading.Thread):
