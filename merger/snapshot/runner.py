@@ -149,6 +149,7 @@ class SnapshotRunner(threading.Thread):
             self.reader = "jdbc"
         self.source = connectorx_source(m)
         self.pending_windows: dict[str, list[str]] = {}  # table -> open window ids
+        self.started_at = time.time()  # a window opened before is one a restart restored
         # set by the app: True once the streaming query has finished its first trigger
         self.stream_ready = lambda: True
         self._last_tick = 0.0
@@ -523,9 +524,13 @@ class SnapshotRunner(threading.Thread):
             rt = self.tables.get(table)
             if rt is None or rt.phase in ("paused", "failed", "dropped"):
                 return None
-            open_ids = [w for w in self.pending_windows.get(table, []) if w in rt.reconciler.windows]
+            self._forget_dead_windows(table, rt)
+            # every open window holds its chunks, one restored from before a restart too:
+            # its HIGH may be in the topic already, and its chunks read again in a new
+            # window would be emitted twice (a change log would hold their rows twice)
+            open_ids = list(rt.reconciler.windows)
             self.pending_windows[table] = open_ids
-            busy = {c for w in open_ids for c in rt.reconciler.windows[w].chunk_ids}
+            busy = {c for w in rt.reconciler.windows.values() for c in w.chunk_ids}
             if rt.phase == "streaming":
                 rt.phase = "snapshotting"
         streaming = self.processor.changes_streaming()
@@ -547,6 +552,17 @@ class SnapshotRunner(threading.Thread):
         if since is not None and time.monotonic() - since < 2.0 * len(self._changed_retries(table)):
             return None
         return table, rt, chunks, window_where(plan.get("where"), chunks, read_keys(rt.keys)), tasks
+
+    def _forget_dead_windows(self, table: str, rt) -> None:
+        """Give up the windows a restart restored that were never staged: their reads died
+        with the process before, so they can never be emitted; their chunks are free to be
+        read again at once (not after ``window_timeout_s``). Called under the tables' lock."""
+        mine = self.pending_windows.get(table, [])
+        for wid, w in list(rt.reconciler.windows.items()):
+            if not w.staged and w.opened_at < self.started_at and wid not in mine:
+                rt.reconciler.finish(wid)
+                self._unstage(table, wid)
+                log.info("snapshot window %s of %s was being read when the merger stopped: read again", wid, table)
 
     def _run_window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int) -> bool:
         try:

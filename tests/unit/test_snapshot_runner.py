@@ -250,3 +250,37 @@ def test_a_repair_the_merger_cannot_run_is_reported_and_leaves_the_plan_alone(tm
     assert store.repair_refusal("db.t", "r2") is None
     with pytest.raises(ConfigError, match="no such table with a key"):
         wait_for_repair(store, "db.t", "r1", timeout=5)
+
+
+def test_windows_a_restart_restored_keep_their_chunks_unless_never_staged(tmp_path):
+    """A window open when the merger stopped comes back with its table. Staged, its HIGH may
+    be in the topic: its chunks must not be read again in a new window (a change log would
+    get their rows twice). Never staged, its read died with the process: its chunks are
+    read again at once."""
+    from cdc.tablespec import ColumnSpec, TableSpec
+    from merger.dblog import encode_key
+    from merger.processor import BatchProcessor
+
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"))
+    store = StateStore(cfg.state_dir)
+    processor = BatchProcessor("p", store, [], None, lambda topic: 1)
+    spec = TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False),), ("id",))
+    rt = processor.table("db.t", spec)
+    before = time.time() - 60
+    rt.reconciler.open_window("staged", ["c1"], before)
+    rt.reconciler.mark_staged("staged")
+    rt.reconciler.open_window("unstaged", ["c2"], before)
+    runner = SnapshotRunner(cfg, None, store, processor=processor)  # the merger restarted
+    runner.processor.changes_streaming = lambda: False
+    chunks = [{"id": f"c{i}", "lo": encode_key(None), "hi": encode_key(None)} for i in (1, 2, 3)]
+    plan = {"chunks": chunks, "done": []}
+    store.save_plan("db.t", plan)
+    _, _, todo, _, _ = runner._next_window("db.t", plan)
+    assert [c["id"] for c in todo] == ["c2", "c3"]
+    assert set(rt.reconciler.windows) == {"staged"}
+    # a window this runner opens and has not staged yet is its own: kept
+    rt.reconciler.open_window("mine", ["c2"], time.time())
+    runner.pending_windows["db.t"].append("mine")
+    _, _, todo, _, _ = runner._next_window("db.t", plan)
+    assert [c["id"] for c in todo] == ["c3"]
+    assert set(rt.reconciler.windows) == {"staged", "mine"}
