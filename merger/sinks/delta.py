@@ -103,7 +103,8 @@ from merger.sinks.base import (
     latest_per_key,
     user_fields,
 )
-from merger.sinks.delta_reads import DeltaReads, delta_arrow_schema
+from merger.sinks.delta_arrow import delta_arrow_schema, without_log_statistics
+from merger.sinks.delta_reads import DeltaReads
 from merger.sinks.delta_writers import WRITER_APP, SinkFenced, WriterClaims, verdict
 from merger.sinks.key_ranges import range_filter
 
@@ -597,7 +598,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
             return src.append_column(TSEQ, pa.nulls(src.num_rows, pa.int64()))
         dataset = m.tomb.to_pyarrow_dataset()
         if not m.prunable:
-            dataset = _without_log_statistics(dataset)
+            dataset = without_log_statistics(dataset)
         first = m.keys[0]
         values = pc.unique(src[first])
         field, ftype = ds.field(first), dataset.schema.field(first).type
@@ -786,7 +787,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         (None: no such column)."""
         if column not in delta_arrow_schema(dt).names:
             return None
-        values = _without_log_statistics(dt.to_pyarrow_dataset()).to_table(columns=[column])[column]
+        values = without_log_statistics(dt.to_pyarrow_dataset()).to_table(columns=[column])[column]
         values = pc.filter(values, pc.fill_null(pc.starts_with(values, pattern=prefix), False))
         counts = pc.value_counts(values)
         return {v.as_py(): n.as_py() for v, n in zip(counts.field("values"), counts.field("counts"))}
@@ -841,15 +842,6 @@ def _in_predicate(column: str, values: list[str]) -> str:
 
 def _string_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-
-
-def _without_log_statistics(dataset: ds.FileSystemDataset) -> ds.FileSystemDataset:
-    """The same files without the guarantees deltalake derives from the Delta log's
-    statistics: inexact for some key types (a decimal(20, 0) max of 18446744073709551614
-    logged as 9223372036854775807), they made a filtered read miss a tombstone, and a stale
-    snapshot row of a deleted key came back. Parquet's own statistics still prune."""
-    fragments = [f.format.make_fragment(f.path, f.filesystem) for f in dataset.get_fragments()]
-    return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
 
 
 def _left_join(src: pa.Table, tombs: pa.Table, keys: list[str]) -> pa.Table:
