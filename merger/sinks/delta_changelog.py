@@ -20,9 +20,9 @@ equal (key, sequence) in one batch the first is kept.
 Why an append after reading ``max(__seq)`` of the batch's keys, and not an insert-only
 MERGE on ``(keys, __seq)``: the rule needs each key's last sequence anyway (a change
 below it that the log lacks is dropped too; a MERGE on ``(keys, __seq)`` would append
-it); the read is of the key and ``__seq`` columns only, files skipped by the key range
-for integer keys (other key types' log statistics are inexact: ``_Meta.prunable`` in
-merger/sinks/delta.py); and an append never rewrites a file, while a MERGE plans a join
+it); the read is of the key and ``__seq`` columns of the rows since the batch's lowest
+sequence only (none while the merger streams new changes: ``_last_sequences``); and an
+append never rewrites a file, while a MERGE plans a join
 over the log and rewrites every file it matches (copy-on-write; the plan alone was a
 quarter of the merger's time with many small tables, issue 23). The atomicity is the
 same: one commit carries the rows and the version.
@@ -73,7 +73,7 @@ from merger.sinks.base import (
     checked_changes,
     user_fields,
 )
-from merger.sinks.delta_arrow import delta_arrow_schema, without_log_statistics
+from merger.sinks.delta_arrow import delta_arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +113,6 @@ class ChangeLog:
     @property
     def app(self) -> str:
         return f"cdc-sink:{self.table_id}"  # the latest-state table's own (merger/sinks/delta.py)
-
-    @property
-    def prunable(self) -> bool:
-        """Whether the log's key statistics are exact (integer keys only, as for latest tables)."""
-        return all(pa.types.is_integer(self.columns[k]) for k in self.keys)
 
 
 def table_mode(dt: DeltaTable) -> str:
@@ -365,18 +360,16 @@ class DeltaChangelogs:
         return pa.Table.from_arrays(out, schema=delta_arrow_schema(m.dt))
 
     def _last_sequences(self, m: ChangeLog, src: pa.Table) -> dict[tuple, int]:
-        """``max(__seq)`` per key of the batch's keys that the log holds (truncate rows
-        have no key: never among them)."""
+        """``max(__seq)`` per key of the batch's keys, among the log's rows at or above the
+        batch's lowest sequence: a key's last sequence below it drops none of the batch's
+        changes, so older rows need not be read. The log's statistics of ``__seq`` (int64)
+        are exact: files wholly older than the batch are not opened, which is every file
+        while the merger streams new changes; a replayed suffix reads the files since it.
+        Truncate rows have no key: never among them."""
         if not m.dt.file_uris():
             return {}
-        dataset = m.dt.to_pyarrow_dataset()
-        if not m.prunable:
-            dataset = without_log_statistics(dataset)
-        first = m.keys[0]
-        field, ftype = ds.field(first), dataset.schema.field(first).type
-        if not (pa.types.is_integer(ftype) or pa.types.is_floating(ftype)):
-            field = field.cast(ftype)  # string_view statistics against a plain value set: see delta.py
-        held = dataset.to_table(columns=[*m.keys, LOG_SEQ], filter=field.isin(pc.unique(src[first])))
+        lowest = pc.min(src[SEQ]).as_py()
+        held = m.dt.to_pyarrow_dataset().to_table(columns=[*m.keys, LOG_SEQ], filter=ds.field(LOG_SEQ) >= lowest)
         if not held.num_rows:
             return {}
         last: dict[tuple, int] = {}
