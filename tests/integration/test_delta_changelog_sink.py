@@ -159,6 +159,36 @@ def test_a_column_added_and_the_log_set_aside_when_dropped(tmp_path):
     assert sink.apply(t, 1, _batch([("c", 1, "new", 20, 3)]))
 
 
+def test_a_widened_column_keeps_the_log_and_its_versions(tmp_path):
+    t = _table()
+    sink = _sink(tmp_path, [str(t)])
+    narrow = pa.schema([("id", pa.int32()), ("n", pa.int32())])
+    sink.ensure_table(t, narrow, ["id"])
+
+    def batch(n, seq):
+        return pa.table(
+            {
+                "id": pa.array([1], pa.int32()),
+                "n": pa.array([n], pa.int64()),
+                "_cdc_op": ["u"],
+                "_cdc_seq": pa.array([seq], pa.int64()),
+                COMMIT_US: pa.array([seq], pa.int64()),
+            }
+        )
+
+    assert sink.apply(t, 1, batch(5, 3))
+    path = f"{tmp_path}/{t.database}/t"
+    table_id = DeltaTable(path).metadata().id
+    assert sink.ensure_table(t, pa.schema([("id", pa.int32()), ("n", pa.int64())]), ["id"]) == [
+        "widened n int32 -> int64"
+    ]
+    assert DeltaTable(path).metadata().id == table_id and DeltaTable(path).metadata().configuration["cdc.mode"]
+    assert not sink.apply(t, 1, batch(5, 3))  # the versions survive the rewrite
+    assert sink.apply(t, 2, batch(2**40, 4))
+    got = sorted((r["n"], r["__seq"]) for r in _read(tmp_path, t).to_pylist())
+    assert got == [(5, 3), (2**40, 4)]
+
+
 def test_a_table_of_another_mode_is_never_taken_over(tmp_path):
     from merger.sinks.delta import DeltaSink
 
