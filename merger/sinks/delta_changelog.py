@@ -423,13 +423,17 @@ class DeltaChangelogs:
             return
         n = self._writes.get(table, 0) + 1
         self._writes[table] = 0 if n >= every else n
-        if n >= every:
+        if n < every:
+            return
+        try:
             m.dt.optimize.compact(
                 target_size=self.access.target_file_bytes,
                 writer_properties=self.access.writer_properties,
                 commit_properties=self.access.commit(0),
             )
             m.dt.update_incremental()
+        except (OSError, DeltaError) as exc:  # the batch is written: a failed compaction is tried again later
+            log.warning("table %s: compacting the change log's files failed (%s); tried again later", table, exc)
 
     # ------------------------------------------------------------------ read back
 
