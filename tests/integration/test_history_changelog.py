@@ -13,6 +13,7 @@ database in the default mode must still hold the source's rows."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import psycopg
@@ -21,6 +22,7 @@ import pymysql
 import pytest
 from deltalake import DeltaTable
 
+from tests.cli_util import run_cli
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, write_merger_config
 
@@ -212,6 +214,7 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
         log = _log(stack, db)
         delta_log = _delta_log(tmp_path, db)
         history = _scd2(stack, db)
+        checked = run_cli("verify", "-c", str(mcfg), "--json", f"{db}.t", f"{db}.plain", timeout=300)
     finally:
         merger.stop()
         ingest.stop()
@@ -220,6 +223,13 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
     for sink_log in (log, delta_log):
         _check_log(sink_log, want, snapshot, work, snapped)
     assert [r[:7] for r in delta_log] == [tuple(r[:7]) for r in log]  # the same changes, sequences and times
+    # cdc verify: a change log has no latest state to compare, in either sink; the plain table is compared
+    results = {(r["table"], r["sink"]): r for r in json.loads(checked.stdout)["tables"]}
+    for sink in ("postgres", "delta"):
+        assert results[(f"{db}.t", sink)]["verdict"] == "skipped", checked.stdout
+        note = results[(f"{db}.t", sink)]["note"]
+        assert note == f"a changelog table (sinks.{sink}.tables): no latest state to compare", note
+        assert results[(f"{db}.plain", sink)]["verdict"] == "equal", checked.stdout
     # the SCD type 2 table, after the same batches: the versions the changes give
     assert [r[:5] for r in history] == want_h
     keys: dict = {}
