@@ -81,6 +81,9 @@ MODE_PROPERTY = "cdc.mode"  # the table configuration entry that marks a sink ta
 KEYS_PROPERTY = "cdc.keys"  # a change log's key columns, as a JSON list
 CHANGELOG = "changelog"
 TARGET_FILE_SIZE = "delta.targetFileSize"
+# the columns whose statistics the log keeps: by default only the first 32 columns have
+# them, and ``__seq`` comes after the user columns; without them every file is read
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 COMMIT_RETRIES = 5  # appends in a row that may conflict with another writer's commit
 
 LOG_TYPES = {LOG_OP: pa.string(), LOG_SEQ: pa.int64(), LOG_AT: pa.timestamp("us", tz="UTC"), LOG_VERSION: pa.int64()}
@@ -195,6 +198,7 @@ class DeltaChangelogs:
                     MODE_PROPERTY: CHANGELOG,
                     KEYS_PROPERTY: json.dumps(keys),
                     TARGET_FILE_SIZE: str(self.access.target_file_bytes),
+                    STATS_COLUMNS: _stats_columns(keys),
                 },
                 storage_options=self.access.storage_options,
                 raise_if_key_not_exists=False,  # delta-rs knows no cdc.* entries
@@ -385,8 +389,8 @@ class DeltaChangelogs:
         def row(m: ChangeLog) -> pa.Table | None:
             schema = delta_arrow_schema(m.dt)
             if cut is None:  # a DDL's reset: after every change of the log
-                seqs = m.dt.to_pyarrow_dataset().to_table(columns=[LOG_SEQ])[LOG_SEQ]
-                seq = (pc.max(seqs).as_py() or 0) + 1 if len(seqs) else 0
+                held = _highest_sequence(m.dt)
+                seq = 0 if held is None else held + 1
                 at = int(time.time() * 1_000_000)
             else:
                 seq, at = int(cut.sequence), cut.time_us
@@ -444,6 +448,26 @@ class DeltaChangelogs:
 
     def count(self, table: TableId) -> int:
         return self.log_for(table).dt.count()
+
+
+def _stats_columns(keys: list[str]) -> str:
+    """The key columns and ``__seq``, as the table property lists them (names quoted; a
+    name with a backtick cannot be: then ``__seq`` alone, the one the sink reads by)."""
+    names = [*keys, LOG_SEQ] if not any("`" in k for k in keys) else [LOG_SEQ]
+    return ",".join(f"`{n}`" for n in names)
+
+
+def _highest_sequence(dt: DeltaTable) -> int | None:
+    """The log's highest ``__seq`` (None: no row), from the files' statistics (exact for
+    int64), read from the rows where a file has none."""
+    files = pa.table(dt.get_add_actions(flatten=True))
+    if not files.num_rows:
+        return None
+    column = f"max.{LOG_SEQ}"
+    if column in files.column_names and not files[column].null_count:
+        return pc.max(files[column]).as_py()
+    seqs = dt.to_pyarrow_dataset().to_table(columns=[LOG_SEQ])[LOG_SEQ]
+    return pc.max(seqs).as_py() if len(seqs) else None
 
 
 def _fresh(src: pa.Table, last: dict[tuple, int], keys: list[str]) -> pa.Array:

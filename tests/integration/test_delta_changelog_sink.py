@@ -12,6 +12,7 @@ import uuid
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
@@ -187,6 +188,36 @@ def test_a_widened_column_keeps_the_log_and_its_versions(tmp_path):
     assert sink.apply(t, 2, batch(2**40, 4))
     got = sorted((r["n"], r["__seq"]) for r in _read(tmp_path, t).to_pylist())
     assert got == [(5, 3), (2**40, 4)]
+
+
+def test_a_batch_of_new_changes_opens_no_older_file_of_a_wide_log(tmp_path):
+    """``__seq`` comes after 40 user columns (Delta keeps statistics of the first 32 by
+    default): the log keeps its statistics anyway, so a batch whose changes are all newer
+    than the log reads none of its files, shown by removing the oldest from the disk."""
+    t = _table()
+    sink = _sink(tmp_path, [str(t)], compact_every_commits=0)
+    wide = pa.schema([("id", pa.int32())] + [(f"c{i}", pa.int32()) for i in range(40)])
+    sink.ensure_table(t, wide, ["id"])
+
+    def batch(seq):
+        cols = {"id": pa.array([seq % 3], pa.int32())}
+        cols.update({f"c{i}": pa.array([seq], pa.int32()) for i in range(40)})
+        cols.update({"_cdc_op": ["u"], "_cdc_seq": pa.array([seq], pa.int64()), COMMIT_US: pa.array([seq], pa.int64())})
+        return pa.table(cols)
+
+    for seq in (1, 2, 3):
+        assert sink.apply(t, seq, batch(seq))
+    path = f"{tmp_path}/{t.database}/t"
+    files = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    assert files["max.__seq"].to_pylist() and not files["max.__seq"].null_count
+    oldest = min(files.to_pylist(), key=lambda f: f["max.__seq"])["path"]
+    os.remove(f"{path}/{oldest}")
+    assert sink.apply(t, 4, batch(4))  # would fail reading the removed file
+    assert sink.truncate(t, 5)  # a DDL's reset: after the highest sequence, from the statistics
+    seqs = sorted(
+        r["__seq"] for r in DeltaTable(path).to_pyarrow_dataset().to_table(filter=ds.field("__seq") >= 2).to_pylist()
+    )
+    assert seqs == [2, 3, 4, 5]
 
 
 def test_a_table_of_another_mode_is_never_taken_over(tmp_path):
