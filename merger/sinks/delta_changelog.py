@@ -7,7 +7,8 @@ a delete keeps only its key, a truncate none, or its origin column), then ``__op
 (string: ``c u d r t``), ``__seq`` (int64), ``__at`` (timestamp[us, UTC]: the source
 commit time, ``_cdc_commit_us``) and ``__version`` (int64: the merger's write that
 appended the row). The table configuration marks the mode (``cdc.mode = changelog``)
-and names the key columns (``cdc.keys``, JSON): a table of another mode is refused
+and names the key columns (``cdc.keys``, JSON; their statistics and ``__seq``'s are
+kept: ``STATS_COLUMNS``): a table of another mode is refused
 (``TableFault``), never written over, and the latest-state writer refuses a log.
 
 A write is ONE commit: the rows appended with the app transaction
