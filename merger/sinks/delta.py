@@ -1,5 +1,8 @@
 """Delta Lake sink, written with ``deltalake`` (delta-rs; no JVM).
 
+What a table keeps is its mode (``modes``, from ``sinks.delta.tables``): the latest state
+(below), or an append-only change log, written by ``merger.sinks.delta_changelog``.
+
 Layout (``base`` is a local path or an object-store URI)::
 
     <base>/<db>/<table>                      the user-visible table
@@ -921,6 +924,9 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
                 log.warning("history of %s set aside as %s (kept); a new one starts", table, aside)
             return
         paths = (self.table_path(table), self.tombstone_path(table))
+        found = self._open(paths[0])
+        if found is not None:
+            self._refuse_another_mode(table, found)  # a change log configured latest now: never deleted
         if "://" in self.base:
             raise SinkError(
                 f"table {table}: dropping tables in object storage is not supported; delete "

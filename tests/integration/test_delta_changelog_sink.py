@@ -235,6 +235,9 @@ def test_a_table_of_another_mode_is_never_taken_over(tmp_path):
         DeltaSink(str(tmp_path)).ensure_table(t2, SCHEMA, ["id"])
     with pytest.raises(TableFault, match="is a changelog table"):
         DeltaSink(str(tmp_path)).apply(t2, 1, _batch([("c", 1, "a", 1, 1)]))
+    with pytest.raises(TableFault, match="is a changelog table"):  # a rebuild of it as latest: not deleted
+        DeltaSink(str(tmp_path)).drop_table(t2)
+    assert DeltaTable(f"{tmp_path}/{t2.database}/t").metadata().configuration["cdc.mode"] == "changelog"
     t3 = _table()  # a table someone else marked with another mode
     DeltaTable.create(
         f"{tmp_path}/{t3.database}/t", SCHEMA, configuration={"cdc.mode": "scd2"}, raise_if_key_not_exists=False
