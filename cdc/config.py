@@ -586,20 +586,23 @@ class DeltaSinkConfig(_Model):
     )
     tables: dict[str, TableModeConfig] = Field(
         default_factory=dict,
-        description="per table, what the sink keeps: the Delta sink keeps the latest state only for now "
-        "(history tables: sinks.postgres.tables, docs/history.md)",
+        description="per table <database>.<table>, what the sink keeps: {mode: latest} (the default) or "
+        "{mode: changelog} (image: after); scd2 and image before_after are not available in the Delta sink yet; "
+        "see docs/history.md",
     )
     _tables = field_validator("tables")(_check_table_names)
 
     @field_validator("tables")
     @classmethod
-    def _latest_only(cls, value: dict) -> dict:
-        kept = [name for name, entry in value.items() if entry.mode != "latest"]
-        if kept:
-            raise ValueError(
-                f"{kept[0]}: mode {value[kept[0]].mode} is not available in the Delta sink yet "
-                "(history tables: sinks.postgres.tables)"
-            )
+    def _available_modes(cls, value: dict) -> dict:
+        for name, entry in value.items():
+            if entry.mode == "scd2":
+                raise ValueError(
+                    f"{name}: mode scd2 is not available in the Delta sink yet (latest or changelog; "
+                    "scd2 tables: sinks.postgres.tables)"
+                )
+            if entry.mode == "changelog" and entry.image != "after":
+                raise ValueError(f"{name}: changelog image {entry.image} is not available yet (image: after)")
         return value
 
     @field_validator("path")
@@ -835,12 +838,13 @@ class MergerConfig(_Model):
     def _unique_needs_rows(self) -> "MergerConfig":
         if self.key_mode == "unique" and not (self.sinks.postgres or self.sinks.delta):
             raise ValueError(UNIQUE_NEEDS_ROWS)
-        if self.key_mode == "unique" and self.sinks.postgres and self.sinks.postgres.tables:
-            kept = sorted(t for t, e in self.sinks.postgres.tables.items() if e.mode != "latest")
+        for sink in ("delta", "postgres") if self.key_mode == "unique" else ():
+            tables = getattr(self.sinks, sink).tables if getattr(self.sinks, sink) else {}
+            kept = sorted(t for t, e in tables.items() if e.mode != "latest")
             if kept:  # merger.owner_check reads each key's row back from a latest-state table
                 raise ValueError(
                     f"key_mode: unique reads each key's owner from the sinks' latest state; "
-                    f"sinks.postgres.tables gives {kept[0]} mode {self.sinks.postgres.tables[kept[0]].mode} "
+                    f"sinks.{sink}.tables gives {kept[0]} mode {tables[kept[0]].mode} "
                     "(history modes are not available with key_mode: unique yet)"
                 )
         return self

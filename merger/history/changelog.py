@@ -17,6 +17,10 @@ from typing import Any, Iterable, Mapping
 
 from merger.history.change import Change
 
+# the columns a change log adds after the user columns, in every sink (docs/history.md)
+LOG_OP, LOG_SEQ, LOG_AT, LOG_VERSION = "__op", "__seq", "__at", "__version"
+LOG_COLUMNS = (LOG_OP, LOG_SEQ, LOG_AT, LOG_VERSION)
+
 BEFORE_AFTER = "before_after"
 AFTER = "after"
 MODES = (BEFORE_AFTER, AFTER)

@@ -1,5 +1,8 @@
 """Delta Lake sink, written with ``deltalake`` (delta-rs; no JVM).
 
+What a table keeps is its mode (``modes``, from ``sinks.delta.tables``): the latest state
+(below), or an append-only change log, written by ``merger.sinks.delta_changelog``.
+
 Layout (``base`` is a local path or an object-store URI)::
 
     <base>/<db>/<table>                      the user-visible table
@@ -84,6 +87,8 @@ import pyarrow.dataset as ds
 
 from cdc.object_store import one_line
 from cdc.quoting import quote_ident
+from merger.history.changelog import AFTER
+from merger.history.modes import ChangelogMode, LatestMode, TableModes
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,
@@ -95,6 +100,7 @@ from merger.sinks.base import (
     Sink,
     SinkError,
     SinkUnavailable,
+    TableCut,
     TableFault,
     TableId,
     as_table_id,
@@ -103,7 +109,9 @@ from merger.sinks.base import (
     latest_per_key,
     user_fields,
 )
-from merger.sinks.delta_reads import DeltaReads, delta_arrow_schema
+from merger.sinks.delta_arrow import delta_arrow_schema, without_log_statistics
+from merger.sinks.delta_changelog import DeltaAccess, DeltaChangelogs, table_mode
+from merger.sinks.delta_reads import DeltaReads
 from merger.sinks.delta_writers import WRITER_APP, SinkFenced, WriterClaims, verdict
 from merger.sinks.key_ranges import range_filter
 
@@ -116,6 +124,7 @@ except ImportError as _exc:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
+AVAILABLE_MODES = (LatestMode, ChangelogMode)
 COMMIT_CONFLICT_RETRIES = 5  # Delta commits of one step that may conflict with another writer in a row
 
 
@@ -219,7 +228,10 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         writer_properties=None,
         compact_every_commits: int = COMPACT_EVERY_COMMITS,
         compact_target_mb: int = COMPACT_TARGET_MB,
+        modes: TableModes | None = None,
     ):
+        """``modes``: what each table keeps (default: the latest state of every table;
+        ``merger.history.modes``); a change log is written by ``merger.sinks.delta_changelog``."""
         self.base = str(base_path).rstrip("/")
         self.storage_options = storage_options
         self.writer_properties = writer_properties
@@ -231,6 +243,32 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         self.writer_epoch: int | None = None  # claim_writer's (None: commits carry no epoch)
         if "://" not in self.base:
             Path(self.base).mkdir(parents=True, exist_ok=True)
+        self.modes = modes or TableModes()
+        for name, mode in self.modes.by_table.items():
+            if not isinstance(mode, AVAILABLE_MODES) or (isinstance(mode, ChangelogMode) and mode.image != AFTER):
+                image = f" with image {mode.image}" if isinstance(mode, ChangelogMode) else ""
+                raise SinkError(
+                    f"sinks.delta.tables.{name}: mode {mode.name}{image} is not available in the delta sink"
+                )
+        self.histories = {
+            ChangelogMode: DeltaChangelogs(
+                DeltaAccess(
+                    table_path=self.table_path,
+                    open=self._open,
+                    commit=self._commit,
+                    fence=self._fence,
+                    io_error=self._io_error,
+                    storage_options=storage_options,
+                    writer_properties=writer_properties,
+                    target_file_bytes=self.compact_target_bytes,
+                    compact_every_commits=compact_every_commits,
+                )
+            )
+        }
+
+    def _history(self, table: TableId):
+        """The writer of the table's history (``changelog``); None: latest state."""
+        return self.histories.get(type(self.modes.of(table)))
 
     # ------------------------------------------------------------------ paths / handles
 
@@ -323,6 +361,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         main = self._open(self.table_path(table))
         if main is None:
             return None
+        self._refuse_another_mode(table, main)
         tomb = self._open(self.tombstone_path(table))
         if tomb is None:
             raise SinkError(
@@ -332,6 +371,15 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         schema = delta_arrow_schema(main)
         columns = {f.name: f.type for f in schema if f.name != SEQ}
         return _Meta(main, tomb, keys, columns, main.metadata().id)
+
+    def _refuse_another_mode(self, table: TableId, main: DeltaTable) -> None:
+        """A latest-state table is never made of a table marked another mode (a change log)."""
+        mode = table_mode(main)
+        if mode != "latest":
+            raise TableFault(
+                f"Delta table {self.table_path(table)} is a {mode} table (its mode in sinks.delta.tables is latest "
+                f"now): move it away, then `cdc snapshot {table}`; a mode never changes silently"
+            )
 
     def _meta_for(self, table: TableId) -> _Meta:
         m = self._meta.get(table)
@@ -352,6 +400,9 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
 
     def ensure_table(self, table, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
         table = as_table_id(table)
+        history = self._history(table)
+        if history is not None:
+            return history.ensure(table, arrow_schema, key_columns)
         keys = check_keys(table, arrow_schema, key_columns)
         wanted: dict[str, pa.DataType] = {}
         for f in user_fields(arrow_schema):
@@ -449,6 +500,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         main = self._open(self.table_path(table))
         if main is None:
             return None
+        self._refuse_another_mode(table, main)
         tomb = self._open(self.tombstone_path(table))
         keys = [n for n in delta_arrow_schema(tomb).names if n != SEQ] if tomb is not None else None
         columns = {f.name: f.type for f in delta_arrow_schema(main) if f.name != SEQ}
@@ -480,6 +532,9 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
 
     def applied_version(self, table) -> int | None:
         table = as_table_id(table)
+        history = self._history(table)
+        if history is not None:
+            return history.applied_version(table)
         m = self._meta_for(table)
         return m.main.transaction_version(m.app_main)
 
@@ -500,6 +555,9 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
     def apply(self, table, version: int, changes: Changes) -> bool:
         table = as_table_id(table)
         version = int(version)
+        history = self._history(table)
+        if history is not None:
+            return history.write(table, version, changes)
         m = self._meta_for(table)
         src = None  # the batch, deduplicated once: a retry after a conflict applies it again
         for attempt in range(1, COMMIT_CONFLICT_RETRIES + 1):
@@ -597,7 +655,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
             return src.append_column(TSEQ, pa.nulls(src.num_rows, pa.int64()))
         dataset = m.tomb.to_pyarrow_dataset()
         if not m.prunable:
-            dataset = _without_log_statistics(dataset)
+            dataset = without_log_statistics(dataset)
         first = m.keys[0]
         values = pc.unique(src[first])
         field, ftype = ds.field(first), dataset.schema.field(first).type
@@ -723,7 +781,12 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
 
     # ------------------------------------------------------------------ truncate / read
 
-    def truncate(self, table, version: int) -> bool:
+    def truncate(self, table, version: int, cut: TableCut | None = None) -> bool:
+        """``cut``: where the truncate is in the stream (a change log writes it down)."""
+        history = self._history(as_table_id(table))
+        if history is not None:
+            return history.truncate(as_table_id(table), int(version), cut, None)
+
         def overwrite_empty(dt: DeltaTable, app_id: str, version: int) -> None:
             empty = delta_arrow_schema(dt).empty_table()
             write_deltalake(dt, empty, mode="overwrite", commit_properties=self._commit(version, app_id))
@@ -735,7 +798,10 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
 
         return self._emptying(table, version, empty_main, lambda m, v: overwrite_empty(m.tomb, m.app_tomb, v))
 
-    def truncate_origin(self, table, version: int, column: str, origin: str) -> bool:
+    def truncate_origin(self, table, version: int, column: str, origin: str, cut: TableCut | None = None) -> bool:
+        history = self._history(as_table_id(table))
+        if history is not None:
+            return history.truncate(as_table_id(table), int(version), cut, (column, origin))
         predicate = _in_predicate(column, [origin])
 
         # a delete that matches nothing commits nothing: _record then commits the version
@@ -773,6 +839,29 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         except (OSError, DeltaError) as exc:
             raise self._io_error(exc, self.table_path(table)) from None
 
+    # ------------------------------------------------------------------ read back
+
+    def rows(self, table) -> pa.Table:
+        """A latest table's rows; a change log's rows, its own columns included."""
+        history = self._history(as_table_id(table))
+        return history.rows(as_table_id(table)) if history is not None else super().rows(table)
+
+    def count(self, table) -> int:
+        history = self._history(as_table_id(table))
+        return history.count(as_table_id(table)) if history is not None else super().count(table)
+
+    def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
+        self._latest_only(table)
+        return super().rows_in_range(table, key_columns, lo, hi)
+
+    def rows_with_keys(self, table, key_columns: Sequence[str], keys) -> pa.Table:
+        self._latest_only(table)
+        return super().rows_with_keys(table, key_columns, keys)
+
+    def _latest_only(self, table) -> None:
+        if self._history(as_table_id(table)) is not None:
+            raise SinkError(f"table {as_table_id(table)}: a change log has no latest state to read by key")
+
     # ------------------------------------------------------------------ key-range reads (verify)
 
     def has_table(self, table) -> bool:
@@ -786,7 +875,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         (None: no such column)."""
         if column not in delta_arrow_schema(dt).names:
             return None
-        values = _without_log_statistics(dt.to_pyarrow_dataset()).to_table(columns=[column])[column]
+        values = without_log_statistics(dt.to_pyarrow_dataset()).to_table(columns=[column])[column]
         values = pc.filter(values, pc.fill_null(pc.starts_with(values, pattern=prefix), False))
         counts = pc.value_counts(values)
         return {v.as_py(): n.as_py() for v, n in zip(counts.field("values"), counts.field("counts"))}
@@ -799,8 +888,12 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
 
     def delete_origin(self, table, column: str, prefix: str) -> int | None:
         """The rows by their exact origin values (read first: no LIKE escaping in the
-        predicate), then the same origins' tombstones if the tombstones are keyed by it."""
+        predicate), then the same origins' tombstones if the tombstones are keyed by it.
+        A change log keeps its history: nothing is deleted (None)."""
         table = as_table_id(table)
+        if self._history(table) is not None:
+            log.warning("table %s: a change log keeps its rows of origins %s*", table, prefix)
+            return None
         path = self.table_path(table)
         dt = self._open(path)
         found = None if dt is None else self._origins(dt, column, prefix)
@@ -821,7 +914,19 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
 
     def drop_table(self, table) -> None:
         table = as_table_id(table)
+        history = self._history(table)
+        if history is not None:  # a history is never dropped: set aside, a new one starts
+            try:
+                aside = history.set_aside(table)
+            except (OSError, DeltaError) as exc:
+                raise self._io_error(exc, self.table_path(table)) from None
+            if aside:
+                log.warning("history of %s set aside as %s (kept); a new one starts", table, aside)
+            return
         paths = (self.table_path(table), self.tombstone_path(table))
+        found = self._open(paths[0])
+        if found is not None:
+            self._refuse_another_mode(table, found)  # a change log configured latest now: never deleted
         if "://" in self.base:
             raise SinkError(
                 f"table {table}: dropping tables in object storage is not supported; delete "
@@ -841,15 +946,6 @@ def _in_predicate(column: str, values: list[str]) -> str:
 
 def _string_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-
-
-def _without_log_statistics(dataset: ds.FileSystemDataset) -> ds.FileSystemDataset:
-    """The same files without the guarantees deltalake derives from the Delta log's
-    statistics: inexact for some key types (a decimal(20, 0) max of 18446744073709551614
-    logged as 9223372036854775807), they made a filtered read miss a tombstone, and a stale
-    snapshot row of a deleted key came back. Parquet's own statistics still prune."""
-    fragments = [f.format.make_fragment(f.path, f.filesystem) for f in dataset.get_fragments()]
-    return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
 
 
 def _left_join(src: pa.Table, tombs: pa.Table, keys: list[str]) -> pa.Table:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from merger.sinks.base import (
     as_table_id,
 )
+from merger.sinks.delta_arrow import delta_arrow_schema
 
 if TYPE_CHECKING:
     from merger.sinks.delta import _Meta
@@ -134,10 +134,6 @@ def _bound_filter(schema: pa.Schema, cols: list[str], bound, lower: bool):
         f, v = ds.field(cols[0]), values[0]
         expr = (f >= v if lower else f <= v) & expr
     return expr
-
-
-def delta_arrow_schema(dt: DeltaTable) -> pa.Schema:
-    return pa.schema(dt.schema().to_arrow())
 
 
 def _plain(t: pa.Table) -> pa.Table:

@@ -25,6 +25,7 @@ def _delta(section: Any, config: Any):
         storage_options=section.storage_options(),
         compact_every_commits=section.compact_every_commits,
         compact_target_mb=section.compact_target_mb,
+        modes=_modes(section),
     )
 
 

@@ -1,11 +1,11 @@
-"""PostgreSQL tables in modes ``changelog`` and ``scd2`` (issue 27), end to end: ingest
-and the merger as processes on the real stack, the merger killed with SIGKILL between two
-runs of a workload that both tables get, statement by statement.
+"""PostgreSQL tables in modes ``changelog`` and ``scd2`` and a Delta change log (issue 27),
+end to end: ingest and the merger as processes on the real stack, the merger killed with
+SIGKILL between two runs of a workload that both tables get, statement by statement.
 
 The oracle shares no code with the sink: the test writes one row per autocommit
 statement from one connection, so the binlog order is the order of its statements, and
 it writes down, for each statement, the change the log must show (op, key, the row after
-it). The log is read back with psycopg and ordered by ``__seq``; a snapshot's rows share
+it). The log is read back with psycopg (the Delta one with deltalake) and ordered by ``__seq``; a snapshot's rows share
 their window's sequence and are compared as a set. The SCD type 2 table's versions are
 those the test derives from the same changes (every column tracked: a change of values
 opens a version, a delete or truncate closes it), and they tile time. A table of the same
@@ -13,12 +13,16 @@ database in the default mode must still hold the source's rows."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import psycopg
+import pyarrow.compute as pc
 import pymysql
 import pytest
+from deltalake import DeltaTable
 
+from tests.cli_util import run_cli
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, write_merger_config
 
@@ -96,6 +100,19 @@ def _log(stack, db) -> list[tuple] | None:
         ).fetchall()
 
 
+def _delta_log(work, db) -> list[tuple] | None:
+    """The Delta change log, as ``_log`` reads PostgreSQL's (``__at`` in seconds)."""
+    try:
+        t = DeltaTable(str(work / "delta" / db / "t")).to_pyarrow_table()
+    except Exception:  # not created yet
+        return None
+    at = [None if us is None else us / 1_000_000 for us in pc.cast(t["__at"], "int64").to_pylist()]
+    w = t["w"].to_pylist() if "w" in t.column_names else [None] * t.num_rows
+    cols = [t[c].to_pylist() for c in ("__op", "id", "v", "n")] + [w, t["__seq"].to_pylist(), at]
+    rows = list(zip(*cols, t["__version"].to_pylist()))
+    return sorted(rows, key=lambda r: (r[5], -1 if r[1] is None else r[1]))
+
+
 def _count(stack, db) -> int:
     return len(_log(stack, db) or [])
 
@@ -133,7 +150,7 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     tables = {f"{db}.t": {"mode": "changelog"}, f"{db}.h": {"mode": "scd2"}}
-    extra = {"sinks.delta": None, "sinks.postgres.tables": tables}
+    extra = {"sinks.delta.tables": {f"{db}.t": {"mode": "changelog"}}, "sinks.postgres.tables": tables}
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **extra)
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     work = Workload(stack, db)
@@ -188,14 +205,47 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
         _wait("the table in the default mode does not hold the source's rows", plain_equal, merger)
         want_h = _scd2_model(snapshot, work.expected)
         _wait("the SCD type 2 table does not hold the versions", lambda: _scd2_differs(stack, db, want_h), merger)
+        _wait(
+            f"the Delta change log did not reach {want} rows",
+            lambda: None if len(_delta_log(tmp_path, db) or []) >= want else len(_delta_log(tmp_path, db) or []),
+            merger,
+        )
         time.sleep(3)  # a few more batches: nothing may be appended twice
         log = _log(stack, db)
+        delta_log = _delta_log(tmp_path, db)
         history = _scd2(stack, db)
+        checked = run_cli("verify", "-c", str(mcfg), "--json", f"{db}.t", f"{db}.plain", timeout=300)
     finally:
         merger.stop()
         ingest.stop()
         work.conn.close()
 
+    for sink_log in (log, delta_log):
+        _check_log(sink_log, want, snapshot, work, snapped)
+    assert [r[:7] for r in delta_log] == [tuple(r[:7]) for r in log]  # the same changes, sequences and times
+    # cdc verify: a change log has no latest state to compare, in either sink; the plain table is compared
+    results = {(r["table"], r["sink"]): r for r in json.loads(checked.stdout)["tables"]}
+    for sink in ("postgres", "delta"):
+        assert results[(f"{db}.t", sink)]["verdict"] == "skipped", checked.stdout
+        note = results[(f"{db}.t", sink)]["note"]
+        assert note == f"a changelog table (sinks.{sink}.tables): no latest state to compare", note
+        assert results[(f"{db}.plain", sink)]["verdict"] == "equal", checked.stdout
+    # the SCD type 2 table, after the same batches: the versions the changes give
+    assert [r[:5] for r in history] == want_h
+    keys: dict = {}
+    for row in history:
+        keys.setdefault(row[0], []).append(row)
+    for versions in keys.values():
+        for a, b in zip(versions, versions[1:]):  # versions tile time: none overlaps the next
+            assert a[6] is not None and a[6] <= b[5] and a[8] <= b[7], versions
+        assert [v[4] for v in versions].count(True) <= 1
+    # the snapshot opened keys 1 and 4 at its window's HIGH, before every streamed change
+    assert keys[1][0][5] == keys[4][0][5] < keys[10][0][5]
+
+
+def _check_log(log: list[tuple], want: int, snapshot: set, work: Workload, snapped: float) -> None:
+    """A change log (op, id, v, n, w, __seq, __at in seconds, __version) holds the
+    workload's changes once each, in order."""
     got = [tuple(r[:5]) for r in log]
     assert len(got) == want, f"{len(got)} rows, {want} changes:\n{got}"
     assert {g for g in got[:4]} == snapshot, got[:4]
@@ -209,17 +259,6 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
     assert all(snapped - 2 <= r[6] <= time.time() for r in log[:4]), [r[6] for r in log[:4]]
     for row, (before, after) in zip(log[4:], work.times):
         assert int(before) - 1 <= row[6] <= after + 1, (row, before, after)
-    # the SCD type 2 table, after the same batches: the versions the changes give
-    assert [r[:5] for r in history] == want_h
-    keys: dict = {}
-    for row in history:
-        keys.setdefault(row[0], []).append(row)
-    for versions in keys.values():
-        for a, b in zip(versions, versions[1:]):  # versions tile time: none overlaps the next
-            assert a[6] is not None and a[6] <= b[5] and a[8] <= b[7], versions
-        assert [v[4] for v in versions].count(True) <= 1
-    # the snapshot opened keys 1 and 4 at its window's HIGH, before every streamed change
-    assert keys[1][0][5] == keys[4][0][5] < keys[10][0][5]
 
 
 def _scd2(stack, db) -> list[tuple]:

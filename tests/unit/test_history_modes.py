@@ -178,11 +178,48 @@ def test_key_mode_unique_refuses_history_tables(tmp_path):
         load_model(MergerConfig, str(path))
 
 
-def test_the_delta_sink_refuses_history_modes_in_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="mode scd2 is not available in the Delta sink yet"):
+def test_the_delta_sink_takes_changelog_and_refuses_the_rest_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="mode scd2 is not available in the Delta sink yet") as err:
         _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "scd2"}}}})
-    cfg = _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "latest"}}}})
+    assert "\n" not in str(err.value).strip()
+    with pytest.raises(ConfigError, match="changelog image before_after is not available yet") as err:
+        _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "changelog", "image": "before_after"}}}})
+    assert "\n" not in str(err.value).strip()
+    delta = {
+        "path": str(tmp_path / "delta"),
+        "tables": {"shop.t": {"mode": "latest"}, "shop.log": {"mode": "changelog"}},
+    }
+    cfg = _load(tmp_path, {"delta": delta})
     assert cfg.sinks.table_mode("delta", "shop.t") == "latest"
+    assert cfg.sinks.table_mode("delta", "shop.log") == "changelog"
+    from merger.sinks.registry import build_sinks
+
+    (sink,) = build_sinks(cfg)  # the sink is given the modes of its section
+    assert sink.modes.of("shop.log") == ChangelogMode("after")
+    assert sink.modes.of("shop.t") is LATEST
+
+
+def test_the_delta_sink_refuses_a_mode_it_has_not(tmp_path):
+    from merger.sinks import SinkError
+    from merger.sinks.delta import DeltaSink
+
+    with pytest.raises(SinkError, match="sinks.delta.tables.shop.t: mode scd2 is not available"):
+        DeltaSink(str(tmp_path), modes=TableModes({"shop.t": SCD2Mode()}))
+    with pytest.raises(SinkError, match="with image before_after is not available"):
+        DeltaSink(str(tmp_path), modes=TableModes({"shop.t": ChangelogMode(BEFORE_AFTER)}))
+
+
+def test_key_mode_unique_refuses_delta_history_tables(tmp_path):
+    import yaml
+
+    path = tmp_path / "merger.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"key_mode": "unique", "sinks": {"delta": {"path": "/x", "tables": {"shop.log": {"mode": "changelog"}}}}}
+        )
+    )
+    with pytest.raises(ConfigError, match="sinks.delta.tables gives shop.log mode changelog"):
+        load_model(MergerConfig, str(path))
 
 
 def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path):

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
+from merger.history.changelog import LOG_AT, LOG_COLUMNS, LOG_OP, LOG_SEQ, LOG_VERSION
 from merger.history.modes import COMMIT_US
 from merger.sinks.base import (
     DELETE_OP,
@@ -53,8 +54,6 @@ from merger.sinks.postgres.meta import TableMeta, fit_batch
 
 log = logging.getLogger(__name__)
 
-LOG_OP, LOG_SEQ, LOG_AT, LOG_VERSION = "__op", "__seq", "__at", "__version"
-LOG_COLUMNS = (LOG_OP, LOG_SEQ, LOG_AT, LOG_VERSION)
 CHANGELOG = HistoryLayout(
     mode="changelog",
     what="a change log",
