@@ -1,7 +1,8 @@
 """History tables (issue 27) under a random workload, with the merger killed (SIGKILL) at
 each crash point (merger/crashpoints.py): mid-emission of the snapshot, after the
-PostgreSQL sink's write, before the batch's state is saved. At the end the change log
-holds every change once, in order, and the SCD type 2 table the versions they give.
+PostgreSQL or the Delta sink's write, before the batch's state is saved. At the end each
+change log (PostgreSQL, Delta) holds every change once, in order, and the SCD type 2
+table (PostgreSQL) the versions they give.
 
 The oracle is the source's binlog, read with `mariadb-binlog` (MariaDB's own decoder,
 no code of ingest): from the position where the workload started, the row events of each
@@ -143,9 +144,26 @@ def _rows(stack, db, table, columns):
 
 
 def log_rows(stack, db):
-    """(op, id, v, s, seq) of the change log, in sequence order."""
+    """(op, id, v, s, seq) of the PostgreSQL change log, in sequence order."""
     rows = _rows(stack, db, LOG, "__op, id, v, s, __seq")
     return sorted(rows, key=lambda r: (r[4], r[0] != "d"))
+
+
+def delta_rows(path, columns) -> list[tuple]:
+    """A Delta table's rows (``columns``), read with deltalake; none while it does not exist."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        t = DeltaTable(str(path)).to_pyarrow_table(columns=list(columns))
+    except TableNotFoundError:
+        return []
+    return list(zip(*(t[c].to_pylist() for c in columns)))
+
+
+def delta_log_rows(path):
+    """(op, id, v, s, seq) of the Delta change log, in sequence order."""
+    return sorted(delta_rows(path, ("__op", "id", "v", "s", "__seq")), key=lambda r: (r[4], r[0] != "d"))
 
 
 def version_rows(stack, db):
@@ -207,6 +225,7 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     tables = {f"{db}.{LOG}": {"mode": "changelog"}, f"{db}.{VERSIONS}": {"mode": "scd2"}}
+    delta_log = tmp_path / "delta" / db / LOG  # the Delta sink: a change log of lg, sc's latest state
     mcfg = write_merger_config(
         stack,
         tmp_path / "merger.yaml",
@@ -214,7 +233,7 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
         [db],
         tmp_path,
         **{
-            "sinks.delta": None,
+            "sinks.delta.tables": {f"{db}.{LOG}": {"mode": "changelog"}},
             "sinks.postgres.tables": tables,
             "snapshot.chunk_size": 1000,
             "snapshot.emit_rows_per_batch": 400,
@@ -228,23 +247,25 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
         merger = CrashingMerger(mcfg, tmp_path / "merger-emission.log", "mid_emission@2").start()
         merger.wait_killed(300)
         merger = CrashingMerger(mcfg, tmp_path / "merger-snapshot.log", None).start()
-        _wait(
-            "the snapshot did not reach both tables",
-            lambda: (
-                None
-                if (len(log_rows(stack, db)), len(version_rows(stack, db))) == (ROWS, ROWS)
-                else (len(log_rows(stack, db)), len(version_rows(stack, db)))
-            ),
-            merger,
-            400,
-        )
+
+        def snapshot_counts():
+            got = (len(log_rows(stack, db)), len(version_rows(stack, db)), len(delta_log_rows(delta_log)))
+            return None if got == (ROWS, ROWS, ROWS) else got
+
+        _wait("the snapshot did not reach the three tables", snapshot_counts, merger, 400)
         merger.kill9()
         with root.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
             file, pos = cur.fetchone()[:2]
         writer.start()
         for n, point in enumerate(
-            ["after_write:PostgresSink@3", "before_state_save@3", "after_write:PostgresSink@8", "before_state_save@6"]
+            [
+                "after_write:PostgresSink@3",
+                "after_write:DeltaSink@4",
+                "before_state_save@3",
+                "after_write:PostgresSink@8",
+                "before_state_save@6",
+            ]
         ):
             merger = CrashingMerger(mcfg, tmp_path / f"merger{n}.log", point).start()
             merger.wait_killed(300)
@@ -256,12 +277,12 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
         changes = binlog_changes(stack, db, (file, pos))
         assert len(changes[LOG]) > 500 and len(changes[VERSIONS]) > 500, {k: len(v) for k, v in changes.items()}
         want_log = ROWS + len(changes[LOG])
-        _wait(
-            f"the change log did not reach {want_log} rows",
-            lambda: None if len(log_rows(stack, db)) >= want_log else len(log_rows(stack, db)),
-            merger,
-            400,
-        )
+
+        def log_counts():
+            got = (len(log_rows(stack, db)), len(delta_log_rows(delta_log)))
+            return None if min(got) >= want_log else got
+
+        _wait(f"the change logs did not reach {want_log} rows", log_counts, merger, 400)
         want_versions = versions_model(initial, changes[VERSIONS])
         _wait(
             "the SCD type 2 table does not hold the versions",
@@ -271,7 +292,12 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
         )
         time.sleep(3)  # a few more batches: nothing may be appended twice
         log = log_rows(stack, db)
+        dlog = delta_log_rows(delta_log)
         history = version_rows(stack, db)
+        with root.cursor() as cur:
+            cur.execute(f"SELECT id, v, s FROM {db}.{VERSIONS} ORDER BY id")
+            source_sc = [tuple(r) for r in cur.fetchall()]
+        latest_sc = sorted(delta_rows(tmp_path / "delta" / db / VERSIONS, ("id", "v", "s")))
         assert merger.alive() and "Traceback" not in merger.log_text()
     finally:
         writer.stop_event.set()
@@ -280,17 +306,21 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
         ingest.stop()
         root.close()
 
-    # the change log: the snapshot's row of each key, then exactly the binlog's changes
-    assert len(log) == want_log, (len(log), want_log)
-    snapshot = [r for r in log if r[0] == "r"]
-    assert sorted(r[1:4] for r in snapshot) == [(i, v, s) for i, (v, s) in sorted(initial.items())]
-    streamed = [r for r in log if r[0] != "r"]
-    assert min(r[4] for r in streamed) > max(r[4] for r in snapshot)
-    got = per_key([r[:4] for r in streamed])
+    # each change log: the snapshot's row of each key, then exactly the binlog's changes
     want = per_key(changes[LOG])
-    assert got.keys() == want.keys()
-    wrong = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
-    assert not wrong, list(wrong.items())[:5]
+    for sink, rows in (("postgres", log), ("delta", dlog)):
+        assert len(rows) == want_log, (sink, len(rows), want_log)
+        snapshot = [r for r in rows if r[0] == "r"]
+        assert sorted(r[1:4] for r in snapshot) == [(i, v, s) for i, (v, s) in sorted(initial.items())], sink
+        streamed = [r for r in rows if r[0] != "r"]
+        assert min(r[4] for r in streamed) > max(r[4] for r in snapshot), sink
+        got = per_key([r[:4] for r in streamed])
+        assert got.keys() == want.keys(), sink
+        wrong = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+        assert not wrong, (sink, list(wrong.items())[:5])
+    assert [r[4] for r in log] == [r[4] for r in dlog]  # the same sequences in both sinks
+    # the Delta sink keeps sc's latest state: the source's rows
+    assert latest_sc == source_sc
     # the SCD type 2 table: the model's versions, tiling time, at most one current per key
     assert [r[:4] for r in history] == want_versions
     by_key: dict = {}
