@@ -37,6 +37,9 @@ DIFFERING = Counter(
 )
 LAST_PASS = Gauge("cdc_merger_verify_last_pass_seconds", "When the table's last full pass ended (Unix time)", ["table"])
 DIFFERING_KEYS = Gauge("cdc_merger_verify_differing_keys", "Keys the table's last pass found different", ["table"])
+HISTORY_FAULTS = Gauge(
+    "cdc_merger_verify_history_faults", "Faults of an SCD type 2 table's shape its last pass found", ["table"]
+)
 
 
 class ContinuousVerifier(threading.Thread):
@@ -151,13 +154,17 @@ class ContinuousVerifier(threading.Thread):
             "changing_keys": sum(r.changing for r in results),
         }
         faults = sum(f.count for r in results for f in r.history_faults)
+        HISTORY_FAULTS.labels(name).set(faults)
         if faults:
             last["history_faults"] = faults  # an SCD type 2 table's shape: reported, never repaired
         errors = [f"{r.sink}: {r.error}" for r in results if r.error]
         if errors:
             last["error"] = "; ".join(errors)[:300]
         if verdict == "different":
-            log.warning("background verify of %s: %d keys differ (`cdc verify %s` lists them)", name, differing, name)
+            shape = f", {faults} faults of the history's shape" if faults else ""
+            log.warning(
+                "background verify of %s: %d keys differ%s (`cdc verify %s` lists them)", name, differing, shape, name
+            )
             if self.settings.repair:
                 last["repair"] = self._repair(name, results)
         self.passes[name] = last

@@ -96,3 +96,14 @@ def test_current_versions_leave_the_history_columns_out():
     view = CurrentVersions(Fake())
     assert view.columns("db", "h") == {"id": "bigint", "v": "bigint"}
     assert view.columns("db", "gone") is None
+
+
+def test_the_status_names_history_faults_of_a_background_pass():
+    from cdc.cli.app import verified_cell
+
+    now = 1000.0
+    assert verified_cell({"at": now, "verdict": "different", "differing_keys": 3}, now) == "different (3 keys) 0s ago"
+    shape_only = {"at": now, "verdict": "different", "differing_keys": 0, "history_faults": 2}
+    assert verified_cell(shape_only, now) == "different (2 history faults) 0s ago"
+    both = {"at": now, "verdict": "different", "differing_keys": 1, "history_faults": 2}
+    assert verified_cell(both, now) == "different (1 keys, 2 history faults) 0s ago"
