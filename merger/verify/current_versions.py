@@ -25,8 +25,6 @@ from merger.verify.keys import postgres_param
 from merger.verify.sinks import LOOKUP_BATCH, PostgresReader
 from merger.verify.sql_digest import fixed_predicate
 
-__all__ = ["CurrentVersions"]
-
 
 class CurrentVersions:
     """The current versions of SCD type 2 tables, read with ``reader`` (the caller closes it)."""

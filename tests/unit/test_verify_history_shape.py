@@ -107,3 +107,16 @@ def test_the_status_names_history_faults_of_a_background_pass():
     assert verified_cell(shape_only, now) == "different (2 history faults) 0s ago"
     both = {"at": now, "verdict": "different", "differing_keys": 1, "history_faults": 2}
     assert verified_cell(both, now) == "different (1 keys, 2 history faults) 0s ago"
+
+
+def test_an_origins_faults_name_their_keys_with_the_origin():
+    from merger.verify.sharded import merge_results
+
+    a = TableResult("db.h", "postgres", history_faults=[ShapeFault("torn", 1, ((3,),))])
+    b = TableResult("db.h", "postgres", history_faults=[ShapeFault("torn", 2, ((4,), (5,)))])
+    merged = merge_results("db.h", "postgres", [("s1/db.h_0", a), ("s2/db.h_1", b)], limit=20)
+    assert merged.history_faults == [
+        ShapeFault("torn", 1, ((3, "s1/db.h_0"),)),
+        ShapeFault("torn", 2, ((4, "s2/db.h_1"), (5, "s2/db.h_1"))),
+    ]
+    assert merged.verdict == "different"
