@@ -25,6 +25,7 @@ from merger.state import StateStore
 from merger.tables import TableRegistry
 from merger.verify.chunked import TableVerifier
 from merger.verify.consistent import Confirmer, NotConfirmed
+from merger.verify.current_versions import reader_for_mode
 from merger.verify.sinks import SinkReadError, sink_reader
 from merger.verify.source import SourceError, SourceReader
 
@@ -36,6 +37,9 @@ DIFFERING = Counter(
 )
 LAST_PASS = Gauge("cdc_merger_verify_last_pass_seconds", "When the table's last full pass ended (Unix time)", ["table"])
 DIFFERING_KEYS = Gauge("cdc_merger_verify_differing_keys", "Keys the table's last pass found different", ["table"])
+HISTORY_FAULTS = Gauge(
+    "cdc_merger_verify_history_faults", "Faults of an SCD type 2 table's shape its last pass found", ["table"]
+)
 
 
 class ContinuousVerifier(threading.Thread):
@@ -99,11 +103,14 @@ class ContinuousVerifier(threading.Thread):
             return
         db, table = name.split(".", 1)
         sinks = self.config.sinks
-        # a history table (sinks.<sink>.tables) has no latest state to compare
-        names = [n for n in ("postgres", "delta") if getattr(sinks, n) and sinks.table_mode(n, name) == "latest"]
-        if not names:
+        # an SCD type 2 table by its current versions; a change log has no latest state to compare
+        opened = {n: sink_reader(n, sinks) for n in ("postgres", "delta") if getattr(sinks, n)}
+        readers = {n: reader_for_mode(r, sinks.table_mode(n, name)) for n, r in opened.items()}
+        readers = {n: r for n, r in readers.items() if r is not None}
+        if not readers:
+            for r in opened.values():
+                r.close()
             return
-        readers = {n: sink_reader(n, sinks) for n in names}
         source = SourceReader(self.config.mysql)
         started = time.time()
         try:
@@ -129,7 +136,7 @@ class ContinuousVerifier(threading.Thread):
             return
         finally:
             source.close()
-            for r in readers.values():
+            for r in opened.values():
                 r.close()
         differing = sum(len(r.missing) + len(r.extra) + len(r.different) + r.unlisted for r in results)
         verdicts = {r.verdict for r in results}
@@ -146,11 +153,18 @@ class ContinuousVerifier(threading.Thread):
             "differing_keys": differing,
             "changing_keys": sum(r.changing for r in results),
         }
+        faults = sum(f.count for r in results for f in r.history_faults)
+        HISTORY_FAULTS.labels(name).set(faults)
+        if faults:
+            last["history_faults"] = faults  # an SCD type 2 table's shape: reported, never repaired
         errors = [f"{r.sink}: {r.error}" for r in results if r.error]
         if errors:
             last["error"] = "; ".join(errors)[:300]
         if verdict == "different":
-            log.warning("background verify of %s: %d keys differ (`cdc verify %s` lists them)", name, differing, name)
+            shape = f", {faults} faults of the history's shape" if faults else ""
+            log.warning(
+                "background verify of %s: %d keys differ%s (`cdc verify %s` lists them)", name, differing, shape, name
+            )
             if self.settings.repair:
                 last["repair"] = self._repair(name, results)
         self.passes[name] = last

@@ -367,7 +367,10 @@ def verified_cell(last: dict | None, now: float) -> str:
     when = f"{ago:.0f}s ago" if ago < 120 else f"{ago / 60:.0f}m ago" if ago < 7200 else f"{ago / 3600:.0f}h ago"
     what = last.get("verdict", "?")
     if what == "different":
-        what += f" ({last.get('differing_keys', 0)} keys)"
+        found = [f"{last.get('differing_keys', 0)} keys"]
+        if last.get("history_faults"):  # an SCD type 2 table's shape (merger.verify.history_shape)
+            found = found[: 1 if last.get("differing_keys") else 0] + [f"{last['history_faults']} history faults"]
+        what += f" ({', '.join(found)})"
     return f"{what} {when}"
 
 

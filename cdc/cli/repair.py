@@ -73,6 +73,11 @@ def plan_repairs(results: Sequence[Any]) -> list[TableRepair]:
             continue
         if not keys and r.note and rep.error is None:
             rep.error = f"sink {r.sink}: {r.note}"
+        if not keys and r.history_faults and rep.error is None:
+            rep.error = (
+                f"sink {r.sink}: the SCD type 2 history's shape is faulty ({sum(f.count for f in r.history_faults)} "
+                "faults, listed by verify): repair re-reads rows, it does not rewrite versions (docs/history.md)"
+            )
         rep.keys = list(dict.fromkeys([*rep.keys, *keys]))
     return list(repairs.values())
 

@@ -170,6 +170,7 @@ def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, 
     from cdc.config import routes_of
     from merger.catalog import ShardedCatalog, SourceCatalog
     from merger.verify.chunked import TableResult, TableVerifier
+    from merger.verify.current_versions import reader_for_mode
     from merger.verify.source import SourceReader
 
     routed = bool(cfg.shards or cfg.routes)
@@ -198,8 +199,9 @@ def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, 
     try:
         with progress:
             for name in tables:
-                # a history table (sinks.<sink>.tables) has no latest state to compare
-                compared = {n: r for n, r in readable.items() if cfg.sinks.table_mode(n, name) == "latest"}
+                # an SCD type 2 table by its current versions; a change log has no latest state to compare
+                viewed = {n: reader_for_mode(r, cfg.sinks.table_mode(n, name)) for n, r in readable.items()}
+                compared = {n: r for n, r in viewed.items() if r is not None}
                 task = progress.add_task(f"{name}: planning", total=None, rows=0)
 
                 def advance(table, done, total, rows, task=task):
@@ -458,6 +460,7 @@ def render(results, console: Console) -> None:
             lines.append(f"differences confirmed at a known position (the last verify window's LOW: {r.confirmed_at})")
         if r.changing:
             lines.append(f"{r.changing} key(s) changed in every verify window: not checked in this run")
+        lines += [f.line() for f in r.history_faults]
         if lines:
             console.print(f"[bold]{escape(r.table)} / {r.sink}[/bold]")
             for line in lines:

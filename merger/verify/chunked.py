@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 
 from merger.verify.canonical import UnsupportedColumn, nul_rule_applies
 from merger.verify.consistent import Confirmer, NotConfirmed, settle
+from merger.verify.current_versions import CurrentVersions
 from merger.verify.digest import ChunkDiff, diff, digest, encode_row, encode_value
 from merger.verify.fast_path import ChunkDigests, sink_range
 from merger.verify.keys import UnsupportedKey
@@ -78,6 +79,7 @@ class TableResult:
     key_kinds: list = field(default_factory=list)  # the canonical kinds of the key columns (repair reads them)
     confirmed_at: int | None = None  # position-consistent: the LOW position of the last verify window
     changing: int = 0  # position-consistent: candidate keys that changed in every window (not checked)
+    history_faults: list = field(default_factory=list)  # an SCD type 2 table's shape (history_shape.ShapeFault)
 
     @property
     def nul_note(self) -> str | None:
@@ -96,7 +98,7 @@ class TableResult:
             return "skipped"
         if self.error:
             return "error"
-        if self.mismatched_chunks or self.note:
+        if self.mismatched_chunks or self.note or self.history_faults:
             return "different"
         return "equal"
 
@@ -124,6 +126,7 @@ class TableResult:
             "nul_note": self.nul_note,
             "confirmed_at": self.confirmed_at,
             "changing": self.changing,
+            "history_faults": [f.to_json() for f in self.history_faults],
         }
 
 
@@ -224,6 +227,14 @@ class TableVerifier:
                 raise
             except (SinkReadError, UnsupportedKey, SourceError, NotConfirmed) as exc:
                 results[name].error = str(exc)
+        for name, side in sides.items():
+            if isinstance(side.reader, CurrentVersions) and not results[name].error:
+                try:
+                    results[name].history_faults = side.reader.shape_faults(*self.target, self.keys, self.fixed)
+                except SinkUnreachable:
+                    raise
+                except SinkReadError as exc:
+                    results[name].error = f"checking the history's shape: {exc}"
         return list(results.values())
 
     def _confirm(self, side: SinkSide, res: TableResult, found: list[tuple[int, ChunkDiff]]) -> None:

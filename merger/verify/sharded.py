@@ -18,6 +18,7 @@ now: the logical table is compared with the union of the rows each shard owns
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from merger.verify.chunked import TableResult
@@ -64,6 +65,9 @@ def merge_results(table: str, sink: str, parts: Sequence[tuple[str | None, Table
         if r.note:
             notes.append(where + r.note)
         out.row_path = out.row_path or (r.row_path and where + r.row_path)
+        out.history_faults += [
+            replace(f, examples=tuple(logical_key(k, origin) for k in f.examples)) for f in r.history_faults
+        ]
         out.nul_policy = out.nul_policy or r.nul_policy
     out.skipped = bool(parts) and all(r.skipped for _, r in parts)
     out.error = "; ".join(errors) or None

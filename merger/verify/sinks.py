@@ -10,6 +10,8 @@ sink table lacks reads as NULL. Key ranges and key lookups take canonical key va
 
 ``fixed``: an optional ``(column, value)`` that every row read must also hold (the origin
 column of a sharded source's logical table: verify compares one origin at a time).
+``only`` (PostgreSQL): a condition, in SQL, that every row read must also meet (the
+current versions of an SCD type 2 history, ``merger.verify.current_versions``).
 """
 
 from __future__ import annotations
@@ -144,6 +146,10 @@ class PostgresReader:
         except psycopg.Error as exc:
             raise SinkReadError(f"PostgreSQL error: {_first_line(exc)}") from None
 
+    def query(self, q, params=None) -> list[tuple]:
+        """The rows of one statement (a read of the verifier's own)."""
+        return self._run(q, params)
+
     def close(self) -> None:
         if self._conn is not None:
             try:
@@ -220,13 +226,15 @@ class PostgresReader:
     def rows(self, db, table, names, sink_cols) -> list[tuple]:
         return self._select(db, table, names, sink_cols)
 
-    def _range_where(self, db, table, sink_cols, keys, kinds, lo, hi, literal: bool = False, fixed=None):
+    def _range_where(self, db, table, sink_cols, keys, kinds, lo, hi, literal: bool = False, fixed=None, only=None):
         """``key >= lo AND key < hi`` with placeholders and their params, or (``literal``)
-        with the values written in; and ``fixed``'s ``column = value``."""
+        with the values written in; and ``fixed``'s ``column = value``, and ``only``."""
         from psycopg import sql
 
         key = self._key_expr(db, table, keys)
         conds, params = [], []
+        if only is not None:
+            conds.append(sql.SQL("({})").format(sql.SQL(only)))
         if fixed is not None:
             conds.append(sql.SQL("{} = {}").format(sql.Identifier(fixed[0]), sql.Literal(fixed[1])))
         for bound, op in ((lo, ">="), (hi, "<")):
@@ -237,15 +245,15 @@ class PostgresReader:
                 params += [] if literal else values
         return (sql.SQL(" AND ").join(conds) if conds else None), params
 
-    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi, fixed=None) -> list[tuple]:
-        where, params = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, fixed=fixed)
+    def rows_in_range(self, db, table, names, sink_cols, keys, kinds, lo, hi, fixed=None, only=None) -> list[tuple]:
+        where, params = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, fixed=fixed, only=only)
         return self._select(db, table, names, sink_cols, where, params)
 
-    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str, fixed=None) -> Digest:
+    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str, fixed=None, only=None) -> Digest:
         """The chunk's digest, computed by PostgreSQL (``merger.verify.sql_digest``)."""
         from psycopg import sql
 
-        where, _ = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, literal=True, fixed=fixed)
+        where, _ = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, literal=True, fixed=fixed, only=only)
         conn = self._connection()
         q = postgres_query(
             row_sql,
@@ -256,13 +264,13 @@ class PostgresReader:
         return Digest.of(rows, total)
 
     def digests_in_parts(
-        self, db, table, sink_cols, keys, kinds, lo, hi, cuts, row_sql: str, fixed=None
+        self, db, table, sink_cols, keys, kinds, lo, hi, cuts, row_sql: str, fixed=None, only=None
     ) -> list[Digest]:
         """The digests of the parts of [lo, hi) cut at ``cuts`` (canonical keys, in order):
         one query, each row given its part by a CASE over the cuts."""
         from psycopg import sql
 
-        where, _ = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, literal=True, fixed=fixed)
+        where, _ = self._range_where(db, table, sink_cols, keys, kinds, lo, hi, literal=True, fixed=fixed, only=only)
         conn = self._connection()
         if len(keys) == 1 and sink_cols.get(keys[0]):  # a binary search per row
             values = [postgres_param(kinds[0], c[0], sink_cols.get(keys[0])) for c in cuts]
@@ -299,7 +307,9 @@ class PostgresReader:
         ]
         return sql.SQL("CASE {} ELSE {} END").format(sql.SQL(" ").join(whens), sql.Literal(len(cuts)))
 
-    def rows_with_keys(self, db, table, names, sink_cols, keys, kinds, canon_keys, fixed=None) -> list[tuple]:
+    def rows_with_keys(
+        self, db, table, names, sink_cols, keys, kinds, canon_keys, fixed=None, only=None
+    ) -> list[tuple]:
         from psycopg import sql
 
         key = sql.SQL("({})").format(sql.SQL(", ").join(map(sql.Identifier, keys)))
@@ -310,6 +320,8 @@ class PostgresReader:
             where = sql.SQL("{} IN ({})").format(key, sql.SQL(", ").join([one] * len(batch)))
             if fixed is not None:
                 where = where + sql.SQL(" AND {} = {}").format(sql.Identifier(fixed[0]), sql.Literal(fixed[1]))
+            if only is not None:
+                where = where + sql.SQL(" AND ({})").format(sql.SQL(only))
             params = [postgres_param(k, v, sink_cols.get(c)) for kv in batch for c, k, v in zip(keys, kinds, kv)]
             out += self._select(db, table, names, sink_cols, where, params)
         return out
