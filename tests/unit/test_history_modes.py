@@ -13,12 +13,14 @@ from cdc.wire.position import EventPosition
 from merger.dblog import Reconciler
 from merger.history.changelog import BEFORE_AFTER
 from merger.history.modes import (
+    BEFORE_IMAGE,
     COMMIT_US,
     LATEST,
     ChangelogMode,
     LatestMode,
     SCD2Mode,
     TableModes,
+    before_column,
     mode_of,
     table_modes,
 )
@@ -140,6 +142,71 @@ def test_decode_of_older_changes_after_a_ddl_keeps_the_commit_time():
     rt.spec_since = evs[1].order  # the first change is older than the definition: decoded leniently
     timed = decode(evs, rt, lambda ev, why: None, frozenset({COMMIT_US}))
     assert timed.table.column(COMMIT_US).to_pylist() == [1_000_000, 3_000_000]
+
+
+def _changed(offset: int, op: str, before: dict | None, after: dict | None):
+    record = {"topic": "cdc.shop.t", "partition": 0, "offset": offset}
+    payload = {"op": op, "before": before, "after": after, "source": {"ts_ms": 1_000}}
+    return change_event(
+        ParsedRecord(record, {}, payload, EventPosition("b.000001", 100 + offset, 0)), source_kind("ingest")
+    )
+
+
+BEFORE_V = before_column("v")
+
+
+def test_decode_adds_the_before_image_only_when_a_mode_asks():
+    evs = [
+        _changed(1, "r", None, {"id": 1, "v": "a"}),
+        _changed(2, "c", None, {"id": 2, "v": "x"}),
+        _changed(3, "u", {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+        _changed(4, "d", {"id": 1, "v": "b"}, None),
+    ]
+    assert [ev.before for ev in evs] == [None, None, {"id": 1, "v": "a"}, {"id": 1, "v": "b"}]
+    plain = decode(evs, _runtime(), lambda ev, why: None, frozenset({COMMIT_US}))
+    assert not [c for c in plain.table.column_names if c.startswith(BEFORE_IMAGE)]  # a latest table's batch
+    both = decode(evs, _runtime(), lambda ev, why: None, ChangelogMode(BEFORE_AFTER).extra_columns)
+    t = both.table
+    assert t.column(before_column("id")).to_pylist() == [None, None, 1, 1]
+    assert t.column(BEFORE_V).to_pylist() == [None, None, "a", "b"]
+    assert t.column("v").to_pylist() == ["a", "x", "b", "b"]  # the after image as before (a delete: its before)
+    # typed like the column, decoded by the same converter
+    assert t.schema.field(before_column("id")).type == t.schema.field("id").type
+    assert t.schema.field(BEFORE_V).type == t.schema.field("v").type
+    assert ChangelogMode("after").extra_columns == {COMMIT_US}
+
+
+@pytest.mark.parametrize("op", ["u", "d"])
+def test_an_update_or_delete_without_a_before_image_pauses_a_before_after_table(op):
+    from merger.errors import BadChange
+
+    after = {"id": 1, "v": "b"} if op == "u" else None
+    evs = [_changed(7, op, None, after)] if op == "u" else []
+    if op == "d":  # a delete without before has no image at all: it is a bad record already
+        evs = [_changed(7, "u", None, {"id": 1, "v": "b"})._replace(op="d", image={"id": 1})]
+    with pytest.raises(BadChange, match="no before image.*binlog_row_image=FULL"):
+        decode(evs, _runtime(), lambda ev, why: None, ChangelogMode(BEFORE_AFTER).extra_columns)
+    # an image after table does not need it
+    assert decode(evs, _runtime(), lambda ev, why: None, frozenset({COMMIT_US})).table.num_rows == 1
+
+
+def test_decode_of_older_changes_after_a_ddl_keeps_the_before_image():
+    rt = _runtime()
+    evs = [_changed(1, "u", {"id": 1, "v": "a"}, {"id": 1, "v": "b"}), _changed(5, "c", None, {"id": 2, "v": "c"})]
+    rt.spec_since = evs[1].order  # the first change is decoded leniently
+    t = decode(evs, rt, lambda ev, why: None, ChangelogMode(BEFORE_AFTER).extra_columns).table
+    assert t.column(BEFORE_V).to_pylist() == ["a", None]
+    assert t.column(before_column("id")).to_pylist() == [1, None]
+
+
+def test_a_before_image_that_does_not_decode_is_a_bad_record():
+    bad = []
+    evs = [
+        _changed(1, "u", {"id": "not a number", "v": "a"}, {"id": 1, "v": "b"}),
+        _changed(2, "u", {"id": 2, "v": "a"}, {"id": 2, "v": "c"}),
+    ]
+    t = decode(evs, _runtime(), lambda ev, why: bad.append(ev.seq), ChangelogMode(BEFORE_AFTER).extra_columns)
+    assert len(bad) == 1 and t.table.column(BEFORE_V).to_pylist() == ["a"]
 
 
 def test_a_window_keeps_its_high_markers_time_across_a_restart():
