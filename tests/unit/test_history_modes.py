@@ -60,6 +60,7 @@ def test_config_entries_become_modes(tmp_path):
     assert modes.of("shop.plain") is LATEST
     assert modes.of(("shop", "other")) is LATEST  # a table not named keeps the latest state
     assert modes.extra_columns("shop.orders") == {COMMIT_US} == modes.extra_columns("shop.log")
+    assert modes.extra_columns("shop.pay") == {COMMIT_US, BEFORE_IMAGE}
     assert modes.extra_columns("shop.other") == frozenset()
 
 
@@ -249,12 +250,13 @@ def test_the_delta_sink_takes_changelog_and_refuses_the_rest_in_one_line(tmp_pat
     with pytest.raises(ConfigError, match="mode scd2 is not available in the Delta sink yet") as err:
         _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "scd2"}}}})
     assert "\n" not in str(err.value).strip()
-    with pytest.raises(ConfigError, match="changelog image before_after is not available yet") as err:
-        _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "changelog", "image": "before_after"}}}})
-    assert "\n" not in str(err.value).strip()
     delta = {
         "path": str(tmp_path / "delta"),
-        "tables": {"shop.t": {"mode": "latest"}, "shop.log": {"mode": "changelog"}},
+        "tables": {
+            "shop.t": {"mode": "latest"},
+            "shop.log": {"mode": "changelog"},
+            "shop.both": {"mode": "changelog", "image": "before_after"},
+        },
     }
     cfg = _load(tmp_path, {"delta": delta})
     assert cfg.sinks.table_mode("delta", "shop.t") == "latest"
@@ -263,6 +265,7 @@ def test_the_delta_sink_takes_changelog_and_refuses_the_rest_in_one_line(tmp_pat
 
     (sink,) = build_sinks(cfg)  # the sink is given the modes of its section
     assert sink.modes.of("shop.log") == ChangelogMode("after")
+    assert sink.modes.of("shop.both") == ChangelogMode(BEFORE_AFTER)
     assert sink.modes.of("shop.t") is LATEST
 
 
@@ -272,8 +275,7 @@ def test_the_delta_sink_refuses_a_mode_it_has_not(tmp_path):
 
     with pytest.raises(SinkError, match="sinks.delta.tables.shop.t: mode scd2 is not available"):
         DeltaSink(str(tmp_path), modes=TableModes({"shop.t": SCD2Mode()}))
-    with pytest.raises(SinkError, match="with image before_after is not available"):
-        DeltaSink(str(tmp_path), modes=TableModes({"shop.t": ChangelogMode(BEFORE_AFTER)}))
+    DeltaSink(str(tmp_path), modes=TableModes({"shop.t": ChangelogMode(BEFORE_AFTER)}))  # taken
 
 
 def test_key_mode_unique_refuses_delta_history_tables(tmp_path):
