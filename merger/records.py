@@ -152,12 +152,15 @@ def _before_images(evs: list[ChangeEvent], rt) -> list[dict | None]:
     images = []
     for ev in evs:
         if ev.op in ("u", "d"):
-            if not isinstance(ev.before, dict):
+            # an update's before image without columns its after image has: a source writing
+            # partial row images (binlog_row_image=MINIMAL or NOBLOB), never a NULL shown as a value
+            partial = isinstance(ev.before, dict) and ev.op == "u" and not ev.image.keys() <= ev.before.keys()
+            if not isinstance(ev.before, dict) or partial:
                 r = ev.record
                 raise BadChange(
                     f"{rt.name}: the change at topic {r['topic']} partition {r['partition']} offset {r['offset']} "
-                    f"({ev.op}) has no before image, and the table's change log keeps it (image: before_after); "
-                    "the source must write full row images (binlog_row_image=FULL)"
+                    f"({ev.op}) has {'a partial' if partial else 'no'} before image, and the table's change log "
+                    "keeps it (image: before_after); the source must write full row images (binlog_row_image=FULL)"
                 )
             images.append(ev.before)
         else:

@@ -191,6 +191,14 @@ def test_an_update_or_delete_without_a_before_image_pauses_a_before_after_table(
     assert decode(evs, _runtime(), lambda ev, why: None, frozenset({COMMIT_US})).table.num_rows == 1
 
 
+def test_a_partial_before_image_pauses_a_before_after_table():
+    from merger.errors import BadChange
+
+    evs = [_changed(7, "u", {"id": 1}, {"id": 1, "v": "b"})]  # binlog_row_image=MINIMAL: the key only
+    with pytest.raises(BadChange, match="a partial before image"):
+        decode(evs, _runtime(), lambda ev, why: None, ChangelogMode(BEFORE_AFTER).extra_columns)
+
+
 def test_decode_of_older_changes_after_a_ddl_keeps_the_before_image():
     rt = _runtime()
     evs = [_changed(1, "u", {"id": 1, "v": "a"}, {"id": 1, "v": "b"}), _changed(5, "c", None, {"id": 2, "v": "c"})]
@@ -316,3 +324,29 @@ def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path)
     assert sink.apply(("db", "t"), 2, batch([(1, "a2", "u", 6), (2, None, "d", 7), (3, "c", "c", 8)]))
     rows = sorted(sink.rows(("db", "t")).to_pylist(), key=lambda r: r["id"])
     assert rows == [{"id": 1, "v": "a2"}, {"id": 3, "v": "c"}]
+
+
+def test_a_snapshot_window_gives_a_before_after_log_a_null_before_image():
+    """Snapshot rows come from the window emitter, not from ``decode``."""
+    import pyarrow as pa
+
+    from merger.dblog import Window
+    from merger.emission import WindowEmitter
+
+    class Writer:
+        def __init__(self, extra):
+            self.extra = extra
+
+        def extra_columns(self, rt):
+            return self.extra
+
+    rt = _runtime()
+    rows = pa.table(
+        {"id": pa.array([1], pa.int32()), "v": ["a"], "_cdc_op": ["r"], "_cdc_seq": pa.array([9], pa.int64())}
+    )
+    window = Window("w", ("c",), 1.0)
+    both = WindowEmitter(None, None, Writer(ChangelogMode(BEFORE_AFTER).extra_columns), 10)._timed(rt, window, rows)
+    assert both.column(before_column("id")).to_pylist() == [None] == both.column(BEFORE_V).to_pylist()
+    assert both.schema.field(BEFORE_V).type == rt.schema.field("v").type
+    after = WindowEmitter(None, None, Writer(ChangelogMode("after").extra_columns), 10)._timed(rt, window, rows)
+    assert after.column_names == [*rows.column_names, COMMIT_US]
