@@ -333,3 +333,14 @@ def test_an_after_log_takes_a_batch_with_the_before_image(stack):
         assert _log(stack, t) == [("u", 1, "b", 10, 1)]
     finally:
         sink.close()
+    from merger.sinks import PostgresSink
+
+    t2 = _table("ba")
+    latest = PostgresSink(stack.postgres)  # and a latest-state table
+    try:
+        latest.ensure_table(t2, SCHEMA, ["id"])
+        assert latest.apply(t2, 1, _batch_ba([("c", 1, "b", 10, 1, None, None), ("u", 1, "c", 11, 2, 1, "b")]))
+        with _pg(stack) as c:
+            assert c.execute(f'SELECT * FROM "{t2.database}"."t"').fetchall() == [(1, "c", 11)]
+    finally:
+        latest.close()

@@ -300,8 +300,9 @@ def test_key_mode_unique_refuses_delta_history_tables(tmp_path):
 
 
 def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path):
-    """A table in a history mode in PostgreSQL gets _cdc_commit_us in every sink's batch:
-    the Delta sink (latest state) leaves it out of its rows."""
+    """A table in a history mode in PostgreSQL gets _cdc_commit_us (and, for image
+    before_after, _cdc_before_*) in every sink's batch: the Delta sink (latest state)
+    leaves them out of its rows."""
     import pyarrow as pa
 
     from merger.sinks.delta import DeltaSink
@@ -317,6 +318,9 @@ def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path)
                 "_cdc_op": pa.array([r[2] for r in rows], pa.string()),
                 "_cdc_seq": pa.array([r[3] for r in rows], pa.int64()),
                 COMMIT_US: pa.array([1_000_000] * len(rows), pa.int64()),
+                # and a before image, for a change log of image before_after in another sink
+                before_column("id"): pa.array([None] * len(rows), pa.int32()),
+                BEFORE_V: pa.array(["old"] * len(rows), pa.string()),
             }
         )
 
