@@ -450,7 +450,9 @@ class ChangelogTableConfig(_Model):
 
     mode: Literal["changelog"]
     image: Literal["after", "before_after"] = Field(
-        "after", description="after: the row after the change (a delete keeps its key); before_after: both"
+        "after",
+        description="after: the row after the change (a delete keeps its key); before_after: also the row before "
+        "it, a column __before_<column> of the same type per column (needs binlog_row_image=FULL)",
     )
 
 
@@ -460,8 +462,8 @@ TableModeConfig = Annotated[
 ]
 TABLES_DESCRIPTION = (
     "per table <database>.<table>, what the sink keeps: {mode: latest} (the default), {mode: scd2, "
-    "track_history: [...] or track_history_except: [...]} or {mode: changelog} (image: after; before_after is "
-    "not available yet); see docs/history.md"
+    "track_history: [...] or track_history_except: [...]} or {mode: changelog, image: after or before_after}; "
+    "see docs/history.md"
 )
 
 
@@ -587,7 +589,7 @@ class DeltaSinkConfig(_Model):
     tables: dict[str, TableModeConfig] = Field(
         default_factory=dict,
         description="per table <database>.<table>, what the sink keeps: {mode: latest} (the default) or "
-        "{mode: changelog} (image: after); scd2 and image before_after are not available in the Delta sink yet; "
+        "{mode: changelog, image: after or before_after}; scd2 is not available in the Delta sink yet; "
         "see docs/history.md",
     )
     _tables = field_validator("tables")(_check_table_names)
@@ -601,8 +603,6 @@ class DeltaSinkConfig(_Model):
                     f"{name}: mode scd2 is not available in the Delta sink yet (latest or changelog; "
                     "scd2 tables: sinks.postgres.tables)"
                 )
-            if entry.mode == "changelog" and entry.image != "after":
-                raise ValueError(f"{name}: changelog image {entry.image} is not available yet (image: after)")
         return value
 
     @field_validator("path")

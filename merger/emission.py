@@ -15,7 +15,7 @@ import pyarrow as pa
 from cdc.shard_cutover import WindowOwnership, passed_from_json, shard_of
 from merger import crashpoints
 from merger.dblog import Window, emitted_rows, swept_keys, window_survives
-from merger.history.modes import COMMIT_US
+from merger.history.modes import BEFORE_IMAGE, COMMIT_US, before_column
 from merger.schema import from_snapshot
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import TableFault
@@ -194,11 +194,17 @@ class WindowEmitter:
     def _timed(self, rt: TableRuntime, window: Window, table: pa.Table) -> pa.Table:
         """The window's changes with their commit time, where a sink's mode keeps it: the
         HIGH marker's (the rows are the source's as of HIGH); a window saved before markers
-        carried it takes the time it opened."""
-        if COMMIT_US not in self.writer.extra_columns(rt):
+        carried it takes the time it opened. A change log of image before_after: a NULL
+        before image."""
+        extra = self.writer.extra_columns(rt)
+        if COMMIT_US not in extra:
             return table
         us = window.high_time_us if window.high_time_us is not None else int(window.opened_at * 1_000_000)
-        return table.append_column(COMMIT_US, pa.repeat(pa.scalar(us, pa.int64()), table.num_rows))
+        table = table.append_column(COMMIT_US, pa.repeat(pa.scalar(us, pa.int64()), table.num_rows))
+        if BEFORE_IMAGE in extra:  # a change log's before image: none for a snapshot row (nor a repair's delete)
+            for f in rt.schema:
+                table = table.append_column(pa.field(before_column(f.name), f.type), pa.nulls(table.num_rows, f.type))
+        return table
 
     @staticmethod
     def _owned(rt: TableRuntime, wid: str, owner: WindowOwnership, table: pa.Table, asks: set[str]) -> pa.Table:

@@ -839,7 +839,7 @@ class BatchProcessor(PausedTables):
         taken = []
         reconciler_order = self.source_kind.reconciler_order
         for ev in events:
-            partition, seq, op, image, _, order, _ = ev
+            partition, seq, op, image, _, order, *_ = ev
             # what rises along a partition: the sequence, or a sharded source's Kafka offset
             seq, sequence = reconciler_order(ev.record["offset"], seq)
             if op == MARKER:

@@ -18,8 +18,8 @@ import pyarrow as pa
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import decode_marker
 from cdc.wire.position import EventPosition
-from merger.errors import BadRecord, MergerError
-from merger.history.modes import COMMIT_US
+from merger.errors import BadChange, BadRecord, MergerError
+from merger.history.modes import BEFORE_IMAGE, COMMIT_US, before_column
 from merger.schema import rows_to_arrow
 from merger.schema_change import rows_to_arrow_lenient
 
@@ -47,6 +47,7 @@ class ChangeEvent(NamedTuple):
     record: dict  # the Kafka record it came from (dead-letter, spill files)
     order: int  # binlog order across partitions (cuts at truncates and DDL); key mode unique: the emission
     commit_us: int | None = None  # the source's commit time (source.ts_us, else ts_ms), microseconds
+    before: Any = None  # the payload's ``before`` of an update or a delete (a change log's before image)
 
 
 def commit_us_of(payload: dict | None) -> int | None:
@@ -131,6 +132,7 @@ def change_event(item: ParsedRecord, source: SourceKind) -> ChangeEvent:
             marker = base64.b64decode(content) if content else b"{}"
         return ChangeEvent(r["partition"], seq, MARKER, decode_marker(marker), r, order, commit_us_of(payload))
     op = payload.get("op")
+    before = payload.get("before") if op in ("u", "d") else None
     if op in ("c", "u", "r"):
         image = payload.get("after")
     elif op == "d":
@@ -141,7 +143,36 @@ def change_event(item: ParsedRecord, source: SourceKind) -> ChangeEvent:
         raise BadRecord(f"unknown op {op!r}")
     if op != "t" and not isinstance(image, dict):
         raise BadRecord(f"op {op} without an image")
-    return ChangeEvent(r["partition"], seq, op, image, r, order, commit_us_of(payload))
+    return ChangeEvent(r["partition"], seq, op, image, r, order, commit_us_of(payload), before)
+
+
+def _before_images(evs: list[ChangeEvent], rt) -> list[dict | None]:
+    """The before image of each event (None for an insert or a snapshot row); an update or
+    a delete without one pauses the table: its change log cannot show the row before it."""
+    images = []
+    for ev in evs:
+        if ev.op in ("u", "d"):
+            # an update's before image without columns its after image has: a source writing
+            # partial row images (binlog_row_image=MINIMAL or NOBLOB), never a NULL shown as a value
+            partial = isinstance(ev.before, dict) and ev.op == "u" and not ev.image.keys() <= ev.before.keys()
+            if not isinstance(ev.before, dict) or partial:
+                r = ev.record
+                raise BadChange(
+                    f"{rt.name}: the change at topic {r['topic']} partition {r['partition']} offset {r['offset']} "
+                    f"({ev.op}) has {'a partial' if partial else 'no'} before image, and the table's change log "
+                    "keeps it (image: before_after); the source must write full row images (binlog_row_image=FULL)"
+                )
+            images.append(ev.before)
+        else:
+            images.append(None)
+    return images
+
+
+def _with_before(table: pa.Table, before: pa.Table) -> pa.Table:
+    """``table`` with ``before``'s columns appended, each named ``before_column(name)``."""
+    for f in before.schema:
+        table = table.append_column(pa.field(before_column(f.name), f.type, metadata=f.metadata), before[f.name])
+    return table
 
 
 def decode(
@@ -149,8 +180,10 @@ def decode(
 ) -> Decoded | None:
     """The data events (no markers, no truncates) of table ``rt`` (a ``TableRuntime``)
     decoded into its Arrow schema, with ``_cdc_op``/``_cdc_seq``, and ``_cdc_commit_us``
-    if ``extra`` (the columns the table's sink modes need) names it. An event that does
-    not decode goes to ``bad(ev, reason)`` (which may raise) and is left out."""
+    if ``extra`` (the columns the table's sink modes need) names it; if it names
+    ``BEFORE_IMAGE``, the before image of each change too, decoded the same way (an update
+    or a delete without one raises ``BadChange``). An event that does not decode goes to
+    ``bad(ev, reason)`` (which may raise) and is left out."""
     if not evs:
         return None
     if rt.spec_since and any(ev.order < rt.spec_since for ev in evs):
@@ -164,11 +197,15 @@ def decode(
         )
         if COMMIT_US in extra:
             table = table.append_column(COMMIT_US, pa.array([ev.commit_us for ev in old], pa.int64()))
+        if BEFORE_IMAGE in extra:
+            before, _ = rows_to_arrow_lenient(rt.schema, rt.converters, _before_images(old, rt), [])
+            table = _with_before(table, before)
         if new is not None:
             old, table = old + new[0], pa.concat_tables([table, new[1]])
         if not old:
             return None
         return Decoded(old, table, list(zip(*[table.column(k).to_pylist() for k in rt.keys])))
+    befores = _before_images(evs, rt) if BEFORE_IMAGE in extra else None
     try:
         table = rows_to_arrow(
             rt.spec,
@@ -181,11 +218,15 @@ def decode(
                 **({COMMIT_US: (pa.int64(), [ev.commit_us for ev in evs])} if COMMIT_US in extra else {}),
             },
         )
+        if befores is not None:
+            table = _with_before(table, rows_to_arrow(rt.spec, rt.schema, rt.converters, befores))
     except (ValueError, TypeError, pa.ArrowException) as exc:
         good = []
-        for ev in evs:  # find the bad ones
+        for i, ev in enumerate(evs):  # find the bad ones
             try:
                 rows_to_arrow(rt.spec, rt.schema, rt.converters, [ev.image])
+                if befores is not None:
+                    rows_to_arrow(rt.spec, rt.schema, rt.converters, [befores[i]])
                 good.append(ev)
             except (ValueError, TypeError, pa.ArrowException) as one:
                 bad(ev, f"cannot decode for {rt.name}: {one}")

@@ -21,6 +21,9 @@ from merger.history.change import Change
 LOG_OP, LOG_SEQ, LOG_AT, LOG_VERSION = "__op", "__seq", "__at", "__version"
 LOG_COLUMNS = (LOG_OP, LOG_SEQ, LOG_AT, LOG_VERSION)
 
+# mode BEFORE_AFTER: the row before the change, one column per user column, named so
+BEFORE_PREFIX = "__before_"
+
 BEFORE_AFTER = "before_after"
 AFTER = "after"
 MODES = (BEFORE_AFTER, AFTER)

@@ -5,7 +5,8 @@ the default), an SCD type 2 history (``SCD2Mode``) or an append-only change log
 Each mode names the columns it needs in a batch besides the row and ``_cdc_op`` /
 ``_cdc_seq`` (``extra_columns``): the history modes need each change's commit time,
 ``COMMIT_US`` (microseconds since the epoch, UTC: the binlog event's time for a streamed
-change, the HIGH watermark's for a snapshot row).
+change, the HIGH watermark's for a snapshot row); a change log of image ``before_after``
+also the row before each change, ``BEFORE_IMAGE`` (one column per user column).
 """
 
 from __future__ import annotations
@@ -13,11 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
-from merger.history.changelog import AFTER
+from merger.history.changelog import AFTER, BEFORE_AFTER
 from merger.history.changelog import MODES as IMAGES
 from merger.history.scd2 import HistoryOptionsError, SCD2Options
 
 COMMIT_US = "_cdc_commit_us"  # int64: the change's source commit time, microseconds since the epoch
+# the row before the change (update, delete), one column per user column: ``_cdc_before_<column>``
+# (``before_column``), of the column's type; NULL for an insert, a snapshot row, a truncate
+BEFORE_IMAGE = "_cdc_before_"
+
+
+def before_column(column: str) -> str:
+    """The batch column holding ``column``'s value before the change (``BEFORE_IMAGE``)."""
+    return BEFORE_IMAGE + column
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ class ChangelogMode:
 
     @property
     def extra_columns(self) -> frozenset[str]:
-        return frozenset({COMMIT_US})
+        return frozenset({COMMIT_US, BEFORE_IMAGE} if self.image == BEFORE_AFTER else {COMMIT_US})
 
 
 Mode = Union[LatestMode, SCD2Mode, ChangelogMode]

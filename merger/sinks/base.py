@@ -49,7 +49,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from merger.errors import MergerError
-from merger.history.modes import TableModes
+from merger.history.changelog import BEFORE_PREFIX
+from merger.history.modes import BEFORE_IMAGE, TableModes
 
 OP, SEQ = "_cdc_op", "_cdc_seq"
 RESERVED_PREFIX = "_cdc_"
@@ -228,6 +229,32 @@ class Sink(abc.ABC):
 def user_fields(schema: pa.Schema) -> list[pa.Field]:
     """The schema's fields without the reserved ``_cdc_*`` columns."""
     return [f for f in schema if not f.name.startswith(RESERVED_PREFIX)]
+
+
+def with_before_fields(table: TableId, arrow_schema: pa.Schema, prefix: str = BEFORE_PREFIX) -> pa.Schema:
+    """The user fields, then a twin of each named ``prefix + name``; a source column whose
+    name starts with ``prefix`` would collide with the twins: a ``TableFault``."""
+    fields = user_fields(arrow_schema)
+    clash = [f.name for f in fields if f.name.startswith(prefix)]
+    if clash:
+        raise TableFault(
+            f"table {table}: column(s) {clash} start with {prefix!r}, which names a change log's before image "
+            "(image: before_after): rename them at the source or log this table with image: after"
+        )
+    twins = [pa.field(prefix + f.name, f.type, metadata=f.metadata) for f in fields]
+    return pa.schema([*fields, *twins])
+
+
+def before_as_log_columns(table: TableId, src: pa.Table) -> pa.Table:
+    """A change log batch's before image (``_cdc_before_<column>``, ``merger.records``)
+    renamed to the log's columns (``__before_<column>``); a batch without it is the
+    caller's bug."""
+    users = [c for c in src.column_names if not c.startswith(RESERVED_PREFIX)]
+    missing = [c for c in users if BEFORE_IMAGE + c not in src.column_names]
+    if missing:
+        raise SinkError(f"table {table}: a change log batch (image before_after) without the before image of {missing}")
+    names = [BEFORE_PREFIX + c[len(BEFORE_IMAGE) :] if c.startswith(BEFORE_IMAGE) else c for c in src.column_names]
+    return src.rename_columns(names)
 
 
 def like_prefix(prefix: str) -> str:

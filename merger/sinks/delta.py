@@ -245,11 +245,8 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
             Path(self.base).mkdir(parents=True, exist_ok=True)
         self.modes = modes or TableModes()
         for name, mode in self.modes.by_table.items():
-            if not isinstance(mode, AVAILABLE_MODES) or (isinstance(mode, ChangelogMode) and mode.image != AFTER):
-                image = f" with image {mode.image}" if isinstance(mode, ChangelogMode) else ""
-                raise SinkError(
-                    f"sinks.delta.tables.{name}: mode {mode.name}{image} is not available in the delta sink"
-                )
+            if not isinstance(mode, AVAILABLE_MODES):
+                raise SinkError(f"sinks.delta.tables.{name}: mode {mode.name} is not available in the delta sink")
         self.histories = {
             ChangelogMode: DeltaChangelogs(
                 DeltaAccess(
@@ -262,7 +259,8 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
                     writer_properties=writer_properties,
                     target_file_bytes=self.compact_target_bytes,
                     compact_every_commits=compact_every_commits,
-                )
+                ),
+                image_of=lambda table: getattr(self.modes.of(table), "image", AFTER),
             )
         }
 

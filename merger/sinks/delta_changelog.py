@@ -6,10 +6,13 @@ Layout of ``<base>/<db>/<table>`` (no tombstone table): the user columns (all nu
 a delete keeps only its key, a truncate none, or its origin column), then ``__op``
 (string: ``c u d r t``), ``__seq`` (int64), ``__at`` (timestamp[us, UTC]: the source
 commit time, ``_cdc_commit_us``) and ``__version`` (int64: the merger's write that
-appended the row). The table configuration marks the mode (``cdc.mode = changelog``)
-and names the key columns (``cdc.keys``, JSON; their statistics and ``__seq``'s are
-kept: ``STATS_COLUMNS``): a table of another mode is refused
-(``TableFault``), never written over, and the latest-state writer refuses a log.
+appended the row). With image ``before_after`` each user column has a twin of its type,
+``__before_<column>``, after the user columns: the row before the change (NULL for an
+insert, a snapshot row, a truncate). The table configuration marks the mode (``cdc.mode
+= changelog``) and the image (``cdc.image``; unmarked: ``after``), and names the key
+columns (``cdc.keys``, JSON; their statistics and ``__seq``'s are kept:
+``STATS_COLUMNS``): a table of another mode or image is refused (``TableFault``), never
+written over, and the latest-state writer refuses a log.
 
 A write is ONE commit: the rows appended with the app transaction
 ``(cdc-sink:<table id>, version)`` (and the writer epoch), so a batch replayed after a
@@ -56,7 +59,16 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from merger.history.change import Change
-from merger.history.changelog import AFTER, LOG_AT, LOG_OP, LOG_SEQ, LOG_VERSION, appended_rows
+from merger.history.changelog import (
+    AFTER,
+    BEFORE_AFTER,
+    BEFORE_PREFIX,
+    LOG_AT,
+    LOG_OP,
+    LOG_SEQ,
+    LOG_VERSION,
+    appended_rows,
+)
 from merger.history.modes import COMMIT_US
 from merger.sinks import types as T
 from merger.sinks.base import (
@@ -69,10 +81,12 @@ from merger.sinks.base import (
     TableCut,
     TableFault,
     TableId,
+    before_as_log_columns,
     cast_columns,
     check_keys,
     checked_changes,
     user_fields,
+    with_before_fields,
 )
 from merger.sinks.delta_arrow import delta_arrow_schema
 
@@ -80,6 +94,7 @@ log = logging.getLogger(__name__)
 
 MODE_PROPERTY = "cdc.mode"  # the table configuration entry that marks a sink table's mode
 KEYS_PROPERTY = "cdc.keys"  # a change log's key columns, as a JSON list
+IMAGE_PROPERTY = "cdc.image"  # a change log's image (``after`` when unmarked: logs made before images)
 CHANGELOG = "changelog"
 TARGET_FILE_SIZE = "delta.targetFileSize"
 # the columns whose statistics the log keeps: by default only the first 32 columns have
@@ -126,8 +141,10 @@ def table_mode(dt: DeltaTable) -> str:
 
 
 class DeltaChangelogs:
-    def __init__(self, access: DeltaAccess):
+    def __init__(self, access: DeltaAccess, image_of: Callable[[TableId], str] = lambda table: AFTER):
+        """``image_of``: the image a table's log is configured with (``after``, ``before_after``)."""
         self.access = access
+        self.image_of = image_of
         self._logs: dict[TableId, ChangeLog] = {}
         self._writes: dict[TableId, int] = {}
 
@@ -146,6 +163,13 @@ class DeltaChangelogs:
             raise TableFault(
                 f"Delta table {self._path(table)} exists and is not a change log (it is marked {mode}; its mode in "
                 f"sinks.delta.tables is changelog now): move it away, then `cdc snapshot {table}`; a mode never "
+                "changes silently"
+            )
+        image, wanted = dt.metadata().configuration.get(IMAGE_PROPERTY) or AFTER, self.image_of(table)
+        if image != wanted:
+            raise TableFault(
+                f"Delta table {self._path(table)} is a change log with image {image} (its image in "
+                f"sinks.delta.tables is {wanted} now): move it away, then `cdc snapshot {table}`; an image never "
                 "changes silently"
             )
         keys = json.loads(dt.metadata().configuration.get(KEYS_PROPERTY) or "[]")
@@ -168,6 +192,8 @@ class DeltaChangelogs:
 
     def ensure(self, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
         keys = check_keys(table, arrow_schema, key_columns)
+        if self.image_of(table) == BEFORE_AFTER:  # each user column and its twin, __before_<column>
+            arrow_schema = with_before_fields(table, arrow_schema)
         wanted: dict[str, pa.DataType] = {}
         for f in user_fields(arrow_schema):
             if f.name in LOG_TYPES:
@@ -198,6 +224,7 @@ class DeltaChangelogs:
                 configuration={
                     MODE_PROPERTY: CHANGELOG,
                     KEYS_PROPERTY: json.dumps(keys),
+                    IMAGE_PROPERTY: self.image_of(table),
                     TARGET_FILE_SIZE: str(self.access.target_file_bytes),
                     STATS_COLUMNS: _stats_columns(keys),
                 },
@@ -329,14 +356,17 @@ class DeltaChangelogs:
         src = checked_changes(table, changes, m.keys)
         if src.num_rows and COMMIT_US not in src.column_names:
             raise SinkError(f"table {table}: a change log batch without {COMMIT_US} (the merger adds it)")
+        before = self.image_of(table) == BEFORE_AFTER
+        if before and src.num_rows:
+            src = before_as_log_columns(table, src)
         unknown = [c for c in src.column_names if not c.startswith("_cdc_") and c not in m.columns]
         if unknown:
             raise SinkError(
                 f"table {table}: column(s) {unknown} not in the sink table; call ensure_table with the new schema first"
             )
-        return self._append(table, version, lambda m: self._new_rows(m, src, version))
+        return self._append(table, version, lambda m: self._new_rows(m, src, version, before))
 
-    def _new_rows(self, m: ChangeLog, src: pa.Table, version: int) -> pa.Table | None:
+    def _new_rows(self, m: ChangeLog, src: pa.Table, version: int, before: bool = False) -> pa.Table | None:
         if not src.num_rows:
             return None
         src = cast_columns(src, {c: m.columns[c] for c in src.column_names if c in m.columns})
@@ -357,7 +387,7 @@ class DeltaChangelogs:
                 col = pa.array([version] * n, pa.int64())
             elif f.name not in fresh.column_names:
                 col = pa.nulls(n, f.type)
-            elif f.name in m.keys:
+            elif f.name in m.keys or (before and f.name.startswith(BEFORE_PREFIX)):
                 col = fresh[f.name]
             else:  # a delete keeps only its key
                 col = pc.if_else(deletes, pa.nulls(n, fresh[f.name].type), fresh[f.name])

@@ -213,3 +213,134 @@ def test_a_change_at_sequence_0_is_kept(stack):
         assert _log(stack, t) == [("c", 1, "a", 0, 1_000_000), ("u", 1, "b", 1, 2_000_000)]
     finally:
         sink.close()
+
+
+# ------------------------------------------------------------------ image before_after
+
+
+def _before_after_sink(stack, tables):
+    from merger.sinks import PostgresSink
+
+    return PostgresSink(stack.postgres, modes=TableModes({t: ChangelogMode("before_after") for t in tables}))
+
+
+def _batch_ba(changes: list[tuple]) -> pa.Table:
+    """(op, id, v, seq, time_us, before id, before v) -> the merger's batch with the before image."""
+    return (
+        _batch([c[:5] for c in changes])
+        .append_column("_cdc_before_id", pa.array([c[5] for c in changes], pa.int32()))
+        .append_column("_cdc_before_v", pa.array([c[6] for c in changes], pa.string()))
+    )
+
+
+def _log_ba(stack, table: TableId) -> list[tuple]:
+    with _pg(stack) as c:
+        return c.execute(
+            f'SELECT __op, id, v, __before_id, __before_v, __seq FROM "{table.database}"."{table.table}" '
+            "ORDER BY __seq, __op"
+        ).fetchall()
+
+
+def test_before_after_rows_carry_the_exact_before_image(stack):
+    t = _table("ba")
+    sink = _before_after_sink(stack, [str(t)])
+    try:
+        assert sink.ensure_table(t, SCHEMA, ["id"]) == ["created"]
+        with _pg(stack) as c:
+            types = dict(
+                c.execute(
+                    "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s",
+                    (t.database,),
+                ).fetchall()
+            )
+        assert types["__before_id"] == types["id"] == "integer"  # typed like the column
+        assert types["__before_v"] == types["v"] == "text"
+        b1 = [("r", 1, "a", 10, 1, None, None), ("c", 2, "b", 11, 2, None, None)]
+        b2 = [
+            ("u", 1, "a2", 12, 3, 1, "a"),
+            ("d", 2, "b", 13, 4, 2, "b"),  # a delete: its after columns keep the key only
+            ("d", 1, "a2", 14, 5, 1, "a2"),  # a key change 1 -> 5: delete + insert
+            ("c", 5, "a2", 14, 5, None, None),
+        ]
+        assert sink.apply(t, 1, _batch_ba(b1))
+        assert sink.apply(t, 2, _batch_ba(b2))
+        assert sink.apply(t, 3, _batch_ba(b1 + b2))  # a replay appends nothing
+        assert sink.truncate(t, 4, TableCut(15, 6))
+        assert _log_ba(stack, t) == [
+            ("r", 1, "a", None, None, 10),
+            ("c", 2, "b", None, None, 11),
+            ("u", 1, "a2", 1, "a", 12),
+            ("d", 2, None, 2, "b", 13),
+            ("c", 5, "a2", None, None, 14),
+            ("d", 1, None, 1, "a2", 14),
+            ("t", None, None, None, None, 15),
+        ]
+        # a column added: its twin too
+        wider = SCHEMA.append(pa.field("w", pa.int64()))
+        assert sorted(sink.ensure_table(t, wider, ["id"])) == [
+            "added column __before_w bigint",
+            "added column w bigint",
+        ]
+        batch = (
+            _batch_ba([("u", 5, "z", 16, 7, 5, "a2")])
+            .append_column("w", pa.array([8], pa.int64()))
+            .append_column("_cdc_before_w", pa.array([None], pa.int64()))
+        )
+        assert sink.apply(t, 5, batch)
+        with _pg(stack) as c:
+            assert c.execute(
+                f'SELECT w, __before_w, __before_v FROM "{t.database}"."t" WHERE __seq = 16'
+            ).fetchall() == [(8, None, "a2")]
+    finally:
+        sink.close()
+
+
+def test_a_log_never_changes_image_and_a_before_column_name_is_refused(stack):
+    t = _table("ba")
+    after = _sink(stack, [str(t)])
+    try:
+        after.ensure_table(t, SCHEMA, ["id"])
+    finally:
+        after.close()
+    ba = _before_after_sink(stack, [str(t)])
+    try:
+        with pytest.raises(TableFault, match="is not a change log with image before_after"):
+            ba.ensure_table(t, SCHEMA, ["id"])
+        t2 = _table("ba")
+        ba2 = _before_after_sink(stack, [str(t2)])
+        ba2.ensure_table(t2, SCHEMA, ["id"])
+        ba2.close()
+        with pytest.raises(TableFault, match="is not a change log"):
+            _sink(stack, [str(t2)]).ensure_table(t2, SCHEMA, ["id"])
+        t3 = _table("ba")
+        clash = SCHEMA.append(pa.field("__before_v", pa.string()))
+        with pytest.raises(TableFault, match="__before_v"):
+            _before_after_sink(stack, [str(t3)]).ensure_table(t3, clash, ["id"])
+        after3 = _sink(stack, [str(t3)])  # image after takes such a column
+        assert after3.ensure_table(t3, clash, ["id"]) == ["created"]
+        after3.close()
+    finally:
+        ba.close()
+
+
+def test_an_after_log_takes_a_batch_with_the_before_image(stack):
+    """Another sink's before_after log of the table puts the before image in every batch."""
+    t = _table("ba")
+    sink = _sink(stack, [str(t)])
+    try:
+        sink.ensure_table(t, SCHEMA, ["id"])
+        assert sink.apply(t, 1, _batch_ba([("u", 1, "b", 10, 1, 1, "a")]))
+        assert _log(stack, t) == [("u", 1, "b", 10, 1)]
+    finally:
+        sink.close()
+    from merger.sinks import PostgresSink
+
+    t2 = _table("ba")
+    latest = PostgresSink(stack.postgres)  # and a latest-state table
+    try:
+        latest.ensure_table(t2, SCHEMA, ["id"])
+        assert latest.apply(t2, 1, _batch_ba([("c", 1, "b", 10, 1, None, None), ("u", 1, "c", 11, 2, 1, "b")]))
+        with _pg(stack) as c:
+            assert c.execute(f'SELECT * FROM "{t2.database}"."t"').fetchall() == [(1, "c", 11)]
+    finally:
+        latest.close()

@@ -349,3 +349,94 @@ def test_a_log_on_object_storage_is_written_and_never_deleted(s3_store):
     with pytest.raises(SinkError, match="cannot be set aside"):
         sink.drop_table(t)
     assert len(_log(base, t, store.options)) == 2
+
+
+# ------------------------------------------------------------------ image before_after
+
+
+def _before_after_sink(base, tables):
+    from merger.sinks.delta import DeltaSink
+
+    return DeltaSink(str(base), modes=TableModes({t: ChangelogMode("before_after") for t in tables}))
+
+
+def _batch_ba(changes: list[tuple]) -> pa.Table:
+    """(op, id, v, seq, time_us, before id, before v) -> the merger's batch with the before image."""
+    return (
+        _batch([c[:5] for c in changes])
+        .append_column("_cdc_before_id", pa.array([c[5] for c in changes], pa.int32()))
+        .append_column("_cdc_before_v", pa.array([c[6] for c in changes], pa.string()))
+    )
+
+
+def _log_ba(base, table: TableId) -> list[tuple]:
+    t = _read(base, table)
+    names = ["__op", "id", "v", "__before_id", "__before_v", "__seq"]
+    rows = list(zip(*[t[n].to_pylist() for n in names]))
+    return sorted(rows, key=lambda r: (r[5], r[0]))
+
+
+def test_before_after_rows_carry_the_exact_before_image(tmp_path):
+    t = _table("ba")
+    sink = _before_after_sink(tmp_path, [str(t)])
+    assert sink.ensure_table(t, SCHEMA, ["id"]) == ["created"]
+    dt = DeltaTable(f"{tmp_path}/{t.database}/t")
+    assert dt.metadata().configuration["cdc.image"] == "before_after"
+    schema = _read(tmp_path, t).schema
+    assert schema.field("__before_id").type == schema.field("id").type == pa.int32()  # typed like the column
+    assert schema.field("__before_v").type == schema.field("v").type
+    b1 = [("r", 1, "a", 10, 1, None, None), ("c", 2, "b", 11, 2, None, None)]
+    b2 = [
+        ("u", 1, "a2", 12, 3, 1, "a"),
+        ("d", 2, "b", 13, 4, 2, "b"),  # a delete: its after columns keep the key only
+        ("d", 1, "a2", 14, 5, 1, "a2"),  # a key change 1 -> 5: delete + insert
+        ("c", 5, "a2", 14, 5, None, None),
+    ]
+    assert sink.apply(t, 1, _batch_ba(b1))
+    assert sink.apply(t, 2, _batch_ba(b2))
+    assert sink.apply(t, 3, _batch_ba(b1 + b2))  # a replay appends nothing
+    assert sink.truncate(t, 4, TableCut(15, 6))
+    assert _log_ba(tmp_path, t) == [
+        ("r", 1, "a", None, None, 10),
+        ("c", 2, "b", None, None, 11),
+        ("u", 1, "a2", 1, "a", 12),
+        ("d", 2, None, 2, "b", 13),
+        ("c", 5, "a2", None, None, 14),
+        ("d", 1, None, 1, "a2", 14),
+        ("t", None, None, None, None, 15),
+    ]
+    wider = SCHEMA.append(pa.field("w", pa.int64()))
+    assert sorted(sink.ensure_table(t, wider, ["id"])) == ["added column __before_w int64", "added column w int64"]
+    batch = (
+        _batch_ba([("u", 5, "z", 16, 7, 5, "a2")])
+        .append_column("w", pa.array([8], pa.int64()))
+        .append_column("_cdc_before_w", pa.array([3], pa.int64()))
+    )
+    assert sink.apply(t, 5, batch)
+    last = _read(tmp_path, t).filter(pc.equal(_read(tmp_path, t)["__seq"], 16))
+    assert [last[c][0].as_py() for c in ("w", "__before_w", "__before_v")] == [8, 3, "a2"]
+
+
+def test_a_log_never_changes_image_and_a_before_column_name_is_refused(tmp_path):
+    t = _table("ba")
+    _sink(tmp_path, [str(t)]).ensure_table(t, SCHEMA, ["id"])  # a log made with image after
+    with pytest.raises(TableFault, match="image after.*before_after now"):
+        _before_after_sink(tmp_path, [str(t)]).ensure_table(t, SCHEMA, ["id"])
+    t2 = _table("ba")
+    _before_after_sink(tmp_path, [str(t2)]).ensure_table(t2, SCHEMA, ["id"])
+    with pytest.raises(TableFault, match="image before_after.*after now"):
+        _sink(tmp_path, [str(t2)]).ensure_table(t2, SCHEMA, ["id"])
+    t3 = _table("ba")
+    clash = SCHEMA.append(pa.field("__before_v", pa.string()))
+    with pytest.raises(TableFault, match="__before_v"):
+        _before_after_sink(tmp_path, [str(t3)]).ensure_table(t3, clash, ["id"])
+    assert _sink(tmp_path, [str(t3)]).ensure_table(t3, clash, ["id"]) == ["created"]  # image after takes it
+
+
+def test_an_after_log_takes_a_batch_with_the_before_image(tmp_path):
+    t = _table("ba")
+    sink = _sink(tmp_path, [str(t)])
+    sink.ensure_table(t, SCHEMA, ["id"])
+    assert sink.apply(t, 1, _batch_ba([("u", 1, "b", 10, 1, 1, "a")]))
+    assert _log(tmp_path, t) == [("u", 1, "b", 10, 1)]
+    assert "__before_v" not in _read(tmp_path, t).column_names

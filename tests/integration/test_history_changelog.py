@@ -53,6 +53,7 @@ class Workload:
     def __init__(self, stack, db):
         self.conn = _conn(stack, db)
         self.expected: list[tuple] = []  # (op, id, v, n, w) in commit order
+        self.befores: list[tuple | None] = []  # per expected change: the row before it (id, v, n, w), or None
         self.times: list[tuple[float, float]] = []  # per expected change: wall clock around its statement
 
     def _row(self, key):
@@ -67,9 +68,12 @@ class Workload:
 
     def run(self, sql, *args, changes):
         """``changes``: what the statement does, as (op, key) in order; values read back.
-        The statement runs on ``h`` too (the SCD type 2 table), then on ``t``."""
+        The statement runs on ``h`` (the SCD type 2 table) and ``b`` (a change log with the
+        before image) too, then on ``t``; the row before it is read from ``t`` first."""
+        prior = {key: self._row(key) for op, key in changes if op in ("u", "d")}
         with self.conn.cursor() as cur:
             cur.execute(sql.format(t="h"), args)
+            cur.execute(sql.format(t="b"), args)
         before = time.time()
         with self.conn.cursor() as cur:
             cur.execute(sql.format(t="t"), args)
@@ -82,6 +86,7 @@ class Workload:
             else:  # truncate
                 self.expected.append(("t", None, None, None, None))
             self.times.append((before, after))
+            self.befores.append(tuple(prior[key]) if op in ("u", "d") else None)
 
 
 def _log(stack, db) -> list[tuple] | None:
@@ -98,6 +103,40 @@ def _log(stack, db) -> list[tuple] | None:
             f'SELECT __op, id, v, n, {w}, __seq, extract(epoch from __at)::float8, __version FROM "{db}"."t" '
             "ORDER BY __seq, id"
         ).fetchall()
+
+
+def _before_log(stack, work, db) -> tuple[list | None, list | None]:
+    """The before_after logs of ``b`` (PostgreSQL, Delta): (op, id, v, n, w, before image
+    or None) by ``__seq``; a snapshot's rows come first, in key order."""
+
+    def rows(cols: dict) -> list:
+        get = [cols.get(c) or [None] * len(cols["__op"]) for c in ("__op", "id", "v", "n", "w")]
+        before = [cols.get(f"__before_{c}") or [None] * len(cols["__op"]) for c in ("id", "v", "n", "w")]
+        out = []
+        for i, seq in enumerate(cols["__seq"]):
+            image = tuple(b[i] for b in before)
+            out.append(
+                (
+                    seq,
+                    -1 if get[1][i] is None else get[1][i],
+                    (*(g[i] for g in get), None if image == (None,) * 4 else image),
+                )
+            )
+        return [r[2] for r in sorted(out, key=lambda r: r[:2])]
+
+    with _pg(stack) as c:
+        if c.execute("SELECT to_regclass(%s)", (f'"{db}"."b"',)).fetchone()[0] is None:
+            pg = None
+        else:
+            cur = c.execute(f'SELECT * FROM "{db}"."b"')
+            names, got = [d.name for d in cur.description], cur.fetchall()
+            pg = rows({n: [r[i] for r in got] for i, n in enumerate(names)})
+    try:
+        t = DeltaTable(str(work / "delta" / db / "b")).to_pyarrow_table()
+        delta = rows({n: t[n].to_pylist() for n in t.column_names})
+    except Exception:  # not created yet
+        delta = None
+    return pg, delta
 
 
 def _delta_log(work, db) -> list[tuple] | None:
@@ -142,6 +181,8 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
         cur.execute(f"INSERT INTO {db}.t VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3), (4, NULL, 4)")
         cur.execute(f"CREATE TABLE {db}.h LIKE {db}.t")
         cur.execute(f"INSERT INTO {db}.h SELECT * FROM {db}.t")
+        cur.execute(f"CREATE TABLE {db}.b LIKE {db}.t")
+        cur.execute(f"INSERT INTO {db}.b SELECT * FROM {db}.t")
         cur.execute(f"INSERT INTO {db}.plain VALUES (1, 'a'), (2, 'b')")
     setup.close()
     snapshot = {("r", i, v, n, None) for i, v, n in ((1, "one", 1), (2, "two", 2), (3, "three", 3), (4, None, 4))}
@@ -149,8 +190,12 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
 
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    tables = {f"{db}.t": {"mode": "changelog"}, f"{db}.h": {"mode": "scd2"}}
-    extra = {"sinks.delta.tables": {f"{db}.t": {"mode": "changelog"}}, "sinks.postgres.tables": tables}
+    both = {"mode": "changelog", "image": "before_after"}
+    tables = {f"{db}.t": {"mode": "changelog"}, f"{db}.h": {"mode": "scd2"}, f"{db}.b": both}
+    extra = {
+        "sinks.delta.tables": {f"{db}.t": {"mode": "changelog"}, f"{db}.b": both},
+        "sinks.postgres.tables": tables,
+    }
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **extra)
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     work = Workload(stack, db)
@@ -210,7 +255,14 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
             lambda: None if len(_delta_log(tmp_path, db) or []) >= want else len(_delta_log(tmp_path, db) or []),
             merger,
         )
+
+        def before_logs_full():
+            got = _before_log(stack, tmp_path, db)
+            return None if all(len(g or []) >= want for g in got) else [len(g or []) for g in got]
+
+        _wait(f"the before_after change logs did not reach {want} rows", before_logs_full, merger)
         time.sleep(3)  # a few more batches: nothing may be appended twice
+        before_logs = _before_log(stack, tmp_path, db)
         log = _log(stack, db)
         delta_log = _delta_log(tmp_path, db)
         history = _scd2(stack, db)
@@ -222,6 +274,11 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
 
     for sink_log in (log, delta_log):
         _check_log(sink_log, want, snapshot, work, snapped)
+    # the before_after logs: the same changes, each with the row before it as the test read it
+    for got in before_logs:
+        assert len(got) == want, got
+        assert {g for g in got[:4]} == {(*r, None) for r in snapshot}, got[:4]
+        assert got[4:] == [(*e, b) for e, b in zip(work.expected, work.befores)]
     assert [r[:7] for r in delta_log] == [tuple(r[:7]) for r in log]  # the same changes, sequences and times
     # cdc verify: a change log has no latest state to compare, in either sink; the plain table is compared
     results = {(r["table"], r["sink"]): r for r in json.loads(checked.stdout)["tables"]}

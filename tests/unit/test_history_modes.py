@@ -13,12 +13,14 @@ from cdc.wire.position import EventPosition
 from merger.dblog import Reconciler
 from merger.history.changelog import BEFORE_AFTER
 from merger.history.modes import (
+    BEFORE_IMAGE,
     COMMIT_US,
     LATEST,
     ChangelogMode,
     LatestMode,
     SCD2Mode,
     TableModes,
+    before_column,
     mode_of,
     table_modes,
 )
@@ -58,6 +60,7 @@ def test_config_entries_become_modes(tmp_path):
     assert modes.of("shop.plain") is LATEST
     assert modes.of(("shop", "other")) is LATEST  # a table not named keeps the latest state
     assert modes.extra_columns("shop.orders") == {COMMIT_US} == modes.extra_columns("shop.log")
+    assert modes.extra_columns("shop.pay") == {COMMIT_US, BEFORE_IMAGE}
     assert modes.extra_columns("shop.other") == frozenset()
 
 
@@ -142,6 +145,79 @@ def test_decode_of_older_changes_after_a_ddl_keeps_the_commit_time():
     assert timed.table.column(COMMIT_US).to_pylist() == [1_000_000, 3_000_000]
 
 
+def _changed(offset: int, op: str, before: dict | None, after: dict | None):
+    record = {"topic": "cdc.shop.t", "partition": 0, "offset": offset}
+    payload = {"op": op, "before": before, "after": after, "source": {"ts_ms": 1_000}}
+    return change_event(
+        ParsedRecord(record, {}, payload, EventPosition("b.000001", 100 + offset, 0)), source_kind("ingest")
+    )
+
+
+BEFORE_V = before_column("v")
+
+
+def test_decode_adds_the_before_image_only_when_a_mode_asks():
+    evs = [
+        _changed(1, "r", None, {"id": 1, "v": "a"}),
+        _changed(2, "c", None, {"id": 2, "v": "x"}),
+        _changed(3, "u", {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+        _changed(4, "d", {"id": 1, "v": "b"}, None),
+    ]
+    assert [ev.before for ev in evs] == [None, None, {"id": 1, "v": "a"}, {"id": 1, "v": "b"}]
+    plain = decode(evs, _runtime(), lambda ev, why: None, frozenset({COMMIT_US}))
+    assert not [c for c in plain.table.column_names if c.startswith(BEFORE_IMAGE)]  # a latest table's batch
+    both = decode(evs, _runtime(), lambda ev, why: None, ChangelogMode(BEFORE_AFTER).extra_columns)
+    t = both.table
+    assert t.column(before_column("id")).to_pylist() == [None, None, 1, 1]
+    assert t.column(BEFORE_V).to_pylist() == [None, None, "a", "b"]
+    assert t.column("v").to_pylist() == ["a", "x", "b", "b"]  # the after image as before (a delete: its before)
+    # typed like the column, decoded by the same converter
+    assert t.schema.field(before_column("id")).type == t.schema.field("id").type
+    assert t.schema.field(BEFORE_V).type == t.schema.field("v").type
+    assert ChangelogMode("after").extra_columns == {COMMIT_US}
+
+
+@pytest.mark.parametrize("op", ["u", "d"])
+def test_an_update_or_delete_without_a_before_image_pauses_a_before_after_table(op):
+    from merger.errors import BadChange
+
+    after = {"id": 1, "v": "b"} if op == "u" else None
+    evs = [_changed(7, op, None, after)] if op == "u" else []
+    if op == "d":  # a delete without before has no image at all: it is a bad record already
+        evs = [_changed(7, "u", None, {"id": 1, "v": "b"})._replace(op="d", image={"id": 1})]
+    with pytest.raises(BadChange, match="no before image.*binlog_row_image=FULL"):
+        decode(evs, _runtime(), lambda ev, why: None, ChangelogMode(BEFORE_AFTER).extra_columns)
+    # an image after table does not need it
+    assert decode(evs, _runtime(), lambda ev, why: None, frozenset({COMMIT_US})).table.num_rows == 1
+
+
+def test_a_partial_before_image_pauses_a_before_after_table():
+    from merger.errors import BadChange
+
+    evs = [_changed(7, "u", {"id": 1}, {"id": 1, "v": "b"})]  # binlog_row_image=MINIMAL: the key only
+    with pytest.raises(BadChange, match="a partial before image"):
+        decode(evs, _runtime(), lambda ev, why: None, ChangelogMode(BEFORE_AFTER).extra_columns)
+
+
+def test_decode_of_older_changes_after_a_ddl_keeps_the_before_image():
+    rt = _runtime()
+    evs = [_changed(1, "u", {"id": 1, "v": "a"}, {"id": 1, "v": "b"}), _changed(5, "c", None, {"id": 2, "v": "c"})]
+    rt.spec_since = evs[1].order  # the first change is decoded leniently
+    t = decode(evs, rt, lambda ev, why: None, ChangelogMode(BEFORE_AFTER).extra_columns).table
+    assert t.column(BEFORE_V).to_pylist() == ["a", None]
+    assert t.column(before_column("id")).to_pylist() == [1, None]
+
+
+def test_a_before_image_that_does_not_decode_is_a_bad_record():
+    bad = []
+    evs = [
+        _changed(1, "u", {"id": "not a number", "v": "a"}, {"id": 1, "v": "b"}),
+        _changed(2, "u", {"id": 2, "v": "a"}, {"id": 2, "v": "c"}),
+    ]
+    t = decode(evs, _runtime(), lambda ev, why: bad.append(ev.seq), ChangelogMode(BEFORE_AFTER).extra_columns)
+    assert len(bad) == 1 and t.table.column(BEFORE_V).to_pylist() == ["a"]
+
+
 def test_a_window_keeps_its_high_markers_time_across_a_restart():
     rec = Reconciler(2)
     rec.open_window("w1", ["c1"], 10.0)
@@ -182,12 +258,13 @@ def test_the_delta_sink_takes_changelog_and_refuses_the_rest_in_one_line(tmp_pat
     with pytest.raises(ConfigError, match="mode scd2 is not available in the Delta sink yet") as err:
         _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "scd2"}}}})
     assert "\n" not in str(err.value).strip()
-    with pytest.raises(ConfigError, match="changelog image before_after is not available yet") as err:
-        _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "changelog", "image": "before_after"}}}})
-    assert "\n" not in str(err.value).strip()
     delta = {
         "path": str(tmp_path / "delta"),
-        "tables": {"shop.t": {"mode": "latest"}, "shop.log": {"mode": "changelog"}},
+        "tables": {
+            "shop.t": {"mode": "latest"},
+            "shop.log": {"mode": "changelog"},
+            "shop.both": {"mode": "changelog", "image": "before_after"},
+        },
     }
     cfg = _load(tmp_path, {"delta": delta})
     assert cfg.sinks.table_mode("delta", "shop.t") == "latest"
@@ -196,6 +273,7 @@ def test_the_delta_sink_takes_changelog_and_refuses_the_rest_in_one_line(tmp_pat
 
     (sink,) = build_sinks(cfg)  # the sink is given the modes of its section
     assert sink.modes.of("shop.log") == ChangelogMode("after")
+    assert sink.modes.of("shop.both") == ChangelogMode(BEFORE_AFTER)
     assert sink.modes.of("shop.t") is LATEST
 
 
@@ -205,8 +283,7 @@ def test_the_delta_sink_refuses_a_mode_it_has_not(tmp_path):
 
     with pytest.raises(SinkError, match="sinks.delta.tables.shop.t: mode scd2 is not available"):
         DeltaSink(str(tmp_path), modes=TableModes({"shop.t": SCD2Mode()}))
-    with pytest.raises(SinkError, match="with image before_after is not available"):
-        DeltaSink(str(tmp_path), modes=TableModes({"shop.t": ChangelogMode(BEFORE_AFTER)}))
+    DeltaSink(str(tmp_path), modes=TableModes({"shop.t": ChangelogMode(BEFORE_AFTER)}))  # taken
 
 
 def test_key_mode_unique_refuses_delta_history_tables(tmp_path):
@@ -223,8 +300,9 @@ def test_key_mode_unique_refuses_delta_history_tables(tmp_path):
 
 
 def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path):
-    """A table in a history mode in PostgreSQL gets _cdc_commit_us in every sink's batch:
-    the Delta sink (latest state) leaves it out of its rows."""
+    """A table in a history mode in PostgreSQL gets _cdc_commit_us (and, for image
+    before_after, _cdc_before_*) in every sink's batch: the Delta sink (latest state)
+    leaves them out of its rows."""
     import pyarrow as pa
 
     from merger.sinks.delta import DeltaSink
@@ -240,6 +318,9 @@ def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path)
                 "_cdc_op": pa.array([r[2] for r in rows], pa.string()),
                 "_cdc_seq": pa.array([r[3] for r in rows], pa.int64()),
                 COMMIT_US: pa.array([1_000_000] * len(rows), pa.int64()),
+                # and a before image, for a change log of image before_after in another sink
+                before_column("id"): pa.array([None] * len(rows), pa.int32()),
+                BEFORE_V: pa.array(["old"] * len(rows), pa.string()),
             }
         )
 
@@ -247,3 +328,29 @@ def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path)
     assert sink.apply(("db", "t"), 2, batch([(1, "a2", "u", 6), (2, None, "d", 7), (3, "c", "c", 8)]))
     rows = sorted(sink.rows(("db", "t")).to_pylist(), key=lambda r: r["id"])
     assert rows == [{"id": 1, "v": "a2"}, {"id": 3, "v": "c"}]
+
+
+def test_a_snapshot_window_gives_a_before_after_log_a_null_before_image():
+    """Snapshot rows come from the window emitter, not from ``decode``."""
+    import pyarrow as pa
+
+    from merger.dblog import Window
+    from merger.emission import WindowEmitter
+
+    class Writer:
+        def __init__(self, extra):
+            self.extra = extra
+
+        def extra_columns(self, rt):
+            return self.extra
+
+    rt = _runtime()
+    rows = pa.table(
+        {"id": pa.array([1], pa.int32()), "v": ["a"], "_cdc_op": ["r"], "_cdc_seq": pa.array([9], pa.int64())}
+    )
+    window = Window("w", ("c",), 1.0)
+    both = WindowEmitter(None, None, Writer(ChangelogMode(BEFORE_AFTER).extra_columns), 10)._timed(rt, window, rows)
+    assert both.column(before_column("id")).to_pylist() == [None] == both.column(BEFORE_V).to_pylist()
+    assert both.schema.field(BEFORE_V).type == rt.schema.field("v").type
+    after = WindowEmitter(None, None, Writer(ChangelogMode("after").extra_columns), 10)._timed(rt, window, rows)
+    assert after.column_names == [*rows.column_names, COMMIT_US]

@@ -65,17 +65,15 @@ def test_only_one_section(tmp_path):
         registry.build_sinks(_config(tmp_path, "delta"), only=("postgres",))
 
 
-def test_a_mode_the_sink_does_not_have_is_one_line(tmp_path):
-    for entry, text in (({"mode": "changelog", "image": "before_after"}, "mode changelog with image before_after"),):
-        cfg = MergerConfig(sinks={"postgres": {"tables": {"shop.orders": entry}}})
-        with pytest.raises(MergerError) as exc:
-            registry.build_sinks(cfg)
-        assert f"sinks.postgres.tables.shop.orders: {text} is not available in the postgres sink" in str(exc.value)
-    cfg = MergerConfig(
-        sinks={"postgres": {"tables": {"shop.orders": {"mode": "changelog"}, "shop.o": {"mode": "latest"}}}}
-    )
-    (sink,) = registry.build_sinks(cfg)
+def test_the_postgres_sink_takes_every_mode(tmp_path):
+    tables = {
+        "shop.orders": {"mode": "changelog"},
+        "shop.both": {"mode": "changelog", "image": "before_after"},
+        "shop.o": {"mode": "latest"},
+    }
+    (sink,) = registry.build_sinks(MergerConfig(sinks={"postgres": {"tables": tables}}))
     assert (
         isinstance(sink.modes.of(("shop", "orders")), ChangelogMode) and sink.modes.of(("shop", "o")).name == "latest"
     )
+    assert sink.modes.of(("shop", "both")) == ChangelogMode("before_after")
     sink.close()

@@ -12,6 +12,10 @@ its key, a truncate none), then
   snapshot row's is its HIGH watermark's);
 * ``__version`` (bigint): the merger's write that appended it (batches in order).
 
+With image ``before_after``, each user column ``<column>`` has a twin ``__before_<column>``
+of its type, after the user columns: the row before the change (an update's old row, the
+row a delete removed; NULL for an insert, a snapshot row, a truncate).
+
 A unique index on ``(key columns, __seq) NULLS NOT DISTINCT`` (PostgreSQL 15 or later)
 names each change. The table's comment marks its mode, so a table configured in another
 mode is refused, never silently rewritten.
@@ -35,7 +39,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
-from merger.history.changelog import LOG_AT, LOG_COLUMNS, LOG_OP, LOG_SEQ, LOG_VERSION
+from merger.history.changelog import (
+    AFTER,
+    BEFORE_AFTER,
+    BEFORE_PREFIX,
+    LOG_AT,
+    LOG_COLUMNS,
+    LOG_OP,
+    LOG_SEQ,
+    LOG_VERSION,
+)
 from merger.history.modes import COMMIT_US
 from merger.sinks.base import (
     DELETE_OP,
@@ -45,6 +58,7 @@ from merger.sinks.base import (
     SinkError,
     TableCut,
     TableId,
+    before_as_log_columns,
     checked_changes,
 )
 from merger.sinks.postgres.catalog import Catalog
@@ -66,11 +80,25 @@ CHANGELOG = HistoryLayout(
     key_order=LOG_SEQ,
     keys_not_null=False,  # a truncate's row has no key
 )
+# image before_after: each user column has its twin ``__before_<column>``; the mark
+# names the image, so a log never changes image silently
+CHANGELOG_BEFORE_AFTER = HistoryLayout(
+    mode="changelog",
+    what="a change log with image before_after",
+    columns=CHANGELOG.columns,
+    key_order=LOG_SEQ,
+    keys_not_null=False,
+    variant=BEFORE_AFTER,
+    before_prefix=BEFORE_PREFIX,
+)
 
 
 class ChangelogTables:
-    def __init__(self, catalog: Catalog, copier: Copier, nul_policy: str, json_as_jsonb: bool):
-        self.schema = HistorySchema(catalog, json_as_jsonb, CHANGELOG)
+    def __init__(self, catalog: Catalog, copier: Copier, nul_policy: str, json_as_jsonb: bool, image: str = AFTER):
+        self.image = image
+        self.schema = HistorySchema(
+            catalog, json_as_jsonb, CHANGELOG_BEFORE_AFTER if image == BEFORE_AFTER else CHANGELOG
+        )
         self.copier = copier
         self.nul_policy = nul_policy
 
@@ -83,6 +111,8 @@ class ChangelogTables:
             return {}
         if COMMIT_US not in src.column_names:
             raise SinkError(f"table {table}: a change log batch without {COMMIT_US} (the merger adds it)")
+        if self.image == BEFORE_AFTER:
+            src = before_as_log_columns(table, src)
         src, cols, nul_changed = fit_batch(table, src, m, self.nul_policy)
         target = sql.Identifier(m.schema, m.name)
         ident = {c: sql.Identifier(c) for c in [*cols, COMMIT_US, SEQ, OP, *LOG_COLUMNS]}
@@ -102,7 +132,7 @@ class ChangelogTables:
         key_match = sql.SQL(" AND ").join(sql.SQL("l.{k} = s.{k}").format(k=ident[k]) for k in m.keys)
         values = [
             ident[c]
-            if c in m.keys
+            if c in m.keys or (self.image == BEFORE_AFTER and c.startswith(BEFORE_PREFIX))
             else sql.SQL("CASE WHEN s.{} = {} THEN NULL ELSE s.{} END").format(
                 ident[OP], sql.Literal(DELETE_OP), ident[c]
             )

@@ -25,6 +25,7 @@ from merger.sinks.base import (
     TableFault,
     TableId,
     check_keys,
+    with_before_fields,
 )
 from merger.sinks.postgres.catalog import Catalog, index_columns, table_columns
 from merger.sinks.postgres.meta import TableMeta
@@ -39,7 +40,9 @@ class HistoryLayout:
     ``key_order``: the column that follows the keys in the table's unique index; the
     index is a primary key when ``keys_not_null`` (every row has its key), else a unique
     index NULLS NOT DISTINCT (a truncate's row has none); ``open_index``: a partial
-    unique index on the keys where this condition holds (one open version per key)."""
+    unique index on the keys where this condition holds (one open version per key);
+    ``variant``: what else the mark names (a change log's image), ``before_prefix``: each
+    user column has a twin of its type named so (the row before the change)."""
 
     mode: str
     what: str
@@ -47,10 +50,12 @@ class HistoryLayout:
     key_order: str
     keys_not_null: bool
     open_index: str | None = None
+    variant: str = ""
+    before_prefix: str | None = None
 
     @property
     def mark(self) -> str:
-        return f"cdc sink {self.mode} table of "
+        return f"cdc sink {self.mode}{' ' + self.variant if self.variant else ''} table of "
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -105,6 +110,8 @@ class HistorySchema:
     def ensure(self, conn, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:
         keys = check_keys(table, arrow_schema, key_columns)
         schema, name = self.catalog.target_name(table)
+        if self.layout.before_prefix:
+            arrow_schema = with_before_fields(table, arrow_schema, self.layout.before_prefix)
         wanted = wanted_columns(table, (schema, name), arrow_schema, self.json_as_jsonb, self.layout.names)
         self.forget(table)
         qualified = sql.Identifier(schema, name)

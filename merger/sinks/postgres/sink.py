@@ -52,7 +52,7 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 from psycopg import sql
 
-from merger.history.changelog import AFTER
+from merger.history.changelog import AFTER, BEFORE_AFTER
 from merger.history.modes import ChangelogMode, LatestMode, SCD2Mode, TableModes
 from merger.sinks.base import Changes, KeepsRows, Sink, SinkError, TableCut, TableId, as_table_id
 from merger.sinks.nul import check_policy
@@ -117,19 +117,21 @@ class PostgresSink(KeepsRows, Sink):
         self.origins = Origins(self.session, self.catalog)
         self.modes = modes or TableModes()
         for name, mode in self.modes.by_table.items():
-            if not isinstance(mode, AVAILABLE_MODES) or (isinstance(mode, ChangelogMode) and mode.image != AFTER):
+            if not isinstance(mode, AVAILABLE_MODES):
                 raise SinkError(
                     f"sinks.postgres.tables.{name}: {_mode_text(mode)} is not available in the postgres sink"
                 )
         copier = self.latest.copier
-        self.histories = {
-            ChangelogMode: ChangelogTables(self.catalog, copier, self.nul_policy, json_as_jsonb),
-            SCD2Mode: SCD2Tables(self.catalog, copier, self.nul_policy, json_as_jsonb),
+        self.histories: dict[object, ChangelogTables | SCD2Tables] = {
+            (ChangelogMode, image): ChangelogTables(self.catalog, copier, self.nul_policy, json_as_jsonb, image)
+            for image in (AFTER, BEFORE_AFTER)
         }
+        self.histories[SCD2Mode] = SCD2Tables(self.catalog, copier, self.nul_policy, json_as_jsonb)
 
     def _history(self, table: TableId):
-        """The writer of the table's history (``changelog``, ``scd2``); None: latest state."""
-        return self.histories.get(type(self.modes.of(table)))
+        """The writer of the table's history (``changelog`` of its image, ``scd2``); None: latest state."""
+        mode = self.modes.of(table)
+        return self.histories.get((ChangelogMode, mode.image) if isinstance(mode, ChangelogMode) else type(mode))
 
     def close(self) -> None:
         self.session.close()
