@@ -193,6 +193,7 @@ def test_the_delta_sink_takes_changelog_and_scd2_and_refuses_the_rest_in_one_lin
     cfg = _load(tmp_path, {"delta": delta})
     assert cfg.sinks.table_mode("delta", "shop.t") == "latest"
     assert cfg.sinks.table_mode("delta", "shop.log") == "changelog"
+    assert cfg.sinks.table_mode("delta", "shop.h") == "scd2"  # cdc verify compares "latest" tables only: skipped
     from merger.sinks.registry import build_sinks
 
     (sink,) = build_sinks(cfg)  # the sink is given the modes of its section
