@@ -337,3 +337,49 @@ def test_any_batches_and_replays_give_the_models_history_and_tile_time(tmp_path_
             assert a[4] is not None and a[4] <= b[3] and a[7] <= b[6]
         assert sum(1 for v in versions if v[8]) <= 1
         assert all(v[8] == (v[4] is None) for v in versions)
+
+
+def test_a_widened_column_keeps_the_versions_and_the_applied_version(tmp_path):
+    t = _table()
+    sink = _sink(tmp_path, {str(t): SCD2Mode()})
+    narrow = pa.schema([("id", pa.int32()), ("n", pa.int32())])
+    sink.ensure_table(t, narrow, ["id"])
+
+    def batch(n, seq):
+        return pa.table(
+            {
+                "id": pa.array([1], pa.int32()),
+                "n": pa.array([n], pa.int64()),
+                "_cdc_op": ["u"],
+                "_cdc_seq": pa.array([seq], pa.int64()),
+                COMMIT_US: pa.array([seq], pa.int64()),
+            }
+        )
+
+    assert sink.apply(t, 1, batch(5, 3))
+    assert sink.ensure_table(t, pa.schema([("id", pa.int32()), ("n", pa.int64())]), ["id"]) == [
+        "widened n int32 -> int64"
+    ]
+    assert not sink.apply(t, 1, batch(5, 3))  # the versions survive the rewrite
+    assert sink.apply(t, 2, batch(5, 4))  # the same value, read back in the wider type: nothing
+    assert sink.apply(t, 3, batch(2**40, 5))
+    got = sorted((r["n"], r["__start_seq"], r["__end_seq"]) for r in _read(tmp_path, t).to_pylist())
+    assert got == [(5, 3, 5), (2**40, 5, None)]
+
+
+def test_a_history_on_object_storage_is_written_and_never_deleted(s3_store):
+    from tests.delta_stores import S3DeltaStore
+
+    store = S3DeltaStore(s3_store)
+    base = store.base()
+    t = _table()
+    sink = _sink(base, {str(t): SCD2Mode()}, storage_options=store.options)
+    sink.ensure_table(t, SCHEMA, ["id"])
+    assert sink.apply(t, 1, _batch([("c", 1, "a", 0, 0, 1)]))
+    assert not sink.apply(t, 1, _batch([("c", 1, "a", 0, 0, 1)]))
+    assert sink.apply(t, 2, _batch([("c", 1, "a", 0, 0, 1), ("u", 1, "b", 0, 1, 2)]))
+    read = DeltaTable(f"{base}/{t.database}/t", storage_options=store.options).to_pyarrow_table().to_pylist()
+    assert sorted((r["v"], r["__start_seq"], r["__end_seq"]) for r in read) == [("a", 0, 1), ("b", 1, None)]
+    with pytest.raises(SinkError, match="cannot be set aside"):
+        sink.drop_table(t)
+    assert DeltaTable(f"{base}/{t.database}/t", storage_options=store.options).to_pyarrow_table().num_rows == 2
