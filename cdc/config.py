@@ -588,22 +588,11 @@ class DeltaSinkConfig(_Model):
     )
     tables: dict[str, TableModeConfig] = Field(
         default_factory=dict,
-        description="per table <database>.<table>, what the sink keeps: {mode: latest} (the default) or "
-        "{mode: changelog, image: after or before_after}; scd2 is not available in the Delta sink yet; "
-        "see docs/history.md",
+        description="per table <database>.<table>, what the sink keeps: {mode: latest} (the default), "
+        "{mode: scd2, track_history: [...] or track_history_except: [...]} or "
+        "{mode: changelog, image: after or before_after}; see docs/history.md",
     )
     _tables = field_validator("tables")(_check_table_names)
-
-    @field_validator("tables")
-    @classmethod
-    def _available_modes(cls, value: dict) -> dict:
-        for name, entry in value.items():
-            if entry.mode == "scd2":
-                raise ValueError(
-                    f"{name}: mode scd2 is not available in the Delta sink yet (latest or changelog; "
-                    "scd2 tables: sinks.postgres.tables)"
-                )
-        return value
 
     @field_validator("path")
     @classmethod

@@ -1,7 +1,8 @@
 """Delta Lake sink, written with ``deltalake`` (delta-rs; no JVM).
 
 What a table keeps is its mode (``modes``, from ``sinks.delta.tables``): the latest state
-(below), or an append-only change log, written by ``merger.sinks.delta_changelog``.
+(below), an append-only change log, written by ``merger.sinks.delta_changelog``, or an
+SCD type 2 history, written by ``merger.sinks.delta_scd2``.
 
 Layout (``base`` is a local path or an object-store URI)::
 
@@ -88,7 +89,7 @@ import pyarrow.dataset as ds
 from cdc.object_store import one_line
 from cdc.quoting import quote_ident
 from merger.history.changelog import AFTER
-from merger.history.modes import ChangelogMode, LatestMode, TableModes
+from merger.history.modes import ChangelogMode, LatestMode, SCD2Mode, TableModes
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,
@@ -112,6 +113,7 @@ from merger.sinks.base import (
 from merger.sinks.delta_arrow import delta_arrow_schema, without_log_statistics
 from merger.sinks.delta_changelog import DeltaAccess, DeltaChangelogs, table_mode
 from merger.sinks.delta_reads import DeltaReads
+from merger.sinks.delta_scd2 import DeltaSCD2Tables
 from merger.sinks.delta_writers import WRITER_APP, SinkFenced, WriterClaims, verdict
 from merger.sinks.key_ranges import range_filter
 
@@ -124,7 +126,7 @@ except ImportError as _exc:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-AVAILABLE_MODES = (LatestMode, ChangelogMode)
+AVAILABLE_MODES = (LatestMode, ChangelogMode, SCD2Mode)
 COMMIT_CONFLICT_RETRIES = 5  # Delta commits of one step that may conflict with another writer in a row
 
 
@@ -231,7 +233,8 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         modes: TableModes | None = None,
     ):
         """``modes``: what each table keeps (default: the latest state of every table;
-        ``merger.history.modes``); a change log is written by ``merger.sinks.delta_changelog``."""
+        ``merger.history.modes``); a change log is written by ``merger.sinks.delta_changelog``,
+        an SCD type 2 history by ``merger.sinks.delta_scd2``."""
         self.base = str(base_path).rstrip("/")
         self.storage_options = storage_options
         self.writer_properties = writer_properties
@@ -247,25 +250,26 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         for name, mode in self.modes.by_table.items():
             if not isinstance(mode, AVAILABLE_MODES):
                 raise SinkError(f"sinks.delta.tables.{name}: mode {mode.name} is not available in the delta sink")
+        access = DeltaAccess(
+            table_path=self.table_path,
+            open=self._open,
+            commit=self._commit,
+            fence=self._fence,
+            io_error=self._io_error,
+            storage_options=storage_options,
+            writer_properties=writer_properties,
+            target_file_bytes=self.compact_target_bytes,
+            compact_every_commits=compact_every_commits,
+        )
         self.histories = {
             ChangelogMode: DeltaChangelogs(
-                DeltaAccess(
-                    table_path=self.table_path,
-                    open=self._open,
-                    commit=self._commit,
-                    fence=self._fence,
-                    io_error=self._io_error,
-                    storage_options=storage_options,
-                    writer_properties=writer_properties,
-                    target_file_bytes=self.compact_target_bytes,
-                    compact_every_commits=compact_every_commits,
-                ),
-                image_of=lambda table: getattr(self.modes.of(table), "image", AFTER),
-            )
+                access, image_of=lambda table: getattr(self.modes.of(table), "image", AFTER)
+            ),
+            SCD2Mode: DeltaSCD2Tables(access, self.modes.of),
         }
 
     def _history(self, table: TableId):
-        """The writer of the table's history (``changelog``); None: latest state."""
+        """The writer of the table's history (``changelog``, ``scd2``); None: latest state."""
         return self.histories.get(type(self.modes.of(table)))
 
     # ------------------------------------------------------------------ paths / handles
@@ -840,7 +844,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
     # ------------------------------------------------------------------ read back
 
     def rows(self, table) -> pa.Table:
-        """A latest table's rows; a change log's rows, its own columns included."""
+        """A latest table's rows; a history's rows (every change or version), its own columns included."""
         history = self._history(as_table_id(table))
         return history.rows(as_table_id(table)) if history is not None else super().rows(table)
 
@@ -858,7 +862,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
 
     def _latest_only(self, table) -> None:
         if self._history(as_table_id(table)) is not None:
-            raise SinkError(f"table {as_table_id(table)}: a change log has no latest state to read by key")
+            raise SinkError(f"table {as_table_id(table)}: a history table has no latest state to read by key")
 
     # ------------------------------------------------------------------ key-range reads (verify)
 
@@ -890,7 +894,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         A change log keeps its history: nothing is deleted (None)."""
         table = as_table_id(table)
         if self._history(table) is not None:
-            log.warning("table %s: a change log keeps its rows of origins %s*", table, prefix)
+            log.warning("table %s: a history keeps its rows of origins %s*", table, prefix)
             return None
         path = self.table_path(table)
         dt = self._open(path)

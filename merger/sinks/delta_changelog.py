@@ -141,6 +141,14 @@ def table_mode(dt: DeltaTable) -> str:
 
 
 class DeltaChangelogs:
+    """The change logs; ``merger.sinks.delta_scd2`` shares this machinery (tables, versions,
+    commits, setting aside) for another layout: ``MODE`` (the mark), ``WHAT`` (named in
+    messages), ``OWN_TYPES`` (the columns the mode adds after the user columns)."""
+
+    MODE = CHANGELOG
+    WHAT = "a change log"
+    OWN_TYPES = LOG_TYPES
+
     def __init__(self, access: DeltaAccess, image_of: Callable[[TableId], str] = lambda table: AFTER):
         """``image_of``: the image a table's log is configured with (``after``, ``before_after``)."""
         self.access = access
@@ -159,10 +167,10 @@ class DeltaChangelogs:
         if dt is None:
             return None
         mode = table_mode(dt)
-        if mode != CHANGELOG:
+        if mode != self.MODE:
             raise TableFault(
-                f"Delta table {self._path(table)} exists and is not a change log (it is marked {mode}; its mode in "
-                f"sinks.delta.tables is changelog now): move it away, then `cdc snapshot {table}`; a mode never "
+                f"Delta table {self._path(table)} exists and is not {self.WHAT} (it is marked {mode}; its mode in "
+                f"sinks.delta.tables is {self.MODE} now): move it away, then `cdc snapshot {table}`; a mode never "
                 "changes silently"
             )
         image, wanted = dt.metadata().configuration.get(IMAGE_PROPERTY) or AFTER, self.image_of(table)
@@ -173,7 +181,7 @@ class DeltaChangelogs:
                 "changes silently"
             )
         keys = json.loads(dt.metadata().configuration.get(KEYS_PROPERTY) or "[]")
-        columns = {f.name: f.type for f in delta_arrow_schema(dt) if f.name not in LOG_TYPES}
+        columns = {f.name: f.type for f in delta_arrow_schema(dt) if f.name not in self.OWN_TYPES}
         return ChangeLog(dt, keys, columns, dt.metadata().id)
 
     def log_for(self, table: TableId) -> ChangeLog:
@@ -196,8 +204,8 @@ class DeltaChangelogs:
             arrow_schema = with_before_fields(table, arrow_schema)
         wanted: dict[str, pa.DataType] = {}
         for f in user_fields(arrow_schema):
-            if f.name in LOG_TYPES:
-                raise SinkError(f"table {table}: column {f.name!r} is a change log's own (docs/history.md)")
+            if f.name in self.OWN_TYPES:
+                raise SinkError(f"table {table}: column {f.name!r} is {self.WHAT}'s own (docs/history.md)")
             try:
                 wanted[f.name] = T.delta_storage_type(f.type)
             except T.UnsupportedType as exc:
@@ -211,26 +219,7 @@ class DeltaChangelogs:
     def _ensure(self, table: TableId, keys: list[str], wanted: dict[str, pa.DataType]) -> list[str]:
         m = self.load(table)
         if m is None:
-            schema = pa.schema(
-                [pa.field(c, t, nullable=True) for c, t in wanted.items()]
-                + [pa.field(n, t, nullable=n == LOG_AT) for n, t in LOG_TYPES.items()]
-            )
-            DeltaTable.create(
-                self._path(table),
-                schema,
-                mode="error",
-                name=table.table,
-                description=f"CDC change log of {table.database}.{table.table}; key {keys}; one row per change",
-                configuration={
-                    MODE_PROPERTY: CHANGELOG,
-                    KEYS_PROPERTY: json.dumps(keys),
-                    IMAGE_PROPERTY: self.image_of(table),
-                    TARGET_FILE_SIZE: str(self.access.target_file_bytes),
-                    STATS_COLUMNS: _stats_columns(keys),
-                },
-                storage_options=self.access.storage_options,
-                raise_if_key_not_exists=False,  # delta-rs knows no cdc.* entries
-            )
+            self._create(table, keys, wanted)
             return ["created"]
         self.access.fence([m.dt])
         if list(m.keys) != list(keys):
@@ -257,6 +246,48 @@ class DeltaChangelogs:
             self._rewrite(m, widened)
             done += [f"widened {c} {m.columns[c]} -> {t}" for c, t in widened.items()]
         return done
+
+    def _create(self, table: TableId, keys: list[str], wanted: dict[str, pa.DataType]) -> None:
+        schema = pa.schema(
+            [pa.field(c, t, nullable=True) for c, t in wanted.items()]
+            + [pa.field(n, t, nullable=n == LOG_AT) for n, t in LOG_TYPES.items()]
+        )
+        self._create_marked(
+            table,
+            keys,
+            schema,
+            f"CDC change log of {table.database}.{table.table}; key {keys}; one row per change",
+            [LOG_SEQ],
+            {IMAGE_PROPERTY: self.image_of(table)},
+        )
+
+    def _create_marked(
+        self,
+        table: TableId,
+        keys: list[str],
+        schema: pa.Schema,
+        description: str,
+        stats: list[str],
+        marks: dict[str, str] | None = None,
+    ) -> None:
+        """The table created, marked with ``MODE``, its keys and ``marks``; statistics kept
+        for the key columns and ``stats``."""
+        DeltaTable.create(
+            self._path(table),
+            schema,
+            mode="error",
+            name=table.table,
+            description=description,
+            configuration={
+                MODE_PROPERTY: self.MODE,
+                KEYS_PROPERTY: json.dumps(keys),
+                TARGET_FILE_SIZE: str(self.access.target_file_bytes),
+                STATS_COLUMNS: stats_columns(keys, stats),
+                **(marks or {}),
+            },
+            storage_options=self.access.storage_options,
+            raise_if_key_not_exists=False,  # delta-rs knows no cdc.* entries
+        )
 
     def _rewrite(self, m: ChangeLog, new_types: dict[str, pa.DataType]) -> None:
         """The log with wider column types: one overwrite commit of every row (the rows
@@ -286,7 +317,7 @@ class DeltaChangelogs:
             return None
         if "://" in path:
             raise SinkError(
-                f"table {table}: a change log in object storage cannot be set aside (a directory is not renamed "
+                f"table {table}: {self.WHAT} in object storage cannot be set aside (a directory is not renamed "
                 f"atomically there) and is never deleted: copy {path} elsewhere and delete it by hand, then "
                 f"`cdc resume {table}`"
             )
@@ -323,13 +354,7 @@ class DeltaChangelogs:
                 rows = rows_of(m)
                 if rows is None:
                     rows = delta_arrow_schema(m.dt).empty_table()  # an empty commit records the version
-                write_deltalake(
-                    m.dt,
-                    rows,
-                    mode="append",
-                    commit_properties=self.access.commit(version, m.app),
-                    writer_properties=self.access.writer_properties,
-                )
+                self._write_rows(m, rows, self.access.commit(version, m.app))
                 m.dt.update_incremental()
                 if rows.num_rows:
                     self._compact_when_due(table, m)
@@ -341,12 +366,18 @@ class DeltaChangelogs:
                         f"{self._path(table)} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): stop "
                         f"the other writer, then `cdc resume {table}`"
                     ) from None
-                log.warning("table %s: Delta commit conflict on the change log; retrying", table)
+                log.warning("table %s: Delta commit conflict on %s; retrying", table, self.WHAT)
                 time.sleep(0.1 * attempt)
                 self._logs.pop(table, None)
             except (OSError, DeltaError) as exc:
                 raise self.access.io_error(exc, self._path(table)) from None
         raise AssertionError("unreachable")
+
+    def _write_rows(self, m: ChangeLog, rows: pa.Table, commit: CommitProperties) -> None:
+        """One commit of ``rows`` carrying ``commit``'s transactions: an append."""
+        write_deltalake(
+            m.dt, rows, mode="append", commit_properties=commit, writer_properties=self.access.writer_properties
+        )
 
     # ------------------------------------------------------------------ writes
 
@@ -481,10 +512,10 @@ class DeltaChangelogs:
         return self.log_for(table).dt.count()
 
 
-def _stats_columns(keys: list[str]) -> str:
-    """The key columns and ``__seq``, as the table property lists them (names quoted; a
-    name with a backtick cannot be: then ``__seq`` alone, the one the sink reads by)."""
-    names = [*keys, LOG_SEQ] if not any("`" in k for k in keys) else [LOG_SEQ]
+def stats_columns(keys: list[str], own: list[str]) -> str:
+    """The key columns and the mode's ``own`` (``__seq``), as the table property lists them
+    (names quoted; a name with a backtick cannot be: then ``own`` alone, what the sink reads by)."""
+    names = [*keys, *own] if not any("`" in k for k in keys) else list(own)
     return ",".join(f"`{n}`" for n in names)
 
 

@@ -1,4 +1,5 @@
-"""PostgreSQL tables in modes ``changelog`` and ``scd2`` and a Delta change log (issue 27),
+"""PostgreSQL tables in modes ``changelog`` and ``scd2``, a Delta change log and a Delta SCD
+type 2 table (issue 27),
 end to end: ingest and the merger as processes on the real stack, the merger killed with
 SIGKILL between two runs of a workload that both tables get, statement by statement.
 
@@ -192,10 +193,7 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     both = {"mode": "changelog", "image": "before_after"}
     tables = {f"{db}.t": {"mode": "changelog"}, f"{db}.h": {"mode": "scd2"}, f"{db}.b": both}
-    extra = {
-        "sinks.delta.tables": {f"{db}.t": {"mode": "changelog"}, f"{db}.b": both},
-        "sinks.postgres.tables": tables,
-    }
+    extra = {"sinks.delta.tables": tables, "sinks.postgres.tables": tables}
     mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **extra)
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     work = Workload(stack, db)
@@ -261,12 +259,18 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
             return None if all(len(g or []) >= want for g in got) else [len(g or []) for g in got]
 
         _wait(f"the before_after change logs did not reach {want} rows", before_logs_full, merger)
+        _wait(
+            "the Delta SCD type 2 table does not hold the versions",
+            lambda: None if [r[:5] for r in _delta_scd2(tmp_path, db)] == want_h else _delta_scd2(tmp_path, db),
+            merger,
+        )
         time.sleep(3)  # a few more batches: nothing may be appended twice
         before_logs = _before_log(stack, tmp_path, db)
         log = _log(stack, db)
         delta_log = _delta_log(tmp_path, db)
         history = _scd2(stack, db)
-        checked = run_cli("verify", "-c", str(mcfg), "--json", f"{db}.t", f"{db}.plain", timeout=300)
+        delta_history = _delta_scd2(tmp_path, db)
+        checked = run_cli("verify", "-c", str(mcfg), "--json", f"{db}.t", f"{db}.h", f"{db}.plain", timeout=300)
     finally:
         merger.stop()
         ingest.stop()
@@ -287,6 +291,10 @@ def test_history_tables_hold_every_change_once_in_order_across_a_kill9(stack, tm
         note = results[(f"{db}.t", sink)]["note"]
         assert note == f"a changelog table (sinks.{sink}.tables): no latest state to compare", note
         assert results[(f"{db}.plain", sink)]["verdict"] == "equal", checked.stdout
+    note = results[(f"{db}.h", "delta")]["note"]  # a Delta SCD type 2 table: skipped too
+    assert note == "a scd2 table (sinks.delta.tables): no latest state to compare", note
+    # the Delta SCD type 2 table holds the same versions as PostgreSQL's, at the same sequences and times
+    assert delta_history == history
     # the SCD type 2 table, after the same batches: the versions the changes give
     assert [r[:5] for r in history] == want_h
     keys: dict = {}
@@ -334,6 +342,19 @@ def _scd2(stack, db) -> list[tuple]:
             f'extract(epoch from __end_at)::float8 FROM "{db}"."h" ORDER BY id, __start_seq'
         ).fetchall()
     return [tuple(r) for r in rows]
+
+
+def _delta_scd2(work, db) -> list[tuple]:
+    """The Delta SCD type 2 table, as ``_scd2`` reads PostgreSQL's (times in seconds)."""
+    try:
+        t = DeltaTable(str(work / "delta" / db / "h")).to_pyarrow_table()
+    except Exception:  # not created yet
+        return []
+    cols = [t[c].to_pylist() if c in t.column_names else [None] * t.num_rows for c in ("id", "v", "n", "w")]
+    cols += [t[c].to_pylist() for c in ("__current", "__start_seq", "__end_seq")]
+    for c in ("__start_at", "__end_at"):
+        cols.append([None if us is None else us / 1_000_000 for us in pc.cast(t[c], "int64").to_pylist()])
+    return sorted(zip(*cols), key=lambda r: (r[0], r[5]))
 
 
 def _scd2_model(snapshot: set, expected: list[tuple]) -> list[tuple]:

@@ -1,8 +1,8 @@
 """History tables (issue 27) under a random workload, with the merger killed (SIGKILL) at
 each crash point (merger/crashpoints.py): mid-emission of the snapshot, after the
 PostgreSQL or the Delta sink's write, before the batch's state is saved. At the end each
-change log (PostgreSQL, Delta) holds every change once, in order, and the SCD type 2
-table (PostgreSQL) the versions they give.
+change log (PostgreSQL, Delta) holds every change once, in order, and each SCD type 2
+table (PostgreSQL's of one table, Delta's of another) the versions they give.
 
 The oracle is the source's binlog, read with `mariadb-binlog` (MariaDB's own decoder,
 no code of ingest): from the position where the workload started, the row events of each
@@ -28,7 +28,7 @@ from tests.merger_harness import CrashingMerger, pg_conn, root_conn, write_merge
 pytestmark = pytest.mark.integration
 
 ROWS = 3000
-LOG, VERSIONS = "lg", "sc"
+LOG, VERSIONS, DELTA_VERSIONS = "lg", "sc", "ds"  # ds: an SCD type 2 table in Delta (latest in PostgreSQL)
 
 
 class Writer(threading.Thread):
@@ -46,7 +46,7 @@ class Writer(threading.Thread):
         try:
             with self.conn.cursor() as cur:
                 while not self.stop_event.is_set():
-                    t = r.choice((LOG, VERSIONS))
+                    t = r.choice((LOG, VERSIONS, DELTA_VERSIONS))
                     k = r.randint(1, ROWS + 300)
                     op = r.random()
                     if op < 0.3:
@@ -94,7 +94,7 @@ def binlog_changes(stack, db: str, start: tuple[str, int]) -> dict[str, list[tup
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    changes: dict[str, list[tuple]] = {LOG: [], VERSIONS: []}
+    changes: dict[str, list[tuple]] = {LOG: [], VERSIONS: [], DELTA_VERSIONS: []}
     head = re.compile(r"^### (INSERT INTO|UPDATE|DELETE FROM) `([^`]+)`\.`([^`]+)`$")
     kind = table = None
     images: list[list] = []
@@ -172,6 +172,12 @@ def version_rows(stack, db):
     return sorted(rows, key=lambda r: (r[0], r[4]))
 
 
+def delta_version_rows(path):
+    """(id, v, s, current, start_seq, end_seq) of the Delta SCD type 2 table, by key and start."""
+    rows = delta_rows(path, ("id", "v", "s", "__current", "__start_seq", "__end_seq"))
+    return sorted(rows, key=lambda r: (r[0], r[4]))
+
+
 def per_key(changes):
     out: dict = {}
     for op, i, v, s in changes:
@@ -218,7 +224,7 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
     root = root_conn(stack)
     with root.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
-        for t in (LOG, VERSIONS):
+        for t in (LOG, VERSIONS, DELTA_VERSIONS):
             cur.execute(f"CREATE TABLE {db}.{t} (id INT PRIMARY KEY, v BIGINT, s VARCHAR(20))")
             cur.execute(f"INSERT INTO {db}.{t} SELECT seq, seq, 'init' FROM mysql.seq_1_to_{ROWS}")
     initial = {i: (i, "init") for i in range(1, ROWS + 1)}
@@ -226,6 +232,7 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     tables = {f"{db}.{LOG}": {"mode": "changelog"}, f"{db}.{VERSIONS}": {"mode": "scd2"}}
     delta_log = tmp_path / "delta" / db / LOG  # the Delta sink: a change log of lg, sc's latest state
+    delta_versions = tmp_path / "delta" / db / DELTA_VERSIONS  # and ds's versions
     mcfg = write_merger_config(
         stack,
         tmp_path / "merger.yaml",
@@ -233,7 +240,7 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
         [db],
         tmp_path,
         **{
-            "sinks.delta.tables": {f"{db}.{LOG}": {"mode": "changelog"}},
+            "sinks.delta.tables": {f"{db}.{LOG}": {"mode": "changelog"}, f"{db}.{DELTA_VERSIONS}": {"mode": "scd2"}},
             "sinks.postgres.tables": tables,
             "snapshot.chunk_size": 1000,
             "snapshot.emit_rows_per_batch": 400,
@@ -249,10 +256,15 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
         merger = CrashingMerger(mcfg, tmp_path / "merger-snapshot.log", None).start()
 
         def snapshot_counts():
-            got = (len(log_rows(stack, db)), len(version_rows(stack, db)), len(delta_log_rows(delta_log)))
-            return None if got == (ROWS, ROWS, ROWS) else got
+            got = (
+                len(log_rows(stack, db)),
+                len(version_rows(stack, db)),
+                len(delta_log_rows(delta_log)),
+                len(delta_version_rows(delta_versions)),
+            )
+            return None if got == (ROWS, ROWS, ROWS, ROWS) else got
 
-        _wait("the snapshot did not reach the three tables", snapshot_counts, merger, 400)
+        _wait("the snapshot did not reach the four tables", snapshot_counts, merger, 400)
         merger.kill9()
         with root.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
@@ -275,7 +287,7 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
         writer.join(30)
         assert writer.error is None, writer.error
         changes = binlog_changes(stack, db, (file, pos))
-        assert len(changes[LOG]) > 500 and len(changes[VERSIONS]) > 500, {k: len(v) for k, v in changes.items()}
+        assert min(len(c) for c in changes.values()) > 300, {k: len(v) for k, v in changes.items()}
         want_log = ROWS + len(changes[LOG])
 
         def log_counts():
@@ -290,8 +302,16 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
             merger,
             400,
         )
+        want_delta_versions = versions_model(initial, changes[DELTA_VERSIONS])
+        _wait(
+            "the Delta SCD type 2 table does not hold the versions",
+            lambda: None if [r[:4] for r in delta_version_rows(delta_versions)] == want_delta_versions else "differs",
+            merger,
+            400,
+        )
         time.sleep(3)  # a few more batches: nothing may be appended twice
         log = log_rows(stack, db)
+        delta_history = delta_version_rows(delta_versions)
         dlog = delta_log_rows(delta_log)
         history = version_rows(stack, db)
         with root.cursor() as cur:
@@ -321,15 +341,16 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
     assert [r[4] for r in log] == [r[4] for r in dlog]  # the same sequences in both sinks
     # the Delta sink keeps sc's latest state: the source's rows
     assert latest_sc == source_sc
-    # the SCD type 2 table: the model's versions, tiling time, at most one current per key
-    assert [r[:4] for r in history] == want_versions
-    by_key: dict = {}
-    for r in history:
-        by_key.setdefault(r[0], []).append(r)
-    for vs in by_key.values():
-        for a, b in zip(vs, vs[1:]):
-            assert a[5] is not None and a[5] <= b[4], vs
-        assert [v[3] for v in vs].count(True) <= 1, vs
+    # each SCD type 2 table: the model's versions, tiling time, at most one current per key
+    for rows, model in ((history, want_versions), (delta_history, want_delta_versions)):
+        assert [r[:4] for r in rows] == model
+        by_key: dict = {}
+        for r in rows:
+            by_key.setdefault(r[0], []).append(r)
+        for vs in by_key.values():
+            for a, b in zip(vs, vs[1:]):
+                assert a[5] is not None and a[5] <= b[4], vs
+            assert [v[3] for v in vs].count(True) <= 1, vs
 
 
 def test_binlog_oracle_reads_a_key_change_as_delete_and_insert(stack, unique_name):

@@ -254,36 +254,27 @@ def test_key_mode_unique_refuses_history_tables(tmp_path):
         load_model(MergerConfig, str(path))
 
 
-def test_the_delta_sink_takes_changelog_and_refuses_the_rest_in_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="mode scd2 is not available in the Delta sink yet") as err:
-        _load(tmp_path, {"delta": {"path": "/x", "tables": {"shop.t": {"mode": "scd2"}}}})
-    assert "\n" not in str(err.value).strip()
+def test_the_delta_sink_takes_every_mode(tmp_path):
     delta = {
         "path": str(tmp_path / "delta"),
         "tables": {
             "shop.t": {"mode": "latest"},
             "shop.log": {"mode": "changelog"},
             "shop.both": {"mode": "changelog", "image": "before_after"},
+            "shop.h": {"mode": "scd2", "track_history_except": ["seen"]},
         },
     }
     cfg = _load(tmp_path, {"delta": delta})
     assert cfg.sinks.table_mode("delta", "shop.t") == "latest"
     assert cfg.sinks.table_mode("delta", "shop.log") == "changelog"
+    assert cfg.sinks.table_mode("delta", "shop.h") == "scd2"  # cdc verify compares "latest" tables only: skipped
     from merger.sinks.registry import build_sinks
 
     (sink,) = build_sinks(cfg)  # the sink is given the modes of its section
     assert sink.modes.of("shop.log") == ChangelogMode("after")
     assert sink.modes.of("shop.both") == ChangelogMode(BEFORE_AFTER)
     assert sink.modes.of("shop.t") is LATEST
-
-
-def test_the_delta_sink_refuses_a_mode_it_has_not(tmp_path):
-    from merger.sinks import SinkError
-    from merger.sinks.delta import DeltaSink
-
-    with pytest.raises(SinkError, match="sinks.delta.tables.shop.t: mode scd2 is not available"):
-        DeltaSink(str(tmp_path), modes=TableModes({"shop.t": SCD2Mode()}))
-    DeltaSink(str(tmp_path), modes=TableModes({"shop.t": ChangelogMode(BEFORE_AFTER)}))  # taken
+    assert sink.modes.of("shop.h") == SCD2Mode(None, ("seen",))
 
 
 def test_key_mode_unique_refuses_delta_history_tables(tmp_path):
