@@ -84,6 +84,15 @@ from typing import Any, Collection, Iterable, Mapping
 from cdc.errors import UserError
 from merger.history.change import DELETE, SNAPSHOT, TRUNCATE, UPSERTS, Change
 
+# a version's own columns in every sink's SCD type 2 table (docs/history.md)
+START_AT, END_AT, START_SEQ, END_SEQ, LAST_SEQ, CURRENT = (
+    "__start_at",
+    "__end_at",
+    "__start_seq",
+    "__end_seq",
+    "__last_seq",
+    "__current",
+)
 SNAPSHOT_OPENED = "snapshot_opened"  # a re-snapshot found a tracked difference (or a row the history deleted)
 SNAPSHOT_UPDATED = "snapshot_updated"  # a re-snapshot found a difference in untracked columns only
 

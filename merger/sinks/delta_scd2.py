@@ -56,7 +56,17 @@ from deltalake import CommitProperties, write_deltalake
 from cdc.quoting import quote_ident
 from merger.history.change import Change
 from merger.history.modes import COMMIT_US, SCD2Mode
-from merger.history.scd2 import HistoryOptionsError, Version, apply_changes
+from merger.history.scd2 import (
+    CURRENT,
+    END_AT,
+    END_SEQ,
+    LAST_SEQ,
+    START_AT,
+    START_SEQ,
+    HistoryOptionsError,
+    Version,
+    apply_changes,
+)
 from merger.sinks.base import (
     DELETE_OP,
     OP,
@@ -76,14 +86,6 @@ from merger.sinks.key_ranges import range_filter
 log = logging.getLogger(__name__)
 
 SCD2 = "scd2"
-START_AT, END_AT, START_SEQ, END_SEQ, LAST_SEQ, CURRENT = (
-    "__start_at",
-    "__end_at",
-    "__start_seq",
-    "__end_seq",
-    "__last_seq",
-    "__current",
-)
 UTC_US = pa.timestamp("us", tz="UTC")
 SCD2_TYPES = {
     START_AT: UTC_US,

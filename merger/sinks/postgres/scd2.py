@@ -41,7 +41,17 @@ from psycopg import sql
 
 from merger.history.change import Change
 from merger.history.modes import COMMIT_US, SCD2Mode
-from merger.history.scd2 import HistoryOptionsError, Version, apply_changes
+from merger.history.scd2 import (
+    CURRENT,
+    END_AT,
+    END_SEQ,
+    LAST_SEQ,
+    START_AT,
+    START_SEQ,
+    HistoryOptionsError,
+    Version,
+    apply_changes,
+)
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,
@@ -62,14 +72,6 @@ from merger.sinks.postgres.meta import TableMeta, fit_batch
 
 log = logging.getLogger(__name__)
 
-START_AT, END_AT, START_SEQ, END_SEQ, LAST_SEQ, CURRENT = (
-    "__start_at",
-    "__end_at",
-    "__start_seq",
-    "__end_seq",
-    "__last_seq",
-    "__current",
-)
 SCD2 = HistoryLayout(
     mode="scd2",
     what="an SCD type 2 history",
