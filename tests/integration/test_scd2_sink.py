@@ -275,3 +275,36 @@ def test_json_values_are_compared_as_json(stack):
         assert rows == [({"a": 1, "b": [1, 2]}, 1, False), ({"a": 2, "b": [1, 2]}, 3, True)]
     finally:
         sink.close()
+
+
+@pytest.mark.parametrize("mode", ["scd2", "changelog"])
+def test_nul_values_in_history_tables_follow_the_sinks_nul_rule(stack, mode):
+    """PostgreSQL text cannot hold U+0000: a history table stores such a value by the
+    sink's NUL rule, as a latest-state table does (strip here), and ``pause`` refuses the
+    batch with the key and column named."""
+    from merger.history.modes import ChangelogMode
+    from merger.sinks import PostgresSink, UnstorableValue
+
+    t = _table()
+    modes = TableModes({str(t): SCD2Mode() if mode == "scd2" else ChangelogMode()})
+    sink = PostgresSink(stack.postgres, nul_policy="strip", modes=modes)
+    try:
+        sink.ensure_table(t, SCHEMA, ["id"])
+        assert sink.apply(t, 1, _batch([("c", 1, "a\x00b", 1, 10, 1_000_000), ("c", 2, "\x00", 1, 11, 1_000_000)]))
+        assert sink.apply(t, 2, _batch([("u", 1, "c\x00", 1, 12, 2_000_000)]))
+        with _pg(stack) as c:
+            got = c.execute(f'SELECT id, v FROM "{t.database}"."{t.table}" ORDER BY 1, v').fetchall()
+        assert sorted(got) == sorted([(1, "ab"), (1, "c"), (2, "")])
+    finally:
+        sink.close()
+    t = _table()
+    modes = TableModes({str(t): SCD2Mode() if mode == "scd2" else ChangelogMode()})
+    sink = PostgresSink(stack.postgres, nul_policy="pause", modes=modes)
+    try:
+        sink.ensure_table(t, SCHEMA, ["id"])
+        with pytest.raises(UnstorableValue) as e:
+            sink.apply(t, 1, _batch([("c", 1, "a\x00b", 1, 10, 1_000_000)]))
+        assert "key {'id': 1}: column 'v'" in str(e.value)
+        assert sink.applied_version(t) is None
+    finally:
+        sink.close()
