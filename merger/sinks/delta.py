@@ -222,7 +222,7 @@ def app_tombstones(table_id: str) -> str:
     return f"cdc-sink-tombstones:{table_id}"
 
 
-class DeltaSink(DeltaReads, KeepsRows, Sink):
+class DeltaSink(KeepsRows, Sink):
     def __init__(
         self,
         base_path: str | os.PathLike,
@@ -246,6 +246,7 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
         self.writer_epoch: int | None = None  # claim_writer's (None: commits carry no epoch)
         if "://" not in self.base:
             Path(self.base).mkdir(parents=True, exist_ok=True)
+        self.reads = DeltaReads(self._meta_for)  # a latest-state table read back (verify, tests)
         self.modes = modes or TableModes()
         for name, mode in self.modes.by_table.items():
             if not isinstance(mode, AVAILABLE_MODES):
@@ -846,19 +847,19 @@ class DeltaSink(DeltaReads, KeepsRows, Sink):
     def rows(self, table) -> pa.Table:
         """A latest table's rows; a history's rows (every change or version), its own columns included."""
         history = self._history(as_table_id(table))
-        return history.rows(as_table_id(table)) if history is not None else super().rows(table)
+        return history.rows(as_table_id(table)) if history is not None else self.reads.rows(table)
 
     def count(self, table) -> int:
         history = self._history(as_table_id(table))
-        return history.count(as_table_id(table)) if history is not None else super().count(table)
+        return history.count(as_table_id(table)) if history is not None else self.reads.count(table)
 
     def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
         self._latest_only(table)
-        return super().rows_in_range(table, key_columns, lo, hi)
+        return self.reads.rows_in_range(table, key_columns, lo, hi)
 
     def rows_with_keys(self, table, key_columns: Sequence[str], keys) -> pa.Table:
         self._latest_only(table)
-        return super().rows_with_keys(table, key_columns, keys)
+        return self.reads.rows_with_keys(table, key_columns, keys)
 
     def _latest_only(self, table) -> None:
         if self._history(as_table_id(table)) is not None:

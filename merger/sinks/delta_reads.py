@@ -6,42 +6,53 @@ from __future__ import annotations
 import logging
 from datetime import timedelta as _timedelta
 from decimal import Decimal as _Decimal
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from merger.sinks.base import (
-    as_table_id,
-)
+from merger.sinks.base import TableId, as_table_id
 from merger.sinks.delta_arrow import delta_arrow_schema
-
-if TYPE_CHECKING:
-    from merger.sinks.delta import _Meta
 
 log = logging.getLogger(__name__)
 
 
+class TableHandle(Protocol):
+    """What a read needs of a sink table: its loaded table, user columns and whether its
+    key statistics may prune files (``DeltaSink``'s table meta)."""
+
+    main: DeltaTable
+    columns: dict[str, pa.DataType]
+
+    @property
+    def prunable(self) -> bool: ...
+
+
 class DeltaReads:
-    """DeltaSink's methods for this job (the rest of the class is in merger/sinks/delta.py)."""
+    """Reads of a Delta sink's latest-state tables, composed into ``DeltaSink`` (its
+    ``reads``); ``meta_for(table)`` gives a table's handle."""
+
+    def __init__(self, meta_for: Callable[[TableId], TableHandle]):
+        self.meta_for = meta_for
 
     def rows(self, table) -> pa.Table:
         table = as_table_id(table)
-        m = self._meta_for(table)
+        m = self.meta_for(table)
         t = m.main.to_pyarrow_table(columns=list(m.columns))
         return _plain(t)
 
     def count(self, table) -> int:
         table = as_table_id(table)
-        return self._meta_for(table).main.count()
+        return self.meta_for(table).main.count()
 
     def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
         """Arrow compares strings and bytes bytewise (UTF-8: code point order), as Python
         does. Files are pruned by the Delta log's min/max of the leading key column."""
         table = as_table_id(table)
-        m = self._meta_for(table)
+        m = self.meta_for(table)
         cols = list(key_columns)
         schema = self._read_schema(m)
         parts = [_bound_filter(schema, cols, b, lower) for b, lower in ((lo, True), (hi, False)) if b is not None]
@@ -53,7 +64,7 @@ class DeltaReads:
 
     def rows_with_keys(self, table, key_columns: Sequence[str], keys) -> pa.Table:
         table = as_table_id(table)
-        m = self._meta_for(table)
+        m = self.meta_for(table)
         cols = list(key_columns)
         schema = self._read_schema(m)
         keys = [tuple(k) for k in keys]
@@ -73,15 +84,15 @@ class DeltaReads:
         got = list(zip(*(t.column(c).to_pylist() for c in cols))) if t.num_rows else []
         return t.filter(pa.array([k in wanted for k in got], pa.bool_())) if got else t
 
-    def _read_schema(self, m: _Meta) -> pa.Schema:
+    def _read_schema(self, m: TableHandle) -> pa.Schema:
         return _plain(delta_arrow_schema(m.main).empty_table().select(list(m.columns))).schema
 
-    def _scan(self, m: _Meta, expr, prune: list) -> pa.Table:
+    def _scan(self, m: TableHandle, expr, prune: list) -> pa.Table:
         """The rows matching ``expr``, filtered batch by batch in memory: pyarrow cannot
         push a string filter down into these files (delta-rs writes string_view, and the
         statistics guarantees then fail to bind), so only whole files are pruned."""
         if not m.prunable:
-            prune = []  # the log's statistics of this key type are inexact (_Meta.prunable)
+            prune = []  # the log's statistics of this key type are inexact (TableHandle.prunable)
         try:
             dataset = m.main.to_pyarrow_dataset(file_pruning_predicate=prune or None)
         except (DeltaError, ValueError, TypeError) as exc:  # a bound delta-rs cannot parse
