@@ -86,7 +86,10 @@ def binlog_changes(stack, db: str, start: tuple[str, int]) -> dict[str, list[tup
     with root_conn(stack) as conn, conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         names = [r[0] for r in cur.fetchall()]
-    files = [str(Path(stack.mariadb.datadir) / n) for n in names[names.index(start[0]) :]]
+    datadir = Path(getattr(stack.mariadb, "datadir", "") or "/nonexistent")
+    if not datadir.is_dir():
+        pytest.skip("the binlog oracle reads the binlog files of a local server (the local stack)")
+    files = [str(datadir / n) for n in names[names.index(start[0]) :]]
     out = subprocess.run(
         ["mariadb-binlog", "--base64-output=DECODE-ROWS", "--verbose", f"--start-position={start[1]}", *files],
         capture_output=True,
