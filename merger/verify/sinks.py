@@ -11,7 +11,9 @@ sink table lacks reads as NULL. Key ranges and key lookups take canonical key va
 ``fixed``: an optional ``(column, value)`` that every row read must also hold (the origin
 column of a sharded source's logical table: verify compares one origin at a time).
 ``only`` (PostgreSQL): a condition, in SQL, that every row read must also meet (the
-current versions of an SCD type 2 history, ``merger.verify.current_versions``).
+current versions of an SCD type 2 history, ``merger.verify.current_versions``);
+``only_null`` (Delta): the same for a column that every row read must hold NULL in (the
+current versions: ``__end_seq``), applied in Arrow for reads and in DataFusion for digests.
 """
 
 from __future__ import annotations
@@ -420,10 +422,10 @@ class DeltaReader:
             return None
         return {f.name: str(_plain_type(f.type)) for f in pa.schema(dt.schema().to_arrow()) if f.name != SEQ}
 
-    def _scan(self, db, table, names, sink_cols, keep, prune=None, fixed=None, dt=None) -> list[tuple]:
+    def _scan(self, db, table, names, sink_cols, keep, prune=None, fixed=None, dt=None, only_null=None) -> list[tuple]:
         """Rows of the table's files (``dt``: as loaded; else its latest version; pruned by
-        ``prune`` where delta-rs can), filtered per batch by ``fixed`` (column, value) and
-        ``keep(arrow table) -> arrow table``."""
+        ``prune`` where delta-rs can), filtered per batch by ``fixed`` (column, value),
+        ``only_null`` (a column that must be NULL) and ``keep(arrow table) -> arrow table``."""
         import pyarrow as pa
         import pyarrow.dataset as ds
         from deltalake.exceptions import DeltaError
@@ -433,6 +435,8 @@ class DeltaReader:
             raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
         present = [n for n in names if n in sink_cols]
         read = present if fixed is None or fixed[0] in present else [*present, fixed[0]]
+        if only_null is not None and only_null not in read:
+            read = [*read, only_null]
         try:
             try:
                 dataset = dt.to_pyarrow_dataset(file_pruning_predicate=prune or None)
@@ -443,6 +447,8 @@ class DeltaReader:
                 t = _plain(pa.Table.from_batches([batch]))
                 if fixed is not None:
                     t = t.filter(ds.field(fixed[0]) == fixed[1])
+                if only_null is not None:
+                    t = t.filter(ds.field(only_null).is_null())
                 t = keep(t)
                 if t.num_rows:
                     rows += zip(*(t.column(n).to_pylist() for n in present))
@@ -457,7 +463,18 @@ class DeltaReader:
         return self._scan(db, table, names, sink_cols, lambda t: t)
 
     def rows_in_range(
-        self, db, table, names, sink_cols, keys, kinds, lo, hi, key_canons: Sequence[ColumnCanon] = (), fixed=None
+        self,
+        db,
+        table,
+        names,
+        sink_cols,
+        keys,
+        kinds,
+        lo,
+        hi,
+        key_canons: Sequence[ColumnCanon] = (),
+        fixed=None,
+        only_null=None,
     ) -> list[tuple]:
         import pyarrow as pa
 
@@ -496,9 +513,11 @@ class DeltaReader:
                     mask.append((lo_k is None or o >= lo_k) and (hi_k is None or o < hi_k))
                 return t.filter(pa.array(mask, pa.bool_())) if mask else t
 
-        return self._scan(db, table, names, sink_cols, keep, prune, fixed)
+        return self._scan(db, table, names, sink_cols, keep, prune, fixed, only_null=only_null)
 
-    def digest_in_range(self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str, fixed=None) -> Digest:
+    def digest_in_range(
+        self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str, fixed=None, only_null=None
+    ) -> Digest:
         """The chunk's digest: DataFusion (delta-rs's ``QueryBuilder``) hashes each row's
         text; the hashes are summed here. Integer and date keys only (raises NoSqlText)."""
         import pyarrow as pa
@@ -513,6 +532,9 @@ class DeltaReader:
         if fixed is not None:
             equal = fixed_predicate("datafusion", *fixed)
             where = equal if where is None else f"{equal} AND {where}"
+        if only_null is not None:
+            null = '"' + only_null.replace('"', '""') + '" IS NULL'
+            where = null if where is None else f"{null} AND {where}"
         try:
             result = QueryBuilder().register("chunk_table", dt).execute(datafusion_query(row_sql, "chunk_table", where))
             hashes = pa.table(result.read_all()).column(0)
@@ -525,14 +547,43 @@ class DeltaReader:
         return words_digest(len(hashes), packed)
 
     def rows_with_keys(
-        self, db, table, names, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = (), fixed=None
+        self,
+        db,
+        table,
+        names,
+        sink_cols,
+        keys,
+        kinds,
+        canon_keys,
+        key_canons: Sequence[ColumnCanon] = (),
+        fixed=None,
+        only_null=None,
     ) -> list[tuple]:
         """Rows whose canonical key is one of ``canon_keys`` (compared in Python)."""
 
         wanted = set(map(tuple, canon_keys))
         if not wanted:
             return []
-        return self._scan(db, table, names, sink_cols, _with_keys(wanted, keys, key_canons), fixed=fixed)
+        keep = _with_keys(wanted, keys, key_canons)
+        return self._scan(db, table, names, sink_cols, keep, fixed=fixed, only_null=only_null)
+
+    def query(self, db, table, sql_text: str) -> list[tuple]:
+        """The rows of one DataFusion statement over the table, registered as ``t`` (a read
+        of the verifier's own)."""
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+        from deltalake.exceptions import DeltaError
+
+        dt = self._open(db, table)
+        if dt is None:
+            raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
+        try:
+            t = _plain(pa.table(QueryBuilder().register("t", dt).execute(sql_text).read_all()))
+        except (OSError, DeltaError) as exc:
+            raise SinkReadError(f"Delta table {self.path(db, table)}: {_first_line(exc)}") from None
+        except Exception as exc:  # DataFusion's own errors have no Python class of their own
+            raise SinkReadError(f"Delta table {self.path(db, table)}: query failed: {_first_line(exc)}") from None
+        return list(zip(*(c.to_pylist() for c in t.columns)))
 
     def positions_with_keys(
         self, db, table, sink_cols, keys, kinds, canon_keys, key_canons: Sequence[ColumnCanon] = ()
@@ -612,11 +663,12 @@ class DeltaReader:
         t = _plain(t)
         return list(zip(*(t.column(k).to_pylist() for k in keys)))
 
-    def value_counts(self, db, table, column) -> dict:
+    def value_counts(self, db, table, column, only_null=None) -> dict:
         """How many rows hold each value of ``column``."""
         from collections import Counter
 
-        return dict(Counter(r[0] for r in self._scan(db, table, [column], {column: ""}, lambda t: t)))
+        rows = self._scan(db, table, [column], {column: ""}, lambda t: t, only_null=only_null)
+        return dict(Counter(r[0] for r in rows))
 
 
 def _binary_values(chunk) -> bytes:

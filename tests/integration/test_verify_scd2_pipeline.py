@@ -6,7 +6,8 @@ position (verify windows, each key's last change read from its versions). Damage
 the current rows behind the merger's back is found and repaired through the snapshot
 path (a re-read row that differs opens a version, a row only the sink holds has its
 version closed); a fault of the history's shape is reported, never repaired, and `cdc
-repair` says so in one line."""
+repair` says so in one line. The same for a Delta SCD type 2 table, damaged with
+``deltalake`` once the workload stopped."""
 
 from __future__ import annotations
 
@@ -177,6 +178,123 @@ def test_an_scd2_table_is_verified_repaired_and_its_shape_reported_while_writes_
         assert "Traceback" not in res.stderr
         writer.stop()
         assert writer.error is None, writer.error
+        assert merger.alive() and "Traceback" not in merger.log_text()
+    finally:
+        writer.stop_event.set()
+        merger.stop()
+        ingest.stop()
+        conn.close()
+
+
+def _delta_versions(path: str, key: int) -> list[tuple]:
+    from deltalake import DeltaTable
+
+    t = DeltaTable(path).to_pyarrow_table(columns=["id", "s", "__start_seq", "__end_seq"]).to_pylist()
+    return sorted(((r["s"], r["__start_seq"], r["__end_seq"]) for r in t if r["id"] == key), key=lambda r: r[1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_delta_scd2_table_is_verified_repaired_and_its_shape_reported(stack, tmp_path, unique_name):
+    """The same for an SCD type 2 table in Delta: damaged with ``deltalake`` itself once the
+    workload has stopped (a concurrent commit of the test's could conflict with the
+    merger's, which is not what is tested here)."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    db = f"hd_{unique_name}"
+    conn = root_conn(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"USE {db}")
+        cur.execute(f"CREATE TABLE {db}.h (id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(20))")
+        cur.execute(f"INSERT INTO {db}.h SELECT seq, seq, 's' FROM seq_1_to_{ROWS}")
+    table = f"{db}.h"
+    path = str(tmp_path / "delta" / db / "h")
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    mcfg = write_merger_config(
+        stack,
+        tmp_path / "merger.yaml",
+        unique_name,
+        [db],
+        tmp_path,
+        **{
+            "sinks.postgres": None,
+            "sinks.delta.tables": {table: {"mode": "scd2"}},
+            "verify.continuous.chunks_per_minute": 300,
+            "verify.continuous.chunk_size": 500,
+            "verify.continuous.repair": True,
+        },
+    )
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    writer = Workload(
+        stack, db, lambda rnd: ("UPDATE h SET v = v + 1 WHERE id = %s", (2 * rnd.randint(1, ROWS // 2),)), 30, 5
+    )
+
+    def current_rows():
+        try:
+            t = DeltaTable(path).to_pyarrow_table(columns=["__end_seq"])
+        except Exception:  # noqa: BLE001 - not created yet
+            return 0
+        return t.num_rows - t.column("__end_seq").drop_null().length()
+
+    try:
+        _wait(lambda: current_rows() == ROWS, 300, "the snapshot in the SCD type 2 table", merger)
+        writer.start()
+        first = _wait(
+            lambda: (lambda v: v if v.get("verdict") == "equal" else None)(_status(mcfg, table)),
+            300,
+            "a first background pass",
+            merger,
+        )
+        assert "history_faults" not in first, first
+        code, data, err = _verify(mcfg, table)
+        assert code == 0, (data, err)
+        (h,) = data["tables"]
+        assert h["verdict"] == "equal" and h["source_rows"] == ROWS and h["history_faults"] == [], h
+        writer.stop()
+        assert writer.error is None, writer.error
+
+        t = DeltaTable(path)
+        t.delete("id = 7 AND __end_seq IS NULL")
+        t.update(predicate="id = 1999 AND __end_seq IS NULL", updates={"s": "'x'"})
+        schema = pa.schema(t.schema().to_arrow())
+        now = dt.datetime.now(dt.timezone.utc)
+        stray = {"id": -3, "v": 0, "s": "stray", "__start_at": now, "__start_seq": 1, "__last_seq": 1}
+        stray["__current"] = True
+        row = pa.Table.from_pylist([{f.name: stray.get(f.name) for f in schema}], schema)
+        write_deltalake(path, row, mode="append")
+
+        def repaired():
+            code, data, _ = _verify(mcfg, table)
+            return data if code == 0 else None
+
+        data = _wait(repaired, 300, "the repair of the current rows", merger)
+        assert data["tables"][0]["history_faults"] == []
+        assert [(s, end is None) for s, _, end in _delta_versions(path, 1999)] == [("x", False), ("s", True)]
+        assert [(s, end is None) for s, _, end in _delta_versions(path, 7)] == [("s", True)]
+        assert [(s, end is not None) for s, _, end in _delta_versions(path, -3)] == [("stray", True)]
+
+        # a fault of the history's shape: reported, never repaired
+        old = {"id": 9, "v": 9, "s": "old", "__start_at": now, "__end_at": now - dt.timedelta(days=1)}
+        old.update({"__start_seq": 1, "__end_seq": 2, "__last_seq": 1, "__current": False})
+        write_deltalake(path, pa.Table.from_pylist([{f.name: old.get(f.name) for f in schema}], schema), mode="append")
+        faulty = _wait(
+            lambda: (lambda v: v if v.get("history_faults") else None)(_status(mcfg, table)),
+            300,
+            "a pass that finds the history's fault",
+            merger,
+        )
+        assert faulty["verdict"] == "different" and faulty["history_faults"] == 1, faulty
+        assert faulty["differing_keys"] == 0 and faulty.get("repair") == "nothing to repair", faulty
+        res = run_cdc("repair", "-c", str(mcfg), table, "--json", timeout=600)
+        assert res.returncode == 1, (res.stdout, res.stderr)
+        out = json.loads(res.stdout)
+        assert "the SCD type 2 history's shape is faulty (1 faults" in out["repairs"][0]["error"], out
+        assert "Traceback" not in res.stderr
         assert merger.alive() and "Traceback" not in merger.log_text()
     finally:
         writer.stop_event.set()

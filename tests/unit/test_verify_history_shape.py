@@ -1,7 +1,9 @@
 """Verify of SCD type 2 tables, the pure parts: the shape query's text, its rows read as
 faults, how a result with faults reads (verdict, text, JSON), and which reader a table's
 mode gets. The query itself runs against PostgreSQL in
-tests/integration/test_verify_scd2.py."""
+tests/integration/test_verify_scd2.py and against Delta in
+tests/integration/test_verify_delta_scd2.py; its DataFusion dialect runs here too, on a
+small Delta table written by the test."""
 
 from __future__ import annotations
 
@@ -82,12 +84,18 @@ def test_each_mode_gets_its_reader():
     current = reader_for_mode(pg, "scd2")
     assert isinstance(current, CurrentVersions) and current.reader is pg and current.name == "postgres"
     assert reader_for_mode(pg, "changelog") is None
-    assert reader_for_mode(DeltaReader("/nowhere"), "scd2") is None  # the Delta modes are not built
+    delta = DeltaReader("/nowhere")
+    assert reader_for_mode(delta, "latest") is delta
+    current = reader_for_mode(delta, "scd2")
+    assert isinstance(current, CurrentVersions) and current.reader is delta and current.name == "delta"
+    assert current.only == {"only_null": "__end_seq"}
+    assert reader_for_mode(delta, "changelog") is None
 
 
 def test_current_versions_leave_the_history_columns_out():
     class Fake:
         rules = None
+        name = "postgres"
 
         def columns(self, db, table):
             cols = ["id", "v", "__start_at", "__end_at", "__start_seq", "__end_seq", "__last_seq", "__current"]
@@ -120,3 +128,92 @@ def test_an_origins_faults_name_their_keys_with_the_origin():
         ShapeFault("torn", 2, ((4, "s2/db.h_1"), (5, "s2/db.h_1"))),
     ]
     assert merged.verdict == "different"
+
+
+def test_the_datafusion_shape_query_names_the_key_columns_and_has_no_json():
+    q = shape_query('"t"', ["a", 'we"ird'], dialect="datafusion")
+    assert "jsonb" not in q and "WINDOW" not in q
+    assert 'OVER (PARTITION BY "a", "we""ird" ORDER BY "__start_seq")' in q
+    assert '"a" AS k0, "we""ird" AS k1' in q
+    assert "WHERE n <= 5 ORDER BY kind, n" in q
+    for kind in FAULT_KINDS:
+        assert f"'{kind}'" in q
+
+
+def test_datafusion_rows_become_faults_with_their_keys():
+    rows = [("torn", 3, 1, "x"), ("several_current", 2, 4, "y"), ("torn", 3, 2, "z")]
+    found = faults_of(rows, keyed=2)
+    assert found == [ShapeFault("several_current", 2, ((4, "y"),)), ShapeFault("torn", 3, ((1, "x"), (2, "z")))]
+    assert faults_of([], keyed=1) == []
+
+
+def _versions(path, rows):
+    """A Delta table of versions ``(a, b, start_seq, end_seq, last_seq, start_at, end_at)``,
+    times in hours since 2025-01-01 (None: open)."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    t0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+
+    def at(h):
+        return None if h is None else t0 + dt.timedelta(hours=h)
+
+    ts = pa.timestamp("us", tz="UTC")
+    cols = list(zip(*rows))
+    table = pa.table(
+        {
+            "a": pa.array(cols[0], pa.int32()),
+            "b": pa.array(cols[1], pa.string()),
+            "__start_at": pa.array([at(h) for h in cols[5]], ts),
+            "__end_at": pa.array([at(h) for h in cols[6]], ts),
+            "__start_seq": pa.array(cols[2], pa.int64()),
+            "__end_seq": pa.array(cols[3], pa.int64()),
+            "__last_seq": pa.array(cols[4], pa.int64()),
+        }
+    )
+    write_deltalake(str(path), table)
+
+
+def test_the_datafusion_shape_query_finds_each_fault_on_a_delta_table(tmp_path):
+    """Versions written here, each key with one fault the test names (or none), the key of
+    two columns; the query runs in DataFusion as verify runs it."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    _versions(
+        tmp_path / "h",
+        [
+            (1, "ok", 10, 20, 15, 0, 1),  # sound: closed by a change, then open
+            (1, "ok", 20, None, 20, 1, None),
+            (1, "gap", 10, 20, 10, 0, 1),  # sound: deleted at 20, back at 30
+            (1, "gap", 30, None, 30, 2, None),
+            (2, "two", 10, None, 10, 0, None),  # several_current and overlapping
+            (2, "two", 20, None, 20, 1, None),
+            (3, "over", 10, 30, 10, 0, 2),  # overlapping: ends after the next starts
+            (3, "over", 20, None, 20, 1, None),
+            (4, "torn", 10, 20, 10, 0, 1),  # torn: ends at the next's sequence, an hour before it
+            (4, "torn", 20, None, 20, 2, None),
+            (5, "rev", 10, 20, 10, 3, 1),  # reversed: ends before it starts
+            (6, "half", 10, 20, 10, 0, None),  # reversed: an end sequence without an end time
+            (7, "last", 10, 20, 20, 0, 1),  # last_seq_outside: at its end
+        ],
+    )
+    q = shape_query('"t"', ["a", "b"], dialect="datafusion")
+    result = QueryBuilder().register("t", DeltaTable(str(tmp_path / "h"))).execute(q).read_all()
+    t = pa.table(result)
+    rows = list(zip(*(c.to_pylist() for c in t.columns)))
+    assert faults_of(rows, keyed=2) == [
+        ShapeFault("several_current", 1, ((2, "two"),)),
+        ShapeFault("overlapping", 2, ((2, "two"), (3, "over"))),
+        ShapeFault("torn", 1, ((4, "torn"),)),
+        ShapeFault("reversed", 2, ((5, "rev"), (6, "half"))),
+        ShapeFault("last_seq_outside", 1, ((7, "last"),)),
+    ]
+    # one origin's rows: the condition limits both scans
+    only = shape_query('"t"', ["a", "b"], where='"a" = 2', dialect="datafusion")
+    result = QueryBuilder().register("t", DeltaTable(str(tmp_path / "h"))).execute(only).read_all()
+    t = pa.table(result)
+    rows = list(zip(*(c.to_pylist() for c in t.columns)))
+    assert [f.kind for f in faults_of(rows, keyed=2)] == ["several_current", "overlapping"]
