@@ -51,7 +51,8 @@ def test_threads_the_call_leaves_behind_end_with_the_child():
     started = time.monotonic()
     for _ in range(5):
         assert in_child(leaves_threads) == 7
-    assert _threads() == before
+    # at most as many: threads of other tests in this process may end meanwhile (CI saw 104 -> 83)
+    assert _threads() <= before
     assert time.monotonic() - started < 10  # the child does not wait for its threads
 
 
