@@ -23,11 +23,12 @@ import os
 import time
 from pathlib import Path
 
-import pymysql
 import pytest
 
 from tests.conftest import IS_CI
-from tests.fuzz_sql import Features, RunStats, Workload, execute, is_ddl, opens_transaction
+from tests.fuzz_run import SeedRun
+from tests.fuzz_run import root as _root
+from tests.fuzz_sql import RunStats
 from tests.unit.test_fuzz import parse_features, parse_seeds
 
 STATEMENTS = int(os.environ.get("CDC_FUZZ_STATEMENTS") or (250 if IS_CI else 400))
@@ -67,76 +68,6 @@ def _timeout() -> int:
 
 
 # ----------------------------------------------------------------------------- running a seed
-
-
-def _root(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-        charset="utf8mb4",
-    )
-
-
-class SeedRun:
-    """One seed in its own database: setup, then the statements (paced)."""
-
-    def __init__(self, stack, db: str, seed: int, statements: int, features: Features):
-        self.stack, self.db, self.seed = stack, db, seed
-        self.workload = Workload(seed, features)
-        self.setup_sql = self.workload.setup()
-        self.sql = list(self.workload.statements(statements)) + self.workload.finish()
-        self.stats = RunStats()
-
-    def create(self) -> None:
-        conn = _root(self.stack)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{self.db}`")
-                cur.execute(f"CREATE DATABASE `{self.db}` CHARACTER SET utf8mb4")
-                cur.execute(f"USE `{self.db}`")
-                execute(cur, self.setup_sql, self.stats)
-        finally:
-            conn.close()
-
-    def run(self, pace_s: float = 0.0, before_ddl=None) -> RunStats:
-        """``before_ddl(sql)``, if given, is called before each DDL statement, after an open
-        transaction was committed explicitly (the DDL's implicit commit, written the same
-        way to the binlog)."""
-        conn = _root(self.stack, self.db)
-        in_tx = False
-        try:
-            with conn.cursor() as cur:
-                for sql in self.sql:
-                    if before_ddl is not None and is_ddl(sql):
-                        if in_tx:
-                            cur.execute("COMMIT")
-                        before_ddl(sql)
-                    execute(cur, [sql], self.stats)
-                    in_tx = opens_transaction(sql) if opens_transaction(sql) is not None else in_tx
-                    if pace_s:
-                        time.sleep(pace_s)
-        finally:
-            conn.close()
-        return self.stats
-
-    def save(self, directory: Path) -> Path:
-        path = directory / f"fuzz-seed{self.seed}.sql"
-        path.write_text(
-            f"-- seed {self.seed}, database {self.db}\n" + "".join(s + ";\n" for s in self.setup_sql + self.sql)
-        )
-        return path
-
-    def drop(self) -> None:
-        conn = _root(self.stack)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{self.db}`")
-        finally:
-            conn.close()
 
 
 def _report(
