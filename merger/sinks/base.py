@@ -140,7 +140,7 @@ class Sink(abc.ABC):
         """Called once at start, before any write: ``owner`` (an id kept in the merger's
         state directory) is about to write this sink's tables. A sink whose tables another
         merger (another state directory) may write too fences the older writer here
-        (the Delta sink: merger/sinks/delta_writers.py); by default nothing."""
+        (the Delta sink: merger/sinks/delta/writers.py); by default nothing."""
 
     @abc.abstractmethod
     def apply(self, table: TableId, version: int, changes: Changes) -> bool:

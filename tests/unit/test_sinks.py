@@ -328,16 +328,16 @@ def test_delta_crash_between_table_and_tombstones(delta_store, delta_sink, monke
     s, t = delta_sink, fresh()
     s.ensure_table(t, SIMPLE, ["id"])
     s.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 5}]))
-    original = type(s)._merge_tombs
+    original = type(s.latest)._merge_tombs
 
     def crash(self, *a, **k):
         raise KeyboardInterrupt("killed")
 
-    monkeypatch.setattr(type(s), "_merge_tombs", crash)
+    monkeypatch.setattr(type(s.latest), "_merge_tombs", crash)
     deleting = batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}, {"id": 2, "_cdc_op": "d", "_cdc_seq": 9}])
     with pytest.raises(KeyboardInterrupt):
         s.apply(t, 2, deleting)
-    monkeypatch.setattr(type(s), "_merge_tombs", original)
+    monkeypatch.setattr(type(s.latest), "_merge_tombs", original)
     assert s.rows(t).num_rows == 0
     s2 = delta_store.sink(s.base)  # a restarted merger
     assert s2.apply(t, 2, deleting) is False  # already applied to the table...
@@ -369,7 +369,7 @@ def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_sto
     def crash(self, *a, **k):
         raise KeyboardInterrupt("killed")
 
-    monkeypatch.setattr(type(s), "_merge_tombs", crash)
+    monkeypatch.setattr(type(s.latest), "_merge_tombs", crash)
     with pytest.raises(KeyboardInterrupt):
         s.apply(t, 2, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}]))
     monkeypatch.undo()
@@ -396,15 +396,15 @@ def test_delta_commit_conflict_with_a_users_optimize_is_retried(delta_sink, monk
     s.ensure_table(t, SIMPLE, ["id"])
     for v in range(1, 6):
         s.apply(t, v, batch(SIMPLE, [{"id": v, "v": f"r{v}", "n": v, "_cdc_op": "c", "_cdc_seq": 10 * v}]))
-    original = type(s)._merge_main
+    original = type(s.latest)._merge_main
     races = []
 
     def users_optimize_first(self, *a, **k):
         if not races:
-            races.append(DeltaTable(self.table_path(t)).optimize.compact())
+            races.append(DeltaTable(self.handles.table_path(t)).optimize.compact())
         return original(self, *a, **k)
 
-    monkeypatch.setattr(type(s), "_merge_main", users_optimize_first)
+    monkeypatch.setattr(type(s.latest), "_merge_main", users_optimize_first)
     rows = [
         {"id": 1, "v": "upd", "n": 1, "_cdc_op": "u", "_cdc_seq": 100},
         {"id": 9, "v": "new", "_cdc_op": "c", "_cdc_seq": 101},
@@ -415,15 +415,15 @@ def test_delta_commit_conflict_with_a_users_optimize_is_retried(delta_sink, monk
     assert got == {1: "upd", 2: "r2", 3: "r3", 4: "r4", 5: "r5", 9: "new"}
 
     def another_writer_every_time(self, m, *a, **k):
-        row = DeltaTable(self.table_path(t)).to_pyarrow_table().slice(0, 1)
+        row = DeltaTable(self.handles.table_path(t)).to_pyarrow_table().slice(0, 1)
         # a row in the batch's key range: its file is one the MERGE must read
         foreign = row.set_column(0, "id", pa.array([2], row.schema.field("id").type))
-        write_deltalake(self.table_path(t), foreign, mode="append")
+        write_deltalake(self.handles.table_path(t), foreign, mode="append")
         races.append(1)
         return original(self, m, *a, **k)
 
-    monkeypatch.setattr(type(s), "_merge_main", another_writer_every_time)
-    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    monkeypatch.setattr(type(s.latest), "_merge_main", another_writer_every_time)
+    monkeypatch.setattr("merger.sinks.delta.latest.time.sleep", lambda s: None)
     with pytest.raises(TableFault, match="conflicted with another writer.*cdc resume"):
         s.apply(t, 7, batch(SIMPLE, [{"id": 2, "v": "u2", "n": 2, "_cdc_op": "u", "_cdc_seq": 200}]))
 
@@ -449,7 +449,7 @@ def test_delta_tombstones_written_only_when_they_change(delta_sink, monkeypatch)
     def must_not_write(self, *a, **k):
         raise AssertionError("a replay wrote the tombstones")
 
-    monkeypatch.setattr(type(s), "_merge_tombs", must_not_write)
+    monkeypatch.setattr(type(s.latest), "_merge_tombs", must_not_write)
     restarted = type(s)(s.base)
     for v in (5, 3):
         assert restarted.apply(t, v, batch(SIMPLE, [{"id": 9, "v": "x", "_cdc_op": "c", "_cdc_seq": 1}])) is False
@@ -493,7 +493,7 @@ def test_delta_merge_of_old_and_new_keys_skips_the_files_between(delta_sink, mon
     filter, a broken copy, it reads all ten)."""
     from deltalake import DeltaTable
 
-    import merger.sinks.delta as delta_module
+    import merger.sinks.delta.latest as delta_module
 
     if not ranges:
         monkeypatch.setattr(delta_module, "range_filter", lambda *a, **k: None)
@@ -675,7 +675,7 @@ def test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice(delta_store
     other = delta_store.sink(first.base)
     other.ensure_table(t, SIMPLE, ["id"])
     rows = [{"id": i, "v": f"r{i}", "n": i, "_cdc_op": "r", "_cdc_seq": 10} for i in range(1, 5)]
-    original, raced = type(first)._append_first, []
+    original, raced = type(first.latest)._append_first, []
 
     def the_other_writes_first(self, *a, **k):
         if not raced:
@@ -683,8 +683,8 @@ def test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice(delta_store
             other.apply(t, 1, batch(SIMPLE, rows))
         return original(self, *a, **k)
 
-    monkeypatch.setattr(type(first), "_append_first", the_other_writes_first)
-    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    monkeypatch.setattr(type(first.latest), "_append_first", the_other_writes_first)
+    monkeypatch.setattr("merger.sinks.delta.latest.time.sleep", lambda s: None)
     assert first.apply(t, 2, batch(SIMPLE, [{**r, "_cdc_seq": 12} for r in rows])) is True
     assert raced
     assert sorted((r["id"], r["v"]) for r in first.rows(t).to_pylist()) == [(i, f"r{i}") for i in range(1, 5)]
@@ -695,7 +695,7 @@ def test_delta_a_second_merger_takes_over_and_the_first_is_fenced(delta_store, d
     one that claimed last writes; the older stops at its next write to a table the newer
     wrote (SinkFenced, not retried), before committing anything. A restarted merger (same
     state directory, same owner id) keeps its epoch and replays its own batch."""
-    from merger.sinks.delta_writers import SinkFenced
+    from merger.sinks.delta.writers import SinkFenced
 
     first, t = delta_sink, fresh()
     first.claim_writer("state-a")
@@ -725,7 +725,7 @@ def test_delta_an_older_merger_writing_after_the_takeover_stops_the_newer(delta_
     """The newer merger read the table's version before the older one's last write: its own
     version is not above the table's any more. Applying it would be skipped as a replay (a
     lost batch), so the newer one stops instead, and no write interleaves."""
-    from merger.sinks.delta_writers import SinkFenced
+    from merger.sinks.delta.writers import SinkFenced
 
     first, t = delta_sink, fresh()
     first.claim_writer("state-a")
@@ -740,7 +740,7 @@ def test_delta_an_older_merger_writing_after_the_takeover_stops_the_newer(delta_
 
 
 def test_delta_writer_epochs():
-    from merger.sinks.delta_writers import next_epoch, verdict
+    from merger.sinks.delta.writers import next_epoch, verdict
 
     assert next_epoch([], "a") == (1, True)
     claims = [{"owner": "a", "epoch": 1}, {"owner": "b", "epoch": 2}]
@@ -786,7 +786,7 @@ def test_delta_a_takeover_between_the_fence_check_and_the_commit_fails_that_comm
     """The newer merger commits after the older one checked the epoch and before its
     commit: both commits carry the app transaction cdc-writer, so the older one's fails as a
     conflict; its retry reads the newer epoch and stops. Nothing of the older lands after."""
-    from merger.sinks.delta_writers import SinkFenced
+    from merger.sinks.delta.writers import SinkFenced
 
     older, t = delta_sink, fresh()
     older.claim_writer("state-a")
@@ -796,16 +796,16 @@ def test_delta_a_takeover_between_the_fence_check_and_the_commit_fails_that_comm
     newer = delta_store.sink(older.base)
     newer.claim_writer("state-b")
     newer.ensure_table(t, SIMPLE, ["id"])
-    original, raced = type(older)._merge_main, []
+    original, raced = type(older.latest)._merge_main, []
 
     def newer_commits_first(self, *a, **k):
-        if self is older and not raced:
+        if self is older.latest and not raced:
             raced.append(1)
             newer.apply(t, 1_000_001, batch(SIMPLE, [{"id": 2, "v": "new", "n": 2, "_cdc_op": "c", "_cdc_seq": 5}]))
         return original(self, *a, **k)
 
-    monkeypatch.setattr(type(older), "_merge_main", newer_commits_first)
-    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    monkeypatch.setattr(type(older.latest), "_merge_main", newer_commits_first)
+    monkeypatch.setattr("merger.sinks.delta.latest.time.sleep", lambda s: None)
     with pytest.raises(SinkFenced, match="a newer merger"):
         older.apply(t, 2, batch(SIMPLE, [{"id": 3, "v": "old", "n": 3, "_cdc_op": "c", "_cdc_seq": 9}]))
     assert raced
