@@ -150,13 +150,6 @@ class Sink(abc.ABC):
     def truncate(self, table: TableId, version: int) -> bool:
         """Empty the table and its tombstones; False if ``version`` was already applied."""
 
-    @abc.abstractmethod
-    def rows(self, table: TableId) -> pa.Table:
-        """The current user-visible rows (no cdc columns)."""
-
-    def count(self, table: TableId) -> int:
-        return self.rows(table).num_rows
-
     # Reads for `cdc verify` (merger/verify/chunked.py). Keys and bounds are tuples of canonical
     # values (merger.schema) of ``key_columns``, in that order.
 

@@ -171,12 +171,6 @@ class DeltaSink(KeepsRows, Sink):
 
     # ------------------------------------------------------------------ read back
 
-    def rows(self, table) -> pa.Table:
-        return self.reads.rows(table)
-
-    def count(self, table) -> int:
-        return self.reads.count(table)
-
     def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
         return self.reads.rows_in_range(table, key_columns, lo, hi)
 
