@@ -69,6 +69,7 @@ from cdc import stack as local_stack  # noqa: E402
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config  # noqa: E402
 from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E402
 from tests.procfs import rss_kb as _rss_kb  # noqa: E402
+from tests.support import readback  # noqa: E402
 
 DB = "bench_merger"
 BIG = "big"
@@ -568,7 +569,7 @@ class Run:
                     ).fetchone()[0]
             from merger.sinks.delta import DeltaSink
 
-            return DeltaSink(str(self.delta_base)).count((DB, table))
+            return readback.count(DeltaSink(str(self.delta_base)), (DB, table))
         except Exception:
             return None
 

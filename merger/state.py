@@ -106,7 +106,7 @@ class StateStore:
 
     def writer_id(self) -> str:
         """This state directory's id, made once: the owner of its merger's claims on the
-        sinks' tables (merger/sinks/delta_writers.py), the same after every restart."""
+        sinks' tables (merger/sinks/delta/writers.py), the same after every restart."""
         path = self.root / "writer.json"
         found = read_json(path, {}) or {}
         if not found.get("id"):

@@ -21,6 +21,7 @@ from merger.verify.sinks import DeltaReader, PostgresReader
 from merger.verify.source import SourceReader
 from merger.verify.table import compare_tables
 from tests.ingest_harness import IngestProcess, set_dotted
+from tests.support import readback
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,7 +251,7 @@ class SinkChecker:
             conn.close()
         for name, sink in (("delta", self.delta), ("postgres", self.pg)):
             try:
-                out[name] = sink.count((db, table))
+                out[name] = readback.count(sink, (db, table))
             except Exception:
                 out[name] = None
         return out

@@ -140,7 +140,7 @@ class Sink(abc.ABC):
         """Called once at start, before any write: ``owner`` (an id kept in the merger's
         state directory) is about to write this sink's tables. A sink whose tables another
         merger (another state directory) may write too fences the older writer here
-        (the Delta sink: merger/sinks/delta_writers.py); by default nothing."""
+        (the Delta sink: merger/sinks/delta/writers.py); by default nothing."""
 
     @abc.abstractmethod
     def apply(self, table: TableId, version: int, changes: Changes) -> bool:
@@ -149,13 +149,6 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def truncate(self, table: TableId, version: int) -> bool:
         """Empty the table and its tombstones; False if ``version`` was already applied."""
-
-    @abc.abstractmethod
-    def rows(self, table: TableId) -> pa.Table:
-        """The current user-visible rows (no cdc columns)."""
-
-    def count(self, table: TableId) -> int:
-        return self.rows(table).num_rows
 
     # Reads for `cdc verify` (merger/verify/chunked.py). Keys and bounds are tuples of canonical
     # values (merger.schema) of ``key_columns``, in that order.

@@ -397,9 +397,9 @@ class DeltaReader:
 
     def path(self, db: str, table: str) -> str:
         # where the sink keeps a table (its path rule only needs ``base``; no values)
-        from merger.sinks.delta import DeltaSink
+        from merger.sinks.delta.paths import table_path
 
-        return DeltaSink.table_path(self, (db, table))
+        return table_path(self.base, (db, table))
 
     def _open(self, db: str, table: str):
         from deltalake import DeltaTable
@@ -618,9 +618,10 @@ class DeltaReader:
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
-        from merger.sinks.delta import DeltaSink, steps_done
+        from merger.sinks.delta.meta import steps_done
+        from merger.sinks.delta.paths import tombstone_path
 
-        path = DeltaSink.tombstone_path(self, (db, table))
+        path = tombstone_path(self.base, (db, table))
         deadline = time.monotonic() + TOMBSTONE_WAIT_S
         while True:
             main = self._open(db, table)

@@ -34,6 +34,7 @@ from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import read_records
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.support import readback
 from tests.unit.test_bad_input import _cli
 
 
@@ -249,9 +250,9 @@ def test_drop_table_lets_a_sink_start_the_table_anew(kind, stack, tmp_path, uniq
         sink.drop_table(table)
         sink.drop_table(TableId(f"drop_{unique_name}", "never_created"))  # no-op
         assert sink.ensure_table(table, narrow, ["id"]) == ["created"]
-        assert sink.rows(table).num_rows == 0
+        assert readback.rows(sink, table).num_rows == 0
         assert sink.apply(table, 1, changes(narrow, [2, 4], 50))  # fresh versions and sequences
-        rows = sink.rows(table)
+        rows = readback.rows(sink, table)
         assert sorted(rows.column("id").to_pylist()) == [2, 4]
         assert rows.schema.field("b").type == pa.int32()
     finally:

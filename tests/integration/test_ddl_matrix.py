@@ -18,6 +18,7 @@ from tests.ingest_harness import IngestProcess, write_config
 from tests.kafka_util import read_records
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
 from tests.source_db import root_connection
+from tests.support import readback
 
 pytestmark = pytest.mark.integration
 
@@ -152,7 +153,7 @@ def _wait(condition, what: str, timeout_s: float, merger) -> None:
 
 def _assert_empty(checker: SinkChecker, db: str, table: str, merger, timeout_s: float = 120) -> None:
     def empty():
-        counts = [sink.count((db, table)) for sink in (checker.delta, checker.pg)]
+        counts = [readback.count(sink, (db, table)) for sink in (checker.delta, checker.pg)]
         return all(c == 0 for c in counts)
 
     _wait(empty, f"the sink tables of {db}.{table} emptied", timeout_s, merger)
@@ -214,7 +215,7 @@ def test_every_ddl_leaves_every_sink_equal_to_the_source(stack, tmp_path, unique
         # the columns the source no longer has are gone from the sinks too
         for sink in (checker.delta, checker.pg):
             for table, gone in (("ren_col", "old_name"), ("drop_col", "gone"), ("big", "v")):
-                assert gone not in sink.rows((db, table)).column_names, (type(sink).__name__, table)
+                assert gone not in readback.rows(sink, (db, table)).column_names, (type(sink).__name__, table)
         assert ingest.alive()
     finally:
         merger.stop()
@@ -253,7 +254,7 @@ def test_on_drop_keep_leaves_the_rows_of_a_dropped_table(stack, tmp_path, unique
         )
 
         def merged(sink):
-            rows = {r["id"]: r["v"] for r in sink.rows((db, "t")).to_pylist()}
+            rows = {r["id"]: r["v"] for r in readback.rows(sink, (db, "t")).to_pylist()}
             return len(rows) == 60 and all(rows[i] == ("old" if i < 40 else "new") for i in rows)
 
         # the sinks are written in parallel: each is waited for on its own

@@ -244,7 +244,7 @@ def _writer_epoch(s3, base: str, db: str) -> int | None:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    from merger.sinks.delta_writers import WRITER_APP
+    from merger.sinks.delta.writers import WRITER_APP
 
     try:
         return DeltaTable(f"{base}/{db}/items", storage_options=s3_options(s3)).transaction_version(WRITER_APP)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from merger.history.modes import COMMIT_US, ChangelogMode, SCD2Mode, TableModes
 from merger.sinks import SinkError, TableId
 from merger.sinks.base import TableCut, TableFault
+from tests.support import readback
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +143,7 @@ def test_versions_in_place_updates_deletes_truncate_and_replays(tmp_path):
     ]
     changes = snap + b2 + [("t", None, None, None, 16, 6_000_000), ("c", 2, "b2", 9, 17, 7_000_000)]
     assert got == _model(changes, {"v"})
-    assert sink.count(t) == 5 and sink.rows(t).num_rows == 5
+    assert readback.count(sink, t) == 5 and readback.rows(sink, t).num_rows == 5
     with pytest.raises(SinkError, match="no latest state"):
         sink.rows_with_keys(t, ["id"], [(1,)])
 

@@ -33,6 +33,7 @@ from merger.state import StateStore
 from tests.conftest import IS_CI, ROOT
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, create_mixed_tables, write_merger_config
+from tests.support import readback
 
 pytestmark = pytest.mark.integration
 
@@ -491,7 +492,7 @@ def test_postgres_sink_maps_a_stopped_server_to_sink_unavailable(stack, unique_n
         finally:
             _start(stack, "postgres")
         assert sink.apply(table, 2, changes(2))  # the same write, once it is back
-        assert sink.rows(table).to_pylist() == [{"id": 1, "v": "v2"}, {"id": 2, "v": "x"}]
+        assert readback.rows(sink, table).to_pylist() == [{"id": 1, "v": "v2"}, {"id": 2, "v": "x"}]
     finally:
         sink.close()
 

@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from cdc import stack as local_stack
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.support import readback
 
 pytestmark = pytest.mark.integration
 
@@ -164,7 +165,7 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
             merger,
         )
         for name, sink in (("delta", checker.delta), ("postgres", checker.pg)):
-            ids = set(sink.rows((db, "t")).column("id").to_pylist())
+            ids = set(readback.rows(sink, (db, "t")).column("id").to_pylist())
             assert set(range(1, 51)) <= ids, name
             assert not ids & set(range(51, 101)), name
 

@@ -11,6 +11,7 @@ import pytest
 
 from merger.processor import BatchProcessor
 from merger.state import StateStore
+from tests.support import readback
 from tests.unit.test_processor import ORIGIN, PREFIX, UNIQUE, UniqueStream, unique_change
 
 
@@ -49,5 +50,5 @@ def test_a_key_from_a_second_origin_pauses_and_a_moved_one_applies(tmp_path, row
     proc.process(2, s.batch())
     rt = proc.tables.get(name)
     assert rt.phase == "paused" and "key 2" in rt.error and "a/db.t" in rt.error and "b/db.t" in rt.error
-    rows = sorted((r["id"], r["v"], r[ORIGIN]) for r in row_sink.rows((unique_name, "t")).to_pylist())
+    rows = sorted((r["id"], r["v"], r[ORIGIN]) for r in readback.rows(row_sink, (unique_name, "t")).to_pylist())
     assert rows == [(1, "b1", "b/db.t"), (2, "a2", "a/db.t")]

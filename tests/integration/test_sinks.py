@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from merger.sinks import IncompatibleSchemaChange, SinkError, SinkUnavailable, TableId
 from merger.sinks import types as T
 from tests.changelog_reader import changelog_rows
+from tests.support import readback
 from tests.unit.test_sinks import (
     ALL_ROWS,
     ALL_TYPES,
@@ -90,10 +91,10 @@ def test_apply_replay_and_no_resurrection(any_sink):
     )
     assert s.applied_version(t) == 1
     expected = [{"id": 1, "v": "a", "n": 1}, {"id": 2, "v": "b2", "n": 22}]
-    assert sorted_rows(s.rows(t), ["id"]) == expected
+    assert sorted_rows(readback.rows(s, t), ["id"]) == expected
     # a replay of version 1 with other content changes nothing
     assert not s.apply(t, 1, batch(SIMPLE, [{"id": 9, "v": "x", "_cdc_op": "c", "_cdc_seq": 99}]))
-    assert sorted_rows(s.rows(t), ["id"]) == expected
+    assert sorted_rows(readback.rows(s, t), ["id"]) == expected
     assert s.apply(
         t,
         2,
@@ -106,10 +107,10 @@ def test_apply_replay_and_no_resurrection(any_sink):
             ],
         ),
     )
-    assert sorted_rows(s.rows(t), ["id"]) == [{"id": 2, "v": "b2", "n": 22}]
+    assert sorted_rows(readback.rows(s, t), ["id"]) == [{"id": 2, "v": "b2", "n": 22}]
     # an older change never resurrects the deleted row 1, a newer one does
     assert s.apply(t, 3, batch(SIMPLE, [{"id": 1, "v": "zombie", "n": 0, "_cdc_op": "r", "_cdc_seq": 10}]))
-    assert sorted_rows(s.rows(t), ["id"]) == [{"id": 2, "v": "b2", "n": 22}]
+    assert sorted_rows(readback.rows(s, t), ["id"]) == [{"id": 2, "v": "b2", "n": 22}]
     assert s.apply(
         t,
         4,
@@ -121,19 +122,19 @@ def test_apply_replay_and_no_resurrection(any_sink):
             ],
         ),
     )
-    assert sorted_rows(s.rows(t), ["id"]) == [
+    assert sorted_rows(readback.rows(s, t), ["id"]) == [
         {"id": 1, "v": "back", "n": 5},
         {"id": 2, "v": "b2", "n": 22},
         {"id": 3, "v": "new", "n": 8},
     ]
-    assert s.count(t) == 3
+    assert readback.count(s, t) == 3
     # truncate: empties, forgets tombstones, idempotent by version
     assert s.truncate(t, 5)
-    assert s.rows(t).num_rows == 0
+    assert readback.rows(s, t).num_rows == 0
     assert not s.truncate(t, 5)
     assert not s.apply(t, 4, batch(SIMPLE, [{"id": 7, "v": "x", "_cdc_op": "c", "_cdc_seq": 1}]))
     assert s.apply(t, 6, batch(SIMPLE, [{"id": 3, "v": "again", "n": 1, "_cdc_op": "c", "_cdc_seq": 2}]))
-    assert sorted_rows(s.rows(t), ["id"]) == [{"id": 3, "v": "again", "n": 1}]
+    assert sorted_rows(readback.rows(s, t), ["id"]) == [{"id": 3, "v": "again", "n": 1}]
     assert s.apply(t, 7, batch(SIMPLE, []))  # an empty batch still records its version
     assert s.applied_version(t) == 7
 
@@ -163,11 +164,11 @@ def test_hostile_identifiers(any_sink):
         {"order id": 2, 'va"l`ue': None, "größe": -1, "select": "\\.", "a,b;c{d}(e)=f": False},
     ]
     assert s.apply(t, 1, batch(HOSTILE, [dict(r, _cdc_op="c", _cdc_seq=i) for i, r in enumerate(rows)]))
-    assert sorted_rows(s.rows(t), ["order id", "select"]) == sorted_rows(
+    assert sorted_rows(readback.rows(s, t), ["order id", "select"]) == sorted_rows(
         pa.Table.from_pylist(rows), ["order id", "select"]
     )
     assert s.apply(t, 2, batch(HOSTILE, [{"order id": 1, "select": "x", "_cdc_op": "d", "_cdc_seq": 10}]))
-    assert s.count(t) == 2
+    assert readback.count(s, t) == 2
 
 
 def test_schema_evolution(any_sink):
@@ -201,7 +202,7 @@ def test_schema_evolution(any_sink):
             ],
         ),
     )
-    assert sorted_rows(s.rows(t), ["id"]) == [
+    assert sorted_rows(readback.rows(s, t), ["id"]) == [
         {"id": 1, "amount": decimal.Decimal("12.34"), "name": "a", "added": None},
         {"id": 2**40, "amount": decimal.Decimal("999999999999.99"), "name": "big", "added": 1.5},
     ]
@@ -211,7 +212,7 @@ def test_schema_evolution(any_sink):
     s.apply(t, 3, batch(v3, [{"id": 1, "amount": decimal.Decimal("1"), "_cdc_op": "u", "_cdc_seq": 3}]))
     # (the changelog's records are whole after images: a dropped column is simply absent)
     kept = None if hasattr(s, "prefix") else "a"
-    assert sorted_rows(s.rows(t), ["id"])[0] == {
+    assert sorted_rows(readback.rows(s, t), ["id"])[0] == {
         "id": 1,
         "amount": decimal.Decimal("1.00"),
         "name": kept,
@@ -229,7 +230,7 @@ def test_schema_evolution(any_sink):
     with pytest.raises(IncompatibleSchemaChange, match="'amount'"):
         s.ensure_table(t, pa.schema([("id", pa.int64()), ("amount", pa.decimal128(14, 4))]), ["id"])
     # nothing of the refused changes was applied
-    assert sorted_rows(s.rows(t), ["id"])[1]["amount"] == decimal.Decimal("999999999999.99")
+    assert sorted_rows(readback.rows(s, t), ["id"])[1]["amount"] == decimal.Decimal("999999999999.99")
 
 
 def test_decimal_scale_widening(table_sink):
@@ -243,7 +244,7 @@ def test_decimal_scale_widening(table_sink):
         + ("numeric(10,2) -> numeric(12,4)" if hasattr(s, "settings") else "decimal128(10, 2) -> decimal128(12, 4)")
     ]
     s.apply(t, 2, batch(v2, [{"id": 2, "amount": decimal.Decimal("0.0001"), "_cdc_op": "c", "_cdc_seq": 2}]))
-    assert [r["amount"] for r in sorted_rows(s.rows(t), ["id"])] == [
+    assert [r["amount"] for r in sorted_rows(readback.rows(s, t), ["id"])] == [
         decimal.Decimal("12345678.9100"),
         decimal.Decimal("0.0001"),
     ]
@@ -305,7 +306,7 @@ def test_type_mapping_round_trip(kind, request):
     rows = [dict(r, _cdc_op="r", _cdc_seq=1) for r in ALL_ROWS]
     data = batch(ALL_TYPES, rows)
     assert s.apply(t, 1, data)
-    got = sorted_rows(s.rows(t), ["id"])
+    got = sorted_rows(readback.rows(s, t), ["id"])
     for g in got:
         if g["tstz"] is not None:
             g["tstz"] = g["tstz"].astimezone(dt.timezone.utc)
@@ -336,7 +337,7 @@ def test_postgres_binary_copy_round_trip(pg_sink, monkeypatch):
         pg_sink.ensure_table(t, schema, ["id"])
         rows = [dict({k: v for k, v in r.items() if k in schema.names}, _cdc_op=op, _cdc_seq=1) for r in ALL_ROWS]
         assert pg_sink.apply(t, 1, batch(schema, rows))
-        got = sorted_rows(pg_sink.rows(t), ["id"])
+        got = sorted_rows(readback.rows(pg_sink, t), ["id"])
         for g in got:
             if g["tstz"] is not None:
                 g["tstz"] = g["tstz"].astimezone(dt.timezone.utc)
@@ -395,7 +396,7 @@ def test_postgres_snapshot_copy_path_matches_model(pg_sink, monkeypatch, steps):
             if held is None or c["_cdc_seq"] > held[0]:
                 model[k] = (c["_cdc_seq"], None if c["_cdc_op"] == "d" else {"k": k, "val": c["val"]})
         live = sorted((r for _, r in model.values() if r is not None), key=lambda r: r["k"])
-        assert sorted_rows(pg_sink.rows(t), ["k"]) == live, step
+        assert sorted_rows(readback.rows(pg_sink, t), ["k"]) == live, step
 
 
 # ----------------------------------------------------------------------------- PostgreSQL specifics
@@ -425,7 +426,7 @@ def test_postgres_failed_batch_rolls_back_everything(pg_sink, stack):
     with pytest.raises(SinkError):
         s.apply(t, 2, overflow)  # does not fit the integer column
     assert s.applied_version(t) == 1
-    assert sorted_rows(s.rows(t), ["id"]) == [{"id": 1, "v": "a", "n": None}]
+    assert sorted_rows(readback.rows(s, t), ["id"]) == [{"id": 1, "v": "a", "n": None}]
 
 
 NUL_SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("j", pa.json_())])
@@ -452,7 +453,7 @@ def test_postgres_nul_policy_strips_or_replaces_text_and_jsonb(stack, policy, ch
         s.ensure_table(t, NUL_SCHEMA, ["id"])
         rows = [dict(r, _cdc_op="r") for r in NUL_ROWS] if fast else NUL_ROWS
         assert s.apply(t, 1, batch(NUL_SCHEMA, rows))
-        got = {r["id"]: r for r in s.rows(t).to_pylist()}
+        got = {r["id"]: r for r in readback.rows(s, t).to_pylist()}
     finally:
         s.close()
     assert got[1]["v"] == f"a{char}b" and got[2]["v"] == char and got[3]["v"] == "plain"
@@ -470,7 +471,7 @@ def test_postgres_nul_policy_pause_refuses_the_batch(stack):
         with pytest.raises(UnstorableValue) as e:
             s.apply(t, 1, batch(NUL_SCHEMA, NUL_ROWS))
         assert f"table {t}: key {{'id': 1}}: column 'v'" in str(e.value)
-        assert s.applied_version(t) is None and s.count(t) == 0
+        assert s.applied_version(t) is None and readback.count(s, t) == 0
         # the delete of a row whose before image holds a NUL is stored (only its key is)
         assert s.apply(t, 2, batch(NUL_SCHEMA, [{"id": 1, "v": "a\x00", "_cdc_op": "d", "_cdc_seq": 5}]))
     finally:
@@ -557,7 +558,7 @@ def test_kafka_changelog_records_restart_and_partitioning(stack):
                 ],
             ),
         )
-        rows = sorted_rows(s2.rows(t), ["id"])
+        rows = sorted_rows(readback.rows(s2, t), ["id"])
     finally:
         s2.close()
         s.close()
@@ -603,7 +604,7 @@ def test_truncate_of_one_origin(any_sink):
     )
     s.apply(t, 2, batch(schema, [{"id": 0, "__cdc_origin": "s2/d.o_0", "_cdc_op": "d", "_cdc_seq": 6}]))
     assert s.truncate_origin(t, 3, "__cdc_origin", "s2/d.o_0")
-    held = lambda: sorted((r["__cdc_origin"], r["id"], r["v"]) for r in s.rows(t).to_pylist())  # noqa: E731
+    held = lambda: sorted((r["__cdc_origin"], r["id"], r["v"]) for r in readback.rows(s, t).to_pylist())  # noqa: E731
     assert held() == sorted((o, i, "x") for o in ("s1/d.o_0", "s2/d.o_01") for i in range(3))
     # the origin's tombstones went too, as after a truncate: its deleted key is taken at any sequence
     s.apply(t, 4, batch(schema, [{"id": 0, "__cdc_origin": "s2/d.o_0", "v": "new", "_cdc_op": "c", "_cdc_seq": 1}]))
@@ -674,7 +675,7 @@ def test_kafka_changelog_writes_bits_as_debezium_does(stack):
     s.close()
     s2 = KafkaChangelogSink(stack.kafka.bootstrap, s.prefix)
     try:
-        assert s2.rows(t).to_pylist() == [{"id": 1, "b": b"\x0c\x61", "raw": b"\x0c\x61"}]
+        assert readback.rows(s2, t).to_pylist() == [{"id": 1, "b": b"\x0c\x61", "raw": b"\x0c\x61"}]
     finally:
         s2.close()
 

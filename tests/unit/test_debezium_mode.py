@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from cdc.wire.position import EventPosition
 from merger.sources.debezium_topics import DebeziumReplayFilter, signal_row
+from tests.support import readback
 
 P = EventPosition
 
@@ -212,7 +213,7 @@ def test_batch_of_debezium_records_into_delta(tmp_path):
     # the first change after the snapshot may carry the snapshot's very position
     k.event(name, "u", 1, {"v": "s1"}, {"id": 1, "v": "changed"}, 400)
     proc.process(1, k.take())
-    got = {r["id"]: r["v"] for r in sink.rows(("shop", "t")).to_pylist()}
+    got = {r["id"]: r["v"] for r in readback.rows(sink, ("shop", "t")).to_pylist()}
     assert len(got) == 20 and got[1] == "changed"
 
     # a key change (delete + tombstone + create at one position), a multi-row event,
@@ -233,7 +234,7 @@ def test_batch_of_debezium_records_into_delta(tmp_path):
     for r in batch.slice(batch.num_rows - 3).to_pylist():
         k.add(r["topic"], json.loads(r["key"]), json.loads(r["value"]))
     proc.process(3, k.take())
-    got = {r["id"]: r["v"] for r in sink.rows(("shop", "t")).to_pylist()}
+    got = {r["id"]: r["v"] for r in readback.rows(sink, ("shop", "t")).to_pylist()}
     assert 2 not in got and got[200] == "s2" and got[3] == "x" and got[4] == "y" and got[5] == "late"
     assert len(got) == 20
     # 20 initial + 4 incremental + the replayed r of key 200 (at the highest position of
@@ -245,7 +246,7 @@ def test_batch_of_debezium_records_into_delta(tmp_path):
     )
     k.event(name, "u", 5, {"v": "late"}, {"id": 5, "v": "later"}, 2000)
     proc2.process(4, k.take())
-    assert {r["id"]: r["v"] for r in sink.rows(("shop", "t")).to_pylist()}[5] == "later"
+    assert {r["id"]: r["v"] for r in readback.rows(sink, ("shop", "t")).to_pylist()}[5] == "later"
     # a truncate (one record, one partition) empties the table and asks Debezium for a
     # snapshot, which brings back rows written after it that another partition delivered
     # before it
@@ -264,7 +265,7 @@ def test_batch_of_debezium_records_into_delta(tmp_path):
     store = StateStore(tmp_path / "state")
     store.take_requests()
     proc2.process(5, k.take())
-    assert sink.rows(("shop", "t")).to_pylist() == [{"id": 7, "v": "after truncate"}]
+    assert readback.rows(sink, ("shop", "t")).to_pylist() == [{"id": 7, "v": "after truncate"}]
     assert [(r["action"], r["table"]) for r in store.take_requests()] == [("snapshot", "shop.t")]
 
 

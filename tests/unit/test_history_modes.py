@@ -29,6 +29,7 @@ from merger.records import ParsedRecord, change_event, commit_us_of, decode
 from merger.schema import SourceModes
 from merger.sources import source_kind
 from merger.tables import TableRuntime
+from tests.support import readback
 
 
 def _load(tmp_path, sinks: dict) -> MergerConfig:
@@ -317,7 +318,7 @@ def test_a_latest_delta_table_takes_batches_that_carry_the_commit_time(tmp_path)
 
     assert sink.apply(("db", "t"), 1, batch([(1, "a", "r", 5), (2, "b", "r", 5)]))
     assert sink.apply(("db", "t"), 2, batch([(1, "a2", "u", 6), (2, None, "d", 7), (3, "c", "c", 8)]))
-    rows = sorted(sink.rows(("db", "t")).to_pylist(), key=lambda r: r["id"])
+    rows = sorted(readback.rows(sink, ("db", "t")).to_pylist(), key=lambda r: r["id"])
     assert rows == [{"id": 1, "v": "a2"}, {"id": 3, "v": "c"}]
 
 

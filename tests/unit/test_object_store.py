@@ -114,7 +114,7 @@ def test_a_timeout_deep_in_a_long_store_error_is_a_sink_unavailable():
         "5.001145427s - HTTP error\n  ↳ error sending request\n   ↳ operation timed out"
     )
     assert str(exc).index("sending request") > 400
-    err = sink._io_error(exc, "s3://cdc/t1659e7d3/s3h_t1659e7d3/items")
+    err = sink.handles.io_error(exc, "s3://cdc/t1659e7d3/s3h_t1659e7d3/items")
     assert isinstance(err, SinkUnavailable) and "is unreachable" in str(err) and len(str(err)) < 500
-    other = sink._io_error(OSError("Generic S3 error: Access Denied"), "s3://b/p/db/items")
+    other = sink.handles.io_error(OSError("Generic S3 error: Access Denied"), "s3://b/p/db/items")
     assert not isinstance(other, SinkUnavailable) and "Access Denied" in str(other)

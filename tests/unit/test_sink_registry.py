@@ -48,7 +48,7 @@ def test_builds_the_configured_sinks_in_build_order(tmp_path, sections):
 def test_delta_sink_gets_its_settings(tmp_path):
     cfg = MergerConfig(sinks={"delta": {"path": str(tmp_path / "d"), "compact_every_commits": 7}})
     (sink,) = registry.build_sinks(cfg)
-    assert sink.compact_every_commits == 7
+    assert sink.handles.compact_every_commits == 7
 
 
 def test_none_configured_is_one_line(tmp_path):

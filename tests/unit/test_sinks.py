@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from merger.sinks import SinkError, TableId
 from merger.sinks import types as T
 from merger.sinks.base import latest_per_key
+from tests.support import readback
 
 OPS = pa.schema([("_cdc_op", pa.string()), ("_cdc_seq", pa.int64())])
 
@@ -267,7 +268,7 @@ def run_model(sink, steps) -> None:
                 continue
             assert sink.truncate(t, 1 + step[1] % version) is False
         live = sorted((r for _, r in model.values() if r is not None), key=lambda r: (r["k"], r["name"]))
-        assert sorted_rows(sink.rows(t), ["k", "name"]) == live, step
+        assert sorted_rows(readback.rows(sink, t), ["k", "name"]) == live, step
     assert sink.applied_version(t) == (version or None)
 
 
@@ -309,7 +310,7 @@ def test_delta_small_files_are_compacted_every_n_batches(delta_store, every):
             expected.pop(r["id"], None)
             if r["_cdc_op"] != "d":
                 expected[r["id"]] = {"id": r["id"], "v": r["v"], "n": r["n"]}
-    assert sorted_rows(s.rows(t), ["id"]) == sorted(expected.values(), key=lambda r: r["id"])
+    assert sorted_rows(readback.rows(s, t), ["id"]) == sorted(expected.values(), key=lambda r: r["id"])
     assert s.applied_version(t) == 25
     assert s.apply(t, 20, batch(SIMPLE, [{"id": 99, "v": "x", "_cdc_op": "c", "_cdc_seq": 1}])) is False
     operations = [h["operation"] for h in delta_store.table(s.table_path(t)).history()]
@@ -328,17 +329,17 @@ def test_delta_crash_between_table_and_tombstones(delta_store, delta_sink, monke
     s, t = delta_sink, fresh()
     s.ensure_table(t, SIMPLE, ["id"])
     s.apply(t, 1, batch(SIMPLE, [{"id": 1, "v": "a", "n": 1, "_cdc_op": "c", "_cdc_seq": 5}]))
-    original = type(s)._merge_tombs
+    original = type(s.latest)._merge_tombs
 
     def crash(self, *a, **k):
         raise KeyboardInterrupt("killed")
 
-    monkeypatch.setattr(type(s), "_merge_tombs", crash)
+    monkeypatch.setattr(type(s.latest), "_merge_tombs", crash)
     deleting = batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}, {"id": 2, "_cdc_op": "d", "_cdc_seq": 9}])
     with pytest.raises(KeyboardInterrupt):
         s.apply(t, 2, deleting)
-    monkeypatch.setattr(type(s), "_merge_tombs", original)
-    assert s.rows(t).num_rows == 0
+    monkeypatch.setattr(type(s.latest), "_merge_tombs", original)
+    assert readback.rows(s, t).num_rows == 0
     s2 = delta_store.sink(s.base)  # a restarted merger
     assert s2.apply(t, 2, deleting) is False  # already applied to the table...
     s2.apply(
@@ -352,7 +353,7 @@ def test_delta_crash_between_table_and_tombstones(delta_store, delta_sink, monke
             ],
         ),
     )
-    assert s2.rows(t).num_rows == 0  # ...and the tombstones were completed
+    assert readback.rows(s2, t).num_rows == 0  # ...and the tombstones were completed
 
 
 def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_store, delta_sink, monkeypatch):
@@ -369,7 +370,7 @@ def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_sto
     def crash(self, *a, **k):
         raise KeyboardInterrupt("killed")
 
-    monkeypatch.setattr(type(s), "_merge_tombs", crash)
+    monkeypatch.setattr(type(s.latest), "_merge_tombs", crash)
     with pytest.raises(KeyboardInterrupt):
         s.apply(t, 2, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}]))
     monkeypatch.undo()
@@ -378,10 +379,10 @@ def test_delta_newer_write_over_unfinished_tombstones_pauses_the_table(delta_sto
     for version in (3, 1_000_000):  # a newer batch, or a new state_dir's versions
         with pytest.raises(TableFault, match="tombstones of version 2 were never written.*cdc snapshot"):
             s2.apply(t, version, zombie)
-    assert s2.rows(t).num_rows == 0  # the deleted row stays deleted
+    assert readback.rows(s2, t).num_rows == 0  # the deleted row stays deleted
     assert s2.apply(t, 2, batch(SIMPLE, [{"id": 1, "_cdc_op": "d", "_cdc_seq": 6}])) is False  # the replay mends it
     s2.apply(t, 3, zombie)
-    assert s2.rows(t).num_rows == 0
+    assert readback.rows(s2, t).num_rows == 0
 
 
 def test_delta_commit_conflict_with_a_users_optimize_is_retried(delta_sink, monkeypatch):
@@ -396,34 +397,34 @@ def test_delta_commit_conflict_with_a_users_optimize_is_retried(delta_sink, monk
     s.ensure_table(t, SIMPLE, ["id"])
     for v in range(1, 6):
         s.apply(t, v, batch(SIMPLE, [{"id": v, "v": f"r{v}", "n": v, "_cdc_op": "c", "_cdc_seq": 10 * v}]))
-    original = type(s)._merge_main
+    original = type(s.latest)._merge_main
     races = []
 
     def users_optimize_first(self, *a, **k):
         if not races:
-            races.append(DeltaTable(self.table_path(t)).optimize.compact())
+            races.append(DeltaTable(self.handles.table_path(t)).optimize.compact())
         return original(self, *a, **k)
 
-    monkeypatch.setattr(type(s), "_merge_main", users_optimize_first)
+    monkeypatch.setattr(type(s.latest), "_merge_main", users_optimize_first)
     rows = [
         {"id": 1, "v": "upd", "n": 1, "_cdc_op": "u", "_cdc_seq": 100},
         {"id": 9, "v": "new", "_cdc_op": "c", "_cdc_seq": 101},
     ]
     assert s.apply(t, 6, batch(SIMPLE, rows)) is True
     assert races and races[0]["numFilesRemoved"] == 5
-    got = {r["id"]: r["v"] for r in s.rows(t).to_pylist()}
+    got = {r["id"]: r["v"] for r in readback.rows(s, t).to_pylist()}
     assert got == {1: "upd", 2: "r2", 3: "r3", 4: "r4", 5: "r5", 9: "new"}
 
     def another_writer_every_time(self, m, *a, **k):
-        row = DeltaTable(self.table_path(t)).to_pyarrow_table().slice(0, 1)
+        row = DeltaTable(self.handles.table_path(t)).to_pyarrow_table().slice(0, 1)
         # a row in the batch's key range: its file is one the MERGE must read
         foreign = row.set_column(0, "id", pa.array([2], row.schema.field("id").type))
-        write_deltalake(self.table_path(t), foreign, mode="append")
+        write_deltalake(self.handles.table_path(t), foreign, mode="append")
         races.append(1)
         return original(self, m, *a, **k)
 
-    monkeypatch.setattr(type(s), "_merge_main", another_writer_every_time)
-    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    monkeypatch.setattr(type(s.latest), "_merge_main", another_writer_every_time)
+    monkeypatch.setattr("merger.sinks.delta.latest.time.sleep", lambda s: None)
     with pytest.raises(TableFault, match="conflicted with another writer.*cdc resume"):
         s.apply(t, 7, batch(SIMPLE, [{"id": 2, "v": "u2", "n": 2, "_cdc_op": "u", "_cdc_seq": 200}]))
 
@@ -449,7 +450,7 @@ def test_delta_tombstones_written_only_when_they_change(delta_sink, monkeypatch)
     def must_not_write(self, *a, **k):
         raise AssertionError("a replay wrote the tombstones")
 
-    monkeypatch.setattr(type(s), "_merge_tombs", must_not_write)
+    monkeypatch.setattr(type(s.latest), "_merge_tombs", must_not_write)
     restarted = type(s)(s.base)
     for v in (5, 3):
         assert restarted.apply(t, v, batch(SIMPLE, [{"id": 9, "v": "x", "_cdc_op": "c", "_cdc_seq": 1}])) is False
@@ -464,7 +465,7 @@ def test_delta_tombstones_written_only_when_they_change(delta_sink, monkeypatch)
     assert s.apply(t, 8, batch(SIMPLE, [{"id": 8, "v": "r8", "n": 8, "_cdc_op": "c", "_cdc_seq": 80}])) is True
     tombs.update_incremental()
     assert tombs.version() == created + 1
-    assert sorted(r["id"] for r in s.rows(t).to_pylist()) == [2, 3, 4, 5, 8]  # the stale id 1 stayed deleted
+    assert sorted(r["id"] for r in readback.rows(s, t).to_pylist()) == [2, 3, 4, 5, 8]  # the stale id 1 stayed deleted
 
 
 def test_delta_merge_skips_files_outside_the_batch_key_range(delta_sink):
@@ -483,7 +484,7 @@ def test_delta_merge_skips_files_outside_the_batch_key_range(delta_sink):
     metrics = last["operationMetrics"]
     assert metrics["num_target_files_skipped_during_scan"] == 5, metrics
     assert metrics["num_target_files_scanned"] == 0, metrics
-    assert s.rows(t).num_rows == 600
+    assert readback.rows(s, t).num_rows == 600
 
 
 @pytest.mark.parametrize("ranges", [True, False])
@@ -493,7 +494,7 @@ def test_delta_merge_of_old_and_new_keys_skips_the_files_between(delta_sink, mon
     filter, a broken copy, it reads all ten)."""
     from deltalake import DeltaTable
 
-    import merger.sinks.delta as delta_module
+    import merger.sinks.delta.latest as delta_module
 
     if not ranges:
         monkeypatch.setattr(delta_module, "range_filter", lambda *a, **k: None)
@@ -507,7 +508,7 @@ def test_delta_merge_of_old_and_new_keys_skips_the_files_between(delta_sink, mon
     s.apply(t, 11, batch(SIMPLE, mixed))
     metrics = DeltaTable(s.table_path(t)).history(1)[0]["operationMetrics"]
     assert metrics["num_target_rows_updated"] == 2 and metrics["num_target_rows_inserted"] == 2
-    rows = {r["id"]: r["v"] for r in s.rows(t).to_pylist()}
+    rows = {r["id"]: r["v"] for r in readback.rows(s, t).to_pylist()}
     assert len(rows) == 1002 and rows[105] == rows[106] == "upd" and rows[5000] == "new" and rows[107] == "r"
     if ranges:
         assert metrics["num_target_files_scanned"] == 1, metrics
@@ -548,7 +549,7 @@ def test_delta_deletes_and_updates_of_extreme_keys(delta_store, kind):
     s.apply(t, 3, changes([keys[1]], "u", 3))
     s.apply(t, 4, changes([keys[2]], "r", 1))  # a stale snapshot row of the deleted key
     s.apply(t, 5, changes([keys[1]], "u", 5))
-    got = sorted((r["v"], r["id"]) for r in s.rows(t).to_pylist())
+    got = sorted((r["v"], r["id"]) for r in readback.rows(s, t).to_pylist())
     assert [v for v, _ in got] == ["c", "u"], got
     assert len({i for _, i in got}) == 2
     # read back by the source's own key values (what cdc verify asks for)
@@ -569,7 +570,7 @@ def test_delta_tables_are_written_in_files_of_the_compaction_target(delta_store)
     s2 = delta_store.sink(base, compact_target_mb=8)
     s2.ensure_table(t, SIMPLE, ["id"])
     assert delta_store.table(s.table_path(t)).metadata().configuration["delta.targetFileSize"] == str(8 << 20)
-    assert s2.applied_version(t) == 1 and s2.rows(t).num_rows == 1
+    assert s2.applied_version(t) == 1 and readback.rows(s2, t).num_rows == 1
 
 
 def test_delta_replay_after_table_commit_of_an_older_release(delta_sink):
@@ -595,7 +596,7 @@ def test_delta_replay_after_table_commit_of_an_older_release(delta_sink):
     tombs = DeltaTable(s.tombstone_path(t))
     assert tombs.transaction_version(f"cdc-sink-tombstones:{main.metadata().id}") == 2
     assert restarted.apply(t, 2, rows) is False
-    assert sorted(r["id"] for r in restarted.rows(t).to_pylist()) == [1, 2]
+    assert sorted(r["id"] for r in readback.rows(restarted, t).to_pylist()) == [1, 2]
 
 
 def test_delta_layout_and_log(delta_store, delta_sink):
@@ -639,7 +640,7 @@ def test_delta_string_key_deletes_over_several_batches(delta_sink):
             ],
         ),
     )
-    assert sorted_rows(s.rows(t), ["region", "code"]) == [
+    assert sorted_rows(readback.rows(s, t), ["region", "code"]) == [
         {"region": "apac", "code": "k8", "n": 1},
         {"region": "eu", "code": "k1", "n": 2},
         {"region": "eu", "code": "k9", "n": 1},
@@ -658,11 +659,16 @@ def test_delta_first_write_into_an_empty_table_is_an_append(delta_store, delta_s
     assert s.apply(t, 1, batch(SIMPLE, rows)) is True
     ops = [h["operation"] for h in delta_store.table(s.table_path(t)).history()]
     assert ops[0] == "WRITE" and "MERGE" not in ops
-    assert sorted(r["id"] for r in s.rows(t).to_pylist()) == [1, 2, 3, 4]
+    assert sorted(r["id"] for r in readback.rows(s, t).to_pylist()) == [1, 2, 3, 4]
     # the delete's tombstone holds: an older insert of 7 stays out
     older = {"id": 7, "v": "old", "n": 0, "_cdc_op": "c", "_cdc_seq": 5}
     s.apply(t, 2, batch(SIMPLE, [older, {"id": 1, "v": "u1", "n": 1, "_cdc_op": "u", "_cdc_seq": 20}]))
-    assert sorted((r["id"], r["v"]) for r in s.rows(t).to_pylist()) == [(1, "u1"), (2, "r2"), (3, "r3"), (4, "r4")]
+    assert sorted((r["id"], r["v"]) for r in readback.rows(s, t).to_pylist()) == [
+        (1, "u1"),
+        (2, "r2"),
+        (3, "r3"),
+        (4, "r4"),
+    ]
     assert delta_store.table(s.table_path(t)).history()[0]["operation"] == "MERGE"
 
 
@@ -675,7 +681,7 @@ def test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice(delta_store
     other = delta_store.sink(first.base)
     other.ensure_table(t, SIMPLE, ["id"])
     rows = [{"id": i, "v": f"r{i}", "n": i, "_cdc_op": "r", "_cdc_seq": 10} for i in range(1, 5)]
-    original, raced = type(first)._append_first, []
+    original, raced = type(first.latest)._append_first, []
 
     def the_other_writes_first(self, *a, **k):
         if not raced:
@@ -683,11 +689,11 @@ def test_delta_first_writes_of_two_mergers_racing_leave_no_row_twice(delta_store
             other.apply(t, 1, batch(SIMPLE, rows))
         return original(self, *a, **k)
 
-    monkeypatch.setattr(type(first), "_append_first", the_other_writes_first)
-    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    monkeypatch.setattr(type(first.latest), "_append_first", the_other_writes_first)
+    monkeypatch.setattr("merger.sinks.delta.latest.time.sleep", lambda s: None)
     assert first.apply(t, 2, batch(SIMPLE, [{**r, "_cdc_seq": 12} for r in rows])) is True
     assert raced
-    assert sorted((r["id"], r["v"]) for r in first.rows(t).to_pylist()) == [(i, f"r{i}") for i in range(1, 5)]
+    assert sorted((r["id"], r["v"]) for r in readback.rows(first, t).to_pylist()) == [(i, f"r{i}") for i in range(1, 5)]
 
 
 def test_delta_a_second_merger_takes_over_and_the_first_is_fenced(delta_store, delta_sink):
@@ -695,7 +701,7 @@ def test_delta_a_second_merger_takes_over_and_the_first_is_fenced(delta_store, d
     one that claimed last writes; the older stops at its next write to a table the newer
     wrote (SinkFenced, not retried), before committing anything. A restarted merger (same
     state directory, same owner id) keeps its epoch and replays its own batch."""
-    from merger.sinks.delta_writers import SinkFenced
+    from merger.sinks.delta.writers import SinkFenced
 
     first, t = delta_sink, fresh()
     first.claim_writer("state-a")
@@ -714,7 +720,7 @@ def test_delta_a_second_merger_takes_over_and_the_first_is_fenced(delta_store, d
     ):
         with pytest.raises(SinkFenced, match="a newer merger .* took over"):
             write()
-    assert sorted(r["id"] for r in second.rows(t).to_pylist()) == [1, 2]
+    assert sorted(r["id"] for r in readback.rows(second, t).to_pylist()) == [1, 2]
     restarted = delta_store.sink(first.base)
     restarted.claim_writer("state-b")
     assert restarted.writer_epoch == second.writer_epoch
@@ -725,7 +731,7 @@ def test_delta_an_older_merger_writing_after_the_takeover_stops_the_newer(delta_
     """The newer merger read the table's version before the older one's last write: its own
     version is not above the table's any more. Applying it would be skipped as a replay (a
     lost batch), so the newer one stops instead, and no write interleaves."""
-    from merger.sinks.delta_writers import SinkFenced
+    from merger.sinks.delta.writers import SinkFenced
 
     first, t = delta_sink, fresh()
     first.claim_writer("state-a")
@@ -736,11 +742,11 @@ def test_delta_an_older_merger_writing_after_the_takeover_stops_the_newer(delta_
     first.apply(t, 6, batch(SIMPLE, [{"id": 2, "v": "b", "n": 2, "_cdc_op": "c", "_cdc_seq": 2}]))
     with pytest.raises(SinkFenced, match="an older merger .* wrote version 6"):
         second.apply(t, 6, batch(SIMPLE, [{"id": 3, "v": "c", "n": 3, "_cdc_op": "c", "_cdc_seq": 3}]))
-    assert sorted(r["id"] for r in first.rows(t).to_pylist()) == [1, 2]
+    assert sorted(r["id"] for r in readback.rows(first, t).to_pylist()) == [1, 2]
 
 
 def test_delta_writer_epochs():
-    from merger.sinks.delta_writers import next_epoch, verdict
+    from merger.sinks.delta.writers import next_epoch, verdict
 
     assert next_epoch([], "a") == (1, True)
     claims = [{"owner": "a", "epoch": 1}, {"owner": "b", "epoch": 2}]
@@ -786,7 +792,7 @@ def test_delta_a_takeover_between_the_fence_check_and_the_commit_fails_that_comm
     """The newer merger commits after the older one checked the epoch and before its
     commit: both commits carry the app transaction cdc-writer, so the older one's fails as a
     conflict; its retry reads the newer epoch and stops. Nothing of the older lands after."""
-    from merger.sinks.delta_writers import SinkFenced
+    from merger.sinks.delta.writers import SinkFenced
 
     older, t = delta_sink, fresh()
     older.claim_writer("state-a")
@@ -796,17 +802,17 @@ def test_delta_a_takeover_between_the_fence_check_and_the_commit_fails_that_comm
     newer = delta_store.sink(older.base)
     newer.claim_writer("state-b")
     newer.ensure_table(t, SIMPLE, ["id"])
-    original, raced = type(older)._merge_main, []
+    original, raced = type(older.latest)._merge_main, []
 
     def newer_commits_first(self, *a, **k):
-        if self is older and not raced:
+        if self is older.latest and not raced:
             raced.append(1)
             newer.apply(t, 1_000_001, batch(SIMPLE, [{"id": 2, "v": "new", "n": 2, "_cdc_op": "c", "_cdc_seq": 5}]))
         return original(self, *a, **k)
 
-    monkeypatch.setattr(type(older), "_merge_main", newer_commits_first)
-    monkeypatch.setattr("merger.sinks.delta.time.sleep", lambda s: None)
+    monkeypatch.setattr(type(older.latest), "_merge_main", newer_commits_first)
+    monkeypatch.setattr("merger.sinks.delta.latest.time.sleep", lambda s: None)
     with pytest.raises(SinkFenced, match="a newer merger"):
         older.apply(t, 2, batch(SIMPLE, [{"id": 3, "v": "old", "n": 3, "_cdc_op": "c", "_cdc_seq": 9}]))
     assert raced
-    assert 3 not in [r["id"] for r in newer.rows(t).to_pylist()]
+    assert 3 not in [r["id"] for r in readback.rows(newer, t).to_pylist()]

@@ -15,7 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
 import merger.verify.sinks as verify_sinks
-from merger.sinks.delta import DeltaSink, app_main, app_tombstones, steps_done
+from merger.sinks.delta import DeltaSink
+from merger.sinks.delta.meta import app_main, app_tombstones, steps_done
 from merger.verify.sinks import DeltaReader, SinkReadError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])

@@ -5,19 +5,32 @@ guard), and a table's rows as a consumer materializing the topic sees them."""
 from __future__ import annotations
 
 import json
+import threading
+from typing import Callable
 
 import pyarrow as pa
 
-from merger.sinks.base import DELETE_OP, TableId
+from merger.sinks.base import DELETE_OP, TableId, as_table_id
 from merger.sinks.kafka_changelog.codec import SEQ_HEADER, TRUNCATE_HEADER, ChangelogCodec
 from merger.sinks.kafka_changelog.state import TableState
 from merger.sinks.kafka_changelog.transport import Transport
 
 
 class ChangelogReads:
-    def __init__(self, transport: Transport, codec: ChangelogCodec):
+    """Composed into ``KafkaChangelogSink`` (its ``readback``): ``state_of(table)`` is the
+    sink's state of a table, read under the sink's ``lock``."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        codec: ChangelogCodec,
+        state_of: Callable[[TableId], TableState],
+        lock: threading.RLock,
+    ):
         self.transport = transport
         self.codec = codec
+        self.state_of = state_of
+        self.lock = lock
 
     def states(self) -> dict[TableId, TableState]:
         """Every table's state as the control topic holds it (sequences not loaded)."""
@@ -56,9 +69,17 @@ class ChangelogReads:
         self.transport.read_topic(topic, handle)
         return seqs, live
 
-    def rows(self, st: TableState) -> pa.Table:
+    def rows(self, table) -> pa.Table:
         """The table as a consumer materializing the changelog sees it (last record per
         key; deletes and tombstones remove the key)."""
+        with self.lock:
+            return self.topic_rows(self.state_of(as_table_id(table)))
+
+    def count(self, table) -> int:
+        return self.rows(table).num_rows
+
+    def topic_rows(self, st: TableState) -> pa.Table:
+        """The rows of the table whose state is ``st`` (``rows``)."""
         latest: dict[bytes, dict | None] = {}
 
         def handle(msg):

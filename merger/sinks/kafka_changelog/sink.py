@@ -111,8 +111,8 @@ class KafkaChangelogSink(Sink):
             timeout_s,
         )
         self.codec = ChangelogCodec(topic_prefix, decimal_handling)
-        self.readback = ChangelogReads(self.transport, self.codec)
         self._lock = threading.RLock()
+        self.readback = ChangelogReads(self.transport, self.codec, self._state, self._lock)  # read back (tests)
         self._states: dict[TableId, TableState] | None = None
 
     # ------------------------------------------------------------------ state
@@ -371,18 +371,6 @@ class KafkaChangelogSink(Sink):
                 )
                 st.live.difference_update(keys)
             return len(keys)
-
-    # ------------------------------------------------------------------ read back
-
-    def rows(self, table) -> pa.Table:
-        """The table as a consumer materializing the changelog sees it (last record per
-        key; deletes and tombstones remove the key)."""
-        table = as_table_id(table)
-        with self._lock:
-            return self.readback.rows(self._state(table))
-
-    def count(self, table) -> int:
-        return self.rows(table).num_rows
 
     def close(self) -> None:
         with self._lock:

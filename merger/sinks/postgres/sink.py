@@ -240,12 +240,6 @@ class PostgresSink(KeepsRows, Sink):
 
     # ------------------------------------------------------------------ read back
 
-    def rows(self, table) -> pa.Table:
-        return self.readback.rows(table)
-
-    def count(self, table) -> int:
-        return self.readback.count(table)
-
     def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
         return self.readback.rows_in_range(table, key_columns, lo, hi)
 

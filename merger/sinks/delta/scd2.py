@@ -79,8 +79,10 @@ from merger.sinks.base import (
     cast_columns,
     checked_changes,
 )
-from merger.sinks.delta_arrow import delta_arrow_schema, without_log_statistics
-from merger.sinks.delta_changelog import ChangeLog, DeltaAccess, DeltaChangelogs
+from merger.sinks.delta.arrow import delta_arrow_schema, without_log_statistics
+from merger.sinks.delta.commits import Commits
+from merger.sinks.delta.handles import DeltaHandles
+from merger.sinks.delta.history import DeltaHistoryTables, HistoryLayout, HistoryTable
 from merger.sinks.key_ranges import range_filter
 
 log = logging.getLogger(__name__)
@@ -97,30 +99,26 @@ SCD2_TYPES = {
 }
 
 
-class DeltaSCD2Tables(DeltaChangelogs):
-    """SCD type 2 histories; tables, versions and commits as the change logs' (the write
-    is a MERGE instead of an append)."""
+class DeltaSCD2Tables:
+    """SCD type 2 histories, composed into ``DeltaSink``; ``mode_of(table)`` is the table's
+    mode (``TableModes.of``: an ``SCD2Mode``, whose options say what opens a version).
+    Tables, versions and commits are the history tables' (the write is a MERGE where a
+    change log appends)."""
 
-    MODE = SCD2
-    WHAT = "an SCD type 2 history"
-    OWN_TYPES = SCD2_TYPES
-
-    def __init__(self, access: DeltaAccess, mode_of: Callable[[TableId], SCD2Mode]):
-        super().__init__(access)
+    def __init__(self, handles: DeltaHandles, commits: Commits, mode_of: Callable[[TableId], SCD2Mode]):
         self.mode_of = mode_of
+        layout = HistoryLayout(
+            mode=SCD2,
+            what="an SCD type 2 history",
+            kind="SCD type 2 history",
+            own_types=SCD2_TYPES,
+            per_row="version",
+            stats=[START_SEQ, END_SEQ, LAST_SEQ],
+        )
+        self.tables = DeltaHistoryTables(handles, commits, layout)
+        self.writer_properties = handles.writer_properties
 
-    def _create(self, table: TableId, keys: list[str], wanted: dict[str, pa.DataType]) -> None:
-        schema = pa.schema(
-            [pa.field(c, t, nullable=True) for c, t in wanted.items()]
-            + [pa.field(n, t, nullable=True) for n, t in SCD2_TYPES.items()]
-        )
-        self._create_marked(
-            table,
-            keys,
-            schema,
-            f"CDC SCD type 2 history of {table.database}.{table.table}; key {keys}; one row per version",
-            [START_SEQ, END_SEQ, LAST_SEQ],
-        )
+    # ------------------------------------------------------------------ tables and versions
 
     def check(self, table: TableId, keys, columns) -> None:
         """The mode's options against the table (a mistake pauses the table, saying which)."""
@@ -130,12 +128,18 @@ class DeltaSCD2Tables(DeltaChangelogs):
             raise TableFault(f"table {table}: sinks.delta.tables.{table}: {exc}") from None
 
     def ensure(self, table: TableId, arrow_schema: pa.Schema, key_columns) -> list[str]:
-        done = super().ensure(table, arrow_schema, key_columns)
-        m = self.log_for(table)
+        done = self.tables.ensure(table, arrow_schema, key_columns)
+        m = self.tables.table_for(table)
         self.check(table, m.keys, list(m.columns))
         return done
 
-    def _write_rows(self, m: ChangeLog, rows: pa.Table, commit: CommitProperties) -> None:
+    def applied_version(self, table: TableId) -> int | None:
+        return self.tables.applied_version(table)
+
+    def set_aside(self, table: TableId) -> str | None:
+        return self.tables.set_aside(table)
+
+    def _merge_rows(self, m: HistoryTable, rows: pa.Table, commit: CommitProperties) -> None:
         """One commit: the versions MERGEd on ``(keys, __start_seq)`` (rewritten when held,
         inserted otherwise); an empty append when there are none (it records the version)."""
         schema = delta_arrow_schema(m.dt)
@@ -149,7 +153,7 @@ class DeltaSCD2Tables(DeltaChangelogs):
                 pa.Table.from_arrays(full, schema=schema),
                 mode="append",
                 commit_properties=commit,
-                writer_properties=self.access.writer_properties,
+                writer_properties=self.writer_properties,
             )
             return
         rows = pa.Table.from_arrays(
@@ -157,7 +161,7 @@ class DeltaSCD2Tables(DeltaChangelogs):
         )
         names = [*m.keys, START_SEQ]
         on = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in names)
-        prunable = _prunable(m)
+        prunable = m.prunable
         ranges = range_filter(rows[m.keys[0]], f"t.{quote_ident(m.keys[0])}") if prunable else None
         if ranges is not None:
             on = f"{on} AND {ranges}"
@@ -168,7 +172,7 @@ class DeltaSCD2Tables(DeltaChangelogs):
                 source_alias="s",
                 target_alias="t",
                 streamed_exec=not prunable,
-                writer_properties=self.access.writer_properties,
+                writer_properties=self.writer_properties,
                 commit_properties=commit,
             )
             .when_matched_update({quote_ident(c): f"s.{quote_ident(c)}" for c in rows.column_names if c not in names})
@@ -180,7 +184,7 @@ class DeltaSCD2Tables(DeltaChangelogs):
 
     def write(self, table: TableId, version: int, changes: Changes) -> bool:
         """Apply the batch's changes; False: a replayed version."""
-        m = self.log_for(table)
+        m = self.tables.table_for(table)
         src = checked_changes(table, changes, m.keys)
         if src.num_rows and (COMMIT_US not in src.column_names or src[COMMIT_US].null_count):
             raise SinkError(
@@ -192,9 +196,9 @@ class DeltaSCD2Tables(DeltaChangelogs):
                 f"table {table}: column(s) {unknown} not in the sink table; call ensure_table with the new schema first"
             )
         self.check(table, m.keys, list(m.columns))
-        return self._append(table, version, lambda m: self._plan_rows(table, m, src))
+        return self.tables.commit_version(table, version, lambda m: self._plan_rows(table, m, src), self._merge_rows)
 
-    def _plan_rows(self, table: TableId, m: ChangeLog, src: pa.Table) -> pa.Table | None:
+    def _plan_rows(self, table: TableId, m: HistoryTable, src: pa.Table) -> pa.Table | None:
         if not src.num_rows:
             return None
         cols = [c for c in m.columns if c in src.column_names]  # the batch's columns, in the table's order
@@ -213,11 +217,11 @@ class DeltaSCD2Tables(DeltaChangelogs):
             return None
         return _version_rows(plan.upserts, cols, stored)
 
-    def _dataset(self, m: ChangeLog) -> ds.Dataset:
+    def _dataset(self, m: HistoryTable) -> ds.Dataset:
         dataset = m.dt.to_pyarrow_dataset()
-        return dataset if _prunable(m) else without_log_statistics(dataset)
+        return dataset if m.prunable else without_log_statistics(dataset)
 
-    def _latest(self, m: ChangeLog, cols: list[str], keys: pa.Table) -> dict[tuple, Version]:
+    def _latest(self, m: HistoryTable, cols: list[str], keys: pa.Table) -> dict[tuple, Version]:
         """The latest version (greatest ``__start_seq``) of each of the batch's keys that
         has a history, read from the history filtered by the batch's first key column."""
         if not m.dt.file_uris():
@@ -226,7 +230,7 @@ class DeltaSCD2Tables(DeltaChangelogs):
         first = m.keys[0]
         field, ftype = ds.field(first), dataset.schema.field(first).type
         if pa.types.is_string(ftype) or pa.types.is_binary(ftype) or pa.types.is_large_string(ftype):
-            field = field.cast(ftype)  # files written by MERGE hold string_view (as delta.py's tombstone read)
+            field = field.cast(ftype)  # files written by MERGE hold string_view (as latest.py's tombstone read)
         own = [START_AT, END_AT, START_SEQ, END_SEQ, LAST_SEQ]
         held = dataset.to_table(columns=[*cols, *own], filter=field.isin(pc.unique(keys[first])))
         if not held.num_rows:
@@ -255,7 +259,7 @@ class DeltaSCD2Tables(DeltaChangelogs):
         """Every current version applied before the truncate closes at it (of one origin:
         its rows only). Without the truncate's own place (a DDL's reset), after every change."""
 
-        def closing(m: ChangeLog) -> pa.Table | None:
+        def closing(m: HistoryTable) -> pa.Table | None:
             if not m.dt.file_uris():
                 return None
             if origin is not None and origin[0] not in m.columns:
@@ -288,21 +292,18 @@ class DeltaSCD2Tables(DeltaChangelogs):
                 }
             )
 
-        return self._append(table, version, closing)
+        return self.tables.commit_version(table, version, closing, self._merge_rows)
 
     # ------------------------------------------------------------------ read back
 
     def rows(self, table: TableId) -> pa.Table:
         """Every version (user columns and the history's), by key and start."""
-        m = self.log_for(table)
+        m = self.tables.table_for(table)
         t = m.dt.to_pyarrow_table()
         return t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in [*m.keys, START_SEQ]]))
 
-
-def _prunable(m: ChangeLog) -> bool:
-    """Files may be skipped by their key statistics only for integer keys (as the latest
-    table's ``_Meta.prunable``: delta-rs logs other types' statistics inexactly)."""
-    return all(pa.types.is_integer(m.columns[k]) for k in m.keys)
+    def count(self, table: TableId) -> int:
+        return self.tables.table_for(table).dt.count()
 
 
 def _version_rows(versions: list[Version], cols: list[str], stored: dict[str, pa.DataType]) -> pa.Table:

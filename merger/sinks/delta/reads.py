@@ -1,5 +1,6 @@
 """Reading a Delta sink table back (whole, by key range, by keys), with file pruning on the
-key: what cdc verify and the tests compare with the source."""
+key: what cdc verify and the tests compare with the source. A history table (change log,
+SCD type 2) is read whole, by its mode's writer; it has no latest state to read by key."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from merger.sinks.base import TableId, as_table_id
-from merger.sinks.delta_arrow import delta_arrow_schema
+from merger.sinks.base import SinkError, TableId, as_table_id
+from merger.sinks.delta.arrow import delta_arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -31,27 +32,53 @@ class TableHandle(Protocol):
     def prunable(self) -> bool: ...
 
 
-class DeltaReads:
-    """Reads of a Delta sink's latest-state tables, composed into ``DeltaSink`` (its
-    ``reads``); ``meta_for(table)`` gives a table's handle."""
+class HistoryReads(Protocol):
+    """What a history table's writer reads back (``DeltaChangelogs``, ``DeltaSCD2Tables``)."""
 
-    def __init__(self, meta_for: Callable[[TableId], TableHandle]):
+    def rows(self, table: TableId) -> pa.Table: ...
+
+    def count(self, table: TableId) -> int: ...
+
+
+class DeltaReads:
+    """Reads of a Delta sink's tables, composed into ``DeltaSink`` (its ``reads``):
+    ``meta_for(table)`` gives a latest-state table's handle, ``history_of(table)`` the
+    writer of a history table (None: the table keeps the latest state)."""
+
+    def __init__(
+        self,
+        meta_for: Callable[[TableId], TableHandle],
+        history_of: Callable[[TableId], HistoryReads | None] = lambda table: None,
+    ):
         self.meta_for = meta_for
+        self.history_of = history_of
 
     def rows(self, table) -> pa.Table:
+        """A latest table's rows; a history's rows (every change or version), its own columns included."""
         table = as_table_id(table)
+        history = self.history_of(table)
+        if history is not None:
+            return history.rows(table)
         m = self.meta_for(table)
         t = m.main.to_pyarrow_table(columns=list(m.columns))
         return _plain(t)
 
     def count(self, table) -> int:
         table = as_table_id(table)
+        history = self.history_of(table)
+        if history is not None:
+            return history.count(table)
         return self.meta_for(table).main.count()
+
+    def _latest_only(self, table: TableId) -> None:
+        if self.history_of(table) is not None:
+            raise SinkError(f"table {table}: a history table has no latest state to read by key")
 
     def rows_in_range(self, table, key_columns: Sequence[str], lo, hi) -> pa.Table:
         """Arrow compares strings and bytes bytewise (UTF-8: code point order), as Python
         does. Files are pruned by the Delta log's min/max of the leading key column."""
         table = as_table_id(table)
+        self._latest_only(table)
         m = self.meta_for(table)
         cols = list(key_columns)
         schema = self._read_schema(m)
@@ -64,6 +91,7 @@ class DeltaReads:
 
     def rows_with_keys(self, table, key_columns: Sequence[str], keys) -> pa.Table:
         table = as_table_id(table)
+        self._latest_only(table)
         m = self.meta_for(table)
         cols = list(key_columns)
         schema = self._read_schema(m)
