@@ -1,15 +1,17 @@
-"""What a history table costs the merger: the PostgreSQL sink's `changelog` and `scd2` modes
+"""What a history table costs the merger: one sink's `changelog` and `scd2` modes
 (docs/history.md) against `latest`, on the merger bench's snapshot and latency figures, in
-one run on one stack.
+one run on one stack. The sink: `--sink postgres` (the default) or `--sink delta`.
 
 For each mode in turn (`--modes`, in order, `--repeat` rounds), `bench/merger_bench.py` runs
-with `--pg-mode MODE --sinks postgres`: a fresh ingest + merger snapshot the bench's table
-(`--rows`, `--parallelism`), then the latency run (a paced writer at `--rate` changes/s,
+with `--pg-mode MODE --sinks postgres` (with `--sink delta`: `--delta-mode MODE --sinks
+delta`): a fresh ingest + merger snapshot the bench's table (`--rows`, `--parallelism`),
+then the latency run (a paced writer at `--rate` changes/s,
 `--latency-seconds` idle, then a snapshot while the writes go on). Every figure is the merger
 bench's own (see its docstring for the method); this script only lays them side by side, as
 ratios to `latest` of the same run (medians over the rounds).
 
-    .venv/bin/python bench/history_modes_bench.py [--rows 1000000] [--repeat 1] [--record]
+    .venv/bin/python bench/history_modes_bench.py [--sink postgres|delta] [--rows 1000000]
+        [--repeat 1] [--record]
 """
 
 from __future__ import annotations
@@ -29,16 +31,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench import append_results, commit_label  # noqa: E402
 
 MODES = ("latest", "changelog", "scd2")
+SINKS = {"postgres": "PostgreSQL", "delta": "Delta"}  # --sink: the merger bench's sink name, and as printed
 
 
 def run_mode(args, mode: str, out: Path) -> dict:
     import merger_bench
 
     argv = [
-        "--pg-mode",
+        "--pg-mode" if args.sink == "postgres" else "--delta-mode",
         mode,
         "--sinks",
-        "postgres",
+        args.sink,
         "--rows",
         str(args.rows),
         "--parallelism",
@@ -62,22 +65,22 @@ def run_mode(args, mode: str, out: Path) -> dict:
     return figures
 
 
-def summary(fig: dict) -> dict:
-    """The figures compared, from one merger bench run."""
+def summary(fig: dict, sink: str) -> dict:
+    """The figures compared, from one merger bench run into ``sink``."""
     snap = (fig.get("snapshots") or [{}])[0]
     lat = fig.get("latency") or {}
-    idle = (lat.get("phases") or {}).get("idle", {})
-    during = (lat.get("phases") or {}).get("during snapshot", {})
+    idle = (lat.get("phases") or {}).get("idle", {}).get(sink) or {}
+    during = (lat.get("phases") or {}).get("during snapshot", {}).get(sink) or {}
     return {
         "snapshot_rows_per_s": snap.get("rows_per_s"),
         "snapshot_s": snap.get("snapshot_s"),
         "sink_count": snap.get("sink_count"),
         "error": snap.get("error"),
-        "idle_rate": (idle.get("postgres") or {}).get("rate"),
-        "idle_p50": (idle.get("postgres") or {}).get("p50_s"),
-        "idle_p99": (idle.get("postgres") or {}).get("p99_s"),
-        "idle_unseen": (idle.get("postgres") or {}).get("unseen"),
-        "during_p99": (during.get("postgres") or {}).get("p99_s"),
+        "idle_rate": idle.get("rate"),
+        "idle_p50": idle.get("p50_s"),
+        "idle_p99": idle.get("p99_s"),
+        "idle_unseen": idle.get("unseen"),
+        "during_p99": during.get("p99_s"),
         "during_snapshot_rows_per_s": (lat.get("snapshot") or {}).get("rows_per_s"),
         "exit": fig.get("exit"),
     }
@@ -105,10 +108,10 @@ def table(args, results: dict[str, list[dict]]) -> list[str]:
     L = [
         f"{args.rows:,}-row table, snapshot parallelism {args.parallelism}; latency: a paced writer at "
         f"{args.rate:g} changes/s, {args.latency_seconds:g} s idle, then a snapshot of the table while the "
-        f"writes go on; PostgreSQL sink only; medians of {args.repeat} round(s), modes run in turn.",
+        f"writes go on; {SINKS[args.sink]} sink only; medians of {args.repeat} round(s), modes run in turn.",
         "",
-        "| mode | snapshot rows/s | vs latest | idle p50 s | idle p99 s | p99 vs latest | p99 during snapshot s "
-        "| snapshot rows/s under writes | vs latest | writes not seen |",
+        f"| {SINKS[args.sink]} mode | snapshot rows/s | vs latest | idle p50 s | idle p99 s | p99 vs latest "
+        "| p99 during snapshot s | snapshot rows/s under writes | vs latest | writes not seen |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in results:
@@ -133,6 +136,7 @@ def table(args, results: dict[str, list[dict]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sink", choices=tuple(SINKS), default="postgres", help="the sink whose modes are compared")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--rate", type=float, default=1000)
@@ -155,13 +159,14 @@ def main(argv: list[str] | None = None) -> int:
             for m in modes:
                 fig = run_mode(args, m, Path(tmp) / f"{m}-{round_}.json")
                 code |= fig["exit"]
-                results[m].append(summary(fig))
+                results[m].append(summary(fig, args.sink))
     lines = table(args, results)
     print("\n".join(lines), flush=True)
     if args.record:
         head = (
-            f"### merger: history modes against latest (PostgreSQL) — {started}, commit {commit_label()}, "
-            f"load average at start {load} (`bench/history_modes_bench.py --rows {args.rows} --repeat {args.repeat}`)"
+            f"### merger: history modes against latest ({SINKS[args.sink]}) — {started}, commit {commit_label()}, "
+            f"load average at start {load} (`bench/history_modes_bench.py --sink {args.sink} --rows {args.rows} "
+            f"--repeat {args.repeat}`)"
         )
         append_results([head, "", *lines])
     return code

@@ -27,12 +27,20 @@ merger's process tree, with the real processes (ingest, `cdc merge`) on a local 
 3. Peak RSS: VmRSS of every process of the merger's tree (the Python driver, the JVM,
    the pyspark daemon and its forked workers) sampled every 0.5 s; peaks per kind.
 
+--pg-mode / --delta-mode changelog|scd2 make the bench's tables history tables in that sink
+(docs/history.md). Every write is then a row of its own (a change, a version), none is
+overwritten: the pollers' `w >= oldest unseen` finds each write's row (a change log's, or
+its SCD2 version, current or already closed by a later write), in both sinks the same way.
+A snapshot's row count is the change log's rows (one `r` row per source row, the snapshotted
+table gets no change) or the SCD2 table's current versions (`__end_seq IS NULL`).
+
 Targets printed beside: snapshot into PostgreSQL >= 150,000 rows/s at parallelism 2;
 p99 commit -> sink <= 3 s, also while a snapshot runs; quiet phase: p50 <= 0.7 s and
 p99 <= 1.0 s.
 
     .venv/bin/python bench/merger_bench.py [--rows 1000000] [--parallelism 1,2,4]
         [--sinks delta,postgres] [--skip-latency] [--skip-snapshots]
+        [--pg-mode latest|changelog|scd2] [--delta-mode latest|changelog|scd2]
         [--latency-seconds 60] [--rate 1000] [--record] [--down]
 
 The stack is started under .cdc/bench-stack (left running unless --down). Work files go
@@ -511,6 +519,8 @@ class Run:
         sinks: dict = {}
         if "delta" in self.sinks:
             sinks["delta"] = {"path": str(self.delta_base)}
+            if DELTA_MODE != "latest":  # a history table (docs/history.md, "In Delta") for each
+                sinks["delta"]["tables"] = {f"{DB}.{t}": {"mode": DELTA_MODE} for t in (BIG, LAT, WARM)}
         if "postgres" in self.sinks:
             sinks["postgres"] = {
                 "host": info.postgres.host,
@@ -559,17 +569,24 @@ class Run:
             self.ingest.stop()
 
     def sink_count(self, sink: str, table: str) -> int | None:
+        """The table's rows in the sink, compared with the source's: the latest state's
+        rows; a change log's rows (one per change: the bench's snapshotted table gets one
+        `r` row per source row and no change); an SCD type 2 table's current versions
+        (`__end_seq IS NULL`: one per source row)."""
         try:
             if sink == "postgres":
                 from psycopg import sql
 
+                where = sql.SQL(" WHERE __end_seq IS NULL" if PG_MODE == "scd2" else "")
                 with pg_conn(self.info) as conn:
                     return conn.execute(
-                        sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.pg_schema, table))
+                        sql.SQL("SELECT count(*) FROM {}{}").format(sql.Identifier(self.pg_schema, table), where)
                     ).fetchone()[0]
             from merger.sinks.delta import DeltaSink
 
-            return readback.count(DeltaSink(str(self.delta_base)), (DB, table))
+            if DELTA_MODE == "latest":
+                return readback.count(DeltaSink(str(self.delta_base)), (DB, table))
+            return delta_history_count(DeltaSink(str(self.delta_base)).table_path((DB, table)), DELTA_MODE)
         except Exception:
             return None
 
@@ -597,6 +614,18 @@ class Run:
         }
 
 
+def delta_history_count(path: str, mode: str) -> int:
+    """A Delta history table's rows, read with deltalake: a change log's rows, an SCD type
+    2 table's current versions."""
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(path)
+    if mode == "changelog":
+        return dt.count()
+    ends = dt.to_pyarrow_table(columns=["__end_seq"]).column("__end_seq")
+    return ends.null_count
+
+
 def drop_pg_schema(info, schema: str) -> None:
     from psycopg import sql
 
@@ -617,6 +646,7 @@ def drop_pg_schema(info, schema: str) -> None:
 
 MERGER_SETTINGS: dict = {}  # --merger-set KEY=VALUE (dotted config keys)
 PG_MODE = "latest"  # --pg-mode: the PostgreSQL sink's mode for the bench's tables
+DELTA_MODE = "latest"  # --delta-mode: the Delta sink's mode for the bench's tables
 
 
 def spark_conf(args) -> dict:
@@ -852,10 +882,13 @@ class SinkPoller(threading.Thread):
         now = self.fetched_at or time.time()  # a fetch that knows when its rows became visible says so
         self.poll_s += time.perf_counter() - t0
         self.polls += 1
-        for row_id, w in rows:
+        # in write order: a history table (change log, SCD type 2) holds a row for every write,
+        # so an older write of a key is seen before a later one of the same poll supersedes it
+        for row_id, w in sorted(rows, key=lambda r: r[1]):
             if w < self.lo or w in self.seen:
                 continue
             self.seen[w] = now
+            self.superseded.discard(w)
             for older in pending_by_id.get(row_id, []):
                 if older < w and older not in self.seen:
                     self.superseded.add(older)
@@ -1245,6 +1278,7 @@ def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict 
         "Spark conf: product defaults (driver 2g)"
         + (f" + {', '.join(args.spark_conf)}" if args.spark_conf else "")
         + (f"; PostgreSQL tables in mode `{PG_MODE}`" if PG_MODE != "latest" else "")
+        + (f"; Delta tables in mode `{DELTA_MODE}`" if DELTA_MODE != "latest" else "")
     )
     if baseline:
         L += [
@@ -1437,7 +1471,8 @@ def record(args, lines: list[str]) -> None:
         f"### merger: snapshot, latency, memory — {time.strftime('%Y-%m-%d %H:%M')}, commit {commit_label()} "
         f"(`bench/merger_bench.py --rows {args.rows} --parallelism {args.parallelism} --sinks {args.sinks}"
         f"{' --skip-latency' if args.skip_latency else ''}"
-        f"{f' --pg-mode {PG_MODE}' if PG_MODE != 'latest' else ''}`)"
+        f"{f' --pg-mode {PG_MODE}' if PG_MODE != 'latest' else ''}"
+        f"{f' --delta-mode {DELTA_MODE}' if DELTA_MODE != 'latest' else ''}`)"
     )
     append_results([head, "", *lines])
 
@@ -1490,6 +1525,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the PostgreSQL sink's mode for the bench's tables (sinks.postgres.tables; docs/history.md)",
     )
     ap.add_argument(
+        "--delta-mode",
+        choices=("latest", "changelog", "scd2"),
+        default="latest",
+        help="the Delta sink's mode for the bench's tables (sinks.delta.tables; docs/history.md)",
+    )
+    ap.add_argument(
         "--merger-set",
         action="append",
         default=[],
@@ -1514,8 +1555,9 @@ def main(argv: list[str] | None = None) -> int:
         help="write the raw figures as JSON to PATH (and the text report to stdout as always)",
     )
     args = ap.parse_args(argv)
-    global PG_MODE
+    global PG_MODE, DELTA_MODE
     PG_MODE = args.pg_mode
+    DELTA_MODE = args.delta_mode
     for kv in args.merger_set:
         key, sep, value = kv.partition("=")
         if not sep:
