@@ -6,21 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pymysql
-
 from tests.fuzz_sql import Features, RunStats, Workload, execute, is_ddl, opens_transaction
-
-
-def root(stack, db=None):
-    return pymysql.connect(
-        host=stack.mariadb.host,
-        port=stack.mariadb.port,
-        user="root",
-        password=stack.mariadb.root_password,
-        database=db,
-        autocommit=True,
-        charset="utf8mb4",
-    )
+from tests.merger_harness import root_conn as root
 
 
 class SeedRun:
