@@ -27,8 +27,8 @@ import pytest
 
 from tests.conftest import IS_CI
 from tests.fuzz_run import SeedRun
-from tests.fuzz_run import root as _root
 from tests.fuzz_sql import RunStats
+from tests.merger_harness import root_conn as _root
 from tests.unit.test_fuzz import parse_features, parse_seeds
 
 STATEMENTS = int(os.environ.get("CDC_FUZZ_STATEMENTS") or (250 if IS_CI else 400))
