@@ -46,6 +46,7 @@ class RowChange:
     table: str
     key: tuple | None  # canonical key values; None for a TRUNCATE or DDL
     values: Mapping[str, Any] | None  # canonical after image (c, u); None for d and t
+    before: Mapping[str, Any] | None = None  # canonical before image (u, d); None for c and t
 
 
 # ----------------------------------------------------------------------------- values
@@ -205,14 +206,14 @@ class BinlogText:
             ((key, after),) = images
             self.changes.append(RowChange(INSERT, table, key, after))
         elif kind == "DELETE FROM":
-            ((key, _),) = images
-            self.changes.append(RowChange(DELETE, table, key, None))
+            ((key, before),) = images
+            self.changes.append(RowChange(DELETE, table, key, None, before))
         else:
-            (old, _), (new, after) = images
+            (old, before), (new, after) = images
             if old == new:
-                self.changes.append(RowChange(UPDATE, table, new, after))
+                self.changes.append(RowChange(UPDATE, table, new, after, before))
             else:
-                self.changes.append(RowChange(DELETE, table, old, None))
+                self.changes.append(RowChange(DELETE, table, old, None, before))
                 self.changes.append(RowChange(INSERT, table, new, after))
 
 
@@ -241,9 +242,9 @@ def read_binlog(datadir: Path, files: Sequence[str], start_position: int, db: st
 # ``changes`` of one table include its DDL places (DDL and TRUNCATE), and ``captured`` is the
 # source's state (a plain SELECT) right after each of them, in order. A DDL may change rows
 # without row events (ADD COLUMN with a default); the merger then snapshots the table again,
-# which the test lets finish before the next DDL. So after each DDL place a key may have
-# one more snapshot row: at the captured state, unless the key changed before the snapshot
-# read it (then the snapshot row equals what the change left).
+# at some time after the DDL (it is planned when the merger reads the DDL, which may be
+# after later DDLs). So after each DDL place a key may have one more snapshot row, equal
+# to the source's state where it stands in the log.
 
 State = Mapping[tuple, Mapping[str, Any]]
 
@@ -264,6 +265,12 @@ def logged_values(change: RowChange, columns: Sequence[str], key_columns: Sequen
         key = dict(zip(key_columns, change.key))
         return {c: key.get(c) for c in columns}
     return {c: None for c in columns}
+
+
+def logged_before(change: RowChange, columns: Sequence[str]) -> dict:
+    """A change's before image in a change log kept ``image: before_after``: an update's
+    old row, a delete's removed row (also a key change's delete); nothing otherwise."""
+    return row_values(columns, change.before) if change.op in (UPDATE, DELETE) else {c: None for c in columns}
 
 
 def is_place(change: RowChange) -> bool:
@@ -321,14 +328,22 @@ def changelog_faults(
     columns: Sequence[str],
     key_columns: Sequence[str],
     captured: Sequence[State] = (),
+    befores: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """What a change log (``rows``: (op, key, values over ``columns``), canonical, in
     sequence order) has wrong against the table's binlog ``changes`` after a state
-    ``initial`` (key -> values): an empty list when it is exact."""
+    ``initial`` (key -> values): an empty list when it is exact. ``befores``: each row's
+    before image (over ``columns``), for a log kept ``image: before_after``."""
     faults: list[str] = []
     logged = [c for c in changes if c.op != DDL]
     want = [(c.op, logged_values(c, columns, key_columns)) for c in logged]
-    streamed = [(op, dict(values)) for op, _, values in rows if op != SNAPSHOT]
+    streamed = [(r[0], dict(r[2])) for r in rows if r[0] != SNAPSHOT]
+    if befores is not None:  # image: before_after
+        want = [(*w, logged_before(c, columns)) for w, c in zip(want, logged)]
+        streamed = [(*s, dict(b)) for s, b in zip(streamed, (b for r, b in zip(rows, befores) if r[0] != SNAPSHOT))]
+        nulls = {c: None for c in columns}
+        if any(b != nulls for r, b in zip(rows, befores) if r[0] == SNAPSHOT):
+            faults.append("a snapshot row with a before image")
     if len(streamed) != len(want):
         faults.append(f"{len(streamed)} changes logged, the binlog has {len(want)}")
     for i, (got, exp) in enumerate(zip(streamed, want)):
@@ -337,8 +352,8 @@ def changelog_faults(
             break
     if faults:
         return faults
-    # snapshot rows: each equal to the key's state at its place, at most one per key
-    # between two DDL places
+    # snapshot rows: each equal to the key's state at its place; one per key from the first
+    # snapshot and at most one more per DDL before it (a re-snapshot reads the key once)
     throughout = set(initial)
     for c in changes:
         if c.op == TRUNCATE:
@@ -346,7 +361,7 @@ def changelog_faults(
         elif c.op == DELETE:
             throughout.discard(c.key)
     timeline = _Timeline(changes, initial, captured, columns)
-    last_snapshot: dict[tuple, int] = {}  # key -> the earliest DDL place count of its last snapshot row
+    snapshots: dict[tuple, int] = {}  # key -> its snapshot rows so far
     twice: list[tuple] = []
     for op, key, values in rows:
         if op != SNAPSHOT:
@@ -358,12 +373,13 @@ def changelog_faults(
             have = [state.get(key) for _, state in candidates]
             faults.append(f"snapshot row of key {key}: {dict(values)}, the source had {have}")
             continue
-        if key in last_snapshot and max(fitting) <= last_snapshot[key]:
+        # the first snapshot, then at most one more per DDL before the row
+        snapshots[key] = snapshots.get(key, 0) + 1
+        if snapshots[key] > 1 + max(fitting):
             twice.append(key)
-        last_snapshot[key] = min(fitting)
     if twice:
-        faults.append(f"{len(twice)} keys have several snapshot rows between two DDLs, e.g. {twice[:3]}")
-    missing = [k for k in throughout if k not in last_snapshot]
+        faults.append(f"{len(twice)} keys have more snapshot rows than snapshots, e.g. {twice[:3]}")
+    missing = [k for k in throughout if k not in snapshots]
     if missing:
         faults.append(f"{len(missing)} keys that existed throughout have no snapshot row, e.g. {missing[:3]}")
     return faults
@@ -372,9 +388,8 @@ def changelog_faults(
 def _key_events(changes: Sequence[RowChange], initial: State, captured: Sequence[State], key: tuple, columns):
     """One key's events: ["s", values, forced] for a snapshot that may read it (at the
     start, and after each DDL place where the captured state has it), its own changes, the
-    table's truncates, and ["p"] at each DDL place. A snapshot runs between two places;
-    it is forced unless the key changed after it in that span (then the snapshot read it
-    after the change, which its row repeats, or not at all)."""
+    table's truncates, and ["p"] at each DDL place. A snapshot that is not forced may have
+    read the key only after a change, which its row repeats (or not at all)."""
     points = [initial, *captured]
     events: list[list] = []
 
@@ -394,14 +409,19 @@ def _key_events(changes: Sequence[RowChange], initial: State, captured: Sequence
             snapshot(places)
         elif c.key == key:
             events.append([c.op, row_values(columns, c.values) if c.values is not None else None, True])
-    changed = False
-    for e in reversed(events):
-        if e[0] == "p":
-            changed = False
-        elif e[0] == "s":
-            e[2] = not changed
-        elif e[0] in (INSERT, UPDATE, DELETE):
-            changed = True
+    # The first snapshot finishes before the first DDL (the test waits for it): it read the
+    # key unless the key changed before. A re-snapshot is planned only once the merger
+    # reads its DDL, so it may read the key after later DDLs and changes: only the last
+    # snapshot that can read the key, with no change of the key after it, is sure to.
+    first_change = next((i for i, e in enumerate(events) if e[0] in (INSERT, UPDATE, DELETE)), len(events))
+    first_place = next((i for i, e in enumerate(events) if e[0] == "p"), len(events))
+    snapshots = [i for i, e in enumerate(events) if e[0] == "s"]
+    for i in snapshots:
+        events[i][2] = False
+    if snapshots and snapshots[0] < first_place:
+        events[0][2] = first_change > first_place
+    if snapshots and not any(e[0] in (INSERT, UPDATE, DELETE) for e in events[snapshots[-1] :]):
+        events[snapshots[-1]][2] = True
     return events
 
 

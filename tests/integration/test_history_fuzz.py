@@ -44,13 +44,15 @@ CRASH_POINTS = [
     "after_write:DeltaSink@9",
     "before_state_save@8",
 ]
-# per table, the mode each sink keeps: both modes in both sinks
+# per table, what each sink keeps: both modes in both sinks, both images of change logs
+LOG, LOG_BEFORE, SCD2 = {"mode": "changelog"}, {"mode": "changelog", "image": "before_after"}, {"mode": "scd2"}
 MODES = {
-    "t_int": {"postgres": "changelog", "delta": "scd2"},
-    "t_str": {"postgres": "changelog", "delta": "scd2"},
-    "t_ubig": {"postgres": "scd2", "delta": "changelog"},
-    "t_comp": {"postgres": "scd2", "delta": "changelog"},
+    "t_int": {"postgres": LOG, "delta": SCD2},
+    "t_str": {"postgres": LOG_BEFORE, "delta": SCD2},
+    "t_ubig": {"postgres": SCD2, "delta": LOG},
+    "t_comp": {"postgres": SCD2, "delta": LOG_BEFORE},
 }
+BEFORE = "__before_"
 CDC_COLUMNS = ("__", "_cdc")
 
 
@@ -101,16 +103,18 @@ def user_columns(rows: list[dict]) -> list[str]:
     return [c for c in (rows[0] if rows else {}) if not c.startswith(CDC_COLUMNS)]
 
 
-def log_rows(rows: list[dict], keys: list[str]) -> list[tuple[str, tuple, dict]]:
+def log_rows(rows: list[dict], keys: list[str]) -> tuple[list[tuple[str, tuple, dict]], list[dict]]:
     """A change log's rows, (op, key, values) canonical, in sequence order (a key change's
-    delete and insert share their sequence: the delete first)."""
+    delete and insert share their sequence: the delete first), and each row's before image
+    (``__before_<column>``; all None in a log of after images)."""
     columns = user_columns(rows)
     ordered = sorted(rows, key=lambda r: (r["__seq"], r["__op"] != "d"))
-    out = []
+    out, befores = [], []
     for r in ordered:
         values = {c: bh.canon(r[c]) for c in columns}
         out.append((r["__op"], tuple(values[k] for k in keys), values))
-    return out
+        befores.append({c: bh.canon(r.get(BEFORE + c)) for c in columns})
+    return out, befores
 
 
 def version_rows(rows: list[dict], keys: list[str]) -> tuple[dict, list[str]]:
@@ -154,13 +158,17 @@ class Sinks:
                 faults.append(f"{sink} {table}: no rows")
                 continue
             columns = user_columns(rows)
-            if mode == "changelog":
-                got = log_rows(rows, keys)
-                found = bh.changelog_faults(changes, initial, got, columns, keys, captured)
+            if mode["mode"] == "changelog":
+                got, befores = log_rows(rows, keys)
+                with_before = mode.get("image") == "before_after"
+                if with_before and not all(BEFORE + c in rows[0] for c in columns):
+                    faults.append(f"{sink} {table}: no {BEFORE}<column> for each column: {list(rows[0])}")
+                befores = befores if with_before else None
+                found = bh.changelog_faults(changes, initial, got, columns, keys, captured, befores)
             else:
                 got, found = version_rows(rows, keys)
                 found += bh.versions_faults(changes, initial, got, columns, captured)
-            faults += [f"{sink} {mode} {table}: {f}"[:1500] for f in found]
+            faults += [f"{sink} {mode['mode']} {table}: {f}"[:1500] for f in found]
         return faults
 
 
@@ -194,9 +202,7 @@ def test_history_tables_follow_the_binlog_under_the_fuzzers_workload_with_kill9s
         start_file, start_pos = cur.fetchone()[:2]
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=3)
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    per_sink = {
-        sink: {f"{db}.{t}": {"mode": modes[sink]} for t, modes in MODES.items()} for sink in ("postgres", "delta")
-    }
+    per_sink = {sink: {f"{db}.{t}": modes[sink] for t, modes in MODES.items()} for sink in ("postgres", "delta")}
     mcfg = write_merger_config(
         stack,
         tmp_path / "merger.yaml",

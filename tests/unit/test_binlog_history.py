@@ -74,10 +74,10 @@ def test_reads_row_events_key_changes_truncates_and_maps_of_one_database():
     }
     assert changes == [
         bh.RowChange("c", "t", (Decimal(9223372036854775810),), first),
-        bh.RowChange("d", "t", (Decimal(5),), None),
+        bh.RowChange("d", "t", (Decimal(5),), None, {"id": 5, "d": None, "s": "x", "dt": None, "i": 1}),
         bh.RowChange("c", "t", (Decimal(6),), {"id": 6, "d": None, "s": "y", "dt": None, "i": 1}),
         bh.RowChange("t", "t", None, None),
-        bh.RowChange("d", "t", (Decimal(7),), None),  # after the second map: the new columns
+        bh.RowChange("d", "t", (Decimal(7),), None, {"id": 7, "x": None}),  # the second map's columns
     ]
 
 
@@ -132,7 +132,7 @@ def test_a_change_log_missing_a_change_or_with_a_stale_snapshot_row_or_one_twice
     stale = _log((0, k4, _values(4, "q")), (1, k1, _values(1, "a")))  # key 1 read after its update, old value
     assert any("snapshot row of key" in f for f in bh.changelog_faults(CHANGES, INITIAL, stale, COLUMNS, ["id"]))
     twice = _log((0, k4, _values(4, "q")), (1, k4, _values(4, "q")))
-    assert any("several" in f for f in bh.changelog_faults(CHANGES, INITIAL, twice, COLUMNS, ["id"]))
+    assert any("more snapshot rows" in f for f in bh.changelog_faults(CHANGES, INITIAL, twice, COLUMNS, ["id"]))
     missing = _log()  # key 4 existed until the truncate... and was never read
     assert bh.changelog_faults(CHANGES, INITIAL, missing, COLUMNS, ["id"]) == []
     untouched = {**INITIAL, (Decimal(9),): _values(9, "z")}
@@ -214,5 +214,35 @@ def test_a_change_log_takes_a_snapshot_row_per_key_after_each_ddl_at_the_capture
     assert bh.changelog_faults(DDL_CHANGES, DDL_INITIAL, stale, X_COLUMNS, ["id"], CAPTURED)
     twice = rows[:2] + [("r", k2, _x(2, "a"))] + rows[2:]  # two snapshot rows before the DDL
     assert any(
-        "several" in f for f in bh.changelog_faults(DDL_CHANGES, DDL_INITIAL, twice, X_COLUMNS, ["id"], CAPTURED)
+        "more snapshot rows" in f
+        for f in bh.changelog_faults(DDL_CHANGES, DDL_INITIAL, twice, X_COLUMNS, ["id"], CAPTURED)
     )
+
+
+def test_a_before_after_log_holds_an_updates_old_row_and_a_deletes_removed_row():
+    changes = [
+        bh.RowChange("u", "t", (Decimal(1),), _values(1, "b"), _values(1, "a")),
+        bh.RowChange("d", "t", (Decimal(1),), None, _values(1, "b")),
+        bh.RowChange("c", "t", (Decimal(2),), _values(2, "c")),
+    ]
+    rows = [(c.op, c.key, bh.logged_values(c, COLUMNS, ["id"])) for c in changes]
+    nulls = {"id": None, "v": None}
+    befores = [_values(1, "a"), _values(1, "b"), nulls]
+    assert bh.changelog_faults(changes, {}, rows, COLUMNS, ["id"], befores=befores) == []
+    assert bh.changelog_faults(changes, {}, rows, COLUMNS, ["id"], befores=[_values(1, "b"), *befores[1:]])
+    assert bh.changelog_faults(changes, {}, rows, COLUMNS, ["id"], befores=[*befores[:2], _values(2, "c")])
+    snap = [("r", (Decimal(3),), _values(3, "z")), *rows]
+    initial = {(Decimal(3),): _values(3, "z")}
+    assert bh.changelog_faults(changes, initial, snap, COLUMNS, ["id"], befores=[nulls, *befores]) == []
+    assert bh.changelog_faults(changes, initial, snap, COLUMNS, ["id"], befores=[_values(3, "z"), *befores])
+
+
+def test_a_resnapshot_planned_late_may_read_a_key_after_later_ddls_and_its_change():
+    ddl = bh.RowChange("ddl", "t", None, None)
+    changes = [ddl, ddl, _c("u", 1, v="c", x=Decimal(7))]
+    after = {(Decimal(1),): {"id": Decimal(1), "v": "a", "x": Decimal(7)}}
+    got = {(Decimal(1),): [(_x(1, "a"), False), (_x(1, "c", Decimal(7)), True)]}
+    assert bh.versions_faults(changes, {(Decimal(1),): _values(1, "a")}, got, X_COLUMNS, [after, after]) == []
+    # without the change, the last re-snapshot must have read it
+    untouched = {(Decimal(1),): [(_x(1, "a"), True)]}
+    assert bh.versions_faults(changes[:2], {(Decimal(1),): _values(1, "a")}, untouched, X_COLUMNS, [after, after])
