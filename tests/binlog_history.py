@@ -113,8 +113,10 @@ _PRIMARY = re.compile(r"^# Primary Key\((.*)\)$")
 _ROWS = re.compile(r"^### (INSERT INTO|UPDATE|DELETE FROM) `([^`]+)`\.`([^`]+)`$")
 _VALUE = re.compile(r"^###   @(\d+)=(.*)$")
 _USE = re.compile(r"^use `([^`]+)`/\*!\*/;$")
-_TRUNCATE = re.compile(r"^TRUNCATE (?:TABLE )?`?([^`\s]+)`?\s*$", re.IGNORECASE)
-_ALTER = re.compile(r"^(?:ALTER TABLE|CREATE INDEX `[^`]+` ON) `([^`]+)`", re.IGNORECASE)
+# a table named in a DDL: `db`.`t`, db.t, `t` or t
+_NAME = r"(?:`?([^`\s.]+)`?\.)?`?([^`\s.(]+)`?"
+_TRUNCATE = re.compile(rf"^TRUNCATE (?:TABLE )?{_NAME}\s*$", re.IGNORECASE)
+_ALTER = re.compile(rf"^(?:ALTER TABLE|CREATE (?:UNIQUE )?INDEX \S+ ON) {_NAME}", re.IGNORECASE)
 
 
 class BinlogText:
@@ -174,15 +176,12 @@ class BinlogText:
         if m:
             self._use = m.group(1)
             return
-        if self._use != self.db:
-            return
-        m = _TRUNCATE.match(line)
-        if m:
-            self.changes.append(RowChange(TRUNCATE, m.group(1), None, None))
-            return
-        m = _ALTER.match(line)
-        if m:
-            self.changes.append(RowChange(DDL, m.group(1), None, None))
+        for pattern, op in ((_TRUNCATE, TRUNCATE), (_ALTER, DDL)):
+            m = pattern.match(line)
+            if m:
+                if (m.group(1) or self._use) == self.db:
+                    self.changes.append(RowChange(op, m.group(2), None, None))
+                return
 
     def _image(self, table: str, image: list[tuple[int, str]]) -> tuple[tuple, dict]:
         columns = self.columns[table]

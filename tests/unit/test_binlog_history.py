@@ -246,3 +246,25 @@ def test_a_resnapshot_planned_late_may_read_a_key_after_later_ddls_and_its_chang
     # without the change, the last re-snapshot must have read it
     untouched = {(Decimal(1),): [(_x(1, "a"), True)]}
     assert bh.versions_faults(changes[:2], {(Decimal(1),): _values(1, "a")}, untouched, X_COLUMNS, [after, after])
+
+
+def test_ddl_places_of_the_database_whether_named_by_use_or_qualified():
+    text = [
+        "use `other`/*!*/;",
+        "TRUNCATE TABLE `db`.`t`",
+        "TRUNCATE TABLE t",
+        "ALTER TABLE db.t ADD COLUMN x INT",
+        "CREATE INDEX `ix` ON `t` (`i`)",
+        "use `db`/*!*/;",
+        "TRUNCATE `t`",
+        "CREATE INDEX `ix` ON `t` (`i`)",
+        "ALTER TABLE `other`.`t` DROP COLUMN x",
+        "ALTER TABLE `u` DROP COLUMN x",
+    ]
+    assert [(c.op, c.table) for c in bh.BinlogText("db").feed(text)] == [
+        ("t", "t"),
+        ("ddl", "t"),
+        ("t", "t"),
+        ("ddl", "t"),
+        ("ddl", "u"),
+    ]
