@@ -268,9 +268,11 @@ class SinkChecker:
                 if all(c is not None and c.ok for _, c, _ in results):
                     return
                 last = [(n, c.summary() if c else err) for n, c, err in results]
+                pause = 3.0  # a full compare differed: not again at once
             else:
                 last = counts
-            time.sleep(3)
+                pause = 1.0  # the counts are three cheap queries: look again soon
+            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
         raise AssertionError(
             f"sinks did not converge for {db}.{table} within {timeout_s}s: {last}"
             + (f"\n{proc.log_text()[-3000:]}" if proc else "")

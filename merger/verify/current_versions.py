@@ -59,17 +59,11 @@ class CurrentVersions:
         return self.reader.rows_with_keys(*args, **kwargs, **self.only)
 
     def digests_in_parts(self, db, table, sink_cols, keys, kinds, lo, hi, cuts, row_sql: str, **kwargs) -> list:
-        """The digests of [lo, hi) cut at ``cuts``: one query in PostgreSQL, one per part in
-        Delta (whose reader has no query of several parts)."""
-        if not self.delta:
-            return self.reader.digests_in_parts(
-                db, table, sink_cols, keys, kinds, lo, hi, cuts, row_sql, **kwargs, **self.only
-            )
-        edges = [lo, *cuts, hi]
-        return [
-            self.digest_in_range(db, table, sink_cols, keys, kinds, a, b, row_sql, **kwargs)
-            for a, b in zip(edges, edges[1:])
-        ]
+        """The digests of [lo, hi) cut at ``cuts``: one query in PostgreSQL, one per part
+        over one load of the table in Delta."""
+        return self.reader.digests_in_parts(
+            db, table, sink_cols, keys, kinds, lo, hi, cuts, row_sql, **kwargs, **self.only
+        )
 
     def positions_with_keys(self, db, table, sink_cols, keys, kinds, canon_keys, key_canons=()) -> list[tuple]:
         """``(key values..., sequence)`` per key with versions: the last change the history

@@ -516,15 +516,17 @@ class DeltaReader:
         return self._scan(db, table, names, sink_cols, keep, prune, fixed, only_null=only_null)
 
     def digest_in_range(
-        self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str, fixed=None, only_null=None
+        self, db, table, sink_cols, keys, kinds, lo, hi, row_sql: str, fixed=None, only_null=None, dt=None
     ) -> Digest:
         """The chunk's digest: DataFusion (delta-rs's ``QueryBuilder``) hashes each row's
-        text; the hashes are summed here. Integer and date keys only (raises NoSqlText)."""
+        text; the hashes are summed here. Integer and date keys only (raises NoSqlText).
+        ``dt``: the table as loaded; else its latest version."""
         import pyarrow as pa
         from deltalake import QueryBuilder
         from deltalake.exceptions import DeltaError
 
-        dt = self._open(db, table)
+        if dt is None:
+            dt = self._open(db, table)
         if dt is None:
             raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
         bounds = [None if b is None else [datafusion_literal(k, v) for k, v in zip(kinds, b)] for b in (lo, hi)]
@@ -545,6 +547,21 @@ class DeltaReader:
             raise SinkReadError(f"Delta table {where_}: digest query failed: {_first_line(exc)}") from None
         packed = b"".join(_binary_values(c) for c in hashes.chunks)
         return words_digest(len(hashes), packed)
+
+    def digests_in_parts(
+        self, db, table, sink_cols, keys, kinds, lo, hi, cuts, row_sql: str, fixed=None, only_null=None
+    ) -> list[Digest]:
+        """The digests of the parts of [lo, hi) cut at ``cuts`` (canonical keys, in order):
+        one query per part, all over one load of the table's latest version (the parts of
+        one version, and the log read once, not once per part)."""
+        dt = self._open(db, table)
+        if dt is None:
+            raise SinkReadError(f"Delta table {self.path(db, table)} does not exist")
+        edges = [lo, *cuts, hi]
+        return [
+            self.digest_in_range(db, table, sink_cols, keys, kinds, a, b, row_sql, fixed, only_null, dt=dt)
+            for a, b in zip(edges, edges[1:])
+        ]
 
     def rows_with_keys(
         self,

@@ -151,9 +151,12 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     checker = SinkChecker(stack, tmp_path)
     workload = Workload(stack, db, item_change, rate=150, seed=7)
+    log = []
+    started = time.monotonic()
     try:
         for table in ("items", "pairs"):
             checker.wait_equal(db, table, timeout_s=300, proc=merger)
+        log.append(("sinks equal", time.monotonic() - started))
         workload.start()
         time.sleep(3)
         rnd = random.Random(11)
@@ -168,10 +171,12 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
         res = run_cdc("verify", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs")
         (tmp_path / "verify_before.json").write_text(res.stdout + res.stderr)
         assert res.returncode == 1, res.stdout + res.stderr  # the damage is seen
+        log.append(("verified", time.monotonic() - started))
         res = run_cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs", timeout=600)
         (tmp_path / "repair.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr  # 1: a row the workload changed meanwhile
         repairs = {r["table"]: r for r in json.loads(res.stdout)["repairs"]}
+        log.append(("repaired", time.monotonic() - started))
         items, pairs = repairs[f"{db}.items"], repairs[f"{db}.pairs"]
         assert items["error"] is None and pairs["error"] is None, repairs
         # what verify found, per sink, is exactly the damage; the merger re-read the rows
@@ -194,6 +199,7 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
         (tmp_path / "repair_file.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr
         (items,) = json.loads(res.stdout)["repairs"]
+        log.append(("lost file repaired", time.monotonic() - started))
         assert items["error"] is None and items["delta_files_forgotten"] == 1, items
         assert items["by_sink"]["delta"]["inserted"] >= lost // 2, (lost, items)  # the workload rewrites some
 
@@ -208,12 +214,14 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
         (tmp_path / "repair_where.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr
         (items,) = json.loads(res.stdout)["repairs"]
+        log.append(("--where repaired", time.monotonic() - started))
         assert items["error"] is None and items["rows_deleted"] >= 1 and items["keys"] >= 22, items
         assert items["by_sink"]["postgres"]["rows"] >= 22, items
 
         workload.stop()
         for table in ("items", "pairs"):
             checker.wait_equal(db, table, timeout_s=240, proc=merger)
+        log.append(("done", time.monotonic() - started))
         assert merger.alive() and "Traceback" not in merger.log_text()
     finally:
         workload.stop_event.set()
@@ -221,3 +229,4 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, un
         ingest.stop()
         checker.close()
         conn.close()
+        print(f"timings: {[(what, round(t, 1)) for what, t in log]}")

@@ -70,8 +70,11 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
     checker = SinkChecker(stack, tmp_path)
     workload = Workload(stack, db, hot_statement, rate=RATE)
     runs = []
+    log = []
+    started = time.monotonic()
     try:
         checker.wait_equal(db, "hot", timeout_s=300, proc=merger)
+        log.append(("sinks equal", time.monotonic() - started))
         workload.start()
         time.sleep(5)
         # no false difference, run after run, while about 1,000 changes a second flow
@@ -82,6 +85,7 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
                 assert t["verdict"] == "equal", (t, workload.rate())
                 assert t["confirmed_at"] is not None or t["in_flight_chunks"] == 0, t
             assert code == 0
+            log.append(("verify equal under load", time.monotonic() - started))
         assert workload.rate() > RATE * 0.5, f"the workload ran at {workload.rate():.0f} statements/s"
 
         # damage behind the merger's back on odd ids: verify names exactly those keys
@@ -104,6 +108,7 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
         del dt
         code, data = _verify(mcfg, "--chunk-size", "5000", f"{db}.hot")
         runs.append(data)
+        log.append(("verify found the damage", time.monotonic() - started))
         found = {t["sink"]: t for t in data["tables"]}
         assert code == 1
         pgr, dlr = found["postgres"], found["delta"]
@@ -120,6 +125,7 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
             _, timed = _verify(mcfg, "--chunk-size", "5000", "--no-consistent", "--retries", "0", f"{db}.hot")
         (tmp_path / "runs.json").write_text(json.dumps({"runs": runs, "timed": timed, "rate": workload.rate()}))
         workload.stop()
+        log.append(("done", time.monotonic() - started))
         assert merger.alive() and "Traceback" not in merger.log_text()
     finally:
         workload.stop_event.set()
@@ -127,3 +133,4 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
         ingest.stop()
         checker.close()
         conn.close()
+        print(f"timings: {[(what, round(t, 1)) for what, t in log]}; workload {workload.statements} statements")
