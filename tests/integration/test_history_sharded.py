@@ -127,7 +127,8 @@ class Model:
                     columns = user_columns(mine)
                     keys, initial, ch = self.keys[t], self.initial[name, t], changes[name, t]
                     if mode == "changelog":
-                        found = bh.changelog_faults(ch, initial, log_rows(mine, keys), columns, keys)
+                        logged, _ = log_rows(mine, keys)  # image: after (no before columns)
+                        found = bh.changelog_faults(ch, initial, logged, columns, keys)
                     else:
                         got, found = version_rows(mine, keys)
                         found += bh.versions_faults(ch, initial, got, columns)
