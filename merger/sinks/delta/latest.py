@@ -200,13 +200,7 @@ class LatestTables:
             main_schema, tomb_schema = self._schemas(keys, wanted)
             # tombstones first (emptied: a re-created table forgets the old deletes), then the
             # table; the table's existence marks a completed creation.
-            write_deltalake(
-                tomb_path,
-                tomb_schema.empty_table(),
-                mode="overwrite",
-                schema_mode="overwrite",
-                storage_options=self.handles.storage_options,
-            )
+            self._empty_tombstones(tomb_path, tomb_schema)
             DeltaTable.create(
                 main_path,
                 main_schema,
@@ -252,13 +246,7 @@ class LatestTables:
             if tomb is None:
                 # lost tombstones: only possible if someone deleted them
                 log.warning("table %s: tombstone table missing, recreating it empty", table)
-                write_deltalake(
-                    tomb_path,
-                    tomb_schema.empty_table(),
-                    mode="overwrite",
-                    schema_mode="overwrite",
-                    storage_options=self.handles.storage_options,
-                )
+                self._empty_tombstones(tomb_path, tomb_schema)
             else:
                 self._rewrite(tomb_path, tomb, {k: widened[k] for k in keys if k in widened})
         return done
@@ -272,6 +260,16 @@ class LatestTables:
         keys = [n for n in delta_arrow_schema(tomb).names if n != SEQ] if tomb is not None else None
         columns = {f.name: f.type for f in delta_arrow_schema(main) if f.name != SEQ}
         return main, tomb, keys, columns
+
+    def _empty_tombstones(self, tomb_path: str, tomb_schema) -> None:
+        """(Re)write the tombstone table empty, in the given schema."""
+        write_deltalake(
+            tomb_path,
+            tomb_schema.empty_table(),
+            mode="overwrite",
+            schema_mode="overwrite",
+            storage_options=self.handles.storage_options,
+        )
 
     def _rewrite(self, path: str, dt: DeltaTable, new_types: dict[str, pa.DataType]) -> None:
         """Rewrite a table with wider column types: one overwrite commit (app-transaction
