@@ -69,7 +69,7 @@ from merger.shard_ddl import APPLY, CONFLICT, ShardDdl
 from merger.shard_ddl import decide as decide_shard_ddl
 from merger.sink_writer import SinkWriter
 from merger.sinks.base import SinkError, TableCut, TableFault
-from merger.snapshot.chunking import window_origin
+from merger.snapshot.chunking import resolve_chunk_key, window_origin
 from merger.sources import source_kind
 from merger.state import StateStore
 from merger.table_ddl import DdlFollower
@@ -208,15 +208,15 @@ class BatchProcessor(PausedTables):
             spec = self.catalog.table_spec(db, table)
         if spec is None:
             return None
-        keys = list(spec.primary_key) or list(self.chunk_keys.get(name, []))
+        try:
+            keys, error = list(resolve_chunk_key(name, spec.primary_key, self.chunk_keys.get(name))), None
+        except ValueError as exc:
+            keys, error = [], str(exc)
         partitions = self.partitions_of(self.topic_of(name))
         rt = TableRuntime(name, spec, keys, partitions, Reconciler(partitions))
         rt.set_spec(spec, self.modes)
-        if not keys:
-            rt.phase, rt.error = (
-                "failed",
-                (f"{name} has no primary key: set snapshot.chunk_keys['{name}'] to the columns that identify a row"),
-            )
+        if error is not None:
+            rt.phase, rt.error = "failed", error
         else:
             self.writer.ensure_tables(rt)
         self.tables.add(rt)

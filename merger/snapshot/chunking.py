@@ -392,18 +392,18 @@ def _columns_list(key_columns) -> list[str]:
 def no_chunk_key_error(table: str) -> str:
     """The message for a table that has neither a primary key nor a configured chunk key."""
     return (
-        f"Table {table} has no primary key, so it can't be snapshotted in key-range "
-        "chunks. Configure a chunk key for it: one or more NOT NULL columns that are "
-        "unique together, ideally the leading columns of an index. Or leave the table "
-        "out of snapshots."
+        f"{table} has no primary key, so it can't be snapshotted in key-range chunks nor "
+        f"merged by key: set snapshot.chunk_keys['{table}'] to one or more NOT NULL columns "
+        "that are unique together, ideally the leading columns of an index"
     )
 
 
 def resolve_chunk_key(
     table: str, primary_key: Sequence[str] | None, configured: Sequence[str] | None = None
 ) -> tuple[str, ...]:
-    """The chunk key columns: the configured ones, else the primary key, else ValueError."""
-    for columns in (configured, primary_key):
+    """The chunk key columns: the primary key, else the configured ones (``snapshot.chunk_keys``
+    is for tables without one: the key is also the sink's row identity), else ValueError."""
+    for columns in (primary_key, configured):
         if columns:
             columns = _columns_list(columns)
             if not all(isinstance(c, str) and c for c in columns):

@@ -20,6 +20,7 @@ from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.headers import EMITTED_HEADER, MOVED_FROM_HEADER, MOVED_TO_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
 from merger.sinks.base import KeepsRows
+from merger.snapshot.chunking import no_chunk_key_error
 from merger.state import StateStore
 
 PREFIX = "p"
@@ -1203,3 +1204,15 @@ def test_truncates_of_origins_against_a_model(tmp_path_factory, ops, cuts, behin
         proc.process(k, pa.Table.from_pylist(batch, schema=RECORD_SCHEMA))
     assert taken == [len(parts[0]), len(parts[1])]
     assert sink.state() == model
+
+
+def test_the_merger_takes_a_tables_key_by_the_tested_chunk_key_rule(tmp_path):
+    """The processor's key of a table is ``resolve_chunk_key``'s (primary key first, then
+    ``snapshot.chunk_keys``), and a table with neither fails with that function's message."""
+    keyless = TableSpec("db", "k", (ColumnSpec("a", "int", 1), ColumnSpec("b", "int", 2)), ())
+    proc = _processor(tmp_path, MemorySink(), chunk_keys={"db.t": ["v"], "db.c": ["a"]})
+    assert proc.table("db.t", SPEC).keys == ["id"]  # the primary key wins over chunk_keys
+    rt = proc.table("db.k", keyless)
+    assert rt.phase == "failed" and rt.error == no_chunk_key_error("db.k")
+    configured = TableSpec("db", "c", (ColumnSpec("a", "int", 1), ColumnSpec("b", "int", 2)), ())
+    assert proc.table("db.c", configured).keys == ["a"]
