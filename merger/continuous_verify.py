@@ -27,7 +27,7 @@ from merger.verify.chunked import TableVerifier
 from merger.verify.consistent import Confirmer, NotConfirmed
 from merger.verify.current_versions import reader_for_mode
 from merger.verify.sinks import SinkReadError, sink_reader
-from merger.verify.source import SourceError, SourceReader
+from merger.verify.source import SourceReader, SourceReadError
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class ContinuousVerifier(threading.Thread):
             results = verifier.run()
         except _Stopped:
             return
-        except (SourceError, SinkReadError, NotConfirmed) as exc:
+        except (SourceReadError, SinkReadError, NotConfirmed) as exc:
             self.passes[name] = {"at": time.time(), "verdict": "error", "error": str(exc)[:300]}
             return
         finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from merger.kafka.offsets import TP, allocate_limit
+from merger.kafka.limits import TP, allocate_limit
 
 # Python objects per record beyond its bytes (dicts, parsed payload, change event), and
 # the bytes' multiple (Arrow copy, Python copy, parsed values, sink rows). Measured: a

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from merger.kafka.offsets import TP
+from merger.kafka.limits import TP
 
 HOT_S = 2.0
 FOLLOW_S = 30.0  # the scan probe keeps following a partition this long after its end last moved

@@ -15,10 +15,11 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from merger.kafka.admission import admit
+from merger.kafka.limits import TP, allocate_limit
+
 OFFSET_EARLIEST = -2  # as in Kafka/Spark JSON offsets
 OFFSET_LATEST = -1
-
-TP = tuple[str, int]
 
 
 # a pseudo-partition in the offsets, never read from Kafka: see ``CdcKafkaStreamReader.latestOffset``
@@ -106,34 +107,6 @@ def lagging_partitions(end: Any, latest: Any) -> set[TP]:
     return {tp for tp, o in latests.items() if tp != TICK_TP and o > ends.get(tp, 0)}
 
 
-def allocate_limit(available: Mapping[TP, int], max_rows: int, rotate: int = 0) -> dict[TP, int]:
-    """Split ``max_rows`` over partitions max-min fairly (water-filling): every partition with
-    data gets an equal share, a partition that needs less than its share gives the rest to
-    the others. When fewer rows than partitions remain, single rows go round-robin starting
-    at ``rotate`` (so no partition is starved across triggers). Never gives a partition more
-    than it has available; the sum is ``min(max_rows, sum(available))``."""
-    alloc = {tp: 0 for tp in available}
-    pending = sorted(tp for tp, n in available.items() if n > 0)
-    remaining = max(0, int(max_rows))
-    while remaining > 0 and pending:
-        share = remaining // len(pending)
-        if share == 0:
-            k = rotate % len(pending)
-            for tp in (pending[k:] + pending[:k])[:remaining]:
-                alloc[tp] += 1
-            remaining = 0
-            break
-        still = []
-        for tp in pending:
-            give = min(share, available[tp] - alloc[tp])
-            alloc[tp] += give
-            remaining -= give
-            if alloc[tp] < available[tp]:
-                still.append(tp)
-        pending = still
-    return alloc
-
-
 def plan_end(
     base: Mapping[TP, int],
     latest: Mapping[TP, int],
@@ -149,8 +122,6 @@ def plan_end(
     avail = {tp: n for tp, b in base.items() if (n := latest.get(tp, b) - b) > 0}
     rotate = sum(base.values())
     if costs is not None and budget is not None:
-        from merger.kafka.admission import admit
-
         alloc = admit(avail, costs, budget, max_rows, rotate)
     elif max_rows is None:
         alloc = avail

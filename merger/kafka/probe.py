@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cdc.wire.moved_topics import topics_of
-from merger.kafka.offsets import TP, partitions_to_scan, settle_scan
+from merger.kafka.limits import TP
+from merger.kafka.offsets import partitions_to_scan, settle_scan
 from merger.kafka.options import KafkaSourceError, SourceOptions
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from merger.kafka.offsets import TP, KafkaRange, range_size
+from merger.kafka.limits import TP
+from merger.kafka.offsets import KafkaRange, range_size
 from merger.kafka.options import KafkaSourceError, SourceOptions
 from merger.kafka.outage import BrokerOutage
 from merger.kafka.probe import unreachable

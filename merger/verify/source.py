@@ -30,7 +30,7 @@ from merger.verify.sql_digest import Digest, mariadb_parts_query, mariadb_query
 LOOKUP_BATCH = 1000
 
 
-class SourceError(MergerError):
+class SourceReadError(MergerError):
     """A source query failed (one line, no credentials)."""
 
 
@@ -113,7 +113,7 @@ class SourceReader:
         except pymysql.err.MySQLError as exc:
             self.close()
             text = exc.args[-1] if exc.args else type(exc).__name__
-            raise SourceError(f"source MySQL at {self.where}: {text}") from None
+            raise SourceReadError(f"source MySQL at {self.where}: {text}") from None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -166,7 +166,7 @@ class SourceReader:
                 "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s",
                 (db, table),
             )
-        except SourceError:
+        except SourceReadError:
             return set()  # a server without CHECK_CONSTRAINTS (MySQL < 8.0.16): DATA_TYPE says json
         out = set()
         for (clause,) in rows:

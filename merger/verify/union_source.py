@@ -20,7 +20,7 @@ from typing import Sequence
 from cdc.quoting import quote_ident
 from cdc.shard_cutover import BEGIN, SWITCH, KeyRange, Move, owned_ranges
 from merger.snapshot.chunking import quote_table
-from merger.verify.source import SourceError, SourceReader, SourceTable
+from merger.verify.source import SourceReader, SourceReadError, SourceTable
 from merger.verify.sql_digest import Digest
 
 CUTOVER_TABLE = "cdc_cutover"  # beside the watermark table, on every shard
@@ -42,7 +42,7 @@ def cutover_rows(reader: SourceReader, cutover_table: str, table: str) -> list[t
         (table,),
     ):
         if kind not in (BEGIN, SWITCH):
-            raise SourceError(f"{cutover_table} on {reader.where}: move {move_id} has a row of kind {kind!r}")
+            raise SourceReadError(f"{cutover_table} on {reader.where}: move {move_id} has a row of kind {kind!r}")
         bounds = KeyRange(None if low is None else json.loads(low), None if high is None else json.loads(high))
         out.append((Move(int(move_id), bounds, str(source), str(target), str(table_name)), kind))
     return out
@@ -111,7 +111,7 @@ def union_of(
 ) -> tuple[UnionSource, SourceTable]:
     """The union source of logical table ``table`` from its origins ``(shard, db, table,
     reader of the shard)``, and the table it is verified as (the first origin's definition).
-    Raises SourceError when the origins differ in columns or a table with moves has no key."""
+    Raises SourceReadError when the origins differ in columns or a table with moves has no key."""
     parts: list[tuple[SourceReader, SourceTable]] = []
     try:
         for shard, db, name, reader in origins:
@@ -119,7 +119,7 @@ def union_of(
             if described is None:
                 continue  # gone since the catalog listed it
             if parts and described.column_names != parts[0][1].column_names:
-                raise SourceError(
+                raise SourceReadError(
                     f"the origins of {table} differ in columns ({parts[0][1].name}: {parts[0][1].column_names}; "
                     f"{described.name}: {described.column_names}): run the same DDL on every shard"
                 )
@@ -127,12 +127,12 @@ def union_of(
             parts.append((own, described))
             ranges = owned_ranges(cutover_rows(own, cutover_table, table), shard, table)
             if ranges and not described.primary_key:
-                raise SourceError(f"{described.name} on shard {shard}: moves of {table} need a primary key")
+                raise SourceReadError(f"{described.name} on shard {shard}: moves of {table} need a primary key")
             own.only = owned_sql(own, described.primary_key[0], ranges) if ranges else None
     except Exception:
         for r, _ in parts:
             r.close()
         raise
     if not parts:
-        raise SourceError(f"no origin of {table} is in the source")
+        raise SourceReadError(f"no origin of {table} is in the source")
     return UnionSource(parts), parts[0][1]

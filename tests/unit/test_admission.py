@@ -17,7 +17,8 @@ from merger.kafka.admission import (
     observed_sizes,
     record_cost,
 )
-from merger.kafka.offsets import allocate_limit, plan_end, read_record_sizes
+from merger.kafka.limits import allocate_limit
+from merger.kafka.offsets import plan_end, read_record_sizes
 
 MB = 1024 * 1024
 

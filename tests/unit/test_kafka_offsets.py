@@ -9,13 +9,13 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from merger.kafka.limits import allocate_limit
 from merger.kafka.offsets import (
     MIN_RECORDS_PER_TASK,
     OFFSET_EARLIEST,
     TICK_TP,
     KafkaRange,
     KafkaRanges,
-    allocate_limit,
     format_offsets,
     lagging_partitions,
     pack_ranges,
