@@ -346,6 +346,13 @@ class IngestConfig(_Model):
         "timer), sooner ones wait for the next commit; also the server heartbeat period asked for (at "
         "most 1 s), which bounds that wait while the source is quiet",
     )
+    retry_max_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="longest wait between two attempts to reach the source or the broker again "
+        "(the wait starts at 1 s and doubles up to this)",
+    )
     on_xa_rollback: Literal["fail", "warn"] = Field(
         "fail",
         description="an XA transaction rolled back after XA PREPARE, whose changes were written "

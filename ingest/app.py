@@ -287,7 +287,7 @@ class Ingest:
                 raise IngestError(broker_outage_message(self.prefix, waited, bound, what))
         self._recover(f"{what}; retrying in {self.backoff:.0f}s", kind)
         stop.wait(self.backoff)
-        self.backoff = min(self.backoff * 2, 30.0)
+        self.backoff = min(self.backoff * 2, self.config.retry_max_s)
         self.stop_if_taken_over()
 
     def stop_if_taken_over(self) -> None:

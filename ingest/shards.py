@@ -300,7 +300,7 @@ class ShardedIngest:
                     member.source_lost(f"shard {name}: {reason}; retrying in {member.backoff:.0f}s")
                     interrupt.wait(member.backoff)
                     self._stop_if_taken_over()
-                    member.backoff = min(member.backoff * 2, 30.0)
+                    member.backoff = min(member.backoff * 2, self.config.retry_max_s)
                 except (BrokerError, ProducerFenced) as exc:
                     self.broken(view, exc)
                 except RecordTooLarge as exc:

@@ -33,6 +33,7 @@ def write_config(stack: local_stack.StackInfo, path: Path, prefix: str, database
         "kafka": {"bootstrap_servers": stack.kafka.bootstrap},
         "database_include": databases,
         "heartbeat_interval_ms": 1000,
+        "retry_max_s": 4,  # the tests' outages are short: reconnect within seconds of the end
     }
     set_dotted(cfg, extra)
     path.write_text(yaml.safe_dump(cfg))

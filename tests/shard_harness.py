@@ -76,6 +76,7 @@ def ingest_config(path: Path, stack, shards: dict, prefix: str, db: str, user: s
         "kafka": {"bootstrap_servers": stack.kafka.bootstrap},
         "database_include": [db, "cdc"],
         "heartbeat_interval_ms": 1000,
+        "retry_max_s": 4,  # the tests' outages are short: reconnect within seconds of the end
         "shards": shard_list(shards, user),
         "routes": [{"match": rf"{db}\.orders_\d+", "to": f"{db}.orders"}],
         **extra,
