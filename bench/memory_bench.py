@@ -113,7 +113,7 @@ def run_setting(info, args, work: Path, budget_mb: int, tag: str) -> dict:
     os.environ["CDC_MERGER_PROGRESS_LOG"] = str(progress)
     ingest = IngestProcess(icfg, run_dir / "ingest.log").start()
     merger = MergerProcess(mcfg, run_dir / "merger.log").start()
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     store = StateStore(run_dir / "state")
     try:

@@ -488,7 +488,7 @@ class Run:
         return self.dir / "delta"
 
     def plan_path(self, table: str) -> Path:
-        from merger.state import safe_name
+        from merger.state.store import safe_name
 
         return self.state / "snapshots" / f"{safe_name(f'{DB}.{table}')}.json"
 
@@ -691,7 +691,7 @@ def run_snapshot(info, args, work: Path, sink: str, parallelism: int, warm: bool
     """One snapshot of the big table by a fresh merger: at its start (cold), or (warm)
     requested once the merger has snapshotted the small table (JVM, Python workers, sink
     connections started: a merger that is already running)."""
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     settings = snapshot_settings(parallelism, args.chunk_size, **({"auto_new_tables": False} if warm else {}))
     tables = [rf"{DB}\.{BIG}"] + ([rf"{DB}\.{WARM}"] if warm else [])
@@ -1174,7 +1174,7 @@ def run_latency(info, args, work: Path, sinks: list[str]) -> dict:
             cpu[QUIET_PHASE] = run.sampler.cpu_report()
             writer.pace(args.rate)
         if not args.skip_latency_snapshot:
-            from merger.state import StateStore
+            from merger.state.store import StateStore
 
             log(f"latency: requesting a snapshot of {DB}.{BIG} ({args.rows:,} rows) while writing")
             StateStore(run.state).request("snapshot", f"{DB}.{BIG}", where=None)

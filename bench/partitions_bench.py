@@ -71,7 +71,7 @@ def _sum_c(info, db: str, run_dir: Path) -> dict[str, int | None]:
 def run_setting(info, args, work: Path, partitions: int, slots: int | None, tag: str) -> dict:
     import pymysql
 
-    from merger.state import StateStore
+    from merger.state.store import StateStore
     from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
     from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
 

@@ -58,7 +58,8 @@ def merger_child(state_dir: str, show_processes: bool) -> None:
     marks: dict[str, float] = {}
     from cdc import stack as local_stack
     from cdc.config import MergerConfig, load_model
-    from merger import app, checks
+    from merger import app
+    from merger.mysql import checks
     from tests.merger_harness import write_merger_config
 
     info = local_stack.up(Path(state_dir))

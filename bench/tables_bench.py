@@ -74,7 +74,7 @@ from bench.merger_bench import (  # noqa: E402
 )
 from cdc import stack as local_stack  # noqa: E402
 from merger.kafka.end_check import FOLLOW_S  # noqa: E402
-from merger.state import StateStore  # noqa: E402
+from merger.state.store import StateStore  # noqa: E402
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config  # noqa: E402
 from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E402
 from tests.procfs import children, java_child, rss_kb  # noqa: E402

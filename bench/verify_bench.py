@@ -53,8 +53,8 @@ def make_table(info, rows: int, work: Path) -> float:
 
     from cdc import stack as local_stack
     from cdc.config import MySQLConfig
-    from merger.catalog import SourceCatalog
-    from merger.schema import arrow_schema, snapshot_select
+    from merger.schema.canonical import arrow_schema, snapshot_select
+    from merger.schema.catalog import SourceCatalog
     from merger.sinks.delta import DeltaSink
     from merger.sinks.postgres import PostgresSink
     from merger.snapshot.direct_read import canonical_source_rows

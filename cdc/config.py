@@ -837,7 +837,7 @@ class MergerConfig(_Model):
         for sink in ("delta", "postgres") if self.key_mode == "unique" else ():
             tables = getattr(self.sinks, sink).tables if getattr(self.sinks, sink) else {}
             kept = sorted(t for t, e in tables.items() if e.mode != "latest")
-            if kept:  # merger.owner_check reads each key's row back from a latest-state table
+            if kept:  # merger.batch.owner_check reads each key's row back from a latest-state table
                 raise ValueError(
                     f"key_mode: unique reads each key's owner from the sinks' latest state; "
                     f"sinks.{sink}.tables gives {kept[0]} mode {tables[kept[0]].mode} "

@@ -27,9 +27,12 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from cdc.config import IngestConfig, routes_of
 from cdc.ddl import ALTERED, CREATED, DROPPED, RENAMED, ddl_marker, parse_ddl, table_effects, unclassified_tables
+from cdc.declared import DeclaredTypes
 from cdc.errors import CdcError
+from cdc.infoschema import load_table_details
 from cdc.metrics_http import serve as serve_metrics
 from cdc.routes import ORIGIN_COLUMN, origin_of
+from cdc.table_changes import table_change_json
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, EMITTED_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import encode_marker, watermark_marker
@@ -38,10 +41,9 @@ from cdc.wire.topics import table_topic
 from ingest import metrics
 from ingest.binlog import open_reader
 from ingest.checks import check_source, gtid_for_file_pos, read_server_state
-from ingest.codec import TableCodec, apply_column_filters, envelope_config, load_table_details, spec_from_details
+from ingest.codec import TableCodec, apply_column_filters, envelope_config, spec_from_details
 from ingest.control_records import context_headers, heartbeat_record, message_record
 from ingest.cutover import ShardCutover, move_of
-from ingest.declared import DeclaredTypes
 from ingest.envelope import PhysicalTable, SourceInfo, TableEncoder, source_json
 from ingest.errors import IngestError
 from ingest.failover import continuation
@@ -74,7 +76,7 @@ from ingest.producer import (
     read_all_values,
     read_offsets,
 )
-from ingest.schema_change_records import schema_change_record, table_change_json
+from ingest.schema_change_records import schema_change_record
 from ingest.stream import BinlogStream, CommitPolicy, SourceTransaction
 from ingest.transaction_control import TransactionControl
 from ingest.transaction_records import TransactionTracker
@@ -945,7 +947,7 @@ class Ingest:
         """A DDL marker into every partition of each captured table the statement dropped,
         created, renamed or altered: the schema-change topic cannot be ordered against a
         table's data events, the marker cuts each partition where the DDL fell, so the
-        merger knows which changes came before it (see ``merger.schema_change``)."""
+        merger knows which changes came before it (see ``merger.schema.change``)."""
         written = 0
         for row, ((db, table), kind) in enumerate(table_effects(ddl)):
             if not self.filter.captures_table(db, table):

@@ -5,19 +5,15 @@ and masks applied, from the binlog table map plus information_schema details."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-import pymysql
 
 from cdc.config import IngestConfig
-from cdc.quoting import quote_ident
-from cdc.tablespec import ColumnSpec, TableSpec
+from cdc.declared import declared_types_from_ddl
+from cdc.infoschema import spec_from_information_schema
+from cdc.tablespec import TableSpec
 from ingest import metrics
 from ingest.converter_config import ConverterConfig
-from ingest.declared import declared_types_from_ddl, with_declared_types
 from ingest.envelope import EnvelopeConfig, PhysicalTable, TableEncoder
 from ingest.filters import CaptureFilter
-from ingest.infoschema import enrich_table_spec, parse_column_type
 from ingest.tablemap import table_spec_from_binlog
 
 MASK = "***"
@@ -41,44 +37,6 @@ def envelope_config(config: IngestConfig) -> EnvelopeConfig:
     )
 
 
-def load_table_details(conn: pymysql.Connection, db: str, table: str) -> dict[str, Any]:
-    """information_schema rows and the CREATE TABLE text of a table (empty if it is gone).
-
-    Read when a table version is first seen; a DDL arriving in between is harmless,
-    because the DDL event itself invalidates what we read."""
-    with conn.cursor(pymysql.cursors.DictCursor) as cur:
-        cur.execute(
-            "SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
-            "ORDER BY ORDINAL_POSITION",
-            (db, table),
-        )
-        columns = list(cur.fetchall())
-        cur.execute(
-            "SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, table)
-        )
-        row = cur.fetchone()
-        collation = row["TABLE_COLLATION"] if row else None
-        cur.execute(
-            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s "
-            "AND TABLE_NAME=%s AND INDEX_NAME='PRIMARY' ORDER BY SEQ_IN_INDEX",
-            (db, table),
-        )
-        primary_key = [r["COLUMN_NAME"] for r in cur.fetchall()]
-        create = ""
-        if columns:
-            try:
-                cur.execute(f"SHOW CREATE TABLE {quote_ident(db)}.{quote_ident(table)}")
-                create = list(cur.fetchone().values())[1]
-            except pymysql.err.MySQLError:
-                create = ""
-    return {
-        "columns": columns,
-        "create": create,
-        "primary_key": primary_key,
-        "charset": collation.split("_", 1)[0] if collation else None,
-    }
-
-
 HIDDEN_TYPES = ("boolean", "json")  # what information_schema cannot show on MariaDB
 
 
@@ -100,31 +58,6 @@ def spec_from_details(
     if not details.get("columns"):
         return None
     return spec_from_information_schema(db, table, details, declared)
-
-
-def spec_from_information_schema(db: str, table: str, details: dict, declared: dict | None = None) -> TableSpec:
-    """A TableSpec from information_schema alone (for schema-change events, where no
-    table map is at hand)."""
-    cols = []
-    for i, row in enumerate(details["columns"]):
-        d = {str(k).upper(): v for k, v in row.items()}
-        ctype = d.get("COLUMN_TYPE")
-        ctype = ctype.decode() if isinstance(ctype, bytes) else str(ctype)
-        parsed = parse_column_type(ctype)
-        cols.append(
-            ColumnSpec(name=str(d["COLUMN_NAME"]), type_name=parsed.get("type_name", "unknown"), position=i + 1)
-        )
-    spec = TableSpec(
-        db=db,
-        table=table,
-        columns=tuple(cols),
-        primary_key=tuple(details.get("primary_key", ())),
-        default_charset=details.get("charset"),
-    )
-    spec = enrich_table_spec(spec, details["columns"])
-    if declared:
-        spec = with_declared_types(spec, declared)
-    return spec
 
 
 def apply_column_filters(spec: TableSpec, capture: CaptureFilter) -> tuple[TableSpec, tuple[str, ...]]:

@@ -1,7 +1,7 @@
 """A ``TableSpec`` from what mysql-replication exposes for a TableMapEvent read with
 ``binlog_row_metadata=FULL`` (names, types, signedness, charsets, ENUM/SET members, primary
 key, nullability), optionally refined with ``information_schema.COLUMNS`` rows the caller
-fetched (``ingest.infoschema``) and with the types declared in the DDL (``ingest.declared``).
+fetched (``cdc.infoschema``) and with the types declared in the DDL (``cdc.declared``).
 Pure: no I/O."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
+from cdc.declared import with_declared_types
+from cdc.infoschema import describes, enrich_table_spec, row_name
 from cdc.tablespec import ColumnSpec, TableSpec
-from ingest.declared import with_declared_types
-from ingest.infoschema import describes, enrich_table_spec, row_name
 
 # MySQL field type codes (pymysqlreplication.constants.FIELD_TYPE), copied so this module
 # imports without the library.

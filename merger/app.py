@@ -28,7 +28,7 @@ from merger.cluster_reach import check_state_dir_reached
 from merger.errors import MergerError
 from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
-from merger.state import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
+from merger.state.store import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -245,11 +245,11 @@ class Merger:
 
     def _run(self, stop: threading.Event | None = None) -> None:
         from cdc.metrics_http import serve as serve_metrics
-        from merger.checks import check_source, source_servers
-        from merger.continuous_verify import ContinuousVerifier
         from merger.kafka import CdcKafkaDataSource
+        from merger.mysql.checks import check_source, source_servers
+        from merger.mysql.source import SourceGuard
         from merger.snapshot.runner import SnapshotRunner
-        from merger.source import SourceGuard
+        from merger.verify.continuous import ContinuousVerifier
 
         cfg = self.config
         stop = stop or self.stop_event
@@ -324,7 +324,7 @@ class Merger:
             logging.getLogger(PY4J_LOGGER).removeFilter(self._reported_elsewhere)
 
     def _open_state(self):
-        from merger.state import StateStore
+        from merger.state.store import StateStore
 
         store = StateStore(self.config.state_dir)
         store.lock()
@@ -334,9 +334,9 @@ class Merger:
         return store
 
     def _processor(self, store, sinks, kafka_conf, partitions_of, accepts, source_guard):
-        from merger.catalog import ShardedCatalog, SourceCatalog
-        from merger.processor import BatchProcessor
-        from merger.schema import SourceModes
+        from merger.batch.processor import BatchProcessor
+        from merger.schema.canonical import SourceModes
+        from merger.schema.catalog import ShardedCatalog, SourceCatalog
 
         cfg = self.config
 

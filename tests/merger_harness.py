@@ -14,7 +14,7 @@ import yaml
 
 from cdc import stack as local_stack
 from cdc.quoting import quote_ident
-from merger.catalog import SourceCatalog
+from merger.schema.catalog import SourceCatalog
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
 from merger.verify.sinks import DeltaReader, PostgresReader

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc import stack as local_stack
+from cdc.cli.prose import as_prose
 from cdc.config import ConfigError, IngestConfig, load_model
 
 app = typer.Typer(
@@ -300,7 +301,7 @@ def merger_state(pid: int | None, exit_record: dict | None, age_s: float) -> dic
 
 
 def _store(config: Optional[Path], local: bool, state_dir: Path):
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     cfg = load_merger_config(config, local, state_dir)
     return StateStore(cfg.state_dir)
@@ -335,7 +336,7 @@ def snapshot(
             "source_connector is debezium: set signal_table (Debezium's signal.data.collection) "
             "so that the merger can ask Debezium for snapshots"
         )
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     if shard is not None and (action != "snapshot" or shard not in {s.name for s in cfg.shards}):
         names = ", ".join(s.name for s in cfg.shards) or "none"
@@ -552,7 +553,7 @@ def shard_remove(
     (those whose __cdc_origin starts with NAME/) from the sinks, or keep them and list them."""
     from cdc.cli.shard import remove_shard
     from merger.sinks.registry import build_sinks
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     if delete_rows == keep_rows:
         raise ConfigError("say what happens to the shard's rows: --delete-rows or --keep-rows")
@@ -655,6 +656,9 @@ def _click_exceptions() -> tuple[type, ...]:
     except ImportError:
         pass
     return tuple(found)
+
+
+as_prose(app)  # after every command is defined
 
 
 def main() -> None:

@@ -206,7 +206,7 @@ def run_repair(
     from dataclasses import replace
 
     from cdc.cli.verify import report, verify_tables
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     if cfg.source_connector != "ingest":
         raise ConfigError("repair needs the merger's own snapshot windows (source_connector: ingest)")
@@ -264,7 +264,7 @@ def where_keys(cfg: MergerConfig, table: str, condition: str, sink: str | None) 
     each sink's rows that do (the condition run on each side, in its own SQL), as source
     values; and how many each side has."""
     from cdc.cli.verify import open_sinks
-    from merger.verify.source import SourceError, SourceReader
+    from merger.verify.source import SourceReader, SourceReadError
 
     db, name = table.split(".", 1)
     source = SourceReader(cfg.mysql)
@@ -281,7 +281,7 @@ def where_keys(cfg: MergerConfig, table: str, condition: str, sink: str | None) 
             found = {
                 "source": source.query(f"SELECT {cols} FROM `{db}`.`{name}` WHERE {condition} LIMIT {WHERE_LIMIT + 1}")
             }
-        except SourceError as exc:
+        except SourceReadError as exc:
             raise ConfigError(f"--where {condition!r} on the source: {exc}") from None
         for n, reader in readers.items():
             try:
@@ -313,7 +313,7 @@ def run_where_repair(
     """`cdc repair TABLE --where COND`: every row either side holds that meets the condition
     is re-read (or deleted when the source lacks it), then the table is verified."""
     from cdc.cli.verify import report, verify_tables
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     if cfg.source_connector != "ingest" or cfg.shards or cfg.routes:
         raise ConfigError("repair needs the merger's own windows on an unsharded source (source_connector: ingest)")

@@ -131,7 +131,7 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
     """A ``merger.verify.consistent.Confirmer`` (differences confirmed at a known position in
     verify windows), or None (re-read after ``--retry-wait``). ``consistent`` None: one when
     the running merger can report its windows; True: one, or the reason it cannot be."""
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     if consistent is False:  # --no-consistent: the timed re-read, even with a merger running
         return None
@@ -148,7 +148,7 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
         if consistent:
             raise ConfigError(f"--consistent: {why}; run it without --consistent")
         return None
-    from merger.source import WatermarkWriter
+    from merger.mysql.source import WatermarkWriter
     from merger.verify.consistent import Confirmer, NotConfirmed
 
     watermarks = WatermarkWriter(cfg.mysql, cfg.watermark_table)
@@ -168,7 +168,7 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
 def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, err: Console) -> list:
     """Each table against each sink (``merger.verify.chunked.TableResult`` per table and sink)."""
     from cdc.config import routes_of
-    from merger.catalog import ShardedCatalog, SourceCatalog
+    from merger.schema.catalog import ShardedCatalog, SourceCatalog
     from merger.verify.chunked import TableResult, TableVerifier
     from merger.verify.current_versions import reader_for_mode
     from merger.verify.source import SourceReader
@@ -268,7 +268,7 @@ def _verify_owned(name: str, origins, source_of, readable: dict, verify, cfg: Me
     origin column, against the union of the origins' rows that their shards own
     (``merger.verify.union_source``)."""
     from merger.verify.chunked import TableResult
-    from merger.verify.source import SourceError
+    from merger.verify.source import SourceReadError
     from merger.verify.union_source import CUTOVER_TABLE, union_of
 
     cutover_table = f"{cfg.watermark_table.split('.', 1)[0]}.{CUTOVER_TABLE}"
@@ -276,7 +276,7 @@ def _verify_owned(name: str, origins, source_of, readable: dict, verify, cfg: Me
         union, table = union_of(
             name, [(o.shard, o.db, o.table, source_of(o.shard, o.mysql)) for o in origins], cutover_table
         )
-    except SourceError as exc:
+    except SourceReadError as exc:
         return [TableResult(name, n, error=str(exc)) for n in readable]
     try:
         results = verify(union, table, target=tuple(name.split(".", 1)))
@@ -380,7 +380,7 @@ def _no_retries():
     server in one line instead of waiting for it."""
     import threading
 
-    from merger.source import SourceGuard
+    from merger.mysql.source import SourceGuard
 
     stop = threading.Event()
     stop.set()

@@ -28,7 +28,7 @@ TICK_TP: TP = ("__cdc_tick__", 0)
 
 def read_tick(path: str | None) -> int:
     """The number in the tick file (0: no file, or not written completely). Written by
-    ``merger.state.StateStore.raise_tick``; this module reads it without importing the
+    ``merger.state.store.StateStore.raise_tick``; this module reads it without importing the
     merger."""
     if not path:
         return 0
@@ -41,7 +41,7 @@ def read_tick(path: str | None) -> int:
 
 def read_record_sizes(path: str | None) -> dict[str, float]:
     """Bytes per record per topic, as the merger learned them (``merger.kafka.admission.learn``,
-    written by ``merger.state.StateStore.save_record_sizes``); empty without a file or when
+    written by ``merger.state.store.StateStore.save_record_sizes``); empty without a file or when
     it cannot be read (every topic is then new to the admission)."""
     if not path:
         return {}

@@ -121,7 +121,7 @@ def as_table_id(table) -> TableId:
 class KeepsRows:
     """A sink whose tables hold the rows, readable by key (``rows_with_keys``): PostgreSQL
     and Delta, not the Kafka changelog. Key mode ``unique`` checks each key's owner against
-    the first such sink (``merger.owner_check``)."""
+    the first such sink (``merger.batch.owner_check``)."""
 
 
 class Sink(abc.ABC):
@@ -151,7 +151,7 @@ class Sink(abc.ABC):
         """Empty the table and its tombstones; False if ``version`` was already applied."""
 
     # Reads for `cdc verify` (merger/verify/chunked.py). Keys and bounds are tuples of canonical
-    # values (merger.schema) of ``key_columns``, in that order.
+    # values (merger.schema.canonical) of ``key_columns``, in that order.
 
     def has_table(self, table: TableId) -> bool:
         """Whether the sink table exists."""
@@ -239,7 +239,7 @@ def with_before_fields(table: TableId, arrow_schema: pa.Schema, prefix: str = BE
 
 
 def before_as_log_columns(table: TableId, src: pa.Table) -> pa.Table:
-    """A change log batch's before image (``_cdc_before_<column>``, ``merger.records``)
+    """A change log batch's before image (``_cdc_before_<column>``, ``merger.batch.records``)
     renamed to the log's columns (``__before_<column>``); a batch without it is the
     caller's bug."""
     users = [c for c in src.column_names if not c.startswith(RESERVED_PREFIX)]

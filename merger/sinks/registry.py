@@ -4,7 +4,7 @@
 A kind names its config section and a factory ``build(section, config)`` that imports the
 sink's package only when the section is configured (Delta, PostgreSQL and Kafka each pull
 in their own libraries). ``KINDS`` is in build order, which matters: key mode ``unique``
-reads each key's owner from the first sink that keeps rows (``merger.owner_check``).
+reads each key's owner from the first sink that keeps rows (``merger.batch.owner_check``).
 A new sink is its package, its config class in ``SinksConfig`` and one line here.
 """
 

@@ -49,7 +49,7 @@ from cdc.errors import CdcError
 
 SAME, WIDEN = "same", "widen"
 
-#: Arrow field metadata of a MySQL BIT(n>1) column (``merger.schema``): its width n. The
+#: Arrow field metadata of a MySQL BIT(n>1) column (``merger.schema.canonical``): its width n. The
 #: values are the big-endian bytes of the bits, ceil(n/8) of them, which Delta and
 #: PostgreSQL store as they are (binary / bytea); the Kafka changelog sink writes them in
 #: Debezium's little-endian ``io.debezium.data.Bits`` form.

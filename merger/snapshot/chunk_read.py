@@ -10,7 +10,7 @@ through the JVM, plus JIT compilation).
 
 The columns are ``snapshot_expression`` of each column (as for JDBC), except that values
 MariaDB returns as DECIMAL are fetched as text: ConnectorX would hand them over as
-decimal(38, 10), which can't hold every scale. ``merger.schema.from_snapshot`` casts
+decimal(38, 10), which can't hold every scale. ``merger.schema.canonical.from_snapshot`` casts
 them back exactly.
 """
 
@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from cdc.quoting import quote_ident
 from cdc.tablespec import ColumnSpec, TableSpec
-from merger.schema import constant_expression, snapshot_expression
+from merger.schema.canonical import constant_expression, snapshot_expression
 
 DEFAULT_MASTER = "local[2]"  # cdc.config's spark_master default: the merger sizes it
 
@@ -59,7 +59,7 @@ def read_parallelism(config, cores: int | None = None, environ=None) -> int:
     return max(1, min(wanted, cores if cores is not None else (os.cpu_count() or 1)))
 
 
-# the text a task's error carries when the source is unreachable: merger.source retries it
+# the text a task's error carries when the source is unreachable: merger.mysql.source retries it
 UNAVAILABLE_MARK = "cdc-source-unavailable"
 # what ConnectorX says when the connection fails or breaks (no server error code)
 CONNECTION_TROUBLE = (
@@ -85,7 +85,7 @@ def select_expression(c: ColumnSpec) -> str:
 
 def chunk_query(spec: TableSpec, where: str | None, ranges: str, constants: dict[str, str] | None = None) -> str:
     """The SELECT of one read: ``ranges`` is the SQL predicate on the key columns;
-    ``constants``: columns read as literal texts (``merger.schema.snapshot_select``)."""
+    ``constants``: columns read as literal texts (``merger.schema.canonical.snapshot_select``)."""
     select = ", ".join(
         f"{constant_expression(constants[c.name]) if constants and c.name in constants else select_expression(c)}"
         f" AS {quote_ident(c.name)}"
@@ -181,7 +181,7 @@ def _stage_query_here(source: dict, query: str, path: str, batch_rows: int) -> i
     import connectorx as cx
     import pymysql
 
-    from merger.source import UNAVAILABLE_CODES, is_transient
+    from merger.mysql.source import UNAVAILABLE_CODES, is_transient
 
     # ConnectorX's pool retries a refused or denied connection for 30 s before it says
     # so: a plain connection first fails at once, and says which it is

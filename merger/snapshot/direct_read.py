@@ -20,7 +20,7 @@ import pymysql
 from cdc.quoting import quote_ident
 from cdc.tablespec import TableSpec
 from merger.dblog import decode_key
-from merger.schema import arrow_schema, from_snapshot, snapshot_select
+from merger.schema.canonical import arrow_schema, from_snapshot, snapshot_select
 
 
 def is_whole_table(chunks: list[dict]) -> bool:

@@ -2,8 +2,8 @@
 window's chunks in parallel through Spark JDBC into staged Parquet files, write HIGH.
 
 The reconciliation itself (which staged rows survive, at which sequence) happens in the
-stream (``merger.processor`` with ``merger.dblog.emitted_rows``); this module only produces
-windows. It changes the tables' runtimes only through the registry (``merger.tables``),
+stream (``merger.batch.processor`` with ``merger.dblog.emitted_rows``); this module only produces
+windows. It changes the tables' runtimes only through the registry (``merger.batch.tables``),
 whose lock serialises it against the batch.
 Progress is persisted per chunk in the plan file; a restarted merger continues with the
 first unfinished chunk.
@@ -24,11 +24,13 @@ import pymysql
 from cdc.config import MergerConfig, MySQLConfig
 from cdc.quoting import quote_ident
 from cdc.routes import ORIGIN_COLUMN
-from merger.catalog import Origin
+from merger.batch.processor import BatchProcessor
+from merger.batch.tables import TableRegistry
 from merger.dblog import decode_key, encode_key
 from merger.errors import MergerError
-from merger.processor import BatchProcessor
-from merger.schema import snapshot_select
+from merger.mysql.source import SourceGuard, connect
+from merger.schema.canonical import snapshot_select
+from merger.schema.catalog import Origin
 from merger.snapshot.chunk_read import chunk_query, read_parallelism, stage_window, warm_up_workers
 from merger.snapshot.chunking import (
     boundary_sql,
@@ -39,10 +41,8 @@ from merger.snapshot.chunking import (
 )
 from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.snapshot.repair import RepairError, is_key_list, repair_plan, window_where
-from merger.source import SourceGuard, connect
 from merger.sources import source_kind
-from merger.state import StateStore, plan_state
-from merger.tables import TableRegistry
+from merger.state.store import StateStore, plan_state
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from merger.sources.unique_sharded_topics import UniqueShardedTopics
 if TYPE_CHECKING:
     from cdc.config import MergerConfig
     from cdc.wire.position import ReplayFilter
-    from merger.source import SourceGuard
+    from merger.mysql.source import SourceGuard
     from merger.sources.debezium_topics import SignalWriter
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
 
 @runtime_checkable
@@ -52,7 +52,7 @@ class SourceKind(Protocol):
     #: table); otherwise the writer's own, on the topics as ``r`` records
     watermark_windows: bool
     #: every position names its shard (a sharded source): positions of two shards do
-    #: not compare, and a DDL marker counts per shard (``merger.shard_ddl``)
+    #: not compare, and a DDL marker counts per shard (``merger.batch.shard_ddl``)
     shards: bool
 
     def replay_filter(self) -> ReplayFilter:
@@ -63,7 +63,7 @@ class SourceKind(Protocol):
         """A record's order across the partitions of its table (truncates and DDL cut
         there): its binlog position's sequence (its offset without one); in key mode
         ``unique`` of a sharded source the emission counter. Raises
-        ``merger.errors.BadRecord`` when a record (``merger.records.ParsedRecord``) lacks what
+        ``merger.errors.BadRecord`` when a record (``merger.batch.records.ParsedRecord``) lacks what
         the kind orders by."""
 
     def sequence_of(self, order: int, offset: int) -> int:
@@ -71,9 +71,9 @@ class SourceKind(Protocol):
         order ``order`` (``order_of``) and its Kafka ``offset``."""
 
     def in_order(self, items: Sequence) -> list:
-        """A batch's records of one table (``merger.records.ParsedRecord``) in the order
+        """A batch's records of one table (``merger.batch.records.ParsedRecord``) in the order
         they are applied in: each
-        partition's offset order, each server's binlog order (``merger.batch_order``)."""
+        partition's offset order, each server's binlog order (``merger.batch.order``)."""
 
     def reconciler_order(self, offset: int, sequence: int) -> tuple[int, int | None]:
         """What the reconciler tells replays by (it must rise along a partition) and the

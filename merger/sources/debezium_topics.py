@@ -54,7 +54,7 @@ import pymysql
 
 from cdc.quoting import quote_ident
 from cdc.wire.position import EventPosition, ReplayFilter
-from merger.batch_order import binlog_order, by_sequence
+from merger.batch.order import binlog_order, by_sequence
 from merger.errors import MergerError
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class SignalWriter:
     privilege stops the merger with one line saying what to do."""
 
     def __init__(self, mysql, signal_table: str | None, store, guard=None):
-        from merger.source import SourceGuard
+        from merger.mysql.source import SourceGuard
 
         self.mysql = mysql
         self.table = signal_table
@@ -154,7 +154,7 @@ class SignalWriter:
     def _insert(self, row: tuple | None) -> None:
         """Insert a signal row; ``None`` probes the privilege with an INSERT that matches
         no row (nothing changes, nothing reaches the binlog)."""
-        from merger.source import connect
+        from merger.mysql.source import connect
 
         db, name = self.table.split(".", 1)
         conn = connect(self.mysql)

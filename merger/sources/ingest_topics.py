@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cdc.wire.position import ReplayFilter
-from merger.batch_order import binlog_order, by_sequence
+from merger.batch.order import binlog_order, by_sequence
 
 
 class IngestTopics:

@@ -5,13 +5,13 @@
   the replay rule keeps the highest position per partition and shard (``ReplayFilter``
   does so for positions that name a shard).
 * **A batch's order** is one that keeps every partition's offsets and every shard's
-  binlog order (``merger.batch_order.shards_merged``), never an order made up between
+  binlog order (``merger.batch.order.shards_merged``), never an order made up between
   shards; after an ingest crash whose aborted records the broker shows, a shard's order
   may give way where no order keeps it (data records first, markers last).
 * **The reconciler tells replays by the Kafka offset**, which rises along a partition
   (the sequences of two shards do not); markers still carry their window's sequence.
 * **A DDL marker counts per shard**, checked against the other shards' definitions
-  (``merger.shard_ddl``).
+  (``merger.batch.shard_ddl``).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
-from merger.batch_order import CUT, DATA, WINDOW, Placed, shards_merged
+from merger.batch.order import CUT, DATA, WINDOW, Placed, shards_merged
 from merger.sources.ingest_topics import IngestTopics
 
 
 def spread_of(item) -> int:
-    """Where a record (a ``merger.records.ParsedRecord``) acts (``merger.batch_order``):
+    """Where a record (a ``merger.batch.records.ParsedRecord``) acts (``merger.batch.order``):
     a DDL marker or a truncate (CUT) and a watermark marker (WINDOW) have a copy in every
     partition of the topic; a change (DATA) is in its key's partition."""
     headers, payload = item.headers, item.payload

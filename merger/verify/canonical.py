@@ -2,7 +2,7 @@
 a sink value.
 
 Independent of what it checks: this module imports nothing of the pipeline (not
-``merger.schema``, not ``ingest.converters``, no sink code). The source side is a value as a
+``merger.schema.canonical``, not ``ingest.converters``, no sink code). The source side is a value as a
 plain pymysql ``SELECT col`` returns it (session ``time_zone = '+00:00'``), typed by the
 column's ``information_schema.COLUMNS`` row; the sink side is a value as the sink's own
 client returns it (psycopg for PostgreSQL, deltalake -> pyarrow -> ``to_pylist`` for

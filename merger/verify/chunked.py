@@ -50,7 +50,7 @@ from merger.verify.keys import UnsupportedKey
 from merger.verify.narrowing import FANOUT, LEAF_ROWS, PARTS, narrow, parts, step_for
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
-from merger.verify.source import SourceError, SourceReader, SourceTable
+from merger.verify.source import SourceReader, SourceReadError, SourceTable
 
 CONFIRM_KEYS = 1000  # candidate keys per verify window
 
@@ -225,7 +225,7 @@ class TableVerifier:
                 self._confirm(sides[name], results[name], found)
             except SinkUnreachable:
                 raise
-            except (SinkReadError, UnsupportedKey, SourceError, NotConfirmed) as exc:
+            except (SinkReadError, UnsupportedKey, SourceReadError, NotConfirmed) as exc:
                 results[name].error = str(exc)
         for name, side in sides.items():
             if isinstance(side.reader, CurrentVersions) and not results[name].error:
@@ -363,7 +363,7 @@ class TableVerifier:
             )
         except SinkUnreachable:
             raise
-        except (SinkReadError, SourceError):
+        except (SinkReadError, SourceReadError):
             return False
         res.narrowed_chunks += 1 if found.measured or len(roots) > 1 else 0  # a small chunk: straight to rows
         for _, d in found.settled:

@@ -4,7 +4,7 @@ A chunk compared at one instant on the source and a moment later on a sink can d
 because a change was on its way. So verify treats what its first comparison finds as
 candidates, and confirms each candidate key in a *verify window*, the DBLog way:
 
-1. write a LOW watermark row (window id ``verify-<id>``, ``merger.verify_windows``);
+1. write a LOW watermark row (window id ``verify-<id>``, ``merger.verify.windows``);
 2. read the candidate keys' rows from the source (plain SELECT, a fresh autocommit read
    that starts after LOW committed);
 3. write a HIGH watermark row;
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from merger.verify.digest import ChunkDiff, encode_row, encode_value
-from merger.verify_windows import PREFIX
+from merger.verify.windows import PREFIX
 
 
 class NotConfirmed(Exception):
@@ -95,7 +95,7 @@ class WindowReport:
 class Confirmer:
     """Runs verify windows for one table. ``write_watermark(table, window id, kind)``
     writes a LOW or HIGH row; ``window_status(table, window id)`` returns the merger's
-    report of that window (``merger.verify_windows``: ``low``, ``high_partitions``,
+    report of that window (``merger.verify.windows``: ``low``, ``high_partitions``,
     ``truncated``, and the table's ``partitions``) or None."""
 
     def __init__(

@@ -24,7 +24,7 @@ from typing import Sequence
 from merger.verify.narrowing import parts
 from merger.verify.side import SinkSide
 from merger.verify.sinks import SinkReadError, SinkUnreachable
-from merger.verify.source import SourceError, SourceReader, SourceTable
+from merger.verify.source import SourceReader, SourceReadError, SourceTable
 from merger.verify.sql_digest import Digest
 
 SOURCE_CONNECTIONS = 2  # concurrent digest queries on the source
@@ -114,7 +114,7 @@ class ChunkDigests:
             except SinkUnreachable as exc:
                 errors.append(exc)
                 continue
-            except (SinkReadError, SourceError) as exc:
+            except (SinkReadError, SourceReadError) as exc:
                 self.failed[name] = f"the digest query failed: {exc}"
                 continue
             for (i, _), a, b in zip(chunks, ours, theirs):
@@ -148,7 +148,7 @@ class ChunkDigests:
             try:
                 source[(i, text)].result()
                 pieces = self._parts.get((rng, text)) or []
-            except (KeyError, SourceError, SinkReadError):
+            except (KeyError, SourceReadError, SinkReadError):
                 pieces = []
             cuts = [k for k, _ in pieces[1:]]
             if len(pieces) < 2 or len(parts(rng, cuts)) != len(pieces):

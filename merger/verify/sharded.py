@@ -1,6 +1,6 @@
 """`cdc verify` of a sharded source's logical tables (``docs/sharding.md``), pure parts.
 
-A logical table is the union of its origins (``merger.catalog.Origin``: one physical
+A logical table is the union of its origins (``merger.schema.catalog.Origin``: one physical
 table of one shard). In key mode ``origin`` each sink row names its origin in the column
 ``__cdc_origin``, so verify compares one origin at a time: the physical table on its
 shard, through the plain source reader, against the sink rows whose origin column holds

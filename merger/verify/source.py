@@ -68,7 +68,7 @@ class SourceReader:
             mysql = connect
 
             def connect():
-                from merger.source import connect as source_connect
+                from merger.mysql.source import connect as source_connect
 
                 return source_connect(mysql)
 

@@ -151,7 +151,7 @@ def test_dead_letters_and_incompatible_ddl_pause_resume_snapshot(stack, tmp_path
         assert f"cdc_merger_bad_records {float(len(bad))}" in metrics
 
         # ---- a narrowing type change: the sink tables are rebuilt and snapshotted again (a
-        # DDL marker, merger/schema_change.py); the other tables keep flowing meanwhile
+        # DDL marker, merger/schema/change.py); the other tables keep flowing meanwhile
         with root.cursor() as cur:
             for t in ("narrow_a", "narrow_b"):
                 cur.execute(f"ALTER TABLE {db}.{t} MODIFY b INT")

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests.ingest_harness import IngestProcess, write_config
 from tests.kafka_util import read_records
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config

@@ -20,7 +20,7 @@ from merger.sources.debezium_topics import SignalWriter
 def test_signal_writer_against_mariadb(stack, tmp_path, mysql_root, unique_name):
     from cdc import stack as local_stack
     from cdc.config import MySQLConfig
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     db = f"sg_{unique_name}"
     with mysql_root.cursor() as cur:

@@ -65,7 +65,7 @@ def test_deployed_users_and_grants_suffice_on_mariadb(stack, mysql_root, unique_
     signal table (same SQL on MySQL)."""
     from cdc.config import MySQLConfig
     from ingest.checks import check_source
-    from merger import checks as merger_checks
+    from merger.mysql import checks as merger_checks
     from merger.snapshot.runner import SnapshotRunner
     from merger.sources.debezium_topics import SignalWriter, signal_ddl
 

@@ -12,12 +12,12 @@ import pytest
 
 from cdc import stack as local_stack
 from cdc.config import MergerConfig
-from merger.catalog import SourceCatalog
+from merger.batch.processor import BatchProcessor
 from merger.dblog import encode_key
-from merger.processor import BatchProcessor
-from merger.schema import from_snapshot
+from merger.schema.canonical import from_snapshot
+from merger.schema.catalog import SourceCatalog
 from merger.snapshot.direct_read import is_whole_table, stage_table
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests.integration.test_types import WORKLOAD
 
 pytestmark = pytest.mark.integration
@@ -112,10 +112,10 @@ def test_split_evenly_gives_consecutive_runs_of_near_equal_length():
 
 
 def test_connectorx_read_errors_say_whether_to_retry(stack, tmp_path):
-    """A read task's error carries the mark merger.source retries on (server unreachable)
+    """A read task's error carries the mark merger.mysql.source retries on (server unreachable)
     or the one it stops on (a server error to fix), at once."""
+    from merger.mysql.source import is_transient
     from merger.snapshot.chunk_read import UNAVAILABLE_MARK, stage_query
-    from merger.source import is_transient
 
     source = {
         "host": stack.mariadb.host,

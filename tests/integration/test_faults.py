@@ -29,7 +29,7 @@ import pymysql
 import pytest
 
 from cdc import stack as local_stack
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests.conftest import IS_CI, ROOT
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, create_mixed_tables, write_merger_config
@@ -325,7 +325,9 @@ def test_source_restart_during_snapshot_and_streaming(stack, tmp_path, unique_na
         p.check_alive()
 
         merger_log, ingest_log = p.merger.log_text(), p.ingest.log_text()
-        retries = [line for line in merger_log.splitlines() if "WARNING merger.source: source unavailable" in line]
+        retries = [
+            line for line in merger_log.splitlines() if "WARNING merger.mysql.source: source unavailable" in line
+        ]
         assert any(f"snapshot of {db}." in line for line in retries), retries[:5]  # the runner waited
         assert "source reachable again" in merger_log
         assert "source connection lost" in ingest_log and "reachable again" in ingest_log
@@ -353,10 +355,10 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
 
     from cdc.config import MergerConfig
     from merger.app import make_spark
-    from merger.catalog import SourceCatalog
-    from merger.processor import BatchProcessor
+    from merger.batch.processor import BatchProcessor
+    from merger.mysql.source import SourceGuard
+    from merger.schema.catalog import SourceCatalog
     from merger.snapshot.runner import SnapshotRunner
-    from merger.source import SourceGuard
 
     db = f"fw_{unique_name}"
     conn = _conn(stack)
@@ -419,7 +421,7 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
             return read(table, rt, chunks, where, wid, *rest)
 
         runner._read_chunks = read_then_stop_the_source
-        with caplog.at_level(logging.INFO, logger="merger.source"):
+        with caplog.at_level(logging.INFO, logger="merger.mysql.source"):
             runner._step(table, plan)  # returns once a window of these chunks is staged
         first, wanted = reads[0], tuple(c["id"] for c in plan["chunks"][:4])
         assert first not in rt.reconciler.windows

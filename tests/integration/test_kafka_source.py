@@ -684,7 +684,7 @@ def test_one_consumer_reads_ranges_of_several_partitions(bootstrap, unique_name)
 def test_tick_file_brings_a_batch_without_records(bootstrap, unique_name, tmp_path):
     """A raised tick file moves the pseudo-partition's offset (Spark then runs a batch),
     which is never read from Kafka; the real partitions are unaffected."""
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     topic = f"{unique_name}.db.t"
     create_topics(bootstrap, [topic], partitions=1)
@@ -722,7 +722,7 @@ def test_a_batch_admits_records_by_their_learned_size(bootstrap, unique_name, tm
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     from merger.kafka.admission import UNKNOWN_SHARE, learn, observed_sizes, record_cost
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     wide, narrow = f"{unique_name}.db.wide", f"{unique_name}.db.narrow"
     create_topics(bootstrap, [wide, narrow], partitions=1)

@@ -19,7 +19,7 @@ import time
 import pytest
 import yaml
 
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config

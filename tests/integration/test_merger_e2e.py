@@ -13,7 +13,7 @@ import time
 import pymysql
 import pytest
 
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, create_mixed_tables, write_merger_config

@@ -1,4 +1,4 @@
-"""Key mode unique's check of each key's origin (merger/owner_check.py) against the real
+"""Key mode unique's check of each key's origin (merger/batch/owner_check.py) against the real
 sinks that keep rows: PostgreSQL (the local stack's) and Delta. A key written on a second
 shard with no move pauses its table; a declared move is applied. The processor's side with
 an in-memory sink: tests/unit/test_processor.py."""
@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 
-from merger.processor import BatchProcessor
-from merger.state import StateStore
+from merger.batch.processor import BatchProcessor
+from merger.state.store import StateStore
 from tests.support import readback
 from tests.unit.test_processor import ORIGIN, PREFIX, UNIQUE, UniqueStream, unique_change
 

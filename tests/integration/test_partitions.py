@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests.cli_util import wait_for
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config

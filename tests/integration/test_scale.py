@@ -19,7 +19,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests import procfs
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config

@@ -653,7 +653,7 @@ def test_kafka_changelog_deletes_the_rows_of_one_origin(stack):
 
 @pytest.mark.integration
 def test_kafka_changelog_writes_bits_as_debezium_does(stack):
-    """The sinks get BIT(n>1) big-endian (merger.schema); the changelog writes Debezium's
+    """The sinks get BIT(n>1) big-endian (merger.schema.canonical); the changelog writes Debezium's
     little-endian Bits again, also after a restart (the width is in its control record)."""
     import base64
 

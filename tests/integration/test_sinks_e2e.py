@@ -21,7 +21,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests.ingest_harness import IngestProcess, write_config
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
 

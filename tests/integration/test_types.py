@@ -25,12 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from cdc.declared import declared_types_from_ddl, with_declared_types
+from cdc.infoschema import enrich_table_spec
+from cdc.table_changes import table_change_json
 from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.control_records import heartbeat_record
-from ingest.declared import declared_types_from_ddl, with_declared_types
 from ingest.envelope import EnvelopeConfig, SourceInfo
-from ingest.infoschema import enrich_table_spec
-from ingest.schema_change_records import drop_table_ddl, schema_change_record, table_change_json
+from ingest.schema_change_records import drop_table_ddl, schema_change_record
 from ingest.tablemap import table_spec_from_binlog
 from tests.unit.test_types import (
     GOLDEN,

@@ -24,8 +24,8 @@ import yaml
 from cdc import stack as local_stack
 from cdc.config import MySQLConfig
 from cdc.quoting import quote_ident
-from merger.catalog import SourceCatalog
-from merger.schema import arrow_schema, snapshot_select
+from merger.schema.canonical import arrow_schema, snapshot_select
+from merger.schema.catalog import SourceCatalog
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
 from merger.snapshot.direct_read import canonical_source_rows

@@ -27,7 +27,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from merger.history.modes import LATEST, SCD2Mode, TableModes
-from merger.schema import arrow_schema
+from merger.schema.canonical import arrow_schema
 from merger.sinks.delta import DeltaSink
 from merger.verify.current_versions import CurrentVersions, reader_for_mode
 from merger.verify.sinks import DeltaReader

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pymysql
 import pytest
 
-from merger.schema import arrow_schema
+from merger.schema.canonical import arrow_schema
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
 from merger.verify.chunked import TableVerifier

@@ -27,7 +27,7 @@ import pytest
 
 from cdc.quoting import quote_ident
 from merger.history.modes import COMMIT_US, LATEST, SCD2Mode, TableModes
-from merger.schema import arrow_schema, snapshot_select
+from merger.schema.canonical import arrow_schema, snapshot_select
 from merger.sinks.postgres import PostgresSink
 from merger.snapshot.direct_read import canonical_source_rows
 from merger.verify.current_versions import CurrentVersions

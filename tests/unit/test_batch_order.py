@@ -1,4 +1,4 @@
-"""merger.batch_order: a batch's records of a sharded source in an order that keeps every
+"""merger.batch.order: a batch's records of a sharded source in an order that keeps every
 partition's offsets and every shard's binlog order, checked against a model of the one
 producer that wrote them (any interleaving of the shards' sends, any partitioning)."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from merger.batch_order import CUT, DATA, WINDOW, OrderConflict, Placed, shards_merged
+from merger.batch.order import CUT, DATA, WINDOW, OrderConflict, Placed, shards_merged
 
 
 @st.composite
@@ -252,7 +252,7 @@ def test_a_marker_never_goes_before_a_lower_change_of_its_shard():
 
 def test_where_each_record_acts():
     from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
-    from merger.records import ParsedRecord
+    from merger.batch.records import ParsedRecord
     from merger.sources.sharded_topics import spread_of
 
     def rec(headers, payload):

@@ -1,7 +1,7 @@
 """Tests of merger.dblog: unit tests of the rules, and a property-based simulation of a
 source database, ingest, Kafka partitions and the merger against a model sink.
 
-The emission is the merger's own (``emitted_rows`` over Arrow, as ``merger.processor``
+The emission is the merger's own (``emitted_rows`` over Arrow, as ``merger.batch.processor``
 runs it); the dict sink (``apply_change``/``apply_truncate``) is the oracle."""
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def test_parse_database_ddl():
 
 
 def test_declared_types_follow_create_alter_rename_drop():
-    from ingest.declared import DeclaredTypes
+    from cdc.declared import DeclaredTypes
 
     d = DeclaredTypes()
     sql = "CREATE TABLE t (id INT PRIMARY KEY, flag BOOLEAN, doc JSON)"

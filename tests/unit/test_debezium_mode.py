@@ -178,9 +178,9 @@ class _Topics:
 
 
 def test_batch_of_debezium_records_into_delta(tmp_path):
-    from merger.processor import BatchProcessor
+    from merger.batch.processor import BatchProcessor
     from merger.sinks.delta import DeltaSink
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     prefix, name = "dbz", "shop.t"
     sink = DeltaSink(str(tmp_path / "delta"))

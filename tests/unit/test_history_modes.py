@@ -10,6 +10,8 @@ import pytest
 from cdc.config import ConfigError, MergerConfig, load_model
 from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.position import EventPosition
+from merger.batch.records import ParsedRecord, change_event, commit_us_of, decode
+from merger.batch.tables import TableRuntime
 from merger.dblog import Reconciler
 from merger.history.changelog import BEFORE_AFTER
 from merger.history.modes import (
@@ -25,10 +27,8 @@ from merger.history.modes import (
     table_modes,
 )
 from merger.history.scd2 import HistoryOptionsError
-from merger.records import ParsedRecord, change_event, commit_us_of, decode
-from merger.schema import SourceModes
+from merger.schema.canonical import SourceModes
 from merger.sources import source_kind
-from merger.tables import TableRuntime
 from tests.support import readback
 
 
@@ -326,8 +326,8 @@ def test_a_snapshot_window_gives_a_before_after_log_a_null_before_image():
     """Snapshot rows come from the window emitter, not from ``decode``."""
     import pyarrow as pa
 
+    from merger.batch.emission import WindowEmitter
     from merger.dblog import Window
-    from merger.emission import WindowEmitter
 
     class Writer:
         def __init__(self, extra):

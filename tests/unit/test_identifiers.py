@@ -45,9 +45,9 @@ def test_tables_sharing_a_topic_are_merged_apart(tmp_path):
     import json
 
     from cdc.tablespec import ColumnSpec, TableSpec
-    from merger.processor import BatchProcessor
+    from merger.batch.processor import BatchProcessor
     from merger.sinks.delta import DeltaSink
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     sink = DeltaSink(str(tmp_path / "delta"))
     proc = BatchProcessor("p", StateStore(tmp_path / "state"), [sink], None, lambda topic: 1)

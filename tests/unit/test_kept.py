@@ -1,9 +1,9 @@
-"""merger.kept: which tables have changes kept on disk (one listing, not a stat per table)."""
+"""merger.batch.kept: which tables have changes kept on disk (one listing, not a stat per table)."""
 
 from __future__ import annotations
 
-from merger.kept import keep, kept_dir, tables_with_kept
-from merger.state import StateStore
+from merger.batch.kept import keep, kept_dir, tables_with_kept
+from merger.state.store import StateStore
 
 
 def test_tables_with_kept_names_exactly_the_tables_with_a_kept_directory(tmp_path):

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.headers import EMITTED_HEADER, MOVED_FROM_HEADER, MOVED_TO_HEADER, POSITION_HEADER, WATERMARK_HEADER
-from merger.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
+from merger.batch.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
 from merger.sinks.base import KeepsRows
 from merger.snapshot.chunking import no_chunk_key_error
-from merger.state import StateStore
+from merger.state.store import StateStore
 
 PREFIX = "p"
 RECORD_SCHEMA = pa.schema(
@@ -455,7 +455,7 @@ def test_a_snapshot_row_a_sink_cannot_store_pauses_its_table_and_keeps_the_windo
 def test_a_new_state_dir_writes_above_the_versions_the_sinks_recorded(tmp_path):
     """A merger started with a new state_dir against sink tables an earlier merger wrote:
     its batch ids start at 0 again, its writes must not be skipped."""
-    from merger.sink_writer import STEP
+    from merger.batch.sink_writer import STEP
 
     sink = MemorySink()
     sink.ensure_table(("db", "t"), None, ["id"])

@@ -12,7 +12,7 @@ import pyarrow as pa
 from cdc.ddl import ddl_marker
 from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.headers import DDL_HEADER, POSITION_HEADER
-from merger.processor import BatchProcessor
+from merger.batch.processor import BatchProcessor
 from merger.sinks.base import IncompatibleSchemaChange
 from tests.unit.test_processor import PREFIX, RECORD_SCHEMA, SPEC, MemorySink, Stream, _open_window, _processor
 
@@ -319,7 +319,7 @@ def test_debezium_schema_changes_are_judged_in_their_own_form(tmp_path):
     Debezium's initial snapshot, changes nothing)."""
     import copy
 
-    from merger.state import StateStore
+    from merger.state.store import StateStore
     from tests.unit.test_debezium_mode import _change, _Topics
 
     sink = Sink()

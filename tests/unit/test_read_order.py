@@ -14,9 +14,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from merger.batch.processor import BatchProcessor
 from merger.kafka.offsets import KafkaRange, pack_ranges
-from merger.processor import BatchProcessor
-from merger.state import StateStore
+from merger.state.store import StateStore
 from tests.unit.test_processor import PREFIX, SPEC, MemorySink, Stream
 
 PARTITIONS = 8

@@ -1,4 +1,4 @@
-"""merger.schema_change: which DDL re-snapshots, resets or rebuilds a table's sink tables
+"""merger.schema.change: which DDL re-snapshots, resets or rebuilds a table's sink tables
 (pure), and the lenient decode of changes older than the DDL."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from cdc.tablespec import ColumnSpec, TableSpec
-from merger.schema import SourceModes, arrow_schema, json_converters
-from merger.schema_change import DROP, FOLLOW, NONE, RESET, RESNAPSHOT, decide, diff_specs, rows_to_arrow_lenient
+from merger.schema.canonical import SourceModes, arrow_schema, json_converters
+from merger.schema.change import DROP, FOLLOW, NONE, RESET, RESNAPSHOT, decide, diff_specs, rows_to_arrow_lenient
 
 T = TableSpec(
     "db",

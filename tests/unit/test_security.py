@@ -177,10 +177,10 @@ def test_mysql_tls_reaches_pymysql_binlog_reader_and_jdbc(tmp_path, monkeypatch)
     monkeypatch.setattr(pymysql, "connect", fake_connect)
     from ingest.checks import SourceError
     from ingest.checks import connect as ingest_connect
-    from merger.catalog import SourceCatalog
-    from merger.checks import check_source
     from merger.errors import MergerError
-    from merger.source import connect as merger_connect
+    from merger.mysql.checks import check_source
+    from merger.mysql.source import connect as merger_connect
+    from merger.schema.catalog import SourceCatalog
 
     with pytest.raises(SourceError):
         ingest_connect(IngestConfig(mysql=m))

@@ -1,4 +1,4 @@
-"""merger.shard_ddl: DDL that reaches one shard first, against a simple model.
+"""merger.batch.shard_ddl: DDL that reaches one shard first, against a simple model.
 
 The model: every origin starts with the base table; additive changes (a nullable column
 added, an integer widened) arrive one marker at a time, each origin's in its own order,
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from cdc.routes import ORIGIN_COLUMN, ORIGIN_LENGTH
 from cdc.tablespec import ColumnSpec, TableSpec
-from merger.shard_ddl import APPLY, CONFLICT, NOTHING, ShardDdl, Verdict, decide, join
-from merger.tables import spec_from_dict, spec_to_dict
+from merger.batch.shard_ddl import APPLY, CONFLICT, NOTHING, ShardDdl, Verdict, decide, join
+from merger.batch.tables import spec_from_dict, spec_to_dict
 
 ORIGINS = ("s1/db.t_0", "s1/db.t_1", "s2/db.t_0", "s3/db.t_0")
 POOL = ("a", "b", "c", "d")  # columns the shards may add, each with one type of its own
@@ -236,9 +236,9 @@ def test_saved_state_round_trip():
 
 
 def test_a_table_runtime_keeps_it_and_older_states_load():
+    from merger.batch.tables import TableRuntime
     from merger.dblog import Reconciler
-    from merger.schema import SourceModes
-    from merger.tables import TableRuntime
+    from merger.schema.canonical import SourceModes
 
     rt = TableRuntime("db.t", BASE, ["id", ORIGIN_COLUMN], 1, Reconciler(1))
     saved = rt.to_dict()

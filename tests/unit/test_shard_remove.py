@@ -11,7 +11,7 @@ from cdc.cli.shard import check_removable, remove_shard
 from cdc.config import ConfigError
 from merger.errors import MergerError
 from merger.sinks.base import Sink, SinkError, like_prefix
-from merger.state import StateStore
+from merger.state.store import StateStore
 
 
 def test_like_prefix_escapes_the_wildcards():

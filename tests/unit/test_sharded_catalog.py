@@ -1,12 +1,12 @@
-"""ShardedCatalog's origins (merger/catalog.py): which physical tables of which shard make
+"""ShardedCatalog's origins (merger/schema/catalog.py): which physical tables of which shard make
 a logical table, and how often each shard's tables are listed."""
 
 from __future__ import annotations
 
 from cdc.config import MySQLConfig
 from cdc.routes import Route, Routes
-from merger import catalog as catalog_module
-from merger.catalog import ShardedCatalog
+from merger.schema import catalog as catalog_module
+from merger.schema.catalog import ShardedCatalog
 
 
 class Listing:

@@ -711,7 +711,7 @@ def test_delta_a_second_merger_takes_over_and_the_first_is_fenced(delta_store, d
     second.claim_writer("state-b")
     assert second.writer_epoch == first.writer_epoch + 1
     second.ensure_table(t, SIMPLE, ["id"])
-    # its versions start above what the sink holds (merger/sink_writer.py's version base)
+    # its versions start above what the sink holds (merger/batch/sink_writer.py's version base)
     assert second.apply(t, 1_000_001, batch(SIMPLE, [{"id": 2, "v": "b", "n": 2, "_cdc_op": "c", "_cdc_seq": 2}]))
     for write in (
         lambda: first.apply(t, 2, batch(SIMPLE, [{"id": 3, "v": "c", "n": 3, "_cdc_op": "c", "_cdc_seq": 3}])),

@@ -9,7 +9,7 @@ import time
 from cdc.config import MergerConfig
 from merger.snapshot import runner as snapshot
 from merger.snapshot.runner import SnapshotRunner
-from merger.state import StateStore
+from merger.state.store import StateStore
 
 
 def _runner(tmp_path) -> SnapshotRunner:
@@ -64,7 +64,7 @@ def test_a_resume_before_the_first_micro_batch_waits_for_the_restored_tables(tmp
     """A restarted merger knows its (paused) tables only once its first micro-batch has
     restored them: a `cdc resume` asked for before must not be lost."""
     from cdc.tablespec import ColumnSpec, TableSpec
-    from merger.processor import BatchProcessor
+    from merger.batch.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))
     store = StateStore(cfg.state_dir)
@@ -84,7 +84,7 @@ def test_a_resume_before_the_first_micro_batch_waits_for_the_restored_tables(tmp
 def test_a_waiting_resume_is_kept_across_a_restart(tmp_path):
     """The merger stopped before its first micro-batch: the resume is still asked for when
     the next one starts (it stays in the store until it can be handled)."""
-    from merger.processor import BatchProcessor
+    from merger.batch.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))
     store = StateStore(cfg.state_dir)
@@ -100,7 +100,7 @@ def test_a_waiting_resume_is_kept_across_a_restart(tmp_path):
 def test_a_repair_behind_a_running_snapshot_is_kept_across_a_restart(tmp_path):
     """A repair asked for while the table's snapshot runs waits for it, in the store: a
     merger restarted meanwhile still has it, and runs it after the snapshot."""
-    from merger.processor import BatchProcessor
+    from merger.batch.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))
     store = StateStore(cfg.state_dir)
@@ -153,8 +153,8 @@ def test_small_tables_share_their_watermark_writes_and_keep_the_dblog_order(tmp_
     HIGH one. A table whose definition changed under its read is left out of HIGH and its
     window abandoned; the others go on."""
     from cdc.tablespec import ColumnSpec, TableSpec
+    from merger.batch.processor import BatchProcessor
     from merger.dblog import encode_key
-    from merger.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))
     store = StateStore(cfg.state_dir)
@@ -199,8 +199,8 @@ def test_a_window_dropped_by_a_new_plan_under_its_read_is_no_failure(tmp_path):
     import pytest
 
     from cdc.tablespec import ColumnSpec, TableSpec
+    from merger.batch.processor import BatchProcessor
     from merger.dblog import encode_key
-    from merger.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))
     store = StateStore(cfg.state_dir)
@@ -236,7 +236,7 @@ def test_a_repair_the_merger_cannot_run_is_reported_and_leaves_the_plan_alone(tm
 
     from cdc.cli.repair import wait_for_repair
     from cdc.config import ConfigError
-    from merger.processor import BatchProcessor
+    from merger.batch.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))
     store = StateStore(cfg.state_dir)
@@ -258,8 +258,8 @@ def test_windows_a_restart_restored_keep_their_chunks_unless_never_staged(tmp_pa
     get their rows twice). Never staged, its read died with the process: its chunks are
     read again at once."""
     from cdc.tablespec import ColumnSpec, TableSpec
+    from merger.batch.processor import BatchProcessor
     from merger.dblog import encode_key
-    from merger.processor import BatchProcessor
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"))
     store = StateStore(cfg.state_dir)

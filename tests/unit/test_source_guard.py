@@ -1,4 +1,4 @@
-"""merger.source: which source failures are retried, and how the guard retries and reports."""
+"""merger.mysql.source: which source failures are retried, and how the guard retries and reports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pymysql
 import pytest
 
 from merger.errors import MergerError
-from merger.source import SourceGuard, SourceUnavailable, is_transient, short_error
+from merger.mysql.source import SourceGuard, SourceUnavailable, is_transient, short_error
 
 
 def _java_error(module: str, name: str, text: str) -> Exception:
@@ -79,7 +79,7 @@ def test_guard_retries_transient_failures_with_backoff_and_reports_them(caplog):
             raise pymysql.err.OperationalError(2003, "Can't connect to MySQL server")
         return "rows"
 
-    with caplog.at_level(logging.INFO, logger="merger.source"):
+    with caplog.at_level(logging.INFO, logger="merger.mysql.source"):
         assert guard.call("reading x", flaky) == "rows"
     assert seen[0] is None
     assert [s["retries"] for s in seen[1:]] == [1, 2, 3, 4]

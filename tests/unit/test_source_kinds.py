@@ -13,8 +13,8 @@ from cdc.config import MergerConfig
 from cdc.wire.headers import EMITTED_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition, ReplayFilter
 from merger.app import source_options
+from merger.batch.records import BadRecord, ParsedRecord, change_event
 from merger.errors import MergerError
-from merger.records import BadRecord, ParsedRecord, change_event
 from merger.sources import KINDS, SourceKind, source_kind
 from merger.sources.debezium_topics import DebeziumReplayFilter, DebeziumTopics, SignalWriter
 from merger.sources.ingest_topics import IngestTopics

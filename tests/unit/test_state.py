@@ -10,7 +10,7 @@ import time
 import pytest
 
 from merger.errors import MergerError
-from merger.state import StateStore
+from merger.state.store import StateStore
 
 
 def test_a_second_merger_on_the_same_state_dir_is_refused(tmp_path):
@@ -21,7 +21,7 @@ def test_a_second_merger_on_the_same_state_dir_is_refused(tmp_path):
             sys.executable,
             "-c",
             (
-                "import sys; from merger.state import StateStore; from merger.errors import MergerError\n"
+                "import sys; from merger.state.store import StateStore; from merger.errors import MergerError\n"
                 "try:\n    StateStore(sys.argv[1]).lock()\nexcept MergerError as e:\n    print(e); sys.exit(3)\n"
             ),
             str(tmp_path),
@@ -39,7 +39,7 @@ def test_the_lock_goes_with_the_process(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from merger.state import StateStore; StateStore(sys.argv[1]).lock(); import os; os._exit(9)",
+            "import sys, os; from merger.state.store import StateStore; StateStore(sys.argv[1]).lock(); os._exit(9)",
             str(tmp_path),
         ],
         timeout=60,
@@ -89,7 +89,7 @@ def test_plans_are_read_again_only_when_their_file_changed(tmp_path):
     """Issue 23: plan files are read once and then only when they change, yet a reader
     always sees the latest plan, also one written by another StateStore (another
     process), and never a dict another caller changed."""
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     store, other = StateStore(tmp_path), StateStore(tmp_path)
     store.save_plan("db.t", {"table": "db.t", "done": []})
@@ -110,7 +110,7 @@ def test_plan_summaries_and_unfinished_plans_follow_every_write(tmp_path):
     both while the directory's time is recent and after it is old (and trusted)."""
     import os
 
-    from merger.state import StateStore
+    from merger.state.store import StateStore
 
     store, other = StateStore(tmp_path), StateStore(tmp_path)
     store.save_plan("db.a", {"table": "db.a", "chunks": ["c0", "c1"], "done": ["c0"]})

@@ -1,4 +1,4 @@
-"""The batch state chain (merger.state_chain, merger.state.StateStore.save_batch /
+"""The batch state chain (merger.state.chain, merger.state.store.StateStore.save_batch /
 load_before): any sequence of batch states read back exactly, from any batch, after a
 restart too, with the chain bounded and old files pruned (issue 23: per-batch state of
 every table)."""
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from merger import state_chain
 from merger.errors import MergerError
-from merger.state import StateStore
+from merger.state import chain as state_chain
+from merger.state.store import StateStore
 
 table_state = st.fixed_dictionaries(
     {

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from cdc.cli.app import merger_state
-from merger.state import StateStore
+from merger.state.store import StateStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_status_of_a_dead_merger_says_so(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys,time; from merger.state import StateStore; "
+            "import sys,time; from merger.state.store import StateStore; "
             f"s = StateStore({str(state)!r}); s.lock(); print('locked', flush=True); time.sleep(60)",
         ],
         cwd=ROOT,

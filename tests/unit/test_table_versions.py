@@ -82,7 +82,7 @@ def test_string_defaults_are_unescaped_as_mariadb_quotes_them():
     """Found by the Debezium comparison (seed 13): a DEFAULT with a line feed. MariaDB's
     information_schema writes NUL, LF, CR and backslash escaped and a quote doubled; tab
     and other characters as they are (read from MariaDB 10.11)."""
-    from ingest.infoschema import info_default
+    from cdc.infoschema import info_default
 
     raw = "'a\\nb\\rc\td\\\\e''f\x1ag\x01h\\\\nI\\0'"
     assert info_default(raw) == "a\nb\rc\td\\e'f\x1ag\x01h\\nI\0"

@@ -24,21 +24,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdc.declared import declared_types_from_ddl
+from cdc.infoschema import enrich_table_spec, parse_column_type
+from cdc.table_changes import table_change_json
 from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.columncodec import EMPTY_SET, column_codec, field_schema
 from ingest.control_records import heartbeat_record, message_record
 from ingest.converter_config import ConverterConfig
 from ingest.converters import twos_complement_bytes
-from ingest.declared import declared_types_from_ddl
 from ingest.envelope import EnvelopeConfig, SourceInfo, TableEncoder, source_schema
-from ingest.infoschema import enrich_table_spec, parse_column_type
 from ingest.jsontext import dumps, java_double_str, java_float_str, json_str, mysql_json_text
 from ingest.schema_change_records import (
     drop_table_ddl,
     schema_change_key_schema,
     schema_change_record,
     schema_change_value_schema,
-    table_change_json,
 )
 from ingest.tablemap import table_spec_from_binlog
 from ingest.transaction_records import TransactionTracker, java_hashmap_order, java_string_hash, transaction_record

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cdc.config import ConfigError, MergerConfig, load_model
 from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.columncodec import column_codec
-from merger.schema import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
+from merger.schema.canonical import SourceModes, arrow_schema, from_snapshot, json_converters, rows_to_arrow
 from merger.sinks import types as T
 from merger.sinks.base import UnstorableValue
 from merger.sinks.nul import apply_nul_policy, clean, nul_mask

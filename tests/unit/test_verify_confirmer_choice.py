@@ -9,7 +9,7 @@ import pytest
 
 from cdc.cli.verify import confirmer_for
 from cdc.config import ConfigError, MergerConfig
-from merger.state import StateStore
+from merger.state.store import StateStore
 from merger.verify.consistent import Confirmer
 
 

@@ -1,8 +1,8 @@
-"""The merger's record of `cdc verify`'s watermark windows (merger.verify_windows)."""
+"""The merger's record of `cdc verify`'s watermark windows (merger.verify.windows)."""
 
 from __future__ import annotations
 
-from merger.verify_windows import KEEP_S, MAX_WINDOWS, VerifyWindows, is_verify_window
+from merger.verify.windows import KEEP_S, MAX_WINDOWS, VerifyWindows, is_verify_window
 
 
 def test_only_verify_window_ids_are_taken():

@@ -18,11 +18,11 @@ import uuid
 from prometheus_client import Counter, Gauge
 
 from cdc.config import MergerConfig
+from merger.batch.tables import TableRegistry
 from merger.dblog import encode_key
+from merger.mysql.source import WatermarkWriter
 from merger.snapshot.repair import RepairError, differing_keys
-from merger.source import WatermarkWriter
-from merger.state import StateStore
-from merger.tables import TableRegistry
+from merger.state.store import StateStore
 from merger.verify.chunked import TableVerifier
 from merger.verify.consistent import Confirmer, NotConfirmed
 from merger.verify.current_versions import reader_for_mode

@@ -16,7 +16,7 @@ import pymysql
 from cdc.config import MergerConfig, routes_of
 from cdc.quoting import quote_ident
 from merger.errors import MergerError
-from merger.source import SourceUnavailable, is_transient
+from merger.mysql.source import SourceUnavailable, is_transient
 from merger.sources import source_kind
 
 #: privilege errors: table access denied (1142), column access denied (1143),

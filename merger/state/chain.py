@@ -1,5 +1,5 @@
 """The merger's per-batch state as a chain: a full state now and then, and in between
-deltas that hold only what a batch changed (pure: no files here, ``merger.state`` writes
+deltas that hold only what a batch changed (pure: no files here, ``merger.state.store`` writes
 them).
 
 A batch's state is ``{"replay": [[topic, partition, position, tombstone], ...],

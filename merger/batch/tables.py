@@ -1,7 +1,7 @@
 """The merger's runtime of each captured table, and the registry that holds them.
 
 The registry's lock serialises the two threads that change a table's runtime: the batch
-(``merger.processor``, which holds it for a whole micro-batch) and the snapshot runner
+(``merger.batch.processor``, which holds it for a whole micro-batch) and the snapshot runner
 (``merger.snapshot.runner``, which holds it for each step of a window through the methods
 below). The lock is re-entrant: the batch may call methods that take it again.
 """
@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
 from cdc.tablespec import ColumnSpec, TableSpec
+from merger.batch.shard_ddl import ShardDdl
 from merger.dblog import Reconciler
-from merger.schema import SourceModes, arrow_schema, json_converters
-from merger.shard_ddl import ShardDdl
-from merger.verify_windows import VerifyWindows
+from merger.schema.canonical import SourceModes, arrow_schema, json_converters
+from merger.verify.windows import VerifyWindows
 
 
 @dataclass
@@ -41,7 +41,7 @@ class TableRuntime:
     ddl_through: int = 0  # the order of the last DDL marker applied (one per partition)
     spec_since: int = 0  # the order of the DDL the spec comes from: older changes decode leniently
     windows_expired: int = 0  # snapshot windows expired in a row (since one was emitted)
-    # a sharded source's: each origin's definition, each shard's last DDL (merger.shard_ddl)
+    # a sharded source's: each origin's definition, each shard's last DDL (merger.batch.shard_ddl)
     shard_ddl: ShardDdl = field(default_factory=ShardDdl)
     # the markers of `cdc verify`'s windows read (not saved: a verify waits seconds)
     verify_windows: VerifyWindows = field(default_factory=VerifyWindows)

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import pymysql
 
 from cdc.config import MySQLConfig
+from cdc.infoschema import load_table_details, spec_from_information_schema
 from cdc.quoting import quote_ident
 from cdc.routes import Routes, origin_of
 from cdc.tablespec import ColumnSpec, TableSpec
-from ingest.codec import load_table_details, spec_from_information_schema
-from merger.checks import DENIED
-from merger.source import SourceGuard, connect
+from merger.mysql.checks import DENIED
+from merger.mysql.source import SourceGuard, connect
 
 LISTING_TTL_S = 2.0  # a sharded catalog's listing of a shard's tables is reused this long
 
@@ -77,7 +77,7 @@ def spec_from_table_change(change: dict) -> TableSpec | None:
 class SourceCatalog:
     """Reads table definitions from the source database, over one connection kept open
     (a database of thousands of tables is read one table at a time as they appear).
-    Transient failures are retried by the guard (see merger.source)."""
+    Transient failures are retried by the guard (see merger.mysql.source)."""
 
     def __init__(self, mysql: MySQLConfig, guard: SourceGuard | None = None):
         self.mysql = mysql

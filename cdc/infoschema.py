@@ -1,7 +1,8 @@
 """What ``information_schema.COLUMNS`` tells about a column, on top of the binlog's table map:
 the exact DDL type (``parse_column_type``), the DEFAULT as plain text (``info_default``),
-and ``enrich_table_spec``, which refines a TableSpec with those rows. Pure: the caller runs
-the query."""
+and ``enrich_table_spec``, which refines a TableSpec with those rows (pure); and the reader
+of those rows (``load_table_details``) with a TableSpec from them alone
+(``spec_from_information_schema``), which ingest and the merger share."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import re
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
+import pymysql
+
+from cdc.declared import with_declared_types
+from cdc.quoting import quote_ident
 from cdc.tablespec import TEMPORAL_FSP_TYPES, TYPE_SYNONYMS, ColumnSpec, TableSpec
 
 _COLTYPE_RE = re.compile(
@@ -195,3 +200,66 @@ def enrich_table_spec(spec: TableSpec, rows: Iterable[Mapping[str, Any]]) -> Tab
             kw["comment"] = str(d["COLUMN_COMMENT"])
         cols.append(replace(c, **kw))
     return replace(spec, columns=tuple(cols))
+
+
+def load_table_details(conn: pymysql.Connection, db: str, table: str) -> dict[str, Any]:
+    """information_schema rows and the CREATE TABLE text of a table (empty if it is gone).
+
+    Read when a table version is first seen; a DDL arriving in between is harmless,
+    because the DDL event itself invalidates what we read."""
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(
+            "SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+            "ORDER BY ORDINAL_POSITION",
+            (db, table),
+        )
+        columns = list(cur.fetchall())
+        cur.execute(
+            "SELECT TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, table)
+        )
+        row = cur.fetchone()
+        collation = row["TABLE_COLLATION"] if row else None
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s "
+            "AND TABLE_NAME=%s AND INDEX_NAME='PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (db, table),
+        )
+        primary_key = [r["COLUMN_NAME"] for r in cur.fetchall()]
+        create = ""
+        if columns:
+            try:
+                cur.execute(f"SHOW CREATE TABLE {quote_ident(db)}.{quote_ident(table)}")
+                create = list(cur.fetchone().values())[1]
+            except pymysql.err.MySQLError:
+                create = ""
+    return {
+        "columns": columns,
+        "create": create,
+        "primary_key": primary_key,
+        "charset": collation.split("_", 1)[0] if collation else None,
+    }
+
+
+def spec_from_information_schema(db: str, table: str, details: dict, declared: dict | None = None) -> TableSpec:
+    """A TableSpec from information_schema alone (for schema-change events, where no
+    table map is at hand)."""
+    cols = []
+    for i, row in enumerate(details["columns"]):
+        d = {str(k).upper(): v for k, v in row.items()}
+        ctype = d.get("COLUMN_TYPE")
+        ctype = ctype.decode() if isinstance(ctype, bytes) else str(ctype)
+        parsed = parse_column_type(ctype)
+        cols.append(
+            ColumnSpec(name=str(d["COLUMN_NAME"]), type_name=parsed.get("type_name", "unknown"), position=i + 1)
+        )
+    spec = TableSpec(
+        db=db,
+        table=table,
+        columns=tuple(cols),
+        primary_key=tuple(details.get("primary_key", ())),
+        default_charset=details.get("charset"),
+    )
+    spec = enrich_table_spec(spec, details["columns"])
+    if declared:
+        spec = with_declared_types(spec, declared)
+    return spec

@@ -9,7 +9,7 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 3. each table's changes are decoded into the table's canonical Arrow schema, fed to the
    table's DBLog ``Reconciler`` (markers and keys) and applied to every sink in binlog
    order; a truncate cuts the batch and empties the sink tables at its place; a DDL
-   marker cuts it too, and the sink tables follow the DDL there (``merger.table_ddl``);
+   marker cuts it too, and the sink tables follow the DDL there (``merger.batch.table_ddl``);
 4. snapshot windows that became ready are emitted: their staged rows minus the keys seen
    since LOW, as ``r`` changes at the HIGH watermark's sequence (``dblog.emitted_rows``;
    which windows, decided once per batch and written down first, so a re-run of the
@@ -38,21 +38,17 @@ import pyarrow.compute as pc
 
 from cdc.ddl import ALTERED, CREATED, DROPPED, RENAMED, spec_from_marker
 from cdc.routes import ORIGIN_COLUMN, origin_of
+from cdc.table_changes import table_change_json
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition
 from cdc.wire.topics import table_topic
-from ingest.schema_change_records import table_change_json
 from merger import crashpoints
-from merger.catalog import SourceCatalog, parse_table_id, spec_from_table_change
-from merger.dblog import Reconciler
-from merger.emission import WindowEmitter
-from merger.errors import BadChange, MergerError
-from merger.kafka.admission import learn, observed_sizes, record_bytes
-from merger.kept import keep
-from merger.owner_check import OwnerCheck
-from merger.pausing import PausedTables
-from merger.records import (
+from merger.batch.emission import WindowEmitter
+from merger.batch.kept import keep
+from merger.batch.owner_check import OwnerCheck
+from merger.batch.pausing import PausedTables
+from merger.batch.records import (
     MARKER,
     SCHEMA,
     BadRecord,
@@ -64,17 +60,21 @@ from merger.records import (
     payload_of,
     position_of,
 )
-from merger.schema import SourceModes
-from merger.shard_ddl import APPLY, CONFLICT, ShardDdl
-from merger.shard_ddl import decide as decide_shard_ddl
-from merger.sink_writer import SinkWriter
+from merger.batch.shard_ddl import APPLY, CONFLICT, ShardDdl
+from merger.batch.shard_ddl import decide as decide_shard_ddl
+from merger.batch.sink_writer import SinkWriter
+from merger.batch.table_ddl import DdlFollower
+from merger.batch.tables import TableRegistry, TableRuntime
+from merger.dblog import Reconciler
+from merger.errors import BadChange, MergerError
+from merger.kafka.admission import learn, observed_sizes, record_bytes
+from merger.schema.canonical import SourceModes
+from merger.schema.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.sinks.base import SinkError, TableCut, TableFault
 from merger.snapshot.chunking import resolve_chunk_key, window_origin
 from merger.sources import source_kind
-from merger.state import StateStore
-from merger.table_ddl import DdlFollower
-from merger.tables import TableRegistry, TableRuntime
-from merger.verify_windows import is_verify_window
+from merger.state.store import StateStore
+from merger.verify.windows import is_verify_window
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class BatchProcessor(PausedTables):
         self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
         self.verify_passes: dict[str, dict] = {}  # table -> its last background verify pass (its thread's)
         self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
-        # key mode unique: a key's changes from a second origin pause its table (merger.owner_check)
+        # key mode unique: a key's changes from a second origin pause its table (merger.batch.owner_check)
         self.owners = OwnerCheck(sinks, self.writer.fanout.read) if key_mode == "unique" else None
         self.ddl = DdlFollower(store, self.writer, self.chunk_keys, modes, on_drop)
         self._spill_done: list = []
@@ -655,7 +655,7 @@ class BatchProcessor(PausedTables):
                     keep(self.store, batch_id, rt.name, [kept.record for kept in events[i:]], "-ddl")
                     return
                 continue
-            if self.source_kind.shards:  # per shard, against the other shards' definitions (merger.shard_ddl)
+            if self.source_kind.shards:  # per shard, against the other shards' definitions (merger.batch.shard_ddl)
                 if self._shard_marker(batch_id, rt, ev, step):
                     # paused at this marker: it and what follows are kept, until `cdc resume` or `cdc snapshot`
                     keep(self.store, batch_id, rt.name, [kept.record for kept in events[i:]], "-ddl")
@@ -683,7 +683,7 @@ class BatchProcessor(PausedTables):
     def _shard_marker(self, batch_id: int, rt: TableRuntime, ev: ChangeEvent, step: list) -> bool:
         """A DDL marker of one shard of a sharded source: applied once per shard position,
         the sink tables following what every origin's definition allows together
-        (``merger.shard_ddl.decide``). True: the shards disagree, the table is paused here."""
+        (``merger.batch.shard_ddl.decide``). True: the shards disagree, the table is paused here."""
         state = rt.shard_ddl
         source = (payload_of(ev.record["value"]) or {}).get("source") or {}
         shard = str(source.get("shard") or "")
@@ -845,7 +845,7 @@ class BatchProcessor(PausedTables):
             if op == MARKER:
                 kind = str(image.get("kind", "")).upper()
                 if is_verify_window(image.get("window")) and kind in ("LOW", "HIGH"):
-                    # `cdc verify`'s: where the sinks stand (merger.verify_windows)
+                    # `cdc verify`'s: where the sinks stand (merger.verify.windows)
                     rt.verify_windows.on_marker(image["window"], kind, partition, ev.seq, time.time())
                 elif image.get("window") and kind in ("LOW", "HIGH"):
                     rt.reconciler.on_marker(
@@ -922,7 +922,7 @@ class BatchProcessor(PausedTables):
         }
 
     def _with_verify_passes(self, tables: dict) -> dict:
-        """Each table's last background verify pass (merger.continuous_verify), if any."""
+        """Each table's last background verify pass (merger.verify.continuous), if any."""
         for name, t in tables.items():
             t["verified"] = self.verify_passes.get(name)
         return tables

@@ -18,10 +18,10 @@ from cdc.config import UNIQUE_NEEDS_ROWS
 from cdc.routes import ORIGIN_COLUMN
 from cdc.shard_cutover import owner_conflicts, shard_of
 from cdc.wire.headers import MOVED_FROM_HEADER, MOVED_TO_HEADER
+from merger.batch.records import ChangeEvent, headers_of
+from merger.batch.tables import TableRuntime
 from merger.errors import BadChange, MergerError
-from merger.records import ChangeEvent, headers_of
 from merger.sinks.base import KeepsRows
-from merger.tables import TableRuntime
 
 
 class OwnerConflict(BadChange):

@@ -14,16 +14,16 @@ import pyarrow as pa
 
 from cdc.shard_cutover import WindowOwnership, passed_from_json, shard_of
 from merger import crashpoints
+from merger.batch.sink_writer import SinkWriter
+from merger.batch.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
+from merger.batch.tables import TableRegistry, TableRuntime
 from merger.dblog import Window, emitted_rows, swept_keys, window_survives
 from merger.history.modes import BEFORE_IMAGE, COMMIT_US, before_column
-from merger.schema import from_snapshot
-from merger.sink_writer import SinkWriter
+from merger.schema.canonical import from_snapshot
 from merger.sinks.base import TableFault
 from merger.snapshot.chunking import window_origin
 from merger.snapshot.repair import asked_table, chunk_keys, deletes_table, is_key_list
-from merger.staging import count_rows, fill_missing, staged_files, staged_rows, staged_slice
-from merger.state import StateStore
-from merger.tables import TableRegistry, TableRuntime
+from merger.state.store import StateStore
 
 log = logging.getLogger(__name__)
 

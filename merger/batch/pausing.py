@@ -1,21 +1,21 @@
 """Paused tables in the batch: pausing a table whose values a sink cannot store, keeping
-its changes on disk (merger/kept.py), applying them again first on cdc resume."""
+its changes on disk (merger/batch/kept.py), applying them again first on cdc resume."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
+from merger.batch.kept import kept_batches, kept_dir, tables_with_kept
+from merger.batch.tables import TableRuntime
 from merger.errors import BadChange
-from merger.kept import kept_batches, kept_dir, tables_with_kept
 from merger.sinks.base import TableFault
-from merger.tables import TableRuntime
 
 log = logging.getLogger(__name__)
 
 
 class PausedTables:
-    """BatchProcessor's methods for this job (the rest of the class is in merger/processor.py)."""
+    """BatchProcessor's methods for this job (the rest of the class is in merger/batch/processor.py)."""
 
     def resume_table(self, rt: TableRuntime) -> None:
         """``cdc resume``: after an operator fixed the sink tables. The changes kept on

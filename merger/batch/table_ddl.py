@@ -1,4 +1,4 @@
-"""A table's sink tables follow a DDL of the source: ``merger.schema_change`` decides
+"""A table's sink tables follow a DDL of the source: ``merger.schema.change`` decides
 (nothing, a new column, a reset, a re-snapshot, a rebuild, a drop); this module does it,
 at the DDL marker's place in the stream, and forgets the snapshot windows read with the
 old definition."""
@@ -11,11 +11,11 @@ from pathlib import Path
 
 from cdc.ddl import CREATED, RENAMED
 from cdc.tablespec import TableSpec
-from merger.schema import SourceModes
-from merger.schema_change import DROP, NONE, RESET, RESNAPSHOT, decide
-from merger.sink_writer import SinkWriter
-from merger.state import StateStore
-from merger.tables import TableRuntime
+from merger.batch.sink_writer import SinkWriter
+from merger.batch.tables import TableRuntime
+from merger.schema.canonical import SourceModes
+from merger.schema.change import DROP, NONE, RESET, RESNAPSHOT, decide
+from merger.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class DdlFollower:
         done: list[Path],
         old: TableSpec | None = None,
     ) -> None:
-        """Make the sink tables follow a DDL (``merger.schema_change`` decides how). With
+        """Make the sink tables follow a DDL (``merger.schema.change`` decides how). With
         ``order`` (the DDL marker's place in the stream) the sink tables are emptied exactly
         there, and changes older than it that a lagging partition brings later are void
         (after a reset) or decoded leniently (after a re-snapshot). ``old``: the definition

@@ -17,8 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from merger import state_chain
 from merger.errors import MergerError
+from merger.state import chain as state_chain
 
 # raised by the processor when snapshot windows are left to emit; the Kafka source
 # reports it as the offset of a pseudo-partition (merger.kafka.offsets.read_tick)
@@ -69,7 +69,7 @@ class StateStore:
         # the merger's time (issue 23); a file is read again only when it changed
         self._plan_texts: dict[Path, tuple[tuple[int, int, int], str]] = {}
         self._version_bases: dict[str, int] | None = None
-        # the batch state chain (merger.state_chain): the last state written or loaded, the
+        # the batch state chain (merger.state.chain): the last state written or loaded, the
         # full state each state of this process builds on, definitions' texts per table
         self._chain: state_chain.ChainBase | None = None
         self._full_of: dict[int, int] = {}
@@ -223,7 +223,7 @@ class StateStore:
 
     def save_batch(self, batch_id: int, state: dict) -> None:
         """The state after batch ``batch_id``: a delta on the state this store wrote or
-        loaded last (``merger.state_chain``), or a full state. Only the files the newest
+        loaded last (``merger.state.chain``), or a full state. Only the files the newest
         three states need are kept."""
         record, self._chain, _ = state_chain.encode(batch_id, state, self._chain, self._spec_texts, self._entry_texts)
         atomic_write_json(self._state_path(batch_id), record)

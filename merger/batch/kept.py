@@ -12,8 +12,8 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from merger.records import ParsedRecord, parse
-from merger.state import StateStore, safe_name
+from merger.batch.records import ParsedRecord, parse
+from merger.state.store import StateStore, safe_name
 
 
 def kept_dir(store: StateStore, table: str) -> Path:

@@ -20,8 +20,8 @@ from cdc.wire.markers import decode_marker
 from cdc.wire.position import EventPosition
 from merger.errors import BadChange, BadRecord, MergerError
 from merger.history.modes import BEFORE_IMAGE, COMMIT_US, before_column
-from merger.schema import rows_to_arrow
-from merger.schema_change import rows_to_arrow_lenient
+from merger.schema.canonical import rows_to_arrow
+from merger.schema.change import rows_to_arrow_lenient
 
 if TYPE_CHECKING:
     from merger.sources import SourceKind

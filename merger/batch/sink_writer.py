@@ -10,11 +10,11 @@ from typing import Callable
 import pyarrow as pa
 
 from cdc.routes import ORIGIN_COLUMN
+from merger.batch.tables import TableRuntime
 from merger.history.modes import LatestMode
 from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableCut, TableFault
 from merger.sinks.fanout import SinkFanout
-from merger.state import StateStore
-from merger.tables import TableRuntime
+from merger.state.store import StateStore
 
 log = logging.getLogger(__name__)
 

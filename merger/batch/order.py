@@ -38,13 +38,13 @@ from typing import NamedTuple
 
 
 def binlog_order(item) -> int:
-    """A record's (``merger.records.ParsedRecord``) place in its server's binlog: its
+    """A record's (``merger.batch.records.ParsedRecord``) place in its server's binlog: its
     position's sequence; without a position, its Kafka offset."""
     return item.position.sequence() if item.position else item.record["offset"]
 
 
 def by_sequence(items: Sequence) -> list:
-    """One server's records (``merger.records.ParsedRecord``) in binlog order: by
+    """One server's records (``merger.batch.records.ParsedRecord``) in binlog order: by
     sequence, then partition (a record without a position first)."""
     return sorted(items, key=lambda it: (it.position.sequence() if it.position else 0, it.record["partition"]))
 

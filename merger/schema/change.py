@@ -168,7 +168,7 @@ def decide(kind: str, old: TableSpec | None, new: TableSpec | None, sql: str | N
 
 
 def rows_to_arrow_lenient(schema, converters: dict, rows: list[dict | None], keys: list[str]):
-    """Like ``merger.schema.rows_to_arrow`` for changes older than the table's last
+    """Like ``merger.schema.canonical.rows_to_arrow`` for changes older than the table's last
     re-snapshotting schema change, decoded with the definition after it: a value that no
     longer fits its column (the column's type changed) becomes NULL, since the snapshot
     that follows the change overwrites it anyway; what counts in such a change is its key,
