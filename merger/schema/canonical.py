@@ -32,7 +32,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc.quoting import quote_ident
+from cdc.quoting import quote_ident, text_literal
 from cdc.tablespec import ColumnSpec, TableSpec
 from merger.sinks.types import BIT_WIDTH
 
@@ -329,7 +329,7 @@ def _zero_date_rule(c: ColumnSpec, expression: str, of_literal: str) -> str:
         return expression
     fallbacks = [expression]
     if c.default and c.default[:1].isdigit():
-        fallbacks.append(of_literal.format("'" + c.default.replace("'", "''") + "'"))
+        fallbacks.append(of_literal.format(text_literal(c.default)))
     return f"COALESCE({', '.join(fallbacks)}, 0)"
 
 
@@ -344,8 +344,8 @@ def snapshot_select(spec: TableSpec, constants: dict[str, str] | None = None) ->
 
 
 def constant_expression(text: str) -> str:
-    """A text as a literal of the source's SQL (quotes doubled, backslashes escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+    """A text as a literal of the source's SQL, the same under every sql_mode (``text_literal``)."""
+    return text_literal(text)
 
 
 def from_snapshot(spec: TableSpec, schema: pa.Schema, batch: pa.RecordBatch | pa.Table) -> pa.Table:

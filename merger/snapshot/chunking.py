@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from cdc.quoting import quote_ident
+from cdc.quoting import quote_ident, text_literal
 from merger.dblog import encode_key
 
 
@@ -262,21 +262,27 @@ def sql_predicate(
 
 
 def sql_predicate_literal(
-    key_columns: Sequence[str],
-    lo: Any,
-    hi: Any,
-    quote: Callable[[str], str] = quote_ident,
-    no_backslash_escapes: bool = False,
+    key_columns: Sequence[str], lo: Any, hi: Any, quote: Callable[[str], str] = quote_ident
 ) -> str:
-    """Like ``sql_predicate`` with the values inlined as SQL literals (for Spark JDBC
-    ``predicates=``). Set ``no_backslash_escapes`` if the server's sql_mode has
-    NO_BACKSLASH_ESCAPES."""
-    return _predicate(key_columns, lo, hi, quote, lambda v: sql_literal(v, no_backslash_escapes=no_backslash_escapes))
+    """Like ``sql_predicate`` with the values inlined as ``sql_literal``s: for SQL that must
+    stay text (Spark JDBC ``predicates=``, ConnectorX). A connection that takes parameters
+    takes ``sql_predicate``'s instead."""
+    return _predicate(key_columns, lo, hi, quote, sql_literal)
 
 
-def sql_literal(value: Any, no_backslash_escapes: bool = False) -> str:
-    """A key value as a MariaDB literal: numbers bare, strings quoted and escaped, bytes
-    as ``X'..'``, dates/times quoted. NULL is rejected (key columns are NOT NULL)."""
+def sql_literal(value: Any) -> str:
+    r"""A key value as a MariaDB literal whose meaning no sql_mode changes: numbers bare,
+    strings as ``_utf8mb4 X'..'`` (their UTF-8 bytes in hex with a character set
+    introducer), bytes as ``X'..'``, dates/times quoted (digits, '-', ':', '.', ' ' only).
+    NULL is rejected (key columns are NOT NULL).
+
+    A quoted string's meaning depends on the session: ``'a\\b'`` is ``a\b`` in the default
+    sql_mode and ``a\\b`` under NO_BACKSLASH_ESCAPES, where ``'O\'Brien'`` is a syntax
+    error. A hex literal has no escapes, so no value can end it early either. With the
+    introducer it is a character string, not a binary one, of derivation COERCIBLE like a
+    quoted literal: compared with a column (IMPLICIT) it takes the column's collation, so
+    ``k = _utf8mb4 X'41'`` finds 'a' in a case-insensitive column as ``k = 'A'`` does
+    (proved against the server in tests/integration/test_no_backslash_escapes.py)."""
     value = _check_value(value)
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -289,21 +295,12 @@ def sql_literal(value: Any, no_backslash_escapes: bool = False) -> str:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "X'" + bytes(value).hex().upper() + "'"
     if isinstance(value, str):
-        return _quote_string(value, no_backslash_escapes)
+        return text_literal(value)
     if isinstance(value, _dt.datetime):
         return "'" + value.isoformat(sep=" ") + "'"
     if isinstance(value, (_dt.date, _dt.time)):
         return "'" + value.isoformat() + "'"
     raise AssertionError("unreachable")
-
-
-_BACKSLASH_ESCAPES = {"\\": "\\\\", "'": "\\'", '"': '\\"', "\x00": "\\0", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z"}
-
-
-def _quote_string(value: str, no_backslash_escapes: bool) -> str:
-    if no_backslash_escapes:
-        return "'" + value.replace("'", "''") + "'"
-    return "'" + "".join(_BACKSLASH_ESCAPES.get(ch, ch) for ch in value) + "'"
 
 
 def _check_value(value: Any) -> Any:

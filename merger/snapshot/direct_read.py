@@ -42,21 +42,23 @@ def stage_table(
     path: Path,
     batch_rows: int,
     constants: dict[str, str] | None = None,
+    params: list | None = None,
 ) -> int:
     """Every row of the table (matching ``where``) as canonical Parquet under ``path``;
     returns the row count. ``conn`` must be in autocommit mode (the SELECT must start
-    after the window's LOW watermark committed)."""
+    after the window's LOW watermark committed). With ``params``, ``where`` holds their
+    ``%s`` placeholders (and any other ``%`` doubled): pymysql writes the values."""
     path.mkdir(parents=True, exist_ok=True)
-    sql = (
-        f"SELECT {snapshot_select(spec, constants)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)}"
-        f"{' WHERE ' + where if where else ''}"
-    )
+    head = f"SELECT {snapshot_select(spec, constants)} FROM {quote_ident(spec.db)}.{quote_ident(spec.table)}"
+    if params:
+        head = head.replace("%", "%%")
+    sql = f"{head}{' WHERE ' + where if where else ''}"
     rows = 0
     writer = None
     try:
         with conn.cursor(pymysql.cursors.SSCursor) as cur:
             cur.execute("SET time_zone = '+00:00'")
-            cur.execute(sql)
+            cur.execute(sql, params or None)
             names = [d[0] for d in cur.description]
             while True:
                 batch = cur.fetchmany(batch_rows)

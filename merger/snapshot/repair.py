@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from cdc.quoting import quote_ident
 from merger.dblog import decode_key, encode_key
-from merger.snapshot.chunking import sql_literal
 
 KEYS_PER_WINDOW = 500
 REPAIRABLE_KINDS = ("int", "decimal", "string", "binary")  # verify's key kinds (merger.verify.keys)
@@ -71,28 +70,32 @@ def chunk_keys(chunk: dict) -> list[tuple]:
     return [tuple(decode_key(k)) for k in chunk.get("keys", [])]
 
 
-def key_list_where(key_columns: Sequence[str], keys: Sequence[tuple], no_backslash_escapes: bool = False) -> str:
-    """``k IN (...)`` (one column) or ``(a, b) IN ((..), ..)``: the rows of exactly these
-    keys, as the source's collation compares them."""
+def key_list_where(key_columns: Sequence[str], keys: Sequence[tuple]) -> tuple[str, list]:
+    """``k IN (%s, ..)`` (one column) or ``(a, b) IN ((%s, %s), ..)`` with its values: the
+    rows of exactly these keys, as the source's collation compares them. The values go as
+    parameters (pymysql quotes them as the session's sql_mode reads them, server status
+    NO_BACKSLASH_ESCAPES); a ``%`` of a column name is doubled for pymysql's formatting."""
     if not keys:
-        return "FALSE"
+        return "FALSE", []
 
-    def lit(v: Any) -> str:
-        return sql_literal(v, no_backslash_escapes=no_backslash_escapes)
+    def col(name: str) -> str:
+        return quote_ident(name).replace("%", "%%")
 
+    params = [bytes(v) if isinstance(v, (bytearray, memoryview)) else v for k in keys for v in k]
     if len(key_columns) == 1:
-        return f"{quote_ident(key_columns[0])} IN ({', '.join(lit(k[0]) for k in keys)})"
-    cols = ", ".join(quote_ident(c) for c in key_columns)
-    rows = ", ".join("(" + ", ".join(lit(v) for v in k) + ")" for k in keys)
-    return f"({cols}) IN ({rows})"
+        return f"{col(key_columns[0])} IN ({', '.join('%s' for _ in keys)})", params
+    cols = ", ".join(col(c) for c in key_columns)
+    row = "(" + ", ".join("%s" for _ in key_columns) + ")"
+    return f"({cols}) IN ({', '.join(row for _ in keys)})", params
 
 
-def window_where(plan_where: str | None, chunks: list[dict], key_columns: Sequence[str]) -> str | None:
-    """The SELECT condition of a window: a key-list chunk's keys (with the plan's condition)."""
+def window_where(plan_where: str | None, chunks: list[dict], key_columns: Sequence[str]) -> tuple[str | None, list]:
+    """The SELECT condition of a window and its parameters: a key-list chunk's keys (with the
+    plan's condition, its ``%`` doubled); else the plan's condition as it is, no parameters."""
     if not chunks or not is_key_list(chunks[0]):
-        return plan_where
-    keys = key_list_where(key_columns, chunk_keys(chunks[0]))
-    return keys if not plan_where else f"({plan_where}) AND {keys}"
+        return plan_where, []
+    keys, params = key_list_where(key_columns, chunk_keys(chunks[0]))
+    return (keys if not plan_where else f"({plan_where.replace('%', '%%')}) AND {keys}"), params
 
 
 def asked_table(schema: pa.Schema, key_columns: Sequence[str], keys: Sequence[tuple]) -> pa.Table:

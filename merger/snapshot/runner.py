@@ -515,8 +515,8 @@ class SnapshotRunner(threading.Thread):
         return window is not None and self._run_window(*window)
 
     def _next_window(self, table: str, plan: dict) -> tuple | None:
-        """``(table, rt, chunks, where, tasks)`` of the table's next window, or None when it
-        has none to open now."""
+        """``(table, rt, chunks, where, tasks)`` of the table's next window (``where``: the
+        plan's condition), or None when it has none to open now."""
         with self.tables.locked():
             plan = self.store.load_plan(table) or plan  # fresh: windows finish meanwhile
             if plan.get("finished_at") or plan.get("cancelled") or plan.get("paused"):
@@ -551,7 +551,7 @@ class SnapshotRunner(threading.Thread):
         since = self._changed.get(table)
         if since is not None and time.monotonic() - since < 2.0 * len(self._changed_retries(table)):
             return None
-        return table, rt, chunks, window_where(plan.get("where"), chunks, read_keys(rt.keys)), tasks
+        return table, rt, chunks, plan.get("where"), tasks
 
     def _forget_dead_windows(self, table: str, rt) -> None:
         """Give up the windows a restart restored that were never staged: their reads died
@@ -796,18 +796,28 @@ class SnapshotRunner(threading.Thread):
             keys, shard = read_keys(rt.keys), origin["shard"]
             constants = {ORIGIN_COLUMN: origin["name"]} if origin["name"] else None
         if is_whole_table(chunks):
-            # a table smaller than one chunk: one streamed SELECT in the driver (a Spark
-            # job per small table would cost more than the read, see merger.snapshot.direct_read)
+            # a table smaller than one chunk, or a repair's key list: one streamed SELECT in
+            # the driver (a Spark job per small table would cost more than the read, see
+            # merger.snapshot.direct_read), the keys as parameters
+            condition, params = window_where(where, chunks, read_keys(rt.keys))
             conn = self._kept_read_connection(shard)
             try:
                 rows = stage_table(
-                    conn, spec, where, self.store.staging_dir(table, wid), self.config.snapshot.fetch_size, constants
+                    conn,
+                    spec,
+                    condition,
+                    self.store.staging_dir(table, wid),
+                    self.config.snapshot.fetch_size,
+                    constants,
+                    params,
                 )
             except BaseException:
                 self._drop_read_connection(shard)
                 raise
             self.store.mark_staged(table, wid, read_with)
             return rows
+        if is_key_list(chunks[0]):  # a key list is one chunk without bounds, read above
+            raise AssertionError(f"a repair window of {table} with {len(chunks)} chunks")
         path = self.store.staging_dir(table, wid)
         groups = split_evenly(chunks, tasks or self.parallelism)
         server = self._server(shard)

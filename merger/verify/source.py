@@ -77,7 +77,6 @@ class SourceReader:
             self.where = "source"
         self._connect_fn = connect
         self._conn: pymysql.Connection | None = None
-        self.no_backslash_escapes = False
         # a condition every row read must meet (SQL): a shard's owned key ranges in key mode
         # unique (merger.verify.union_source); None: every row
         self.only: str | None = None
@@ -97,8 +96,6 @@ class SourceReader:
                 with conn.cursor() as cur:
                     cur.execute("SET NAMES utf8mb4")
                     cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP values in UTC
-                    cur.execute("SELECT @@SESSION.sql_mode")
-                    self.no_backslash_escapes = "NO_BACKSLASH_ESCAPES" in (cur.fetchone()[0] or "")
             except Exception:
                 conn.close()
                 raise
@@ -124,8 +121,8 @@ class SourceReader:
             self._conn = None
 
     def literal(self, v: Any) -> str:
-        self._connection()  # the sql_mode decides how strings are escaped
-        return sql_literal(v, no_backslash_escapes=self.no_backslash_escapes)
+        """A value as SQL text that means the same under every sql_mode (``sql_literal``)."""
+        return sql_literal(v)
 
     # ------------------------------------------------------------------ the table
 
@@ -188,9 +185,7 @@ class SourceReader:
 
     def _range(self, keys: Sequence[str], lo, hi) -> str:
         """The WHERE of the rows of keys in [lo, hi) that the reader reads (``only``)."""
-        where = sql_predicate_literal(
-            keys, _raw_bound(lo), _raw_bound(hi), no_backslash_escapes=self.no_backslash_escapes
-        )
+        where = sql_predicate_literal(keys, _raw_bound(lo), _raw_bound(hi))
         return where if self.only is None else f"({where}) AND ({self.only})"
 
     def rows(self, t: SourceTable, order: Sequence[str] | None = None) -> list[tuple]:
@@ -205,7 +200,7 @@ class SourceReader:
         ranges: list[tuple] = []
         lo = None
         while True:
-            where = sql_predicate_literal(keys, _raw_bound(lo), None, no_backslash_escapes=self.no_backslash_escapes)
+            where = sql_predicate_literal(keys, _raw_bound(lo), None)
             rows = self.query(
                 f"SELECT {cols} FROM {table} WHERE {where} ORDER BY {cols} LIMIT 1 OFFSET {int(chunk_size)}"
             )

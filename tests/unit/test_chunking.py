@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import hashlib
+import re
 import sqlite3
 from decimal import Decimal
 
@@ -307,7 +308,7 @@ def test_predicate_text_composite():
 def test_predicate_literal_text():
     assert (
         sql_predicate_literal(["a", "b"], (1, "it's"), None)
-        == "(`a` >= 1 AND (`a` > 1 OR (`a` = 1 AND `b` >= 'it\\'s')))"
+        == "(`a` >= 1 AND (`a` > 1 OR (`a` = 1 AND `b` >= _utf8mb4 X'69742773')))"
     )
     assert (
         sql_predicate_literal(["a", "b"], None, (b"\x00\xff", Decimal("1E+3")))
@@ -323,9 +324,11 @@ def test_sql_literals():
     assert sql_literal(Decimal("-0.0010")) == "-0.0010"
     assert sql_literal(Decimal("1.5E+3")) == "1500"
     assert sql_literal(0.1) == "0.1" and sql_literal(1e-20) == "1e-20"
-    assert sql_literal("a'b\\c\"d\x00e\nf\rg\x1ah") == "'a\\'b\\\\c\\\"d\\0e\\nf\\rg\\Zh'"
-    assert sql_literal("a'b\\c", no_backslash_escapes=True) == "'a''b\\c'"
-    assert sql_literal("") == "''"
+    # strings as hex with a character set introducer: no quote or backslash to escape
+    assert sql_literal("a'b\\c\"d\x00e\nf\rg\x1ah") == "_utf8mb4 X'6127625C63226400650A660D671A68'"
+    assert sql_literal("O'Brien") == "_utf8mb4 X'4F27427269656E'"
+    assert sql_literal("é😀") == "_utf8mb4 X'C3A9F09F9880'"
+    assert sql_literal("") == "_utf8mb4 X''"
     assert sql_literal(b"") == "X''"
     assert sql_literal(bytearray(b"\x01")) == "X'01'"
     assert sql_literal(dt.datetime(2024, 1, 2, 3, 4, 5, 6)) == "'2024-01-02 03:04:05.000006'"
@@ -339,10 +342,74 @@ def test_sql_literals():
         (Decimal("-Infinity"), "finite"),
         (dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc), "naive"),
         (object(), "unsupported"),
+        ("\ud800", "valid Unicode"),
         ([1], "unsupported"),
     ]:
         with pytest.raises(ValueError, match=msg):
             sql_literal(bad)
+
+
+def mariadb_strings(sql: str, no_backslash_escapes: bool) -> list[str]:
+    """The string literals of SQL text as MariaDB's lexer reads them in the default sql_mode
+    or under NO_BACKSLASH_ESCAPES (a model: quotes, backticks, the backslash escapes, and a
+    hex literal's bytes as UTF-8 after an introducer). ValueError: not SQL (a string left open)."""
+    escapes = {"0": "\x00", "n": "\n", "r": "\r", "Z": "\x1a", "t": "\t", "b": "\b"}
+    out, i = [], 0
+    while i < len(sql):
+        ch = sql[i]
+        if ch == "`":
+            end = sql.index("`", i + 1)
+            while sql.startswith("``", end):
+                end = sql.index("`", end + 2)
+            i = end + 1
+        elif ch == "'" and sql[i - 1 : i] == "X" and sql[max(0, i - 10) : i - 1].endswith("_utf8mb4 "):
+            end = sql.index("'", i + 1)
+            out.append(bytes.fromhex(sql[i + 1 : end]).decode("utf-8"))
+            i = end + 1
+        elif ch in "'\"":
+            text, i = [], i + 1
+            while True:
+                if i >= len(sql):
+                    raise ValueError(f"a string left open in {sql!r}")
+                c = sql[i]
+                if c == "\\" and not no_backslash_escapes:
+                    text.append(escapes.get(sql[i + 1], sql[i + 1]))
+                    i += 2
+                elif c == ch and sql.startswith(ch * 2, i):
+                    text.append(ch)
+                    i += 2
+                elif c == ch:
+                    i += 1
+                    break
+                else:
+                    text.append(c)
+                    i += 1
+            out.append("".join(text))
+        else:
+            i += 1
+    return out
+
+
+@FAST
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=8), st.text("\\'\"ab%", max_size=6))
+def test_a_text_bound_means_the_same_under_every_sql_mode(low, high):
+    """The literal predicate's strings read the same with and without NO_BACKSLASH_ESCAPES,
+    and they are the bounds (a value cannot end its literal early: no quote, no backslash)."""
+    assume(low < high)
+    text = sql_predicate_literal(["k", "n"], (low, 1), (high,))
+    assert re.fullmatch(r"[^'\\\"]*", re.sub(r"_utf8mb4 X'[0-9A-F]*'", "", text))
+    default, nbe = mariadb_strings(text, False), mariadb_strings(text, True)
+    assert default == nbe == [low, low, low, high]
+
+
+def test_the_model_lexer_reads_the_backslash_form_differently_per_mode():
+    """The form chunk predicates and repair lists had: ``'a\\\\b'`` is a\\b by default and a\\\\b
+    under NO_BACKSLASH_ESCAPES; ``'O\\'Brien'`` is no SQL there (error 1064)."""
+    assert mariadb_strings("`k` IN ('a\\\\b')", False) == ["a\\b"]
+    assert mariadb_strings("`k` IN ('a\\\\b')", True) == ["a\\\\b"]
+    assert mariadb_strings("`k` = 'O\\'Brien'", False) == ["O'Brien"]
+    with pytest.raises(ValueError, match="left open"):
+        mariadb_strings("`k` = 'O\\'Brien'", True)
 
 
 def test_predicate_input_errors():
@@ -399,6 +466,11 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
 COLUMN_TYPES = {"int": st.integers(-5, 5), "text": TEXT, "blob": st.binary(max_size=2)}
 
 
+def _sqlite_text(sql: str) -> str:
+    """MariaDB's ``_utf8mb4 X'..'`` as SQLite's text of those UTF-8 bytes."""
+    return re.sub(r"_utf8mb4 X'([0-9A-F]*)'", r"CAST(X'\1' AS TEXT)", sql)
+
+
 @st.composite
 def table_case(draw):
     types = draw(st.lists(st.sampled_from(sorted(COLUMN_TYPES)), min_size=1, max_size=3))
@@ -434,10 +506,8 @@ def test_predicates_select_exactly_the_range(case):
     # pymysql fills %s by %-formatting: do the same, with SQLite's own placeholder
     got = sorted(db.execute(select + sql % (("?",) * len(params)), params).fetchall())
     assert got == expected
-    literal = sql_predicate_literal(names, lo, hi, no_backslash_escapes=True)
-    assert sorted(db.execute(select + literal).fetchall()) == expected
-    if not any(isinstance(v, str) and set(v) & set("\\'\"\n\r\x1a") for v in (lo or ()) + (hi or ())):
-        assert sql_predicate_literal(names, lo, hi) == literal  # same text when no escapes
+    literal = sql_predicate_literal(names, lo, hi)
+    assert sorted(db.execute(select + _sqlite_text(literal)).fetchall()) == expected
 
 
 @FAST

@@ -20,6 +20,7 @@ from merger.snapshot.repair import (
     window_where,
 )
 from merger.verify.chunked import TableResult
+from tests.unit.test_chunking import mariadb_strings
 
 
 def test_a_plan_cuts_the_keys_into_windows_of_at_most_n_keys_without_repeats():
@@ -48,17 +49,47 @@ def test_no_keys_is_refused():
 
 
 def test_the_select_condition_names_exactly_the_keys():
-    assert key_list_where(["id"], [(1,), (-2,)]) == "`id` IN (1, -2)"
-    assert key_list_where(["a", "b"], [("x'y", b"\x00"), ("z", b"")]) == "(`a`, `b`) IN (('x\\'y', X'00'), ('z', X''))"
-    assert key_list_where(["d"], [(Decimal("1E+3"),)]) == "`d` IN (1000)"
-    assert key_list_where(["id"], []) == "FALSE"
+    assert key_list_where(["id"], [(1,), (-2,)]) == ("`id` IN (%s, %s)", [1, -2])
+    assert key_list_where(["a", "b"], [("x'y", b"\x00"), ("z", bytearray(b""))]) == (
+        "(`a`, `b`) IN ((%s, %s), (%s, %s))",
+        ["x'y", b"\x00", "z", b""],
+    )
+    assert key_list_where(["d"], [(Decimal("1E+3"),)]) == ("`d` IN (%s)", [Decimal("1E+3")])
+    assert key_list_where(["100%"], [(1,)]) == ("`100%%` IN (%s)", [1])
+    assert key_list_where(["id"], []) == ("FALSE", [])
+
+
+def _rendered(sql: str, params: list, no_backslash_escapes: bool) -> str:
+    """The SQL pymysql sends for ``cursor.execute(sql, params)`` on a session whose server
+    status says NO_BACKSLASH_ESCAPES or not (the flag pymysql's quoting follows)."""
+    from pymysql.connections import Connection
+    from pymysql.constants import SERVER_STATUS
+
+    conn = Connection(defer_connect=True)  # its quoting only, no server
+    conn.server_status = SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES if no_backslash_escapes else 0
+    return sql % tuple(conn.escape(p) for p in params)
+
+
+@pytest.mark.parametrize("no_backslash_escapes", [False, True])
+def test_a_key_list_reads_its_keys_under_either_sql_mode(no_backslash_escapes):
+    keys = [("a\\b",), ("\\\\",), ("O'Brien",), ("x' OR '1'='1",), ('say "hi"\\',)]
+    sql, params = key_list_where(["k"], keys)
+    text = _rendered(sql, params, no_backslash_escapes)
+    assert mariadb_strings(text, no_backslash_escapes) == [k for (k,) in keys]
+    assert _rendered("SELECT 1 FROM t WHERE " + sql, [Decimal("1E+3")] * 5, no_backslash_escapes).endswith(
+        "IN (1000, 1000, 1000, 1000, 1000)"
+    )  # pymysql writes a Decimal in plain notation
 
 
 def test_a_window_of_a_key_list_reads_its_keys_a_range_window_its_plan_condition():
-    plan = repair_plan("db.t", "r", [(5,), (6,)])
-    assert window_where(None, plan["chunks"], ["id"]) == "`id` IN (5, 6)"
-    assert window_where("x > 1", plan["chunks"], ["id"]) == "(x > 1) AND `id` IN (5, 6)"
-    assert window_where("x > 1", [{"id": "c", "lo": ["n", None], "hi": ["n", None]}], ["id"]) == "x > 1"
+    plan = repair_plan("db.t", "r", [(5,), ("it's",)])
+    assert window_where(None, plan["chunks"], ["id"]) == ("`id` IN (%s, %s)", [5, "it's"])
+    assert window_where("x LIKE 'a%'", plan["chunks"], ["id"]) == (
+        "(x LIKE 'a%%') AND `id` IN (%s, %s)",
+        [5, "it's"],
+    )
+    range_chunk = {"id": "c", "lo": ["n", None], "hi": ["n", None]}
+    assert window_where("x LIKE 'a%'", [range_chunk], ["id"]) == ("x LIKE 'a%'", [])
 
 
 def test_asked_keys_take_the_sinks_key_types():
