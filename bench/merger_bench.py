@@ -290,7 +290,7 @@ class TreeSampler(threading.Thread):
             return "exited"  # a zombie or a process gone between the reads
         if os.path.basename(exe) == "java" or "org.apache.spark" in cmd:
             return "JVM (spark)"
-        if "pyspark.daemon" in cmd or "merger.spark_daemon" in cmd:
+        if "pyspark.daemon" in cmd or "merger.spark.daemon" in cmd:
             if kinds.get(ppid, "").startswith("pyspark daemon") or kinds.get(ppid, "").startswith("pyspark worker"):
                 return "pyspark worker"
             return "pyspark daemon"

@@ -40,7 +40,7 @@ fi
 
 # the JVM class-data archive: the merger's Spark starts ~2 s faster (built once per
 # Java and Spark installation, ~30 s; `cdc spark-archive` builds it again)
-if ! .venv/bin/python -c "from merger.spark_archive import archive_path as a; p = a(); raise SystemExit(p is None or not p.is_file())" 2>/dev/null; then
+if ! .venv/bin/python -c "from merger.spark.archive import archive_path as a; p = a(); raise SystemExit(p is None or not p.is_file())" 2>/dev/null; then
   echo "bootstrap: building the Spark class-data archive (about 30 s, once)"
   if ! out=$(.venv/bin/cdc spark-archive 2>&1); then
     echo "bootstrap: warning: no Spark class-data archive; the merger starts without it (slower):"

@@ -624,7 +624,7 @@ def shard_move_switch(
 def spark_archive(force: bool = typer.Option(False, "--force", help="build it again even if it exists")):
     """Build the JVM class-data archive that starts the merger's Spark ~2 s faster (local
     mode). The README's install builds it; run this after changing Java or Spark."""
-    from merger import spark_archive as archive
+    from merger.spark import archive as archive
 
     _setup_logging(False)
     path = archive.archive_path()

@@ -38,8 +38,8 @@ def _staged(path, rt) -> pa.Table:
 
 @pytest.mark.timeout(600)
 def test_direct_read_stages_what_spark_jdbc_stages(stack, tmp_path, unique_name):
-    from merger.app import make_spark
     from merger.snapshot.runner import SnapshotRunner
+    from merger.spark.session import make_spark
 
     db = f"dr_{unique_name}"
     conn = pymysql.connect(

@@ -354,11 +354,11 @@ def test_window_cut_by_a_source_stop_is_read_again_with_new_watermarks(stack, tm
     import logging
 
     from cdc.config import MergerConfig
-    from merger.app import make_spark
     from merger.batch.processor import BatchProcessor
     from merger.mysql.source import SourceGuard
     from merger.schema.catalog import SourceCatalog
     from merger.snapshot.runner import SnapshotRunner
+    from merger.spark.session import make_spark
 
     db = f"fw_{unique_name}"
     conn = _conn(stack)

@@ -46,7 +46,7 @@ def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
     from cdc.config import MergerConfig
-    from merger.app import make_spark
+    from merger.spark.session import make_spark
 
     existing = SparkSession.getActiveSession()
     session = existing or make_spark(
@@ -246,7 +246,7 @@ def wait_for(predicate, timeout: float, what: str, query=None):
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_python_workers_import_the_installed_pyspark(spark):
-    """Through the merger's daemon (merger.spark_daemon), a worker finds pyspark in its
+    """Through the merger's daemon (merger.spark.daemon), a worker finds pyspark in its
     installed package, whose bytecode is cached, not in the bundled zip."""
     import pyspark
 
@@ -263,7 +263,7 @@ def test_python_workers_import_the_installed_pyspark(spark):
 @pytest.mark.timeout(240)
 def test_spark_planner_processes_import_the_installed_pyspark(spark):
     """Spark plans a Python data source's read in a process of its own daemon
-    (``pyspark.daemon``, not the merger's): merger/spark_site's sitecustomize makes it
+    (``pyspark.daemon``, not the merger's): merger/spark/site's sitecustomize makes it
     import the installed pyspark too, not the zip it would compile on every start."""
     import pyspark
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -321,11 +321,11 @@ def test_rate_limit_bounds_every_batch(spark, bootstrap, unique_name, tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_progress_read_field_by_field_matches_pysparks_reports(spark, bootstrap, unique_name, tmp_path):
-    """merger.spark_progress reads single fields of the JVM's progress reports (pyspark's
+    """merger.spark.progress reads single fields of the JVM's progress reports (pyspark's
     lastProgress converts whole reports: ~0.1 s each with 1,500 partitions); pyspark's
     own conversion is the oracle."""
-    from merger import spark_progress
     from merger.kafka.offsets import lagging_partitions
+    from merger.spark import progress as spark_progress
 
     topic = f"{unique_name}.db.t"
     create_topics(bootstrap, [topic])

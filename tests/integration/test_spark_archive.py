@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from merger import spark_archive
+from merger.spark import archive as spark_archive
 from tests.conftest import ROOT
 
 SESSION = """
 import sys
 from cdc.config import MergerConfig
-from merger.app import make_spark
+from merger.spark.session import make_spark
 spark = make_spark(MergerConfig(spark_conf={"spark.driver.extraJavaOptions": sys.argv[1]}))
 assert spark.sql("SELECT 41 + 1 AS x").collect()[0].x == 42
 args = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
@@ -65,7 +65,7 @@ def test_the_merger_jvm_maps_the_archive_that_bootstrap_built(tmp_path):
 def test_a_corrupt_archive_is_ignored_and_spark_starts(tmp_path):
     env = {"CDC_CACHE_DIR": str(tmp_path / "cache")}
     path = subprocess.run(
-        [sys.executable, "-c", "from merger.spark_archive import archive_path; print(archive_path())"],
+        [sys.executable, "-c", "from merger.spark.archive import archive_path; print(archive_path())"],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,

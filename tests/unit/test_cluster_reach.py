@@ -1,9 +1,9 @@
-"""merger/cluster_reach.py: which probe tasks show that an executor does not share the
+"""merger/spark/cluster_reach.py: which probe tasks show that an executor does not share the
 merger's state_dir, and the one-line refusal."""
 
 from __future__ import annotations
 
-from merger.cluster_reach import ProbeResult, probe_task, refusal, unreachable
+from merger.spark.cluster_reach import ProbeResult, probe_task, refusal, unreachable
 
 
 def test_an_executor_that_missed_the_probe_or_whose_file_is_unseen_is_named(tmp_path):

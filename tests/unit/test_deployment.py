@@ -736,7 +736,7 @@ def test_both_sources_get_the_demo_schema_both_paths_capture():
 
 
 def test_dockerfile_installs_what_the_app_needs():
-    from merger.app import JDBC_JARS
+    from merger.spark.session import JDBC_JARS
 
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     install = re.search(r"apt-get install (.+?)\\?\n", text).group(1).split()

@@ -1,11 +1,11 @@
-"""The class-data archive's location and JVM options (merger/spark_archive.py); no JVM runs."""
+"""The class-data archive's location and JVM options (merger/spark/archive.py); no JVM runs."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from merger import spark_archive
+from merger.spark import archive as spark_archive
 
 
 @pytest.fixture

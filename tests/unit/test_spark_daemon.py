@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyspark
 
-from merger.spark_daemon import without_bundled_pyspark
+from merger.spark.daemon import without_bundled_pyspark
 
 INSTALLED = str(Path(pyspark.__file__).parent)
 ZIP = os.path.join(INSTALLED, "python", "lib", "pyspark.zip")
@@ -39,11 +39,11 @@ def test_no_spark_home_changes_nothing():
 
 
 def test_spark_site_drops_the_zip_at_start_and_runs_the_sitecustomize_it_hides(tmp_path):
-    # merger/spark_site is on the PYTHONPATH of every Python process the local Spark starts
+    # merger/spark/site is on the PYTHONPATH of every Python process the local Spark starts
     import subprocess
     import sys
 
-    from merger.app import ROOT, SPARK_SITE
+    from merger.spark.session import ROOT, SPARK_SITE
 
     hidden = tmp_path / "other"
     hidden.mkdir()

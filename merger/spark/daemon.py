@@ -7,7 +7,7 @@ source: measured 1.5-2 CPU seconds per worker, ~5 CPU seconds in the first micro
 of a merger on 2 cores, while a snapshot waits behind them. With pyspark installed by
 pip, the zip holds the same files as the package, whose ``__pycache__`` is warm.
 
-Used only in local mode with a pip-installed pyspark (``merger.app.make_spark``); the
+Used only in local mode with a pip-installed pyspark (``merger.spark.session.make_spark``); the
 daemon forks the workers, so it must import nothing that starts threads.
 """
 

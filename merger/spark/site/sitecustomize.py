@@ -1,8 +1,8 @@
 """On the PYTHONPATH of the Python processes a local Spark starts for the merger
-(``merger.app.make_spark``): drops Spark's bundled ``pyspark.zip`` from ``sys.path`` when it
+(``merger.spark.session.make_spark``): drops Spark's bundled ``pyspark.zip`` from ``sys.path`` when it
 is the pip-installed pyspark, so they import its package, whose bytecode is cached.
 
-``merger.spark_daemon`` does this for the task workers (``spark.python.daemon.module``), but
+``merger.spark.daemon`` does this for the task workers (``spark.python.daemon.module``), but
 Spark starts its planners through ``pyspark.daemon`` whatever that setting says (the Python
 data source's lookup, creation and read planning) and the streaming source's runner
 without a daemon; each compiled pyspark from the zip. Measured on the developers' 2-core
@@ -18,7 +18,7 @@ import sys
 
 def _drop_bundled_pyspark() -> None:
     try:
-        from merger.spark_daemon import without_bundled_pyspark  # the project root is on PYTHONPATH
+        from merger.spark.daemon import without_bundled_pyspark  # the project root is on PYTHONPATH
 
         sys.path[:] = without_bundled_pyspark(sys.path, os.environ.get("SPARK_HOME"))
     except Exception:

@@ -128,7 +128,7 @@ def build(force: bool = False) -> Path:
     started = time.monotonic()
     try:
         subprocess.run(
-            [sys.executable, "-m", "merger.spark_archive", "--warm-up", str(tmp)],
+            [sys.executable, "-m", "merger.spark.warm_up", str(tmp)],
             check=True,
             timeout=BUILD_TIMEOUT_S,
             stdout=subprocess.DEVNULL,
@@ -151,51 +151,5 @@ def build(force: bool = False) -> Path:
     return path
 
 
-def _warm_up_source():
-    from pyspark.sql.datasource import DataSource, DataSourceReader
-
-    class Reader(DataSourceReader):
-        def read(self, partition):
-            yield (1, "one")
-
-    class WarmUpSource(DataSource):
-        @classmethod
-        def name(cls):
-            return "cdc_warm_up"
-
-        def schema(self):
-            return "id INT, v STRING"
-
-        def reader(self, schema):
-            return Reader()
-
-    return WarmUpSource
-
-
-def _warm_up(dump_to: str) -> None:
-    """The child of ``build``: loads what a merger loads, then lets the JVM exit and dump."""
-    from cdc.config import MergerConfig
-    from merger.app import make_spark, stop_spark
-
-    # the merger's own session settings (same jars, same Python workers), dumping at exit
-    dump = f"-XX:ArchiveClassesAtExit={dump_to} -Xlog:cds=off"
-    spark = make_spark(MergerConfig(spark_conf={"spark.driver.extraJavaOptions": dump}), class_archive=False)
-    df = spark.range(1000).selectExpr("id", "cast(id as string) AS s", "cast(id as decimal(20,2)) AS d")
-    df.groupBy((df.id % 7).alias("k")).count().collect()
-    df.toArrow()
-    spark.sparkContext.parallelize(range(4), 2).map(lambda x: x * 2).collect()  # a Python worker
-    spark.dataSource.register(_warm_up_source())
-    spark.read.format("cdc_warm_up").load().collect()  # a Python data source, as the Kafka one
-    query = spark.readStream.format("rate").load().writeStream.foreachBatch(lambda b, i: b.count()).start()
-    deadline = time.monotonic() + 60
-    while not query.recentProgress and time.monotonic() < deadline:
-        time.sleep(0.2)
-    query.stop()
-    stop_spark(spark, BUILD_TIMEOUT_S)  # the JVM dumps the archive as it exits
-
-
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--warm-up":
-        _warm_up(sys.argv[2])
-    else:
-        print(build(force="--force" in sys.argv))
+    print(build(force="--force" in sys.argv))
