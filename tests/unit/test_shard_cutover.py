@@ -6,6 +6,8 @@ logical table; broken copies of the filter and of the order fail the same check.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -416,3 +418,33 @@ def test_owned_ranges_decide_as_the_filter(raw, shard):
     for key in range(-1, 62):
         decided = next((owned for r, owned in ranges if r.holds(key)), True)
         assert decided == (f.generation(shard, key, "db.t") is not None), key
+
+
+# ------------------------------------------- the server's order of keys and bounds (issue 41, item 3)
+
+
+def test_a_range_holds_what_a_binary_collation_holds():
+    """utf8mb4_bin compares code points with PAD SPACE: a shorter text is compared as if
+    padded with spaces, so 'a\\t' is below 'a' and 'a ' equals it (checked against MariaDB
+    in tests/integration/test_move_bounds.py)."""
+    r = KeyRange("a", "m")
+    assert r.holds("a") and r.holds("a ") and r.holds("l\uffff") and r.holds("m\t")
+    assert not r.holds("a\t") and not r.holds("B") and not r.holds("é") and not r.holds("m") and not r.holds("m  ")
+    assert KeyRange("m ", None).holds("m") and not KeyRange(None, "m ").holds("m")
+    assert KeyRange("é", None).holds("\U0001f600")  # code points, beyond the BMP too
+
+
+def test_a_range_holds_decimals_exactly():
+    from decimal import Decimal
+
+    r = Move.from_json([1, "db.t", 1.1, 2, "a", "b"]).keys  # a float bound read from an older record
+    assert r.holds(Decimal("1.1")) and r.holds(Decimal("1.9999999999999999999999")) and not r.holds(Decimal("2"))
+    assert not r.holds(Decimal("1.0999999999999999999999"))
+    exact = KeyRange(Decimal("1.1"), Decimal("2.00"))
+    assert exact.holds(1.1 + 1e-15) and not exact.holds(2.0)  # a DOUBLE key: compared as DOUBLE, as SQL does
+    assert exact.holds(Decimal("1.1")) and not exact.holds(2) and KeyRange(1, 2).holds(Decimal("1.0"))
+    moved = Move(3, exact, "a", "b", "db.t")
+    assert Move.from_json(json.loads(json.dumps(moved.to_json()))) == moved
+    assert passed_from_json(json.loads(json.dumps(passed_to_json([(moved, SWITCH)])))) == [(moved, SWITCH)]
+    with pytest.raises(TypeError):
+        KeyRange("a", "m").holds(5)  # ingest stops on this with one line
