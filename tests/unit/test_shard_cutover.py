@@ -545,7 +545,9 @@ def run_emitted(
 )
 # texts and DECIMALs at their bounds (issue 41, item 3)
 @example([("write", 1, 5), ("move", 5, 2, "b"), ("cutover",), ("write", 1, 7)], ["retry:a", "b", "a"], "utf8mb4_bin")
-@example([("write", 3, 5), ("move", 3, 2, "b"), ("cutover",), ("write", 3, 7)], ["commit:a", "b"], "decimal")
+@example(
+    [("write", 3, 5), ("move", 3, 2, "b"), ("cutover",), ("write", 3, 7)], ["a", "a", "b", "b", "b", "b"], "decimal"
+)
 def test_ingest_emits_each_key_in_order_whatever_the_interleaving(script, schedule, domain):
     ks = keyspace(script, DOMAINS[domain])
     assert run_emitted(ks, schedule) == ks.logical()
