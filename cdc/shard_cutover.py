@@ -27,23 +27,131 @@ shard's position, so a restart decides every replayed change as before."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Hashable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal
 
 BEGIN, SWITCH = "begin", "switch"
 CUTOVER_TABLE = "cdc_cutover"  # the control rows' table, in the watermark table's database on every shard
 
 
+# The collations whose order ``compare_keys`` reproduces exactly: code points, PAD SPACE.
+# Text bounds of a move are refused on any other (``bounds_refusal``): a case- or
+# accent-insensitive collation puts 'B' and 'é' inside ['a', 'm'), Python's order does not.
+BINARY_COLLATIONS = frozenset({"utf8mb4_bin", "utf8mb3_bin", "utf8_bin", "ascii_bin"})
+INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+TEXT_TYPES = frozenset({"char", "varchar"})
+
+
+def compare_keys(a: Any, b: Any) -> int:
+    """-1, 0 or 1: how the server orders a key column's value against a bound (or two
+    bounds). Numbers exactly (int and Decimal, never through a float; a float, the value
+    of a FLOAT or DOUBLE column, against the bound as a DOUBLE, as SQL compares them);
+    texts as a binary collation (``BINARY_COLLATIONS``) does: by code point, the shorter
+    one padded with spaces (PAD SPACE: 'a ' equals 'a', 'a\t' is below it). TypeError for
+    a text against a number (the server would compare them as DOUBLEs: refused)."""
+    if isinstance(a, str) and isinstance(b, str):
+        width = max(len(a), len(b))
+        a, b = a.ljust(width), b.ljust(width)
+    elif isinstance(a, str) or isinstance(b, str):
+        raise TypeError(f"{a!r} and {b!r} do not compare")
+    elif isinstance(a, float) or isinstance(b, float):
+        a, b = float(a), float(b)
+    return (a > b) - (a < b)
+
+
+def exact_bound(value: Any) -> Any:
+    """A bound as the ranges hold it: a float (a number of an older JSON reading) becomes
+    the Decimal of its shortest text, which is what was written."""
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    return value
+
+
+def bound_text(value: Any) -> str | None:
+    """A bound as the JSON text of ``cdc_cutover.low_key``/``high_key``; a Decimal as the
+    JSON number of its exact digits."""
+    if value is None:
+        return None
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return json.dumps(value)
+
+
+def bound_of(text: str | None) -> Any:
+    """``bound_text``'s inverse: a JSON number with a fraction or exponent is a Decimal,
+    exactly as written (never a float)."""
+    if text is None:
+        return None
+    return exact_bound(json.loads(text, parse_float=Decimal))
+
+
+def bound_to_json(value: Any) -> Any:
+    """A bound inside JSON records (the position record, the markers): a Decimal as
+    ``{"decimal": text}``; ints and texts as they are."""
+    return {"decimal": format(value, "f")} if isinstance(value, Decimal) else value
+
+
+def bound_from_json(raw: Any) -> Any:
+    if isinstance(raw, dict):
+        return Decimal(raw["decimal"])
+    return exact_bound(raw)
+
+
+def bounds_refusal(where: str, column: str, data_type: str, collation: str | None, low: Any, high: Any) -> str | None:
+    """Why a move's bounds on a key column cannot be ordered alike by ingest and the
+    merger (Python) and by the copy, the switch's check and verify (SQL), in one line;
+    None: they can. Accepted: integer and DECIMAL keys with numeric bounds (exact), CHAR
+    and VARCHAR keys of a binary collation (``BINARY_COLLATIONS``) with text bounds."""
+    data_type = data_type.lower()
+    given = [b for b in (low, high) if b is not None]
+    if data_type in INTEGER_TYPES or data_type == "decimal":
+        if any(isinstance(b, bool) or not isinstance(b, (int, Decimal)) for b in given):
+            return (
+                f"{where}: key column {column} is {data_type.upper()}: give its bounds as numbers "
+                f"(--low 1000), not {', '.join(repr(b) for b in given)}"
+            )
+    elif data_type in TEXT_TYPES:
+        if any(not isinstance(b, str) for b in given):
+            return (
+                f"{where}: key column {column} is {data_type.upper()}: give its bounds as texts (--low eu-7, or "
+                f"--low '\"1000\"' for digits), not {', '.join(repr(b) for b in given)}"
+            )
+        if (collation or "").lower() not in BINARY_COLLATIONS:
+            return (
+                f"{where}: key column {column} has collation {collation}, whose order ingest and the merger cannot "
+                "reproduce (case and accents: 'B' and 'é' are inside ['a', 'm') there): text bounds need a key of "
+                f"collation {', '.join(sorted(BINARY_COLLATIONS))} (ALTER TABLE ... MODIFY {column} ... COLLATE "
+                "utf8mb4_bin on every shard), or move by an integer or DECIMAL key (docs/sharding.md)"
+            )
+    else:
+        return (
+            f"{where}: key column {column} is {data_type.upper()}: a move's range is on an integer, DECIMAL or "
+            "binary-collated CHAR/VARCHAR key (docs/sharding.md)"
+        )
+    if low is not None and high is not None and compare_keys(low, high) >= 0:
+        return f"the range is empty: --low {low!r} is not below --high {high!r} on {where} ({collation or data_type})"
+    return None
+
+
 @dataclass(frozen=True)
 class KeyRange:
-    """The keys ``low <= key < high`` (None: unbounded on that side)."""
+    """The keys ``low <= key < high`` (None: unbounded on that side), in the server's order
+    (``compare_keys``)."""
 
     low: Any = None
     high: Any = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "low", exact_bound(self.low))
+        object.__setattr__(self, "high", exact_bound(self.high))
+
     def holds(self, key: Any) -> bool:
-        return (self.low is None or self.low <= key) and (self.high is None or key < self.high)
+        return (self.low is None or compare_keys(self.low, key) <= 0) and (
+            self.high is None or compare_keys(key, self.high) < 0
+        )
 
 
 @dataclass(frozen=True)
@@ -62,12 +170,13 @@ class Move:
         return (self.table is None or table is None or self.table == table) and self.keys.holds(key)
 
     def to_json(self) -> list:
-        return [self.number, self.table, self.keys.low, self.keys.high, self.source, self.target]
+        low, high = bound_to_json(self.keys.low), bound_to_json(self.keys.high)
+        return [self.number, self.table, low, high, self.source, self.target]
 
     @classmethod
     def from_json(cls, raw: list) -> "Move":
         number, table, low, high, source, target = raw
-        return cls(int(number), KeyRange(low, high), str(source), str(target), table)
+        return cls(int(number), KeyRange(bound_from_json(low), bound_from_json(high)), str(source), str(target), table)
 
 
 def passed_to_json(rows: list[tuple[Move, str]]) -> list:

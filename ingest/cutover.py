@@ -21,7 +21,6 @@ so a restart decides every replayed change as before.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -34,6 +33,7 @@ from cdc.shard_cutover import (
     CutoverFilter,
     KeyRange,
     Move,
+    bound_of,
     moved_from,
     passed_from_json,
     passed_to_json,
@@ -80,8 +80,7 @@ def move_of(row: dict[str, Any], shard: str) -> tuple[Move, str] | None:
     is not one for ``shard``. IngestError for a row ingest cannot read."""
     kind = str(row.get("kind") or "")
     try:
-        low = json.loads(row["low_key"]) if row.get("low_key") is not None else None
-        high = json.loads(row["high_key"]) if row.get("high_key") is not None else None
+        low, high = bound_of(row.get("low_key")), bound_of(row.get("high_key"))
         move = Move(int(row["move_id"]), KeyRange(low, high), str(row["source"]), str(row["target"]), row["table_name"])
     except (KeyError, TypeError, ValueError) as exc:
         raise IngestError(
@@ -103,6 +102,10 @@ def move_of(row: dict[str, Any], shard: str) -> tuple[Move, str] | None:
         )
         return None
     return move, kind
+
+
+def describe_move(move: Move) -> str:
+    return f"{move.table} keys [{move.keys.low!r}, {move.keys.high!r}) from {move.source} to {move.target}"
 
 
 class ShardCutover:
@@ -130,6 +133,7 @@ class ShardCutover:
         """The shard's reader passed a control row (once: a replayed one is met already).
         At its switch of a move it is the target of, it waits for the source's switch."""
         with self.lock:
+            self._check_number(shard, move)
             rows = self.filter.passed.get(shard, [])
             if any(m.number == move.number and r == row for m, r in rows):
                 return
@@ -146,6 +150,21 @@ class ShardCutover:
             move.source,
             move.target,
         )
+
+    def _check_number(self, shard: str, move: Move) -> None:
+        """A move's number names one move: met again with other content (a number reused
+        after rows of ``cdc_cutover`` were deleted, a shard removed, or two begins at
+        once), it would be ignored as a replay, or give two moves one generation."""
+        for name, rows in self.filter.passed.items():
+            for known, _ in rows:
+                if known.number == move.number and known != move:
+                    raise IngestError(
+                        f"shard {shard}: move {move.number} ({describe_move(move)}) reused a number shard {name} "
+                        f"passed for another move ({describe_move(known)}): ingest stops rather than ignore it. "
+                        f"Delete move {move.number}'s new rows from {CUTOVER_TABLE} on {move.source} and "
+                        f"{move.target}, undo its copy, and begin it again with `cdc shard move begin` (numbers go "
+                        "above every move the shards hold: keep the rows of cdc_cutover, docs/operations.md)"
+                    )
 
     def blocked(self, shard: str, move: Move, row: str) -> bool:
         """Whether ``shard``'s reader must wait before passing the row: the target's switch

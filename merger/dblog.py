@@ -234,12 +234,16 @@ class Reconciler:
         sequence: int | None = None,
         cutover: dict | None = None,
         time_us: int | None = None,
+        counted: bool = False,
     ) -> bool:
         """A watermark marker read from ``partition``. False if it was a replay. ``offset``
         rises along the partition; ``sequence``: the marker's own, when it is not the offset
         (a sharded source's, whose shards' sequences do not rise along a partition);
         ``cutover``: the marker's (key mode unique; every copy carries the same);
-        ``time_us``: its source commit time (every copy carries the same)."""
+        ``time_us``: its source commit time (every copy carries the same); ``counted``: the
+        sequence is ingest's emission counter (key mode unique), one value in every copy
+        unless ingest crashed part-way through them: HIGH copies that differ make the
+        window a ``problem`` (read again with new watermarks)."""
         kind = str(kind).upper()
         if kind not in (LOW, HIGH):
             raise ValueError(f"marker kind must be LOW or HIGH, got {kind!r}")
@@ -255,7 +259,18 @@ class Reconciler:
             window.seen.clear()
             return True
         else:
-            window.high.setdefault(partition, offset if sequence is None else sequence)
+            value = window.high.setdefault(partition, offset if sequence is None else sequence)
+            if counted and value != window.high[next(iter(window.high))]:
+                # key mode unique, a broker that shows aborted records: ingest crashed part-way
+                # through the copies, and the next run gave the marker another counter. Neither
+                # value is the window's: a change made after HIGH may carry a counter between
+                # them (an aborted record read late). The window is read again.
+                window.problem = (
+                    f"HIGH marker copies with different counters ({sorted(set(window.high.values()))}: an ingest "
+                    "crash part-way through them)"
+                )
+                window.seen.clear()
+                return True
             if window.high_time_us is None:
                 window.high_time_us = time_us
         if cutover is not None:
@@ -359,7 +374,8 @@ def _window_to_dict(w: Window) -> dict:
 
 def high_sequence(window: Window) -> int:
     """The sequence of a ready window's emitted rows: its HIGH watermark's binlog position
-    (every partition's HIGH marker carries the same one)."""
+    (every partition's HIGH marker carries the same one; copies with different counters
+    are a ``problem``, the window never ready)."""
     return window.high[next(iter(window.high))]
 
 

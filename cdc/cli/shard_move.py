@@ -17,25 +17,24 @@ One move at a time: a move begun and not switched refuses another ``begin``.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import pymysql
 
 from cdc.config import ConfigError
 from cdc.quoting import quote_ident
-from cdc.shard_cutover import BEGIN, CUTOVER_TABLE, SWITCH
+from cdc.shard_cutover import BEGIN, CUTOVER_TABLE, SWITCH, bound_of, bound_text, bounds_refusal, compare_keys
 
 COLUMNS = "move_id, kind, table_name, low_key, high_key, source, target"
 
 
 def bound(text: str | None) -> Any:
-    """A range bound from the command line: a JSON value (``1000``, ``"eu-7"``), or the
-    text itself."""
+    """A range bound from the command line: a JSON value (``1000``, ``"eu-7"``; a number
+    with a fraction is an exact Decimal, never a float), or the text itself."""
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return bound_of(text)
     except ValueError:
         return text
 
@@ -84,26 +83,59 @@ class Keyspace:
             )
 
     def rows(self) -> dict[int, dict[str, Any]]:
-        """Every move any shard holds: number -> its fields and the shards that hold each row."""
+        """Every move any shard holds: number -> its fields and the shards that hold each row.
+        ConfigError when two shards hold one number with different moves (a reused number)."""
         moves: dict[int, dict[str, Any]] = {}
         for name in self.shards:
             self.ensure_table(name)
             with self.conn(name).cursor() as cur:
                 cur.execute(f"SELECT {COLUMNS} FROM {self.table}")
                 for number, kind, table, low, high, source, target in cur.fetchall():
-                    move = moves.setdefault(
-                        number,
-                        {"table": table, "low": low, "high": high, "source": source, "target": target, "rows": set()},
-                    )
+                    fields = {"table": table, "low": low, "high": high, "source": source, "target": target}
+                    move = moves.setdefault(number, {**fields, "rows": set()})
+                    if not same_move(move, fields):
+                        raise ConfigError(
+                            f"move {number} is two moves: {describe_row(move)} and, on shard {name}, "
+                            f"{describe_row(fields)} (a reused number): delete the wrong one's rows from "
+                            f"{CUTOVER_TABLE} and undo its copy (docs/operations.md)"
+                        )
                     move["rows"].add((kind, name))
         return moves
 
-    def insert(self, name: str, number: int, kind: str, move: dict[str, Any]) -> None:
+    def insert(self, name: str, number: int, kind: str, move: dict[str, Any], ignore: bool = True) -> None:
+        """A control row; ``ignore``: a row already there is kept (a switch run again); else
+        the number taken meanwhile by another begin is a ConfigError."""
         with self.conn(name).cursor() as cur:
-            cur.execute(
-                f"INSERT IGNORE INTO {self.table} ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (number, kind, move["table"], move["low"], move["high"], move["source"], move["target"]),
-            )
+            try:
+                verb = "INSERT IGNORE" if ignore else "INSERT"
+                cur.execute(
+                    f"{verb} INTO {self.table} ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    (number, kind, move["table"], move["low"], move["high"], move["source"], move["target"]),
+                )
+            except pymysql.err.IntegrityError:
+                raise ConfigError(
+                    f"move {number} was begun on shard {name} by someone else meanwhile: see `cdc shard move` "
+                    "of the other operator, then run this again"
+                ) from None
+
+    def key_columns(self, shard: str, logical: str) -> list[tuple[str, str, str, str | None]]:
+        """Each physical table of ``logical`` on ``shard``: ``(where, its first key column,
+        its data type, its collation)``."""
+        out = []
+        for db, table in self.physical_tables(shard, logical):
+            with self.conn(shard).cursor() as cur:
+                cur.execute(
+                    "SELECT c.column_name, c.data_type, c.collation_name FROM information_schema.key_column_usage k "
+                    "JOIN information_schema.columns c ON c.table_schema = k.table_schema AND "
+                    "c.table_name = k.table_name AND c.column_name = k.column_name WHERE k.table_schema = %s AND "
+                    "k.table_name = %s AND k.constraint_name = 'PRIMARY' ORDER BY k.ordinal_position LIMIT 1",
+                    (db, table),
+                )
+                found = cur.fetchone()
+            if found is None:
+                raise ConfigError(f"shard {shard}: {db}.{table} has no primary key: its rows cannot be moved")
+            out.append((f"{db}.{table} on shard {shard}", found[0], found[1], found[2]))
+        return out
 
     def physical_tables(self, shard: str, logical: str) -> list[tuple[str, str]]:
         """The tables of ``shard`` that make up logical table ``logical`` (by the routes)."""
@@ -153,7 +185,7 @@ def begin(ks: Keyspace, table: str, low: Any, high: Any, source: str, target: st
         raise ConfigError("--from and --to name the same shard")
     if low is not None and high is not None:
         try:
-            if not low < high:
+            if compare_keys(low, high) >= 0:
                 raise ConfigError(f"the range is empty: --low {low!r} is not below --high {high!r}")
         except TypeError:
             raise ConfigError(
@@ -161,6 +193,11 @@ def begin(ks: Keyspace, table: str, low: Any, high: Any, source: str, target: st
             ) from None
     ks.conn(source)
     ks.conn(target)
+    for shard in (source, target):
+        for where, column, data_type, collation in ks.key_columns(shard, table):
+            refused = bounds_refusal(where, column, data_type, collation, low, high)
+            if refused:
+                raise ConfigError(refused)
     moves = ks.rows()
     for number, move in sorted(moves.items()):
         if (BEGIN, move["target"]) in move["rows"] and not {(SWITCH, move["source"]), (SWITCH, move["target"])} <= move[
@@ -173,12 +210,12 @@ def begin(ks: Keyspace, table: str, low: Any, high: Any, source: str, target: st
     number = max(moves, default=0) + 1
     move = {
         "table": table,
-        "low": json.dumps(low) if low is not None else None,
-        "high": json.dumps(high) if high is not None else None,
+        "low": bound_text(low),
+        "high": bound_text(high),
         "source": source,
         "target": target,
     }
-    ks.insert(target, number, BEGIN, move)
+    ks.insert(target, number, BEGIN, move, ignore=False)
     say(
         f"move {number} begun: {table} keys {describe(low, high)} from shard {source} to shard {target}. Now copy "
         f"the range's rows to {target} and keep it following {source}'s changes of them; then stop the writes to "
@@ -192,8 +229,7 @@ def switch(ks: Keyspace, number: int, check: bool, say: Callable[[str], None]) -
     move = ks.rows().get(number)
     if move is None or (BEGIN, move["target"]) not in move["rows"]:
         raise ConfigError(f"no move {number} is begun (`cdc shard move begin` first)")
-    low = json.loads(move["low"]) if move["low"] is not None else None
-    high = json.loads(move["high"]) if move["high"] is not None else None
+    low, high = bound_of(move["low"]), bound_of(move["high"])
     if check:
         on_source = ks.range_rows(move["source"], move["table"], low, high)
         on_target = ks.range_rows(move["target"], move["table"], low, high)
@@ -215,3 +251,15 @@ def switch(ks: Keyspace, number: int, check: bool, say: Callable[[str], None]) -
 
 def describe(low: Any, high: Any) -> str:
     return f"[{'-inf' if low is None else repr(low)}, {'+inf' if high is None else repr(high)})"
+
+
+def same_move(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two rows of one number hold one move (bounds compared as values)."""
+    return all(a[f] == b[f] for f in ("table", "source", "target")) and all(
+        bound_of(a[f]) == bound_of(b[f]) for f in ("low", "high")
+    )
+
+
+def describe_row(move: dict[str, Any]) -> str:
+    low, high = bound_of(move["low"]), bound_of(move["high"])
+    return f"{move['table']} keys {describe(low, high)} from {move['source']} to {move['target']}"

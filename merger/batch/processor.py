@@ -849,7 +849,14 @@ class BatchProcessor(PausedTables):
                     rt.verify_windows.on_marker(image["window"], kind, partition, ev.seq, time.time())
                 elif image.get("window") and kind in ("LOW", "HIGH"):
                     rt.reconciler.on_marker(
-                        partition, seq, image["window"], kind, sequence, image.get("cutover"), ev.commit_us
+                        partition,
+                        seq,
+                        image["window"],
+                        kind,
+                        sequence,
+                        image.get("cutover"),
+                        ev.commit_us,
+                        getattr(self.source_kind, "counted_markers", False),
                     )
                 continue
             if op == "t":

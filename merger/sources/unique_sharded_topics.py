@@ -22,6 +22,10 @@ from merger.sources.sharded_topics import ShardedTopics
 class UniqueShardedTopics(ShardedTopics):
     """Topics written by ``ingest`` from the shards of a sharded source in key mode unique."""
 
+    #: a marker's sequence is the emission counter: copies that differ (ingest crashed
+    #: part-way through them) refuse the window (``merger.dblog.Reconciler.on_marker``)
+    counted_markers = True
+
     def order_of(self, item) -> int:
         raw = item.headers.get(EMITTED_HEADER)
         if raw is None:

@@ -14,11 +14,10 @@ shard's rows.
 
 from __future__ import annotations
 
-import json
 from typing import Sequence
 
 from cdc.quoting import quote_ident
-from cdc.shard_cutover import BEGIN, SWITCH, KeyRange, Move, owned_ranges
+from cdc.shard_cutover import BEGIN, SWITCH, KeyRange, Move, bound_of, owned_ranges
 from merger.snapshot.chunking import quote_table
 from merger.verify.source import SourceReader, SourceReadError, SourceTable
 from merger.verify.sql_digest import Digest
@@ -43,7 +42,7 @@ def cutover_rows(reader: SourceReader, cutover_table: str, table: str) -> list[t
     ):
         if kind not in (BEGIN, SWITCH):
             raise SourceReadError(f"{cutover_table} on {reader.where}: move {move_id} has a row of kind {kind!r}")
-        bounds = KeyRange(None if low is None else json.loads(low), None if high is None else json.loads(high))
+        bounds = KeyRange(bound_of(low), bound_of(high))
         out.append((Move(int(move_id), bounds, str(source), str(target), str(table_name)), kind))
     return out
 

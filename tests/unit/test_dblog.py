@@ -217,6 +217,39 @@ def test_first_marker_wins_on_duplicates_at_new_offsets():
     assert rec.window("w").low == {0: 1} and rec.window("w").high == {0: 3}
 
 
+def test_high_copies_with_different_counters_refuse_the_window():
+    """Key mode unique on a broker that shows aborted records (issue 41, item 4): ingest
+    crashed part-way through a HIGH marker's copies. Partition 0 shows the aborted copy
+    (counter 100) and, after it, an aborted change of key 7 made after HIGH (counter 101);
+    partition 1 got its copy only from the next run (counter 200). Read partition 1 first:
+    emitted at 200, the snapshot row of key 7 would outrank the newer change (101). The
+    window is refused instead (retried with new watermarks), never emitted."""
+    rec = Reconciler(2)
+    rec.open_window("w", ["t:0"], opened_at=0)
+    rec.on_marker(1, 0, "w", LOW, sequence=50, counted=True)
+    rec.on_marker(1, 1, "w", HIGH, sequence=200, counted=True)  # the next run's copy
+    rec.on_marker(0, 0, "w", LOW, sequence=50, counted=True)
+    rec.on_marker(0, 1, "w", HIGH, sequence=100, counted=True)  # the crashed run's copy
+    rec.mark_staged("w")
+    sink = {}
+    if rec.is_ready("w"):
+        for (key, row), seq in emit(rec, "w", [((7,), "snapshot")]):
+            apply_change(sink, key, seq, row)
+    rec.on_event(0, 2, (7,), "u")  # the change after HIGH, read after the emission
+    apply_change(sink, (7,), 101, "newer")
+    assert sink[(7,)] == (101, "newer"), "an old snapshot value outranked a newer change"
+    assert not rec.is_ready("w") and rec.expired(now=0, timeout=30) == ["w"]
+    assert "counters" in rec.window("w").problem
+    # copies with one counter (no crash between them) are emitted as before
+    rec = Reconciler(2)
+    rec.open_window("v", [], opened_at=0)
+    for p in (0, 1):
+        rec.on_marker(p, 0, "v", LOW, sequence=50, counted=True)
+        rec.on_marker(p, 1, "v", HIGH, sequence=300, counted=True)
+    rec.mark_staged("v")
+    assert rec.is_ready("v") and emit(rec, "v", [((7,), "r")]) == [(((7,), "r"), 300)]
+
+
 def test_expiry_and_problems():
     rec = Reconciler(2)
     rec.open_window("slow", [], opened_at=10)

@@ -158,3 +158,103 @@ def test_a_write_on_the_source_after_its_switch_is_emitted_to_pause_the_table():
     assert cut.headers("a", "shop.orders", 150, write=True) == [(MOVED_TO_HEADER, b"b")]  # the wrong shard
     assert cut.headers("b", "shop.orders", 150, write=True) == [(MOVED_FROM_HEADER, b"a")]
     assert cut.headers("a", "shop.orders", 250, write=True) == []  # outside the range
+
+
+def test_a_reused_move_number_with_other_content_stops_ingest():
+    """Issue 41, item 5: numbers are max(rows)+1, reused after rows of cdc_cutover are
+    deleted, a shard removed, or two operators race. A move met again under a number some
+    shard passed with other content stops ingest with one line; the same row replayed does
+    not."""
+    cut = ShardCutover(PositionVector({}), {})
+    cut.meet("b", MOVE, BEGIN)
+    cut.meet("b", MOVE, BEGIN)  # the same row replayed after a retry: met once
+    cut.meet("a", MOVE, SWITCH)  # the same move's switch on its source
+    with pytest.raises(IngestError, match=r"move 1 .*reused") as err:
+        cut.meet("c", Move(1, KeyRange(300, 400), "a", "c", "shop.orders"), BEGIN)  # another shard
+    assert "\n" not in str(err.value)
+    with pytest.raises(IngestError, match="reused"):
+        cut.meet("b", Move(1, KeyRange(100, 300), "a", "b", "shop.orders"), SWITCH)  # the same shard
+    # what a restart reads from the position record counts too
+    vector = PositionVector({"b": ResumePoint("0-2-5", cutover=cut.passed("b"))}, 5)
+    again = ShardCutover(position_record(vector.to_json()), {})
+    with pytest.raises(IngestError, match="reused"):
+        again.meet("a", Move(1, KeyRange(100, 200), "a", "b", "shop.other"), SWITCH)
+
+
+class _FakeKeyspace:
+    """What `begin` asks of the shards, without servers: the key column of the logical
+    table's physical tables, the rows of cdc_cutover, the inserts."""
+
+    def __init__(self, data_type: str = "int", collation: str | None = None, rows: dict | None = None):
+        from cdc.cli.shard_move import Keyspace
+        from cdc.config import MergerConfig, ShardConfig
+
+        shards = [ShardConfig(name=n, mysql={"host": f"{n}.example", "port": 3306}) for n in ("s1", "s2")]
+        cfg = MergerConfig(shards=shards, key_mode="unique", sinks={"delta": {"path": "/tmp/d"}})
+        self.ks = Keyspace(cfg, connect=lambda shard: object())
+        self.ks.rows = lambda: dict(rows or {})
+        self.inserted: list = []
+        self.ks.insert = lambda name, number, kind, move, **kw: self.inserted.append((name, number, kind, move))
+        self.ks.key_columns = lambda shard, logical: [(f"{shard}:shop.t_0", "k", data_type, collation)]
+
+
+@pytest.mark.parametrize(
+    "data_type,collation,low,high,refused",
+    [
+        # utf8mb4_general_ci holds 'B' and 'é' in ['a', 'm'); ingest's Python order does not
+        ("varchar", "utf8mb4_general_ci", '"a"', '"m"', "utf8mb4_general_ci"),
+        ("varchar", "utf8mb4_uca1400_ai_ci", '"eu-7"', None, "utf8mb4_uca1400_ai_ci"),
+        # ['A', 'a') holds nothing in a case-insensitive collation: refused for its collation
+        ("varchar", "utf8mb4_general_ci", '"A"', '"a"', "utf8mb4_general_ci"),
+        # a binary collation's order is the code points' (PAD SPACE): 'a' and 'a ' are equal
+        ("varchar", "utf8mb4_bin", '"a"', '"a "', "empty"),
+        ("varchar", "utf8mb4_bin", '"a"', '"A"', "empty"),
+        ("varchar", "utf8mb4_bin", "5", None, "text"),  # a number on a text key: compared as DOUBLE
+        ("int", None, '"5"', None, "number"),
+        ("double", None, "1", "2", "DOUBLE"),
+        ("varchar", "utf8mb4_nopad_bin", '"a"', '"b"', "utf8mb4_nopad_bin"),
+        # accepted
+        ("varchar", "utf8mb4_bin", '"A"', '"a"', None),
+        ("varchar", "utf8mb4_bin", '"eu-7"', None, None),
+        ("decimal", None, "1.1", "2", None),
+        ("bigint", None, "10", "20", None),
+    ],
+)
+def test_begin_refuses_bounds_it_cannot_order_as_the_server(data_type, collation, low, high, refused):
+    """Issue 41, item 3: a move's range is decided in Python (ingest's filter, the
+    merger's windows) and in SQL (the copy, the switch's check, verify): `begin` accepts
+    only bounds both order alike, and says why in one line otherwise."""
+    from cdc.cli.shard_move import begin, bound
+    from cdc.config import ConfigError
+
+    fake = _FakeKeyspace(data_type, collation)
+    if refused is None:
+        begin(fake.ks, "shop.t", bound(low), bound(high), "s1", "s2", lambda line: None)
+        assert len(fake.inserted) == 1
+        return
+    with pytest.raises(ConfigError, match=refused) as err:
+        begin(fake.ks, "shop.t", bound(low), bound(high), "s1", "s2", lambda line: None)
+    assert "\n" not in str(err.value) and fake.inserted == []
+
+
+def test_decimal_bounds_are_exact_from_the_command_line_to_ingest():
+    """`--low 1.1`: Decimal('1.1') on every side (a float 1.1 is above DECIMAL 1.1)."""
+    from decimal import Decimal
+
+    from cdc.cli.shard_move import begin, bound
+
+    fake = _FakeKeyspace("decimal")
+    begin(fake.ks, "shop.t", bound("1.1"), bound("2"), "s1", "s2", lambda line: None)
+    (name, number, kind, move) = fake.inserted[0]
+    assert (name, number, kind) == ("s2", 1, BEGIN)
+    row = {"move_id": number, "kind": kind, "table_name": move["table"], "low_key": move["low"]}
+    row.update({"high_key": move["high"], "source": move["source"], "target": move["target"]})
+    met, _ = move_of(row, "s2")
+    assert met.keys.holds(Decimal("1.1")) and met.keys.holds(Decimal("1.10")) and not met.keys.holds(Decimal("2.00"))
+    assert not met.keys.holds(Decimal("1.0999999999999999999999999"))
+    # the position record keeps it exact
+    cut = ShardCutover(PositionVector({}), {})
+    cut.meet("s2", met, BEGIN)
+    vector = PositionVector({"s2": ResumePoint("0-2-5", cutover=cut.passed("s2"))})
+    back = ShardCutover(position_record(vector.to_json()), {})
+    assert back.decide("s2", "shop.t", Decimal("1.1")) is None  # the copy, exactly at the bound

@@ -727,7 +727,8 @@ class UniqueStream(ShardStream):
     def _add(self, partition: int, key, value, pos: int):
         super()._add(partition, key, value, pos)
         self.pending[-1]["headers"].append({"key": EMITTED_HEADER, "value": str(self.emitted).encode()})
-        if not (value == {"op": "m"} and partition < self.partitions - 1):
+        marker = isinstance(value, dict) and value.get("op") == "m"  # (a marker's value holds its header too)
+        if not (marker and partition < self.partitions - 1):
             self.emitted += 1
 
 
