@@ -288,6 +288,7 @@ def test_a_switch_to_a_replica_lacking_records_sent_but_not_committed_stops(pair
         log = ingest.log_text()
         errors = [line for line in log.splitlines() if "error: " in line]
         assert len(errors) == 1 and "Traceback" not in log, log[-3000:]
+        assert "continuing there" not in log, log[-3000:]  # stopped at the connect, before any write
         assert f"GTID {t}" in errors[0] and "mariadb-binlog" in errors[0], errors[0]
         assert _resume_point(via, unique_name).gtid_state == x.gtid_state  # T was never committed
     finally:

@@ -157,6 +157,7 @@ def test_a_lossy_failover_of_one_shard_stops_ingest_with_the_way_out(tmp_path, s
         log = ingest.log_text()
         errors = [line for line in log.splitlines() if "error: " in line]
         assert len(errors) == 1 and "Traceback" not in log, log[-3000:]
+        assert "continuing there" not in log, log[-3000:]  # stopped at the connect, before any write
         assert "shard shard2" in errors[0] and f"GTID {t}" in errors[0], errors[0]
         assert "mariadb-binlog" in errors[0] and "cdc verify --repair" in errors[0], errors[0]
     finally:
