@@ -52,6 +52,7 @@ from ingest.fatal import (
     binlog_gone_message,
     broker_outage_message,
     instance_running_message,
+    lost_changes_message,
     offsets_blocked_message,
     position_lost_message,
     routed_change_message,
@@ -63,7 +64,7 @@ from ingest.fatal import (
 )
 from ingest.filters import CaptureFilter
 from ingest.lease import RENEW_S, Lease, held_by_another, lease_key, lease_transactional_id
-from ingest.position import PositionVector, ResumePoint, file_number, parse_gtid
+from ingest.position import PositionVector, ResumePoint, file_number, highest_gtid_state, parse_gtid
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
     UNASSIGNED_PARTITION,
@@ -141,6 +142,12 @@ class Ingest:
         self._last_spec: dict[tuple[str, str], TableSpec] = {}
         self.declared = DeclaredTypes()
         self.committed: ResumePoint | None = None
+        # the GTID state of the transactions whose records (any of them) this process handed
+        # to the broker, kept across retries: records past the committed position may be
+        # published by another shard's commit, or shown by a broker that shows aborted ones
+        # (issue 41); every server ingest connects to must hold them
+        self.sent = ""
+        self._sent_last: str | None = None
         self.position_on_kafka = False  # the broker holds a committed position of ours
         self.server_id = 0  # @@server_id of the server streamed from (checked at every connect)
         self.epoch = 0  # EventPosition.epoch of the records written from that server
@@ -154,6 +161,8 @@ class Ingest:
         self._lease_producer: TransactionalProducer | None = None
         self._lease_renewed = 0.0
         self.renews_lease = True  # a shard's reader: False, the process holds the lease
+        # a whole sharded ingest's: each shard's lease, which `cdc ingest --shard` takes (issue 41)
+        self.shard_leases: list[Ingest] = []
         self.cutover: ShardCutover | None = None  # key mode unique of a sharded source: the process's
 
     # ------------------------------------------------------------------ lifecycle
@@ -205,6 +214,27 @@ class Ingest:
         """At a clean stop: the lease's open transaction ends (the lease stays until it expires)."""
         if self._lease_producer is not None:
             self._lease_producer.abort()
+        for holder in self.shard_leases:
+            holder.release_lease()
+
+    def claim_shard_lease(self, shard: str) -> None:
+        """A whole sharded ingest also holds ``shard``'s lease, the one ``cdc ingest --shard``
+        takes, as this instance (the same identity): the two exclude each other, at start by
+        the lease, later by the fencing of its producer (issue 41)."""
+        holder = Ingest(self.config, followed=shard)
+        try:
+            raw = read_offsets(
+                self.kafka_conf,
+                self.offsets_topic,
+                holder.source_key,
+                lease_key(holder.lease_name),
+                wait_s=OFFSETS_WAIT_S,
+                missing_ok=False,
+            ).lease
+        except OffsetsBlocked as exc:
+            raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
+        holder._claim_lease(self.transactional_id, Lease.from_json(raw) if raw else None)
+        self.shard_leases.append(holder)
 
     @property
     def transactional_id(self) -> str:
@@ -323,6 +353,11 @@ class Ingest:
             self._lease_producer = self._remake_lease_producer()
         self._lease = dataclasses.replace(self._lease, renewed_ms=int(time.time() * 1000))
         self._lease_producer.commit_with(self.offsets_topic, lease_key(self.lease_name), self._lease.to_json())
+        for holder in self.shard_leases:
+            try:
+                holder._renew_lease()
+            except ProducerFenced:
+                raise IngestError(taken_over_message(holder.lease_name, holder._newest_lease())) from None
         self._lease_renewed = time.monotonic()
 
     def _drop_lease_producer(self) -> None:
@@ -331,6 +366,8 @@ class Ingest:
         if self._lease_producer is not None:
             self._lease_producer.discard()
             self._lease_producer = None
+        for holder in self.shard_leases:
+            holder._drop_lease_producer()
 
     def _remake_lease_producer(self) -> TransactionalProducer:
         """A new lease producer, only while the lease on the offsets topic is still ours:
@@ -369,11 +406,13 @@ class Ingest:
         a failover, another server's that holds every transaction ingest has read (then the
         positions go on at the next epoch). Anything else stops ingest with the way out."""
         server = read_server_state(conn)
-        verdict = continuation(self.committed, server)
+        verdict = continuation(self.committed, server, self.sent)
         if verdict.backwards:
             raise IngestError(backwards_message(self.prefix, verdict.backwards))
         if verdict.unverifiable:
             raise IngestError(unverifiable_failover_message(verdict.unverifiable))
+        if verdict.lost:
+            raise IngestError(lost_changes_message(verdict.lost, verdict.lacks, self.committed.gtid_state))
         if verdict.moved:
             log.warning(
                 "the source is server_id %d now (ingest's position is on server_id %s); its binlog holds every "
@@ -397,9 +436,17 @@ class Ingest:
                 f"the source address leads to server_id {server.server_id} now, the binlog stream is on "
                 f"server_id {self.server_id}: reconnecting"
             )
-        verdict = continuation(read, server)
+        verdict = continuation(read, server, self.sent)
         if verdict.backwards:
             raise IngestError(backwards_message(self.prefix, verdict.backwards))
+        if verdict.lost:
+            raise IngestError(lost_changes_message(verdict.lost, verdict.lacks, self.committed.gtid_state))
+
+    def note_sent(self, gtid: str) -> None:
+        """Records of source transaction ``gtid`` were handed to the broker (``self.sent``)."""
+        if gtid != self._sent_last:
+            self._sent_last = gtid
+            self.sent = highest_gtid_state(self.sent, gtid)
 
     def _load_ddl_history(self) -> None:
         """Declared column types from the schema-change topic (our DDL history)."""
@@ -837,6 +884,8 @@ class Ingest:
         for row in event.rows:
             control = move_of(row.get("values") or {}, self.shard)
             if control is not None:
+                # what is emitted after it depends on it, as on a record sent (issue 41)
+                self.note_sent(trx.gtid)
                 self.cutover.meet(self.shard, *control)
         return written
 

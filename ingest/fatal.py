@@ -42,6 +42,21 @@ def unverifiable_failover_message(reason: str) -> str:
     )
 
 
+def lost_changes_message(reason: str, gtid: str, committed: str) -> str:
+    """A server that lacks a transaction whose records ingest has sent (issue 41): what to do."""
+    return (
+        f"{reason}. Going on would leave changes this server never had in Kafka and in the sinks (a sharded "
+        f"source's other shards commit a failed shard's records; a broker that shows records of aborted "
+        f"transactions, as the local one does, shows them anyway), so ingest stopped and wrote nothing of this "
+        f"server. Ways out: (1) give this server the missing transactions from the old server's binlog "
+        f"(mariadb-binlog --start-position={committed or '<committed GTID>'} <its binlogs> | mariadb, run against "
+        f"this server; or fail back to the old server), then start ingest again: it goes on once the server holds "
+        f"GTID {gtid}; (2) to accept their loss, start ingest again (a new process knows only its committed "
+        f"position {committed or '<empty>'}, which this server holds) and, once the merger has caught up, run "
+        f"`cdc verify --repair` on the tables: it undoes in the sinks the changes this server never had"
+    )
+
+
 def too_large_message(prefix: str, exc: RecordTooLarge) -> str:
     """A change too large for the broker: which one, and what to do."""
     where = ""
@@ -106,7 +121,18 @@ def offsets_blocked_message(prefix: str, waited_s: float) -> str:
 
 
 def instance_running_message(prefix: str, lease: Lease, age_s: float) -> str:
-    """Another ingest holds the prefix's lease: this one does not start."""
+    """Another ingest holds the prefix's lease (or a shard's, ``<prefix>/<shard>``): this one
+    does not start."""
+    if "/" in prefix:
+        # a whole sharded ingest holds every shard's lease too: it and `cdc ingest --shard`
+        # exclude each other (issue 41)
+        name, _, shard = prefix.rpartition("/")
+        return (
+            f"another ingest follows shard {shard} of topic_prefix {name}: {lease.describe()}, lease renewed "
+            f"{age_s:.0f}s ago. One shard is followed by one ingest, either the sharded source's whole ingest "
+            f"(`cdc ingest`) or its own (`cdc ingest --shard {shard}`), never both: stop that one first (if it "
+            f"is gone, start this one again after {TTL_S:.0f}s)"
+        )
     return (
         f"another ingest is running for topic_prefix {prefix}: {lease.describe()}, lease renewed "
         f"{age_s:.0f}s ago. Only one ingest may write a topic_prefix: stop that one first (if it is gone, "
@@ -117,6 +143,13 @@ def instance_running_message(prefix: str, lease: Lease, age_s: float) -> str:
 def taken_over_message(prefix: str, lease: Lease | None) -> str:
     """A newer ingest fenced this one: it stops (restarting would fence the newer one back)."""
     who = lease.describe() if lease is not None else "another instance"
+    if "/" in prefix:  # a shard's lease: a whole sharded ingest or `cdc ingest --shard` (issue 41)
+        name, _, shard = prefix.rpartition("/")
+        return (
+            f"another ingest took over shard {shard} of topic_prefix {name}: {who}. One shard is followed by one "
+            f"ingest (the whole sharded one or `cdc ingest --shard {shard}`), so this one stopped (its open Kafka "
+            f"transaction is aborted). If the other one is the mistake, stop it and start this one again"
+        )
     return (
         f"another ingest took over topic_prefix {prefix}: {who}. Only one ingest may write a "
         f"topic_prefix, so this one stopped (its open Kafka transaction is aborted; the other one "

@@ -132,6 +132,18 @@ def advance_gtid_state(state: str, gtid: str) -> str:
     return ",".join(entries[d] for d in sorted(entries))
 
 
+def highest_gtid_state(state: str, more: str) -> str:
+    """Per domain the entry of higher seq_no of two GTID states (``state`` keeps a tie): what
+    ingest has sent, across re-reads of an earlier stretch (issue 41)."""
+    entries = {parse_gtid(g)[0]: g for g in state.split(",") if g.strip()}
+    for g in more.split(","):
+        if g.strip():
+            domain, _, seq = parse_gtid(g)
+            if domain not in entries or parse_gtid(entries[domain])[2] < seq:
+                entries[domain] = g.strip()
+    return ",".join(entries[d] for d in sorted(entries))
+
+
 def event_start(log_pos: int, event_size: int, file_end: int) -> int | None:
     """Where an event starts in its binlog file, from its header (``log_pos``: where it
     ends), or None if that 4-byte field wrapped: the file passed 4 GiB (one transaction

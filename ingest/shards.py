@@ -91,6 +91,7 @@ class ShardedIngest:
     def __init__(self, config: IngestConfig, only: str | None = None):
         self.config = config
         self.prefix = config.topic_prefix
+        self.only = only
         shards = [s for s in config.shards if only is None or s.name == only]
         if only is not None and config.key_mode == "unique":
             raise IngestError(
@@ -192,6 +193,9 @@ class ShardedIngest:
         serve_metrics(self.config.metrics_port, self.config.metrics_address)
         process = self.process
         offsets = process.open_broker()
+        if self.only is None:
+            for name in self.members:
+                process.claim_shard_lease(name)
         if isinstance(offsets.point, ResumePoint):
             raise IngestError(one_server_position_message(self.prefix))
         vector = offsets.point or PositionVector({})

@@ -205,6 +205,8 @@ class BinlogStream:
         n = ingest._rows(event, trx, self._position(event))
         if self.policy.release_held(len(trx.held), trx.held_bytes):
             n += ingest._release_held(trx)
+        if n:
+            ingest.note_sent(trx.gtid)
         self.pending += n
         if self.policy.inside_transaction(self.pending) and not trx.held:
             # a large source transaction: commit at this row-event boundary (the position
@@ -221,7 +223,10 @@ class BinlogStream:
         position = self._position(event)
         stmt = statements.classify(event.query)
         if stmt.kind == statements.STATEMENT:
-            self._add(self.ingest._ddl(event, event.query.strip(), trx, position))
+            n = self.ingest._ddl(event, event.query.strip(), trx, position)
+            if n:
+                self.ingest.note_sent(trx.gtid)
+            self._add(n)
             if trx.began:
                 return  # a statement inside a transaction does not end it
         else:
@@ -246,6 +251,7 @@ class BinlogStream:
         ingest = self.ingest
         if trx.held:
             self.pending += ingest._release_held(trx)
+            ingest.note_sent(trx.gtid)
         if trx.xid is not None:  # prepared: known, with the captured tables it changed (maybe none)
             ingest.transactions.prepared[trx.xid] = sorted(trx.tables)
         self.gtid_state = advance_gtid_state(self.gtid_state, trx.gtid)

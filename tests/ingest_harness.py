@@ -52,16 +52,17 @@ def set_dotted(cfg: dict, values: dict) -> dict:
 
 
 class IngestProcess:
-    def __init__(self, config_path: Path, log_path: Path):
+    def __init__(self, config_path: Path, log_path: Path, args: tuple[str, ...] = ()):
         self.config_path = config_path
         self.log_path = log_path
+        self.args = list(args)  # more of `cdc ingest`'s options (``--shard NAME``)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "IngestProcess":
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cdc.cli", "ingest", "-c", str(self.config_path)],
+            [sys.executable, "-m", "cdc.cli", "ingest", "-c", str(self.config_path), *self.args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,

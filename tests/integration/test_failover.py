@@ -5,7 +5,9 @@ switchable TCP proxy (tests/failover_harness.py; the shared broker and PostgreSQ
   the next: ingest carries on on each new primary at the next epoch, and both sinks equal
   the last primary row for row.
 * A lossy switch (a replica stopped before the last transactions ingest read, then written
-  to): ingest stops with one line and the way out, and writes nothing of the new server."""
+  to): ingest stops with one line and the way out, and writes nothing of the new server.
+* A switch to a replica that lacks only what ingest had sent but not committed (issue 41
+  item 6): the local broker shows the aborted records to the merger, so ingest stops too."""
 
 from __future__ import annotations
 
@@ -246,5 +248,48 @@ def test_a_binlog_connection_gone_silent_is_read_again(pair, tmp_path, unique_na
         assert len(inserts) == 5, "each change once"
         log = ingest.log_text()
         assert "source connection lost" in log and "Traceback" not in log, log[-3000:]
+    finally:
+        ingest.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_switch_to_a_replica_lacking_records_sent_but_not_committed_stops(pair, tmp_path, unique_name):
+    """Issue 41 item 6. commit_every_ms 10 s: X is committed, then T's records are sent and
+    wait in the open Kafka transaction; the address moves to the replica (stopped after X,
+    promoted). The open transaction is aborted, but the local broker shows aborted records
+    to read_committed consumers: T's rows reach the merger though the new server never had
+    T. Ingest stops naming T's GTID (before issue 41 it went on at epoch 1)."""
+    primary, replica, proxy, via = pair
+    db = f"fa_{unique_name}"
+    _create_tables(via, db, 10)
+    cfg = write_config(
+        via, tmp_path / "ingest.yaml", unique_name, [db], commit_every_ms=10_000, heartbeat_interval_ms=0
+    )
+    ingest = IngestProcess(cfg, tmp_path / "ingest.log").start()
+    try:
+        deadline = time.monotonic() + 60
+        while "no committed position: starting at GTID" not in ingest.log_text():  # X is read, not skipped
+            assert ingest.alive() and time.monotonic() < deadline, ingest.log_text()[-3000:]
+            time.sleep(0.3)
+        with root(primary).cursor() as cur:
+            cur.execute(f"INSERT INTO {db}.a VALUES (50, 'x', 0)")
+        caught_up(primary, replica)
+        with root(replica).cursor() as cur:
+            cur.execute("STOP SLAVE")
+        x = wait_caught_up(via, unique_name, timeout_s=40, proc=ingest)  # X committed: the next commit >= 10 s away
+        with root(primary).cursor() as cur:
+            cur.execute(f"INSERT INTO {db}.a SELECT seq, 'lost', 0 FROM {db}.seq_100_to_129")
+        t = query_one(primary, "SELECT @@gtid_binlog_pos")[0]
+        time.sleep(1.5)  # T read and sent into the open transaction
+        promote(replica)
+        proxy.switch(replica.mariadb.port)
+        assert ingest.wait_exit(60), "ingest went on on a server that lacks a transaction it had sent"
+        log = ingest.log_text()
+        errors = [line for line in log.splitlines() if "error: " in line]
+        assert len(errors) == 1 and "Traceback" not in log, log[-3000:]
+        assert "continuing there" not in log, log[-3000:]  # stopped at the connect, before any write
+        assert f"GTID {t}" in errors[0] and "mariadb-binlog" in errors[0], errors[0]
+        assert _resume_point(via, unique_name).gtid_state == x.gtid_state  # T was never committed
     finally:
         ingest.stop()

@@ -294,7 +294,7 @@ def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, un
             f"the second:\n{second.log_text()[-2000:]}"
         )
         first = procs["shard1"].log_text()
-        assert f"topic_prefix {prefix}/shard1" in first and "Traceback" not in first, first[-3000:]
+        assert f"took over shard shard1 of topic_prefix {prefix}" in first and "Traceback" not in first, first[-3000:]
         sql(shards["shard1"], f"INSERT INTO {db}.{TABLES[0]} (v) VALUES ('after')")
         target = sql(shards["shard1"], "SELECT @@gtid_binlog_pos", fetch=True)[0][0]
         deadline = time.monotonic() + 60

@@ -142,3 +142,59 @@ def test_resume_point_keeps_its_epoch_and_old_points_read_as_epoch_zero():
     rp = ResumePoint("0-1-5", "binlog.000001", 1234, None, 0, 99, 2, 4)
     assert ResumePoint.from_json(rp.to_json()) == rp
     assert ResumePoint.from_json(b'{"gtid_state":"0-1-5","server_id":1}').epoch == 0
+
+
+# issue 41 items 1 and 6: the decision is against what ingest SENT, not only what it committed.
+# A sharded source's failed shard leaves its records in the shared open transaction (any
+# shard's next commit publishes them); a broker that shows aborted records shows a one-server
+# source's aborted ones. ``sent``: the GTID state of the transactions whose records ingest
+# handed to the broker.
+
+
+def test_a_replica_lacking_a_transaction_sent_past_the_committed_position_is_lossy():
+    committed = ResumePoint("2-200-15", "binlog.000003", 900, server_id=200)
+    # the replica stopped at 2-200-15, was promoted and wrote 2-201-16.. itself
+    state = ServerState(gtid_binlog_pos="2-201-18", gtid_binlog_state="2-200-15,2-201-18", **SERVER_B)
+    assert continuation(committed, state).lost is None  # what the committed position alone says
+    verdict = continuation(committed, state, sent="2-200-17")
+    assert verdict.moved and verdict.backwards is None and verdict.lacks == "2-200-17", verdict
+    assert "does not hold GTID 2-200-17" in verdict.lost, verdict.lost
+    # a replica that stopped short and took no writes: behind
+    lag = continuation(
+        committed, ServerState(gtid_binlog_pos="2-200-15", gtid_binlog_state="2-200-15", **SERVER_B), "2-200-17"
+    )
+    assert lag.lacks == "2-200-17" and "behind" in lag.lost
+
+
+def test_a_replica_holding_every_transaction_sent_continues():
+    committed = ResumePoint("2-200-15,3-9-4", "binlog.000003", 900, server_id=200, epoch=1)
+    state = ServerState(gtid_binlog_pos="2-201-20,3-9-4", gtid_binlog_state="2-200-17,2-201-20,3-9-4", **SERVER_B)
+    verdict = continuation(committed, state, sent="2-200-17,3-9-2")  # an older sent entry counts as held
+    assert (verdict.epoch, verdict.moved, verdict.backwards, verdict.lost) == (2, True, None, None), verdict
+
+
+def test_a_committed_gap_is_still_said_as_before_and_not_as_lost():
+    committed = ResumePoint("2-200-15", "binlog.000003", 900, server_id=200)
+    state = ServerState(gtid_binlog_pos="2-201-18", gtid_binlog_state="2-200-12,2-201-18", **SERVER_B)
+    verdict = continuation(committed, state, sent="2-200-17")
+    assert "does not hold GTID 2-200-15" in verdict.backwards and verdict.lost is None
+
+
+def test_the_same_server_back_with_a_shorter_binlog_than_sent_is_lossy():
+    """sync_binlog != 1: the server crashed and came back without its last transactions,
+    which ingest had sent; new ones would reuse their positions and be dropped as replays."""
+    committed = ResumePoint("0-1-40", "binlog.000002", 400, server_id=1)
+    files = ("binlog.000001", "binlog.000002")
+    assert continuation(committed, ServerState(1, "0-1-40", "0-1-40", True, files), "0-1-42").lacks == "0-1-42"
+    assert continuation(committed, ServerState(1, "0-1-42", "0-1-42", True, files), "0-1-42").lost is None
+    same = continuation(committed, ServerState(1, "0-1-41", "0-1-41", True, files), "0-1-42")
+    assert same.lacks == "0-1-42" and not same.moved and same.backwards is None and "behind" in same.lost
+
+
+def test_a_sent_state_merges_per_domain_by_sequence():
+    from ingest.position import highest_gtid_state
+
+    assert highest_gtid_state("", "0-1-5") == "0-1-5"
+    assert highest_gtid_state("0-1-5,1-3-9", "0-2-4") == "0-1-5,1-3-9"
+    assert highest_gtid_state("0-1-5,1-3-9", "1-4-10") == "0-1-5,1-4-10"
+    assert highest_gtid_state("1-4-10", "0-1-1,1-3-2") == "0-1-1,1-4-10"

@@ -88,6 +88,11 @@ class _Ingest:
         self.captured = captured
         self.config = IngestConfig(topic_prefix="p", commit_every_events=20)
         self.transactions = TransactionControl(self.config)
+        self.sent: list[str] = []  # the GTIDs noted as sent (issue 41)
+        self.stats = {"source_transactions": 0}
+
+    def note_sent(self, gtid: str) -> None:
+        self.sent.append(gtid)
 
     def holds_records_of(self, event):
         name = f"{event.schema}.{event.table}"
@@ -191,3 +196,28 @@ def test_a_commit_inside_a_transaction_never_covers_row_events_whose_records_are
         stream.on_rows(SimpleNamespace(schema="db", table=table, packet=_packet(pos * 100)))
     assert ingest.commits, "the markers filled the quota: a commit inside the transaction is due"
     assert all(held == 0 for _, held in ingest.commits), ingest.commits
+
+
+@pytest.mark.parametrize(
+    "script, sent",
+    [
+        ([("row", "shop.orders"), ("sql", "COMMIT")], ["0-1-9"]),  # released at its end
+        ([("row", "shop.log"), ("sql", "COMMIT")], []),  # nothing captured: nothing sent
+        ([("sql", "SAVEPOINT s"), ("row", "shop.orders"), ("sql", "ROLLBACK TO s"), ("sql", "COMMIT")], []),
+    ],
+)
+def test_a_transaction_counts_as_sent_once_its_records_are_handed_to_the_broker(script, sent):
+    """Issue 41: the failover decision holds a server to every transaction whose records were
+    sent, so the stream notes each such GTID (and no other: a replica may lack those)."""
+    ingest = _Ingest(ResumePoint("0-1-8"), {"shop.orders"})
+    stream = BinlogStream(ingest, CommitPolicy(every_events=1000, every_ms=10_000))
+    stream.file = "binlog.000001"
+    stream.on_gtid(SimpleNamespace(gtid="0-1-9", timestamp=0, flags=0, packet=_packet(0)))
+    stream._committed = lambda point: None
+    for pos, (kind, what) in enumerate(script, 1):
+        if kind == "row":
+            db, table = what.split(".")
+            stream.on_rows(SimpleNamespace(schema=db, table=table, packet=_packet(pos * 100)))
+        else:
+            stream.on_query(SimpleNamespace(query=what, packet=_packet(pos * 100)))
+    assert stream.trx is None and ingest.sent == sent
