@@ -1,4 +1,4 @@
-"""Benchmarks that print their figures (results in bench/RESULTS.md)."""
+"""Benchmarks that print their figures (today's in bench/RESULTS.md, every record in bench/HISTORY.md)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ def commit_label() -> str:
 
 
 def append_results(lines: list[str]) -> None:
-    """Appends a recorded figure's markdown lines to bench/RESULTS.md."""
-    with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+    """Appends a recorded figure's markdown lines to bench/HISTORY.md (the table of today's figures in bench/RESULTS.md is kept by hand)."""
+    with open(ROOT / "bench" / "HISTORY.md", "a") as f:
         f.write("\n" + "\n".join(lines) + "\n")
 
 
 def publish(lines: list[str], record: bool) -> None:
-    """Prints a bench's markdown figures; with ``record``, appends them to bench/RESULTS.md."""
+    """Prints a bench's markdown figures; with ``record``, appends them to bench/HISTORY.md."""
     print("\n".join(lines))
     if record:
         append_results(lines)

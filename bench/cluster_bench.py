@@ -179,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sink", default="delta", choices=["delta", "postgres"])
     ap.add_argument("--latency-seconds", type=float, default=60)
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
-    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the figures to bench/HISTORY.md (then update the table of bench/RESULTS.md)",
+    )
     args = ap.parse_args(argv)
     local_stack.up(Path(args.state_dir))
     cluster = stack_spark.up(args.state_dir, 2)

@@ -144,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, in run order; latest is the base")
     ap.add_argument("--repeat", type=int, default=1, help="rounds of every mode")
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
-    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the figures to bench/HISTORY.md (then update the table of bench/RESULTS.md)",
+    )
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]

@@ -16,7 +16,7 @@ then each tool reads exactly that backlog from the start of the binlog:
 * mariadb-binlog --base64-output=decode-rows -v on the backlog's binlog file.
 
 A tool that makes no progress for --stall-s seconds fails the bench at once, with what
-it delivered. Prints a table and appends it to bench/RESULTS.md with --record, naming
+it delivered. Prints a table and appends it to bench/HISTORY.md with --record, naming
 the commit. Peak RSS per process.
 
     .venv/bin/python -m bench.ingest_throughput [--rows 500000] [--record]
@@ -308,7 +308,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=500_000)
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
-    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the figures to bench/HISTORY.md (then update the table of bench/RESULTS.md)",
+    )
     ap.add_argument("--skip-debezium", action="store_true")
     ap.add_argument("--stall-s", type=float, default=60.0, help="fail when a tool makes no progress this long")
     ap.add_argument("--child", choices=["ours", "debezium"])
@@ -360,7 +364,7 @@ def main() -> None:
                 f"| {wl} | {r['tool']} | {r['events']:,} | {r['seconds']:.2f} | "
                 f"{r['events_per_s']:,.0f} | {r['ratio']} | {r['peak_rss_mb']:.0f} |"
             )
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+        with open(ROOT / "bench" / "HISTORY.md", "a") as f:
             f.write("\n".join(lines) + "\n")
 
 

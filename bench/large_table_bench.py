@@ -28,7 +28,7 @@ On the local stack (real MariaDB, Tansu, PostgreSQL; started under --state-dir):
 
 Work files go to <state-dir>/large-table-bench/<run> (removed unless --keep); the
 PostgreSQL schema is dropped at the end; the source table is kept for the next run.
---record appends the figures to bench/RESULTS.md.
+--record appends the figures to bench/HISTORY.md.
 """
 
 from __future__ import annotations
@@ -704,7 +704,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, state, Delta table)")
     ap.add_argument("--down", action="store_true", help="stop the bench stack at the end")
-    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the figures to bench/HISTORY.md (then update the table of bench/RESULTS.md)",
+    )
     ap.add_argument("--json", type=Path, help="also write the raw figures to this file")
     args = ap.parse_args(argv)
     args.sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]

@@ -193,7 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds for the sinks to equal the source")
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, state, Delta tables)")
-    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the figures to bench/HISTORY.md (then update the table of bench/RESULTS.md)",
+    )
     args = ap.parse_args(argv)
     from cdc import stack as local_stack
 

@@ -45,7 +45,7 @@ p99 <= 1.0 s.
 
 The stack is started under .cdc/bench-stack (left running unless --down). Work files go
 to .cdc/bench-stack/merger-bench/<run> (removed unless --keep). --record appends the
-figures as a dated markdown table to bench/RESULTS.md.
+figures as a dated markdown table to bench/HISTORY.md.
 """
 
 from __future__ import annotations
@@ -1270,7 +1270,7 @@ def fmt_s(v: float | None) -> str:
 
 
 def report(args, env: dict, baseline: dict | None, snaps: list[dict], lat: dict | None) -> list[str]:
-    """Markdown lines (printed, and appended to RESULTS.md with --record)."""
+    """Markdown lines (printed, and appended to HISTORY.md with --record)."""
     L = []
     L.append(
         f"Machine: {env['cpus']} CPUs, {env['mem_gb']:.0f} GB; load average at start {env['load']}; "
@@ -1546,7 +1546,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
     ap.add_argument("--keep", action="store_true", help="keep work dirs (logs, state, Delta tables)")
     ap.add_argument("--down", action="store_true", help="stop the bench stack at the end")
-    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the figures to bench/HISTORY.md (then update the table of bench/RESULTS.md)",
+    )
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
     ap.add_argument(
         "--json-file",

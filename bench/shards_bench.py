@@ -369,7 +369,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=100_000, help="backlog rows per shard (transactions of 1,000)")
     ap.add_argument("--state-dir", default="/tmp/shards-bench")
-    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the figures to bench/HISTORY.md (then update the table of bench/RESULTS.md)",
+    )
     ap.add_argument("--down", action="store_true", help="stop the bench's stack at the end")
     ap.add_argument("--stall-s", type=float, default=60.0, help="fail a case that makes no progress this long")
     ap.add_argument("--case-timeout-s", type=float, default=1200.0)

@@ -37,7 +37,7 @@ figure (the baseline, measured in the same run: put 5 first in --tables).
 The stack lives under .cdc/bench-stack (left running unless --down); work files go to
 .cdc/bench-stack/tables-bench/<run> (kept with --keep; the source database and PostgreSQL
 schema are always removed). --pyspy BIN profiles the largest N's merger after its busy phase.
---record appends the figures to bench/RESULTS.md.
+--record appends the figures to bench/HISTORY.md.
 """
 
 from __future__ import annotations

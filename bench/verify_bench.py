@@ -230,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each comparison with a baseline (medians)")
     ap.add_argument("--skip-rows", action="store_true", help="do not time --compare rows (slow)")
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
-    ap.add_argument("--record", action="store_true", help="append the figures to bench/RESULTS.md")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="append the figures to bench/HISTORY.md (then update the table of bench/RESULTS.md)",
+    )
     args = ap.parse_args(argv)
     if args.changes and (args.changes - 1) * EVERY + 1 > args.rows:
         ap.error(f"--changes {args.changes} needs at least {(args.changes - 1) * EVERY + 1} rows (one every {EVERY})")
