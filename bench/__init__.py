@@ -16,7 +16,8 @@ def commit_label() -> str:
 
 
 def append_results(lines: list[str]) -> None:
-    """Appends a recorded figure's markdown lines to bench/HISTORY.md (the table of today's figures in bench/RESULTS.md is kept by hand)."""
+    """Appends a recorded figure's markdown lines to bench/HISTORY.md (the table of today's
+    figures in bench/RESULTS.md is updated by hand from it)."""
     with open(ROOT / "bench" / "HISTORY.md", "a") as f:
         f.write("\n" + "\n".join(lines) + "\n")
 
