@@ -462,7 +462,7 @@ def start_postgres(info: StackInfo) -> None:
         datadir.mkdir(parents=True, exist_ok=True)
         p.password = secrets.token_hex(12)
         pwfile = sockdir / "pgpass.tmp"
-        pwfile.write_text(p.password)
+        write_private(pwfile, p.password)
         if user:
             shutil.chown(datadir, user)
             shutil.chown(pwfile, user)
@@ -588,6 +588,14 @@ def _create_bucket(s: S3Info) -> None:
 
 
 # --------------------------------------------------------------------------- API
+
+
+def write_private(path: Path, text: str) -> None:
+    """``text`` into a new file ``path`` readable by its owner only (0600 from its creation:
+    never a moment with the umask's mode); what was at ``path`` is replaced."""
+    path.unlink(missing_ok=True)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
 
 
 def secret_file(info: StackInfo, name: str) -> Path:

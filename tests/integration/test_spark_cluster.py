@@ -84,6 +84,7 @@ def test_the_merger_runs_its_reads_on_the_clusters_executors(stack, cluster, tmp
         [db],
         tmp_path,
         spark_master=cluster.master_url,
+        spark_auth_secret_file=str(stack_spark.auth_secret_file(stack.state_dir)),  # it authenticates
         spark_conf={
             "spark.driver.memory": "1g",
             "spark.python.authenticate.socketTimeout": "120s",
@@ -178,6 +179,7 @@ def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack,
         [db],
         tmp_path,
         spark_master=cluster.master_url,
+        spark_auth_secret_file=str(stack_spark.auth_secret_file(stack.state_dir)),  # it authenticates
         **{"snapshot.chunk_size": 1000, "snapshot.chunks_per_window": 2},
     )
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
@@ -244,7 +246,11 @@ def test_a_cluster_whose_workers_do_not_share_state_dir_is_refused_at_start(stac
     cluster = stack_spark.up(elsewhere, 1, worker_prefix=prefix)
     try:
         mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, ["nothing"], hidden)
-        mcfg.write_text(mcfg.read_text() + f"spark_master: {cluster.master_url}\n")
+        mcfg.write_text(
+            mcfg.read_text()
+            + f"spark_master: {cluster.master_url}\n"
+            + f"spark_auth_secret_file: {stack_spark.auth_secret_file(elsewhere)}\n"
+        )
         merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
         try:
             assert merger.wait_exit(120), "the merger ran on workers that do not share its state_dir"
