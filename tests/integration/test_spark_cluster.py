@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -219,6 +221,37 @@ def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack,
         ingest.stop()
         checker.close()
         stack_spark.up(stack.state_dir, 2)  # the cluster whole again for the module's other tests
+
+
+UNAUTHENTICATED_APP = """
+import sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.master(sys.argv[1]).appName("cdc-no-secret").getOrCreate()
+print("RESULT", spark.sparkContext.parallelize(range(10), 2).sum(), flush=True)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_an_application_without_the_secret_is_refused(stack, cluster, tmp_path):
+    """The stack's cluster authenticates (spark.authenticate, from its 0600 properties
+    file): an application without the secret cannot register with the master."""
+    log = tmp_path / "app.log"
+    with open(log, "wb") as out:
+        app = subprocess.Popen(
+            [sys.executable, "-c", UNAUTHENTICATED_APP, cluster.master_url], stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "Failed to connect to master" not in log.read_text() and app.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        names = [a["name"] for a in stack_spark.master_state(cluster)["activeapps"]]
+        assert "cdc-no-secret" not in names
+        assert "RESULT" not in log.read_text()
+    finally:
+        app.kill()
+        app.wait()
 
 
 @pytest.mark.timeout(600)
