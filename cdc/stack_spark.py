@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from cdc import stack as local_stack
 from cdc.stack import StackError
 
 SPARK_FILE = "spark.json"
+AUTH_SECRET = "spark_auth_secret"  # under <state>/secrets/: what the merger's spark_auth_secret_file names
+AUTH_PROPERTIES = "auth.properties"  # under <state>/spark/: the master's and workers' --properties-file
 MAX_WORKERS = 8  # a bound for a laptop-sized stack: each worker is a JVM
 
 
@@ -83,6 +86,29 @@ def _env(work_dir: str | None = None) -> dict:
     return env
 
 
+def auth_secret_file(state_dir: Path | str) -> Path:
+    """The cluster's shared secret (spark.authenticate), made at its first start (0600): the
+    merger's ``spark_auth_secret_file``."""
+    return Path(state_dir).resolve() / "secrets" / AUTH_SECRET
+
+
+def _auth_properties(state: Path) -> Path:
+    """The master's and workers' properties file (0600): RPC authenticated with the cluster's
+    secret and encrypted, so only an application with the secret may register and run
+    executors. A file, not ``-D`` options: a command line is readable by every local user."""
+    secret_path = auth_secret_file(state)
+    if not secret_path.exists():
+        secret_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        local_stack.write_private(secret_path, secrets.token_hex(32))
+    secret = secret_path.read_text().strip()
+    path = state / "spark" / AUTH_PROPERTIES
+    local_stack.write_private(
+        path,
+        f"spark.authenticate true\nspark.authenticate.secret {secret}\nspark.network.crypto.enabled true\n",
+    )
+    return path
+
+
 def _marker(webui_port: int) -> str:
     return f"--webui-port {webui_port}"
 
@@ -118,11 +144,12 @@ def up(
     cluster = load(state) or SparkCluster(state_dir=str(state))
     cluster.cores_per_worker, cluster.memory = cores_per_worker, memory
     spark_class = str(spark_home() / "bin" / "spark-class")
+    properties = ["--properties-file", str(_auth_properties(state))]
     if not (cluster.port and local_stack.running_pid(state, "spark-master", _marker(cluster.webui_port))):
         cluster.port = local_stack.free_port(cluster.port)
         cluster.webui_port = local_stack.free_port(cluster.webui_port)
         log = home / "master.log"
-        args = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+        args = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", *properties]
         args += ["--port", str(cluster.port), "--webui-port", str(cluster.webui_port)]
         pid = local_stack.spawn(args, log, env=_env())
         local_stack.pid_file(state, "spark-master").write_text(str(pid))
@@ -137,7 +164,7 @@ def up(
         worker.dir = str(home / worker.name)
         Path(worker.dir).mkdir(parents=True, exist_ok=True)
         args = [*worker_prefix, spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
-        args += ["--cores", str(cores_per_worker), "--memory", memory, "--work-dir", worker.dir]
+        args += ["--cores", str(cores_per_worker), "--memory", memory, "--work-dir", worker.dir, *properties]
         args += ["--webui-port", str(worker.webui_port), cluster.master_url]
         pid = local_stack.spawn(args, home / f"{worker.name}.log", env=_env(worker.dir))
         local_stack.pid_file(state, f"spark-{worker.name}").write_text(str(pid))

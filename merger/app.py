@@ -47,7 +47,34 @@ class _ReportedElsewhere(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return exc is None or exc is not self.reported()
+        return exc is None or not (exc is self.reported() or isinstance(exc, BatchStopped))
+
+
+class BatchStopped(RuntimeError):
+    """A micro-batch given up because the merger stops (its Spark job was cancelled): not
+    an error; the batch runs again at the next start."""
+
+
+def stopped_batch_error(exc: BaseException) -> BatchStopped:
+    """What foreachBatch raises for ``exc`` while the query stops: one short line per Java
+    cause. Spark tells a stop from a failure by the error's text, with a regex
+    (``StreamExecution.PROXY_ERROR``: ``((.|\\r\\n|\\r|\\n)*)`` after "Py4JJavaError: An error
+    occurred while calling") whose matcher recurses once per character: the Python traceback
+    of a cancelled job, which holds Java's stack trace, made the stream thread die with a
+    StackOverflowError. The short text keeps what Spark looks for in a cancellation
+    (``SparkException``, "cancelled", the query's job group) and no "Py4JJavaError"."""
+    lines = []
+    java = getattr(exc, "java_exception", None)
+    try:
+        while java is not None and len(lines) < 6:
+            lines.append(str(java.toString()).strip().splitlines()[0][:400])
+            java = java.getCause()
+    except Exception:  # the JVM is going away: what was read is enough
+        pass
+    if not lines:
+        text = str(exc).strip().splitlines()
+        lines.append(f"{type(exc).__name__}: {text[0][:400] if text else ''}")
+    return BatchStopped("micro-batch stopped: " + " <- ".join(lines).replace("Py4JJavaError", "Py4J error"))
 
 
 def subscribe_pattern(config: MergerConfig) -> str:
@@ -162,7 +189,7 @@ class Merger:
                     if accepts(name) and store.load_plan(name) is None:
                         store.request("snapshot", name, where=None, auto=True)
             progress = _BatchProgress(os.environ.get("CDC_MERGER_PROGRESS_LOG"))
-            self.query = self._start_query(spark, processor, store, progress)
+            self.query = self._start_query(spark, processor, store, progress, stop)
             runner.stream_ready = _stream_ready(self.query, processor)
             processor.reader_behind = _reader_behind(self.query)
             runner.start()
@@ -244,9 +271,9 @@ class Merger:
             key_mode=cfg.key_mode,
         )
 
-    def _start_query(self, spark, processor, store, progress: "_BatchProgress"):
+    def _start_query(self, spark, processor, store, progress: "_BatchProgress", stop: threading.Event):
         """The one streaming query: every table topic through cdc_kafka, each micro-batch
-        handed to the processor as Arrow."""
+        handed to the processor as Arrow. ``stop``: set before the query is stopped."""
         from merger import metrics
         from merger.sinks.base import SinkStop
 
@@ -260,7 +287,13 @@ class Merger:
 
         def on_batch(batch_df, batch_id: int) -> None:
             t0 = time.monotonic()
-            records = batch_df.toArrow()
+            try:
+                records = batch_df.toArrow()
+            except Exception as exc:
+                if stop.is_set():  # query.stop() cancelled the batch's job: no failure
+                    log.info("micro-batch %d not finished: the merger stops", batch_id)
+                    raise stopped_batch_error(exc) from None
+                raise
             t1 = time.monotonic()
             tasks = read_tasks(batch_df) if records.num_rows else 0
             if tasks > 1:
@@ -269,6 +302,11 @@ class Merger:
                 processor.process(batch_id, records)
             except SinkStop as exc:
                 processor.fatal = exc  # the merger stops with this one line, not Spark's wrapping of it
+                raise
+            except Exception as exc:
+                if stop.is_set():
+                    log.info("micro-batch %d not finished: the merger stops", batch_id)
+                    raise stopped_batch_error(exc) from None
                 raise
             t2 = time.monotonic()
             metrics.observe(processor.status())

@@ -42,6 +42,7 @@ def start_server(state_dir: Path, server_id: int) -> local_stack.StackInfo:
 # a GTID replica, and waiting for it to catch up: the local stack's shards have them too
 start_replica = stack_shards.start_replica
 caught_up = stack_shards.caught_up
+using_gtid = stack_shards.using_gtid  # "Slave_Pos" for a GTID replica
 
 
 def promote(replica: local_stack.StackInfo) -> None:

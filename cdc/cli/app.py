@@ -66,7 +66,8 @@ def stack_up(
     spark_workers: int = typer.Option(
         0,
         help="also start a Spark standalone cluster: a master and this many workers (one core each), for "
-        "`spark_master: spark://...` in the merger's config; listed in <state_dir>/spark.json",
+        "`spark_master: spark://...` in the merger's config, with `spark_auth_secret_file: "
+        "<state_dir>/secrets/spark_auth_secret` (it authenticates); listed in <state_dir>/spark.json",
     ),
 ):
     """Start the local stack (idempotent)."""
@@ -84,6 +85,8 @@ def stack_up(
     if spark_workers:
         stack_spark.up(state_dir, spark_workers)
     _print_status(state_dir)
+    if spark_workers:
+        console.print(f"Spark cluster secret (spark_auth_secret_file): {stack_spark.auth_secret_file(state_dir)}")
     console.print(f"stack file: {info.path}")
 
 

@@ -24,6 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from merger import crashpoints
 from merger.kafka.limits import TP
 from merger.kafka.offsets import KafkaRange, range_size
 from merger.kafka.options import KafkaSourceError, SourceOptions
@@ -74,6 +75,7 @@ def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: Struc
     ranges = [r for r in ranges if not (r.start >= 0 and r.start >= r.end)]
     if not ranges:
         return
+    crashpoints.pause("kafka_read")
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     kept: list[Any] = []  # confluent_kafka Messages of the current Arrow batch
     consumer = Consumer(opts.consumer_conf(**{"fetch.max.bytes": fetch_max_bytes(ranges)}))

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from cdc.config import MergerConfig
+from cdc.config import SPARK_AUTH_SECRET, MergerConfig
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
     }
     if jars:
         conf["spark.jars"] = ",".join(jars)
+    conf.update(spark_auth_conf(config))
     conf.update(config.spark_conf)
     if "SPARK_SUBMIT" not in os.environ:  # we start the driver JVM (before it starts: options)
         archive = ""
@@ -94,10 +95,38 @@ def make_spark(config: MergerConfig, class_archive: bool = True):
         conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, options))
     for k, v in conf.items():
         builder = builder.config(k, v)
+    secret = config.spark_auth_secret()
+    if secret is not None:
+        # pyspark puts every setting on spark-submit's command line when it starts the JVM
+        # (any local user may read that): the JVM starts without the secret, which goes
+        # into the driver's SparkConf only. Under spark-submit the JVM is already there.
+        _launch_jvm(dict(getattr(builder, "_options", {})))
+        builder = builder.config(SPARK_AUTH_SECRET, secret.get_secret_value())
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet_query_failure(spark)
     return spark
+
+
+def spark_auth_conf(config: MergerConfig) -> dict[str, str]:
+    """With a cluster secret configured (``spark_auth_secret_env``/``_file``): Spark's RPC
+    authenticated with it (the standalone master, workers and executors must have the same
+    one) and encrypted (AES; spark.network.crypto). The secret itself is not in here."""
+    if config.spark_auth_secret() is None:
+        return {}
+    return {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+
+
+def _launch_jvm(settings: dict[str, str]) -> None:
+    """Starts pyspark's JVM gateway with ``settings`` (if this process starts it and has
+    not yet), so that settings added to the session afterwards reach the SparkConf only."""
+    from pyspark import SparkConf, SparkContext
+
+    from merger.snapshot.chunk_read import launched_locally
+
+    if launched_locally() and SparkContext._gateway is None:
+        launch = SparkConf(loadDefaults=False).setAll([(k, str(v)) for k, v in settings.items()])
+        SparkContext._ensure_initialized(conf=launch)
 
 
 # the loggers that print a failed query's Java stack trace before our one-line error (Spark

@@ -28,6 +28,7 @@ from tests.failover_harness import (
     root,
     start_replica,
     start_server,
+    using_gtid,
 )
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.kafka_util import read_records, rebuild
@@ -62,6 +63,40 @@ def pair(stack, tmp_path):
     finally:
         if proxy is not None:
             proxy.close()
+        for d in dirs:
+            local_stack.down(d, components=("mariadb",))
+
+
+def test_the_harness_replica_is_a_gtid_replica(tmp_path):
+    """What the failover tests fail over to is what the docs and users run: a replica that
+    connects with its GTID position (MariaDB's replica falls back to a binlog file and
+    offset, ``Using_Gtid=No``, when its primary reports a version below 10)."""
+    dirs = [tmp_path / "primary", tmp_path / "replica"]
+    try:
+        primary = start_server(dirs[0], 1)
+        replica = start_replica(primary, dirs[1], 2)
+        assert using_gtid(replica) == "Slave_Pos"
+        with root(primary).cursor() as cur:
+            cur.execute("CREATE DATABASE gtid_check")
+        caught_up(primary, replica)
+        assert using_gtid(replica) == "Slave_Pos"
+        errors = (dirs[1] / "mariadb" / "error.log").read_text()
+        assert "Falling back to Using_Gtid=No" not in errors
+        # one that replicates by file and offset (set up while its primary reported a
+        # version below 10, as the stack's replicas once did) is switched to GTID when started
+        with root(replica).cursor() as cur:
+            cur.execute("STOP SLAVE")
+            cur.execute("CHANGE MASTER TO MASTER_USE_GTID=no")
+            cur.execute("START SLAVE")
+        assert using_gtid(replica) == "No"
+        with root(primary).cursor() as cur:
+            cur.execute("CREATE TABLE gtid_check.t (id INT PRIMARY KEY)")
+        replica = start_replica(primary, dirs[1], 2)
+        assert using_gtid(replica) == "Slave_Pos"
+        assert query_one(
+            replica, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'gtid_check'"
+        ) == (1,)
+    finally:
         for d in dirs:
             local_stack.down(d, components=("mariadb",))
 

@@ -330,3 +330,61 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
         cur.execute(f"DROP USER IF EXISTS '{ing_user}'@'%'")
         cur.execute(f"DROP USER IF EXISTS '{mrg_user}'@'%'")
         cur.execute(f"DROP DATABASE IF EXISTS {db}")
+
+
+SPARK_SECRET_PROBE = """
+import json, os
+from cdc.config import MergerConfig
+from merger.app import make_spark, stop_spark
+
+secret = os.environ["CDC_TEST_SPARK_SECRET"]
+spark = make_spark(MergerConfig(spark_auth_secret_env="CDC_TEST_SPARK_SECRET", spark_master="local[1]"), False)
+conf = spark.sparkContext.getConf()
+out = {k: conf.get(k, None) for k in ("spark.authenticate", "spark.network.crypto.enabled")}
+out["secret in the SparkConf"] = conf.get("spark.authenticate.secret", None) == secret
+out["rows"] = spark.sparkContext.parallelize(range(10), 2).count()
+out["command lines with it"] = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if secret.encode() in f.read():
+                out["command lines with it"].append(pid)
+    except OSError:
+        pass
+print("RESULT " + json.dumps(out), flush=True)
+stop_spark(spark)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_the_spark_secret_reaches_the_sparkconf_and_no_command_line(tmp_path):
+    """pyspark puts a session's settings on spark-submit's command line when it starts the
+    JVM; the cluster secret must reach the driver's SparkConf only (any local user may read
+    a process's command line)."""
+    import json
+    import os
+    import secrets
+    import subprocess
+    import sys
+
+    secret = "cdc-spark-" + secrets.token_hex(16)
+    env = dict(os.environ, CDC_TEST_SPARK_SECRET=secret)
+    res = subprocess.run(
+        [sys.executable, "-c", SPARK_SECRET_PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=240,
+    )
+    [line] = [x for x in res.stdout.splitlines() if x.startswith("RESULT ")] or [res.stderr[-3000:]]
+    out = json.loads(line.removeprefix("RESULT "))
+    assert out == {
+        "spark.authenticate": "true",
+        "spark.network.crypto.enabled": "true",
+        "secret in the SparkConf": True,
+        "rows": 10,
+        "command lines with it": [],
+    }
+    assert secret not in res.stdout + res.stderr

@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -84,6 +86,7 @@ def test_the_merger_runs_its_reads_on_the_clusters_executors(stack, cluster, tmp
         [db],
         tmp_path,
         spark_master=cluster.master_url,
+        spark_auth_secret_file=str(stack_spark.auth_secret_file(stack.state_dir)),  # it authenticates
         spark_conf={
             "spark.driver.memory": "1g",
             "spark.python.authenticate.socketTimeout": "120s",
@@ -178,6 +181,7 @@ def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack,
         [db],
         tmp_path,
         spark_master=cluster.master_url,
+        spark_auth_secret_file=str(stack_spark.auth_secret_file(stack.state_dir)),  # it authenticates
         **{"snapshot.chunk_size": 1000, "snapshot.chunks_per_window": 2},
     )
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
@@ -219,6 +223,37 @@ def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack,
         stack_spark.up(stack.state_dir, 2)  # the cluster whole again for the module's other tests
 
 
+UNAUTHENTICATED_APP = """
+import sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.master(sys.argv[1]).appName("cdc-no-secret").getOrCreate()
+print("RESULT", spark.sparkContext.parallelize(range(10), 2).sum(), flush=True)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_an_application_without_the_secret_is_refused(stack, cluster, tmp_path):
+    """The stack's cluster authenticates (spark.authenticate, from its 0600 properties
+    file): an application without the secret cannot register with the master."""
+    log = tmp_path / "app.log"
+    with open(log, "wb") as out:
+        app = subprocess.Popen(
+            [sys.executable, "-c", UNAUTHENTICATED_APP, cluster.master_url], stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "Failed to connect to master" not in log.read_text() and app.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        names = [a["name"] for a in stack_spark.master_state(cluster)["activeapps"]]
+        assert "cdc-no-secret" not in names
+        assert "RESULT" not in log.read_text()
+    finally:
+        app.kill()
+        app.wait()
+
+
 @pytest.mark.timeout(600)
 def test_a_cluster_whose_workers_do_not_share_state_dir_is_refused_at_start(stack, tmp_path, unique_name):
     """A worker that sees another file system at the merger's state_dir (here: an empty
@@ -244,7 +279,11 @@ def test_a_cluster_whose_workers_do_not_share_state_dir_is_refused_at_start(stac
     cluster = stack_spark.up(elsewhere, 1, worker_prefix=prefix)
     try:
         mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, ["nothing"], hidden)
-        mcfg.write_text(mcfg.read_text() + f"spark_master: {cluster.master_url}\n")
+        mcfg.write_text(
+            mcfg.read_text()
+            + f"spark_master: {cluster.master_url}\n"
+            + f"spark_auth_secret_file: {stack_spark.auth_secret_file(elsewhere)}\n"
+        )
         merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
         try:
             assert merger.wait_exit(120), "the merger ran on workers that do not share its state_dir"

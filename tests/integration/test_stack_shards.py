@@ -33,6 +33,18 @@ def query(info: dict, sql: str, args=None, db: str | None = None):
         conn.close()
 
 
+def replica_status(info: dict) -> dict:
+    conn = pymysql.connect(
+        host="127.0.0.1", port=info["port"], user="root", password=info["root_password"], connect_timeout=5
+    )
+    try:
+        with conn.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            return cur.fetchone()
+    finally:
+        conn.close()
+
+
 def servers(state) -> dict[str, dict]:
     """name -> the server's stack file's mariadb part, from shards.json (as a user reads it)."""
     out = {}
@@ -59,6 +71,10 @@ def test_shards_up_status_and_down(tmp_path):
                 (100 * i, i, 1, "ROW"),
             )
             assert query(replica, "SELECT @@server_id, @@gtid_domain_id") == ((100 * i + 1, i),)
+            # a GTID replica: it connects with its GTID position, not a binlog file and offset
+            # (a primary reporting a version below 10 makes MariaDB's replica fall back to
+            # Using_Gtid=No, so ingest's failover would be tried on what no user runs)
+            assert replica_status(replica)["Using_Gtid"] == "Slave_Pos"
         # a write on shard 1: a GTID of its domain, on its replica, not on shard 2
         s1, r1, s2 = got["shard1"], got["shard1 replica"], got["shard2"]
         query(s1, "CREATE DATABASE app")
@@ -90,6 +106,7 @@ def test_shards_up_status_and_down(tmp_path):
         pos = query(s1, "SELECT @@gtid_binlog_pos")[0][0]
         assert query(r1, "SELECT MASTER_GTID_WAIT(%s, 30)", (pos,)) == ((0,),)
         assert query(r1, "SELECT COUNT(*) FROM app.orders") == ((3,),)
+        assert replica_status(r1)["Using_Gtid"] == "Slave_Pos"
 
         res = run_cli("stack", "up", "--only", "mariadb", "--shards", "99", "--state-dir", str(state))
         assert res.returncode == 2 and "--shards must be between 1 and" in res.stderr

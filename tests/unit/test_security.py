@@ -245,3 +245,75 @@ def test_secrets_are_refused_in_the_config_file(tmp_path):
     cfg.write_text(yaml.safe_dump({"kafka": {"extra": {"sasl.password": "in-the-file-secret"}}}))
     line = _error_line(_cli("merge", "-c", str(cfg)))
     assert "sasl_password_env" in line and "in-the-file-secret" not in line
+
+
+# ------------------------------------------------------------------ a Spark cluster's secret
+
+
+def test_the_spark_cluster_secret_turns_authentication_and_encryption_on(tmp_path, monkeypatch):
+    from merger.spark.session import spark_auth_conf
+
+    assert spark_auth_conf(MergerConfig()) == {}  # local mode, or a cluster that does not authenticate
+    path = tmp_path / "spark_secret"
+    path.write_text("s3cr3t-of-the-cluster\n")
+    by_file = MergerConfig(spark_master="spark://m:7077", spark_auth_secret_file=str(path))
+    assert by_file.spark_auth_secret().get_secret_value() == "s3cr3t-of-the-cluster"
+    assert spark_auth_conf(by_file) == {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+    assert "s3cr3t" not in repr(by_file) and "s3cr3t" not in json.dumps(spark_auth_conf(by_file))
+    monkeypatch.setenv("CDC_TEST_SPARK_SECRET", "from-the-env")
+    by_env = MergerConfig(spark_auth_secret_env="CDC_TEST_SPARK_SECRET")
+    assert by_env.spark_auth_secret().get_secret_value() == "from-the-env"
+    assert spark_auth_conf(by_env)["spark.authenticate"] == "true"
+    # the secret itself is never read from the config file
+    with pytest.raises(ConfigError) as err:
+        load_model(MergerConfig, None, {"spark_conf": {"spark.authenticate.secret": "in-the-file-secret"}})
+    text = str(err.value)
+    assert "spark_auth_secret_file" in text and "in-the-file-secret" not in text and "\n" not in text
+    # a secret that cannot be read is a one-line error
+    with pytest.raises(ConfigError, match="spark_auth_secret: cannot read secret file"):
+        MergerConfig(spark_auth_secret_file=str(tmp_path / "missing")).spark_auth_secret()
+
+
+def test_the_stack_writes_secret_files_owner_only_from_their_creation(tmp_path, monkeypatch):
+    """The PostgreSQL password file initdb reads (``pgpass.tmp``), and the Spark cluster's
+    secret and properties: 0600 under a permissive umask, as initdb (or Spark) finds them."""
+    import os
+    import stat
+
+    from cdc import stack as local_stack
+    from cdc import stack_spark
+
+    old = os.umask(0o022)
+    try:
+        seen = {}
+
+        def fake_run(cmd, **kwargs):
+            pwfile = Path(cmd[cmd.index("--pwfile") + 1])
+            seen["mode"] = stat.S_IMODE(pwfile.stat().st_mode)
+            seen["text"] = pwfile.read_text()
+            return subprocess.CompletedProcess(cmd, 1, "", "stopped here by the test")
+
+        monkeypatch.setattr(local_stack, "_need", lambda binary, package: binary)
+        monkeypatch.setattr(local_stack, "_pg_os_user", lambda: None)
+        monkeypatch.setattr(local_stack.subprocess, "run", fake_run)
+        (tmp_path / "st").mkdir()
+        info = local_stack.StackInfo(state_dir=str(tmp_path / "st"))
+        info.postgres.datadir = str(tmp_path / "st" / "postgres")  # not /var/tmp (as root)
+        with pytest.raises(local_stack.StackError, match="initdb failed"):
+            local_stack.start_postgres(info)
+        assert seen == {"mode": 0o600, "text": info.postgres.password}
+        assert not list(tmp_path.rglob("pgpass.tmp"))  # removed after initdb
+
+        state = tmp_path / "cluster"
+        (state / "spark").mkdir(parents=True)
+        properties = stack_spark._auth_properties(state)
+        secret = stack_spark.auth_secret_file(state)
+        for path in (properties, secret):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        lines = properties.read_text().splitlines()
+        assert "spark.authenticate true" in lines and "spark.network.crypto.enabled true" in lines
+        assert f"spark.authenticate.secret {secret.read_text().strip()}" in lines
+        assert len(secret.read_text().strip()) >= 32
+        assert stack_spark._auth_properties(state).read_text() == properties.read_text()  # kept
+    finally:
+        os.umask(old)
