@@ -8,7 +8,7 @@ While each run goes, Spark's REST API (the driver's UI, turned on for the bench 
 of its own) is read every 2 s: per executor (the driver included) its cores, tasks, task
 time, GC time, storage memory and peak memory (JVM heap, and with
 ``spark.executor.processTreeMetrics.enabled`` the RSS of its JVM and of its Python
-workers): the figures that size a cluster (docs/operations.md, "Sizing a cluster").
+workers): the figures that size a cluster (docs/operations/sizing.md, "Sizing a cluster").
 
     .venv/bin/python bench/cluster_bench.py [--rows N] [--sink delta] [--record]
 """

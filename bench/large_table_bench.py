@@ -16,7 +16,7 @@ On the local stack (real MariaDB, Tansu, PostgreSQL; started under --state-dir):
    snapshot finished, and -> every sink's row count equals the source's;
 4. every 0.5 s the RSS of the merger's process tree (Python driver, Spark JVM, pyspark
    daemon and workers: bench/merger_bench.py's TreeSampler) and, every 10 s, the JVM's
-   heap in use (jstat); peaks per kind against the bounds docs/operations.md ("Memory")
+   heap in use (jstat); peaks per kind against the bounds docs/operations/sizing.md ("Memory")
    states, and per quarter of the snapshot (by rows emitted: memory must not grow with
    the rows), with each quarter's rows/s and the size of the merger's state directory;
 5. source and sinks compared by COUNT, SUM(id), SUM(a), SUM(c), MAX(d), read
@@ -69,7 +69,7 @@ from tests.merger_harness import MergerProcess, write_merger_config  # noqa: E40
 from tests.procfs import java_child, rss_kb  # noqa: E402
 
 LOAD_STEP = 2_000_000  # rows per INSERT ... SELECT
-# docs/operations.md, "Memory": the Python driver holds about 450-520 MB plus one
+# docs/operations/sizing.md, "Memory": the Python driver holds about 450-520 MB plus one
 # micro-batch (batch_memory_mb, default 512); the JVM's heap is spark.driver.memory (the
 # merger's default 2g); a snapshot read holds a chunk (snapshot.chunk_mb, default 128)
 PY_BASE_MB = 520
@@ -513,7 +513,7 @@ def quarter_figures(res: dict, source_rows: int) -> list[dict]:
 
 
 def memory_checks(res: dict) -> list[dict]:
-    """Each kind's peak against its bound (docs/operations.md, "Memory")."""
+    """Each kind's peak against its bound (docs/operations/sizing.md, "Memory")."""
     kinds = res["rss"]["kinds"]
 
     def peak(kind: str, field: str = "peak_proc_mb") -> float:
@@ -657,7 +657,7 @@ def report(args, env: dict, base: dict, client: dict | None, res: dict) -> list[
         )
     lines += [
         "",
-        'Memory against the bounds of docs/operations.md ("Memory"), whole run:',
+        'Memory against the bounds of docs/operations/sizing.md ("Memory"), whole run:',
         "",
         "| what | peak MB | bound MB | under? |",
         "|---|---|---|---|",

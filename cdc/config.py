@@ -367,7 +367,7 @@ class IngestConfig(_Model):
     state_name: str | None = Field(
         None,
         description="transactional.id suffix (default: topic_prefix); still one ingest per topic_prefix "
-        "(operations.md: A second ingest)",
+        "(operations/faults.md: A second ingest)",
     )
     shards: list[ShardConfig] = Field(default_factory=list, description=SHARDS_DESCRIPTION)
     routes: list[RouteConfig] = Field(default_factory=list, description=ROUTES_DESCRIPTION)
@@ -683,7 +683,7 @@ class SnapshotConfig(_Model):
         gt=0,
         description="retry a window whose markers do not arrive (only once the merger has read its topic to "
         "the end; 3 windows of a table expiring in a row pause the table with the reason, see "
-        "docs/operations.md, Snapshots)",
+        "docs/operations/snapshots-and-schema-changes.md, Snapshots)",
     )
     reader: Literal["connectorx", "jdbc"] = Field(
         "connectorx",
@@ -708,7 +708,8 @@ class ContinuousVerifyConfig(_Model):
         ge=0,
         description="key-range chunks the merger verifies per minute in the background, table after table "
         "(each: a digest query on the source and on each sink; differences confirmed in verify windows, "
-        "as `cdc verify`); 0: off. `cdc status` shows each table's last pass; see docs/operations.md",
+        "as `cdc verify`); 0: off. `cdc status` shows each table's last pass; see "
+        "docs/operations/verify-and-repair.md",
     )
     chunk_size: int = Field(50_000, ge=100, description="rows per verified chunk")
     repair: bool = Field(False, description="repair what a pass confirms as different (as `cdc repair`)")
@@ -785,7 +786,7 @@ class MergerConfig(_Model):
         "whose estimated cost fits (8 KB plus 8x its bytes per record, learned per topic from the batches "
         "before), so wide rows make smaller batches; a topic seen for the first time starts with "
         "batch_memory_mb/64 per record. One record larger than this still goes through, alone. "
-        "See docs/operations.md, Memory",
+        "See docs/operations/sizing.md, Memory",
     )
     records_per_task: int = Field(
         100_000,

@@ -85,7 +85,7 @@ def move_of(row: dict[str, Any], shard: str) -> tuple[Move, str] | None:
     except (KeyError, TypeError, ValueError) as exc:
         raise IngestError(
             f"shard {shard}: a row of {CUTOVER_TABLE} that is not a move ({exc}): {row!r}. Write moves with "
-            "`cdc shard move` (docs/operations.md)"
+            "`cdc shard move` (docs/operations/shards.md)"
         ) from None
     if kind not in (BEGIN, SWITCH):
         raise IngestError(
@@ -163,7 +163,7 @@ class ShardCutover:
                         f"passed for another move ({describe_move(known)}): ingest stops rather than ignore it. "
                         f"Delete move {move.number}'s new rows from {CUTOVER_TABLE} on {move.source} and "
                         f"{move.target}, undo its copy, and begin it again with `cdc shard move begin` (numbers go "
-                        "above every move the shards hold: keep the rows of cdc_cutover, docs/operations.md)"
+                        "above every move the shards hold: keep the rows of cdc_cutover, docs/operations/shards.md)"
                     )
 
     def blocked(self, shard: str, move: Move, row: str) -> bool:

@@ -566,7 +566,7 @@ def shard_remove(
 
 move_app = typer.Typer(
     no_args_is_help=True,
-    help="Move a key range of a logical table between shards, key_mode unique (docs/operations.md).",
+    help="Move a key range of a logical table between shards, key_mode unique (docs/operations/shards.md).",
 )
 shard_app.add_typer(move_app, name="move")
 

@@ -1,6 +1,6 @@
 """`cdc shard remove NAME`: after a shard was taken out of both configs, delete its rows
 from the sinks (``--delete-rows``) or list what stays (``--keep-rows``), with the merger
-stopped (docs/operations.md, "Sharded sources").
+stopped (docs/operations/shards.md).
 
 A shard's rows are those whose origin column (``__cdc_origin``, ``<shard>/<db>.<table>``)
 starts with ``<shard>/``, in every table the merger's status lists whose sink table has
@@ -32,7 +32,7 @@ def check_removable(cfg: Any, name: str) -> None:
     if name in shards:
         raise ConfigError(
             f"shard {name} is still listed in the config's shards: remove it from the ingest and the merger "
-            "configs first (docs/operations.md, Remove a shard)"
+            "configs first (docs/operations/shards.md, Remove a shard)"
         )
 
 

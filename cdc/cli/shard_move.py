@@ -1,6 +1,6 @@
 """`cdc shard move begin|switch`: the operator's steps of moving a key range of a logical
 table from one shard to another in key mode ``unique`` (docs/sharding.md, section 4;
-docs/operations.md, "Move a key range between shards").
+docs/operations/shards.md, "Move a key range between shards").
 
 The steps write the moves' control rows into ``<watermark db>.cdc_cutover`` on the shards,
 where each shard's binlog carries them to ingest at their exact place:
@@ -97,7 +97,7 @@ class Keyspace:
                         raise ConfigError(
                             f"move {number} is two moves: {describe_row(move)} and, on shard {name}, "
                             f"{describe_row(fields)} (a reused number): delete the wrong one's rows from "
-                            f"{CUTOVER_TABLE} and undo its copy (docs/operations.md)"
+                            f"{CUTOVER_TABLE} and undo its copy (docs/operations/shards.md)"
                         )
                     move["rows"].add((kind, name))
         return moves

@@ -24,7 +24,7 @@ from merger.kafka.limits import TP, allocate_limit
 # Python objects per record beyond its bytes (dicts, parsed payload, change event), and
 # the bytes' multiple (Arrow copy, Python copy, parsed values, sink rows). Measured: a
 # batch of 1,088 records of 112 KB (122 MB) raised the Python driver's peak by 1.3 GB;
-# bench/memory_bench.py (docs/operations.md, "Memory")
+# bench/memory_bench.py (docs/operations/sizing.md, "Memory")
 RECORD_OVERHEAD = 8 * 1024
 BYTES_FACTOR = 8
 UNKNOWN_SHARE = 64

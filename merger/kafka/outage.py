@@ -1,6 +1,6 @@
 """A broker outage as the ``cdc_kafka`` source sees it: since when, how many attempts, and
 whether ``kafka.outage_max_s`` has passed. Only the bookkeeping and the lines that say so;
-the callers do the Kafka calls. Policy: docs/operations.md, "The Kafka broker is
+the callers do the Kafka calls. Policy: docs/operations/faults.md, "The Kafka broker is
 unreachable"."""
 
 from __future__ import annotations

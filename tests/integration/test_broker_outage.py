@@ -1,7 +1,7 @@
 """The Kafka broker freezes (SIGSTOP, then SIGCONT) under a steady write load, against the
 real servers (MariaDB, the Tansu broker, PostgreSQL, Spark local mode).
 
-Ingest and the merger both ride through the outage (docs/operations.md, "The Kafka broker
+Ingest and the merger both ride through the outage (docs/operations/faults.md, "The Kafka broker
 is unreachable"): they keep running, say what is unreachable and for how long, and resume
 once the broker answers; afterwards every sink equals its source row for row and every
 change is on the topics exactly once.

@@ -501,7 +501,8 @@ def test_truncate_after_an_alter_carries_the_altered_schema(stack, tmp_path, uni
     ADD COLUMN x8, no row of t_str in between (the transaction rolled back), TRUNCATE: ingest's
     truncate record's schema lacked x8 (it took the version of the last rows it encoded),
     Debezium's has it. The database is dropped only after ingest has read both: ingest reads
-    a definition from information_schema when it reads the DDL (docs/operations.md)."""
+    a definition from information_schema when it reads the DDL
+    (docs/operations/snapshots-and-schema-changes.md)."""
     from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
     from tests.kafka_util import read_records
 

@@ -287,7 +287,7 @@ def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, un
                 assert time.monotonic() < deadline, f"{name}: {entry}"
                 time.sleep(0.5)
         # the same shard's process started again (same config): it takes over, as a restart
-        # does, and the one before stops with the reason (operations.md, "A second ingest")
+        # does, and the one before stops with the reason (operations/faults.md, "A second ingest")
         second = FollowerProcess(config, tmp_path / "second.log", "shard1").start()
         assert procs["shard1"].wait_exit(90), (
             f"the first process for shard1 kept running:\n{procs['shard1'].log_text()[-2000:]}\n"

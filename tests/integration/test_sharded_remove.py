@@ -1,4 +1,4 @@
-"""`cdc shard remove` (docs/operations.md, Remove a shard): two shards caught up in the
+"""`cdc shard remove` (docs/operations/shards.md, Remove a shard): two shards caught up in the
 sinks; shard2 is taken out of both configs and its rows deleted from every sink (the Kafka
 changelog's topic too, read back with a plain consumer), which then hold shard1's rows
 alone; a second run deletes nothing; with shard2 still listed the command refuses; the

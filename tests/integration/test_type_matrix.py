@@ -5,7 +5,7 @@ merger starts (they reach the sinks through the snapshot: chunk SELECTs); rows 1
 the same values, are written after the snapshots finished (they reach the sinks through
 the binlog, ingest and Kafka: the stream). Then both sinks (Delta and PostgreSQL) must
 equal the source, compared through plain SELECTs, each sink's own client and one
-canonical form (merger.verify, docs/operations.md "Verify a sink"). A failure lists
+canonical form (merger.verify, docs/operations/verify-and-repair.md "Verify a sink"). A failure lists
 every differing value: table, sink, key, column, source value and sink value (canonical).
 """
 

@@ -6,7 +6,7 @@ DECIMAL(65,30), BIT(1/12/64), TIME beyond ±24 h, DATETIME(6), TIMESTAMP(6), zer
 under sql_mode='', CHAR, VARBINARY with trailing zero bytes, BINARY(n), emoji and NUL, JSON,
 ENUM '', SET, FLOAT/DOUBLE, GEOMETRY, BOOLEAN). The sink tables are written by hand here,
 in PostgreSQL and Delta, with the values the sinks must hold (the representations in
-docs/operations.md), neither through the pipeline nor through verify's own code. Verify
+docs/operations/verify-and-repair.md), neither through the pipeline nor through verify's own code. Verify
 passes on them, and names the key and column (or the missing/extra key) of every
 mutation injected into a copy.
 """

@@ -1,7 +1,7 @@
 """`cdc verify --consistent/--no-consistent` (cdc.cli.verify.confirmer_for): which way the
 differences a comparison finds are checked again. With a merger running, the default and
 --consistent confirm them in verify windows; --no-consistent re-reads them after a wait,
-as documented (docs/operations.md), even then."""
+as documented (docs/operations/verify-and-repair.md), even then."""
 
 from __future__ import annotations
 
