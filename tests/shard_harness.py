@@ -17,7 +17,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdc import stack as local_stack
 from cdc import stack_shards
-from merger.verify.sinks import DeltaReader, PostgresReader
+from merger.verify.sinks.delta import DeltaReader
+from merger.verify.sinks.postgres import PostgresReader
 from tests.merger_harness import write_merger_config
 
 TABLES = ("orders_0", "orders_1")  # the physical tables of every shard, routed into <db>.orders

@@ -358,7 +358,9 @@ def _verify_shards(merger_cfg: Path, console: Console, timeout_s: float = 180) -
 
 
 def _compare(info, work: Path, tables: list[str], console: Console) -> None:
-    from merger.verify.sinks import DeltaReader, PostgresReader, SinkReadError
+    from merger.verify.sinks.base import SinkReadError
+    from merger.verify.sinks.delta import DeltaReader
+    from merger.verify.sinks.postgres import PostgresReader
     from merger.verify.source import SourceReader
     from merger.verify.table import compare_table
 
