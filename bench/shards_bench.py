@@ -61,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 from bench import append_results, commit_label  # noqa: E402
 from cdc import stack as local_stack  # noqa: E402
 from cdc import stack_shards  # noqa: E402
+from cdc.wire.topics import offsets_topic  # noqa: E402
 
 DB = "bench_sh"
 TABLE = f"{DB}.orders"
@@ -204,7 +205,7 @@ class OffsetsWatch:
     """Every shard's latest entry on ``<prefix>.offsets`` (read_uncommitted, or committed)."""
 
     def __init__(self, bootstrap: str, prefix: str, committed: bool = False):
-        self.topic = f"{prefix}.offsets"
+        self.topic = offsets_topic(prefix)
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,

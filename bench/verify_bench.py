@@ -177,7 +177,8 @@ def run_verify(
     import pymysql
 
     from merger.verify.chunked import TableVerifier
-    from merger.verify.sinks import DeltaReader, PostgresReader
+    from merger.verify.sinks.delta import DeltaReader
+    from merger.verify.sinks.postgres import PostgresReader
     from merger.verify.source import SourceReader
 
     m, p = info.mariadb, info.postgres

@@ -37,7 +37,7 @@ from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, EMITTED_HEADER, POSITION_HEADER, WATERMARK_HEADER
 from cdc.wire.markers import encode_marker, watermark_marker
 from cdc.wire.position import EventPosition, position_bytes
-from cdc.wire.topics import table_topic
+from cdc.wire.topics import offsets_topic, schema_topic, table_topic
 from ingest import metrics
 from ingest.binlog import open_reader
 from ingest.checks import check_source, gtid_for_file_pos, read_server_state
@@ -130,7 +130,7 @@ class Ingest:
         self._context = [(k, v.encode()) for k, v in context_headers(self.env)]
         self._behind_ts, self._behind_due = 0, 0  # when the lag gauge was last set
         self._table_maps: dict[int, object] = {}
-        self.offsets_topic = f"{self.prefix}.offsets"
+        self.offsets_topic = offsets_topic(self.prefix)
         # the one-server source's key, or a sharded source's (one process, all shards), or
         # that of one shard followed by a process of its own (``followed``)
         source = {"server": self.prefix} if followed is None else {"server": self.prefix, "shard": followed}
@@ -247,7 +247,7 @@ class Ingest:
         self.topics = Topics(self.kafka_conf)
         self.topics.check_reachable()
         self.topics.partitions(self.offsets_topic, 1, compact=True)
-        self.topics.partitions(self.prefix, 1)
+        self.topics.partitions(schema_topic(self.prefix), 1)
         txn_id = self.transactional_id
         # fence the previous instance first: its transaction still open on the offsets
         # partition is aborted, so that a read_committed read sees the last committed point
@@ -450,7 +450,7 @@ class Ingest:
 
     def _load_ddl_history(self) -> None:
         """Declared column types from the schema-change topic (our DDL history)."""
-        for payload in read_all_values(self.kafka_conf, self.prefix):
+        for payload in read_all_values(self.kafka_conf, schema_topic(self.prefix)):
             ddl_text = payload.get("ddl")
             if not ddl_text:
                 continue

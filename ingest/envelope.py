@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from cdc.tablespec import TableSpec
+from cdc.wire import topics
 from cdc.wire.topics import table_topic
 from ingest.columncodec import EMPTY_SET, ColumnCodec, column_codec
 from ingest.converter_config import ConverterConfig
@@ -102,11 +103,11 @@ class EnvelopeConfig:
 
     @property
     def tx_topic(self) -> str:
-        return self.transaction_topic or f"{self.topic_prefix}.transaction"
+        return self.transaction_topic or topics.transaction_topic(self.topic_prefix)
 
     @property
     def hb_topic(self) -> str:
-        return self.heartbeat_topic or f"__debezium-heartbeat.{self.topic_prefix}"
+        return self.heartbeat_topic or topics.heartbeat_topic(self.topic_prefix)
 
 
 # --------------------------------------------------------------------------- schemas

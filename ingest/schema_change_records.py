@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Iterable, Mapping
 
+from cdc.wire.topics import schema_topic
 from ingest.envelope import (
     CONNECTOR,
     EnvelopeConfig,
@@ -133,7 +134,7 @@ def schema_change_record(
         key = with_schema(dumps(schema_change_key_schema(cfg.connector)), key)
     if cfg.schemas_enable:
         value = with_schema(dumps(schema_change_value_schema(cfg.connector)), value)
-    return Record(cfg.topic_prefix, key, value)
+    return Record(schema_topic(cfg.topic_prefix), key, value)
 
 
 def drop_table_ddl(db: str, table: str) -> str:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from cdc.config import MergerConfig, load_model, routes_of
+from cdc.wire.topics import dead_letter_topic, offsets_topic, source_topics_pattern
 from merger.errors import MergerError
 from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
@@ -81,12 +82,9 @@ def subscribe_pattern(config: MergerConfig) -> str:
     """The schema-change topic and every table topic ``<prefix>.<db>.<table>`` (dots are
     allowed in the table part, not in the database part: Debezium does not escape them, so
     ``<prefix>.a.b.c`` can only be read one way). Topics of the changelog sink are left
-    out when its prefix lies inside ours."""
-    prefix = re.escape(config.topic_prefix)
-    skip = ""
-    if config.sinks.kafka_changelog:
-        skip = rf"(?!{re.escape(config.sinks.kafka_changelog.topic_prefix)}\.)"
-    return rf"^{skip}{prefix}(\.[^.]+\..+)?$"
+    out when its prefix lies inside ours (``cdc.wire.topics.source_topics_pattern``)."""
+    changelog = config.sinks.kafka_changelog
+    return source_topics_pattern(config.topic_prefix, changelog.topic_prefix if changelog else None)
 
 
 def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
@@ -118,7 +116,7 @@ def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
     if source_kind(config.source_connector).follows_moved_topics and config.end_check_all_ms:
         # ingest's position records name the topics each transaction wrote: between checks of
         # every partition's end, only those topics' ends are asked for (merger.kafka.end_check)
-        opts["movedTopicsFrom"] = f"{config.topic_prefix}.offsets"
+        opts["movedTopicsFrom"] = offsets_topic(config.topic_prefix)
         opts["endCheckAllMs"] = str(config.end_check_all_ms)
     for k, v in config.kafka.extra.items():
         opts[f"kafka.{k}"] = str(v).lower() if isinstance(v, bool) else str(v)
@@ -349,7 +347,7 @@ class Merger:
         from confluent_kafka import Producer
 
         producer = Producer(kafka_conf)
-        topic = f"{self.config.topic_prefix}.dlq"
+        topic = dead_letter_topic(self.config.topic_prefix)
 
         def write(record: dict, reason: str) -> None:
             headers = [(h["key"], h["value"]) for h in (record.get("headers") or [])]

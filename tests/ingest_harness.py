@@ -13,6 +13,7 @@ import pymysql
 import yaml
 
 from cdc import stack as local_stack
+from cdc.wire.topics import offsets_topic
 from ingest.position import ResumePoint
 from ingest.producer import read_resume_point
 from tests import procfs
@@ -130,7 +131,7 @@ def wait_caught_up(
     while time.monotonic() < deadline:
         if proc is not None and not proc.alive():
             raise AssertionError(f"ingest exited:\n{proc.log_text()[-3000:]}")
-        point = read_resume_point({"bootstrap.servers": stack.kafka.bootstrap}, f"{prefix}.offsets", key, timeout_s=5)
+        point = read_resume_point({"bootstrap.servers": stack.kafka.bootstrap}, offsets_topic(prefix), key, timeout_s=5)
         if point and point.trx_gtid is None and _gtid_ge(point.gtid_state, target):
             return point
         time.sleep(0.5)

@@ -17,7 +17,8 @@ from cdc.quoting import quote_ident
 from merger.schema.catalog import SourceCatalog
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
-from merger.verify.sinks import DeltaReader, PostgresReader
+from merger.verify.sinks.delta import DeltaReader
+from merger.verify.sinks.postgres import PostgresReader
 from merger.verify.source import SourceReader
 from merger.verify.table import compare_tables
 from tests.ingest_harness import IngestProcess, set_dotted

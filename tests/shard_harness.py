@@ -17,7 +17,9 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdc import stack as local_stack
 from cdc import stack_shards
-from merger.verify.sinks import DeltaReader, PostgresReader
+from cdc.wire.topics import offsets_topic
+from merger.verify.sinks.delta import DeltaReader
+from merger.verify.sinks.postgres import PostgresReader
 from tests.merger_harness import write_merger_config
 
 TABLES = ("orders_0", "orders_1")  # the physical tables of every shard, routed into <db>.orders
@@ -227,7 +229,7 @@ def offsets_record(stack, prefix: str, shard: str | None = None, committed: bool
         conf["isolation.level"] = "read_committed"
     consumer = Consumer(conf)
     try:
-        tp = TopicPartition(f"{prefix}.offsets", 0, 0)
+        tp = TopicPartition(offsets_topic(prefix), 0, 0)
         try:
             end = consumer.get_watermark_offsets(tp, timeout=10)[1]
         except KafkaException:

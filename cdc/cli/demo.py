@@ -35,6 +35,7 @@ from rich.table import Table
 from cdc import stack as local_stack
 from cdc import stack_shards
 from cdc.errors import UserError
+from cdc.wire.topics import table_topic
 
 DEMO_DB = "demo_shop"
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,7 +247,7 @@ def run_demo(state_dir: Path, rows: int, console: Console, shards: int = 0) -> N
                 raise workload.error
 
         console.rule("[bold]4. change events on Kafka")
-        _show_events(info.kafka.bootstrap, f"{prefix}.{DEMO_DB}.orders", console, 12)
+        _show_events(info.kafka.bootstrap, table_topic(prefix, DEMO_DB, "orders"), console, 12)
 
         console.rule("[bold]5. sinks compared with the source")
         if shards:
@@ -358,7 +359,9 @@ def _verify_shards(merger_cfg: Path, console: Console, timeout_s: float = 180) -
 
 
 def _compare(info, work: Path, tables: list[str], console: Console) -> None:
-    from merger.verify.sinks import DeltaReader, PostgresReader, SinkReadError
+    from merger.verify.sinks.base import SinkReadError
+    from merger.verify.sinks.delta import DeltaReader
+    from merger.verify.sinks.postgres import PostgresReader
     from merger.verify.source import SourceReader
     from merger.verify.table import compare_table
 

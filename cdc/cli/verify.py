@@ -23,8 +23,6 @@ from rich.table import Table
 
 from cdc.config import ConfigError, MergerConfig
 
-SINK_NAMES = ("delta", "postgres")
-
 
 def parse_duration(text: str, option: str = "--retry-wait") -> float:
     """'2s', '500ms', '1m', '1.5' (seconds) -> seconds."""
@@ -43,21 +41,23 @@ def parse_compare(text: str) -> bool:
 
 
 def open_sinks(cfg: MergerConfig, only: str | None) -> dict[str, Any]:
-    """Readers of the configured sinks by name (``merger.verify.sinks``: each sink's own
-    client); None for a sink that cannot be read by key range."""
-    configured = [n for n in ("delta", "postgres", "kafka_changelog") if getattr(cfg.sinks, n) is not None]
+    """Readers of the configured sinks by name (``merger.verify.sinks.registry``: each sink's
+    own client); None for a sink that cannot be read by key range."""
+    from merger.verify.sinks.registry import configured as configured_sinks
+    from merger.verify.sinks.registry import readable, sink_reader
+
+    names = readable()
+    configured = configured_sinks(cfg.sinks)
     if only is not None:
-        if only not in SINK_NAMES:
-            raise ConfigError(f"--sink: {only!r} is not one of {', '.join(SINK_NAMES)}")
+        if only not in names:
+            raise ConfigError(f"--sink: {only!r} is not one of {', '.join(names)}")
         if only not in configured:
             raise ConfigError(f"--sink {only}: the config has no sinks.{only}")
         configured = [only]
     if not configured:
         raise ConfigError("sinks: the config names no sink to verify")
-    from merger.verify.sinks import sink_reader
-
-    # changelog topics are read whole: not verified here (None)
-    return {name: sink_reader(name, cfg.sinks) if name in SINK_NAMES else None for name in configured}
+    # a sink that cannot be read by key range (changelog topics are read whole): None
+    return {name: sink_reader(name, cfg.sinks) if name in names else None for name in configured}
 
 
 def resolve_tables(cfg: MergerConfig, source_tables: Sequence[str], named: Sequence[str]) -> list[str]:
@@ -99,13 +99,17 @@ def skipped_line(results) -> str | None:
             by_reason.setdefault((r.sink, r.note or "skipped"), []).append(r.table)
     if not by_reason:
         return None
+    from merger.verify.sinks.registry import readable
+
     parts = [
         f"sink {sink} for {len(tables)} table(s) ({', '.join(tables)}): {why}"
         for (sink, why), tables in by_reason.items()
     ]
+    only = " or ".join(f"--sink {n}" for n in readable())
     return (
-        "nothing was compared for " + "; ".join(parts) + f" (exit code {EXIT_SKIPPED}; --sink delta or --sink postgres "
-        "verifies only the sinks that can be read)"
+        "nothing was compared for "
+        + "; ".join(parts)
+        + f" (exit code {EXIT_SKIPPED}; {only} verifies only the sinks that can be read)"
     )
 
 
@@ -171,6 +175,7 @@ def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, 
     from merger.schema.catalog import ShardedCatalog, SourceCatalog
     from merger.verify.chunked import TableResult, TableVerifier
     from merger.verify.current_versions import reader_for_mode
+    from merger.verify.sinks.registry import why_not
     from merger.verify.source import SourceReader
 
     routed = bool(cfg.shards or cfg.routes)
@@ -235,11 +240,7 @@ def verify_tables(cfg: MergerConfig, named: Sequence[str], opts: VerifyOptions, 
                     db, tname = name.split(".", 1)
                     source = source_of(None, cfg.mysql)
                     results += verify(source, source.describe(db, tname))
-                results += [
-                    TableResult(name, n, skipped=True, note="changelog topics cannot be read by key range")
-                    for n, s in sinks.items()
-                    if s is None
-                ]
+                results += [TableResult(name, n, skipped=True, note=why_not(n)) for n, s in sinks.items() if s is None]
                 results += [
                     TableResult(
                         name,
@@ -293,7 +294,7 @@ def _verify_origins(name: str, origins, source_of, readable: dict, verify, limit
     (``merger.verify.sharded``)."""
     from cdc.routes import ORIGIN_COLUMN
     from merger.verify.sharded import add_strays, merge_results, stray_origins
-    from merger.verify.sinks import SinkUnreachable
+    from merger.verify.sinks.base import SinkUnreachable
 
     target = tuple(name.split(".", 1))
     parts: dict[str, list] = {n: [] for n in readable}

@@ -5,7 +5,8 @@ A kind names its config section and a factory ``build(section, config)`` that im
 sink's package only when the section is configured (Delta, PostgreSQL and Kafka each pull
 in their own libraries). ``KINDS`` is in build order, which matters: key mode ``unique``
 reads each key's owner from the first sink that keeps rows (``merger.batch.owner_check``).
-A new sink is its package, its config class in ``SinksConfig`` and one line here.
+A new sink is its package, its config class in ``SinksConfig`` and one line here, and the
+line of its verify reader in ``merger.verify.sinks.registry`` (a test keeps the two in step).
 """
 
 from __future__ import annotations

@@ -178,17 +178,27 @@ def _int_or_none(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
+# the SQL dialects a sink's digest queries are written in (merger.verify.sql_digest)
+POSTGRESQL, DATAFUSION = "postgresql", "datafusion"
+
+
 @dataclass(frozen=True)
 class SinkRules:
-    """What the sink is, for the rules that depend on it."""
+    """What the rules of the canonical form and of the digest texts need to know of a sink;
+    each sink's verify reader (``merger.verify.sinks``) carries its own, so nothing here
+    tests which sink it is.
 
-    sink: str = "delta"  # "delta" | "postgres"
-    nul_policy: str = "strip"  # PostgreSQL only: strip | replace | pause
+    ``dialect``: the SQL of the sink's digest queries (``POSTGRESQL``, or ``DATAFUSION`` over
+    a Delta table); ``nul_policy``: what the sink does to NUL characters in text (strip |
+    replace | pause), None for a sink that stores them as they are."""
+
+    dialect: str
+    nul_policy: str | None = None
 
     def __post_init__(self):
-        if self.sink not in ("delta", "postgres"):
-            raise ValueError(f"unknown sink {self.sink!r}")
-        if self.nul_policy not in NUL_POLICIES:
+        if self.dialect not in (POSTGRESQL, DATAFUSION):
+            raise ValueError(f"unknown SQL dialect {self.dialect!r}")
+        if self.nul_policy is not None and self.nul_policy not in NUL_POLICIES:
             raise ValueError(f"nul_policy must be one of {', '.join(NUL_POLICIES)}, not {self.nul_policy!r}")
 
 
@@ -321,7 +331,7 @@ def bit_sink(col: Column) -> Callable[[Any], str | tuple]:
 
 def string_source(col: Column, rules: SinkRules) -> Callable[[Any], str | tuple]:
     pad = col.data_type == "char"
-    nul = rules.nul_policy if rules.sink == "postgres" else None
+    nul = rules.nul_policy
 
     def conv(v):
         if isinstance(v, (bytes, bytearray)):
@@ -340,8 +350,8 @@ def string_source(col: Column, rules: SinkRules) -> Callable[[Any], str | tuple]
 
 
 def nul_rule_applies(rules: SinkRules) -> bool:
-    """Whether the sink's NUL rule changes values (PostgreSQL, strip or replace)."""
-    return rules.sink == "postgres" and rules.nul_policy in ("strip", "replace")
+    """Whether the sink's NUL rule changes values (PostgreSQL's strip or replace)."""
+    return rules.nul_policy in ("strip", "replace")
 
 
 def has_nul(v: Any) -> bool:
@@ -417,7 +427,7 @@ def _map_strings(obj: Any, f: Callable[[str], str]) -> Any:
 def json_source(rules: SinkRules) -> Callable[[Any], str | tuple]:
     """JSON text of the source; for PostgreSQL the NUL policy applies to its strings too
     (jsonb cannot hold U+0000 either)."""
-    nul = rules.nul_policy if rules.sink == "postgres" else None
+    nul = rules.nul_policy
     if nul not in ("strip", "replace"):
         return json_text
     repl = "" if nul == "strip" else "\ufffd"

@@ -49,7 +49,7 @@ from merger.verify.fast_path import ChunkDigests, sink_range
 from merger.verify.keys import UnsupportedKey
 from merger.verify.narrowing import FANOUT, LEAF_ROWS, PARTS, narrow, parts, step_for
 from merger.verify.side import SinkSide
-from merger.verify.sinks import SinkReadError, SinkUnreachable
+from merger.verify.sinks.base import SinkReadError, SinkUnreachable
 from merger.verify.source import SourceReader, SourceReadError, SourceTable
 
 CONFIRM_KEYS = 1000  # candidate keys per verify window

@@ -26,7 +26,8 @@ from merger.state.store import StateStore
 from merger.verify.chunked import TableVerifier
 from merger.verify.consistent import Confirmer, NotConfirmed
 from merger.verify.current_versions import reader_for_mode
-from merger.verify.sinks import SinkReadError, sink_reader
+from merger.verify.sinks.base import SinkReadError
+from merger.verify.sinks.registry import configured_readable, sink_reader
 from merger.verify.source import SourceReader, SourceReadError
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class ContinuousVerifier(threading.Thread):
         self.stop_event = threading.Event()
         self.passes: dict[str, dict] = {}  # table -> its last pass (the status shows it)
         self.watermarks = WatermarkWriter(config.mysql, config.watermark_table)
-        self._sinks = [n for n in ("postgres", "delta") if getattr(config.sinks, n) is not None]
+        self._sinks = configured_readable(config.sinks)
         self._last_chunk = 0.0
 
     @staticmethod
@@ -64,7 +65,7 @@ class ContinuousVerifier(threading.Thread):
             return "source_connector debezium: no verify windows in the topics"
         if config.shards or config.routes:
             return "not built for sharded or routed sources yet"
-        if config.sinks.postgres is None and config.sinks.delta is None:
+        if not configured_readable(config.sinks):
             return "no sink that keeps rows"
         return None
 
@@ -104,7 +105,7 @@ class ContinuousVerifier(threading.Thread):
         db, table = name.split(".", 1)
         sinks = self.config.sinks
         # an SCD type 2 table by its current versions; a change log has no latest state to compare
-        opened = {n: sink_reader(n, sinks) for n in ("postgres", "delta") if getattr(sinks, n)}
+        opened = {n: sink_reader(n, sinks) for n in configured_readable(sinks)}
         readers = {n: reader_for_mode(r, sinks.table_mode(n, name)) for n, r in opened.items()}
         readers = {n: r for n, r in readers.items() if r is not None}
         if not readers:

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from merger.verify.narrowing import parts
 from merger.verify.side import SinkSide
-from merger.verify.sinks import SinkReadError, SinkUnreachable
+from merger.verify.sinks.base import SinkReadError, SinkUnreachable
 from merger.verify.source import SourceReader, SourceReadError, SourceTable
 from merger.verify.sql_digest import Digest
 

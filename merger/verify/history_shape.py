@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from merger.verify.canonical import DATAFUSION, POSTGRESQL
+
 START_AT, END_AT, START_SEQ, END_SEQ, LAST_SEQ, CURRENT = (
     "__start_at",
     "__end_at",
@@ -87,21 +89,21 @@ VERSION_FAULTS = (
 
 
 def shape_query(
-    table: str, keys: Sequence[str], where: str | None = None, examples: int = EXAMPLES, dialect: str = "postgres"
+    table: str, keys: Sequence[str], where: str | None = None, examples: int = EXAMPLES, dialect: str = POSTGRESQL
 ) -> str:
     """The query: one row per kind of fault found, ``(kind, count, examples)``, the
     examples a JSON array of keys (each a JSON array of the key's values), the smallest
     first. ``table``: quoted already; ``where``: SQL that limits the rows looked at (one
     origin's), or None.
 
-    ``dialect`` "datafusion" (a Delta table): the same faults, but one row per example key,
+    ``dialect`` ``DATAFUSION`` (a Delta table): the same faults, but one row per example key,
     ``(kind, count, key values...)`` (DataFusion has no JSON arrays): read them with
     ``faults_of(rows, keyed=len(keys))``."""
     if not keys:
         raise ValueError("an SCD type 2 history's shape needs its key columns")
-    if dialect not in ("postgres", "datafusion"):
+    if dialect not in (POSTGRESQL, DATAFUSION):
         raise ValueError(f"no shape query in the {dialect} dialect")
-    df = dialect == "datafusion"
+    df = dialect == DATAFUSION
     k = ", ".join(_ident(c) for c in keys)
     ss, es, sa, ea, ls = (_ident(c) for c in (START_SEQ, END_SEQ, START_AT, END_AT, LAST_SEQ))
     w = f" WHERE {where}" if where else ""

@@ -1,6 +1,7 @@
 """Key values for reading ranges and single keys: canonical key values (see
-``canonical``) back to what each side's query takes, and an order in which the sinks'
-ranges are cut. Pure.
+``canonical``) back to plain Python values (each sink's reader turns them into what its
+queries take: ``merger.verify.sinks``), what the source's query takes, and an order in
+which the sinks' ranges are cut. Pure.
 
 Only keys pass through here; the values compared are always canonicalised from what each
 side returned. A wrong conversion here can put a row into another chunk or make a
@@ -82,26 +83,4 @@ def source_value(kind: str, canon: str) -> Any:
         return canon
     if kind == "bool":
         return 1 if v else 0
-    return v
-
-
-def postgres_param(kind: str, canon: str, sink_type: str | None) -> Any:
-    v = python_value(kind, canon)
-    if kind == "bit" and (sink_type or "").lower() == "boolean":
-        return int.from_bytes(v, "big") != 0
-    return v
-
-
-def delta_value(kind: str, canon: str, arrow_type) -> Any:
-    """A canonical key value as the Delta column stores it, or None if the stored type does
-    not order like the key (the reader then filters in Python)."""
-    import pyarrow as pa
-
-    v = python_value(kind, canon)
-    if kind == "time":
-        return v // _dt.timedelta(microseconds=1) if pa.types.is_integer(arrow_type) else v
-    if kind == "decimal" and not pa.types.is_decimal(arrow_type):
-        return None  # DECIMAL(p > 38) is stored as text: text order is not numeric order
-    if kind == "bit" and pa.types.is_boolean(arrow_type):
-        return int.from_bytes(v, "big") != 0
     return v

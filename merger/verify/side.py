@@ -1,6 +1,7 @@
 """One sink table as verify sees it: the sink's reader, the sink table's columns, and the
 canonical functions of every column under that sink's rules (NUL policy, boolean and
-jsonb columns). Both sides' raw rows become canonical rows here."""
+jsonb columns). Both sides' raw rows become canonical rows here. What differs between
+sinks is asked of the reader (``merger.verify.sinks``), never decided by its name."""
 
 from __future__ import annotations
 
@@ -9,12 +10,8 @@ from typing import Sequence
 from merger.verify.column_canon import ColumnCanon, row_canons
 from merger.verify.digest import encode_row
 from merger.verify.keys import ALIGNED_KINDS, key_kind, order_key
-from merger.verify.sinks import delta_statistics_exact
 from merger.verify.source import SourceTable
 from merger.verify.sql_digest import DigestPlan, plan
-
-# the key kinds whose range each sink's digest query can write
-_DIGEST_KEY_KINDS = {"postgres": ALIGNED_KINDS, "delta": ("int", "date")}
 
 
 def canonical_rows(canons: Sequence[ColumnCanon], rows: Sequence[tuple], side: str) -> list[tuple]:
@@ -60,19 +57,13 @@ class SinkSide:
 
     def _digest_plan(self) -> DigestPlan:
         """The SQL texts of the fast path, or why this table is compared row by row."""
-        key_kinds = _DIGEST_KEY_KINDS.get(self.reader.name, ())
+        key_kinds = self.reader.digest_key_kinds
         odd = [k for k, kind in zip(self.keys, self.kinds) if kind not in key_kinds]
         if odd:
             return DigestPlan(reason=f"key column(s) {odd} cannot bound a digest query on this sink")
-        if self.reader.name == "delta":
-            # DataFusion skips files by the Delta log's statistics of the key
-            inexact = [k for k in self.keys if not delta_statistics_exact(self.sink_cols.get(k))]
-            if inexact:
-                return DigestPlan(
-                    reason=f"key column(s) {inexact} are stored as "
-                    f"{', '.join(str(self.sink_cols.get(k)) for k in inexact)}, whose Delta log "
-                    "statistics are inexact: a digest query would skip files holding rows"
-                )
+        refusal = self.reader.digest_refusal(self.keys, self.sink_cols)
+        if refusal is not None:
+            return DigestPlan(reason=refusal)
         return plan(self.table.columns, self.reader.rules, self.sink_cols)
 
     def digest_in_range(self, lo, hi):
@@ -107,7 +98,7 @@ class SinkSide:
         return tuple(c.source(v) for c, v in zip(self.key_canons, raw_key))
 
     def _read_kwargs(self) -> dict:
-        out = {"key_canons": self.key_canons} if self.reader.name == "delta" else {}
+        out: dict = {"key_canons": self.key_canons}  # for a reader that compares keys canonically
         if self.fixed is not None:
             out["fixed"] = self.fixed
         return out
@@ -127,8 +118,9 @@ class SinkSide:
         change of it: its row's ``_cdc_seq`` or its tombstone's (keys it has neither of are
         left out)."""
         keys = list(canon_keys)
-        extra = {"key_canons": self.key_canons} if self.reader.name == "delta" else {}
-        found = self.reader.positions_with_keys(*self.target, self.sink_cols, self.keys, self.kinds, keys, **extra)
+        found = self.reader.positions_with_keys(
+            *self.target, self.sink_cols, self.keys, self.kinds, keys, key_canons=self.key_canons
+        )
         out: dict[bytes, int] = {}
         for r in found:
             if r[-1] is None:

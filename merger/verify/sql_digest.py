@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from cdc.quoting import pg_ident, quote_ident
-from merger.verify.canonical import Column, SinkRules, UnsupportedColumn
+from merger.verify.canonical import DATAFUSION, POSTGRESQL, Column, SinkRules, UnsupportedColumn
 
-DIALECTS = ("mariadb", "postgres", "datafusion")
+DIALECTS = ("mariadb", POSTGRESQL, DATAFUSION)
 # MariaDB character sets whose every value converts to utf8mb4 unchanged
 _CHARSETS = ("utf8mb4", "utf8mb3", "utf8", "latin1", "ascii")
 _PG_INTS = ("smallint", "integer", "bigint")
@@ -113,7 +113,7 @@ def _string_texts(col: Column, rules: SinkRules, sink_type: str, c: str, s: str)
     src = c if (col.character_set or "utf8mb4").lower() == "utf8mb4" else f"CONVERT({c} USING utf8mb4)"
     if col.data_type == "char":
         src = f"TRIM(TRAILING ' ' FROM {src})"
-    if rules.sink == "postgres":
+    if rules.dialect == POSTGRESQL:
         if sink_type not in ("text",) and not sink_type.startswith("character varying"):
             raise NoSqlText(f"column {col.name!r} is {sink_type} in the sink")
         return (f"CONCAT(LENGTH({src}), ':', {src})", f"octet_length({s})::text || ':' || {s}")
@@ -127,9 +127,9 @@ def column_texts(col: Column, rules: SinkRules, sink_type: str | None) -> tuple[
     if sink_type is None:
         raise NoSqlText(f"the sink has no column {col.name!r}")
     st = sink_type.lower()
-    pg = rules.sink == "postgres"
+    pg = rules.dialect == POSTGRESQL
     c = quote("mariadb", col.name)
-    s = quote("postgres" if pg else "datafusion", col.name)
+    s = quote(rules.dialect, col.name)
     sink_text = f"{s}::text" if pg else f"CAST({s} AS VARCHAR)"
     try:
         kind = col.kind
@@ -186,7 +186,7 @@ def _row(dialect: str, texts: Sequence[str]) -> str:
 
 def plan(columns: Sequence[Column], rules: SinkRules, sink_types: Mapping[str, str]) -> DigestPlan:
     """The row texts of a table for one sink, or the reason there are none."""
-    dialect = "postgres" if rules.sink == "postgres" else "datafusion"
+    dialect = rules.dialect
     pairs = []
     try:
         for col in columns:

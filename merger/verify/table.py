@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from merger.verify.side import SinkSide
-from merger.verify.sinks import SinkReadError
+from merger.verify.sinks.base import SinkReadError
 from merger.verify.source import SourceReader
 
 

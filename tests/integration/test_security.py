@@ -256,7 +256,8 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     try:
-        from merger.verify.sinks import DeltaReader, PostgresReader
+        from merger.verify.sinks.delta import DeltaReader
+        from merger.verify.sinks.postgres import PostgresReader
         from merger.verify.source import SourceReader
         from merger.verify.table import compare_table
 

@@ -29,7 +29,7 @@ from merger.schema.catalog import SourceCatalog
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
 from merger.snapshot.direct_read import canonical_source_rows
-from merger.verify.sinks import DeltaReader
+from merger.verify.sinks.delta import DeltaReader
 from merger.verify.source import SourceReader
 from tests.merger_harness import SinkChecker, write_merger_config
 

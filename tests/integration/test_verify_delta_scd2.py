@@ -30,7 +30,7 @@ from merger.history.modes import LATEST, SCD2Mode, TableModes
 from merger.schema.canonical import arrow_schema
 from merger.sinks.delta import DeltaSink
 from merger.verify.current_versions import CurrentVersions, reader_for_mode
-from merger.verify.sinks import DeltaReader
+from merger.verify.sinks.delta import DeltaReader
 from tests.integration.test_verify import root_catalog
 from tests.integration.test_verify_scd2 import HOUR, ROWS, T0, History
 from tests.merger_harness import write_merger_config

@@ -23,7 +23,8 @@ from merger.schema.canonical import arrow_schema
 from merger.sinks.delta import DeltaSink
 from merger.sinks.postgres import PostgresSink
 from merger.verify.chunked import TableVerifier
-from merger.verify.sinks import DeltaReader, PostgresReader
+from merger.verify.sinks.delta import DeltaReader
+from merger.verify.sinks.postgres import PostgresReader
 from merger.verify.source import SourceReader
 from tests.integration.test_verify import changes, pipeline_rows, root_catalog
 

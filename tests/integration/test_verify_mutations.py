@@ -26,7 +26,8 @@ import pytest
 import yaml
 
 from merger.verify.chunked import TableVerifier
-from merger.verify.sinks import DeltaReader, PostgresReader
+from merger.verify.sinks.delta import DeltaReader
+from merger.verify.sinks.postgres import PostgresReader
 from merger.verify.source import SourceReader
 from merger.verify.table import compare_table
 

@@ -31,7 +31,7 @@ from merger.schema.canonical import arrow_schema, snapshot_select
 from merger.sinks.postgres import PostgresSink
 from merger.snapshot.direct_read import canonical_source_rows
 from merger.verify.current_versions import CurrentVersions
-from merger.verify.sinks import PostgresReader
+from merger.verify.sinks.postgres import PostgresReader
 from tests.integration.test_verify import root_catalog
 from tests.merger_harness import write_merger_config
 

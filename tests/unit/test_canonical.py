@@ -20,9 +20,11 @@ from merger.verify import canonical as C
 from merger.verify import keys as K
 from merger.verify.canonical import Column, SinkRules
 from merger.verify.column_canon import ColumnCanon
+from merger.verify.sinks.delta import DELTA_RULES, delta_value
+from merger.verify.sinks.postgres import postgres_param, postgres_rules
 
-DELTA = SinkRules("delta")
-PG = SinkRules("postgres")
+DELTA = DELTA_RULES
+PG = postgres_rules()
 UTC = dt.timezone.utc
 
 
@@ -208,12 +210,12 @@ def test_nul_characters():
     assert ColumnCanon(t, DELTA).source(v) == ColumnCanon(t, DELTA).sink(v)
     assert ColumnCanon(t, DELTA).source(v) != ColumnCanon(t, DELTA).sink("ab")
     # PostgreSQL: the configured policy, applied to the source value
-    assert ColumnCanon(t, SinkRules("postgres", "strip")).source(v) == "ab"
-    assert ColumnCanon(t, SinkRules("postgres", "replace")).source(v) == "a\ufffdb\ufffd"
-    assert ColumnCanon(t, SinkRules("postgres", "pause")).source(v) == v  # never equal to a PG value
+    assert ColumnCanon(t, postgres_rules("strip")).source(v) == "ab"
+    assert ColumnCanon(t, postgres_rules("replace")).source(v) == "a\ufffdb\ufffd"
+    assert ColumnCanon(t, postgres_rules("pause")).source(v) == v  # never equal to a PG value
     assert PG.nul_policy == "strip"
     with pytest.raises(ValueError):
-        SinkRules("postgres", "drop")
+        postgres_rules("drop")
 
 
 # ------------------------------------------------------------------ binary and bits
@@ -478,12 +480,12 @@ def test_key_order_follows_values():
 def test_delta_and_postgres_key_values():
     import pyarrow as pa
 
-    assert K.delta_value("time", "-1:00:00.000000", pa.int64()) == -3600 * 10**6
-    assert K.delta_value("decimal", "1.5", pa.string()) is None  # text order is not numeric
-    assert K.delta_value("decimal", "1.5", pa.decimal128(10, 2)) == Decimal("1.5")
-    assert K.delta_value("bit", "0x01", pa.bool_()) is True
-    assert K.postgres_param("bit", "0x01", "boolean") is True
-    assert K.postgres_param("timestamp", "2020-01-01 00:00:00.000000Z", "timestamp with time zone") == dt.datetime(
+    assert delta_value("time", "-1:00:00.000000", pa.int64()) == -3600 * 10**6
+    assert delta_value("decimal", "1.5", pa.string()) is None  # text order is not numeric
+    assert delta_value("decimal", "1.5", pa.decimal128(10, 2)) == Decimal("1.5")
+    assert delta_value("bit", "0x01", pa.bool_()) is True
+    assert postgres_param("bit", "0x01", "boolean") is True
+    assert postgres_param("timestamp", "2020-01-01 00:00:00.000000Z", "timestamp with time zone") == dt.datetime(
         2020, 1, 1, tzinfo=UTC
     )
     with pytest.raises(K.UnsupportedKey):

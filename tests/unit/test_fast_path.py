@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from merger.verify.fast_path import ChunkDigests
-from merger.verify.sinks import SinkReadError, SinkUnreachable
+from merger.verify.sinks.base import SinkReadError, SinkUnreachable
 from merger.verify.sql_digest import Digest, DigestPlan
 
 

@@ -21,6 +21,27 @@ def test_topic_names_are_sanitized_like_debezium():
     assert table_topic("cdc", 'we"ird', "sel`ect") == "cdc.we_ird.sel_ect"
 
 
+def test_every_topic_derived_from_the_prefix():
+    """The names are the contract (ingest writes them, the merger, Debezium's consumers and
+    the commands read them): one module builds them all."""
+    import re
+
+    from cdc.wire import topics
+
+    assert topics.schema_topic("cdc") == "cdc"
+    assert topics.offsets_topic("cdc") == "cdc.offsets"
+    assert topics.transaction_topic("cdc") == "cdc.transaction"
+    assert topics.heartbeat_topic("cdc") == "__debezium-heartbeat.cdc"
+    assert topics.dead_letter_topic("cdc") == "cdc.dlq"
+    assert topics.changelog_topic("out", "shop", "Straße") == "out.shop.Stra_e"
+    assert topics.changelog_control_topic("out") == "out._cdc.changelog_versions"
+    read = re.compile(topics.source_topics_pattern("cdc", "cdc.merged"))
+    assert read.match("cdc") and read.match("cdc.shop.orders") and read.match("cdc.shop.a.b")
+    for other in ("cdc.offsets", "cdc.transaction", "cdc.dlq", "cdcx.shop.t", "cdc.merged.shop.t"):
+        assert not read.match(other), other
+    assert re.match(topics.source_topics_pattern("cdc"), "cdc.merged.shop.t")
+
+
 def _records(rows: list[dict]):
     import pyarrow as pa
 

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from merger.verify.canonical import Column, SinkRules
+from merger.verify.canonical import Column
+from merger.verify.sinks.delta import DELTA_RULES
+from merger.verify.sinks.postgres import postgres_rules
 from merger.verify.sql_digest import (
     MASK,
     Digest,
@@ -26,8 +28,8 @@ from merger.verify.sql_digest import (
     words_digest,
 )
 
-PG = SinkRules("postgres")
-DELTA = SinkRules("delta")
+PG = postgres_rules()
+DELTA = DELTA_RULES
 
 
 def col(name: str, data_type: str, column_type: str | None = None, **kw) -> Column:
@@ -91,7 +93,7 @@ def test_a_string_text_is_the_same_for_every_sink_and_nul_policy():
     """NUL characters stay in the source's text: a PostgreSQL sink cannot hold them, so a
     chunk holding one differs there and is compared row by row under the sink's rule."""
     s = col("s", "varchar", "varchar(10)", character_set="utf8mb4")
-    texts = {column_texts(s, SinkRules("postgres", policy), "text")[0] for policy in ("strip", "replace", "pause")}
+    texts = {column_texts(s, postgres_rules(policy), "text")[0] for policy in ("strip", "replace", "pause")}
     texts.add(column_texts(s, DELTA, "string")[0])
     assert texts == {"CONCAT(LENGTH(`s`), ':', `s`)"}
 
@@ -113,7 +115,7 @@ def test_a_usable_plan_writes_every_column_once_in_order():
 
 def test_quote_escapes_each_dialect():
     assert quote("mariadb", "a`b") == "`a``b`"
-    assert quote("postgres", 'a"b') == '"a""b"'
+    assert quote("postgresql", 'a"b') == '"a""b"'
     assert quote("datafusion", "A") == '"A"'
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from merger.verify.sinks import DeltaReader
+from merger.verify.sinks.delta import DeltaReader
 
 ROW_SQL = 'CAST("v" AS VARCHAR)'
 

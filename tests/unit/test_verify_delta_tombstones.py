@@ -14,10 +14,11 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
-import merger.verify.sinks as verify_sinks
+import merger.verify.sinks.delta as verify_sinks
 from merger.sinks.delta import DeltaSink
 from merger.sinks.delta.meta import app_main, app_tombstones, steps_done
-from merger.verify.sinks import DeltaReader, SinkReadError
+from merger.verify.sinks.base import SinkReadError
+from merger.verify.sinks.delta import DeltaReader
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 T = ("db", "t")

@@ -14,7 +14,8 @@ from cdc.cli.verify import exit_code, render
 from merger.verify.chunked import TableResult
 from merger.verify.current_versions import CurrentVersions, reader_for_mode
 from merger.verify.history_shape import FAULT_KINDS, ShapeFault, faults_of, shape_query
-from merger.verify.sinks import DeltaReader, PostgresReader
+from merger.verify.sinks.delta import DeltaReader
+from merger.verify.sinks.postgres import PostgresReader
 
 
 def test_the_shape_query_partitions_by_every_key_column_and_quotes_them():

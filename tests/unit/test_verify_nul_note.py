@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from cdc.cli.verify import EXIT_EQUAL, exit_code, render
-from merger.verify.canonical import Column, SinkRules
+from merger.verify.canonical import Column
 from merger.verify.chunked import TableResult
 from merger.verify.column_canon import row_canons
 from merger.verify.side import SinkSide
+from merger.verify.sinks.delta import DELTA_RULES
+from merger.verify.sinks.postgres import postgres_rules
 from merger.verify.source import SourceTable
 
 COLUMNS = (
@@ -27,13 +29,13 @@ COLUMNS = (
     Column("j", "longtext", "longtext", is_json=True),
     Column("b", "varbinary", "varbinary(5)"),
 )
-RULES = [SinkRules("postgres", "strip"), SinkRules("postgres", "replace")]
-UNCHANGED = [SinkRules("postgres", "pause"), SinkRules("delta")]
+RULES = [postgres_rules("strip"), postgres_rules("replace")]
+UNCHANGED = [postgres_rules("pause"), DELTA_RULES]
 
 
 def _side(rules) -> SinkSide:
     """A SinkSide over COLUMNS (no reader is read: nul_changes only looks at the rows)."""
-    reader = SimpleNamespace(rules=rules, name=rules.sink)
+    reader = SimpleNamespace(rules=rules, digest_key_kinds=())
     return SinkSide(reader, SourceTable("db", "t", COLUMNS, ("id",)), ["id"], {"j": "jsonb"})
 
 
@@ -47,7 +49,7 @@ def test_the_count_is_of_the_values_whose_canonical_form_the_rule_changed(rows, 
         for i, (v, t, c, j) in enumerate(rows)
     ]
     canons = row_canons(COLUMNS, rules, {"j": "jsonb"})
-    plain = row_canons(COLUMNS, SinkRules("delta"), {"j": "jsonb"})  # the same values without any NUL rule
+    plain = row_canons(COLUMNS, DELTA_RULES, {"j": "jsonb"})  # the same values without any NUL rule
     want = sum(
         1
         for r in raw
@@ -66,14 +68,14 @@ def test_nul_values_in_text_and_json_strings_are_counted_once_each():
         (2, "ok", None, None, '{"\\u0000": 1}', None),
         (3, None, b"fine", "x", '{"k": "\\\\u0000"}', b"\x00"),  # an escaped backslash, then "u0000": no NUL
     ]
-    assert _side(SinkRules("postgres", "strip")).nul_changes(raw) == 5
-    assert _side(SinkRules("postgres", "pause")).nul_changes(raw) == 0
-    assert _side(SinkRules("delta")).nul_changes(raw) == 0
+    assert _side(postgres_rules("strip")).nul_changes(raw) == 5
+    assert _side(postgres_rules("pause")).nul_changes(raw) == 0
+    assert _side(DELTA_RULES).nul_changes(raw) == 0
 
 
 def test_json_in_a_text_column_keeps_its_escape_so_nothing_is_changed():
     """MariaDB's JSON is text in PostgreSQL unless declared JSON: the escape \\u0000 stays."""
-    reader = SimpleNamespace(rules=SinkRules("postgres", "strip"), name="postgres")
+    reader = SimpleNamespace(rules=postgres_rules("strip"), digest_key_kinds=())
     side = SinkSide(reader, SourceTable("db", "t", COLUMNS, ("id",)), ["id"], {"j": "text"})
     doc = '{"k": "a\\u0000"}'
     assert side.nul_changes([(1, None, None, None, doc, None)]) == 0

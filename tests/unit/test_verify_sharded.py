@@ -9,7 +9,7 @@ import pytest
 
 from merger.verify.chunked import TableResult
 from merger.verify.sharded import add_strays, logical_key, merge_results, stray_note, stray_origins
-from merger.verify.sinks import DeltaReader
+from merger.verify.sinks.delta import DeltaReader
 from merger.verify.sql_digest import fixed_predicate
 
 
@@ -68,7 +68,7 @@ def test_rows_of_no_origin_make_the_table_different():
 
 def test_fixed_predicate_quotes():
     assert fixed_predicate("datafusion", "__cdc_origin", "s1/db.o'x") == "\"__cdc_origin\" = 's1/db.o''x'"
-    assert fixed_predicate("postgres", "o", "v") == "\"o\" = 'v'"
+    assert fixed_predicate("postgresql", "o", "v") == "\"o\" = 'v'"
     with pytest.raises(ValueError):
         fixed_predicate("mariadb", "o", "v")
 

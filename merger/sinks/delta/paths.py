@@ -1,5 +1,5 @@
 """Where a Delta sink keeps a table, from its base path alone (pure: also what ``cdc
-verify`` reads, merger/verify/sinks.py).
+verify`` reads, merger/verify/sinks/delta.py).
 
 Path components are the names verbatim, except that ``/``, ``\\``, NUL, ``%``, ``~`` and
 the names ``.``/``..`` are written ``~`` + two hex digits (``a/b`` -> ``a~2Fb``): delta-rs

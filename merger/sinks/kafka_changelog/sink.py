@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import pyarrow as pa
 
 from cdc.wire.partitioner import partition_for
-from cdc.wire.topics import INVALID_TOPIC_CHARS, changelog_topic_safe
+from cdc.wire.topics import INVALID_TOPIC_CHARS, changelog_control_topic, changelog_topic
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,
@@ -106,7 +106,7 @@ class KafkaChangelogSink(Sink):
         self.transport = Transport(
             self.client,
             topic_prefix,
-            f"{topic_prefix}._cdc.changelog_versions",
+            changelog_control_topic(topic_prefix),
             transactional_id or f"cdc-changelog-{topic_prefix}",
             timeout_s,
         )
@@ -154,7 +154,7 @@ class KafkaChangelogSink(Sink):
             st = states.get(table)
             done: list[str] = []
             if st is None:
-                topic = f"{self.prefix}.{changelog_topic_safe(table.database)}.{changelog_topic_safe(table.table)}"
+                topic = changelog_topic(self.prefix, table.database, table.table)
                 clash = [s.table for s in states.values() if s.topic == topic]
                 if clash:
                     raise SinkError(f"table {table}: topic {topic} is already used by table {clash[0]}")
