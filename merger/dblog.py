@@ -4,8 +4,8 @@ No I/O here: no Spark, no Kafka, no database. The caller feeds what it reads fro
 table's topic and gets told which snapshot rows to emit, and with which sequence
 (``emitted_rows``, over Arrow).
 
-The protocol (see DESIGN.md, "Watermarks")
------------------------------------------
+The protocol (see docs/architecture.md, "Snapshots")
+----------------------------------------------------
 A *window* (an id string) covers one or more key-range chunks of a table T. The merger:
 
 1. calls ``Reconciler.open_window`` (and persists the state) *before* it writes LOW;
@@ -39,8 +39,8 @@ Rules, per window:
   can't be reconciled (LOW was lost, or the window was opened after LOW was written);
   such a window is reported by ``expired`` at once, with ``Window.problem`` saying why.
 
-The sequence rule (see DESIGN.md, "Ordering and idempotence")
--------------------------------------------------------------
+The sequence rule (see docs/architecture.md, "Sequences" and "Idempotence")
+---------------------------------------------------------------------------
 Every change the merger applies carries an integer *sequence* that orders all changes
 of one key (all changes of a key live in that key's partition):
 
