@@ -1,6 +1,7 @@
-"""Glue between the binlog reader and the pure encoding layer (``types``/``envelope``):
-builds one ``TableEncoder`` per table version, with the capture filter's column excludes
-and masks applied, from the binlog table map plus information_schema details."""
+"""Glue between the binlog reader and the pure encoding layer (``columncodec``/``envelope``):
+builds one ``TableCodec`` (its ``TableEncoder``) per table version, with the capture
+filter's column excludes and masks applied, from the binlog table map plus
+information_schema details."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ No I/O here: no Spark, no Kafka, no database. The caller feeds what it reads fro
 table's topic and gets told which snapshot rows to emit, and with which sequence
 (``emitted_rows``, over Arrow).
 
-The protocol (see DESIGN.md, "Watermarks")
------------------------------------------
+The protocol (see docs/architecture.md, "Snapshots")
+----------------------------------------------------
 A *window* (an id string) covers one or more key-range chunks of a table T. The merger:
 
 1. calls ``Reconciler.open_window`` (and persists the state) *before* it writes LOW;
@@ -39,8 +39,8 @@ Rules, per window:
   can't be reconciled (LOW was lost, or the window was opened after LOW was written);
   such a window is reported by ``expired`` at once, with ``Window.problem`` saying why.
 
-The sequence rule (see DESIGN.md, "Ordering and idempotence")
--------------------------------------------------------------
+The sequence rule (see docs/architecture.md, "Sequences" and "Idempotence")
+---------------------------------------------------------------------------
 Every change the merger applies carries an integer *sequence* that orders all changes
 of one key (all changes of a key live in that key's partition):
 
@@ -56,8 +56,8 @@ A sink applies a change only if its sequence is greater than the one it holds fo
 key; a delete is kept as a tombstone carrying its sequence, so an older change (a replay,
 or a chunk row emitted late) can never resurrect the row. A truncate at sequence s in
 partition p turns every key of p held with a smaller sequence into a tombstone at s
-(ingest writes a truncate into every partition, like a marker). ``apply_change`` and
-``apply_truncate`` below are this rule on a dict, the reference for the real sinks.
+(ingest writes a truncate into every partition, like a marker). The tests' reference
+sink (``tests/support/dict_sink.py``) is this rule on a dict.
 
 ``emitted_rows`` is the emission rule the merger runs (over Arrow): which staged rows of
 a ready window survive, and with which sequence.
@@ -513,31 +513,3 @@ def decode_key(data: list) -> Any:
     if tag == "td":
         return _dt.timedelta(days=payload[0], seconds=payload[1], microseconds=payload[2])
     raise ValueError(f"unknown key tag {tag!r}")
-
-
-# -- the reference sink: key -> (sequence, row or DELETED) -----------------------------
-
-
-def apply_change(state: dict, key: Key, sequence: int, row: Row) -> bool:
-    """Apply one change (``row`` is DELETED for a delete) if it is newer than the held one."""
-    held = state.get(key)
-    if held is not None and held[0] >= sequence:
-        return False
-    state[key] = (sequence, row)
-    return True
-
-
-def apply_truncate(state: dict, partition: int, sequence: int, partition_of: Callable[[Key], int]) -> int:
-    """A truncate at ``sequence`` in ``partition``: older keys of that partition become
-    tombstones at ``sequence``. Returns how many live rows it deleted."""
-    changed = 0
-    for key, (seq, row) in list(state.items()):
-        if seq < sequence and partition_of(key) == partition:
-            state[key] = (sequence, DELETED)
-            changed += row is not DELETED
-    return changed
-
-
-def live_rows(state: dict) -> dict:
-    """The rows a reader of the sink sees: key -> row, tombstones left out."""
-    return {k: row for k, (_, row) in state.items() if row is not DELETED}

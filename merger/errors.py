@@ -7,10 +7,6 @@ class MergerError(UserError, RuntimeError):
     pass
 
 
-class TablePaused(MergerError):
-    """A table cannot be merged until an operator acts (e.g. an incompatible DDL)."""
-
-
 class BadChange(CdcError):
     """A change of a known table that cannot be applied (``on_bad_record: pause``)."""
 

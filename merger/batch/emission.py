@@ -50,7 +50,6 @@ class WindowEmitter:
     def emit_ready(
         self,
         batch_id: int,
-        step: list,
         budget_factor: int,
         done: list[Path],
         pause: Callable[[TableRuntime, TableFault], None],
@@ -67,7 +66,7 @@ class WindowEmitter:
                 continue
             start, count = part if part else (0, None)  # an intent of an older version: all of it
             try:
-                self.emit_window(batch_id, rt, wid, step, start, count, done)
+                self.emit_window(rt, wid, start, count, done)
             except TableFault as exc:  # the window stays, to be emitted after `cdc resume`
                 pause(rt, exc)
 
@@ -95,9 +94,7 @@ class WindowEmitter:
             self.store.save_intent(batch_id, intent)
         return intent
 
-    def emit_window(
-        self, batch_id: int, rt: TableRuntime, wid: str, step: list, start: int, count: int | None, done: list[Path]
-    ) -> None:
+    def emit_window(self, rt: TableRuntime, wid: str, start: int, count: int | None, done: list[Path]) -> None:
         """Emit staged rows [start, start + count) of a ready window; finish the window
         when that reaches its end."""
         window = rt.reconciler.window(wid)
@@ -137,13 +134,13 @@ class WindowEmitter:
                 table = self._owned(rt, wid, owner, table, asks)
             if table.num_rows == 0:
                 continue
-            self.writer.apply(batch_id, rt, self._timed(rt, window, table), step)
+            self.writer.apply(rt, self._timed(rt, window, table))
             emitted += table.num_rows
             crashpoints.reached("mid_emission")
         rt.snapshot_rows += emitted
         finished = end >= total
         plan = self.store.load_plan(rt.name)  # read once for the sweep and the progress
-        deleted = self._sweep(batch_id, rt, window, files, cut, step, plan) if finished and plan else 0
+        deleted = self._sweep(rt, window, files, cut, plan) if finished and plan else 0
         self._record_progress(rt, window, emitted, finished, asks, deleted, plan)
         if not finished:
             rt.emitted[wid] = end
@@ -163,9 +160,7 @@ class WindowEmitter:
         done.append(path)
         log.info("snapshot window %s of %s emitted: %d rows", wid, rt.name, emitted)
 
-    def _sweep(
-        self, batch_id: int, rt: TableRuntime, window: Window, files: list[Path], cut: int, step: list, plan: dict
-    ) -> int:
+    def _sweep(self, rt: TableRuntime, window: Window, files: list[Path], cut: int, plan: dict) -> int:
         """A repair's key-list window: the asked keys the SELECT did not return and the
         stream did not change are deleted (``merger.dblog.swept_keys``); the deletes."""
         asked = [
@@ -187,7 +182,7 @@ class WindowEmitter:
         read_keys = pa.concat_tables(read) if read else asked_keys.slice(0, 0)
         gone = swept_keys(window, asked_keys, read_keys, rt.keys, cut)
         if gone.num_rows:
-            self.writer.apply(batch_id, rt, self._timed(rt, window, deletes_table(rt.schema, gone)), step)
+            self.writer.apply(rt, self._timed(rt, window, deletes_table(rt.schema, gone)))
             log.info("repair of %s: %d rows the source does not hold deleted from the sinks", rt.name, gone.num_rows)
         return gone.num_rows
 

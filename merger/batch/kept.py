@@ -1,7 +1,7 @@
 """The changes of a paused table, kept on disk in their order until `cdc resume` (or a
 new snapshot) instead of being lost: one Parquet file of Kafka records per batch, in
 ``<state_dir>/paused/<table>/``. The batch applies them again, oldest first, before
-anything newer (``BatchProcessor._replay_spill``)."""
+anything newer (``merger.batch.pausing.PausedTables.apply_kept_of``)."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ shard) such an order exists, and ``shards_merged`` finds one: it takes, among th
 partitions' next records, one that comes first in its shard's binlog.
 
 Except after an ingest crash on a broker that shows aborted transactions' records (the
-local Tansu does, DESIGN.md): the crashed run's last transaction may show in some
-partitions and not in others, and the next run sends those shards' records again in
-another interleaving. Then no order may keep both every partition and every shard; for
+local Tansu does, docs/kafka_source.md "Transaction markers"): the crashed run's last
+transaction may show in some partitions and not in others, and the next run sends those
+shards' records again in another interleaving. Then no order may keep both every partition and every shard; for
 example ``[a2, b1]`` in one partition and ``[b2, a1]`` in another. The partitions' order
 is kept always (the reconciler tells replays by offset); when every partition's next
 record waits for a lower one of its shard, one of them goes first anyway, the one whose

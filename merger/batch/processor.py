@@ -18,9 +18,9 @@ For each batch (an Arrow table of records, as the Kafka source delivers them):
 
 Sequences: a change's sequence is its binlog position (``EventPosition.sequence``),
 which orders the changes of a key across partitions, and lets a snapshot row carry the
-HIGH watermark's position. Sink writes carry ``version = base + batch_id * 1e6 + step``,
-so a re-run batch is skipped by every sink (``base``: see ``_version_base``). What
-depends on the writer of the topics (``source_connector``) is its kind's
+HIGH watermark's position. Sink writes carry ``version = base + batch_id * 1e6 + n``, n
+counting the batch's writes, so a re-run batch is skipped by every sink
+(``merger.batch.versions``). What depends on the writer of the topics (``source_connector``) is its kind's
 (``merger.sources``): the replay rule, the sequence (the Kafka offset on topics written
 by Debezium itself), how schema changes, truncates and snapshots reach the merger.
 """
@@ -37,15 +37,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.ddl import ALTERED, CREATED, DROPPED, RENAMED, spec_from_marker
-from cdc.routes import ORIGIN_COLUMN, origin_of
+from cdc.routes import ORIGIN_COLUMN
 from cdc.table_changes import table_change_json
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition
 from cdc.wire.topics import table_topic
 from merger import crashpoints
+from merger.batch.clock import BatchClock
 from merger.batch.emission import WindowEmitter
-from merger.batch.kept import keep
+from merger.batch.origins import Origins
 from merger.batch.owner_check import OwnerCheck
 from merger.batch.pausing import PausedTables
 from merger.batch.records import (
@@ -60,8 +61,6 @@ from merger.batch.records import (
     payload_of,
     position_of,
 )
-from merger.batch.shard_ddl import APPLY, CONFLICT, ShardDdl
-from merger.batch.shard_ddl import decide as decide_shard_ddl
 from merger.batch.sink_writer import SinkWriter
 from merger.batch.table_ddl import DdlFollower
 from merger.batch.tables import TableRegistry, TableRuntime
@@ -70,7 +69,7 @@ from merger.errors import BadChange, MergerError
 from merger.kafka.admission import learn, observed_sizes, record_bytes
 from merger.schema.canonical import SourceModes
 from merger.schema.catalog import SourceCatalog, parse_table_id, spec_from_table_change
-from merger.sinks.base import SinkError, TableCut, TableFault
+from merger.sinks.base import TableCut, TableFault
 from merger.snapshot.chunking import resolve_chunk_key, window_origin
 from merger.sources import source_kind
 from merger.state.store import StateStore
@@ -78,8 +77,6 @@ from merger.verify.windows import is_verify_window
 
 log = logging.getLogger(__name__)
 
-# a source counts as busy for this long after a batch with a streamed change
-STREAMING_RECENT_S = 5.0
 # a table whose snapshot windows expire this many times in a row (none emitted between)
 # is paused with the reason: retrying for ever would look like a snapshot that runs
 WINDOW_EXPIRIES_LIMIT = 3
@@ -88,7 +85,7 @@ WINDOW_EXPIRIES_LIMIT = 3
 IDLE_EMIT_FACTOR = 5
 
 
-class BatchProcessor(PausedTables):
+class BatchProcessor:
     def __init__(
         self,
         prefix: str,
@@ -123,7 +120,6 @@ class BatchProcessor(PausedTables):
         self.on_bad_record = on_bad_record
         self.dead_letter = dead_letter
         self.window_timeout_s = window_timeout_s
-        self.emit_rows_per_batch = emit_rows_per_batch
         self.on_new_table = on_new_table
         # topic -> its partitions that hold records the stream has not read yet (set by the
         # app from the query's progress): a window's markers may wait there, unread
@@ -131,25 +127,24 @@ class BatchProcessor(PausedTables):
         # the tables' runtimes; its lock serialises a batch against the snapshot runner
         self.tables = TableRegistry()
         self.replay = self.source_kind.replay_filter()
-        self.restored = False
+        # whether the first batch restored the state, when batches run, whether changes stream in
+        self.clock = BatchClock()
         self.record_sizes: dict[str, float] | None = None  # merger.kafka.admission, loaded at first use
         self.last_batch_bytes = 0  # keys and values of the last batch's records
         self.bad_records = 0
         self.last_batch: int | None = None
-        self.batch_started: float | None = None
-        self._replaying: set = set()
         self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status)
         self.verify_passes: dict[str, dict] = {}  # table -> its last background verify pass (its thread's)
         self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
         # key mode unique: a key's changes from a second origin pause its table (merger.batch.owner_check)
         self.owners = OwnerCheck(sinks, self.writer.fanout.read) if key_mode == "unique" else None
         self.ddl = DdlFollower(store, self.writer, self.chunk_keys, modes, on_drop)
-        self._spill_done: list = []
-        self._staging_done: list = []
-        self.emission_pending: str | None = None  # a table with ready windows left after the last batch
-        self.batch_finished_at = 0.0
+        self._staging_done: list = []  # windows consumed or dropped: deleted once the batch's state is saved
+        # the physical tables of a logical table, each one's DDL, drop, rename and truncate
+        self.origins = Origins(self.source_kind, store, self.writer, self.ddl, catalog, on_drop, self._staging_done)
+        # paused tables: their changes kept on disk, applied first once resumed
+        self.paused = PausedTables(store, self.writer, self.tables, self._table_batch)
         self.last_timing: dict = {}  # the last batch's time split (diagnostics)
-        self.last_change_at = 0.0  # monotonic time of the last batch with a streamed change
         self.fatal: MergerError | None = None  # why the last batch failed (on_bad_record: stop)
         self.unparseable: dict[str, list[tuple[dict, str]]] = {}  # this batch's unreadable records, per table
         self._replay_cache: dict = {}  # partition -> (its filter entry, the saved entry built from it)
@@ -241,25 +236,14 @@ class BatchProcessor(PausedTables):
         return topic[len(self.prefix) + 1 :]
 
     def rebuild_table(self, rt: TableRuntime) -> bool:
-        """``cdc snapshot`` of a paused table: drop its sink tables, create them with the
-        current schema, and forget the kept changes (the snapshot that follows covers them).
-        False (the table stays paused, the reason in its error) if a sink cannot drop."""
-        try:
-            self.writer.drop_tables(rt)
-        except SinkError as exc:
-            rt.error = f"{rt.error}; cannot rebuild: {exc}"
-            log.error("table %s stays paused: %s", rt.name, exc)
-            return False
-        shutil.rmtree(self._spill_dir(rt), ignore_errors=True)
-        rt.phase, rt.error = "streaming", None
-        rt.shard_ddl = ShardDdl()  # the origins' definitions are learnt again (the snapshot reads them all)
-        self.writer.ensure_tables(rt)
-        log.info("table %s: sink tables dropped and created again for a new snapshot", rt.name)
-        return rt.phase != "paused"
+        """``cdc snapshot`` of a paused table (``PausedTables.rebuild``)."""
+        return self.paused.rebuild(rt)
 
-    def refresh_spec(
-        self, rt: TableRuntime, spec: TableSpec | None = None, batch_id: int | None = None, step: list | None = None
-    ) -> None:
+    def resume_table(self, rt: TableRuntime) -> None:
+        """``cdc resume`` of a paused table (``PausedTables.resume``)."""
+        self.paused.resume(rt)
+
+    def refresh_spec(self, rt: TableRuntime, spec: TableSpec | None = None) -> None:
         """A definition met outside the stream's order (a column no event had before, or
         Debezium's schema-change topic): judged by the definitions alone."""
         if spec is None and self.catalog is not None:
@@ -267,33 +251,34 @@ class BatchProcessor(PausedTables):
             spec = self.catalog.table_spec(db, table)
         if spec is None:
             return
-        self.ddl.apply(batch_id, rt, ALTERED, spec, None, None, step or [0], self._staging_done)
+        self.ddl.apply(rt, ALTERED, spec, None, None, self._staging_done)
 
     # ------------------------------------------------------------------ the batch
 
     def process(self, batch_id: int, records: pa.Table) -> None:
         with self.tables.locked():
-            self.batch_started = time.monotonic()
-            if not self.restored:
+            self.clock.started = time.monotonic()
+            if not self.clock.restored:
                 state = self.store.load_before(batch_id)
                 if state:
                     self._restore(state)
-                self.restored = True
-            step = [0]
+                self.clock.restored = True
+            self.writer.start_batch(batch_id)
             now_ms = time.time() * 1000
             per_table, schema_records = self._route(records)
             for payload in schema_records:
-                self._schema_change(batch_id, payload, step)
-            self._apply_kept(batch_id, per_table, step, now_ms)
-            self._apply_changes(batch_id, per_table, step, now_ms)
-            streamed_s = time.monotonic() - self.batch_started
+                self._schema_change(batch_id, payload)
+            self.paused.apply_kept(batch_id, per_table, now_ms)
+            self._apply_changes(batch_id, per_table, now_ms)
+            streamed_s = time.monotonic() - self.clock.started
             # no streamed change in this batch: nobody waits behind the emission, and a
-            # batch of an idle source costs a watermark tick round trip: emit twice as much
+            # batch of an idle source costs a watermark tick round trip: emit
+            # IDLE_EMIT_FACTOR times as much
             if any(WATERMARK_HEADER not in it.headers for items in per_table.values() for it in items):
-                self.last_change_at = time.monotonic()
+                self.clock.last_change_at = time.monotonic()
             # a batch that the tick brought while changes stream in may hold none of them:
             # it only counts as idle when no change came for a few seconds
-            self._emit_ready(batch_id, step, 1 if self.changes_streaming() else IDLE_EMIT_FACTOR)
+            self._emit_ready(batch_id, 1 if self.clock.changes_streaming() else IDLE_EMIT_FACTOR)
             self._expire_windows()
             crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())
@@ -374,8 +359,8 @@ class BatchProcessor(PausedTables):
             per_table.setdefault(name, []).append(ParsedRecord(r, headers, payload, pos))
         return per_table, schema_records
 
-    def _apply_changes(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
-        self._pause_unparseable(batch_id, per_table, step, now_ms)
+    def _apply_changes(self, batch_id: int, per_table: dict, now_ms: float) -> None:
+        self._pause_unparseable(batch_id, per_table, now_ms)
         for name, items in per_table.items():
             rt = self.tables.get(name) or self._first_met(name, items)
             if rt is None:
@@ -386,9 +371,9 @@ class BatchProcessor(PausedTables):
                     self._bad(it.record, f"table {name} not found in the source")
                 continue
             try:
-                self._table_batch(batch_id, rt, items, step, now_ms)
+                self._table_batch(batch_id, rt, items, now_ms)
             except (TableFault, BadChange) as exc:
-                self._pause_unstorable(batch_id, rt, exc, items, step, now_ms)
+                self.paused.pause(batch_id, rt, exc, items, now_ms)
 
     def _refuse_unreadable(self, name: str) -> None:
         """Changes of a table the merger's user may not read: stop with the GRANT to run,
@@ -401,7 +386,7 @@ class BatchProcessor(PausedTables):
             )
             raise self.fatal from None
 
-    def _pause_unparseable(self, batch_id: int, per_table: dict, step: list, now_ms: float) -> None:
+    def _pause_unparseable(self, batch_id: int, per_table: dict, now_ms: float) -> None:
         """``on_bad_record: pause``: a table with a record that cannot be parsed pauses at
         it; the record goes to the dead-letter topic (confirmed) and the table's other
         changes are kept on disk in order until `cdc resume` or `cdc snapshot`."""
@@ -423,7 +408,7 @@ class BatchProcessor(PausedTables):
             )
             if rt.phase in ("paused", "failed"):
                 continue  # already paused: its changes are kept
-            self._pause_unstorable(batch_id, rt, exc, per_table.pop(name, []), step, now_ms)
+            self.paused.pause(batch_id, rt, exc, per_table.pop(name, []), now_ms)
 
     def _expire_windows(self) -> None:
         now = time.time()
@@ -467,12 +452,13 @@ class BatchProcessor(PausedTables):
         """After the batch's state is saved: delete what it consumed, ask for the next
         batch if windows wait, record the timing."""
         # only now: a re-run of this batch (crash before save_batch) reads them again
-        for done in self._spill_done + self._staging_done:
+        for done in self.paused.applied + self._staging_done:
             shutil.rmtree(done, ignore_errors=True)
-        self._spill_done, self._staging_done = [], []
+        self.paused.applied.clear()
+        self._staging_done.clear()
         self.last_batch = batch_id
         # windows still to emit (over the batch's budget): they need another batch
-        self.emission_pending = next(
+        self.clock.emission_pending = next(
             (
                 name
                 for name, rt in sorted(self.tables.items())
@@ -480,10 +466,10 @@ class BatchProcessor(PausedTables):
             ),
             None,
         )
-        if self.emission_pending is not None:
+        if self.clock.emission_pending is not None:
             self._ask_for_batch(batch_id)
-        self.batch_finished_at = time.monotonic()
-        took = self.batch_finished_at - self.batch_started
+        self.clock.finished_at = time.monotonic()
+        took = self.clock.finished_at - self.clock.started
         self.last_timing = {
             "changesMs": int(1000 * streamed_s),
             "windowsMs": int(1000 * (took - streamed_s)),
@@ -498,11 +484,7 @@ class BatchProcessor(PausedTables):
             streamed_s,
             took - streamed_s,
         )
-        self.batch_started = None
-
-    def changes_streaming(self) -> bool:
-        """A batch with a streamed change came within the last STREAMING_RECENT_S."""
-        return time.monotonic() - self.last_change_at < STREAMING_RECENT_S
+        self.clock.started = None
 
     def _ask_for_batch(self, batch_id: int) -> None:
         """Spark runs a micro-batch only for new offsets: raise the tick pseudo-partition's."""
@@ -541,7 +523,7 @@ class BatchProcessor(PausedTables):
             self.fatal = exc
             raise
 
-    def _schema_change(self, batch_id: int, payload: dict, step: list) -> None:
+    def _schema_change(self, batch_id: int, payload: dict) -> None:
         """A record of the schema-change topic. Ingest also writes each DDL as a marker
         into the table's own topic, in order with its changes, and the merger acts on that
         one (``_table_batch``); topics without DDL markers (Debezium's) have only this
@@ -561,7 +543,7 @@ class BatchProcessor(PausedTables):
                     self.table(name, spec)
                 continue
             if kind == "DROP":
-                self.ddl.apply(batch_id, rt, DROPPED, None, payload.get("ddl"), None, step, self._staging_done)
+                self.ddl.apply(rt, DROPPED, None, payload.get("ddl"), None, self._staging_done)
             elif spec is not None:
                 # compared in the form of tableChanges (which lacks collations, generation, ...);
                 # Debezium reports CREATE for every table at its initial snapshot, and for a
@@ -570,13 +552,11 @@ class BatchProcessor(PausedTables):
                 if spec == same_form:
                     continue
                 self.ddl.apply(
-                    batch_id,
                     rt,
                     CREATED if rt.phase == "dropped" else ALTERED,
                     spec,
                     payload.get("ddl") if kind == "ALTER" else None,
                     None,
-                    step,
                     self._staging_done,
                     old=same_form,
                 )
@@ -617,17 +597,14 @@ class BatchProcessor(PausedTables):
 
     # ------------------------------------------------------------------ changes of one table
 
-    def _table_batch(
-        self, batch_id: int, rt: TableRuntime, items: list[ParsedRecord], step: list, now_ms: float
-    ) -> None:
+    def _table_batch(self, batch_id: int, rt: TableRuntime, items: list[ParsedRecord], now_ms: float) -> None:
         if rt.phase in ("paused", "failed"):
             # a paused table keeps its changes on disk, in order, until `cdc resume`
-            keep(self.store, batch_id, rt.name, [it.record for it in items])
+            self.paused.keep(batch_id, rt, [it.record for it in items])
             crashpoints.reached("paused_spill")
             return
-        spill = self._spill_dir(rt)
-        if spill.exists() and spill not in self._replaying:
-            self._replay_spill(batch_id, rt, step, now_ms)
+        if self.paused.kept_waiting(rt):
+            self.paused.apply_kept_of(batch_id, rt, now_ms)
         # the topic may have been created (by the first marker or event) after we first met
         # the table (asked of the broker once it exists, then cached): asked on every batch,
         # for a batch may hold records of partition 0 only, and a window counted as ready
@@ -643,154 +620,35 @@ class BatchProcessor(PausedTables):
         for i, ev in enumerate(events):
             if ev.op != SCHEMA:
                 continue
-            self._walk(batch_id, rt, events[start:i], step)
+            self._walk(batch_id, rt, events[start:i])
             start = i + 1
             order, marker = ev.order, ev.image
             kind = str(marker.get("kind"))
             if kind == DROPPED and ORIGIN_COLUMN in rt.schema.names:
-                self._drop_origin(batch_id, rt, ev, step)  # one physical table of the logical table
+                self.origins.dropped(rt, ev)  # one physical table of the logical table
                 continue
             if kind == RENAMED and ORIGIN_COLUMN in rt.schema.names:
-                if self._renamed_in(batch_id, rt, ev, step):
-                    keep(self.store, batch_id, rt.name, [kept.record for kept in events[i:]], "-ddl")
+                if self.origins.renamed_in(rt, ev):
+                    self.paused.keep(batch_id, rt, [kept.record for kept in events[i:]], "-ddl")
                     return
                 continue
             if self.source_kind.shards:  # per shard, against the other shards' definitions (merger.batch.shard_ddl)
-                if self._shard_marker(batch_id, rt, ev, step):
+                if self.origins.shard_marker(rt, ev):
                     # paused at this marker: it and what follows are kept, until `cdc resume` or `cdc snapshot`
-                    keep(self.store, batch_id, rt.name, [kept.record for kept in events[i:]], "-ddl")
+                    self.paused.keep(batch_id, rt, [kept.record for kept in events[i:]], "-ddl")
                     return
                 continue
             if order <= rt.ddl_through:
                 continue  # the same statement, read from another partition
             rt.ddl_through = order
             self.ddl.apply(
-                batch_id,
-                rt,
-                str(marker.get("kind")),
-                spec_from_marker(marker),
-                marker.get("ddl"),
-                order,
-                step,
-                self._staging_done,
+                rt, str(marker.get("kind")), spec_from_marker(marker), marker.get("ddl"), order, self._staging_done
             )
             if rt.phase in ("paused", "failed"):  # what follows the DDL is kept until `cdc resume`
                 # sorts before this batch's own file, which may follow
-                keep(self.store, batch_id, rt.name, [ev.record for ev in events[start:]], "-ddl")
+                self.paused.keep(batch_id, rt, [ev.record for ev in events[start:]], "-ddl")
                 return
-        self._walk(batch_id, rt, events[start:], step)
-
-    def _shard_marker(self, batch_id: int, rt: TableRuntime, ev: ChangeEvent, step: list) -> bool:
-        """A DDL marker of one shard of a sharded source: applied once per shard position,
-        the sink tables following what every origin's definition allows together
-        (``merger.batch.shard_ddl.decide``). True: the shards disagree, the table is paused here."""
-        state = rt.shard_ddl
-        source = (payload_of(ev.record["value"]) or {}).get("source") or {}
-        shard = str(source.get("shard") or "")
-        if ev.order <= state.through.get(shard, 0):
-            return False  # the same statement, read from another partition
-        spec = spec_from_marker(ev.image)
-        if spec is None:  # the table was gone when ingest read its definition: nothing to compare
-            state.through[shard] = ev.order
-            return False
-        origin = origin_of(shard, str(source.get("db") or ""), str(source.get("table") or ""))
-        if not state.specs:
-            state.specs = dict.fromkeys(self._origins(rt.name), rt.spec)  # every origin as the table is now
-        force = state.accepted == [shard, ev.order]  # `cdc resume` took this marker as it is
-        verdict = decide_shard_ddl(rt.spec, state.specs, origin, spec, force)
-        if verdict.action == CONFLICT:
-            state.conflict = [shard, ev.order]
-            rt.phase, rt.error = "paused", verdict.reason
-            log.error("table %s paused: %s", rt.name, rt.error)
-            return True
-        state.through[shard] = ev.order
-        state.specs[origin] = spec
-        if force:
-            state.conflict = state.accepted = None
-        if verdict.action == APPLY:
-            # no order: it is a position of one shard, and the table's cuts compare with every shard's
-            self.ddl.apply(batch_id, rt, ALTERED, verdict.spec, ev.image.get("ddl"), None, step, self._staging_done)
-        return False
-
-    def _drop_origin(self, batch_id: int, rt: TableRuntime, ev: ChangeEvent, step: list) -> None:
-        """A DROP of one physical table of a logical table: that origin's rows are emptied
-        (``on_drop: truncate``, older changes of it read late are void) or kept
-        (``keep``), its definition is forgotten, and a snapshot of the table under way is
-        planned again, from the origins the source has now. Once per statement: the
-        marker is in every partition."""
-        origin = self._origin_of_record(ev)
-        shard = origin.partition("/")[0] if self.source_kind.shards else ""
-        if self.source_kind.shards:
-            if ev.order <= rt.shard_ddl.through.get(shard, 0):
-                return
-            rt.shard_ddl.through[shard] = ev.order
-            rt.shard_ddl.specs.pop(origin, None)
-        else:
-            if ev.order <= rt.ddl_through:
-                return
-            rt.ddl_through = ev.order
-        log.info("%s: origin %s dropped (on_drop: %s)", rt.name, origin, self.on_drop)
-        if self.on_drop == "truncate":
-            self._cut_origin(batch_id, rt, origin, ev.order, step)
-        plan = self.store.load_plan(rt.name)
-        if plan is not None and not plan.get("finished_at") and not plan.get("cancelled"):
-            # its chunks of the dropped table would never be read: the snapshot starts again
-            self.ddl.drop_windows(rt, self._staging_done)
-            self.store.request("snapshot", rt.name, where=None)
-
-    def _renamed_in(self, batch_id: int, rt: TableRuntime, ev: ChangeEvent, step: list) -> bool:
-        """A table renamed into the logical table (RENAME TABLE, ALTER ... RENAME TO): one
-        more origin, whose rows came without row events. Its definition counts as an
-        ALTER's would; then its server's tables are snapshotted again (a shard's; the
-        whole logical table on one server). True: the shards disagree, paused here."""
-        if self.source_kind.shards:
-            shard = self._origin_of_record(ev).partition("/")[0]
-            if ev.order <= rt.shard_ddl.through.get(shard, 0):
-                return False  # the same statement, read from another partition
-            if self._shard_marker(batch_id, rt, ev, step):
-                return True
-        else:
-            if ev.order <= rt.ddl_through:
-                return False
-            rt.ddl_through = ev.order
-            spec = spec_from_marker(ev.image)
-            if spec is not None:
-                self.ddl.apply(batch_id, rt, ALTERED, spec, ev.image.get("ddl"), ev.order, step, self._staging_done)
-        origin = self._origin_of_record(ev)
-        if self.on_drop == "truncate":  # what the name held before (a swap) is void, as at a DROP
-            self._cut_origin(batch_id, rt, origin, ev.order, step)
-        rt.reconciler.empty_windows(lambda w: window_origin(w, rt.name) == origin)
-        of_shard = {"shard": origin.partition("/")[0]} if self.source_kind.shards else {}
-        self.store.request("snapshot", rt.name, where=None, **of_shard)
-        log.info("%s: %s renamed into it: its rows are snapshotted", rt.name, origin)
-        return False
-
-    def _cut_origin(
-        self, batch_id: int, rt: TableRuntime, origin: str, order: int, step: list, cut: TableCut | None = None
-    ) -> None:
-        """Empty one origin's rows in every sink at ``order``: its changes older than that,
-        read later from a lagging partition, are void (orders of one origin compare).
-        ``cut``: the TRUNCATE's place, for history tables (None: a rename's)."""
-        self.writer.truncate_origin(batch_id, rt, origin, step, cut)
-        rt.origin_truncated[origin] = max(rt.origin_truncated.get(origin, 0), order)
-
-    def _origin_of_record(self, ev: ChangeEvent) -> str:
-        """The origin whose physical table a record's ``source`` names."""
-        source = (payload_of(ev.record["value"]) or {}).get("source") or {}
-        return origin_of(source.get("shard") or None, str(source.get("db") or ""), str(source.get("table") or ""))
-
-    def _truncated_origin(self, rt: TableRuntime, ev: ChangeEvent) -> str | None:
-        """The origin a truncate record empties: its physical table's, when the logical
-        table keeps rows of several origins (the origin column); None: the whole table."""
-        return self._origin_of_record(ev) if ORIGIN_COLUMN in rt.schema.names else None
-
-    def _origins(self, name: str) -> list[str]:
-        """The origins of a logical table that the source has now (none if it cannot say)."""
-        try:
-            return [origin_of(o.shard, o.db, o.table) for o in self.catalog.origins(name)] if self.catalog else []
-        except Exception as exc:  # noqa: BLE001 - the origins are then learnt from their markers
-            log.warning("cannot list the origins of %s: %s", name, exc)
-            return []
+        self._walk(batch_id, rt, events[start:])
 
     def _events(self, rt: TableRuntime, items: list[ParsedRecord], now_ms: float) -> list[ChangeEvent]:
         """The changes of the table's records, in their order (a bad one: ``_bad``)."""
@@ -814,7 +672,7 @@ class BatchProcessor(PausedTables):
             events.append(ev)
         return events
 
-    def _walk(self, batch_id: int, rt: TableRuntime, events: list, step: list) -> None:
+    def _walk(self, batch_id: int, rt: TableRuntime, events: list) -> None:
         """Decode a run of events and apply them in binlog order: markers to the
         reconciler, data events to the sinks, in slices cut at truncates."""
         current = max(rt.truncated_through, rt.spec_since)
@@ -823,7 +681,7 @@ class BatchProcessor(PausedTables):
             for ev in events
             if ev.op not in (MARKER, "t")
         ):
-            self.refresh_spec(rt, batch_id=batch_id, step=step)  # a column we do not know: the schema changed
+            self.refresh_spec(rt)  # a column we do not know: the schema changed
         # decode every data event at once
         data = decode(
             [ev for ev in events if ev.op not in (MARKER, "t")],
@@ -861,21 +719,21 @@ class BatchProcessor(PausedTables):
                 continue
             if op == "t":
                 rt.verify_windows.on_truncate(partition)
-                origin = self._truncated_origin(rt, ev)
+                origin = self.origins.truncated_by(rt, ev)
                 if origin is not None:  # one origin of a logical table: its rows only
                     of_origin = lambda w, o=origin: window_origin(w, rt.name) == o  # noqa: E731
                     rt.reconciler.on_event(partition, seq, None, "t", of_origin)
                     if order > rt.origin_truncated.get(origin, 0):  # one truncate record per partition
-                        self._apply_rows(batch_id, rt, data, taken, step)
+                        self._apply_rows(rt, data, taken)
                         taken = []
-                        self._cut_origin(batch_id, rt, origin, order, step, TableCut(ev.seq, ev.commit_us))
+                        self.origins.cut(rt, origin, order, TableCut(ev.seq, ev.commit_us))
                         log.info("%s: the rows of origin %s emptied (TRUNCATE of that table)", rt.name, origin)
                     continue
                 rt.reconciler.on_event(partition, seq, None, "t")
                 if order > rt.truncated_through:  # one truncate record per partition
-                    self._apply_rows(batch_id, rt, data, taken, step)
+                    self._apply_rows(rt, data, taken)
                     taken = []
-                    self.writer.truncate(batch_id, rt, step, TableCut(ev.seq, ev.commit_us))
+                    self.writer.truncate(rt, TableCut(ev.seq, ev.commit_us))
                     rt.truncated_through = order
                     if not self.source_kind.truncate_in_every_partition:
                         # one truncate record, in one partition (Debezium's): a change
@@ -892,28 +750,28 @@ class BatchProcessor(PausedTables):
             if rt.origin_truncated and order < rt.origin_truncated.get((image or {}).get(ORIGIN_COLUMN), 0):
                 continue  # older than its origin's truncate (orders of one origin compare)
             taken.append(i)
-        self._apply_rows(batch_id, rt, data, taken, step)
+        self._apply_rows(rt, data, taken)
 
-    def _apply_rows(self, batch_id: int, rt: TableRuntime, data, taken: list, step: list) -> None:
+    def _apply_rows(self, rt: TableRuntime, data, taken: list) -> None:
         if not taken:
             return
         if self.owners is not None and ORIGIN_COLUMN in rt.schema.names:
-            version = self.writer.next_version(batch_id, rt, step)
+            version = self.writer.next_version(rt)
             events, keys = data[0], data[2]
-            self.owners.check(rt, version, [events[i] for i in taken], [keys[i] for i in taken], self._origin_of_record)
+            self.owners.check(rt, version, [events[i] for i in taken], [keys[i] for i in taken], self.origins.of_record)
         table = data[1]
         if len(taken) != table.num_rows:
             table = table.take(pa.array(taken, pa.int64()))
-        self.writer.apply(batch_id, rt, table, step)
+        self.writer.apply(rt, table)
         rt.rows_applied += table.num_rows
 
     # ------------------------------------------------------------------ snapshot windows
 
-    def _emit_ready(self, batch_id: int, step: list, budget_factor: int = 1) -> None:
+    def _emit_ready(self, batch_id: int, budget_factor: int = 1) -> None:
         def pause(rt: TableRuntime, exc: TableFault) -> None:  # the window stays, emitted after `cdc resume`
-            self._pause_unstorable(batch_id, rt, exc, [], step, 0.0)
+            self.paused.pause(batch_id, rt, exc, [], 0.0)
 
-        self.emitter.emit_ready(batch_id, step, budget_factor, self._staging_done, pause)
+        self.emitter.emit_ready(batch_id, budget_factor, self._staging_done, pause)
 
     # ------------------------------------------------------------------ status
 

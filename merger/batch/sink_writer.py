@@ -1,6 +1,7 @@
 """The merger's writes to its sinks, for one table at a time: the sink tables' lifecycle
 (create, follow the definition, drop) and the versioned writes of a batch (changes and
-truncates), each to every sink through the fan-out (``merger.sinks.fanout``)."""
+truncates), each to every sink through the fan-out (``merger.sinks.fanout``). The writer
+holds the batch's versions (``merger.batch.versions``), started with each batch."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ import pyarrow as pa
 
 from cdc.routes import ORIGIN_COLUMN
 from merger.batch.tables import TableRuntime
+from merger.batch.versions import BatchVersions
 from merger.history.modes import LatestMode
 from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableCut, TableFault
 from merger.sinks.fanout import SinkFanout
 from merger.state.store import StateStore
 
 log = logging.getLogger(__name__)
-
-STEP = 1_000_000  # sink versions per batch: version = base + batch_id * STEP + step
 
 
 class SinkWriter:
@@ -27,6 +27,11 @@ class SinkWriter:
         self.store = store
         self.fanout = SinkFanout(sinks, on_blocked)
         self._version_bases: dict[str, int] = {}
+        self.versions = BatchVersions(0)  # the current batch's (``start_batch``)
+
+    def start_batch(self, batch_id: int) -> None:
+        """The writes that follow are the batch's: their versions count from its first."""
+        self.versions = BatchVersions(batch_id)
 
     def extra_columns(self, rt: TableRuntime) -> frozenset[str]:
         """The columns the table's batches carry for the sinks' modes (``merger.history.modes``)."""
@@ -88,26 +93,24 @@ class SinkWriter:
 
     # ------------------------------------------------------------------ writes
 
-    def apply(self, batch_id: int, rt: TableRuntime, table: pa.Table, step: list) -> None:
+    def apply(self, rt: TableRuntime, table: pa.Table) -> None:
         """Changes (an Arrow table with ``_cdc_op``/``_cdc_seq``) to every sink."""
-        version = self.version(batch_id, rt, step)
+        version = self.version(rt)
         db, name = rt.name.split(".", 1)
         self.fanout.each(rt, lambda s: s.apply((db, name), version, table))
 
-    def truncate(self, batch_id: int, rt: TableRuntime, step: list, cut: TableCut | None = None) -> None:
+    def truncate(self, rt: TableRuntime, cut: TableCut | None = None) -> None:
         """Empty the table; ``cut``: the truncate's place in the stream, for the sinks whose
         table keeps a history (None: a DDL's reset, whose own place the sinks take)."""
-        version = self.version(batch_id, rt, step)
+        version = self.version(rt)
         t = tuple(rt.name.split(".", 1))
         self.fanout.each(
             rt, lambda s: s.truncate(t, version, cut=cut) if _keeps_history(s, t) else s.truncate(t, version)
         )
 
-    def truncate_origin(
-        self, batch_id: int, rt: TableRuntime, origin: str, step: list, cut: TableCut | None = None
-    ) -> None:
+    def truncate_origin(self, rt: TableRuntime, origin: str, cut: TableCut | None = None) -> None:
         """Empty one origin of a logical table (``Sink.truncate_origin``)."""
-        version = self.version(batch_id, rt, step)
+        version = self.version(rt)
         t = tuple(rt.name.split(".", 1))
         self.fanout.each(
             rt,
@@ -118,15 +121,13 @@ class SinkWriter:
             ),
         )
 
-    def version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
-        """The version of the batch's next write (``step[0]`` counts the writes)."""
-        version = self.next_version(batch_id, rt, step)
-        step[0] += 1
-        return version
+    def version(self, rt: TableRuntime) -> int:
+        """The version of the batch's next write of the table, counted."""
+        return self.versions.take(self._version_base(rt))
 
-    def next_version(self, batch_id: int, rt: TableRuntime, step: list) -> int:
+    def next_version(self, rt: TableRuntime) -> int:
         """The version the batch's next write will get (a sink at or above it skips it)."""
-        return self._version_base(rt) + batch_id * STEP + step[0]
+        return self.versions.peek(self._version_base(rt))
 
     def _version_base(self, rt: TableRuntime) -> int:
         """Added to every sink version of the table. Sinks skip a write whose version is

@@ -32,13 +32,11 @@ class DdlFollower:
 
     def apply(
         self,
-        batch_id: int | None,
         rt: TableRuntime,
         kind: str,
         spec: TableSpec | None,
         sql: str | None,
         order: int | None,
-        step: list,
         done: list[Path],
         old: TableSpec | None = None,
     ) -> None:
@@ -56,8 +54,8 @@ class DdlFollower:
         if decision.action == DROP:
             self.drop_windows(rt, done)
             self._cancel_plan(rt)
-            if self.on_drop == "truncate" and batch_id is not None and rt.phase not in ("paused", "failed"):
-                self.writer.truncate(batch_id, rt, step)
+            if self.on_drop == "truncate" and rt.phase not in ("paused", "failed"):
+                self.writer.truncate(rt)
                 rt.truncated_through = max(rt.truncated_through, order or 0)
             rt.phase, rt.error = "dropped", None
             return
@@ -99,8 +97,8 @@ class DdlFollower:
             if not self.writer.rebuild_tables(rt):
                 return
         emptied = rebuild
-        if action == RESET and not rebuild and not keep and batch_id is not None:
-            self.writer.truncate(batch_id, rt, step)
+        if action == RESET and not rebuild and not keep:
+            self.writer.truncate(rt)
             emptied = True
         if emptied and order is not None:
             rt.truncated_through = max(rt.truncated_through, order)  # older changes are void

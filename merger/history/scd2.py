@@ -326,20 +326,3 @@ def truncate(current: Iterable[Version], sequence: int, time: Any) -> Plan:
         if v.end_sequence is None and v.last_sequence < sequence
     ]
     return Plan(updated=updated)
-
-
-def write_plan(table: dict[tuple, Version], plan: Plan) -> None:
-    """The reference sink: ``table`` maps ``(key, start_sequence)`` to its version."""
-    for version in plan.upserts:
-        table[(version.key, version.start_sequence)] = version
-
-
-def latest_versions(table: Mapping[tuple, Version], keys: Collection[tuple] | None = None) -> dict[tuple, Version]:
-    """The latest version of each key (of ``keys`` only, if given) in a reference sink."""
-    latest: dict[tuple, Version] = {}
-    for (key, start), version in table.items():
-        if keys is not None and key not in keys:
-            continue
-        if key not in latest or start > latest[key].start_sequence:
-            latest[key] = version
-    return latest

@@ -58,11 +58,6 @@ def fetch_max_bytes(ranges: Sequence[KafkaRange]) -> int:
     return max(1 << 20, min(50 << 20, offsets * 1024))
 
 
-def read_range(opts: SourceOptions, r: KafkaRange, schema: StructType = SCHEMA) -> Iterator[Any]:
-    """The records of one range (``read_ranges`` of one)."""
-    return read_ranges(opts, [r], schema)
-
-
 def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: StructType = SCHEMA) -> Iterator[Any]:
     """Yield pyarrow RecordBatches with the records of ranges ``[r.start, r.end)`` (at most
     one per topic partition), all assigned to one consumer. A range is done when offset

@@ -13,7 +13,7 @@ or iterable of RecordBatches) with the table's columns plus
 * ``_cdc_seq`` (int64): orders all changes of one key: the change's binlog position
   (``ingest.position.EventPosition.sequence``; a snapshot row carries its window's HIGH
   watermark position; topics written by Debezium itself: the Kafka offset in the key's
-  partition). See DESIGN.md "Ordering and idempotence" and docs/architecture.md.
+  partition). See docs/architecture.md, "Sequences" and "Idempotence".
 
 Column names starting with ``_cdc_`` are reserved for this metadata; other ``_cdc_*``
 columns (e.g. ``_cdc_source`` for the changelog sink) are never stored as user columns.

@@ -112,17 +112,6 @@ def ranges_from_boundaries(boundaries: Sequence[Any]) -> list[KeyRange]:
     return [KeyRange(lo, hi) for lo, hi in zip(edges, edges[1:])]
 
 
-def validate_plan(ranges: Sequence[KeyRange]) -> None:
-    """Raise ValueError unless the ranges are contiguous and cover every key."""
-    if not ranges:
-        raise ValueError("a plan needs at least one range")
-    if ranges[0].lo is not None or ranges[-1].hi is not None:
-        raise ValueError("a plan must start and end unbounded (first lo and last hi None)")
-    for i, (a, b) in enumerate(zip(ranges, ranges[1:])):
-        if a.hi is None or a.hi != b.lo:
-            raise ValueError(f"ranges {i} and {i + 1} are not contiguous: hi {a.hi!r}, lo {b.lo!r}")
-
-
 # -- planners ----------------------------------------------------------------------------
 
 
@@ -185,25 +174,6 @@ def plan_by_boundaries(
     ``hi`` of the last finished range to resume there.
     """
     return _cut(None if start is None else as_key(start), None, next_boundary)
-
-
-def split_oversized(
-    ranges: Iterable[KeyRange],
-    count_rows: Callable[[KeyRange], int],
-    next_boundary: Callable[[tuple | None, tuple | None], Any],
-    max_rows: int,
-) -> Iterator[KeyRange]:
-    """Keep each range whose ``count_rows(range)`` (a COUNT, or the count observed when it
-    was read) is at most ``max_rows``; cut the others with ``next_boundary`` (as in
-    ``plan_by_boundaries``, N <= max_rows) into pieces of at most N rows. Contiguity and
-    coverage are kept. Plan numerically, then pass the plan through this against skew."""
-    if not isinstance(max_rows, int) or max_rows < 1:
-        raise ValueError(f"max_rows must be a positive int, got {max_rows!r}")
-    for rng in ranges:
-        if count_rows(rng) <= max_rows:
-            yield rng
-        else:
-            yield from _cut(rng.lo, rng.hi, next_boundary)
 
 
 def _cut(lo: tuple | None, hi: tuple | None, next_boundary) -> Iterator[KeyRange]:

@@ -287,11 +287,12 @@ class SnapshotRunner(threading.Thread):
         budget need one more: the processor's tick file normally brings it (see
         ``BatchProcessor._ask_for_batch``); if no batch came for 2 s, a TICK write to the
         watermark table brings a marker (ignored by the reconciler) and so a batch."""
-        table = self.processor.emission_pending
+        clock = self.processor.clock
+        table = clock.emission_pending
         now = time.monotonic()
-        if table is None or self.processor.batch_started is not None:
+        if table is None or clock.started is not None:
             return
-        if now - self.processor.batch_finished_at < 2.0 or now - self._last_tick < 2.0:
+        if now - clock.finished_at < 2.0 or now - self._last_tick < 2.0:
             return
         self._last_tick = now
         try:
@@ -305,7 +306,7 @@ class SnapshotRunner(threading.Thread):
         else it would find no table; a repair until the table's running snapshot or repair
         is done."""
         if req.get("action") == "resume":
-            self._resume_waits = not self.processor.restored
+            self._resume_waits = not self.processor.clock.restored
             return self._resume_waits
         if req.get("action") != "repair":
             return False
@@ -533,7 +534,7 @@ class SnapshotRunner(threading.Thread):
             busy = {c for w in rt.reconciler.windows.values() for c in w.chunk_ids}
             if rt.phase == "streaming":
                 rt.phase = "snapshotting"
-        streaming = self.processor.changes_streaming()
+        streaming = self.processor.clock.changes_streaming()
         if len(open_ids) >= (MAX_OPEN_WINDOWS_STREAMING if streaming else MAX_OPEN_WINDOWS):
             return None
         done = set(plan["done"])

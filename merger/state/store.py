@@ -279,7 +279,7 @@ class StateStore:
     # -- sink versions -------------------------------------------------------------------
 
     def version_base(self, table: str, compute) -> int:
-        """The table's sink version base (``BatchProcessor._version_base``): the stored
+        """The table's sink version base (``merger.batch.sink_writer``): the stored
         one, or ``compute()`` stored now, before the table's first write of this state."""
         path = self.root / "version_bases.json"
         if self._version_bases is None:  # this merger is the file's only writer (the state lock)

@@ -28,7 +28,7 @@ from merger.kafka import (
 )
 from merger.kafka.offsets import OFFSET_EARLIEST, TICK_TP, KafkaRange, parse_offsets
 from merger.kafka.probe import Broker
-from merger.kafka.reader import read_range, read_ranges
+from merger.kafka.reader import read_ranges
 
 WAIT = 90  # seconds: upper bound of every wait on a query in this file
 
@@ -623,19 +623,16 @@ def test_transaction_markers_and_read_timeout(bootstrap, unique_name):
     # a long timeout: a reader that waited for the marker's offset would take it whole
     patient = SourceOptions.parse(source_options(bootstrap, subscribe=topic, readTimeoutMs="60000"))
     t0 = time.monotonic()
-    rows = [r for b in read_range(patient, KafkaRange(topic, 0, 0, 6)) for r in b.to_pylist()]
+    rows = [r for b in read_ranges(patient, [KafkaRange(topic, 0, 0, 6)]) for r in b.to_pylist()]
     assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4]
     assert time.monotonic() - t0 < 30, "the reader waited for the marker's offset"
     opts = SourceOptions.parse(source_options(bootstrap, subscribe=topic, readTimeoutMs="2000"))
-    assert [r["offset"] for b in read_range(opts, KafkaRange(topic, 0, 5, 6)) for r in b.to_pylist()] == []
-    assert [r["offset"] for b in read_range(opts, KafkaRange(topic, 0, OFFSET_EARLIEST, 3)) for r in b.to_pylist()] == [
-        0,
-        1,
-        2,
-    ]
+    assert [r["offset"] for b in read_ranges(opts, [KafkaRange(topic, 0, 5, 6)]) for r in b.to_pylist()] == []
+    earliest = [KafkaRange(topic, 0, OFFSET_EARLIEST, 3)]
+    assert [r["offset"] for b in read_ranges(opts, earliest) for r in b.to_pylist()] == [0, 1, 2]
 
     with pytest.raises(KafkaSourceError, match="no progress"):
-        for _ in read_range(opts, KafkaRange(topic, 0, 0, 9)):
+        for _ in read_ranges(opts, [KafkaRange(topic, 0, 0, 9)]):
             pass
 
 

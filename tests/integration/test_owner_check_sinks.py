@@ -36,7 +36,7 @@ def test_a_key_from_a_second_origin_pauses_and_a_moved_one_applies(tmp_path, row
     proc = BatchProcessor(
         PREFIX, StateStore(tmp_path / "state"), [row_sink], None, lambda t: 2, sharded=True, key_mode="unique"
     )
-    proc.restored = True
+    proc.clock.restored = True
     proc.table(name, spec)
     s = UniqueStream()
     s.topic = f"{PREFIX}.{name}"

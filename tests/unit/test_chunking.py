@@ -10,6 +10,7 @@ import hashlib
 import re
 import sqlite3
 from decimal import Decimal
+from typing import Sequence
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -30,14 +31,24 @@ from merger.snapshot.chunking import (
     ranges_from_boundaries,
     remaining,
     resolve_chunk_key,
-    split_oversized,
     sql_literal,
     sql_predicate,
     sql_predicate_literal,
-    validate_plan,
 )
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def validate_plan(ranges: Sequence[KeyRange]) -> None:
+    """The oracle of the planners: raise ValueError unless the ranges are contiguous and
+    cover every key (the first ``lo`` and the last ``hi`` None, each ``hi`` the next ``lo``)."""
+    if not ranges:
+        raise ValueError("a plan needs at least one range")
+    if ranges[0].lo is not None or ranges[-1].hi is not None:
+        raise ValueError("a plan must start and end unbounded (first lo and last hi None)")
+    for i, (a, b) in enumerate(zip(ranges, ranges[1:])):
+        if a.hi is None or a.hi != b.lo:
+            raise ValueError(f"ranges {i} and {i + 1} are not contiguous: hi {a.hi!r}, lo {b.lo!r}")
 
 
 def owners(ranges, key):
@@ -156,8 +167,6 @@ def test_boundary_plan_accepts_scalars_and_guards_progress():
     assert [len(owners(ranges, k)) for k in keys] == [1] * 5
     with pytest.raises(ValueError, match="not strictly inside"):
         list(plan_by_boundaries(lambda lo, hi: 3 if lo is None else lo))
-    with pytest.raises(ValueError, match="not strictly inside"):
-        list(split_oversized([KeyRange(None, 4), KeyRange(4, None)], lambda r: 9, lambda lo, hi: hi, 1))
     assert list(plan_by_boundaries(lambda lo, hi: None)) == [KeyRange(None, None)]
     plan = plan_by_boundaries(lambda lo, hi: 1 / 0)
     with pytest.raises(ZeroDivisionError):  # lazy: the first query runs on iteration
@@ -190,36 +199,6 @@ def test_boundary_plan_follows_the_database_order(words, size):
             sum((r.lo is None or order(k) >= order(r.lo)) and (r.hi is None or order(k) < order(r.hi)) for k in keys)
             <= size
         )
-
-
-@FAST
-@given(st.lists(st.integers(0, 10_000), max_size=300), st.integers(1, 40), st.integers(1, 60), st.integers(1, 400))
-def test_split_oversized_handles_skew(raw, size, max_rows, estimate):
-    # skew: half of the rows crowd into a narrow band
-    keys = sorted({(k,) for k in raw} | {(5000 + k % 50,) for k in raw[: len(raw) // 2]})
-    size = min(size, max_rows)
-    lo, hi = (keys[0][0], keys[-1][0]) if keys else (None, None)
-    plan = plan_numeric(lo, hi, estimate, max(1, estimate // 3))
-    count = lambda r: sum(r.contains(k) for k in keys)  # noqa: E731
-    refined = list(split_oversized(plan, count, boundary_source(keys, size)[0], max_rows))
-    validate_plan(refined)
-    assert all(count(r) <= max_rows for r in refined)
-    for key in keys + [(-1,), (10**6,)]:
-        assert len(owners(refined, key)) == 1
-    # every original range is kept or cut inside its own bounds
-    for r in plan:
-        inside = [
-            x
-            for x in refined
-            if (r.lo is None or (x.lo is not None and x.lo >= r.lo))
-            and (r.hi is None or (x.hi is not None and x.hi <= r.hi))
-        ]
-        assert inside and inside[0].lo == r.lo and inside[-1].hi == r.hi
-
-
-def test_split_oversized_input_errors():
-    with pytest.raises(ValueError, match="max_rows"):
-        list(split_oversized([KeyRange(None, None)], lambda r: 0, lambda lo: None, 0))
 
 
 # -- ranges, ids, plans ------------------------------------------------------------------------

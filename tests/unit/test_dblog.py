@@ -23,14 +23,12 @@ from merger.dblog import (
     HIGH,
     LOW,
     Reconciler,
-    apply_change,
-    apply_truncate,
     decode_key,
     emitted_rows,
     encode_key,
-    live_rows,
 )
 from merger.snapshot.chunking import make_chunks, plan_by_boundaries, plan_numeric
+from tests.support.dict_sink import apply_change, apply_truncate, live_rows
 
 
 def crc_partitioner(num_partitions):

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from merger import dblog
-from merger.dblog import HIGH, LOW, Reconciler, apply_change, emitted_rows, live_rows, swept_keys
+from merger.dblog import HIGH, LOW, Reconciler, emitted_rows, swept_keys
+from tests.support.dict_sink import apply_change, live_rows
 
 
 def part_of(p):

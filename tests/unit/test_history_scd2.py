@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 from dataclasses import replace
+from typing import Collection, Mapping
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -19,17 +20,33 @@ from merger.history.scd2 import (
     SNAPSHOT_OPENED,
     SNAPSHOT_UPDATED,
     HistoryOptionsError,
+    Plan,
     SCD2Options,
     Version,
     apply_changes,
-    latest_versions,
     truncate,
-    write_plan,
 )
 
 # name is tracked, visits is not
 OPTIONS = SCD2Options(keys=("id",), track_history=("name",))
 SECOND = 1_000_000
+
+
+def write_plan(table: dict[tuple, Version], plan: Plan) -> None:
+    """The tests' reference sink: ``table`` maps ``(key, start_sequence)`` to its version."""
+    for version in plan.upserts:
+        table[(version.key, version.start_sequence)] = version
+
+
+def latest_versions(table: Mapping[tuple, Version], keys: Collection[tuple] | None = None) -> dict[tuple, Version]:
+    """The latest version of each key (of ``keys`` only, if given) in a reference sink."""
+    latest: dict[tuple, Version] = {}
+    for (key, start), version in table.items():
+        if keys is not None and key not in keys:
+            continue
+        if key not in latest or start > latest[key].start_sequence:
+            latest[key] = version
+    return latest
 
 
 def change(op, sequence, key=1, time=None, **values):

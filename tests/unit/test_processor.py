@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.headers import EMITTED_HEADER, MOVED_FROM_HEADER, MOVED_TO_HEADER, POSITION_HEADER, WATERMARK_HEADER
-from merger.batch.processor import IDLE_EMIT_FACTOR, STREAMING_RECENT_S, WINDOW_EXPIRIES_LIMIT, BatchProcessor
+from merger.batch.clock import STREAMING_RECENT_S
+from merger.batch.processor import IDLE_EMIT_FACTOR, WINDOW_EXPIRIES_LIMIT, BatchProcessor
 from merger.sinks.base import KeepsRows
 from merger.snapshot.chunking import no_chunk_key_error
 from merger.state.store import StateStore
@@ -161,7 +162,7 @@ class Stream:
 def _processor(tmp_path, sink, **kw) -> BatchProcessor:
     store = StateStore(tmp_path / "state")
     proc = BatchProcessor(PREFIX, store, [sink], None, lambda topic: 2, **kw)
-    proc.restored = True
+    proc.clock.restored = True
     return proc
 
 
@@ -220,7 +221,7 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
     s.change("c", {"id": 900}, after={"id": 900, "v": "live"})  # a streamed change: the budget is 50
     proc.process(1, s.batch())
     assert len(sink.state()) == 51  # window wa whole, 10 rows of wb, and the change
-    assert proc.emission_pending == "db.t"  # the runner must bring another batch
+    assert proc.clock.emission_pending == "db.t"  # the runner must bring another batch
     assert set(rts[0].reconciler.windows) == {"wb", "wc"}
     # a change after HIGH of wb's key not yet emitted: that staged row must not come back
     s.change("u", {"id": 135}, before={"id": 135, "v": "wb"}, after={"id": 135, "v": "live"})
@@ -236,7 +237,7 @@ def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
     state = sink.state()
     assert len(state) == 120 and state[(135,)] == {"id": 135, "v": "live"} and (136,) not in state
     assert again.status()["tables"]["db.t"]["snapshot"] == "finished"
-    assert again.emission_pending is None
+    assert again.clock.emission_pending is None
     assert not again.tables["db.t"].reconciler.windows and not again.tables["db.t"].emitted
     assert not (tmp_path / "state" / "staging").exists() or not any((tmp_path / "state" / "staging").rglob("*.parquet"))
 
@@ -264,7 +265,7 @@ def test_a_batch_without_streamed_changes_emits_more_than_the_budget(tmp_path):
     assert len(sink.state()) == idle + budget + 1  # the budget's snapshot rows, and the change
     proc.process(3, s.batch())
     assert len(sink.state()) == idle + 2 * budget + 1  # no change in it, but one a moment ago
-    proc.last_change_at -= STREAMING_RECENT_S  # quiet for a while: idle again
+    proc.clock.last_change_at -= STREAMING_RECENT_S  # quiet for a while: idle again
     proc.process(4, s.batch())
     assert len(sink.state()) == 2 * idle + 2 * budget + 1
     proc.process(5, s.batch())
@@ -455,11 +456,11 @@ def test_a_snapshot_row_a_sink_cannot_store_pauses_its_table_and_keeps_the_windo
 def test_a_new_state_dir_writes_above_the_versions_the_sinks_recorded(tmp_path):
     """A merger started with a new state_dir against sink tables an earlier merger wrote:
     its batch ids start at 0 again, its writes must not be skipped."""
-    from merger.batch.sink_writer import STEP
+    from merger.batch.versions import PER_BATCH
 
     sink = MemorySink()
     sink.ensure_table(("db", "t"), None, ["id"])
-    sink.applied[("db", "t")] = 57 * STEP + 3  # recorded by the earlier merger
+    sink.applied[("db", "t")] = 57 * PER_BATCH + 3  # recorded by the earlier merger
     proc = _processor(tmp_path, sink)
     proc.table("db.t", SPEC)
     s = Stream()
@@ -615,7 +616,7 @@ def test_a_window_waits_for_every_partition_of_a_topic_created_after_the_table_w
     created = {"partitions": None}
     store = StateStore(tmp_path / "state")
     proc = BatchProcessor(PREFIX, store, [sink], None, lambda topic: created["partitions"] or 1)
-    proc.restored = True
+    proc.clock.restored = True
     rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in range(1, 4)])
     rt.reconciler.mark_staged("w1")
     assert rt.partitions == 1
@@ -1010,7 +1011,9 @@ def test_a_truncate_of_one_origin_empties_its_rows_and_its_windows_only(tmp_path
     read late from a lagging partition; shard b's rows and window, and a's changes after
     the truncate, stay. The broken copy takes the truncate for one of the whole table."""
     if broken:
-        monkeypatch.setattr(BatchProcessor, "_truncated_origin", lambda self, rt, ev: None)
+        from merger.batch.origins import Origins
+
+        monkeypatch.setattr(Origins, "truncated_by", lambda self, rt, ev: None)
     sink = MemorySink()
     proc = _processor(tmp_path, sink, sharded=True)
     a, b = "a/db.t_0", "b/db.t_0"

@@ -332,7 +332,7 @@ def test_debezium_schema_changes_are_judged_in_their_own_form(tmp_path):
         on_new_table=lambda name: None,
         source_connector="debezium",
     )
-    proc.restored = True
+    proc.clock.restored = True
     k = _Topics("dbz")
 
     def schema(ddl: str, change: dict, pos: int):

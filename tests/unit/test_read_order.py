@@ -78,7 +78,7 @@ def test_each_keys_last_change_wins_however_the_tasks_deliver_the_batch(seed, re
     with tempfile.TemporaryDirectory() as tmp:
         sink = MemorySink()
         proc = BatchProcessor(PREFIX, StateStore(Path(tmp) / "state"), [sink], None, lambda topic: PARTITIONS)
-        proc.restored = True
+        proc.clock.restored = True
         proc.table("db.t", SPEC)  # the table's definition, as the catalog would give it
         proc.process(0, batch)
         assert sink.state() == expected

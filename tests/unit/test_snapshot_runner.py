@@ -76,7 +76,7 @@ def test_a_resume_before_the_first_micro_batch_waits_for_the_restored_tables(tmp
     # that batch restores the paused table
     rt = processor.table("db.t", TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False),), ("id",)))
     rt.phase, rt.error = "paused", "why"
-    processor.restored = True
+    processor.clock.restored = True
     runner._handle_requests()
     assert rt.phase == "streaming" and rt.error is None
 
@@ -107,7 +107,7 @@ def test_a_repair_behind_a_running_snapshot_is_kept_across_a_restart(tmp_path):
 
     def merger() -> SnapshotRunner:
         runner = SnapshotRunner(cfg, None, store, processor=BatchProcessor("p", store, [], None, lambda topic: 1))
-        runner.processor.restored = True
+        runner.processor.clock.restored = True
         return runner
 
     store.save_plan("db.t", {"chunks": [], "done": []})  # a snapshot under way
@@ -243,7 +243,7 @@ def test_a_repair_the_merger_cannot_run_is_reported_and_leaves_the_plan_alone(tm
     finished = {"table": "db.t", "chunks": [], "done": [], "finished_at": 1.0}
     store.save_plan("db.t", finished)
     runner = SnapshotRunner(cfg, None, store, processor=BatchProcessor("p", store, [], None, lambda topic: 1))
-    runner.processor.restored = True
+    runner.processor.clock.restored = True
     store.request("repair", "db.t", keys=["[1]"], id="r1")
     runner._handle_requests()
     assert store.load_plan("db.t") == finished
@@ -271,7 +271,7 @@ def test_windows_a_restart_restored_keep_their_chunks_unless_never_staged(tmp_pa
     rt.reconciler.mark_staged("staged")
     rt.reconciler.open_window("unstaged", ["c2"], before)
     runner = SnapshotRunner(cfg, None, store, processor=processor)  # the merger restarted
-    runner.processor.changes_streaming = lambda: False
+    runner.processor.clock.changes_streaming = lambda: False
     chunks = [{"id": f"c{i}", "lo": encode_key(None), "hi": encode_key(None)} for i in (1, 2, 3)]
     plan = {"chunks": chunks, "done": []}
     store.save_plan("db.t", plan)
