@@ -207,12 +207,12 @@ class ShardedIngest:
         for name, member in self.members.items():
             # one admin client and one cache of partition counts for all: the shards write the
             # same logical tables' topics (a topic two of them create at once exists once)
-            member.topics = process.topics
+            member.writer.topics = process.writer.topics
             member.start_at(vector.shards.get(name), facts[name])
         if self.config.key_mode == "unique":
             self.cutover = ShardCutover(vector, self.interrupts)
             for member in self.members.values():
-                member.cutover = self.cutover
+                member.writer.cutover = self.cutover
         self.committed = vector
         self.pending = {**vector.shards, **{name: m.committed for name, m in self.members.items()}}
         threads = [

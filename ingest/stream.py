@@ -3,8 +3,9 @@ policy that says when the open Kafka transaction is committed with the position.
 
 ``CommitPolicy`` is pure (unit tested in tests/unit/test_commit_policy.py). ``BinlogStream``
 keeps the loop's state (the binlog file, the open source transaction, what is pending in
-the open Kafka transaction) and turns each event into calls on the ``Ingest`` process,
-which writes the records (ingest/app.py).
+the open Kafka transaction) and turns each event into calls on the ``RecordWriter``, which
+writes the records (ingest/writer.py), and on the ``Ingest`` process, which commits them
+with the position and checks the source (ingest/app.py).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from cdc.wire.position import EventPosition
 from ingest import metrics, statements
 from ingest.errors import IngestError
-from ingest.fatal import position_wrapped_message
-from ingest.position import ResumePoint, advance_gtid_state, event_start
+from ingest.fatal import backwards_message, position_wrapped_message
+from ingest.position import ResumePoint, advance_gtid_state, event_start, file_number
 
 SOURCE_CHECK_S = 10.0  # while idle, how often ingest checks that the source's binlog did not go back
 _FL_STANDALONE = 1  # MariaDB GTID event flag: a group of one statement (DDL), no BEGIN/COMMIT
@@ -103,10 +104,12 @@ class CommitPolicy:
 
 
 class BinlogStream:
-    """Reads one connection's events into ``ingest`` (an ``Ingest``) until stopped."""
+    """Reads one connection's events into ``writer`` (a ``RecordWriter``) until stopped;
+    ``ingest`` (the ``Ingest`` process) commits and checks the source."""
 
-    def __init__(self, ingest, policy: CommitPolicy):
+    def __init__(self, ingest, writer, policy: CommitPolicy):
         self.ingest = ingest
+        self.writer = writer
         self.policy = policy
         self.point: ResumePoint = ingest.committed
         self.epoch = ingest.epoch  # of this connection's server (set when it connected)
@@ -146,17 +149,17 @@ class BinlogStream:
             if stop.is_set():
                 break
             if ingest.unavailable_since is not None:
-                ingest._reconnected()
+                ingest.reconnected()
             self.now = time.monotonic()
             (handler_of(type(event)) or self._handler(event))(event)
 
     def finish(self) -> None:
         """After the loop ended without error: what is pending is committed."""
         if (self.pending or self.dirty) and self.trx is None:
-            self.ingest._commit(self.point)
+            self.ingest.commit(self.point)
 
     def _committed(self, point: ResumePoint) -> None:
-        self.ingest._commit(point)
+        self.ingest.commit(point)
         # spaced from the commit's end: time spent committing is not reading time
         self.pending, self.dirty, self.last_commit = 0, False, time.monotonic()
 
@@ -166,10 +169,20 @@ class BinlogStream:
     # ------------------------------------------------------------------ handlers
 
     def on_rotate(self, event) -> None:
-        self.ingest._check_file_forward(self.file, event.next_binlog)
+        self._check_file_forward(event.next_binlog)
         if event.next_binlog != self.file:
             self.file_end = 0
         self.file = event.next_binlog
+
+    def _check_file_forward(self, next_file: str) -> None:
+        """The binlog never goes back to an earlier file (RESET MASTER): the changes after
+        it would sort before those already written."""
+        if self.file is not None and file_number(next_file) < file_number(self.file):
+            raise IngestError(
+                backwards_message(
+                    self.ingest.prefix, f"the source's binlog went from {self.file} back to {next_file} (RESET MASTER?)"
+                )
+            )
 
     def _position(self, event) -> EventPosition:
         """The event's position; a file past 4 GiB (its header's 4-byte position wrapped)
@@ -182,7 +195,7 @@ class BinlogStream:
         return EventPosition(self.file, start, epoch=self.epoch, shard=self.shard)
 
     def on_table_map(self, event) -> None:
-        self.ingest._table_maps[event.table_id] = event
+        self.writer.note_table_map(event)
 
     def on_gtid(self, event) -> None:
         # MariaDB writes no BEGIN: a GTID without FL_STANDALONE opens a transaction
@@ -195,25 +208,25 @@ class BinlogStream:
         if trx is None:  # cannot happen with GTIDs on; be safe
             return
         trx.row_events += 1
-        ingest = self.ingest
+        writer = self.writer
         if trx.row_events <= trx.skip_events:
-            table = ingest.holds_records_of(event)
+            table = writer.holds_records_of(event)
             if table is not None:
                 trx.written_before_resume(table)
             return
         end_pos = event.packet.log_pos
-        n = ingest._rows(event, trx, self._position(event))
+        n = writer.write_rows(event, trx, self._position(event))
         if self.policy.release_held(len(trx.held), trx.held_bytes):
-            n += ingest._release_held(trx)
+            n += writer.release_held(trx)
         if n:
-            ingest.note_sent(trx.gtid)
+            writer.note_sent(trx.gtid)
         self.pending += n
         if self.policy.inside_transaction(self.pending) and not trx.held:
             # a large source transaction: commit at this row-event boundary (the position
             # of an earlier group, if not committed yet, stays to be committed: dirty).
             # Never while records of events read are still held: the point says every row
             # event up to here is in Kafka, and a resume would skip the held ones
-            ingest._commit(ResumePoint(self.gtid_state, self.file, end_pos, trx.gtid, trx.row_events, trx.ts_ms))
+            self.ingest.commit(ResumePoint(self.gtid_state, self.file, end_pos, trx.gtid, trx.row_events, trx.ts_ms))
             self.pending, self.last_commit = 0, time.monotonic()
 
     def on_query(self, event) -> None:
@@ -223,14 +236,14 @@ class BinlogStream:
         position = self._position(event)
         stmt = statements.classify(event.query)
         if stmt.kind == statements.STATEMENT:
-            n = self.ingest._ddl(event, event.query.strip(), trx, position)
+            n = self.writer.write_ddl(event, event.query.strip(), trx, position)
             if n:
-                self.ingest.note_sent(trx.gtid)
+                self.writer.note_sent(trx.gtid)
             self._add(n)
             if trx.began:
                 return  # a statement inside a transaction does not end it
         else:
-            self.ingest.transactions.apply(stmt, trx, position)
+            self.writer.transactions.apply(stmt, trx, position)
             if not stmt.ends_group:
                 return
         self._end_group(event)
@@ -248,17 +261,17 @@ class BinlogStream:
         trx = self.trx
         if trx is None:
             return
-        ingest = self.ingest
+        ingest, writer = self.ingest, self.writer
         if trx.held:
-            self.pending += ingest._release_held(trx)
-            ingest.note_sent(trx.gtid)
+            self.pending += writer.release_held(trx)
+            writer.note_sent(trx.gtid)
         if trx.xid is not None:  # prepared: known, with the captured tables it changed (maybe none)
-            ingest.transactions.prepared[trx.xid] = sorted(trx.tables)
+            writer.transactions.prepared[trx.xid] = sorted(trx.tables)
         self.gtid_state = advance_gtid_state(self.gtid_state, trx.gtid)
         metrics.TRANSACTIONS.inc()
         ingest.stats["source_transactions"] += 1
         if ingest.config.provide_transaction_metadata and trx.events_written:
-            self.pending += ingest._transaction_end(trx)
+            self.pending += writer.write_transaction_end(trx)
         self.trx = None
         self.point = ResumePoint(self.gtid_state, self.file, event.packet.log_pos, None, 0)
         self.dirty = True
@@ -277,8 +290,8 @@ class BinlogStream:
             read = ResumePoint(
                 self.gtid_state, self.file, event.packet.log_pos, server_id=self.ingest.server_id, epoch=self.epoch
             )
-            self.ingest._check_source_still_ours(read)
+            self.ingest.check_source_still_ours(read)
         if self.policy.heartbeat_due(not idle, now, self.last_heartbeat):
-            self.ingest._heartbeat()
+            self.writer.write_heartbeat()
             self._committed(self.point)
             self.last_heartbeat = now

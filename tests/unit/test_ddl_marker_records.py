@@ -1,5 +1,5 @@
-"""The DDL marker records of ingest/app.py (``Ingest._ddl_markers``), fed a parsed statement
-the way ``_ddl`` does: one per partition of each captured table the statement touched,
+"""The DDL marker records of ingest/writer.py (``RecordWriter.write_ddl_markers``), fed a parsed
+statement the way ``write_ddl`` does: one per partition of each captured table the statement touched,
 their key, value and headers as schemas/ describes them."""
 
 from __future__ import annotations
@@ -40,26 +40,25 @@ COLUMNS = [
 ]
 
 
-def _ingest(include: list[str]):
-    from ingest.app import Ingest
+def _writer(include: list[str]):
+    from ingest.writer import RecordWriter
 
-    ingest = Ingest(IngestConfig(topic_prefix="p", table_include=include))
-    ingest.producer = _RecordingProducer()
-    ingest.topics = types.SimpleNamespace(partitions=lambda topic, n: 3)
     details = {"columns": COLUMNS, "create": "", "primary_key": ["id"], "charset": "utf8mb4"}
-    ingest._details = lambda db, table: (
-        details if table != "gone" else {"columns": [], "create": "", "primary_key": [], "charset": None}
-    )
-    return ingest
+    gone = {"columns": [], "create": "", "primary_key": [], "charset": None}
+    table_details = types.SimpleNamespace(get=lambda db, table: details if table != "gone" else gone)
+    writer = RecordWriter(IngestConfig(topic_prefix="p", table_include=include), table_details=table_details)
+    writer.producer = _RecordingProducer()
+    writer.topics = types.SimpleNamespace(partitions=lambda topic, n: 3)
+    return writer
 
 
-def _markers(ingest, sql: str):
+def _markers(writer, sql: str):
     event = types.SimpleNamespace(packet=types.SimpleNamespace(server_id=1))
     trx = types.SimpleNamespace(ts_ms=1_700_000_000_000, gtid="0-1-42")
-    written = ingest._ddl_markers(parse_ddl(sql, "shop"), sql, trx, EventPosition("binlog.000003", 4711), event)
-    assert written == len(ingest.producer.sent)
+    written = writer.write_ddl_markers(parse_ddl(sql, "shop"), sql, trx, EventPosition("binlog.000003", 4711), event)
+    assert written == len(writer.producer.sent)
     out = []
-    for topic, key, value, partition, headers in ingest.producer.sent:
+    for topic, key, value, partition, headers in writer.producer.sent:
         jsonschema.validate(json.loads(key), _schema("ddl-message-key.schema.json"))
         payload = json.loads(value)
         jsonschema.validate(payload, _schema("ddl-message-value.schema.json"))
@@ -74,7 +73,7 @@ def _markers(ingest, sql: str):
 
 def test_a_swap_writes_a_rename_marker_into_every_partition_of_both_tables():
     sql = "RENAME TABLE a TO tmp, b TO a, tmp TO b"
-    got = _markers(_ingest([r"shop\..*"]), sql)
+    got = _markers(_writer([r"shop\..*"]), sql)
     assert [(t, p) for t, p, *_ in got] == [
         ("p.shop.a", 0),
         ("p.shop.a", 1),
@@ -93,8 +92,8 @@ def test_a_swap_writes_a_rename_marker_into_every_partition_of_both_tables():
 
 
 def test_drop_markers_carry_no_definition_and_only_captured_tables_get_one():
-    got = _markers(_ingest([r"shop\.a"]), "DROP TABLE a, b")
+    got = _markers(_writer([r"shop\.a"]), "DROP TABLE a, b")
     assert {t for t, *_ in got} == {"p.shop.a"} and len(got) == 3
     assert got[0][3]["kind"] == "DROP" and got[0][3]["definition"] is None
-    got = _markers(_ingest([r"shop\..*"]), "ALTER TABLE gone ADD COLUMN x INT")
+    got = _markers(_writer([r"shop\..*"]), "ALTER TABLE gone ADD COLUMN x INT")
     assert got[0][3]["kind"] == "ALTER" and got[0][3]["definition"] is None  # dropped again meanwhile

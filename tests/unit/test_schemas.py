@@ -126,7 +126,7 @@ def test_ingest_headers_match_schema():
         EventPosition("mysql-bin.000012", 4, 17),
     ]
     for rec, pos in zip(pk_change, positions):
-        # ingest/app.py: position first, then the record's own headers, then the context headers
+        # ingest/writer.py: position first, then the record's own headers, then the context headers
         jsonschema.validate(_headers([(POSITION_HEADER, pos.encode())] + rec.headers + context), schema)
     assert {name for name, _ in pk_change[0].headers} == {"__debezium.newkey"}
     assert {name for name, _ in pk_change[2].headers} == {"__debezium.oldkey"}
@@ -143,21 +143,21 @@ class _RecordingProducer:
 
 
 def test_watermark_markers_written_by_ingest_match_schemas():
-    """The marker records of ingest/app.py (``Ingest._watermark``, fed one watermark-table row
-    the way the binlog reader delivers it): one per partition, key, value, header."""
-    from ingest.app import Ingest
+    """The marker records of ingest/writer.py (``RecordWriter.write_watermark_markers``, fed one
+    watermark-table row the way the binlog reader delivers it): one per partition, key, value, header."""
+    from ingest.writer import RecordWriter
 
-    ingest = Ingest(IngestConfig(topic_prefix="p"))
-    ingest.producer = _RecordingProducer()
-    ingest.topics = types.SimpleNamespace(partitions=lambda topic, n: 3, prepare=lambda wanted: None)
+    writer = RecordWriter(IngestConfig(topic_prefix="p"))
+    writer.producer = _RecordingProducer()
+    writer.topics = types.SimpleNamespace(partitions=lambda topic, n: 3, prepare=lambda wanted: None)
     event = types.SimpleNamespace(
         rows=[{"values": {"table_name": "shop.orders", "window_id": "w-1", "kind": "LOW"}}],
         packet=types.SimpleNamespace(server_id=1),
     )
     trx = types.SimpleNamespace(ts_ms=1_700_000_000_000, gtid="0-1-42")
-    written = ingest._watermark(event, trx, EventPosition("binlog.000003", 4711))
-    assert written == 3 and [s[3] for s in ingest.producer.sent] == [0, 1, 2]
-    for topic, key, value, _, headers in ingest.producer.sent:
+    written = writer.write_watermark_markers(event, trx, EventPosition("binlog.000003", 4711))
+    assert written == 3 and [s[3] for s in writer.producer.sent] == [0, 1, 2]
+    for topic, key, value, _, headers in writer.producer.sent:
         assert topic == "p.shop.orders"
         jsonschema.validate(json.loads(key), _schema("watermark-message-key.schema.json"))
         payload = json.loads(value)

@@ -273,7 +273,7 @@ def _schema(name):
 
 # BUG (schemas/ingest-headers.schema.json): the pattern of "cdc.position",
 # ^[^:]+:[0-9]+:[0-9]+(:1|:[01]:[1-9][0-9]*)?$, has no "@shard" suffix, so the header of
-# every record of a sharded source (position_bytes(..., shard), written by ingest/app.py)
+# every record of a sharded source (position_bytes(..., shard), written by ingest/writer.py)
 # fails the schema tests/unit/test_schemas.py says describes what the code writes.
 def test_a_sharded_position_header_matches_the_headers_schema():
     header = _schema("ingest-headers.schema.json")["properties"]["cdc.position"]

@@ -78,18 +78,24 @@ def test_which_statements_end_a_group():
 
 
 class _Ingest:
-    """What BinlogStream calls on the ingest process: records held per rows event of a
-    captured table (one each), sent by ``_release_held``; nothing written anywhere."""
+    """What BinlogStream calls on the ingest process: nothing committed anywhere."""
 
-    def __init__(self, committed: ResumePoint, captured: set[str]):
+    def __init__(self, committed: ResumePoint):
         self.committed = committed
         self.epoch = committed.epoch
         self.shard = None
-        self.captured = captured
         self.config = IngestConfig(topic_prefix="p", commit_every_events=20)
-        self.transactions = TransactionControl(self.config)
-        self.sent: list[str] = []  # the GTIDs noted as sent (issue 41)
         self.stats = {"source_transactions": 0}
+
+
+class _Writer:
+    """What BinlogStream calls on the record writer: records held per rows event of a
+    captured table (one each), sent by ``release_held``; nothing written anywhere."""
+
+    def __init__(self, captured: set[str]):
+        self.captured = captured
+        self.transactions = TransactionControl(IngestConfig(topic_prefix="p", commit_every_events=20))
+        self.sent: list[str] = []  # the GTIDs noted as sent (issue 41)
 
     def note_sent(self, gtid: str) -> None:
         self.sent.append(gtid)
@@ -98,19 +104,19 @@ class _Ingest:
         name = f"{event.schema}.{event.table}"
         return name if name in self.captured else None
 
-    def _rows(self, event, trx, position) -> int:
+    def write_rows(self, event, trx, position) -> int:
         name = self.holds_records_of(event)
         if name is not None:
             trx.held.append(("topic", None, b"{}", 0, []))
             trx.tables.add(name)
         return 0
 
-    def _release_held(self, trx) -> int:
+    def release_held(self, trx) -> int:
         n, trx.held = len(trx.held), []
         trx.released += n
         return n
 
-    def _ddl(self, *args) -> int:
+    def write_ddl(self, *args) -> int:
         return 0
 
 
@@ -121,7 +127,7 @@ def _packet(pos: int):
 def _run(committed: ResumePoint, captured: set[str], script: list[tuple[str, str]]) -> SourceTransaction:
     """Feeds a transaction (GTID 0-1-9) to a BinlogStream resumed at ``committed``:
     ("row", "db.table") or ("sql", statement)."""
-    stream = BinlogStream(_Ingest(committed, captured), CommitPolicy(every_events=1000, every_ms=10_000))
+    stream = BinlogStream(_Ingest(committed), _Writer(captured), CommitPolicy(every_events=1000, every_ms=10_000))
     stream.file = "binlog.000001"
     stream.on_gtid(SimpleNamespace(gtid="0-1-9", timestamp=0, flags=0, packet=_packet(0)))
     for pos, (kind, what) in enumerate(script, 1):
@@ -164,32 +170,39 @@ def test_rollback_to_a_savepoint_after_what_an_earlier_run_wrote_drops_only_what
         assert len(trx.held) == held_left and "s" in trx.savepoints
 
 
-class _IngestWithMarkers(_Ingest):
+class _WriterWithMarkers(_Writer):
     """Rows of ``db.marks`` are sent at once, three records each (as watermark markers are
-    sent into every partition); other captured rows are held. Commits are recorded with
-    what was still held at that moment."""
+    sent into every partition); other captured rows are held."""
 
-    def __init__(self, committed: ResumePoint, captured: set[str]):
-        super().__init__(committed, captured)
-        self.commits: list[tuple[int, int]] = []  # (trx_events of the point, records still held)
+    def __init__(self, captured: set[str]):
+        super().__init__(captured)
         self.trx = None
 
-    def _rows(self, event, trx, position) -> int:
+    def write_rows(self, event, trx, position) -> int:
         self.trx = trx
         if f"{event.schema}.{event.table}" == "db.marks":
             return 3
-        return super()._rows(event, trx, position)
+        return super().write_rows(event, trx, position)
 
-    def _commit(self, point: ResumePoint) -> None:
-        self.commits.append((point.trx_events, len(self.trx.held)))
+
+class _IngestRecordingCommits(_Ingest):
+    """Commits are recorded with what the writer still held at that moment."""
+
+    def __init__(self, committed: ResumePoint, writer: _WriterWithMarkers):
+        super().__init__(committed)
+        self.writer = writer
+        self.commits: list[tuple[int, int]] = []  # (trx_events of the point, records still held)
+
+    def commit(self, point: ResumePoint) -> None:
+        self.commits.append((point.trx_events, len(self.writer.trx.held)))
 
 
 def test_a_commit_inside_a_transaction_never_covers_row_events_whose_records_are_held():
     """A resume point inside a transaction says 'these row events are in Kafka': a commit
     taken while records of earlier events are still held (sent directly written records,
     such as markers, filled the commit's quota) would make a resume skip them."""
-    ingest = _IngestWithMarkers(ResumePoint("0-1-8"), {"db.t"})
-    stream = BinlogStream(ingest, CommitPolicy(every_events=3, every_ms=10_000))
+    ingest = _IngestRecordingCommits(ResumePoint("0-1-8"), _WriterWithMarkers({"db.t"}))
+    stream = BinlogStream(ingest, ingest.writer, CommitPolicy(every_events=3, every_ms=10_000))
     stream.file = "binlog.000001"
     stream.on_gtid(SimpleNamespace(gtid="0-1-9", timestamp=0, flags=0, packet=_packet(0)))
     for pos, table in enumerate(["t", "marks", "t", "marks", "t", "t", "t", "marks"], 1):
@@ -209,8 +222,8 @@ def test_a_commit_inside_a_transaction_never_covers_row_events_whose_records_are
 def test_a_transaction_counts_as_sent_once_its_records_are_handed_to_the_broker(script, sent):
     """Issue 41: the failover decision holds a server to every transaction whose records were
     sent, so the stream notes each such GTID (and no other: a replica may lack those)."""
-    ingest = _Ingest(ResumePoint("0-1-8"), {"shop.orders"})
-    stream = BinlogStream(ingest, CommitPolicy(every_events=1000, every_ms=10_000))
+    writer = _Writer({"shop.orders"})
+    stream = BinlogStream(_Ingest(ResumePoint("0-1-8")), writer, CommitPolicy(every_events=1000, every_ms=10_000))
     stream.file = "binlog.000001"
     stream.on_gtid(SimpleNamespace(gtid="0-1-9", timestamp=0, flags=0, packet=_packet(0)))
     stream._committed = lambda point: None
@@ -220,4 +233,4 @@ def test_a_transaction_counts_as_sent_once_its_records_are_handed_to_the_broker(
             stream.on_rows(SimpleNamespace(schema=db, table=table, packet=_packet(pos * 100)))
         else:
             stream.on_query(SimpleNamespace(query=what, packet=_packet(pos * 100)))
-    assert stream.trx is None and ingest.sent == sent
+    assert stream.trx is None and writer.sent == sent
