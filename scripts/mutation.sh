@@ -50,7 +50,7 @@ for spec in "${MODULES[@]}"; do
     git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$dir"
   fi
   existing=()
-  for t in $tests; do [ -f "$t" ] && existing+=("$t"); done
+  for t in $tests; do [ -f "$dir/$t" ] && existing+=("$t"); done
   {
     echo "[mutmut]"
     # every package is copied (tests import them from mutants/), only the module is mutated
