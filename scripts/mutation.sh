@@ -56,6 +56,7 @@ for spec in "${MODULES[@]}"; do
     # every package is copied (tests import them from mutants/), only the module is mutated
     printf 'source_paths =\n    cdc\n    ingest\n    merger\n'
     echo "only_mutate = $module"
+    printf 'also_copy =\n    schemas\n'  # besides tests/: files the tests read
     echo "pytest_add_cli_args_test_selection ="
     for t in "${existing[@]}"; do echo "    $t"; done
     printf 'pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    --hypothesis-profile=mutation\n    --hypothesis-seed=%s\n' "${MUTATION_SEED:-0}"
