@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from cdc import stack as local_stack
 
@@ -21,6 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # no per-example deadline: on a loaded 2-core machine (two test workers, servers, Spark) an
 # example's time says nothing about the code, and a timing failure is a flaky test
 settings.register_profile("cdc", deadline=None)
+# scripts/mutation.sh (--hypothesis-profile=mutation): a failing example kills the mutant,
+# shrinking it would only cost time; no example database in the throwaway copy
+settings.register_profile(
+    "mutation", deadline=None, database=None, phases=(Phase.explicit, Phase.reuse, Phase.generate)
+)
 settings.load_profile("cdc")
 IS_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BACKENDS = ("local", "containers")

@@ -263,3 +263,26 @@ def test_where_each_record_acts():
     assert spread_of(rec({DDL_HEADER: b"{}"}, {})) == CUT
     assert spread_of(rec({}, {"op": "t"})) == CUT
     assert all(spread_of(rec({}, {"op": op})) == DATA for op in "cudr")
+
+
+# -- one server: binlog order (``binlog_order``, ``by_sequence``) --------------------------
+
+
+def _parsed(partition, offset, position=None):
+    from merger.records import ParsedRecord
+
+    return ParsedRecord({"partition": partition, "offset": offset}, {}, {"op": "c"}, position)
+
+
+def test_one_servers_records_go_by_sequence_then_partition():
+    from cdc.wire.position import EventPosition
+    from merger.batch_order import binlog_order, by_sequence
+
+    later = _parsed(0, 0, EventPosition("b.000002", 4))
+    early_p1 = _parsed(1, 5, EventPosition("b.000001", 900))
+    early_p0 = _parsed(0, 1, EventPosition("b.000001", 900))
+    bare = _parsed(2, 7)  # no position: first, and its place in its binlog is its offset
+    assert binlog_order(later) == EventPosition("b.000002", 4).sequence()
+    assert binlog_order(bare) == 7
+    assert by_sequence([later, early_p1, bare, early_p0]) == [bare, early_p0, early_p1, later]
+    assert by_sequence([]) == []
