@@ -26,7 +26,7 @@ MUTMUT=$ROOT/.venv/bin/mutmut
 MODULES=(
   "changelog|merger/history/changelog.py|tests/unit/test_history_changelog.py|"
   "change|merger/history/change.py|tests/unit/test_history_change.py tests/unit/test_history_changelog.py|"
-  "batch_order|merger/batch_order.py|tests/unit/test_batch_order.py|"
+  "batch_order|merger/batch/order.py|tests/unit/test_batch_order.py|"
   "position|cdc/wire/position.py|tests/unit/test_position_filters.py tests/unit/test_shard_positions.py tests/unit/test_replay_filter.py|"
   # repair's key rule only: which keys a repair asks for and deletes (its SQL text, key_list_where
   # and window_where, is left out)

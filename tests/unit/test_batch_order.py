@@ -269,14 +269,14 @@ def test_where_each_record_acts():
 
 
 def _parsed(partition, offset, position=None):
-    from merger.records import ParsedRecord
+    from merger.batch.records import ParsedRecord
 
     return ParsedRecord({"partition": partition, "offset": offset}, {}, {"op": "c"}, position)
 
 
 def test_one_servers_records_go_by_sequence_then_partition():
     from cdc.wire.position import EventPosition
-    from merger.batch_order import binlog_order, by_sequence
+    from merger.batch.order import binlog_order, by_sequence
 
     later = _parsed(0, 0, EventPosition("b.000002", 4))
     early_p1 = _parsed(1, 5, EventPosition("b.000001", 900))

@@ -18,17 +18,15 @@ from merger.dblog import (
     LOW,
     STATE_VERSION,
     Reconciler,
-    apply_change,
-    apply_truncate,
     decode_key,
     emitted_rows,
     encode_key,
     high_sequence,
-    live_rows,
     swept_keys,
     unseen_mask,
     window_survives,
 )
+from tests.support.dict_sink import apply_change, apply_truncate, live_rows
 
 
 def _round_trip(rec: Reconciler) -> Reconciler:

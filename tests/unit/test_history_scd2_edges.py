@@ -21,9 +21,9 @@ from merger.history.scd2 import (
     apply_change,
     apply_changes,
     differing_columns,
-    latest_versions,
     truncate,
 )
+from tests.unit.test_history_scd2 import latest_versions
 
 OPTIONS = SCD2Options(keys=("id",), track_history=("name",))
 
