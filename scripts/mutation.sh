@@ -33,6 +33,8 @@ MODULES=(
   "repair_keys|merger/snapshot/repair.py|tests/unit/test_repair_plan.py tests/unit/test_repair_keys.py|repair_plan|is_key_list|chunk_keys|asked_table|deletes_table|differing_keys|_source_key"
   "scd2|merger/history/scd2.py|tests/unit/test_history_scd2.py tests/unit/test_history_scd2_edges.py|"
   "dblog|merger/dblog.py|tests/unit/test_dblog.py tests/unit/test_dblog_repair.py tests/unit/test_dblog_edges.py|"
+  "failover|ingest/failover.py|tests/unit/test_failover.py tests/unit/test_failover_edges.py|"
+  "shard_cutover|cdc/shard_cutover.py|tests/unit/test_shard_cutover.py tests/unit/test_shard_cutover_edges.py tests/unit/test_ingest_cutover.py tests/unit/test_verify_sharded.py|"
 )
 
 want=("$@")
