@@ -23,6 +23,9 @@ PAUSE = "cdc pause point kafka_read"
 
 @pytest.mark.timeout(300)
 def test_sigterm_during_a_batch_stops_quietly(stack, tmp_path, unique_name, monkeypatch):
+    """About 65 s: a merger start (Spark), a snapshot and streaming to reach a micro-batch
+    whose Kafka read is held at a pause point, then the stop itself, which waits for Spark's
+    JVM to exit; each step is what the defect needs."""
     db = f"stop_{unique_name}"
     with root_conn(stack) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
