@@ -76,3 +76,35 @@ def test_a_move_of_one_table_decides_only_that_tables_window_rows():
 def test_a_delete_of_a_key_without_a_live_row_is_no_conflict():
     assert owner_conflicts({}, [("k", "s1/db.t", (), True), ("k", "s2/db.t", (), False)]) == []
     assert owner_conflicts({"k": "s1/db.t"}, [("k", "s2/db.t", (), False)]) == [("k", "s1/db.t", "s2/db.t")]
+
+
+def test_the_refusals_an_operator_reads():
+    assert bounds_refusal("s1", "k", "int", None, "a", "b") == (
+        "s1: key column k is INT: give its bounds as numbers (--low 1000), not 'a', 'b'"
+    )
+    assert bounds_refusal("s1", "k", "varchar", "utf8mb4_bin", 1, 2) == (
+        "s1: key column k is VARCHAR: give its bounds as texts (--low eu-7, or --low '\"1000\"' for digits), not 1, 2"
+    )
+    assert bounds_refusal("s1", "k", "varchar", "utf8mb4_general_ci", "a", "b") == (
+        "s1: key column k has collation utf8mb4_general_ci, whose order ingest and the merger cannot reproduce "
+        "(case and accents: 'B' and 'é' are inside ['a', 'm') there): text bounds need a key of collation "
+        "ascii_bin, utf8_bin, utf8mb3_bin, utf8mb4_bin (ALTER TABLE ... MODIFY k ... COLLATE utf8mb4_bin on every "
+        "shard), or move by an integer or DECIMAL key (docs/sharding.md)"
+    )
+    assert bounds_refusal("s1", "k", "double", None, 1, 2) == (
+        "s1: key column k is DOUBLE: a move's range is on an integer, DECIMAL or binary-collated CHAR/VARCHAR key "
+        "(docs/sharding.md)"
+    )
+
+
+def test_a_float_key_meets_a_decimal_bound_as_the_server_compares_them_as_doubles():
+    assert compare_keys(Decimal("1.1"), 1.1) == 0 and compare_keys(1.1, Decimal("1.1")) == 0
+    r = KeyRange(Decimal("0"), 2.2)
+    assert r.high == Decimal("2.2") and isinstance(r.high, Decimal)
+
+
+def test_a_window_row_is_sent_to_the_target_of_its_own_tables_move():
+    items = Move(1, KeyRange(0, 10), "s1", "s2", "db.items")
+    orders = Move(2, KeyRange(0, 10), "s2", "s1", "db.orders")
+    window = WindowOwnership("s1", "db.items", [], [(items, SWITCH), (orders, BEGIN)])
+    assert window.decide(5) == (False, "s2")  # db.orders' later BEGIN does not decide db.items' key
