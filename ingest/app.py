@@ -191,19 +191,23 @@ class Ingest:
         takes, as this instance (the same identity): the two exclude each other, at start by
         the lease, later by the fencing of its producer (issue 41)."""
         holder = Ingest(self.config, followed=shard)
+        raw = self.read_offsets_of(holder).lease
+        holder._claim_lease(self.transactional_id, Lease.from_json(raw) if raw else None)
+        self.shard_leases.append(holder)
+
+    def read_offsets_of(self, holder: "Ingest"):
+        """``holder``'s committed position and lease on the offsets topic (the ``OffsetsRead``)."""
         try:
-            raw = read_offsets(
+            return read_offsets(
                 self.kafka_conf,
                 self.offsets_topic,
                 holder.source_key,
                 lease_key(holder.lease_name),
                 wait_s=OFFSETS_WAIT_S,
                 missing_ok=False,
-            ).lease
+            )
         except OffsetsBlocked as exc:
             raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
-        holder._claim_lease(self.transactional_id, Lease.from_json(raw) if raw else None)
-        self.shard_leases.append(holder)
 
     @property
     def transactional_id(self) -> str:
@@ -225,17 +229,7 @@ class Ingest:
             self.config.kafka.max_message_bytes or topics.broker_max_message_bytes() or DEFAULT_MAX_MESSAGE_BYTES
         )
         self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
-        try:
-            offsets = read_offsets(
-                self.kafka_conf,
-                self.offsets_topic,
-                self.source_key,
-                lease_key(self.lease_name),
-                wait_s=OFFSETS_WAIT_S,
-                missing_ok=False,
-            )
-        except OffsetsBlocked as exc:
-            raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
+        offsets = self.read_offsets_of(self)
         self._claim_lease(txn_id, Lease.from_json(offsets.lease) if offsets.lease else None)
         return offsets
 

@@ -282,6 +282,24 @@ class RecordWriter:
         self.stats["events"] += n
         return n
 
+    def _marker_source(self, db: str, table: str, trx, event, position, row: int) -> dict:
+        """The ``source`` block of a marker (watermark or DDL) written for ``db.table`` at
+        ``position``, row ``row`` of its event."""
+        return source_json(
+            self.env,
+            SourceInfo(
+                db,
+                table,
+                trx.ts_ms,
+                event.packet.server_id,
+                position.file,
+                position.pos,
+                row,
+                trx.gtid,
+                shard=self.shard,
+            ),
+        )
+
     def _stamp(self) -> bytes | None:
         """One emission counter value for the copies of one marker or truncate (key mode
         unique; the others' records are stamped as they are sent: ``ingest.shards``)."""
@@ -326,20 +344,7 @@ class RecordWriter:
             partitions = self._partitions(db, table)
             cutover = self.cutover.marker_cutover(self.shard, f"{ldb}.{ltable}") if self.cutover is not None else None
             payload = watermark_marker(f"{ldb}.{ltable}", values.get("window_id"), values.get("kind"), cutover)
-            source = source_json(
-                self.env,
-                SourceInfo(
-                    db,
-                    table,
-                    trx.ts_ms,
-                    event.packet.server_id,
-                    position.file,
-                    position.pos,
-                    row_index,
-                    trx.gtid,
-                    shard=self.shard,
-                ),
-            )
+            source = self._marker_source(db, table, trx, event, position, row_index)
             pos = position_bytes(position.file, position.pos, row_index, 0, position.epoch, position.shard)
             rec = message_record(
                 self.env, topic, source, "cdc.watermark", payload, headers=[(WATERMARK_HEADER, payload)]
@@ -484,20 +489,7 @@ class RecordWriter:
             if kind == CREATED and self.routes.routed(db, table):
                 kind = ALTERED  # one more origin of the logical table, which may have rows of others
             payload = encode_marker(ddl_marker(ldb, ltable, kind, query, spec))
-            source = source_json(
-                self.env,
-                SourceInfo(
-                    db,
-                    table,
-                    trx.ts_ms,
-                    event.packet.server_id,
-                    position.file,
-                    position.pos,
-                    row,
-                    trx.gtid,
-                    shard=self.shard,
-                ),
-            )
+            source = self._marker_source(db, table, trx, event, position, row)
             rec = message_record(
                 self.env,
                 table_topic(self.prefix, ldb, ltable),
