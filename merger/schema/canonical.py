@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.quoting import quote_ident, text_literal
-from cdc.tablespec import ColumnSpec, TableSpec
+from cdc.tablespec import GEOMETRY_TYPES, ColumnSpec, TableSpec
 from merger.sinks.types import BIT_WIDTH
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -97,16 +97,7 @@ def column_type(c: ColumnSpec) -> pa.DataType:
     return pa.string()  # char, varchar, text, enum, set, json, unknown
 
 
-GEOMETRY = (
-    "geometry",
-    "point",
-    "linestring",
-    "polygon",
-    "multipoint",
-    "multilinestring",
-    "multipolygon",
-    "geometrycollection",
-)
+GEOMETRY = GEOMETRY_TYPES  # the table model's own list
 
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:
