@@ -48,7 +48,7 @@ from ingest.fatal import (
     too_large_message,
     unverifiable_failover_message,
 )
-from ingest.lease import RENEW_S, Lease, held_by_another, lease_key, lease_transactional_id
+from ingest.lease import RENEW_S, Lease, held_by_another, lease_key, lease_name, lease_transactional_id
 from ingest.position import PositionVector, ResumePoint, parse_gtid
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 # how long a transaction open on the offsets partition (another producer's) is waited for
 # before ingest stops: the positions behind it cannot be read
 OFFSETS_WAIT_S = 15.0
+# a lease transaction is short (one record): blocked this long, it is one a kill left open
+LEASE_BLOCK_S = 3.0
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
 SOURCE_ERRORS = (pymysql.err.InternalError, *_TRANSIENT_MYSQL)
 
@@ -103,7 +105,7 @@ class Ingest:
         # that of one shard followed by a process of its own (``followed``)
         source = {"server": self.prefix} if followed is None else {"server": self.prefix, "shard": followed}
         self.source_key = json.dumps(source, separators=(",", ":")).encode()
-        self.lease_name = self.prefix if followed is None else f"{self.prefix}/{followed}"
+        self.lease_name = lease_name(self.prefix, followed)
         self.kafka_conf = config.kafka.client_config()
         self.committed: ResumePoint | None = None
         self.position_on_kafka = False  # the broker holds a committed position of ours
@@ -196,18 +198,37 @@ class Ingest:
         self.shard_leases.append(holder)
 
     def read_offsets_of(self, holder: "Ingest"):
-        """``holder``'s committed position and lease on the offsets topic (the ``OffsetsRead``)."""
+        """``holder``'s committed position and lease on the offsets topic (the ``OffsetsRead``).
+        Blocked at first, the lease transactions that share the partition are fenced and the
+        read tried again: an instance killed while renewing a lease leaves that transaction
+        open, and only a new producer of its transactional.id aborts it (a live holder of that
+        lease remakes its producer and goes on, see ``_remake_lease_producer``)."""
         try:
-            return read_offsets(
-                self.kafka_conf,
-                self.offsets_topic,
-                holder.source_key,
-                lease_key(holder.lease_name),
-                wait_s=OFFSETS_WAIT_S,
-                missing_ok=False,
-            )
+            return self._read_offsets(holder, LEASE_BLOCK_S)
+        except OffsetsBlocked:
+            pass
+        for name in self.lease_names_on_partition():
+            log.info("the offsets topic is blocked by an open transaction: fencing the lease producer %s", name)
+            TransactionalProducer(self.kafka_conf, lease_transactional_id(name)).discard()
+        try:
+            return self._read_offsets(holder, OFFSETS_WAIT_S)
         except OffsetsBlocked as exc:
-            raise IngestError(offsets_blocked_message(self.prefix, exc.waited_s)) from None
+            raise IngestError(offsets_blocked_message(self.prefix, LEASE_BLOCK_S + exc.waited_s)) from None
+
+    def _read_offsets(self, holder: "Ingest", wait_s: float):
+        return read_offsets(
+            self.kafka_conf,
+            self.offsets_topic,
+            holder.source_key,
+            lease_key(holder.lease_name),
+            wait_s=wait_s,
+            missing_ok=False,
+        )
+
+    def lease_names_on_partition(self) -> list[str]:
+        """The leases this instance takes: its own and, for a whole sharded ingest, each shard's."""
+        shards = [s.name for s in self.config.shards] if self.lease_name == self.prefix else []
+        return [self.lease_name] + [lease_name(self.prefix, shard) for shard in shards]
 
     @property
     def transactional_id(self) -> str:

@@ -50,6 +50,11 @@ def lease_key(prefix: str) -> bytes:
     return json.dumps({"lease": prefix}, separators=(",", ":")).encode()
 
 
+def lease_name(prefix: str, shard: str | None = None) -> str:
+    """The lease of a prefix's whole ingest, or of one shard's (what ``cdc ingest --shard`` takes)."""
+    return prefix if shard is None else f"{prefix}/{shard}"
+
+
 def lease_transactional_id(prefix: str) -> str:
     return f"cdc-lease-{prefix}"
 

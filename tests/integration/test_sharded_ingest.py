@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from cdc import stack as local_stack
 from cdc import stack_shards
@@ -173,6 +173,43 @@ def test_two_shards_into_one_logical_topic_exactly_once_across_kill9(tmp_path, s
         assert len(ids) < len(expected), "keys collide across shards and tables, told apart by the origin"
         # the same records through the rule before shards (one highest position per partition)
         assert apply(records, per_shard=False) != apply(records, per_shard=True)
+    finally:
+        proc.stop()
+
+
+def test_a_lease_renewal_cut_by_kill9_does_not_stop_the_restart(tmp_path, stack, shards, unique_name):
+    """kill -9 while a shard's lease is renewed leaves that one-record transaction open on the
+    offsets partition, where it hides every committed position (CI, the move test's kill at
+    the switch): the restart fences the lease producers and goes on, rather than stop after
+    15 s with "a transaction of another producer stayed open"."""
+    db = f"shl_{unique_name}"
+    prefix = f"shl{unique_name}"
+    for info in shards.values():
+        sql(info, f"CREATE DATABASE {db}")
+        for table in TABLES:
+            sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
+    config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
+    proc = IngestProcess(config, tmp_path / "ingest.log").start()
+    try:
+        sql(shards["shard1"], f"INSERT INTO {db}.{TABLES[0]} (v) VALUES ('before')")
+        wait_caught_up(stack, shards, prefix, proc)
+        proc.kill9()
+        # what the killed instance left: shard2's lease renewal begun, never committed
+        # (the transactional.id spelled here as the lease's contract: cdc-lease-<prefix>/<shard>)
+        killed = Producer(
+            {"bootstrap.servers": stack.kafka.bootstrap, "transactional.id": f"cdc-lease-{prefix}/shard2"}
+        )
+        killed.init_transactions(30)
+        killed.begin_transaction()
+        killed.produce(f"{prefix}.offsets", key=b'{"lease":"%s/shard2"}' % prefix.encode(), value=b"{}")
+        killed.flush(30)
+        assert offsets_record(stack, prefix) is None, "the open transaction hides the committed position"
+        started = time.monotonic()
+        proc = IngestProcess(config, tmp_path / "ingest.log").start()
+        sql(shards["shard2"], f"INSERT INTO {db}.{TABLES[0]} (v) VALUES ('after')")
+        wait_caught_up(stack, shards, prefix, proc, timeout_s=60)
+        assert time.monotonic() - started < 15, "the restart waited out the open transaction"
+        assert "fencing the lease producer" in proc.log_text()
     finally:
         proc.stop()
 
