@@ -750,6 +750,13 @@ class MergerConfig(_Model):
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     state_dir: str = Field("./.cdc/merger", description="Spark checkpoint, reconciliation state, staging")
+    retry_max_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="longest wait between two attempts to reach the source or a sink again while it is "
+        "down (the wait starts at 1 s and doubles up to this)",
+    )
     spark_master: str = Field(
         "local[2]",
         description="used when not started by spark-submit; the default "

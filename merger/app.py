@@ -165,13 +165,15 @@ class Merger:
         accepts = table_filter(cfg)
         # credentials and privileges, before Spark starts (a source that is down is waited for)
         for server, captured in source_servers(cfg, accepts):
-            SourceGuard(stop).call("checking the source user's privileges", check_source, server, captured)
+            SourceGuard(stop, max_delay_s=cfg.retry_max_s).call(
+                "checking the source user's privileges", check_source, server, captured
+            )
         sinks = build_sinks(cfg)
         for sink in sinks:  # reaches each sink's storage: an unreachable one is a one-line error here
             sink.claim_writer(store.writer_id())
         # one guard for every source access (catalog, planning, watermarks, chunk reads):
         # retries with backoff while the source is down, shown in `cdc status`
-        source_guard = SourceGuard(stop)
+        source_guard = SourceGuard(stop, max_delay_s=cfg.retry_max_s)
         processor = self._processor(store, sinks, kafka_conf, partitions_of, accepts, source_guard)
         source_guard.on_change = lambda: _publish_if_idle(processor)
         serve_metrics(cfg.metrics_port, cfg.metrics_address)
@@ -267,6 +269,7 @@ class Merger:
             on_drop=cfg.on_drop,
             sharded=bool(cfg.shards),
             key_mode=cfg.key_mode,
+            retry_max_s=cfg.retry_max_s,
         )
 
     def _start_query(self, spark, processor, store, progress: "_BatchProgress", stop: threading.Event):

@@ -53,6 +53,7 @@ def write_merger_config(
         },
         "snapshot": {"chunk_size": 20000, "chunks_per_window": 2, "window_timeout_s": 180},
         "trigger_interval_ms": 300,
+        "retry_max_s": 4,  # the tests' outages are short: reconnect within seconds of the end
         # a loaded machine can take more than Spark's 15 s to start a Python worker
         "spark_conf": {"spark.driver.memory": "1g", "spark.python.authenticate.socketTimeout": "120s"},
     }

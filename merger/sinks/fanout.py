@@ -21,8 +21,11 @@ MAX_RETRY_DELAY_S = 30.0
 
 
 class SinkFanout:
-    def __init__(self, sinks: list, on_blocked: Callable[[], None] = lambda: None):
+    def __init__(
+        self, sinks: list, on_blocked: Callable[[], None] = lambda: None, max_delay_s: float = MAX_RETRY_DELAY_S
+    ):
         self.sinks = sinks
+        self.max_delay_s = max_delay_s  # the merger's ``retry_max_s``
         self.on_blocked = on_blocked  # called before each wait (the status shows the blocked sink)
         self._pool = None
 
@@ -49,7 +52,7 @@ class SinkFanout:
     def read(self, rt, sink, call: Callable, point: str | None = None) -> None:
         """``call()``, again and again while ``sink`` is unavailable; ``point``: the crash
         point reached once it went through (a write's)."""
-        delay = 1.0
+        delay = min(1.0, self.max_delay_s)
         name = type(sink).__name__
         while True:
             try:
@@ -68,4 +71,4 @@ class SinkFanout:
                 log.warning("table %s blocked on sink %s: %s; retrying in %.0fs", rt.name, name, exc, delay)
                 self.on_blocked()
                 time.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY_S)
+                delay = min(delay * 2, self.max_delay_s)
