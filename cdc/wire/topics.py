@@ -66,6 +66,12 @@ def schema_topic(prefix: str) -> str:
     return prefix
 
 
+def topic_table_part(prefix: str, topic: str) -> str:
+    """What follows ``<prefix>.`` in a table topic's name: ``db.table`` made legal, the table's
+    name when its records do not say it (a sanitized name may stand for several tables)."""
+    return topic[len(prefix) + 1 :]
+
+
 def offsets_topic(prefix: str) -> str:
     """Ingest's committed positions (and its instance lease), one compacted partition."""
     return f"{prefix}.offsets"

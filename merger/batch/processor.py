@@ -42,7 +42,7 @@ from cdc.table_changes import table_change_json
 from cdc.tablespec import TableSpec
 from cdc.wire.headers import DDL_HEADER, WATERMARK_HEADER
 from cdc.wire.position import EventPosition
-from cdc.wire.topics import table_topic
+from cdc.wire.topics import schema_topic, table_topic, topic_table_part
 from merger import crashpoints
 from merger.batch.clock import BatchClock
 from merger.batch.emission import WindowEmitter
@@ -109,6 +109,7 @@ class BatchProcessor:
         retry_max_s: float = MAX_RETRY_DELAY_S,
     ):
         self.prefix = prefix
+        self.schema_topic = schema_topic(prefix)
         # what wrote the topics: its replay rule, sequences, order, DDL, truncates, snapshots
         self.source_kind = source_kind(source_connector, sharded, key_mode)
         self.on_drop = on_drop  # truncate | keep: the sink tables of a dropped table
@@ -235,7 +236,7 @@ class BatchProcessor:
             db, table = str(src["db"]), str(src["table"])
             if table_topic(self.prefix, db, table) == topic:
                 return f"{db}.{table}"
-        return topic[len(self.prefix) + 1 :]
+        return topic_table_part(self.prefix, topic)
 
     def rebuild_table(self, rt: TableRuntime) -> bool:
         """``cdc snapshot`` of a paused table (``PausedTables.rebuild``)."""
@@ -328,7 +329,7 @@ class BatchProcessor:
                 pos = position_of(headers, payload)
             except (BadRecord, ValueError) as exc:
                 name = self._table_name(topic, {})
-                if self.on_bad_record == "pause" and topic != self.prefix and self.accepts(name):
+                if self.on_bad_record == "pause" and topic != self.schema_topic and self.accepts(name):
                     # the table pauses here (its later changes kept in order), not only a warning
                     self.unparseable.setdefault(name, []).append((r, str(exc)))
                 else:
@@ -352,7 +353,7 @@ class BatchProcessor:
                 continue
             if value is None:
                 continue  # tombstone: the delete before it carries the change
-            if topic == self.prefix:
+            if topic == self.schema_topic:
                 schema_records.append(payload)
                 continue
             name = self._table_name(topic, payload)

@@ -33,6 +33,7 @@ def test_every_topic_derived_from_the_prefix():
     assert topics.transaction_topic("cdc") == "cdc.transaction"
     assert topics.heartbeat_topic("cdc") == "__debezium-heartbeat.cdc"
     assert topics.dead_letter_topic("cdc") == "cdc.dlq"
+    assert topics.topic_table_part("cdc.x", "cdc.x.shop.Stra_e") == "shop.Stra_e"
     assert topics.changelog_topic("out", "shop", "Straße") == "out.shop.Stra_e"
     assert topics.changelog_control_topic("out") == "out._cdc.changelog_versions"
     read = re.compile(topics.source_topics_pattern("cdc", "cdc.merged"))
