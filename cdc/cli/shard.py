@@ -18,7 +18,6 @@ from cdc.config import ConfigError
 from cdc.routes import ORIGIN_COLUMN
 
 SHARD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-SINK_NAMES = {"DeltaSink": "delta", "PostgresSink": "postgres", "KafkaChangelogSink": "kafka_changelog"}
 
 
 def check_removable(cfg: Any, name: str) -> None:
@@ -56,7 +55,7 @@ def known_tables(store: Any) -> list[str]:
 
 
 def sink_name(sink: Any) -> str:
-    return SINK_NAMES.get(type(sink).__name__, type(sink).__name__)
+    return getattr(sink, "section", "") or type(sink).__name__
 
 
 def supports_origin(sink: Any) -> bool:

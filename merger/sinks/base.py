@@ -130,6 +130,8 @@ class Sink(abc.ABC):
 
     # what each table keeps (``merger.history.modes``); a sink with history modes sets its own
     modes: TableModes = TableModes()
+    # the config section it was built from (``sinks.<section>``), set by ``merger.sinks.registry``
+    section: str = ""
 
     @abc.abstractmethod
     def ensure_table(self, table: TableId, arrow_schema: pa.Schema, key_columns: Sequence[str]) -> list[str]:

@@ -80,4 +80,9 @@ def build_sinks(config: Any, only: tuple[str, ...] | None = None) -> list:
         kinds = [k for k in kinds if k.section in only]
     if not kinds:
         raise MergerError("sinks: configure at least one of " + ", ".join(f"sinks.{kind.section}" for kind in KINDS))
-    return [kind.build(getattr(config.sinks, kind.section), config) for kind in kinds]
+    sinks = []
+    for kind in kinds:
+        sink = kind.build(getattr(config.sinks, kind.section), config)
+        sink.section = kind.section  # what the commands call it (``cdc shard remove``'s report)
+        sinks.append(sink)
+    return sinks

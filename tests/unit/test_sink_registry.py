@@ -41,6 +41,8 @@ def test_builds_the_configured_sinks_in_build_order(tmp_path, sections):
         if s in sections
     ]
     assert [type(s) for s in sinks] == want
+    # each carries the section it was built from: what the commands call it
+    assert [s.section for s in sinks] == [s for s in ("delta", "postgres", "kafka_changelog") if s in sections]
     for s in sinks:
         s.close()
 
