@@ -28,7 +28,7 @@ from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
 from merger.spark import progress as spark_progress
 from merger.spark.cluster_reach import check_state_dir_reached
-from merger.spark.session import make_spark, stop_spark
+from merger.spark.session import make_spark, quiet_stopping_tasks, stop_spark
 from merger.state.store import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
 
 log = logging.getLogger(__name__)
@@ -210,6 +210,7 @@ class Merger:
                 runner.stop_event.set()
                 if verifier is not None:
                     verifier.stop_event.set()
+                quiet_stopping_tasks(spark)
                 try:
                     self.query.stop()
                 except Exception:

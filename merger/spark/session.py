@@ -137,14 +137,28 @@ QUERY_FAILURE_LOGGERS = (
 )
 
 
+# what a task killed by the stop logs on its way out (a broadcast block already removed
+# under its completion listener: "Block broadcast_1 does not exist"); nothing is lost by it
+SHUTDOWN_NOISE_LOGGERS = ("org.apache.spark.TaskContextImpl",)
+
+
 def _quiet_query_failure(spark) -> None:
+    _loggers_off(spark, QUERY_FAILURE_LOGGERS)
+
+
+def quiet_stopping_tasks(spark) -> None:
+    """Called once the merger stops, before its query does: the tasks it kills say nothing."""
+    _loggers_off(spark, SHUTDOWN_NOISE_LOGGERS)
+
+
+def _loggers_off(spark, names: tuple[str, ...]) -> None:
     try:
         jvm = spark.sparkContext._jvm
         off = jvm.org.apache.logging.log4j.Level.OFF
-        for name in QUERY_FAILURE_LOGGERS:
+        for name in names:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
     except Exception as exc:  # another logging backend: its traces stay, nothing breaks
-        log.debug("cannot quiet the query failure log: %s", exc)
+        log.debug("cannot quiet %s: %s", ", ".join(names), exc)
 
 
 def stop_spark(spark, timeout_s: float = 30.0) -> None:
