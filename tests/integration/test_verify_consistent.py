@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 20_000
 RATE = 1000  # statements per second asked of the workload
-RUNS = 2 if IS_CI else 3  # verify runs that must report equal (bounded under CI: two workers share 2 cores)
+RUNS = 1 if IS_CI else 3  # verify runs that must report equal (bounded under CI: the run that finds the damage is one more)
 
 
 def hot_statement(rnd: random.Random) -> tuple[str, tuple]:
