@@ -32,7 +32,8 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 20_000
 RATE = 1000  # statements per second asked of the workload
-RUNS = 1 if IS_CI else 3  # verify runs that must report equal (bounded under CI: the run that finds the damage is one more)
+# verify runs that must report equal (bounded under CI: the run that finds the damage is one more)
+RUNS = 1 if IS_CI else 3
 
 
 def hot_statement(rnd: random.Random) -> tuple[str, tuple]:
