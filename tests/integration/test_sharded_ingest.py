@@ -45,6 +45,14 @@ def shards(shard_dir) -> dict[str, local_stack.StackInfo]:
     return servers(shard_dir)
 
 
+def create_tables(shards: dict, db: str) -> None:
+    """``db`` on every shard, with the same AUTO_INCREMENT tables (their keys collide)."""
+    for info in shards.values():
+        sql(info, f"CREATE DATABASE {db}")
+        for table in TABLES:
+            sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
+
+
 def source_values(shards: dict, db: str) -> dict[tuple, str]:
     """(origin, id) -> v, by a plain SELECT of every physical table of every shard."""
     out = {}
@@ -137,10 +145,9 @@ def apply(records: list, per_shard: bool) -> dict[tuple, str]:
 def test_two_shards_into_one_logical_topic_exactly_once_across_kill9(tmp_path, stack, shards, unique_name):
     db = f"sh_{unique_name}"
     prefix = f"sh{unique_name}"
+    create_tables(shards, db)
     for info in shards.values():
-        sql(info, f"CREATE DATABASE {db}")
         for table in TABLES:
-            sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
             sql(info, f"INSERT INTO {db}.{table} (v) VALUES ('before-ingest')")  # not in the topic: no snapshot
     config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
     proc = IngestProcess(config, tmp_path / "ingest.log").start()
@@ -184,10 +191,7 @@ def test_a_lease_renewal_cut_by_kill9_does_not_stop_the_restart(tmp_path, stack,
     15 s with "a transaction of another producer stayed open"."""
     db = f"shl_{unique_name}"
     prefix = f"shl{unique_name}"
-    for info in shards.values():
-        sql(info, f"CREATE DATABASE {db}")
-        for table in TABLES:
-            sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
+    create_tables(shards, db)
     config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
     proc = IngestProcess(config, tmp_path / "ingest.log").start()
     try:
@@ -227,10 +231,7 @@ def seq_of(gtid: str | None) -> int:
 def test_a_shard_down_and_the_broker_frozen_lose_and_double_nothing(tmp_path, stack, shards, shard_dir, unique_name):
     db = f"sho_{unique_name}"
     prefix = f"sho{unique_name}"
-    for info in shards.values():
-        sql(info, f"CREATE DATABASE {db}")
-        for table in TABLES:
-            sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
+    create_tables(shards, db)
     config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
     proc = IngestProcess(config, tmp_path / "ingest.log").start()
     writers = Writers(shards, db, outages=True)
@@ -300,10 +301,7 @@ def test_each_shard_followed_by_a_process_of_its_own(tmp_path, stack, shards, un
     reason, the other shard's process untouched; an unknown shard is one line."""
     db = f"shs_{unique_name}"
     prefix = f"shs{unique_name}"
-    for info in shards.values():
-        sql(info, f"CREATE DATABASE {db}")
-        for table in TABLES:
-            sql(info, f"CREATE TABLE {db}.{table} (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40))")
+    create_tables(shards, db)
     config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
     unknown = run_cli("ingest", "-c", str(config), "--shard", "shard9", timeout=60)
     assert unknown.returncode != 0 and "no such shard" in unknown.stderr, unknown.stderr
