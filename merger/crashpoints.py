@@ -9,7 +9,8 @@ changes kept on disk).
 
 Pause points, for tests that act while something runs: ``CDC_PAUSE_AT=<point>:<seconds>``
 makes every pass through the named point say so on stderr and sleep. Points:
-``kafka_read`` (a micro-batch's Kafka read task, on an executor: the batch's Spark job runs)."""
+``kafka_read`` (a micro-batch's Kafka read task, on an executor: the batch's Spark job runs),
+``before_high`` (the snapshot runner, a window's rows staged, before it writes HIGH)."""
 
 from __future__ import annotations
 

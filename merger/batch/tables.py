@@ -212,6 +212,13 @@ class TableRegistry:
             rt.reconciler.mark_staged(wid)
             return True
 
+    def window_chunks(self, name: str, wid: str) -> tuple[str, ...] | None:
+        """The chunk ids of the table's open window (None: not open, or no such table)."""
+        with self._lock:
+            rt = self._tables.get(name)
+            window = None if rt is None else rt.reconciler.windows.get(wid)
+            return None if window is None else window.chunk_ids
+
     def window_open(self, rt: TableRuntime, wid: str) -> bool:
         """Whether the window is still open (not emitted, expired or dropped by a new plan)."""
         with self._lock:

@@ -24,6 +24,7 @@ import pymysql
 from cdc.config import MergerConfig, MySQLConfig
 from cdc.quoting import quote_ident
 from cdc.routes import ORIGIN_COLUMN
+from merger import crashpoints
 from merger.batch.processor import BatchProcessor
 from merger.batch.tables import TableRegistry
 from merger.dblog import decode_key, encode_key
@@ -153,6 +154,8 @@ class SnapshotRunner(threading.Thread):
         # set by the app: True once the streaming query has finished its first trigger
         self.stream_ready = lambda: True
         self._last_tick = 0.0
+        self._waiting_checked = 0.0  # when the windows waiting for HIGH were last looked at
+        self._waiting_reported: set[str] = set()
         self._resume_waits = False  # a resume request waits for the processor's tables
         self._resume_tick = False  # the tick that brings the batch restoring them was raised
         # per server (a sharded source's shard, None for the one server): the connection kept
@@ -229,6 +232,7 @@ class SnapshotRunner(threading.Thread):
         try:
             self._warm_up()
             self._wait_for_stream()
+            self._restore_tables()
             while not self.stop_event.is_set():
                 self._handle_requests()
                 progressed = False
@@ -252,6 +256,7 @@ class SnapshotRunner(threading.Thread):
                 if small and not self.stop_event.is_set():
                     progressed |= self._small_windows(small)
                 self._tick_if_idle()
+                self._report_waiting_windows()
                 if not progressed:
                     self.stop_event.wait(0.2)
         except BaseException as exc:  # reported by the app's main loop
@@ -282,6 +287,15 @@ class SnapshotRunner(threading.Thread):
         if not self.stop_event.is_set():
             log.info("the stream's first micro-batch takes over %ds: snapshots start anyway", STREAM_READY_WAIT_S)
 
+    def _restore_tables(self) -> None:
+        """The tables, their open windows among them, come back with the first micro-batch,
+        and on a source with no writes Spark runs none: with a snapshot unfinished, the
+        tick brings it (a window staged before a restart may wait for its HIGH)."""
+        if self.processor.clock.restored or not self.store.unfinished_plans():
+            return
+        self._resume_tick = True
+        self.store.raise_tick(self.store.tick() + 1)
+
     def _tick_if_idle(self) -> None:
         """Spark runs a micro-batch only for new offsets. Windows left over by the emission
         budget need one more: the processor's tick file normally brings it (see
@@ -299,6 +313,38 @@ class SnapshotRunner(threading.Thread):
             self._watermark(table, "tick", "TICK", self._any_origin(table))
         except Exception as exc:  # the next tick tries again
             log.warning("watermark tick for %s failed: %s", table, exc)
+
+    def _report_waiting_windows(self) -> None:
+        """A window whose HIGH marker has not come for ``window_timeout_s`` expires in the
+        next batch; when no batch came for as long (no writes, and no markers either: ingest
+        is down or does not capture the watermark table), say so, once per window, rather
+        than wait in silence."""
+        now = time.time()
+        if now - self._waiting_checked < 5.0:
+            return
+        self._waiting_checked = now
+        timeout = self.config.snapshot.window_timeout_s
+        if time.monotonic() - self.processor.clock.finished_at < timeout:
+            return  # batches run: theirs is the expiry (``BatchProcessor._expire_windows``)
+        with self.tables.locked():
+            waiting = [
+                (name, w.window_id, now - w.opened_at)
+                for name, rt in self.tables.items()
+                for w in rt.reconciler.windows.values()
+                if w.staged and len(w.high) < rt.reconciler.num_partitions and now - w.opened_at > timeout
+            ]
+        for name, wid, age in waiting:
+            if wid in self._waiting_reported:
+                continue
+            self._waiting_reported.add(wid)
+            log.warning(
+                "snapshot window %s of %s has waited %.0fs for its HIGH watermark marker: is ingest running "
+                "and capturing the watermark table %s?",
+                wid,
+                name,
+                age,
+                self.config.watermark_table,
+            )
 
     def _waits(self, req: dict) -> bool:
         """Whether a request must wait (left in the store, so a restart keeps it): a resume
@@ -525,7 +571,7 @@ class SnapshotRunner(threading.Thread):
             rt = self.tables.get(table)
             if rt is None or rt.phase in ("paused", "failed", "dropped"):
                 return None
-            self._forget_dead_windows(table, rt)
+            unclosed = self._forget_dead_windows(table, rt)
             # every open window holds its chunks, one restored from before a restart too:
             # its HIGH may be in the topic already, and its chunks read again in a new
             # window would be emitted twice (a change log would hold their rows twice)
@@ -534,6 +580,8 @@ class SnapshotRunner(threading.Thread):
             busy = {c for w in rt.reconciler.windows.values() for c in w.chunk_ids}
             if rt.phase == "streaming":
                 rt.phase = "snapshotting"
+        for wid in unclosed:
+            self._close_restored_window(table, wid, plan)
         streaming = self.processor.clock.changes_streaming()
         if len(open_ids) >= (MAX_OPEN_WINDOWS_STREAMING if streaming else MAX_OPEN_WINDOWS):
             return None
@@ -554,16 +602,44 @@ class SnapshotRunner(threading.Thread):
             return None
         return table, rt, chunks, plan.get("where"), tasks
 
-    def _forget_dead_windows(self, table: str, rt) -> None:
+    def _forget_dead_windows(self, table: str, rt) -> list[str]:
         """Give up the windows a restart restored that were never staged: their reads died
         with the process before, so they can never be emitted; their chunks are free to be
-        read again at once (not after ``window_timeout_s``). Called under the tables' lock."""
+        read again at once (not after ``window_timeout_s``). Returns the restored windows
+        that were staged but lack HIGH in some partition: the process before may have died
+        before it wrote HIGH, and nothing else would ever close them on a quiet source.
+        Called under the tables' lock."""
         mine = self.pending_windows.get(table, [])
+        unclosed = []
         for wid, w in list(rt.reconciler.windows.items()):
-            if not w.staged and w.opened_at < self.started_at and wid not in mine:
+            if w.opened_at >= self.started_at or wid in mine:
+                continue
+            if not w.staged:
                 rt.reconciler.finish(wid)
                 self._unstage(table, wid)
                 log.info("snapshot window %s of %s was being read when the merger stopped: read again", wid, table)
+            elif w.problem is None and len(w.high) < rt.reconciler.num_partitions:
+                unclosed.append(wid)
+        return unclosed
+
+    def _close_restored_window(self, table: str, wid: str, plan: dict) -> None:
+        """Write HIGH (again) for a restored staged window. Its rows were read after LOW
+        committed, so any HIGH written now is after the read ended, as the DBLog rule asks;
+        the window is only longer (more changes seen, fewer rows emitted, those keys' rows
+        come from the stream). If the first HIGH was written after all, each partition keeps
+        the first copy it reads (``Reconciler.on_marker``) and this one is ignored."""
+        chunk_ids = self.tables.window_chunks(table, wid)
+        if chunk_ids is None:
+            return
+        chunks = [c for c in plan.get("chunks", []) if c["id"] in chunk_ids]
+        origin = origin_of_chunks(chunks) if chunks else None
+        self.guard.call(f"snapshot of {table}", self._watermark, table, wid, "HIGH", origin)
+        log.info(
+            "snapshot window %s of %s was staged when the merger stopped, its HIGH watermark perhaps not "
+            "written: written now",
+            wid,
+            table,
+        )
 
     def _run_window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int) -> bool:
         try:
@@ -721,6 +797,8 @@ class SnapshotRunner(threading.Thread):
         """Watermark rows ``(table, window id, kind)`` in one statement: one transaction."""
         if not rows:
             return
+        if any(kind == "HIGH" for _t, _w, kind in rows):
+            crashpoints.pause("before_high")
         # one connection kept for the watermark writes: a new one per write cost ~40 ms
         # of CPU (TLS context) and its round trips sat inside every window
         if shard not in self._wm_conns:

@@ -16,7 +16,15 @@ import pymysql
 import pytest
 
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
-from tests.merger_harness import ROOT, CrashingMerger, SinkChecker, write_merger_config
+from tests.merger_harness import (
+    ROOT,
+    CrashingMerger,
+    MergerProcess,
+    SinkChecker,
+    pg_conn,
+    root_conn,
+    write_merger_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +135,64 @@ def test_merger_killed_at_each_crash_point_converges(stack, unique_name, tmp_pat
         ingest.stop()
         checker.close()
         root.close()
+
+
+PAUSED_BEFORE_HIGH = "cdc pause point before_high"
+
+
+@pytest.mark.timeout(400)
+def test_a_window_staged_without_its_high_closes_after_a_restart_on_a_quiet_source(
+    stack, unique_name, tmp_path, monkeypatch
+):
+    """kill -9 between a window's staging and its HIGH write, with a batch that saved the
+    window as staged in between (a CI run hung here: the restarted merger waited for a HIGH
+    nobody would write, and a source with no writes brings no batch to expire the window).
+    The restart must close the window on a quiet source, well before window_timeout_s
+    (180 s in the harness), and every sink must equal the source."""
+    db = f"hw_{unique_name}"
+    with root_conn(stack) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v BIGINT, s VARCHAR(20))")
+        cur.execute(f"INSERT INTO {db}.t SELECT seq, seq, 'init' FROM mysql.seq_1_to_500")
+    ingest = IngestProcess(write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"]), tmp_path / "i.log")
+    ingest.start()
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
+    checker = SinkChecker(stack, tmp_path)
+    merger = None
+    try:
+        wait_caught_up(stack, unique_name, proc=ingest)
+        monkeypatch.setenv("CDC_PAUSE_AT", "before_high:300")
+        merger = MergerProcess(mcfg, tmp_path / "merger-paused.log").start()
+        deadline = time.monotonic() + 180
+        while PAUSED_BEFORE_HIGH not in merger.log_text():
+            assert merger.alive() and time.monotonic() < deadline, merger.log_text()[-3000:]
+            time.sleep(0.5)
+        # two changes, each brought to the sink by a batch: once the second is there, the
+        # batch of the first has saved its state, with the window staged
+        with root_conn(stack) as conn, conn.cursor() as cur:
+            for v in (-1, -2):
+                cur.execute(f"UPDATE {db}.t SET v = %s WHERE id = 7", (v,))
+                _wait_for_pg_value(stack, db, 7, v, merger)
+        merger.kill9()
+        monkeypatch.delenv("CDC_PAUSE_AT")
+        merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+        checker.wait_equal(db, "t", timeout_s=120, proc=merger)
+        assert "HIGH watermark perhaps not written: written now" in merger.log_text()
+    finally:
+        if merger is not None:
+            merger.stop()
+        ingest.stop()
+        checker.close()
+
+
+def _wait_for_pg_value(stack, db, key, value, merger, timeout_s=120):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert merger.alive(), merger.log_text()[-3000:]
+        with pg_conn(stack) as c:
+            if c.execute("SELECT to_regclass(%s)", (f'"{db}"."t"',)).fetchone()[0] is not None:
+                row = c.execute(f'SELECT v FROM "{db}"."t" WHERE id = %s', (key,)).fetchone()
+                if row is not None and row[0] == value:
+                    return
+        time.sleep(0.5)
+    raise AssertionError(f"the PostgreSQL sink did not get v = {value} of key {key} in {timeout_s}s")
