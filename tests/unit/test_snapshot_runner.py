@@ -255,8 +255,9 @@ def test_a_repair_the_merger_cannot_run_is_reported_and_leaves_the_plan_alone(tm
 def test_windows_a_restart_restored_keep_their_chunks_unless_never_staged(tmp_path):
     """A window open when the merger stopped comes back with its table. Staged, its HIGH may
     be in the topic: its chunks must not be read again in a new window (a change log would
-    get their rows twice). Never staged, its read died with the process: its chunks are
-    read again at once."""
+    get their rows twice), and its HIGH is written again (the process may have died before
+    it wrote it: nothing else would close the window on a quiet source). Never staged, its
+    read died with the process: its chunks are read again at once."""
     from cdc.tablespec import ColumnSpec, TableSpec
     from merger.batch.processor import BatchProcessor
     from merger.dblog import encode_key
@@ -275,12 +276,16 @@ def test_windows_a_restart_restored_keep_their_chunks_unless_never_staged(tmp_pa
     chunks = [{"id": f"c{i}", "lo": encode_key(None), "hi": encode_key(None)} for i in (1, 2, 3)]
     plan = {"chunks": chunks, "done": []}
     store.save_plan("db.t", plan)
+    written = []
+    runner._watermark = lambda *args: written.append(args)
     _, _, todo, _, _ = runner._next_window("db.t", plan)
     assert [c["id"] for c in todo] == ["c2", "c3"]
     assert set(rt.reconciler.windows) == {"staged"}
+    assert written == [("db.t", "staged", "HIGH", None)]
     # a window this runner opens and has not staged yet is its own: kept
     rt.reconciler.open_window("mine", ["c2"], time.time())
     runner.pending_windows["db.t"].append("mine")
     _, _, todo, _, _ = runner._next_window("db.t", plan)
     assert [c["id"] for c in todo] == ["c3"]
     assert set(rt.reconciler.windows) == {"staged", "mine"}
+    assert len(written) == 1  # once: the restored window is the runner's now
