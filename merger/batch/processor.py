@@ -58,6 +58,7 @@ from merger.batch.records import (
     change_event,
     decode,
     headers_of,
+    kafka_rows,
     payload_of,
     position_of,
 )
@@ -313,11 +314,7 @@ class BatchProcessor:
     def _route(self, records: pa.Table) -> tuple[dict[str, list[ParsedRecord]], list[dict]]:
         """The batch's records, parsed, without replays and tombstones: per table (in
         offset order per partition), and the schema-change topic's payloads."""
-        rows = (
-            records.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]).to_pylist()
-            if records.num_rows
-            else []
-        )
+        rows = kafka_rows(records)
         per_table: dict[str, list[ParsedRecord]] = {}
         schema_records = []
         for r in rows:

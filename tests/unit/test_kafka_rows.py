@@ -1,0 +1,64 @@
+"""merger.batch.records.kafka_rows against the simple model: the records as dicts of their
+columns, the timestamp left out, sorted by topic, partition and offset with Python's sort."""
+
+from __future__ import annotations
+
+import datetime
+
+import pyarrow as pa
+from hypothesis import given
+from hypothesis import strategies as st
+
+from merger.batch.records import kafka_rows
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+records = st.lists(
+    st.fixed_dictionaries(
+        {
+            "key": st.none() | st.binary(max_size=6),
+            "value": st.none() | st.binary(max_size=10),
+            "topic": st.sampled_from(["p.d.a", "p.d.b", "p.d.a.b"]),
+            "partition": st.integers(0, 3),
+            "offset": st.integers(0, 2**40),
+            "timestamp": st.datetimes(min_value=datetime.datetime(2000, 1, 1)),
+            "timestampType": st.sampled_from([0, 1]),
+            "headers": st.none()
+            | st.lists(st.fixed_dictionaries({"key": st.text(max_size=4), "value": st.binary(max_size=4)}), max_size=3),
+        }
+    ),
+    max_size=40,
+    unique_by=lambda r: (r["topic"], r["partition"], r["offset"]),
+)
+
+SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us")),
+        ("timestampType", pa.int32()),
+        ("headers", HEADERS),
+    ]
+)
+
+
+@given(records)
+def test_kafka_rows_are_the_records_sorted_without_their_timestamp(rows):
+    got = kafka_rows(pa.Table.from_pylist(rows, schema=SCHEMA))
+    want = sorted(
+        ({k: v for k, v in r.items() if k not in ("timestamp", "timestampType")} for r in rows),
+        key=lambda r: (r["topic"], r["partition"], r["offset"]),
+    )
+    assert got == want
+
+
+def test_a_table_without_some_columns_gives_the_ones_it_has():
+    table = pa.table({"topic": ["t", "t"], "partition": [0, 0], "offset": [5, 2], "value": [b"b", b"a"]})
+    assert kafka_rows(table) == [
+        {"value": b"a", "topic": "t", "partition": 0, "offset": 2},
+        {"value": b"b", "topic": "t", "partition": 0, "offset": 5},
+    ]
+    assert kafka_rows(table.slice(0, 0)) == []
