@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 
 FILE_SEQ = re.compile(r"\.(\d+)$")
 # ``sequence()``'s layout, low bits first: part | pos + row | file number | epoch, in a
@@ -20,6 +20,14 @@ EPOCH_SHIFT = FILE_SHIFT + FILE_BITS
 MAX_EPOCH = (1 << EPOCH_BITS) - 1
 MAX_FILE_NUMBER = 999_999  # MariaDB's binlog files are numbered .000001 to .999999 (< 2**FILE_BITS)
 POSITION_LIMIT = 1 << POS_BITS  # an event header's position field has 4 bytes (ingest stops at a wrap)
+
+
+@lru_cache(maxsize=4096)
+def file_number(file: str) -> int | None:
+    """The binlog file's number (``mariadb-bin.000123``: 123), None without one. Cached:
+    every record's position asks, and a batch holds a few files' names."""
+    m = FILE_SEQ.search(file)
+    return int(m.group(1)) if m else None
 
 
 @total_ordering
@@ -40,8 +48,8 @@ class EventPosition:
     shard: str = ""  # the shard whose binlog it is in ("" for a one-server source)
 
     def key(self) -> tuple[str, int, int, str, int, int, int]:
-        m = FILE_SEQ.search(self.file)
-        return (self.shard, self.epoch, int(m.group(1)) if m else -1, self.file, self.pos, self.row, self.part)
+        number = file_number(self.file)
+        return (self.shard, self.epoch, -1 if number is None else number, self.file, self.pos, self.row, self.part)
 
     def __lt__(self, other: "EventPosition") -> bool:
         return self.key() < other.key()
@@ -53,16 +61,14 @@ class EventPosition:
         changes of a key by it, across partitions and for snapshot rows (the HIGH
         watermark's sequence). ValueError for a position outside that range (``checked``):
         it never overflows."""
-        m = FILE_SEQ.search(self.file)
-        file_seq = int(m.group(1)) if m else 0
+        file_seq = file_number(self.file) or 0
         self._check(file_seq)
         return (self.epoch << EPOCH_SHIFT) | (file_seq << FILE_SHIFT) | ((self.pos + self.row) << PART_BITS) | self.part
 
     def checked(self) -> "EventPosition":
         """Itself, if it is a position the sequence can order; else ValueError (a garbled
         header, or a binlog file past 4 GiB, whose header positions wrap)."""
-        m = FILE_SEQ.search(self.file)
-        self._check(int(m.group(1)) if m else 0)
+        self._check(file_number(self.file) or 0)
         return self
 
     def _check(self, file_seq: int) -> None:
