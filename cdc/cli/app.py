@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc import stack as local_stack
+from cdc.cli.native_exit import exit_now
 from cdc.cli.prose import as_prose
 from cdc.config import ConfigError, IngestConfig, load_model
 
@@ -491,8 +492,8 @@ def verify(
     if repair_:
         from cdc.cli.repair import run_repair
 
-        sys.exit(run_repair(cfg, named, opts, as_json, console, parse_duration(repair_timeout, "--repair-timeout")))
-    sys.exit(run_verify(cfg, named, opts, as_json, console))
+        exit_now(run_repair(cfg, named, opts, as_json, console, parse_duration(repair_timeout, "--repair-timeout")))
+    exit_now(run_verify(cfg, named, opts, as_json, console))
 
 
 @app.command()
@@ -535,8 +536,8 @@ def repair(
 
         if len(named) != 1:
             raise ConfigError("--where: name exactly one table")
-        sys.exit(run_where_repair(cfg, named[0], where, opts, wait, as_json, console))
-    sys.exit(run_repair(cfg, named, opts, as_json, console, wait))
+        exit_now(run_where_repair(cfg, named[0], where, opts, wait, as_json, console))
+    exit_now(run_repair(cfg, named, opts, as_json, console, wait))
 
 
 shard_app = typer.Typer(no_args_is_help=True, help="Operator steps of a sharded source (docs/sharding.md).")
