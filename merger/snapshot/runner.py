@@ -327,11 +327,12 @@ class SnapshotRunner(threading.Thread):
         if time.monotonic() - self.processor.clock.finished_at < timeout:
             return  # batches run: theirs is the expiry (``BatchProcessor._expire_windows``)
         with self.tables.locked():
+            # the batch's own expiry rule (``Reconciler.expired``), staged windows only
             waiting = [
-                (name, w.window_id, now - w.opened_at)
+                (name, wid, now - rt.reconciler.window(wid).opened_at)
                 for name, rt in self.tables.items()
-                for w in rt.reconciler.windows.values()
-                if w.staged and len(w.high) < rt.reconciler.num_partitions and now - w.opened_at > timeout
+                for wid in rt.reconciler.expired(now, timeout)
+                if rt.reconciler.window(wid).staged
             ]
         for name, wid, age in waiting:
             if wid in self._waiting_reported:
