@@ -114,6 +114,8 @@ def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
         # an unreachable broker is waited for (no new batch, a line per attempt), this long at most
         "brokerOutageMaxS": str(config.kafka.outage_max_s),
     }
+    if config.min_batch_gap_ms:
+        opts["minBatchGapMs"] = str(config.min_batch_gap_ms)
     if source_kind(config.source_connector).follows_moved_topics and config.end_check_all_ms:
         # ingest's position records name the topics each transaction wrote: between checks of
         # every partition's end, only those topics' ends are asked for (merger.kafka.end_check)

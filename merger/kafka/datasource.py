@@ -45,6 +45,7 @@ from merger.kafka.offsets import (
 )
 from merger.kafka.options import KafkaSourceError, SourceOptions
 from merger.kafka.outage import BrokerOutage
+from merger.kafka.pacing import BatchPacing
 from merger.kafka.phase_times import TIMING_ENV, PhaseTimes
 from merger.kafka.probe import Broker, BrokerUnreachable, MovedTopicsFeed
 from merger.kafka.reader import SCHEMA, read_ranges
@@ -72,6 +73,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._end_check = EndCheck(self.opts.end_check_all_s if self.opts.moved_topics_from else None)
         self._ends: dict[TP, int] = {}  # each partition's end, as the broker last answered
         self._timing = PhaseTimes(os.environ.get(TIMING_ENV))
+        self._pacing = BatchPacing(self.opts.min_batch_gap_s)
 
     # the reader is pickled into the read function: never ship driver clients
     def __getstate__(self) -> dict[str, Any]:
@@ -253,6 +255,13 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out = parse_offsets(out)
             out[TICK_TP] = max(tick or 0, wanted)
             out = format_offsets(out)
+        if out != start:
+            now = time.monotonic()
+            if self._pacing.hold(now, asked=self._available_now or wanted > (tick or 0)):
+                # the changes wait for a later trigger (merger.kafka.pacing); asked again then
+                self._timing.note(held=True)
+                return start
+            self._pacing.started(now)
         if drained:
             self._answer, self._answer_tick = out, max(tick or 0, wanted)
         return out

@@ -39,6 +39,7 @@ class SourceOptions:
     outage_max_s: float = 0.0  # kafka.outage_max_s: 0 = wait for the broker for as long as it takes
     moved_topics_from: str | None = None  # ingest's offsets topic (merger.kafka.end_check)
     end_check_all_s: float = 5.0
+    min_batch_gap_s: float = 0.0  # merger.kafka.pacing: 0 = batches at every trigger
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -98,6 +99,7 @@ class SourceOptions:
             outage_max_s=0 if opts.get("brokeroutagemaxs", "0") in ("", "0") else pos_int("brokerOutageMaxS", None),
             moved_topics_from=opts.get("movedtopicsfrom") or None,
             end_check_all_s=pos_int("endCheckAllMs", 5_000) / 1000.0,
+            min_batch_gap_s=(pos_int("minBatchGapMs", None) or 0) / 1000.0,
         )
 
     def matches(self, topic: str) -> bool:

@@ -25,8 +25,20 @@ def _java_query(query) -> Any:
     return getattr(query, "_jsq", None)
 
 
+def parse_durations(text: str) -> dict[str, int]:
+    """A progress report's ``durationMs`` from the Java map's text, ``{addBatch=314,
+    walCommit=8}``: one Py4J call. Iterating the map over Py4J costs a call per key, and
+    its end is a Java exception that pyspark converts with some 50 class lookups."""
+    out: dict[str, int] = {}
+    for item in text.strip().strip("{}").split(","):
+        key, sep, value = item.partition("=")
+        if sep and value.strip().lstrip("-").isdigit():
+            out[key.strip()] = int(value)
+    return out
+
+
 def _times(jp, with_durations: bool = True) -> BatchTimes:
-    durations = {str(k): int(v) for k, v in dict(jp.durationMs()).items()} if with_durations else {}
+    durations = parse_durations(str(jp.durationMs().toString())) if with_durations else {}
     return BatchTimes(int(jp.batchId()), str(jp.timestamp()), int(jp.numInputRows()), durations)
 
 

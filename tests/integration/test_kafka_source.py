@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -316,6 +317,70 @@ def test_rate_limit_bounds_every_batch(spark, bootstrap, unique_name, tmp_path):
     assert {pos[1] for pos, _ in sink.batches[min(sink.batches)]} == {0, 1, 2}
     assert_exactly(sink.records(), sent.records)
     assert [pr["numInputRows"] for pr in q.recentProgress if pr["numInputRows"]] == sizes
+
+
+class TimedCollector(Collector):
+    """A Collector that also keeps when each batch with records reached foreachBatch."""
+
+    def __init__(self):
+        super().__init__()
+        self.arrived: list[float] = []
+
+    def __call__(self, df, batch_id):
+        super().__call__(df, batch_id)
+        if self.batches[batch_id]:
+            self.arrived.append(time.monotonic())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_batches_start_the_gap_apart_under_a_trickle_and_at_once_after_a_quiet_spell(
+    spark, bootstrap, unique_name, tmp_path
+):
+    """minBatchGapMs (the merger's min_batch_gap_ms): a record every 0.1 s for 6 s, a trigger
+    every 0.1 s, a gap of 1.5 s: batches with records come about 1.5 s apart (without the
+    gap: one a trigger, ~60), every record once; then, after a quiet spell, one record is
+    read at the next triggers, not held."""
+    topic = f"{unique_name}.db.t"
+    create_topics(bootstrap, [topic])
+    sent, p = Sent(), producer(bootstrap)
+    sink = TimedCollector()
+    q = start_query(
+        spark,
+        source_options(bootstrap, subscribe=topic, minBatchGapMs="1500"),
+        tmp_path / "ck",
+        sink,
+        {"processingTime": "100 milliseconds"},
+    )
+    try:
+        for i in range(60):
+            produce(p, sent, topic, 1, f"t{i}")
+            p.flush(15)
+            time.sleep(0.1)
+        deadline = time.monotonic() + WAIT
+        while len(sink.records()) < len(sent.records) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert_exactly(sink.records(), sent.records)
+        # when each batch with records started (Spark's trigger time; the first batch's
+        # arrival also waits for a Python worker to start)
+        starts = [
+            datetime.fromisoformat(pr["timestamp"].replace("Z", "+00:00")).timestamp()
+            for pr in q.recentProgress
+            if pr["numInputRows"]
+        ]
+        gaps = [round(b - a, 3) for a, b in zip(starts, starts[1:])]
+        assert 3 <= len(starts) <= 7, gaps
+        assert all(g >= 1.45 for g in gaps), gaps
+        time.sleep(2.5)  # quiet: no batch for longer than the gap
+        produce(p, sent, topic, 1, "alone")
+        p.flush(15)
+        written = time.monotonic()
+        while len(sink.records()) < len(sent.records) and time.monotonic() < written + WAIT:
+            time.sleep(0.02)
+        assert_exactly(sink.records(), sent.records)
+        assert sink.arrived[-1] - written < 1.2, sink.arrived[-1] - written
+    finally:
+        q.stop()
 
 
 @pytest.mark.integration
