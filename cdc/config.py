@@ -792,8 +792,10 @@ class MergerConfig(_Model):
         description="a micro-batch starts at least this many ms after the one before; the changes that "
         "arrive meanwhile go in the next one. Each batch costs about the same fixed CPU whatever it "
         "carries, so under a steady load fewer, larger batches cost less CPU per change; a change on a "
-        "quiet source (no batch in the last min_batch_gap_ms) still starts one at the next trigger. "
-        "0: a batch at every trigger with changes. docs/operations/sizing.md, CPU",
+        "quiet source (no batch in the last min_batch_gap_ms) still starts one at the next trigger, and for "
+        "10 s after a watermark write (snapshot, repair and verify windows) no batch is held, so windows "
+        "close as fast as without it. 0: a batch at every trigger with changes. "
+        "docs/operations/sizing.md, CPU per change",
     )
     max_records_per_trigger: int = Field(200_000, ge=1)
     batch_memory_mb: int = Field(

@@ -30,7 +30,7 @@ from merger.sources import source_kind
 from merger.spark import progress as spark_progress
 from merger.spark.cluster_reach import check_state_dir_reached
 from merger.spark.session import make_spark, quiet_stopping_tasks, stop_spark
-from merger.state.store import RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
+from merger.state.store import PROMPT_FILE, RECORD_SIZES_FILE, TICK_FILE, TOPIC_IDS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,8 @@ def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
     }
     if config.min_batch_gap_ms:
         opts["minBatchGapMs"] = str(config.min_batch_gap_ms)
+        # the snapshot runner's watermarks are read at once, not held by the gap
+        opts["promptFile"] = str(Path(config.state_dir).resolve() / PROMPT_FILE)
     if source_kind(config.source_connector).follows_moved_topics and config.end_check_all_ms:
         # ingest's position records name the topics each transaction wrote: between checks of
         # every partition's end, only those topics' ends are asked for (merger.kafka.end_check)

@@ -155,7 +155,9 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
     from merger.mysql.source import WatermarkWriter
     from merger.verify.consistent import Confirmer, NotConfirmed
 
-    watermarks = WatermarkWriter(cfg.mysql, cfg.watermark_table)
+    # the merger's batches made prompt while a window waits (min_batch_gap_ms)
+    prompt = store.prompt_batches if cfg.min_batch_gap_ms else None
+    watermarks = WatermarkWriter(cfg.mysql, cfg.watermark_table, before_write=prompt)
 
     def window_status(table: str, window_id: str) -> dict | None:
         t = ((store.read_status() or {}).get("tables") or {}).get(table) or {}

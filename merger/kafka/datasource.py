@@ -40,6 +40,7 @@ from merger.kafka.offsets import (
     parse_offsets,
     plan_end,
     plan_ranges,
+    read_prompt_until,
     read_record_sizes,
     read_tick,
 )
@@ -257,7 +258,8 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out = format_offsets(out)
         if out != start:
             now = time.monotonic()
-            if self._pacing.hold(now, asked=self._available_now or wanted > (tick or 0)):
+            asked = self._available_now or wanted > (tick or 0)
+            if self._pacing.hold(now, asked=asked) and read_prompt_until(self.opts.prompt_file) < time.time():
                 # the changes wait for a later trigger (merger.kafka.pacing); asked again then
                 self._timing.note(held=True)
                 return start

@@ -26,6 +26,18 @@ OFFSET_LATEST = -1
 TICK_TP: TP = ("__cdc_tick__", 0)
 
 
+def read_prompt_until(path: str | None) -> float:
+    """The wall-clock time until which batches are not held (0: no file, or not readable).
+    Written by ``merger.state.store.StateStore.prompt_batches``."""
+    if not path:
+        return 0.0
+    try:
+        with open(path) as f:
+            return float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
 def read_tick(path: str | None) -> int:
     """The number in the tick file (0: no file, or not written completely). Written by
     ``merger.state.store.StateStore.raise_tick``; this module reads it without importing the

@@ -40,6 +40,7 @@ class SourceOptions:
     moved_topics_from: str | None = None  # ingest's offsets topic (merger.kafka.end_check)
     end_check_all_s: float = 5.0
     min_batch_gap_s: float = 0.0  # merger.kafka.pacing: 0 = batches at every trigger
+    prompt_file: str | None = None  # until when batches are not held (the merger's watermarks)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SourceOptions:
@@ -100,6 +101,7 @@ class SourceOptions:
             moved_topics_from=opts.get("movedtopicsfrom") or None,
             end_check_all_s=pos_int("endCheckAllMs", 5_000) / 1000.0,
             min_batch_gap_s=(pos_int("minBatchGapMs", None) or 0) / 1000.0,
+            prompt_file=opts.get("promptfile") or None,
         )
 
     def matches(self, topic: str) -> bool:

@@ -183,10 +183,13 @@ class WatermarkWriter:
     committed transaction each): `cdc verify`'s windows and the background verify's. A
     failed write drops the connection; the next one opens a new one."""
 
-    def __init__(self, mysql, watermark_table: str):
+    def __init__(self, mysql, watermark_table: str, before_write: Callable[[], None] | None = None):
+        """``before_write``: called before each write (the merger's batches made prompt:
+        ``StateStore.prompt_batches``)."""
         from cdc.quoting import quote_ident
 
         self.mysql = mysql
+        self.before_write = before_write
         db, name = watermark_table.split(".", 1)
         self.sql = (
             f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) VALUES (%s, %s, %s)"
@@ -194,6 +197,8 @@ class WatermarkWriter:
         self._conn: pymysql.Connection | None = None
 
     def write(self, table: str, window_id: str, kind: str) -> None:
+        if self.before_write is not None:
+            self.before_write()
         if self._conn is None:
             self._conn = connect(self.mysql)
         try:

@@ -804,6 +804,9 @@ class SnapshotRunner(threading.Thread):
         # of CPU (TLS context) and its round trips sat inside every window
         if shard not in self._wm_conns:
             self._wm_conns[shard] = self._connect(shard)
+        if self.config.min_batch_gap_ms:
+            # the records these rows become are read at the next triggers, not held by the gap
+            self.store.prompt_batches()
         try:
             with self._wm_conns[shard].cursor() as cur:
                 sql = self.watermark_sql + ", (%s, %s, %s)" * (len(rows) - 1)

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from merger.errors import MergerError
+from merger.kafka.pacing import PROMPT_S
 from merger.state import chain as state_chain
 
 # raised by the processor when snapshot windows are left to emit; the Kafka source
 # reports it as the offset of a pseudo-partition (merger.kafka.offsets.read_tick)
 TICK_FILE = "emission.tick"
+PROMPT_FILE = "batches.prompt"  # merger.kafka.pacing: until when batches are not held
 # bytes per record per topic, learned by the processor, read by the Kafka source's planner
 RECORD_SIZES_FILE = "record-sizes.json"
 TOPIC_IDS_FILE = "topic-ids.json"  # merger.kafka.topic_identity: the ids of the topics read
@@ -175,6 +177,15 @@ class StateStore:
         tmp = self.tick_path.with_name(TICK_FILE + ".tmp")
         tmp.write_text(str(int(value)))
         os.replace(tmp, self.tick_path)
+
+    def prompt_batches(self, seconds: float = PROMPT_S) -> None:
+        """For the next ``seconds``, the Kafka source starts a batch at every trigger with
+        new records (``min_batch_gap_ms`` does not hold it): a watermark just written is
+        read at once. A wall-clock time, so the source's planner process can read it."""
+        path = self.root.resolve() / PROMPT_FILE
+        tmp = path.with_name(PROMPT_FILE + ".tmp")
+        tmp.write_text(repr(time.time() + seconds))
+        os.replace(tmp, path)
 
     # -- record sizes (the Kafka source's admission, merger.kafka.admission) ----------
 

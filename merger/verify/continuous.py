@@ -52,7 +52,9 @@ class ContinuousVerifier(threading.Thread):
         self.tables = tables
         self.stop_event = threading.Event()
         self.passes: dict[str, dict] = {}  # table -> its last pass (the status shows it)
-        self.watermarks = WatermarkWriter(config.mysql, config.watermark_table)
+        # the merger's batches made prompt while a window waits (min_batch_gap_ms)
+        prompt = store.prompt_batches if config.min_batch_gap_ms else None
+        self.watermarks = WatermarkWriter(config.mysql, config.watermark_table, before_write=prompt)
         self._sinks = configured_readable(config.sinks)
         self._last_chunk = 0.0
 

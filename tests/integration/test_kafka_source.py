@@ -379,6 +379,26 @@ def test_batches_start_the_gap_apart_under_a_trickle_and_at_once_after_a_quiet_s
             time.sleep(0.02)
         assert_exactly(sink.records(), sent.records)
         assert sink.arrived[-1] - written < 1.2, sink.arrived[-1] - written
+        # a watermark just written (the merger's prompt file): every trigger may start a batch
+        (tmp_path / "prompt").write_text(repr(time.time() + 60))
+        q.stop()
+        q = start_query(
+            spark,
+            source_options(bootstrap, subscribe=topic, minBatchGapMs="1500", promptFile=str(tmp_path / "prompt")),
+            tmp_path / "ck",
+            sink,
+            {"processingTime": "100 milliseconds"},
+        )
+        before = len(sink.arrived)
+        for i in range(20):
+            produce(p, sent, topic, 1, f"prompt{i}")
+            p.flush(15)
+            time.sleep(0.1)
+        deadline = time.monotonic() + WAIT
+        while len(sink.records()) < len(sent.records) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert_exactly(sink.records(), sent.records)
+        assert len(sink.arrived) - before >= 5, len(sink.arrived) - before  # not one per 1.5 s
     finally:
         q.stop()
 

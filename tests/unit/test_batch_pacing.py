@@ -48,3 +48,16 @@ def test_batches_started_when_not_held_are_never_closer_than_the_gap(gap, steps)
             p.started(now)
             starts.append(now)
     assert all(b - a >= gap for a, b in zip(starts, starts[1:]))
+
+
+def test_the_prompt_file_the_store_writes_is_what_the_source_reads(tmp_path):
+    import time
+
+    from merger.kafka.offsets import read_prompt_until
+    from merger.state.store import PROMPT_FILE, StateStore
+
+    path = str(tmp_path / PROMPT_FILE)
+    assert read_prompt_until(path) == 0.0 and read_prompt_until(None) == 0.0
+    before = time.time()
+    StateStore(tmp_path).prompt_batches(5.0)
+    assert before + 5.0 <= read_prompt_until(path) <= time.time() + 5.0
