@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model, routes_of
 from cdc.wire.topics import dead_letter_topic, offsets_topic, source_topics_pattern
-from merger.batch.records import RECORD_COLUMNS
+from merger.batch.records import UNREAD_COLUMNS
 from merger.errors import MergerError
 from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
@@ -295,7 +295,7 @@ class Merger:
         def on_batch(batch_df, batch_id: int) -> None:
             t0 = time.monotonic()
             try:
-                records = batch_df.select(*RECORD_COLUMNS).toArrow()
+                records = batch_df.drop(*UNREAD_COLUMNS).toArrow()
             except Exception as exc:
                 if stop.is_set():  # query.stop() cancelled the batch's job: no failure
                     log.info("micro-batch %d not finished: the merger stops", batch_id)

@@ -62,3 +62,14 @@ def test_a_table_without_some_columns_gives_the_ones_it_has():
         {"value": b"b", "topic": "t", "partition": 0, "offset": 5},
     ]
     assert kafka_rows(table.slice(0, 0)) == []
+
+
+def test_the_source_columns_less_the_unread_ones_are_the_record_columns_in_order():
+    """What the merger drops before the batch goes to Python leaves exactly the columns it
+    reads, in the source's order."""
+    from merger.batch.records import RECORD_COLUMNS, UNREAD_COLUMNS
+    from merger.kafka.reader import SCHEMA
+
+    kept = tuple(name for name in SCHEMA.fieldNames() if name not in UNREAD_COLUMNS)
+    assert kept == RECORD_COLUMNS
+    assert set(UNREAD_COLUMNS) <= set(SCHEMA.fieldNames())
