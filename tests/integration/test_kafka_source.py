@@ -352,15 +352,20 @@ def test_batches_start_the_gap_apart_under_a_trickle_and_at_once_after_a_quiet_s
         sink,
         {"processingTime": "100 milliseconds"},
     )
-    try:
-        for i in range(60):
-            produce(p, sent, topic, 1, f"t{i}")
+
+    def trickle(tag: str, n: int) -> None:
+        """``n`` records 0.1 s apart, then until every record sent was read, each once."""
+        for i in range(n):
+            produce(p, sent, topic, 1, f"{tag}{i}")
             p.flush(15)
             time.sleep(0.1)
         deadline = time.monotonic() + WAIT
         while len(sink.records()) < len(sent.records) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert_exactly(sink.records(), sent.records)
+
+    try:
+        trickle("t", 60)
         # when each batch with records started (Spark's trigger time; the first batch's
         # arrival also waits for a Python worker to start)
         starts = [
@@ -390,14 +395,7 @@ def test_batches_start_the_gap_apart_under_a_trickle_and_at_once_after_a_quiet_s
             {"processingTime": "100 milliseconds"},
         )
         before = len(sink.arrived)
-        for i in range(20):
-            produce(p, sent, topic, 1, f"prompt{i}")
-            p.flush(15)
-            time.sleep(0.1)
-        deadline = time.monotonic() + WAIT
-        while len(sink.records()) < len(sent.records) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert_exactly(sink.records(), sent.records)
+        trickle("prompt", 20)
         assert len(sink.arrived) - before >= 5, len(sink.arrived) - before  # not one per 1.5 s
     finally:
         q.stop()
