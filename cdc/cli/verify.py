@@ -135,7 +135,7 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
     """A ``merger.verify.consistent.Confirmer`` (differences confirmed at a known position in
     verify windows), or None (re-read after ``--retry-wait``). ``consistent`` None: one when
     the running merger can report its windows; True: one, or the reason it cannot be."""
-    from merger.state.store import StateStore
+    from merger.state.store import StateStore, batch_prompter
 
     if consistent is False:  # --no-consistent: the timed re-read, even with a merger running
         return None
@@ -155,8 +155,7 @@ def confirmer_for(cfg: MergerConfig, consistent: bool | None):
     from merger.mysql.source import WatermarkWriter
     from merger.verify.consistent import Confirmer, NotConfirmed
 
-    # the merger's batches made prompt while a window waits (min_batch_gap_ms)
-    prompt = store.prompt_batches if cfg.min_batch_gap_ms else None
+    prompt = batch_prompter(store, cfg.min_batch_gap_ms)  # the merger reads the window's watermarks at once
     watermarks = WatermarkWriter(cfg.mysql, cfg.watermark_table, before_write=prompt)
 
     def window_status(table: str, window_id: str) -> dict | None:

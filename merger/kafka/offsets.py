@@ -26,29 +26,27 @@ OFFSET_LATEST = -1
 TICK_TP: TP = ("__cdc_tick__", 0)
 
 
-def read_prompt_until(path: str | None) -> float:
-    """The wall-clock time until which batches are not held (0: no file, or not readable).
-    Written by ``merger.state.store.StateStore.prompt_batches``."""
+def _read_number(path: str | None, kind: type) -> Any:
+    """The number in a file the merger writes (``kind``'s 0: no path, no file, or not written
+    completely). This module reads them without importing the merger."""
     if not path:
-        return 0.0
+        return kind(0)
     try:
         with open(path) as f:
-            return float(f.read().strip() or 0)
+            return kind(f.read().strip() or 0)
     except (OSError, ValueError):
-        return 0.0
+        return kind(0)
+
+
+def read_prompt_until(path: str | None) -> float:
+    """The wall-clock time until which batches are not held; written by
+    ``merger.state.store.batch_prompter``."""
+    return _read_number(path, float)
 
 
 def read_tick(path: str | None) -> int:
-    """The number in the tick file (0: no file, or not written completely). Written by
-    ``merger.state.store.StateStore.raise_tick``; this module reads it without importing the
-    merger."""
-    if not path:
-        return 0
-    try:
-        with open(path) as f:
-            return int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return 0
+    """The number in the tick file; written by ``merger.state.store.StateStore.raise_tick``."""
+    return _read_number(path, int)
 
 
 def read_record_sizes(path: str | None) -> dict[str, float]:

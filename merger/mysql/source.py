@@ -185,7 +185,7 @@ class WatermarkWriter:
 
     def __init__(self, mysql, watermark_table: str, before_write: Callable[[], None] | None = None):
         """``before_write``: called before each write (the merger's batches made prompt:
-        ``StateStore.prompt_batches``)."""
+        ``merger.state.store.batch_prompter``)."""
         from cdc.quoting import quote_ident
 
         self.mysql = mysql

@@ -43,7 +43,7 @@ from merger.snapshot.chunking import (
 from merger.snapshot.direct_read import is_whole_table, stage_table
 from merger.snapshot.repair import RepairError, is_key_list, repair_plan, window_where
 from merger.sources import source_kind
-from merger.state.store import StateStore, plan_state
+from merger.state.store import StateStore, batch_prompter, plan_state
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,7 @@ class SnapshotRunner(threading.Thread):
         self.config = config
         self.spark = spark
         self.store = store
+        self._prompt = batch_prompter(store, config.min_batch_gap_ms)  # before each watermark write
         self.processor = processor
         self.stop_event = threading.Event()
         # every source access (planning, watermarks, chunk reads) is retried by the guard
@@ -804,9 +805,9 @@ class SnapshotRunner(threading.Thread):
         # of CPU (TLS context) and its round trips sat inside every window
         if shard not in self._wm_conns:
             self._wm_conns[shard] = self._connect(shard)
-        if self.config.min_batch_gap_ms:
+        if self._prompt is not None:
             # the records these rows become are read at the next triggers, not held by the gap
-            self.store.prompt_batches()
+            self._prompt()
         try:
             with self._wm_conns[shard].cursor() as cur:
                 sql = self.watermark_sql + ", (%s, %s, %s)" * (len(rows) - 1)

@@ -56,6 +56,25 @@ def safe_name(table: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else f"%{ord(ch):04x}" for ch in table)
 
 
+def replace_text(path: Path, text: str) -> None:
+    """``path`` holds ``text``, written aside and renamed: a reader sees the old or the new
+    text, never part of it. No fsync: the files written so are asked for again after a crash."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def batch_prompter(store: "StateStore", gap_ms: int) -> Callable[[], None] | None:
+    """What a watermark writer calls before each write when ``min_batch_gap_ms`` is set
+    (None without it): a time ``PROMPT_S`` ahead in ``PROMPT_FILE``, until which the Kafka
+    source holds no batch, so the watermark's record is read at once. A wall-clock time, so
+    the source's planner process can read it."""
+    if not gap_ms:
+        return None
+    path = store.root.resolve() / PROMPT_FILE
+    return lambda: replace_text(path, repr(time.time() + PROMPT_S))
+
+
 class StateStore:
     def __init__(self, state_dir: str | Path):
         self.root = Path(state_dir)
@@ -174,18 +193,7 @@ class StateStore:
     def raise_tick(self, value: int) -> None:
         """A new number in the tick file: the Kafka source then gives Spark a reason for
         another micro-batch. No fsync: a tick lost in a crash is asked for again."""
-        tmp = self.tick_path.with_name(TICK_FILE + ".tmp")
-        tmp.write_text(str(int(value)))
-        os.replace(tmp, self.tick_path)
-
-    def prompt_batches(self, seconds: float = PROMPT_S) -> None:
-        """For the next ``seconds``, the Kafka source starts a batch at every trigger with
-        new records (``min_batch_gap_ms`` does not hold it): a watermark just written is
-        read at once. A wall-clock time, so the source's planner process can read it."""
-        path = self.root.resolve() / PROMPT_FILE
-        tmp = path.with_name(PROMPT_FILE + ".tmp")
-        tmp.write_text(repr(time.time() + seconds))
-        os.replace(tmp, path)
+        replace_text(self.tick_path, str(int(value)))
 
     # -- record sizes (the Kafka source's admission, merger.kafka.admission) ----------
 

@@ -22,7 +22,7 @@ from merger.batch.tables import TableRegistry
 from merger.dblog import encode_key
 from merger.mysql.source import WatermarkWriter
 from merger.snapshot.repair import RepairError, differing_keys
-from merger.state.store import StateStore
+from merger.state.store import StateStore, batch_prompter
 from merger.verify.chunked import TableVerifier
 from merger.verify.consistent import Confirmer, NotConfirmed
 from merger.verify.current_versions import reader_for_mode
@@ -52,8 +52,7 @@ class ContinuousVerifier(threading.Thread):
         self.tables = tables
         self.stop_event = threading.Event()
         self.passes: dict[str, dict] = {}  # table -> its last pass (the status shows it)
-        # the merger's batches made prompt while a window waits (min_batch_gap_ms)
-        prompt = store.prompt_batches if config.min_batch_gap_ms else None
+        prompt = batch_prompter(store, config.min_batch_gap_ms)  # the merger reads our watermarks at once
         self.watermarks = WatermarkWriter(config.mysql, config.watermark_table, before_write=prompt)
         self._sinks = configured_readable(config.sinks)
         self._last_chunk = 0.0

@@ -54,10 +54,12 @@ def test_the_prompt_file_the_store_writes_is_what_the_source_reads(tmp_path):
     import time
 
     from merger.kafka.offsets import read_prompt_until
-    from merger.state.store import PROMPT_FILE, StateStore
+    from merger.kafka.pacing import PROMPT_S
+    from merger.state.store import PROMPT_FILE, StateStore, batch_prompter
 
     path = str(tmp_path / PROMPT_FILE)
     assert read_prompt_until(path) == 0.0 and read_prompt_until(None) == 0.0
+    assert batch_prompter(StateStore(tmp_path), 0) is None  # no gap: nothing to prompt
     before = time.time()
-    StateStore(tmp_path).prompt_batches(5.0)
-    assert before + 5.0 <= read_prompt_until(path) <= time.time() + 5.0
+    batch_prompter(StateStore(tmp_path), 600)()
+    assert before + PROMPT_S <= read_prompt_until(path) <= time.time() + PROMPT_S
