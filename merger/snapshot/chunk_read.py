@@ -240,7 +240,7 @@ def warm_up_workers(spark, source: dict, directory: Path, tasks: int | None = No
         import pyarrow.compute  # noqa: F401
         import pyspark.sql.pandas.types  # noqa: F401
 
-        import merger.kafka  # noqa: F401
+        import merger.kafka.datasource  # noqa: F401
 
         return stage_query(source, "SELECT 1 AS x", str(directory / f"part-{i:05d}.parquet"), 10)
 
