@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.merger_harness import CrashingMerger, pg_conn, root_conn, write_merger_config
 
@@ -216,7 +217,7 @@ def _wait(what, check, merger, timeout_s):
         last = check()
         if last is None:
             return
-        time.sleep(2)
+        time.sleep(0.5)
     raise AssertionError(f"{what} within {timeout_s}s: {str(last)[:2000]}\n{merger.log_text()[-3000:]}")
 
 
@@ -273,15 +274,10 @@ def test_history_tables_exact_after_kill9_at_each_crash_point(stack, unique_name
             cur.execute("SHOW MASTER STATUS")
             file, pos = cur.fetchone()[:2]
         writer.start()
-        for n, point in enumerate(
-            [
-                "after_write:PostgresSink@3",
-                "after_write:DeltaSink@4",
-                "before_state_save@3",
-                "after_write:PostgresSink@8",
-                "before_state_save@6",
-            ]
-        ):
+        points = ["after_write:PostgresSink@3", "after_write:DeltaSink@4", "before_state_save@3"]
+        if not IS_CI:  # the same kinds of point again, later in a merger's life
+            points += ["after_write:PostgresSink@8", "before_state_save@6"]
+        for n, point in enumerate(points):
             merger = CrashingMerger(mcfg, tmp_path / f"merger{n}.log", point).start()
             merger.wait_killed(300)
         merger = CrashingMerger(mcfg, tmp_path / "merger-last.log", None).start()
