@@ -53,9 +53,16 @@ def list_topics(bootstrap: str, prefix: str) -> list[str]:
 
 
 def read_records(
-    bootstrap: str, topics: list[str], idle_s: float = 2.0, timeout_s: float = 120.0, dedup: bool = True
+    bootstrap: str,
+    topics: list[str],
+    idle_s: float = 2.0,
+    timeout_s: float = 120.0,
+    dedup: bool = True,
+    expect: int | None = None,
 ) -> tuple[list[Record], int]:
-    """All records of ``topics`` (read_committed); returns (records, duplicates dropped)."""
+    """All records of ``topics`` (read_committed); returns (records, duplicates dropped).
+    Done once nothing came for ``idle_s``; with ``expect``, once that many records were kept,
+    after 1 s with nothing more (what would come after them, duplicates included)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -76,7 +83,8 @@ def read_records(
         consumer.assign(tps)
         deadline = time.monotonic() + timeout_s
         last = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+        idle = idle_s
+        while time.monotonic() < deadline and time.monotonic() - last < idle:
             msgs = consumer.consume(10000, 0.3)
             for msg in msgs:
                 if msg.error():
@@ -90,6 +98,8 @@ def read_records(
                     dropped += 1
                     continue
                 out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), headers, pos))
+            if expect is not None and len(out) >= expect:
+                idle = min(idle_s, 1.0)
     finally:
         consumer.close()
     return out, dropped

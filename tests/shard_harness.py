@@ -166,7 +166,7 @@ def wait_equal(
         found = sinks(stack, work, db)
         if all(rows == expected for rows in found.values()):
             return expected
-        time.sleep(3)
+        time.sleep(1)
     summary = {
         k: (
             v

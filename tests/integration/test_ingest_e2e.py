@@ -298,7 +298,9 @@ def test_one_million_row_transaction_memory_stays_flat(stack, mysql_root, unique
         t0 = time.monotonic()
         # late in the suite the local broker serves this read far slower than alone (82 s
         # for the whole test alone, 250-340 s in the suite): a generous bound, same check
-        records, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.{db}.big"], idle_s=10, timeout_s=500)
+        records, _ = read_records(
+            stack.kafka.bootstrap, [f"{unique_name}.{db}.big"], idle_s=10, timeout_s=500, expect=rows
+        )
         print(f"read {len(records)} records back in {time.monotonic() - t0:.1f}s")
         creates = [r for r in records if r.value is not None]
         assert len(creates) == rows

@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from cdc import stack_shards
+from merger.state.store import StateStore
 from tests.cli_util import merger_status, run_cli, wait_for
 from tests.ingest_harness import IngestProcess
 from tests.merger_harness import MergerProcess
@@ -58,13 +59,15 @@ def test_three_shards_then_a_fourth_into_one_table_of_both_sinks(tmp_path, stack
     merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
     writers = Writers(shards, db).start()
     try:
-        time.sleep(20)  # the snapshot is under way: kill -9 both, in turn, under the writes
+        # the snapshot is under way (a window done): kill -9 both, in turn, under the writes
+        store = StateStore(tmp_path / "state")
+        wait_for(lambda: any(p.get("done") for p in store.all_plans().values()), "a snapshot window done", 120, merger)
         ingest.kill9()
         ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
-        time.sleep(10)
+        time.sleep(5)
         merger.kill9()
         merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
-        time.sleep(15)
+        time.sleep(8)
     finally:
         writers.finish()
     assert not writers.errors, writers.errors
@@ -127,7 +130,7 @@ def test_three_shards_then_a_fourth_into_one_table_of_both_sinks(tmp_path, stack
         done = run_cli("snapshot", f"{db}.orders", "--shard", "shard4", "-c", str(merger_cfg), timeout=60)
         assert done.returncode == 0, done.stderr
         writers = Writers(shards, db, seed=10).start()
-        time.sleep(10)
+        time.sleep(5)
         writers.finish()
         assert not writers.errors, writers.errors
         wait_equal(stack, shards, tmp_path, db, [ingest, merger])
