@@ -173,7 +173,9 @@ def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack,
     rides through both, and the sinks equal the source. Then kill -9 of the driver (the
     merger) under writes: started again, it resumes on the cluster."""
     db = f"sk_{unique_name}"
-    ingest = _items_and_ingest(stack, tmp_path, unique_name, db, 60000)
+    # 30 chunks of 1,000 rows in windows of 2: the kill of worker1 needs 3 windows staged
+    # before it and 5 after, with room to spare
+    ingest = _items_and_ingest(stack, tmp_path, unique_name, db, 30000)
     mcfg = write_merger_config(
         stack,
         tmp_path / "merger.yaml",
