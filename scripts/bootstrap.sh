@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need, only what is missing:
-#   Debian packages (MariaDB server, PostgreSQL, JDBC drivers, Java 17) through apt-get,
+#   Debian packages (MariaDB server, PostgreSQL, JDBC drivers, Java 17, Prometheus for
+#   promtool and the alert tests) through apt-get,
 #   and a virtual environment .venv with the project and its pip dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,11 +17,17 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 [ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool, and prometheus for the alert tests
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    # the package starts a prometheus service where it can (systemd): the tests start their
+    # own prometheus process, nothing of the package's should run
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || $SUDO invoke-rc.d prometheus stop >/dev/null 2>&1 || true
+  fi
 fi
 
 PY=${PYTHON:-python3}
