@@ -151,7 +151,7 @@ class Merger:
 
     def _run(self, stop: threading.Event | None = None) -> None:
         from cdc.metrics_http import serve as serve_metrics
-        from merger.kafka import CdcKafkaDataSource
+        from merger.kafka.datasource import CdcKafkaDataSource
         from merger.mysql.checks import check_source, source_servers
         from merger.mysql.source import SourceGuard
         from merger.snapshot.runner import SnapshotRunner

@@ -20,16 +20,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from merger.kafka import (
-    SCHEMA,
-    CdcKafkaDataSource,
-    CdcKafkaStreamReader,
-    KafkaSourceError,
-    SourceOptions,
-)
+from merger.kafka.datasource import CdcKafkaDataSource, CdcKafkaStreamReader
 from merger.kafka.offsets import OFFSET_EARLIEST, TICK_TP, KafkaRange, parse_offsets
+from merger.kafka.options import KafkaSourceError, SourceOptions
 from merger.kafka.probe import Broker
-from merger.kafka.reader import read_ranges
+from merger.kafka.reader import SCHEMA, read_ranges
 
 WAIT = 90  # seconds: upper bound of every wait on a query in this file
 

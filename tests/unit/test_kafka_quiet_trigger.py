@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import merger.kafka.datasource as datasource
-from merger.kafka import SCHEMA, CdcKafkaStreamReader
+from merger.kafka.datasource import CdcKafkaStreamReader
 from merger.kafka.offsets import TICK_TP, parse_offsets
+from merger.kafka.reader import SCHEMA
 
 TOPICS = [f"cdc.app.t{i}" for i in range(4)]
 PARTS = 3

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from merger.kafka import (
-    SCHEMA,
-    CdcKafkaStreamReader,
-    KafkaSourceError,
-    SourceOptions,
-)
+from merger.kafka.datasource import CdcKafkaStreamReader
+from merger.kafka.options import KafkaSourceError, SourceOptions
+from merger.kafka.reader import SCHEMA
 
 # =========================================================================== unit tests
 

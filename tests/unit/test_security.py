@@ -110,7 +110,7 @@ def test_kafka_settings_reach_every_client(kafka_tls, monkeypatch, tmp_path):
 
     import ingest.producer as ip
     import merger.app as ma
-    from merger.kafka import SourceOptions
+    from merger.kafka.options import SourceOptions
     from merger.sinks.kafka_changelog import KafkaChangelogSink
     from merger.sinks.registry import build_sinks
 
