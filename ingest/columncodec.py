@@ -153,10 +153,3 @@ class TableCodecs:
             else:
                 out[c.name] = c.to_value(v)
         return out
-
-
-def field_schema(col: ColumnSpec, config: ConverterConfig | None = None) -> dict:
-    """The Kafka Connect schema of one field, with its "field" name last (JsonConverter order)."""
-    s = dict(column_codec(col, config).schema)
-    s["field"] = col.name
-    return s

@@ -488,11 +488,6 @@ def read_offsets(
         probe.close()
 
 
-def read_resume_point(client_config: dict, topic: str, source_key: bytes, **kwargs) -> ResumePoint | None:
-    """The last committed position for ``source_key``, or None if none was ever committed."""
-    return read_offsets(client_config, topic, source_key, **kwargs).point
-
-
 def _read_committed(
     consumer, topic: str, start: int, end: int, source_key: bytes, lease_key: bytes | None, timeout_s: float
 ) -> OffsetsRead | None:

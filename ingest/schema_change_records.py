@@ -112,7 +112,7 @@ def schema_change_record(
     table the DDL touches, None for database-level statements; ``source.pos``: the QUERY
     event's start offset. ``table_changes``: ``table_change_json`` entries (empty for
     DDL that changes no captured table). Debezium rewrites DROP TABLE as one event per
-    table with ``DROP TABLE `db`.`t```` (see ``drop_table_ddl``)."""
+    table with ``DROP TABLE `db`.`t````; ingest keeps the statement as the source wrote it."""
     if ts_ms is None:
         ts_ms = time.time_ns() // 1_000_000
     db = database if database is not None else source.db
@@ -135,8 +135,3 @@ def schema_change_record(
     if cfg.schemas_enable:
         value = with_schema(dumps(schema_change_value_schema(cfg.connector)), value)
     return Record(schema_topic(cfg.topic_prefix), key, value)
-
-
-def drop_table_ddl(db: str, table: str) -> str:
-    """The DDL text Debezium puts in the DROP TABLE event of one table."""
-    return f"DROP TABLE `{db}`.`{table}`"

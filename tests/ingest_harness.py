@@ -15,10 +15,15 @@ import yaml
 from cdc import stack as local_stack
 from cdc.wire.topics import offsets_topic
 from ingest.position import ResumePoint
-from ingest.producer import read_resume_point
+from ingest.producer import read_offsets
 from tests import procfs
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_resume_point(client_config: dict, topic: str, source_key: bytes, **kwargs) -> ResumePoint | None:
+    """The last committed position for ``source_key`` on ingest's offsets topic, or None."""
+    return read_offsets(client_config, topic, source_key, **kwargs).point
 
 
 def write_config(stack: local_stack.StackInfo, path: Path, prefix: str, databases: list[str], **extra) -> Path:

@@ -18,7 +18,6 @@ import time
 import pytest
 
 from cdc import stack as local_stack
-from ingest.producer import read_resume_point
 from tests.failover_harness import (
     TcpProxy,
     WriteLoad,
@@ -30,7 +29,7 @@ from tests.failover_harness import (
     start_server,
     using_gtid,
 )
-from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+from tests.ingest_harness import IngestProcess, read_resume_point, wait_caught_up, write_config
 from tests.kafka_util import read_records, rebuild
 from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
 

@@ -23,9 +23,8 @@ import pytest
 from cdc import stack as local_stack
 from cdc import stack_shards
 from ingest.position import PositionVector, ResumePoint
-from ingest.producer import read_resume_point
 from tests.failover_harness import TcpProxy, WriteLoad, caught_up, promote
-from tests.ingest_harness import IngestProcess
+from tests.ingest_harness import IngestProcess, read_resume_point
 from tests.merger_harness import MergerProcess
 from tests.shard_harness import TABLES, ingest_config, offsets_record, sql, wait_equal, write_configs
 

@@ -9,8 +9,7 @@ import json
 import pymysql
 import pytest
 
-from ingest.producer import read_resume_point
-from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+from tests.ingest_harness import IngestProcess, read_resume_point, wait_caught_up, write_config
 from tests.kafka_util import read_records, rebuild
 
 # ---------------------------------------------------------------------------- end to end

@@ -31,7 +31,7 @@ from cdc.table_changes import table_change_json
 from cdc.tablespec import ColumnSpec, TableSpec
 from ingest.control_records import heartbeat_record
 from ingest.envelope import EnvelopeConfig, SourceInfo
-from ingest.schema_change_records import drop_table_ddl, schema_change_record
+from ingest.schema_change_records import schema_change_record
 from ingest.tablemap import table_spec_from_binlog
 from tests.unit.test_types import (
     GOLDEN,
@@ -587,7 +587,7 @@ def check_schema_changes(cap, ddls: list[dict], specs: list[dict], run: Workload
             changes.append(table_change_json(tc["type"], spec))
         ddl = v["ddl"]
         if re.match(r"DROP\s+TABLE", d["query"], re.I):
-            assert ddl == drop_table_ddl(run.db, src["table"])
+            assert ddl == f"DROP TABLE `{run.db}`.`{src['table']}`"  # Debezium's text, one event a table
         else:
             assert ddl == d["query"]
         ours = schema_change_record(

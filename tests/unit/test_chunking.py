@@ -25,7 +25,6 @@ from merger.snapshot.chunking import (
     make_chunks,
     no_chunk_key_error,
     plan_by_boundaries,
-    plan_numeric,
     quote_ident,
     quote_table,
     ranges_from_boundaries,
@@ -35,6 +34,7 @@ from merger.snapshot.chunking import (
     sql_predicate,
     sql_predicate_literal,
 )
+from tests.support.chunk_plans import plan_numeric
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -27,7 +27,8 @@ from merger.dblog import (
     emitted_rows,
     encode_key,
 )
-from merger.snapshot.chunking import make_chunks, plan_by_boundaries, plan_numeric
+from merger.snapshot.chunking import make_chunks, plan_by_boundaries
+from tests.support.chunk_plans import plan_numeric
 from tests.support.dict_sink import apply_change, apply_truncate, live_rows
 
 

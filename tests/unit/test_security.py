@@ -123,7 +123,7 @@ def test_kafka_settings_reach_every_client(kafka_tls, monkeypatch, tmp_path):
     icfg = IngestConfig(kafka=kafka_tls)
     ip.Topics(icfg.kafka.client_config())
     ip.TransactionalProducer(icfg.kafka.client_config(), "t")
-    ip.read_resume_point(icfg.kafka.client_config(), "p.offsets", b"k", timeout_s=0.1)
+    ip.read_offsets(icfg.kafka.client_config(), "p.offsets", b"k", timeout_s=0.1)
     # merger: the dead-letter producer and the changelog sink
     mcfg = MergerConfig(kafka=kafka_tls, sinks={"kafka_changelog": {"topic_prefix": "merged"}})
     ma.Merger(mcfg)._dead_letter_writer(mcfg.kafka.client_config())

@@ -6,7 +6,7 @@ as microseconds (MicroTimestamp), INT as int64."""
 
 from __future__ import annotations
 
-from ingest.columncodec import field_schema
+from ingest.columncodec import column_codec
 from ingest.tablemap import table_spec_from_binlog
 from tests.unit.test_types import _Col, _Opt, _TableMap
 
@@ -64,9 +64,9 @@ def test_a_later_version_does_not_change_the_rows_types():
     )
     x, y, z, u = (spec.column(n) for n in "xyzu")
     assert (x.length, x.scale) == (8, 3) and x.default is None
-    assert field_schema(x)["parameters"]["connect.decimal.precision"] == "8"
-    assert y.fsp == 3 and field_schema(y)["name"] == "io.debezium.time.Timestamp"
-    assert z.type_name == "int" and field_schema(z)["type"] == "int32" and z.default is None
+    assert column_codec(x).schema["parameters"]["connect.decimal.precision"] == "8"
+    assert y.fsp == 3 and column_codec(y).schema["name"] == "io.debezium.time.Timestamp"
+    assert z.type_name == "int" and column_codec(z).schema["type"] == "int32" and z.default is None
     assert u.unsigned
     assert spec.column("s").default == "q"  # unchanged columns are still refined
     assert spec.column("w").default is None

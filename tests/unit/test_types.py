@@ -28,14 +28,13 @@ from cdc.declared import declared_types_from_ddl
 from cdc.infoschema import enrich_table_spec, parse_column_type
 from cdc.table_changes import table_change_json
 from cdc.tablespec import ColumnSpec, TableSpec
-from ingest.columncodec import EMPTY_SET, column_codec, field_schema
+from ingest.columncodec import EMPTY_SET, column_codec
 from ingest.control_records import heartbeat_record, message_record
 from ingest.converter_config import ConverterConfig
 from ingest.converters import twos_complement_bytes
 from ingest.envelope import EnvelopeConfig, SourceInfo, TableEncoder, source_schema
 from ingest.jsontext import dumps, java_double_str, java_float_str, json_str, mysql_json_text
 from ingest.schema_change_records import (
-    drop_table_ddl,
     schema_change_key_schema,
     schema_change_record,
     schema_change_value_schema,
@@ -289,6 +288,13 @@ def test_value_mapping(column, value, expected):
 )
 def test_value_mapping_modes(props, column, value, expected):
     assert column_codec(column, ConverterConfig.from_properties(props)).to_json(value) == expected
+
+
+def field_schema(col, config=None) -> dict:
+    """The Kafka Connect schema of one field, with its "field" name last (JsonConverter order)."""
+    out = dict(column_codec(col, config).schema)
+    out["field"] = col.name
+    return out
 
 
 def test_field_schemas_match_debezium():
@@ -653,7 +659,6 @@ def test_schema_change_record_shape():
         "enumValues": ["'a'", "'b'"],
     }
     assert tc["table"]["columns"][0]["autoIncremented"] and tc["table"]["columns"][0]["generated"]
-    assert drop_table_ddl("shop", "t") == "DROP TABLE `shop`.`t`"
     assert table_change_json("DROP", None, "shop", "t") == {"type": "DROP", "id": '"shop"."t"', "table": None}
 
 
