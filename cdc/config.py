@@ -816,6 +816,13 @@ class MergerConfig(_Model):
         "the machine's cores), never more tasks than partitions with records; 1 = one task per "
         "partition and offset range",
     )
+    read_small_batches_in_driver: bool = Field(
+        True,
+        description="a micro-batch that Spark plans as one read task (under 10,000 offsets per task slot) "
+        "is read by the merger's driver itself, with the same reader and the same offsets, instead of by a "
+        "Spark job: the job's fixed cost is most of a small batch's CPU (docs/operations/sizing.md, CPU per "
+        "change). false: every batch is read by a Spark job",
+    )
     end_probe: Literal["scan", "watermark"] = Field(
         "scan", description="scan: read the partition tail to find the end (needed on Tansu)"
     )

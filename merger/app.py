@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model, routes_of
 from cdc.wire.topics import dead_letter_topic, offsets_topic, source_topics_pattern
-from merger.batch.records import UNREAD_COLUMNS
+from merger.batch.records import RECORD_COLUMNS, UNREAD_COLUMNS
 from merger.errors import MergerError
 from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
@@ -282,27 +282,36 @@ class Merger:
         """The one streaming query: every table topic through cdc_kafka, each micro-batch
         handed to the processor as Arrow. ``stop``: set before the query is stopped."""
         from merger import metrics
+        from merger.kafka.driver_read import planned_tasks, read_here
+        from merger.kafka.options import SourceOptions
         from merger.sinks.base import SinkStop
 
         cfg = self.config
         reader = spark.readStream.format("cdc_kafka")
-        for k, v in source_options(cfg, read_slots(spark)).items():
+        options = source_options(cfg, read_slots(spark))
+        for k, v in options.items():
             reader = reader.option(k, v)
+        driver_opts = SourceOptions.parse(options) if cfg.read_small_batches_in_driver else None
         # the batch's one-line fatal error (on_bad_record: stop) needs no Python traceback
         self._reported_elsewhere.reported = lambda: processor.fatal
         logging.getLogger(PY4J_LOGGER).addFilter(self._reported_elsewhere)
 
         def on_batch(batch_df, batch_id: int) -> None:
             t0 = time.monotonic()
+            planned = planned_tasks(batch_df) if driver_opts is not None else None
+            in_driver = planned is not None and len(planned) <= 1
             try:
-                records = batch_df.drop(*UNREAD_COLUMNS).toArrow()
+                if in_driver:
+                    records = read_here(driver_opts, planned, RECORD_COLUMNS, stop.is_set)
+                else:
+                    records = batch_df.drop(*UNREAD_COLUMNS).toArrow()
             except Exception as exc:
                 if stop.is_set():  # query.stop() cancelled the batch's job: no failure
                     log.info("micro-batch %d not finished: the merger stops", batch_id)
                     raise stopped_batch_error(exc) from None
                 raise
             t1 = time.monotonic()
-            tasks = read_tasks(batch_df) if records.num_rows else 0
+            tasks = 0 if in_driver else read_tasks(batch_df) if records.num_rows else 0
             if tasks > 1:
                 log.info("micro-batch %d: %d records read by %d Spark tasks", batch_id, records.num_rows, tasks)
             try:
@@ -319,7 +328,9 @@ class Merger:
             metrics.observe(processor.status())
             if tasks:
                 metrics.READ_TASKS.set(tasks)
-            progress.record(batch_id, t0, t1, t2, {"readTasks": tasks, **processor.last_timing})
+            progress.record(
+                batch_id, t0, t1, t2, {"readTasks": tasks, "records": records.num_rows, **processor.last_timing}
+            )
 
         writer = (
             reader.load()
@@ -542,7 +553,8 @@ def _append_progress(query, seen: int, path: str, ours: dict) -> int:
                     {
                         "batchId": b.batch_id,
                         "timestamp": b.timestamp,
-                        "numInputRows": b.num_input_rows,
+                        # a batch the driver read ran no Spark job: Spark counts no rows
+                        "numInputRows": (ours.get(b.batch_id) or {}).get("records", b.num_input_rows),
                         "durationMs": b.duration_ms,
                         "addBatchSplit": ours.get(b.batch_id),
                     }

@@ -27,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from merger import crashpoints
 from merger.kafka.admission import record_cost
 from merger.kafka.end_check import EndCheck
 from merger.kafka.offsets import (
@@ -356,6 +357,7 @@ class CdcKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaRanges)
+        crashpoints.pause("kafka_read")
         return read_ranges(self.opts, partition.ranges, self.schema)
 
 

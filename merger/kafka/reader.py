@@ -24,7 +24,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from merger import crashpoints
 from merger.kafka.limits import TP
 from merger.kafka.offsets import KafkaRange, range_size
 from merger.kafka.options import KafkaSourceError, SourceOptions
@@ -49,6 +48,10 @@ SCHEMA = StructType(
 )
 
 
+class ReadCancelled(KafkaSourceError):
+    """A read given up because its reader stops (never a failure to report)."""
+
+
 def fetch_max_bytes(ranges: Sequence[KafkaRange]) -> int:
     """A task's fetch size: about 1 KB per offset it reads, between 1 MB and librdkafka's
     50 MB default. The local broker answers every fetch with up to fetch.max.bytes (it
@@ -58,19 +61,25 @@ def fetch_max_bytes(ranges: Sequence[KafkaRange]) -> int:
     return max(1 << 20, min(50 << 20, offsets * 1024))
 
 
-def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: StructType = SCHEMA) -> Iterator[Any]:
+def read_ranges(
+    opts: SourceOptions,
+    ranges: Sequence[KafkaRange],
+    schema: StructType = SCHEMA,
+    cancelled: Callable[[], bool] | None = None,
+) -> Iterator[Any]:
     """Yield pyarrow RecordBatches with the records of ranges ``[r.start, r.end)`` (at most
     one per topic partition), all assigned to one consumer. A range is done when offset
     ``end-1`` was delivered or the consumer position reached ``end`` (transaction markers
     occupy offsets that are never delivered); it is then unassigned. Fails after
-    ``read_timeout_s`` without progress on any unfinished range."""
+    ``read_timeout_s`` without progress on any unfinished range. ``cancelled``: asked on
+    every poll (a read in the driver, which no job cancellation reaches); true raises
+    :class:`ReadCancelled`."""
     from confluent_kafka import Consumer
     from pyspark.sql.pandas.types import to_arrow_schema
 
     ranges = [r for r in ranges if not (r.start >= 0 and r.start >= r.end)]
     if not ranges:
         return
-    crashpoints.pause("kafka_read")
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     kept: list[Any] = []  # confluent_kafka Messages of the current Arrow batch
     consumer = Consumer(opts.consumer_conf(**{"fetch.max.bytes": fetch_max_bytes(ranges)}))
@@ -82,6 +91,8 @@ def read_ranges(opts: SourceOptions, ranges: Sequence[KafkaRange], schema: Struc
         outage = BrokerOutage(opts.outage_max_s, what="the read task waits for it")
         batch_size = opts.arrow_batch_size
         while reads.unfinished:
+            if cancelled is not None and cancelled():
+                raise ReadCancelled("the Kafka read was cancelled: the merger stops")
             # drain what is queued without waiting; block briefly only on an empty queue
             # (consume() waits for num_messages or the timeout, whichever comes first)
             msgs = consumer.consume(num_messages=batch_size, timeout=0)

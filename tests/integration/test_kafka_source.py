@@ -228,6 +228,69 @@ def test_available_now_reads_every_committed_record_once(spark, bootstrap, uniqu
     assert_exactly(sink.records(), {**expected, **pending.records})
 
 
+class DriverReadCollector:
+    """A foreachBatch sink that reads each batch twice, as the merger may: by the driver
+    (``merger.kafka.driver_read``) and by Spark's job; keeps both and each batch's tasks."""
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self.by_driver: list[dict] = []
+        self.by_spark: list[dict] = []
+        self.tasks: list[int] = []
+
+    def __call__(self, df, batch_id):
+        from merger.batch.records import RECORD_COLUMNS, UNREAD_COLUMNS
+        from merger.kafka.driver_read import planned_tasks, read_here
+
+        planned = planned_tasks(df)
+        assert planned is not None, "the batch's read tasks are not found in Spark's plan"
+        self.tasks.append(len(planned))
+        self.by_driver += read_here(self.opts, planned, RECORD_COLUMNS).to_pylist()
+        self.by_spark += df.drop(*UNREAD_COLUMNS).toArrow().to_pylist()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_the_driver_reads_a_batch_as_sparks_job_does(spark, bootstrap, unique_name, tmp_path):
+    """A micro-batch read by the driver (merger.kafka.driver_read) holds exactly the records
+    Spark's read job gives: keys, values, tombstones, headers, committed transactions, an
+    open transaction's records hidden; batches of one task and of several."""
+    pre = unique_name
+    a, b = f"{pre}.db.a", f"{pre}.db.b"
+    create_topics(bootstrap, [a, b])
+    sent = Sent()
+    plain, tx = producer(bootstrap), producer(bootstrap, transactional=True)
+    produce(plain, sent, a, 40, "plain-a")
+    produce(plain, sent, b, 25, "plain-b")
+    plain.flush(15)
+    tx.begin_transaction()
+    produce(tx, sent, a, 12, "tx-a")
+    tx.commit_transaction(15)
+    tx.begin_transaction()  # open: hidden from both reads
+    produce(tx, Sent(), b, 6, "open-b")
+    tx.flush(15)
+
+    def order(rows):
+        return sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+    # at most 30 offsets a batch: every batch one read task, then (10 offsets a task) several
+    tasks = []
+    for run, per_task in (("one", "100000"), ("several", "10")):
+        options = source_options(
+            bootstrap,
+            subscribePattern=rf"^{pre}\.[^.]+\.[^.]+$",
+            maxOffsetsPerTrigger="30",
+            recordsPerTask=per_task,
+        )
+        sink = DriverReadCollector(SourceOptions.parse(options))
+        run_available_now(spark, options, tmp_path / f"ck-{run}", sink)
+        assert len(sink.by_spark) == len(sent.records)
+        assert order(sink.by_driver) == order(sink.by_spark)
+        tasks.append(sink.tasks)
+    tx.abort_transaction(15)
+    assert set(tasks[0]) == {1} and max(tasks[1]) > 1, tasks
+
+
 def wait_for(predicate, timeout: float, what: str, query=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
