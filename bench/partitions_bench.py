@@ -87,6 +87,8 @@ def run_setting(info, args, work: Path, partitions: int, slots: int | None, tag:
     run_dir.mkdir(parents=True)
     icfg = write_config(info, run_dir / "ingest.yaml", prefix, [db, "cdc"], topic_partitions=partitions)
     extra = {"spark_master": f"local[{slots}]"} if slots else {}
+    if args.batch_reads:
+        extra["batch_reads"] = args.batch_reads
     mcfg = write_merger_config(info, run_dir / "merger.yaml", prefix, [db], run_dir, **extra)
     progress = run_dir / "progress.jsonl"
     os.environ["CDC_MERGER_PROGRESS_LOG"] = str(progress)
@@ -165,7 +167,8 @@ def report(args, runs: list[dict]) -> list[str]:
         f"{args.keys * args.rounds:,} changes of one table, written while the merger was stopped; "
         f"{os.cpu_count()} CPUs, shared (1-minute load at the merger's start / when caught up in the table). "
         "Catch-up: first to last batch with records; wall: from the merger's start (JVM start included) "
-        "to both sinks equal to the source.",
+        "to both sinks equal to the source."
+        + (f" The merger's `batch_reads`: {args.batch_reads}." if args.batch_reads else ""),
         "",
         "| topic partitions | task slots | batches | read tasks per batch | Spark read s | processor s "
         "| catch-up s | wall s | load |",
@@ -192,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds for the sinks to catch up")
     ap.add_argument("--state-dir", default=str(ROOT / ".cdc" / "bench-stack"))
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, state, Delta tables)")
+    ap.add_argument(
+        "--batch-reads", choices=("auto", "driver", "spark"), help="the merger's batch_reads (default: its default)"
+    )
     ap.add_argument(
         "--record",
         action="store_true",

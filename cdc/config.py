@@ -816,12 +816,15 @@ class MergerConfig(_Model):
         "the machine's cores), never more tasks than partitions with records; 1 = one task per "
         "partition and offset range",
     )
-    read_small_batches_in_driver: bool = Field(
-        True,
-        description="a micro-batch that Spark plans as one read task (under 10,000 offsets per task slot) "
-        "is read by the merger's driver itself, with the same reader and the same offsets, instead of by a "
-        "Spark job: the job's fixed cost is most of a small batch's CPU (docs/operations/sizing.md, CPU per "
-        "change). false: every batch is read by a Spark job",
+    batch_reads: Literal["auto", "driver", "spark"] = Field(
+        "auto",
+        description="who reads a micro-batch's records from Kafka. driver: the merger's driver, with the "
+        "same reader and the same offsets as Spark's tasks, and no Spark job (a job's fixed cost is most of a "
+        "small batch's CPU, and in local mode the driver reads a large batch twice as fast as two tasks whose "
+        "rows then travel through the JVM). spark: Spark's tasks, spread over the task slots for a large "
+        "batch (on a cluster: the executors fetch and convert, not the driver's machine). auto: driver in "
+        "local mode; on a cluster, driver for a batch Spark plans as one task (under 10,000 offsets per task "
+        "slot) and Spark's tasks for larger ones. docs/operations/sizing.md, CPU per change",
     )
     end_probe: Literal["scan", "watermark"] = Field(
         "scan", description="scan: read the partition tail to find the end (needed on Tansu)"

@@ -282,7 +282,7 @@ class Merger:
         """The one streaming query: every table topic through cdc_kafka, each micro-batch
         handed to the processor as Arrow. ``stop``: set before the query is stopped."""
         from merger import metrics
-        from merger.kafka.driver_read import planned_tasks, read_here
+        from merger.kafka.driver_read import planned_tasks, read_here, read_in_driver
         from merger.kafka.options import SourceOptions
         from merger.sinks.base import SinkStop
 
@@ -291,7 +291,8 @@ class Merger:
         options = source_options(cfg, read_slots(spark))
         for k, v in options.items():
             reader = reader.option(k, v)
-        driver_opts = SourceOptions.parse(options) if cfg.read_small_batches_in_driver else None
+        driver_opts = SourceOptions.parse(options) if cfg.batch_reads != "spark" else None
+        local = spark.sparkContext.master.startswith("local")  # not a cluster's executors
         # the batch's one-line fatal error (on_bad_record: stop) needs no Python traceback
         self._reported_elsewhere.reported = lambda: processor.fatal
         logging.getLogger(PY4J_LOGGER).addFilter(self._reported_elsewhere)
@@ -299,7 +300,7 @@ class Merger:
         def on_batch(batch_df, batch_id: int) -> None:
             t0 = time.monotonic()
             planned = planned_tasks(batch_df) if driver_opts is not None else None
-            in_driver = planned is not None and len(planned) <= 1
+            in_driver = planned is not None and read_in_driver(cfg.batch_reads, local, len(planned))
             try:
                 if in_driver:
                     records = read_here(driver_opts, planned, RECORD_COLUMNS, stop.is_set)

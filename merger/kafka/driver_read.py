@@ -1,13 +1,15 @@
-"""A micro-batch that Spark plans as one read task is read by the driver itself.
+"""Micro-batches read by the driver itself (``batch_reads``: which ones, :func:`read_in_driver`).
 
-The batch's Spark job (scheduling, a Python worker's round trip, the records converted
+A batch's Spark job (scheduling, a Python worker's round trip, the records converted
 from Arrow to Spark's rows in the JVM and back to Arrow for the driver) costs ~60 ms of
 CPU whatever the batch carries, most of a small batch's cost. The driver reads the same
 offset ranges, planned by the same source (``CdcKafkaStreamReader.partitions``), with the
 same reader (:func:`merger.kafka.reader.read_ranges`), so what the processor gets is the
 same records; the offsets a batch covers stay Spark's (its checkpoint), so exactly-once
-does not change. A batch Spark spreads over several tasks (a backlog) is still read by
-Spark's tasks in parallel."""
+does not change. A large batch too: in local mode the driver reads 120,000 records in
+0.6 s, where two tasks took 1.1 s (their rows go through the JVM to reach the driver). On
+a cluster, a batch Spark spreads over several tasks is left to the executors by default,
+whose machines then do the fetch and the conversion."""
 
 from __future__ import annotations
 
@@ -23,6 +25,14 @@ from merger.kafka.reader import SCHEMA, read_ranges
 
 # the Spark class that carries a Python data source's pickled input partition
 PYTHON_PARTITION = "PythonStreamingInputPartition"
+
+
+def read_in_driver(batch_reads: str, local: bool, tasks: int) -> bool:
+    """Whether the driver reads a batch of ``tasks`` planned read tasks: ``batch_reads``
+    (driver, spark or auto) on a local master (``local``) or a cluster."""
+    if batch_reads == "auto":
+        return local or tasks <= 1
+    return batch_reads == "driver"
 
 
 def planned_tasks(batch_df: Any) -> list[KafkaRanges] | None:
@@ -65,4 +75,6 @@ def read_here(
         from pyspark.sql.pandas.types import to_arrow_schema
 
         return to_arrow_schema(SCHEMA, timezone="UTC").empty_table().select(list(columns))
-    return pa.Table.from_batches(batches).select(list(columns))
+    # one chunk, as Spark's toArrow gives: the processor's sort and conversion of a table of
+    # 10,000-record chunks took 1.5x as long (measured: 0.17 against 0.12 s for 50,000 records)
+    return pa.Table.from_batches(batches).select(list(columns)).combine_chunks()

@@ -36,10 +36,8 @@ def test_sigterm_during_a_batch_stops_quietly(stack, tmp_path, unique_name, monk
     # every Kafka read task of a micro-batch sleeps: the batch's Spark job is running when
     # the merger is told to stop
     monkeypatch.setenv("CDC_PAUSE_AT", "kafka_read:120")
-    # the driver reads a small batch itself, without a job: every batch goes to Spark here
-    mcfg = write_merger_config(
-        stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, read_small_batches_in_driver=False
-    )
+    # the driver reads a batch itself by default, without a job: every batch goes to Spark here
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, batch_reads="spark")
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     try:
         deadline = time.monotonic() + 180

@@ -80,7 +80,10 @@ def test_a_backlog_in_32_partitions_is_read_in_parallel_and_each_keys_last_chang
         cur.execute(f"USE {db}")
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, c INT NOT NULL, v VARCHAR(40))")
     icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=PARTITIONS)
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
+    # batch_reads spark: Spark's tasks read each batch, as on a cluster (in local mode the
+    # driver reads it by default); the driver's read of the same batches is compared with
+    # Spark's in test_kafka_source.py
+    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, batch_reads="spark")
     progress = tmp_path / "progress.jsonl"
     monkeypatch.setenv("CDC_MERGER_PROGRESS_LOG", str(progress))
     ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
