@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model, routes_of
 from cdc.wire.topics import dead_letter_topic, offsets_topic, source_topics_pattern
-from merger.batch.records import RECORD_COLUMNS, UNREAD_COLUMNS
+from merger.batch.records import RECORD_COLUMNS, UNREAD_COLUMNS, header_pairs
 from merger.errors import MergerError
 from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
@@ -371,7 +371,7 @@ class Merger:
         topic = dead_letter_topic(self.config.topic_prefix)
 
         def write(record: dict, reason: str) -> None:
-            headers = [(h["key"], h["value"]) for h in (record.get("headers") or [])]
+            headers = header_pairs(record.get("headers"))
             headers += [
                 ("cdc.dlq.reason", reason.encode()),
                 ("cdc.dlq.topic", record["topic"].encode()),

@@ -12,7 +12,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from merger.batch.records import ParsedRecord, parse
+from merger.batch.records import ParsedRecord, header_pairs, parse
 from merger.state.store import StateStore, safe_name
 
 
@@ -35,7 +35,8 @@ def keep(store: StateStore, batch_id: int, table: str, records: list[dict], suff
     batch's own one; written only if there are records)."""
     path = kept_dir(store, table)
     path.mkdir(parents=True, exist_ok=True)
-    rows = [{**r, "headers": r.get("headers")} for r in records]
+    # headers as the source gives them (a list of key, value), whatever form the batch held them in
+    rows = [{**r, "headers": [{"key": k, "value": v} for k, v in header_pairs(r.get("headers"))]} for r in records]
     if rows or not suffix:
         pq.write_table(pa.Table.from_pylist(rows), path / f"batch-{batch_id:012d}{suffix}.parquet")
 

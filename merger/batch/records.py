@@ -80,18 +80,61 @@ UNREAD_COLUMNS = ("timestamp", "timestampType")
 
 def kafka_rows(records: pa.Table) -> list[dict]:
     """A micro-batch's Kafka records as dicts of ``RECORD_COLUMNS`` (those it has), in
-    topic, partition and offset order."""
+    topic, partition and offset order. A record's ``headers`` are a dict of name -> value
+    (what the processor reads), or the list of ``{key, value}`` as the source gives them
+    when a name repeats (so nothing is lost on the way to the dead-letter topic); None when
+    the record has none. Built column by column: ``Table.to_pylist`` made a dict per
+    header and per record, at twice the cost (docs/performance.md)."""
     if not records.num_rows:
         return []
     columns = [c for c in RECORD_COLUMNS if c in records.column_names]
     order = [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
-    return records.select(columns).sort_by(order).to_pylist()
+    table = records.select(columns).sort_by(order)
+    values = [_header_dicts(table.column(c)) if c == "headers" else table.column(c).to_pylist() for c in columns]
+    return [dict(zip(columns, row)) for row in zip(*values)]
+
+
+def _header_dicts(column: pa.ChunkedArray) -> list:
+    """A headers column (list of struct key, value) as one dict per record (see
+    ``kafka_rows``)."""
+    headers = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not pa.types.is_list(headers.type) or not pa.types.is_struct(headers.type.value_type):
+        return headers.to_pylist()
+    offsets = headers.offsets.to_pylist()  # into the values of the whole array (a slice too)
+    base = offsets[0]
+    flat = headers.values.slice(base, offsets[-1] - base)
+    names, values = flat.field("key").to_pylist(), flat.field("value").to_pylist()
+    offsets = [o - base for o in offsets]
+    valid = headers.is_valid().to_pylist()
+    out: list = []
+    for i, ok in enumerate(valid):
+        if not ok:
+            out.append(None)
+            continue
+        a, b = offsets[i], offsets[i + 1]
+        found = dict(zip(names[a:b], values[a:b]))
+        if len(found) < b - a:  # a name repeats: the list as it is
+            found = [{"key": k, "value": v} for k, v in zip(names[a:b], values[a:b])]
+        out.append(found)
+    return out
 
 
 def headers_of(raw) -> dict[str, bytes]:
+    """A record's headers as name -> value (the last one of a repeated name)."""
     if not raw:
         return {}
+    if isinstance(raw, dict):
+        return raw
     return {h["key"]: h["value"] for h in raw}
+
+
+def header_pairs(raw) -> list[tuple[str, bytes]]:
+    """A record's headers as (name, value) pairs, in either form ``kafka_rows`` gives."""
+    if not raw:
+        return []
+    if isinstance(raw, dict):
+        return list(raw.items())
+    return [(h["key"], h["value"]) for h in raw]
 
 
 # every digit read as "0": an integer literal's shape, which says whether orjson reads it exactly
