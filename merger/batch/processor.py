@@ -317,6 +317,8 @@ class BatchProcessor:
         rows = kafka_rows(records)
         per_table: dict[str, list[ParsedRecord]] = {}
         schema_records = []
+        # looked up once: the loop runs per record
+        accept, shards, schema_topic = self.replay.accept_record, self.source_kind.shards, self.schema_topic
         for r in rows:
             topic = r["topic"]
             headers = headers_of(r.get("headers"))
@@ -326,38 +328,45 @@ class BatchProcessor:
                 pos = position_of(headers, payload)
             except (BadRecord, ValueError) as exc:
                 name = self._table_name(topic, {})
-                if self.on_bad_record == "pause" and topic != self.schema_topic and self.accepts(name):
+                if self.on_bad_record == "pause" and topic != schema_topic and self.accepts(name):
                     # the table pauses here (its later changes kept in order), not only a warning
                     self.unparseable.setdefault(name, []).append((r, str(exc)))
                 else:
                     self._bad(r, str(exc))
                 continue
-            if pos is not None and bool(pos.shard) != self.source_kind.shards:
-                # a sharded source's topics need the shards in the merger's config (its
-                # snapshots read them), and a one-server merger would mix them up
-                self.fatal = MergerError(
-                    f"topic {topic} holds changes of shard {pos.shard} of a sharded source (partition "
-                    f"{r['partition']}, offset {r['offset']}), and the merger's config lists no shards: list them "
-                    "under `shards`, with ingest's `routes` and `key_mode` (docs/sharding.md). It stops before "
-                    "them; nothing of them is applied"
-                    if pos.shard
-                    else f"topic {topic} holds changes of a one-server source (partition {r['partition']}, offset "
-                    f"{r['offset']}), and the merger's config lists shards: a sharded source needs its own "
-                    "topic_prefix. It stops before them; nothing of them is applied"
-                )
-                raise self.fatal from None
-            if not self.replay.accept_record(topic, r["partition"], pos, payload):
+            if pos is not None and bool(pos.shard) != shards:
+                self._stop_at_other_kind(topic, r, pos)
+            if not accept(topic, r["partition"], pos, payload):
                 continue
             if value is None:
                 continue  # tombstone: the delete before it carries the change
-            if topic == self.schema_topic:
+            if topic == schema_topic:
                 schema_records.append(payload)
                 continue
             name = self._table_name(topic, payload)
             if not self.accepts(name):
                 continue
-            per_table.setdefault(name, []).append(ParsedRecord(r, headers, payload, pos))
+            items = per_table.get(name)
+            if items is None:
+                items = per_table[name] = []
+            items.append(ParsedRecord(r, headers, payload, pos))
         return per_table, schema_records
+
+    def _stop_at_other_kind(self, topic: str, r: dict, pos: EventPosition) -> None:
+        """A sharded source's change where the merger lists no shards, or the reverse: a
+        sharded source's topics need the shards in the merger's config (its snapshots read
+        them), and a one-server merger would mix them up."""
+        self.fatal = MergerError(
+            f"topic {topic} holds changes of shard {pos.shard} of a sharded source (partition "
+            f"{r['partition']}, offset {r['offset']}), and the merger's config lists no shards: list them "
+            "under `shards`, with ingest's `routes` and `key_mode` (docs/sharding.md). It stops before "
+            "them; nothing of them is applied"
+            if pos.shard
+            else f"topic {topic} holds changes of a one-server source (partition {r['partition']}, offset "
+            f"{r['offset']}), and the merger's config lists shards: a sharded source needs its own "
+            "topic_prefix. It stops before them; nothing of them is applied"
+        )
+        raise self.fatal from None
 
     def _apply_changes(self, batch_id: int, per_table: dict, now_ms: float) -> None:
         self._pause_unparseable(batch_id, per_table, now_ms)
@@ -676,8 +685,9 @@ class BatchProcessor:
         """Decode a run of events and apply them in binlog order: markers to the
         reconciler, data events to the sinks, in slices cut at truncates."""
         current = max(rt.truncated_through, rt.spec_since)
+        known = rt.converters.keys()
         if any(
-            ev.image and ev.order >= current and any(k not in rt.converters for k in ev.image)
+            ev.image and ev.order >= current and not ev.image.keys() <= known
             for ev in events
             if ev.op not in (MARKER, "t")
         ):
