@@ -16,7 +16,8 @@ a begin (S is the target): not emitted, a copy; a switch where S is the target: 
 in the move's generation (its number; numbers are global and increase); a switch where S
 is the source: not emitted, the cleanup.
 
-How the merger orders one key's changes (``KeyOrder``): by ``(generation, position)``,
+How the merger must order one key's changes (the tests' model of it, ``KeyOrder`` in
+tests/unit/test_shard_cutover.py): by ``(generation, position)``,
 where the position (the binlog position) is compared only between changes of one shard;
 one generation has one owner, so two shards in one generation of a key is a conflict the
 merger must stop on (keys that are not unique across shards), never a silent overwrite.
@@ -312,34 +313,3 @@ def owner_conflicts(
         else:
             live[key] = origin
     return found
-
-
-class KeyConflict(ValueError):
-    """Changes of one key from two shards in one generation: the key is not unique across
-    shards (or a move was not declared)."""
-
-
-class KeyOrder:
-    """The last applied change of each key, and whether a new one comes after it."""
-
-    def __init__(self) -> None:
-        self.last: dict[Hashable, tuple[int, str, int]] = {}  # key -> (generation, shard, position)
-
-    def newer(self, key: Hashable, generation: int, shard: str, position: int) -> bool:
-        """Whether the change comes after the last one applied to ``key`` (and is now the
-        last); False: an older or the same change (a replay, or a change of an earlier
-        owner read late). Raises KeyConflict for two shards in one generation."""
-        seen = self.last.get(key)
-        if seen is not None:
-            gen, owner, pos = seen
-            if generation < gen:
-                return False
-            if generation == gen:
-                if owner != shard:
-                    raise KeyConflict(
-                        f"key {key!r} changed on shard {owner!r} and on shard {shard!r} in one generation"
-                    )
-                if position <= pos:
-                    return False
-        self.last[key] = (generation, shard, position)
-        return True

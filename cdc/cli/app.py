@@ -453,7 +453,11 @@ def verify(
     config: Optional[Path] = CONFIG_OPTION,
     local: bool = typer.Option(False, "--local"),
     state_dir: Path = STATE_DIR_OPTION,
-    sink: Optional[str] = typer.Option(None, "--sink", help="verify only this sink: delta or postgres"),
+    sink: Optional[str] = typer.Option(
+        None,
+        "--sink",
+        help="verify only this sink: its section under sinks: in the config (another name lists those verify reads)",
+    ),
     chunk_size: Optional[int] = typer.Option(
         None, "--chunk-size", min=1, help="rows per chunk (default: snapshot.chunk_size)"
     ),
@@ -505,7 +509,9 @@ def repair(
     local: bool = typer.Option(False, "--local"),
     state_dir: Path = STATE_DIR_OPTION,
     sink: Optional[str] = typer.Option(
-        None, "--sink", help="find the differences in this sink only: delta or postgres"
+        None,
+        "--sink",
+        help="find the differences in this sink only: its section under sinks: (another name lists those repair reads)",
     ),
     chunk_size: Optional[int] = typer.Option(
         None, "--chunk-size", min=1, help="rows per verify chunk (default: snapshot.chunk_size)"

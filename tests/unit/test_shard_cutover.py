@@ -16,6 +16,7 @@ text of ``cdc_cutover``, ``ingest.cutover.move_of``)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -27,8 +28,6 @@ from cdc.shard_cutover import (
     BEGIN,
     SWITCH,
     CutoverFilter,
-    KeyConflict,
-    KeyOrder,
     KeyRange,
     Move,
     bound_text,
@@ -236,6 +235,38 @@ def keyspace(script, domain: Domain = INTS) -> Keyspace:
     for shard in SHARDS:
         ks._end(shard)
     return ks
+
+
+# the merger's order of one key's changes, as the design states it (cdc/shard_cutover.py)
+class KeyConflict(ValueError):
+    """Changes of one key from two shards in one generation: the key is not unique across
+    shards (or a move was not declared)."""
+
+
+class KeyOrder:
+    """The last applied change of each key, and whether a new one comes after it."""
+
+    def __init__(self) -> None:
+        self.last: dict[Hashable, tuple[int, str, int]] = {}  # key -> (generation, shard, position)
+
+    def newer(self, key: Hashable, generation: int, shard: str, position: int) -> bool:
+        """Whether the change comes after the last one applied to ``key`` (and is now the
+        last); False: an older or the same change (a replay, or a change of an earlier
+        owner read late). Raises KeyConflict for two shards in one generation."""
+        seen = self.last.get(key)
+        if seen is not None:
+            gen, owner, pos = seen
+            if generation < gen:
+                return False
+            if generation == gen:
+                if owner != shard:
+                    raise KeyConflict(
+                        f"key {key!r} changed on shard {owner!r} and on shard {shard!r} in one generation"
+                    )
+                if position <= pos:
+                    return False
+        self.last[key] = (generation, shard, position)
+        return True
 
 
 def run(ks: Keyspace, schedule: list[str], filter_type=CutoverFilter, order_type=KeyOrder) -> dict:
