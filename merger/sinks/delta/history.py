@@ -34,7 +34,7 @@ from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableFault, T
 from merger.sinks.delta.arrow import delta_arrow_schema
 from merger.sinks.delta.commits import Commits
 from merger.sinks.delta.handles import DeltaHandles
-from merger.sinks.delta.meta import MODE_PROPERTY, TARGET_FILE_SIZE, app_main, prunable_keys, table_mode
+from merger.sinks.delta.meta import MODE_PROPERTY, app_main, prunable_keys, table_mode, table_properties
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class DeltaHistoryTables:
             configuration={
                 MODE_PROPERTY: layout.mode,
                 KEYS_PROPERTY: json.dumps(keys),
-                TARGET_FILE_SIZE: str(self.handles.target_file_bytes),
+                **table_properties(self.handles.target_file_bytes),
                 STATS_COLUMNS: stats_columns(keys, layout.stats),
                 **{entry: wanted_of(table) for entry, _, wanted_of in layout.marks},
             },

@@ -11,6 +11,25 @@ from deltalake import DeltaTable
 
 MODE_PROPERTY = "cdc.mode"  # the table configuration entry that marks a sink table's mode
 TARGET_FILE_SIZE = "delta.targetFileSize"  # delta-rs writes (MERGE included) split files at it
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+# Each micro-batch commits to a table, and every look at its versions (an app transaction's
+# version, a refresh) replays the log from the last checkpoint: delta-rs checkpoints every
+# 100 commits unless told, Delta Lake (Spark) every 10. At 10 a batch's version checks took
+# ~40 % less time (bench/HISTORY.md, 2026-12-07)
+COMMITS_PER_CHECKPOINT = 10
+
+
+def table_properties(target_file_bytes: int) -> dict[str, str]:
+    """The configuration entries every sink table (and tombstone table) is created with
+    and kept at."""
+    return {TARGET_FILE_SIZE: str(target_file_bytes), CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)}
+
+
+def properties_to_set(dt: DeltaTable, wanted: dict[str, str]) -> dict[str, str]:
+    """Those of ``wanted`` the table does not hold (a table of an older release, or a
+    setting changed since): one metadata commit sets them."""
+    held = dt.metadata().configuration
+    return {k: v for k, v in wanted.items() if held.get(k) != v}
 
 
 def table_mode(dt: DeltaTable) -> str:
