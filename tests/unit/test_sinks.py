@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -610,6 +611,32 @@ def test_delta_layout_and_log(delta_store, delta_sink):
     assert dt_.protocol().min_reader_version <= 3  # no column mapping / deletion vectors
     with pytest.raises(SinkError, match="reserved"):
         s.ensure_table(TableId("_cdc", "x"), SIMPLE, ["id"])
+
+
+def test_delta_tables_checkpoint_every_10_commits_older_ones_too(delta_store):
+    """Each batch commits, and each version check replays the log from the last
+    checkpoint: the sink's tables (and their tombstones) checkpoint every 10 commits; a
+    table made without the setting (an older release) gets it at ensure_table."""
+    s, t = delta_store.sink(), fresh()
+    s.ensure_table(t, SIMPLE, ["id"])
+    paths = (s.table_path(t), s.tombstone_path(t))
+    for p in paths:
+        assert delta_store.table(p).metadata().configuration["delta.checkpointInterval"] == "10"
+    for v in range(1, 13):
+        rows = [{"id": v, "v": "x", "n": v, "_cdc_op": "c", "_cdc_seq": v}]
+        rows.append({"id": v - 1, "_cdc_op": "d", "_cdc_seq": v})
+        assert s.apply(t, v, batch(SIMPLE, rows)) is True
+    main = delta_store.table(paths[0])
+    assert main.version() >= 10
+    assert any(f.name.endswith(".checkpoint.parquet") for f in Path(paths[0], "_delta_log").iterdir())
+    assert sorted_rows(readback.rows(s, t), ["id"]) == [{"id": 12, "v": "x", "n": 12}]
+    for p in paths:  # an older release's tables
+        delta_store.table(p).alter.set_table_properties({"delta.checkpointInterval": "100"})
+    s2 = delta_store.sink(Path(paths[0]).parents[1])
+    s2.ensure_table(t, SIMPLE, ["id"])
+    for p in paths:
+        assert delta_store.table(p).metadata().configuration["delta.checkpointInterval"] == "10"
+    assert s2.apply(t, 12, batch(SIMPLE, [{"id": 50, "v": "y", "n": 1, "_cdc_op": "c", "_cdc_seq": 99}])) is False
 
 
 def test_delta_string_key_deletes_over_several_batches(delta_sink):
