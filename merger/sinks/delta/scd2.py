@@ -67,6 +67,7 @@ from merger.history.scd2 import (
     Version,
     apply_changes,
 )
+from merger.history.scd2_opened import only_opens, opened_versions
 from merger.sinks.base import (
     DELETE_OP,
     OP,
@@ -203,13 +204,21 @@ class DeltaSCD2Tables:
             return None
         cols = [c for c in m.columns if c in src.column_names]  # the batch's columns, in the table's order
         stored = {c: m.columns[c] for c in cols}
-        values = cast_columns(src.select(cols), stored).to_pylist()
+        typed = cast_columns(src.select(cols), stored)
+        latest = self._latest(m, cols, cast_columns(src.select(m.keys), {k: m.columns[k] for k in m.keys}))
+        if not latest and only_opens(typed.select(m.keys), src[OP], src[SEQ]):
+            # keys without a history, each changed once (a snapshot's rows, a backlog of
+            # inserts): the versions they open, over columns (merger.history.scd2_opened)
+            opened = opened_versions(
+                typed, src[OP], src[SEQ], src[COMMIT_US], START_AT, END_AT, START_SEQ, END_SEQ, LAST_SEQ
+            )
+            return _opened_rows(opened) if opened.num_rows else None
+        values = typed.to_pylist()
         ops, seqs, times = src[OP].to_pylist(), src[SEQ].to_pylist(), src[COMMIT_US].to_pylist()
         batch = [
             Change(tuple(row[k] for k in m.keys), op, seq, at, None if op == DELETE_OP else row)
             for row, op, seq, at in zip(values, ops, seqs, times)
         ]
-        latest = self._latest(m, cols, cast_columns(src.select(m.keys), {k: m.columns[k] for k in m.keys}))
         plan = apply_changes(latest, batch, self.mode_of(table).options(m.keys))
         for note in plan.notes:
             log.warning("table %s: %s", table, note.text)
@@ -304,6 +313,13 @@ class DeltaSCD2Tables:
 
     def count(self, table: TableId) -> int:
         return self.tables.table_for(table).dt.count()
+
+
+def _opened_rows(opened: pa.Table) -> pa.Table:
+    """Open versions (``scd2_opened.opened_versions``) as ``_version_rows`` gives them."""
+    for c in (START_AT, END_AT):
+        opened = opened.set_column(opened.schema.get_field_index(c), c, opened[c].cast(UTC_US))
+    return opened.append_column(CURRENT, pa.array([True] * opened.num_rows, pa.bool_()))
 
 
 def _version_rows(versions: list[Version], cols: list[str], stored: dict[str, pa.DataType]) -> pa.Table:
