@@ -52,6 +52,7 @@ from merger.history.scd2 import (
     Version,
     apply_changes,
 )
+from merger.history.scd2_opened import only_opens, opened_versions
 from merger.sinks import types as T
 from merger.sinks.base import (
     DELETE_OP,
@@ -88,6 +89,7 @@ SCD2 = HistoryLayout(
     open_index=f'"{END_SEQ}" IS NULL',
 )
 _START_US, _END_US = "_cdc_start_us", "_cdc_end_us"  # staged times, microseconds
+_SEQS = (START_SEQ, END_SEQ, LAST_SEQ)  # a version's sequences, as staged
 
 
 class SCD2Tables:
@@ -118,19 +120,21 @@ class SCD2Tables:
         self.check(table, mode, m.keys, cols)
         options = mode.options(m.keys)
         stored = _stored_types(m, cols)
-        values = _python_rows(cast_columns(src.select(cols), stored), cols, m)
+        typed = cast_columns(src.select(cols), stored)
+        latest = self._latest(conn, m, cols, src.select(m.keys), stored)
+        if not latest and only_opens(typed.select(m.keys), src[OP], src[SEQ]):
+            # keys without a history, each changed once (a snapshot's rows, a backlog of
+            # inserts): the versions they open, over columns (merger.history.scd2_opened)
+            opened = opened_versions(typed, src[OP], src[SEQ], src[COMMIT_US], _START_US, _END_US, *_SEQS)
+            if opened.num_rows:
+                self._upsert_staged(conn, m, cols, _json_as_text_again(opened, cols, m, stored))
+            return nul_changed
+        values = _python_rows(typed, cols, m)
         ops, seqs, times = src[OP].to_pylist(), src[SEQ].to_pylist(), src[COMMIT_US].to_pylist()
         batch = [
-            Change(
-                tuple(row[k] for k in m.keys),
-                op,
-                seq,
-                at,
-                None if op == DELETE_OP else row,
-            )
+            Change(tuple(row[k] for k in m.keys), op, seq, at, None if op == DELETE_OP else row)
             for row, op, seq, at in zip(values, ops, seqs, times)
         ]
-        latest = self._latest(conn, m, cols, src.select(m.keys), stored)
         plan = apply_changes(latest, batch, options)
         for note in plan.notes:
             log.warning("table %s: %s", table, note.text)
@@ -198,7 +202,12 @@ class SCD2Tables:
         arrays[LAST_SEQ] = pa.array([v.last_sequence for v in versions], pa.int64())
         arrays[_START_US] = pa.array([v.start_time for v in versions], pa.int64())
         arrays[_END_US] = pa.array([v.end_time for v in versions], pa.int64())
-        staged = pa.table(arrays)
+        self._upsert_staged(conn, m, cols, pa.table(arrays))
+
+    def _upsert_staged(self, conn, m: TableMeta, cols: list[str], staged: pa.Table) -> None:
+        """Versions (``cols``, the sequences and the times in microseconds) written whole
+        by their name, ``(keys, start sequence)``."""
+        staged = staged.select([*cols, *_SEQS, _START_US, _END_US])
         types: dict = {c: m.columns[c] for c in cols}  # the COPY's: JSON as JSON
         types.update({n: pa.int64() for n in (START_SEQ, END_SEQ, LAST_SEQ, _START_US, _END_US)})
         ident = {c: sql.Identifier(c) for c in [*cols, START_AT, END_AT, START_SEQ, END_SEQ, LAST_SEQ]}
@@ -269,6 +278,16 @@ def _stored_types(m: TableMeta, cols: list[str]) -> dict[str, pa.DataType]:
     """The Arrow type each column's values are compared and staged in: the sink's storage
     type; text for JSON (parsed to compare) and for a type the sink did not create."""
     return {c: pa.string() if m.columns[c] is None or T.is_json(m.columns[c]) else m.columns[c] for c in cols}
+
+
+def _json_as_text_again(t: pa.Table, cols: list[str], m: TableMeta, stored: dict) -> pa.Table:
+    """JSON columns as ``_upsert`` writes them: parsed (as the history compares them), then
+    text again."""
+    for c in cols:
+        if m.columns[c] is not None and T.is_json(m.columns[c]):
+            text = [None if x is None else json.dumps(json.loads(x)) for x in t[c].to_pylist()]
+            t = t.set_column(t.schema.get_field_index(c), c, pa.array(text, type=stored[c]))
+    return t
 
 
 def _python_rows(t: pa.Table, cols: list[str], m: TableMeta) -> list[dict[str, Any]]:
