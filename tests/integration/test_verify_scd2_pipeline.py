@@ -290,7 +290,7 @@ def test_a_delta_scd2_table_is_verified_repaired_and_its_shape_reported(stack, t
         stray = {"id": -3, "v": 0, "s": "stray", "__start_at": now, "__start_seq": 1, "__last_seq": 1}
         stray["__current"] = True
         row = pa.Table.from_pylist([{f.name: stray.get(f.name) for f in schema}], schema)
-        write_deltalake(path, row, mode="append")
+        _retried(lambda: write_deltalake(path, row, mode="append"))
 
         def repaired():
             code, data, _ = _verify(mcfg, table)
