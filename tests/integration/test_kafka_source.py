@@ -390,6 +390,17 @@ class TimedCollector(Collector):
             self.arrived.append(time.monotonic())
 
 
+def batch_starts(q) -> tuple[list[float], list[float]]:
+    """When each of the query's batches with records started (Spark's trigger time; the
+    first batch's arrival also waits for a Python worker to start), and the gaps between."""
+    starts = [
+        datetime.fromisoformat(pr["timestamp"].replace("Z", "+00:00")).timestamp()
+        for pr in q.recentProgress
+        if pr["numInputRows"]
+    ]
+    return starts, [round(b - a, 3) for a, b in zip(starts, starts[1:])]
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_batches_start_the_gap_apart_under_a_trickle_and_at_once_after_a_quiet_spell(
@@ -424,14 +435,7 @@ def test_batches_start_the_gap_apart_under_a_trickle_and_at_once_after_a_quiet_s
 
     try:
         trickle("t", 60)
-        # when each batch with records started (Spark's trigger time; the first batch's
-        # arrival also waits for a Python worker to start)
-        starts = [
-            datetime.fromisoformat(pr["timestamp"].replace("Z", "+00:00")).timestamp()
-            for pr in q.recentProgress
-            if pr["numInputRows"]
-        ]
-        gaps = [round(b - a, 3) for a, b in zip(starts, starts[1:])]
+        starts, gaps = batch_starts(q)
         assert 3 <= len(starts) <= 7, gaps
         assert all(g >= 1.45 for g in gaps), gaps
         time.sleep(2.5)  # quiet: no batch for longer than the gap
@@ -455,12 +459,7 @@ def test_batches_start_the_gap_apart_under_a_trickle_and_at_once_after_a_quiet_s
         trickle("prompt", 30)
         # not one per 1.5 s: a batch starts as soon as the one before ends (measured by
         # Spark's trigger times, not by the count: on a loaded machine a batch takes up to ~1 s)
-        starts = [
-            datetime.fromisoformat(pr["timestamp"].replace("Z", "+00:00")).timestamp()
-            for pr in q.recentProgress
-            if pr["numInputRows"]
-        ]
-        gaps = [round(b - a, 3) for a, b in zip(starts, starts[1:])]
+        starts, gaps = batch_starts(q)
         assert len(starts) >= 3 and sum(g < 1.45 for g in gaps) >= 2, gaps
     finally:
         q.stop()
