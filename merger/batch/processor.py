@@ -346,10 +346,7 @@ class BatchProcessor:
             name = self._table_name(topic, payload)
             if not self.accepts(name):
                 continue
-            items = per_table.get(name)
-            if items is None:
-                items = per_table[name] = []
-            items.append(ParsedRecord(r, headers, payload, pos))
+            per_table.setdefault(name, []).append(ParsedRecord(r, headers, payload, pos))
         return per_table, schema_records
 
     def _stop_at_other_kind(self, topic: str, r: dict, pos: EventPosition) -> None:

@@ -205,7 +205,7 @@ class DeltaSCD2Tables:
         cols = [c for c in m.columns if c in src.column_names]  # the batch's columns, in the table's order
         stored = {c: m.columns[c] for c in cols}
         typed = cast_columns(src.select(cols), stored)
-        latest = self._latest(m, cols, cast_columns(src.select(m.keys), {k: m.columns[k] for k in m.keys}))
+        latest = self._latest(m, cols, typed.select(m.keys))  # the keys, cast with the batch's columns
         if not latest and only_opens(typed.select(m.keys), src[OP], src[SEQ]):
             # keys without a history, each changed once (a snapshot's rows, a backlog of
             # inserts): the versions they open, over columns (merger.history.scd2_opened)
