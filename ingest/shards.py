@@ -119,7 +119,10 @@ class ShardedIngest:
     # ------------------------------------------------------------------ the shared transaction
 
     def _check(self, view: ShardProducer) -> None:
-        if view.generation != self.generation:
+        # no producer: the process is remaking it (a fault) or stopping (a fence, a fatal
+        # error); the shard waits at the top of its loop, which a new producer follows only
+        # after ``broken`` moved every shard back to the committed vector
+        if view.generation != self.generation or self.process.producer is None:
             raise Rewind()
 
     def send(self, view: ShardProducer, method: str, args: tuple) -> None:

@@ -258,3 +258,27 @@ def test_decimal_bounds_are_exact_from_the_command_line_to_ingest():
     vector = PositionVector({"s2": ResumePoint("0-2-5", cutover=cut.passed("s2"))})
     back = ShardCutover(position_record(vector.to_json()), {})
     assert back.decide("s2", "shop.t", Decimal("1.1")) is None  # the copy, exactly at the bound
+
+
+def test_a_shard_sending_while_the_process_has_no_producer_goes_back_to_wait():
+    """A fence or a broker error takes the process's producer away; a shard still streaming
+    (a heartbeat) is sent back to wait for a new one, not into an AttributeError."""
+    from ingest.shards import Rewind, ShardedIngest, ShardProducer
+
+    hub = ShardedIngest(_shards_config())
+    view = ShardProducer(hub, "s1")
+    sent = []
+
+    class Producer:
+        def send(self, *args):
+            sent.append(args)
+
+    hub.process.producer = Producer()
+    view.send("topic", b"k", b"v", None, [])
+    assert len(sent) == 1
+    hub.process.producer = None
+    with pytest.raises(Rewind):
+        view.send("topic", b"k", b"v", None, [])
+    with pytest.raises(Rewind):
+        view.commit("offsets", b"key", None)
+    assert len(sent) == 1
