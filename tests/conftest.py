@@ -101,6 +101,24 @@ def s3_store(request, stack) -> local_stack.S3Info:
         local_stack.down(state_dir, ("s3",))
 
 
+@pytest.fixture(scope="session")
+def shared_pipeline(stack, tmp_path_factory):
+    """This worker's shared ingest and merger (tests/shared_pipeline.py), started at first use."""
+    from tests.shared_pipeline import SharedPipeline
+
+    pipeline = SharedPipeline(stack, tmp_path_factory.mktemp("shared-pipeline"))
+    yield pipeline
+    pipeline.stop()
+
+
+@pytest.fixture
+def pipeline(shared_pipeline):
+    """The shared pipeline, running: a test that uses it writes only its own database
+    (``pipeline.database(unique_name)``) and never stops either process."""
+    shared_pipeline.ensure_running()
+    return shared_pipeline
+
+
 @pytest.fixture
 def mysql_root(stack):
     """A root connection (autocommit) to the stack's MariaDB."""
@@ -123,7 +141,7 @@ def unique_name():
     return "t" + uuid.uuid4().hex[:8]
 
 
-SERVER_FIXTURES = {"stack", "s3_store"}
+SERVER_FIXTURES = {"stack", "s3_store", "shared_pipeline", "pipeline"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,9 +16,9 @@ import pytest
 
 from cdc.quoting import quote_ident as q
 from cdc.wire.topics import table_topic
-from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+from tests.ingest_harness import wait_caught_up
 from tests.kafka_util import list_topics
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.merger_harness import SinkChecker
 
 # reserved words, quotes of every kind, spaces, a dot, '%' (which delta-rs would decode in
 # a path), a slash, non-ASCII letters
@@ -61,28 +61,21 @@ def _load(cur, db: str, first: int, last: int) -> None:
 
 @pytest.mark.integration
 @pytest.mark.timeout(900)
-def test_hostile_identifiers_replicate_to_delta_and_postgres(stack, tmp_path, unique_name):
+def test_hostile_identifiers_replicate_to_delta_and_postgres(stack, unique_name, pipeline):
     # the database name itself: space, double and single quotes, backtick, non-ASCII
-    db = f"id {unique_name} \"q\" 'a' `b` Straße"
+    db = pipeline.database(f"id {unique_name} \"q\" 'a' `b` Straße")
+    mark = pipeline.mark()
     root = _conn(stack)
-    with root.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {q(db)}")
-        cur.execute(f"CREATE DATABASE {q(db)} CHARACTER SET utf8mb4")
-        for name, ddl in TABLES.items():
-            cur.execute(ddl.format(t=f"{q(db)}.{q(name)}"))
-        _load(cur, db, 1, 300)  # snapshotted
-    db_regex = re.escape(db)
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db_regex, "cdc"], topic_partitions=2)
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(
-        stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, table_include=[db_regex + r"\..*"]
-    )
-    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-    checker = SinkChecker(stack, tmp_path)
+    checker = SinkChecker(stack, pipeline.work)
     try:
-        wait_caught_up(stack, unique_name, proc=ingest)
+        with root.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {q(db)} CHARACTER SET utf8mb4")
+            for name, ddl in TABLES.items():
+                cur.execute(ddl.format(t=f"{q(db)}.{q(name)}"))
+            _load(cur, db, 1, 300)  # snapshotted (the merger finds the tables new)
+        wait_caught_up(stack, pipeline.prefix, proc=pipeline.ingest)
         for name in TABLES:
-            checker.wait_equal(db, name, proc=merger, timeout_s=400)
+            checker.wait_equal(db, name, proc=pipeline.merger, timeout_s=400)
 
         # streaming: inserts, updates (one of them changes a primary key), deletes, and a
         # column added with a hostile name
@@ -98,21 +91,18 @@ def test_hostile_identifiers_replicate_to_delta_and_postgres(stack, tmp_path, un
             cur.execute(f"DELETE FROM {t['dot.ted 50%20off/x']} WHERE id < 10")
             cur.execute(f"ALTER TABLE {t['select']} ADD COLUMN `new \"col\" 'x'` INT")
             cur.execute(f"UPDATE {t['select']} SET `new \"col\" 'x'` = `order` WHERE `order` > 390")
-        wait_caught_up(stack, unique_name, proc=ingest)
+        wait_caught_up(stack, pipeline.prefix, proc=pipeline.ingest)
         for name in TABLES:
-            checker.wait_equal(db, name, proc=merger, timeout_s=300)
+            checker.wait_equal(db, name, proc=pipeline.merger, timeout_s=300)
 
         # topics carry the Debezium-sanitized names
-        topics = set(list_topics(stack.kafka.bootstrap, unique_name))
+        topics = set(list_topics(stack.kafka.bootstrap, pipeline.prefix))
         for name in TABLES:
-            assert table_topic(unique_name, db, name) in topics, (name, topics)
+            assert table_topic(pipeline.prefix, db, name) in topics, (name, topics)
         assert all(re.fullmatch(r"[A-Za-z0-9._-]+", t) for t in topics)
-        assert ingest.alive() and merger.alive()
-        assert "Traceback" not in merger.log_text(), merger.log_text()[-3000:]
+        assert pipeline.ingest.alive() and pipeline.merger.alive()
+        log = pipeline.new_log(mark)
+        assert "Traceback" not in log, log[-3000:]
     finally:
-        merger.stop()
-        ingest.stop()
         checker.close()
-        with root.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {q(db)}")
         root.close()

@@ -2,7 +2,7 @@
 and PostgreSQL): triggers, stored procedures, multi-table UPDATE/DELETE, INSERT ... ON
 DUPLICATE KEY UPDATE, REPLACE, INSERT ... SELECT, LOAD DATA, mixed InnoDB/MyISAM
 transactions (committed and rolled back), ORM savepoints, XA, rows over 1 MB. Some rows
-exist before the merger starts (snapshotted), the rest stream; every sink table must end
+exist before the merger sees the tables (snapshotted, as new tables), the rest stream; every sink table must end
 equal to the source, row for row."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.ingest_harness import wait_caught_up
+from tests.merger_harness import SinkChecker
 
 pytestmark = pytest.mark.integration
 
@@ -159,23 +159,19 @@ def _workload(stack, db: str, tmp_path) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_application_statements_reach_every_sink(stack, unique_name, tmp_path):
-    db = f"sm_{unique_name}"
+def test_application_statements_reach_every_sink(stack, unique_name, tmp_path, pipeline):
+    db = pipeline.database(unique_name)
+    mark = pipeline.mark()
     _setup(stack, db)
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db], commit_every_events=500)
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
-    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-    checker = SinkChecker(stack, tmp_path)
+    checker = SinkChecker(stack, pipeline.work)
     try:
         for table in TABLES:  # the snapshot first
-            checker.wait_equal(db, table, timeout_s=300, proc=merger)
+            checker.wait_equal(db, table, timeout_s=300, proc=pipeline.merger)
         _workload(stack, db, tmp_path)
-        wait_caught_up(stack, unique_name, proc=ingest)
+        wait_caught_up(stack, pipeline.prefix, proc=pipeline.ingest)
         for table in TABLES:
-            checker.wait_equal(db, table, timeout_s=240, proc=merger)
-        assert ingest.alive() and merger.alive()
+            checker.wait_equal(db, table, timeout_s=240, proc=pipeline.merger)
+        assert pipeline.ingest.alive() and pipeline.merger.alive()
+        assert "Traceback" not in pipeline.new_log(mark), pipeline.new_log(mark)[-3000:]
     finally:
-        merger.stop()
-        ingest.stop()
         checker.close()

@@ -1,0 +1,76 @@
+"""One ingest and one merger per test worker, shared by the scenario tests that neither stop,
+kill nor reconfigure them (the suite's budget: a merger's start costs ~10 core-s).
+
+Each such test writes a database of its own, ``database(unique_name)`` (``shr_...``), which
+both processes follow by pattern: its tables are new to the running merger, which snapshots
+them (``snapshot.auto_new_tables``) and streams their changes, as for any table created while
+it runs. A test checks the sinks with ``SinkChecker(stack, pipeline.work)`` and the processes'
+logs with ``new_log`` (what they wrote during that test). A process found dead is started
+again for the next test, and the test that found it fails with its log."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdc import stack as local_stack
+from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
+from tests.merger_harness import MergerProcess, write_merger_config
+
+DATABASE_PREFIX = "shr_"
+
+
+@dataclass(frozen=True)
+class LogMark:
+    """Where both processes' logs ended when a test began."""
+
+    ingest: int
+    merger: int
+
+
+class SharedPipeline:
+    def __init__(self, stack: local_stack.StackInfo, work: Path):
+        self.stack = stack
+        self.work = work
+        self.prefix = "shr" + uuid.uuid4().hex[:8]
+        pattern = DATABASE_PREFIX + ".*"
+        ingest_yaml = work / "ingest.yaml"
+        self.ingest_config = write_config(stack, ingest_yaml, self.prefix, [pattern, "cdc"], topic_partitions=2)
+        self.merger_config = write_merger_config(stack, work / "merger.yaml", self.prefix, [pattern], work)
+        self.ingest = IngestProcess(self.ingest_config, work / "ingest.log")
+        self.merger = MergerProcess(self.merger_config, work / "merger.log")
+        self.starts = 0
+
+    def ensure_running(self) -> None:
+        """Starts what is not running. Ingest first, and on to a committed position: a
+        database created before ingest knows where it starts would never reach it."""
+        if not self.ingest.alive():
+            self.ingest.start()
+            self.starts += 1
+            wait_caught_up(self.stack, self.prefix, timeout_s=120, proc=self.ingest)
+        if not self.merger.alive():
+            self.merger.start()
+            self.starts += 1
+
+    @staticmethod
+    def database(unique_name: str) -> str:
+        return DATABASE_PREFIX + unique_name
+
+    def mark(self) -> LogMark:
+        return LogMark(_size(self.ingest.log_path), _size(self.merger.log_path))
+
+    def new_log(self, mark: LogMark, which: str = "merger") -> str:
+        """What ``which`` (ingest or merger) wrote to its log since ``mark``."""
+        proc = self.merger if which == "merger" else self.ingest
+        with open(proc.log_path, "rb") as f:
+            f.seek(mark.merger if which == "merger" else mark.ingest)
+            return f.read().decode(errors="replace")
+
+    def stop(self) -> None:
+        self.merger.stop()
+        self.ingest.stop()
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
