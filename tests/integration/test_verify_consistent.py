@@ -16,16 +16,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from tests.conftest import IS_CI
-from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import (
-    MergerProcess,
-    SinkChecker,
-    Workload,
-    pg_conn,
-    root_conn,
-    run_cdc,
-    write_merger_config,
-)
+from tests.merger_harness import SinkChecker, Workload, pg_conn, root_conn, run_cdc
 
 pytestmark = pytest.mark.integration
 
@@ -56,19 +47,18 @@ def _verify(cfg: Path, *args: str) -> tuple[int, dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp_path, unique_name):
-    db = f"vc_{unique_name}"
+def test_verify_under_a_steady_workload_reports_only_real_differences(stack, unique_name, pipeline):
+    db = pipeline.database(f"vc_{unique_name}")
     conn = root_conn(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db}")
         cur.execute(f"USE {db}")
         cur.execute("CREATE TABLE hot (id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40))")
+        cur.execute("SET SESSION sql_log_bin = 0")  # the snapshot of the new table brings them
         cur.execute(f"INSERT INTO hot SELECT seq, seq, CONCAT('s', seq) FROM seq_1_to_{ROWS * 2}")
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-    checker = SinkChecker(stack, tmp_path)
+        cur.execute("SET SESSION sql_log_bin = 1")
+    mcfg, merger, work, mark = pipeline.merger_config, pipeline.merger, pipeline.work, pipeline.mark()
+    checker = SinkChecker(stack, work)
     workload = Workload(stack, db, hot_statement, rate=RATE)
     runs = []
     log = []
@@ -94,13 +84,11 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
             c.execute(f'UPDATE "{db}"."hot" SET v = -1 WHERE id = 101')
             c.execute(f'DELETE FROM "{db}"."hot" WHERE id = 2001')
             c.execute(f'INSERT INTO "{db}"."hot" (id, v, s, _cdc_seq) VALUES (-5, 0, \'stray\', 1)')
-        dt = DeltaTable(str(tmp_path / "delta" / db / "hot"))
+        dt = DeltaTable(str(work / "delta" / db / "hot"))
         for attempt in range(5):  # the merger commits too: a conflict is retried
             try:
-                DeltaTable(str(tmp_path / "delta" / db / "hot")).update(
-                    updates={"s": "'damaged'"}, predicate="id = 30001"
-                )
-                DeltaTable(str(tmp_path / "delta" / db / "hot")).delete("id = 39999")
+                DeltaTable(str(work / "delta" / db / "hot")).update(updates={"s": "'damaged'"}, predicate="id = 30001")
+                DeltaTable(str(work / "delta" / db / "hot")).delete("id = 39999")
                 break
             except CommitFailedError:
                 if attempt == 4:
@@ -124,14 +112,12 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, tmp
         timed = None
         if not IS_CI:
             _, timed = _verify(mcfg, "--chunk-size", "5000", "--no-consistent", "--retries", "0", f"{db}.hot")
-        (tmp_path / "runs.json").write_text(json.dumps({"runs": runs, "timed": timed, "rate": workload.rate()}))
+        print(json.dumps({"runs": runs, "timed": timed, "rate": workload.rate()}))
         workload.stop()
         log.append(("done", time.monotonic() - started))
-        assert merger.alive() and "Traceback" not in merger.log_text()
+        assert merger.alive() and "Traceback" not in pipeline.new_log(mark)
     finally:
         workload.stop_event.set()
-        merger.stop()
-        ingest.stop()
         checker.close()
         conn.close()
         print(f"timings: {[(what, round(t, 1)) for what, t in log]}; workload {workload.statements} statements")

@@ -37,16 +37,13 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from tests.conftest import IS_CI
-from tests.ingest_harness import IngestProcess, write_config
 from tests.integration.test_verify_mutations import COLUMNS, SOURCE_ROWS, mutation_matrix, sink_rows
 from tests.merger_harness import (
-    MergerProcess,
     SinkChecker,
     Workload,
     pg_conn,
     root_conn,
     run_cdc,
-    write_merger_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -263,6 +260,7 @@ def _create_source(stack, db: str) -> None:
             cur.execute(f"CREATE DATABASE {db} CHARACTER SET utf8mb4")
             cur.execute(f"USE {db}")
             cur.execute(f"CREATE TABLE tricky ({', '.join(f'`{n}` {t}' for n, (t, _, _) in COLUMNS.items())})")
+            cur.execute("SET SESSION sql_log_bin = 0")  # the snapshot of the new table brings them
             cur.execute(f"INSERT INTO tricky VALUES {', '.join(SOURCE_ROWS)}")
             for i in range(1, len(MUTATIONS)):
                 cur.execute(
@@ -282,16 +280,13 @@ def _create_source(stack, db: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_every_mutation_is_found_and_repaired_under_load(stack, tmp_path, unique_name):
-    db = f"vml_{unique_name}"
+def test_every_mutation_is_found_and_repaired_under_load(stack, unique_name, pipeline):
+    db = pipeline.database(f"vml_{unique_name}")
     table = f"{db}.tricky"
     damages = [damages_of(i, *m) for i, m in enumerate(MUTATIONS)]
+    mcfg, merger, work, mark = pipeline.merger_config, pipeline.merger, pipeline.work, pipeline.mark()
     _create_source(stack, db)
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-    checker = SinkChecker(stack, tmp_path)
+    checker = SinkChecker(stack, work)
     workload = Workload(stack, db, load_statement, rate=RATE, session=("SET time_zone = '+00:00'",))
     verify = ("verify", "-c", str(mcfg), "--chunk-size", "1000", "--limit", "100", table)
     log = []
@@ -310,7 +305,7 @@ def test_every_mutation_is_found_and_repaired_under_load(stack, tmp_path, unique
             chosen = damages[r::ROUNDS]
             by_sink = {sink: [d[sink] for d in chosen] for sink in SINKS}
             damage_postgres(stack, db, by_sink["postgres"])
-            damage_delta(tmp_path / "delta" / db / "tricky", by_sink["delta"])
+            damage_delta(work / "delta" / db / "tricky", by_sink["delta"])
             log.append((f"round {r}: damaged", time.monotonic() - started))
 
             code, data = _cdc_json(*verify)
@@ -341,11 +336,9 @@ def test_every_mutation_is_found_and_repaired_under_load(stack, tmp_path, unique
         workload.stop()
         # the tests' own oracle (whole table, every row) once the workload has stopped
         checker.wait_equal(db, "tricky", timeout_s=180, proc=merger)
-        assert merger.alive() and "Traceback" not in merger.log_text()
+        assert merger.alive() and "Traceback" not in pipeline.new_log(mark)
         log.append(("done", time.monotonic() - started))
     finally:
         workload.stop_event.set()
-        merger.stop()
-        ingest.stop()
         checker.close()
         print(f"timings: {[(what, round(t, 1)) for what, t in log]}; workload {workload.statements} statements")
