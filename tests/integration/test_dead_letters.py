@@ -38,16 +38,13 @@ def _setup(stack, db: str, tables: list[str], rows: int = 200) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, tmp_path, unique_name):
-    db = f"dl_{unique_name}"
+def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, unique_name, pipeline):
+    db = pipeline.database(f"dl_{unique_name}")
     _setup(stack, db, ["good", "hit"])
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"])
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)  # on_bad_record: pause
-    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-    checker = SinkChecker(stack, tmp_path)
+    merger, mcfg, prefix = pipeline.merger, pipeline.merger_config, pipeline.prefix  # on_bad_record: pause
+    checker = SinkChecker(stack, pipeline.work)
     root = root_connection(stack, db)
-    topic = f"{unique_name}.{db}.hit"
+    topic = f"{prefix}.{db}.hit"
     try:
         for t in ("good", "hit"):
             checker.wait_equal(db, t, proc=merger)
@@ -58,7 +55,7 @@ def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, 
             cur.execute("UPDATE hit SET v = -v WHERE id % 3 = 0")
             cur.execute("DELETE FROM hit WHERE id % 7 = 0")
             cur.execute("UPDATE good SET v = -v WHERE id % 4 = 0")
-        wait_caught_up(stack, unique_name, proc=ingest)
+        wait_caught_up(stack, prefix, proc=pipeline.ingest)
         # the other table flows on; the hit table pauses with the record's place and what to do
         checker.wait_equal(db, "good", proc=merger)
         table = wait_for(
@@ -68,9 +65,9 @@ def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, 
             merger,
         )
         assert f"topic {topic} partition 0" in table["error"] and "cdc resume" in table["error"], table
-        dlq, _ = read_records(stack.kafka.bootstrap, [f"{unique_name}.dlq"], idle_s=2, dedup=False)
+        dlq, _ = read_records(stack.kafka.bootstrap, [f"{prefix}.dlq"], idle_s=2, dedup=False)
+        dlq = [r for r in dlq if r.headers["cdc.dlq.topic"].decode() == topic]  # the topic is the pipeline's
         assert [r.value for r in dlq] == [b"this is { not JSON"]
-        assert dlq[0].headers["cdc.dlq.topic"].decode() == topic
         # its changes after the record were kept, not lost: resume applies them
         res = run_cli("resume", f"{db}.hit", "-c", str(mcfg))
         assert res.returncode == 0, res.stderr
@@ -83,8 +80,6 @@ def test_an_unreadable_record_pauses_its_table_and_resume_brings_it_back(stack, 
         )
     finally:
         root.close()
-        merger.stop()
-        ingest.stop()
         checker.close()
 
 
@@ -146,19 +141,16 @@ def test_a_dead_letter_the_broker_does_not_acknowledge_fails_the_batch():
 
 
 @pytest.mark.timeout(600)
-def test_a_postgres_sink_table_altered_then_dropped_by_a_user_pauses_only_that_table(stack, tmp_path, unique_name):
+def test_a_postgres_sink_table_altered_then_dropped_by_a_user_pauses_only_that_table(stack, unique_name, pipeline):
     """A user drops a column of one PostgreSQL sink table: that table pauses with the
     reason (the other one flows on, the merger keeps running); the user then drops the
     table and `cdc resume` creates it again and snapshots it."""
     import psycopg
 
-    db = f"dp_{unique_name}"
+    db = pipeline.database(f"dp_{unique_name}")
     _setup(stack, db, ["mine", "theirs"])
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"])
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path)
-    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-    checker = SinkChecker(stack, tmp_path)
+    merger, mcfg = pipeline.merger, pipeline.merger_config
+    checker = SinkChecker(stack, pipeline.work)
     root = root_connection(stack, db)
     pg = psycopg.connect(
         host=stack.postgres.host,
@@ -175,7 +167,7 @@ def test_a_postgres_sink_table_altered_then_dropped_by_a_user_pauses_only_that_t
         with root.cursor() as cur:
             cur.execute("UPDATE theirs SET s = 'changed', v = -v WHERE id % 3 = 0")
             cur.execute("UPDATE mine SET s = 'changed', v = -v WHERE id % 3 = 0")
-        wait_caught_up(stack, unique_name, proc=ingest)
+        wait_caught_up(stack, pipeline.prefix, proc=pipeline.ingest)
         checker.wait_equal(db, "mine", proc=merger)
         table = wait_for(
             lambda: (t := merger_status(mcfg)["tables"].get(f"{db}.theirs", {})).get("phase") == "paused" and t,
@@ -195,6 +187,4 @@ def test_a_postgres_sink_table_altered_then_dropped_by_a_user_pauses_only_that_t
     finally:
         pg.close()
         root.close()
-        merger.stop()
-        ingest.stop()
         checker.close()
