@@ -37,6 +37,7 @@ import logging
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 
 from merger.history.change import Change
@@ -127,7 +128,7 @@ class SCD2Tables:
             # inserts): the versions they open, over columns (merger.history.scd2_opened)
             opened = opened_versions(typed, src[OP], src[SEQ], src[COMMIT_US], _START_US, _END_US, *_SEQS)
             if opened.num_rows:
-                self._upsert_staged(conn, m, cols, _json_as_text_again(opened, cols, m, stored))
+                self._insert_opened(conn, m, cols, _json_as_text_again(opened, cols, m, stored))
             return nul_changed
         values = _python_rows(typed, cols, m)
         ops, seqs, times = src[OP].to_pylist(), src[SEQ].to_pylist(), src[COMMIT_US].to_pylist()
@@ -144,6 +145,8 @@ class SCD2Tables:
 
     def _latest(self, conn, m: TableMeta, cols: list[str], keys: pa.Table, stored: dict) -> dict[tuple, Version]:
         """The latest version of each of the batch's keys that has a history."""
+        if _none_in_range(conn, m, keys):
+            return {}
         ident = {c: sql.Identifier(c) for c in [*cols, START_AT, END_AT, START_SEQ, END_SEQ, LAST_SEQ]}
         key_types = {k: stored[k] for k in m.keys}
         conn.execute(sql.SQL("DROP TABLE IF EXISTS pg_temp._cdc_scd2_keys"))
@@ -152,7 +155,8 @@ class SCD2Tables:
                 sql.SQL(", ").join(ident[k] for k in m.keys), sql.Identifier(m.schema, m.name)
             )
         )
-        distinct = pa.Table.from_pylist([dict(zip(m.keys, k)) for k in {tuple(r.values()) for r in keys.to_pylist()}])
+        # duplicates would only make the join longer (DISTINCT ON takes one row per key)
+        distinct = keys.group_by(list(m.keys)).aggregate([]).select(list(m.keys))
         self.copier.copy_table(conn, sql.Identifier("_cdc_scd2_keys"), cast_columns(distinct, key_types), key_types)
         exprs = [
             sql.SQL("h.{}::text").format(ident[c])
@@ -203,6 +207,18 @@ class SCD2Tables:
         arrays[_START_US] = pa.array([v.start_time for v in versions], pa.int64())
         arrays[_END_US] = pa.array([v.end_time for v in versions], pa.int64())
         self._upsert_staged(conn, m, cols, pa.table(arrays))
+
+    def _insert_opened(self, conn, m: TableMeta, cols: list[str], opened: pa.Table) -> None:
+        """Versions opened for keys that have no history (``opened_versions``): no row of
+        the table has their keys, so none can conflict, and they are copied straight in
+        (no stage, no ``ON CONFLICT``; a conflict all the same fails the batch)."""
+        utc = pa.timestamp("us", tz="UTC")
+        rows = opened.select([*cols, *_SEQS])
+        rows = rows.append_column(START_AT, opened[_START_US].cast(utc))
+        rows = rows.append_column(END_AT, opened[_END_US].cast(utc))
+        types: dict = {c: m.columns[c] for c in cols}  # the COPY's: JSON as JSON
+        types.update({START_AT: utc, END_AT: utc, START_SEQ: pa.int64(), END_SEQ: pa.int64(), LAST_SEQ: pa.int64()})
+        self.copier.copy_table(conn, sql.Identifier(m.schema, m.name), rows, types)
 
     def _upsert_staged(self, conn, m: TableMeta, cols: list[str], staged: pa.Table) -> None:
         """Versions (``cols``, the sequences and the times in microseconds) written whole
@@ -272,6 +288,29 @@ class SCD2Tables:
                 where=where,
             )
         )
+
+
+def _none_in_range(conn, m: TableMeta, keys: pa.Table) -> bool:
+    """Whether the table holds no version of a key between the batch's least and greatest
+    (integer keys without NULLs, where PostgreSQL orders as Arrow does): one probe of the
+    key index, instead of copying the keys to join them. True for a snapshot's chunks of a
+    new table, which come in key order."""
+    if any(not pa.types.is_integer(f.type) or f.type == pa.uint64() for f in keys.schema):
+        return False
+    if any(c.null_count for c in keys.columns):
+        return False
+    ordered = keys.take(pc.sort_indices(keys, sort_keys=[(k, "ascending") for k in m.keys]))
+    lo = [ordered[k][0].as_py() for k in m.keys]
+    hi = [ordered[k][ordered.num_rows - 1].as_py() for k in m.keys]
+    row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(k) for k in m.keys))
+    bound = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(m.keys)))
+    found = conn.execute(
+        sql.SQL("SELECT 1 FROM {} WHERE {} >= {} AND {} <= {} LIMIT 1").format(
+            sql.Identifier(m.schema, m.name), row, bound, row, bound
+        ),
+        lo + hi,
+    ).fetchone()
+    return found is None
 
 
 def _stored_types(m: TableMeta, cols: list[str]) -> dict[str, pa.DataType]:
