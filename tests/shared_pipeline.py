@@ -10,6 +10,7 @@ again for the next test, and the test that found it fails with its log."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,10 @@ class SharedPipeline:
         pattern = DATABASE_PREFIX + ".*"
         ingest_yaml = work / "ingest.yaml"
         self.ingest_config = write_config(stack, ingest_yaml, self.prefix, [pattern, "cdc"], topic_partitions=2)
-        self.merger_config = write_merger_config(stack, work / "merger.yaml", self.prefix, [pattern], work)
+        self.metrics_port = _free_port()  # the merger's metrics (labelled by table: each test reads its own)
+        self.merger_config = write_merger_config(
+            stack, work / "merger.yaml", self.prefix, [pattern], work, metrics_port=self.metrics_port
+        )
         self.ingest = IngestProcess(self.ingest_config, work / "ingest.log")
         self.merger = MergerProcess(self.merger_config, work / "merger.log")
         self.starts = 0
@@ -70,6 +74,12 @@ class SharedPipeline:
     def stop(self) -> None:
         self.merger.stop()
         self.ingest.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _size(path: Path) -> int:

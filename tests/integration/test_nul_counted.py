@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -19,18 +18,11 @@ import pymysql
 import pytest
 
 from tests.cli_util import run_cli
-from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, write_merger_config
+from tests.merger_harness import SinkChecker
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(conn, *statements) -> None:
@@ -74,8 +66,9 @@ def _metric(port: int, db: str, table: str) -> float | None:
 
 
 @pytest.mark.timeout(600)
-def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, tmp_path, unique_name):
-    db = f"nc_{unique_name}"
+def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, unique_name, pipeline):
+    db = pipeline.database(f"nc_{unique_name}")
+    port, mcfg, merger, mark = pipeline.metrics_port, pipeline.merger_config, pipeline.merger, pipeline.mark()
     conn = pymysql.connect(
         host=stack.mariadb.host,
         port=stack.mariadb.port,
@@ -85,24 +78,20 @@ def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, tmp_pa
     )
     _run(
         conn,
-        f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db}",
         f"USE {db}",
         "CREATE TABLE docs (id INT PRIMARY KEY, v VARCHAR(40), t TEXT, j JSON)",
         "CREATE TABLE notes (id INT PRIMARY KEY, v VARCHAR(40), t TEXT)",
-        # snapshotted: there before the merger starts
+        # snapshotted: left out of the binlog, the snapshot of the new tables brings them
+        "SET SESSION sql_log_bin = 0",
         (
             "INSERT INTO docs VALUES (1, %s, 'plain', %s), (2, 'none', NULL, '{\"k\": \"ok\"}')",
             ("a\x00b", '{"k": "x\\u0000y"}'),
         ),
         ("INSERT INTO notes VALUES (1, %s, %s), (2, 'ok', 'ok')", ("\x00", "t\x00\x00")),
+        "SET SESSION sql_log_bin = 1",
     )
-    port = _free_port()
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=1)
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, metrics_port=port)
-    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-    checker = SinkChecker(stack, tmp_path)
+    checker = SinkChecker(stack, pipeline.work)
     try:
         for t in ("docs", "notes"):
             checker.wait_equal(db, t, proc=merger)
@@ -136,7 +125,7 @@ def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, tmp_pa
         assert {t: status[f"{db}.{t}"]["nul_values_changed"] for t in want} == want
         assert {t: _metric(port, db, t) for t in want} == {t: float(n) for t, n in want.items()}
 
-        log = merger.log_text()
+        log = pipeline.new_log(mark)
         for t, cols in (("docs", ("'v'",)), ("notes", ("'v'", "'t'"))):
             lines = [ln for ln in log.splitlines() if f"table {db}.{t}: NUL characters (U+0000) removed" in ln]
             assert len(lines) == 1, lines  # once per table, however many batches
@@ -160,7 +149,5 @@ def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, tmp_pa
         text = run_cli("verify", "-c", str(mcfg), "--sink", "postgres", f"{db}.notes")
         assert text.returncode == 0 and "equal except 3 values changed by the NUL policy" in text.stdout, text.stdout
     finally:
-        merger.stop()
-        ingest.stop()
         checker.close()
         conn.close()
