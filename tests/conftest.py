@@ -101,12 +101,16 @@ def s3_store(request, stack) -> local_stack.S3Info:
         local_stack.down(state_dir, ("s3",))
 
 
+_PIPELINES: list = []  # this worker's shared pipeline, once made
+
+
 @pytest.fixture(scope="session")
 def shared_pipeline(stack, tmp_path_factory):
     """This worker's shared ingest and merger (tests/shared_pipeline.py), started at first use."""
     from tests.shared_pipeline import SharedPipeline
 
     pipeline = SharedPipeline(stack, tmp_path_factory.mktemp("shared-pipeline"))
+    _PIPELINES.append(pipeline)
     yield pipeline
     pipeline.stop()
 
@@ -117,6 +121,15 @@ def pipeline(shared_pipeline):
     (``pipeline.database(unique_name)``) and never stops either process."""
     shared_pipeline.ensure_running()
     return shared_pipeline
+
+
+@pytest.fixture(autouse=True)
+def _shared_pipeline_off(request):
+    """The tests that use the shared pipeline run first (``_balanced``); the first test
+    after them stops it: an idle merger still polls its broker (~0.1 of a core)."""
+    if "pipeline" not in request.fixturenames:
+        for pipeline in _PIPELINES:
+            pipeline.stop()
 
 
 @pytest.fixture
@@ -166,19 +179,24 @@ def pytest_collection_modifyitems(config, items):
 def _balanced(items: list, workers: int) -> list:
     """The order for pytest-xdist's worksteal scheduler, which gives each worker a
     contiguous share of the collection and lets an idle worker steal from the end of
-    another's: each share starts with its part of the tests marked slow (a minute or
-    more), then the other integration tests, and ends with unit tests, so that the
-    workers end together and what is stolen at the end is short. Same on every worker."""
+    another's: the first share starts with every test on the shared pipeline (so one
+    worker starts it, and stops it after them), then each share has its part of the tests
+    marked slow (a minute or more), then of the other integration tests, and ends with
+    unit tests, so that the workers end together and what is stolen at the end is short.
+    Same on every worker."""
 
     def group(item) -> int:
+        if "pipeline" in getattr(item, "fixturenames", ()):
+            return 0  # together, so that the shared pipeline runs only while they do
         if item.get_closest_marker("slow") or item.get_closest_marker("soak"):
-            return 0
-        return 1 if item.get_closest_marker("integration") else 2
+            return 1
+        return 2 if item.get_closest_marker("integration") else 3
 
     shares: list[list] = [[] for _ in range(workers)]
     dealt = 0
-    for g in (0, 1, 2):
+    shares[0] += [i for i in items if group(i) == 0]  # one worker: one shared pipeline started
+    for g in (1, 2, 3):
         for item in (i for i in items if group(i) == g):
-            shares[dealt % workers].append(item)
+            shares[(dealt + 1) % workers].append(item)  # the other workers first
             dealt += 1
     return [item for share in shares for item in share]
