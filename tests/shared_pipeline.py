@@ -36,11 +36,16 @@ class SharedPipeline:
         self.work = work
         self.prefix = "shr" + uuid.uuid4().hex[:8]
         pattern = DATABASE_PREFIX + ".*"
+        # a table a test wants left out of the capture (an EXCHANGE PARTITION's other table)
+        excluded = [DATABASE_PREFIX + r".*\.excluded_.*"]
         ingest_yaml = work / "ingest.yaml"
-        self.ingest_config = write_config(stack, ingest_yaml, self.prefix, [pattern, "cdc"], topic_partitions=2)
+        self.ingest_config = write_config(
+            stack, ingest_yaml, self.prefix, [pattern, "cdc"], topic_partitions=2, table_exclude=excluded
+        )
         self.metrics_port = _free_port()  # the merger's metrics (labelled by table: each test reads its own)
+        merger_yaml = work / "merger.yaml"
         self.merger_config = write_merger_config(
-            stack, work / "merger.yaml", self.prefix, [pattern], work, metrics_port=self.metrics_port
+            stack, merger_yaml, self.prefix, [pattern], work, metrics_port=self.metrics_port, table_exclude=excluded
         )
         self.ingest = IngestProcess(self.ingest_config, work / "ingest.log")
         self.merger = MergerProcess(self.merger_config, work / "merger.log")

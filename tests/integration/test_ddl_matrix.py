@@ -267,14 +267,14 @@ def test_on_drop_keep_leaves_the_rows_of_a_dropped_table(stack, tmp_path, unique
 
 
 @pytest.mark.timeout(600)
-def test_ddl_in_executable_comments_and_exchanges_reaches_the_sinks(stack, tmp_path, unique_name):
+def test_ddl_in_executable_comments_and_exchanges_reaches_the_sinks(stack, unique_name, pipeline):
     """Two DDL forms the parser used to call OTHER (no schema record, no DDL marker, sinks
     stale): a statement in an executable comment, as mysqldump writes them, and an EXCHANGE
-    PARTITION whose first table is not captured while the other one is."""
-    db = f"dx_{unique_name}"
+    PARTITION whose first table is not captured while the other one is (the shared
+    pipeline captures no table named ``excluded_...``)."""
+    db = pipeline.database(f"dx_{unique_name}")
     conn = root_connection(stack)
     with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {db}")
         cur.execute(f"CREATE DATABASE {db}")
     conn.close()
     _run(
@@ -286,17 +286,13 @@ def test_ddl_in_executable_comments_and_exchanges_reaches_the_sinks(stack, tmp_p
             "CREATE TABLE xc (id INT PRIMARY KEY, v INT)",
             "INSERT INTO xc SELECT seq, seq FROM seq_1_to_40",
             # not captured: its partition p0 is swapped into the captured xc
-            "CREATE TABLE xpart (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) "
+            "CREATE TABLE excluded_xpart (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) "
             "(PARTITION p0 VALUES LESS THAN (100), PARTITION p1 VALUES LESS THAN MAXVALUE)",
-            "INSERT INTO xpart SELECT seq, -seq FROM seq_1_to_150",
+            "INSERT INTO excluded_xpart SELECT seq, -seq FROM seq_1_to_150",
         ],
     )
-    excluded = [f"{db}\\.xpart"]
-    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], table_exclude=excluded)
-    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
-    mcfg = write_merger_config(stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, table_exclude=excluded)
-    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-    checker = SinkChecker(stack, tmp_path)
+    ingest, merger, prefix = pipeline.ingest, pipeline.merger, pipeline.prefix
+    checker = SinkChecker(stack, pipeline.work)
     try:
         for table in ("exe", "xc"):
             checker.wait_equal(db, table, proc=merger)
@@ -308,7 +304,7 @@ def test_ddl_in_executable_comments_and_exchanges_reaches_the_sinks(stack, tmp_p
                 "/*!50100 ALTER TABLE exe ADD COLUMN must INT NOT NULL DEFAULT 7 */",
                 "UPDATE exe SET must = 1 WHERE id <= 3",
                 # xc's rows are replaced by p0's 99 rows without a row event
-                "ALTER TABLE xpart EXCHANGE PARTITION p0 WITH TABLE xc",
+                "ALTER TABLE excluded_xpart EXCHANGE PARTITION p0 WITH TABLE xc",
                 "UPDATE xc SET v = 1000 WHERE id = 5",
             ],
         )
@@ -316,7 +312,7 @@ def test_ddl_in_executable_comments_and_exchanges_reaches_the_sinks(stack, tmp_p
             checker.wait_equal(db, table, proc=merger, timeout_s=180)
         assert ingest.alive(), ingest.log_text()[-3000:]
         # both statements are schema changes on the topic, each with the captured table
-        records, _ = read_records(stack.kafka.bootstrap, [unique_name], idle_s=1.0, timeout_s=60)
+        records, _ = read_records(stack.kafka.bootstrap, [prefix], idle_s=1.0, timeout_s=60)
         touched = {
             (c["id"], r.payload["ddl"].split()[0])
             for r in records
@@ -325,6 +321,4 @@ def test_ddl_in_executable_comments_and_exchanges_reaches_the_sinks(stack, tmp_p
         }
         assert {(f'"{db}"."exe"', "/*!50100"), (f'"{db}"."xc"', "ALTER")} <= touched, touched
     finally:
-        merger.stop()
-        ingest.stop()
         checker.close()
