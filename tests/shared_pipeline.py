@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc import stack as local_stack
+from cdc.quoting import quote_ident
 from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
-from tests.merger_harness import MergerProcess, write_merger_config
+from tests.merger_harness import MergerProcess, root_conn, write_merger_config
 
 DATABASE_PREFIX = "shr_"
 
@@ -51,10 +52,25 @@ class SharedPipeline:
         self.merger = MergerProcess(self.merger_config, work / "merger.log")
         self.starts = 0
 
+    def drop_leftovers(self) -> None:
+        """Databases of an earlier run on this stack (a developer's reused stack): a new
+        ingest would make their topics and the merger snapshot them."""
+        conn = root_conn(self.stack)
+        try:
+            with conn.cursor() as cur:
+                like = DATABASE_PREFIX.replace("_", "\\_") + "%"
+                cur.execute("SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE %s", (like,))
+                for (name,) in cur.fetchall():
+                    cur.execute(f"DROP DATABASE {quote_ident(name)}")
+        finally:
+            conn.close()
+
     def ensure_running(self) -> None:
         """Starts what is not running. Ingest first, and on to a committed position: a
         database created before ingest knows where it starts would never reach it."""
         if not self.ingest.alive():
+            if self.starts == 0:
+                self.drop_leftovers()
             self.ingest.start()
             self.starts += 1
             wait_caught_up(self.stack, self.prefix, timeout_s=120, proc=self.ingest)
