@@ -512,8 +512,24 @@ def start_postgres(info: StackInfo) -> None:
     pid = spawn(args, log, user=user)
     pid_file(state, "postgres").write_text(str(pid))
     wait_until(lambda: port_open(p.port), 60, "PostgreSQL", log)
+    # the port opens before the server takes connections ("the database system is starting up")
+    wait_until(lambda: _pg_accepts(p), 60, "PostgreSQL to accept connections", log)
     if fresh:
         _create_pg_database(p)
+
+
+def _pg_accepts(p) -> bool:
+    """Whether the server takes connections (a refused password also says it is up)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(
+            host=p.host, port=p.port, user=p.user, password=p.password, dbname="postgres", connect_timeout=3
+        ):
+            return True
+    except psycopg.OperationalError as exc:
+        text = str(exc)
+        return not ("starting up" in text or "shutting down" in text or "Connection refused" in text)
 
 
 def _create_pg_database(p) -> None:

@@ -44,8 +44,13 @@ def test_a_record_the_broker_refuses_fails_the_commit(stack, unique_name):
     # queued before its topic exists, so librdkafka cannot refuse it at once (it does when it
     # has already seen the topic's metadata): the unknown partition is found when the topic
     # appears (the broker may create it on the producer's metadata request, with its default
-    # partition count) and reaches the commit as a delivery report
-    producer.send(topic, b"k", b"v", 1000)
+    # partition count) and reaches the commit as a delivery report. Seen once (session 38):
+    # librdkafka knew the topic already and refused the record at once, as loudly
+    try:
+        producer.send(topic, b"k", b"v", 1000)
+    except BrokerError as exc:
+        assert "nknown partition" in str(exc), exc
+        return
     _create(bootstrap, topic, exist_ok=True)
     with pytest.raises(BrokerError, match="events not acknowledged.*[Uu]nknown partition"):
         producer.commit(offsets, b"source", ResumePoint("0-1-1"))
