@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from decimal import Decimal
 
 import psycopg
 import pyarrow as pa
@@ -306,5 +307,46 @@ def test_nul_values_in_history_tables_follow_the_sinks_nul_rule(stack, mode):
             sink.apply(t, 1, _batch([("c", 1, "a\x00b", 1, 10, 1_000_000)]))
         assert "key {'id': 1}: column 'v'" in str(e.value)
         assert sink.applied_version(t) is None
+    finally:
+        sink.close()
+
+
+@pytest.mark.parametrize(
+    "key_type, keys",
+    [
+        (pa.string(), ["b", "A", "a ", "é"]),  # no range probe: the keys are copied and joined
+        (pa.decimal128(12, 2), [Decimal("1.50"), Decimal("-2.00"), Decimal("10.25")]),
+    ],
+    ids=["string", "decimal"],
+)
+def test_keys_that_are_not_integers_open_then_close_versions(stack, key_type, keys):
+    """A batch that only opens versions (copied straight in) and one that changes them (the
+    latest versions read back by joining the keys), with string and DECIMAL keys; read
+    back with plain SQL."""
+    t = _table()
+    schema = pa.schema([("k", key_type), ("v", pa.string())])
+    sink = _sink(stack, {str(t): SCD2Mode()})
+
+    def batch(rows):  # (op, key, v, seq, time_us)
+        return pa.table(
+            {
+                "k": pa.array([r[1] for r in rows], key_type),
+                "v": pa.array([r[2] for r in rows], pa.string()),
+                "_cdc_op": pa.array([r[0] for r in rows], pa.string()),
+                "_cdc_seq": pa.array([r[3] for r in rows], pa.int64()),
+                COMMIT_US: pa.array([r[4] for r in rows], pa.int64()),
+            }
+        )
+
+    try:
+        sink.ensure_table(t, schema, ["k"])
+        assert sink.apply(t, 1, batch([("r", k, f"s{i}", 10, 1_000_000) for i, k in enumerate(keys)]))
+        assert sink.apply(t, 2, batch([("u", keys[0], "changed", 11, 2_000_000), ("d", keys[1], None, 12, 3_000_000)]))
+        with _pg(stack) as c:
+            got = c.execute(
+                f'SELECT k, v, __start_seq, __end_seq FROM "{t.database}"."{t.table}" ORDER BY k, __start_seq'
+            ).fetchall()
+        want = [(k, f"s{i}", 10, {0: 11, 1: 12}.get(i)) for i, k in enumerate(keys)] + [(keys[0], "changed", 11, None)]
+        assert sorted(got, key=repr) == sorted(want, key=repr)
     finally:
         sink.close()
