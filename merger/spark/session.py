@@ -27,12 +27,34 @@ CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointin
 DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
+class Py4jRetryNoise(logging.Filter):
+    """Drops py4j's INFO record, with its traceback, for a command it sends again on a
+    fresh connection after the JVM's side closed one ("Answer from Java side is empty", seen
+    while the merger stops). The command is retried; a retry that fails too is logged by
+    py4j at ERROR and kept. On the root logger: py4j logs this one with ``logging.info``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        retried = (
+            record.levelno < logging.WARNING
+            and record.msg == "Exception while sending command."
+            and "py4j" in Path(record.pathname).parts
+        )
+        return not retried or logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+def quiet_py4j_retries() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(f, Py4jRetryNoise) for f in root.filters):
+        root.addFilter(Py4jRetryNoise())
+
+
 def make_spark(config: MergerConfig, class_archive: bool = True):
     """A SparkSession; local mode unless started by spark-submit. The project must be
     importable by Spark's Python workers (PYTHONPATH is set before the JVM starts).
     ``class_archive``: start the JVM from the class-data archive if there is one."""
     from merger.snapshot.chunk_read import launched_locally, local_default_master, read_parallelism
 
+    quiet_py4j_retries()
     local = launched_locally()
     # the project for the workers; locally also merger/spark/site, whose sitecustomize makes
     # every Python process Spark starts import the installed pyspark, not the bundled zip
