@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cdc.config import MergerConfig, load_model, routes_of
 from cdc.wire.topics import dead_letter_topic, offsets_topic, source_topics_pattern
-from merger.batch.records import RECORD_COLUMNS, UNREAD_COLUMNS, header_pairs
+from merger.batch.records import UNREAD_COLUMNS, header_pairs
 from merger.errors import MergerError
 from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
@@ -303,7 +303,7 @@ class Merger:
             in_driver = planned is not None and read_in_driver(cfg.batch_reads, local, len(planned))
             try:
                 if in_driver:
-                    records = read_here(driver_opts, planned, RECORD_COLUMNS, stop.is_set)
+                    records = read_here(driver_opts, planned, stop.is_set)
                 else:
                     records = batch_df.drop(*UNREAD_COLUMNS).toArrow()
             except Exception as exc:
@@ -312,9 +312,9 @@ class Merger:
                     raise stopped_batch_error(exc) from None
                 raise
             t1 = time.monotonic()
-            tasks = 0 if in_driver else read_tasks(batch_df) if records.num_rows else 0
+            tasks = 0 if in_driver else read_tasks(batch_df) if len(records) else 0
             if tasks > 1:
-                log.info("micro-batch %d: %d records read by %d Spark tasks", batch_id, records.num_rows, tasks)
+                log.info("micro-batch %d: %d records read by %d Spark tasks", batch_id, len(records), tasks)
             try:
                 processor.process(batch_id, records)
             except SinkStop as exc:
@@ -330,7 +330,7 @@ class Merger:
             if tasks:
                 metrics.READ_TASKS.set(tasks)
             progress.record(
-                batch_id, t0, t1, t2, {"readTasks": tasks, "records": records.num_rows, **processor.last_timing}
+                batch_id, t0, t1, t2, {"readTasks": tasks, "records": len(records), **processor.last_timing}
             )
 
         writer = (

@@ -34,7 +34,6 @@ import time
 from typing import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cdc.ddl import ALTERED, CREATED, DROPPED, RENAMED, spec_from_marker
 from cdc.routes import ORIGIN_COLUMN
@@ -58,9 +57,9 @@ from merger.batch.records import (
     change_event,
     decode,
     headers_of,
-    kafka_rows,
     payload_of,
     position_of,
+    rows_of,
 )
 from merger.batch.sink_writer import SinkWriter
 from merger.batch.table_ddl import DdlFollower
@@ -259,7 +258,10 @@ class BatchProcessor:
 
     # ------------------------------------------------------------------ the batch
 
-    def process(self, batch_id: int, records: pa.Table) -> None:
+    def process(self, batch_id: int, records: pa.Table | list[dict]) -> None:
+        """Applies a micro-batch's records: Spark's Arrow, or the rows the driver read
+        (``records.rows_of``)."""
+        rows = rows_of(records)
         with self.tables.locked():
             self.clock.started = time.monotonic()
             if not self.clock.restored:
@@ -269,7 +271,7 @@ class BatchProcessor:
                 self.clock.restored = True
             self.writer.start_batch(batch_id)
             now_ms = time.time() * 1000
-            per_table, schema_records = self._route(records)
+            per_table, schema_records = self._route(rows)
             for payload in schema_records:
                 self._schema_change(batch_id, payload)
             self.paused.apply_kept(batch_id, per_table, now_ms)
@@ -289,15 +291,14 @@ class BatchProcessor:
             now = time.time()
             for rt in self.tables.values():
                 rt.verify_windows.commit(now)
-            self._learn_record_sizes(records)
-            self._finish_batch(batch_id, records.num_rows, streamed_s)
+            self._learn_record_sizes(rows)
+            self._finish_batch(batch_id, len(rows), streamed_s)
 
-    def _learn_record_sizes(self, records: pa.Table) -> None:
+    def _learn_record_sizes(self, rows: list[dict]) -> None:
         """Each topic's bytes per record, for the Kafka source's admission of the next
         batches (``batch_memory_mb``); written only when an estimate moved by 5 %."""
-        sizes = record_bytes(records)
-        self.last_batch_bytes = pc.sum(sizes).as_py() or 0
-        observed = observed_sizes(records, (WATERMARK_HEADER, DDL_HEADER), sizes)
+        self.last_batch_bytes = sum(map(record_bytes, rows))
+        observed = observed_sizes(rows, (WATERMARK_HEADER, DDL_HEADER))
         if not observed:
             return
         if self.record_sizes is None:
@@ -311,10 +312,9 @@ class BatchProcessor:
             except OSError as exc:  # the planner goes on with the estimates it has
                 log.warning("cannot write the record sizes: %s", exc)
 
-    def _route(self, records: pa.Table) -> tuple[dict[str, list[ParsedRecord]], list[dict]]:
+    def _route(self, rows: list[dict]) -> tuple[dict[str, list[ParsedRecord]], list[dict]]:
         """The batch's records, parsed, without replays and tombstones: per table (in
         offset order per partition), and the schema-change topic's payloads."""
-        rows = kafka_rows(records)
         per_table: dict[str, list[ParsedRecord]] = {}
         schema_records = []
         # looked up once: the loop runs per record

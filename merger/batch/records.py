@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import orjson
 import pyarrow as pa
 
-from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER
+from cdc.wire.headers import DDL_HEADER, POSITION_HEADER, WATERMARK_HEADER, header_map
 from cdc.wire.markers import decode_marker
 from cdc.wire.position import EventPosition
 from merger.errors import BadChange, BadRecord, MergerError
@@ -94,6 +94,12 @@ def kafka_rows(records: pa.Table) -> list[dict]:
     return [dict(zip(columns, row)) for row in zip(*values)]
 
 
+def rows_of(records: pa.Table | list[dict]) -> list[dict]:
+    """A micro-batch's records as ``kafka_rows`` gives them: from Spark's Arrow, or as the
+    driver's read already made them (``merger.kafka.reader.messages_to_rows``)."""
+    return records if isinstance(records, list) else kafka_rows(records)
+
+
 def _header_dicts(column: pa.ChunkedArray) -> list:
     """A headers column (list of struct key, value) as one dict per record (see
     ``kafka_rows``)."""
@@ -112,10 +118,7 @@ def _header_dicts(column: pa.ChunkedArray) -> list:
             out.append(None)
             continue
         a, b = offsets[i], offsets[i + 1]
-        found = dict(zip(names[a:b], values[a:b]))
-        if len(found) < b - a:  # a name repeats: the list as it is
-            found = [{"key": k, "value": v} for k, v in zip(names[a:b], values[a:b])]
-        out.append(found)
+        out.append(header_map(list(zip(names[a:b], values[a:b]))))
     return out
 
 

@@ -110,36 +110,27 @@ def batch_cost(alloc: Mapping[TP, int], costs: Mapping[TP, float]) -> float:
     return sum(n * costs[tp] for tp, n in alloc.items() if n)
 
 
-def record_bytes(records):
-    """Each record's bytes of key and value (an Arrow int64 array; null counts 0)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    size = pc.add(
-        pc.fill_null(pc.binary_length(records.column("key")), 0),
-        pc.fill_null(pc.binary_length(records.column("value")), 0),
-    )
-    return pc.cast(size, pa.int64())
+def record_bytes(row: dict) -> int:
+    """A record's bytes of key and value (a null counts 0); ``row``: as the processor reads
+    records (``merger.batch.records.kafka_rows``)."""
+    key, value = row.get("key"), row.get("value")
+    return (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
 
 
-def observed_sizes(records, skip_headers: tuple[str, ...] = (), sizes=None) -> dict[str, tuple[int, int]]:
-    """``topic -> (records, bytes of keys and values)`` of a micro-batch's Arrow records
-    (the source's columns: topic, key, value, headers), without the records that carry
-    one of ``skip_headers``: the merger skips its watermark and DDL markers, small
-    records in a table's topic that say nothing of its rows' width (a topic seen only
-    through them stays new to the admission). ``sizes``: :func:`record_bytes` of
-    ``records``, when the caller has it already."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if records.num_rows == 0:
-        return {}
-    table = pa.table({"topic": records.column("topic"), "size": record_bytes(records) if sizes is None else sizes})
-    if skip_headers and "headers" in records.column_names:
-        headers = records.column("headers").combine_chunks()
-        names = pc.struct_field(pc.list_flatten(headers), "key")
-        marked = pc.is_in(names, value_set=pa.array(skip_headers, pa.string()))
-        rows = pc.filter(pc.list_parent_indices(headers), marked)
-        table = table.filter(pc.invert(pc.is_in(pa.array(range(records.num_rows), pa.int64()), value_set=rows)))
-    grouped = table.group_by("topic").aggregate([("size", "count"), ("size", "sum")]).to_pylist()
-    return {g["topic"]: (g["size_count"], g["size_sum"] or 0) for g in grouped}
+def observed_sizes(rows: list[dict], skip_headers: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+    """``topic -> (records, bytes of keys and values)`` of a micro-batch's records (rows of
+    topic, key, value, headers), without the records that carry one of ``skip_headers``:
+    the merger skips its watermark and DDL markers, small records in a table's topic that
+    say nothing of its rows' width (a topic seen only through them stays new to the
+    admission)."""
+    seen: dict[str, list[int]] = {}
+    for row in rows:
+        headers = row.get("headers")
+        if headers and skip_headers:
+            names = headers.keys() if isinstance(headers, dict) else [h["key"] for h in headers]
+            if any(name in names for name in skip_headers):
+                continue
+        got = seen.setdefault(row["topic"], [0, 0])
+        got[0] += 1
+        got[1] += record_bytes(row)
+    return {topic: (n, size) for topic, (n, size) in seen.items()}

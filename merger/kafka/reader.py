@@ -24,6 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from cdc.wire.headers import header_map
 from merger.kafka.limits import TP
 from merger.kafka.offsets import KafkaRange, range_size
 from merger.kafka.options import KafkaSourceError, SourceOptions
@@ -66,9 +67,11 @@ def read_ranges(
     ranges: Sequence[KafkaRange],
     schema: StructType = SCHEMA,
     cancelled: Callable[[], bool] | None = None,
+    convert: Callable[[Sequence[Any]], Any] | None = None,
 ) -> Iterator[Any]:
     """Yield pyarrow RecordBatches with the records of ranges ``[r.start, r.end)`` (at most
-    one per topic partition), all assigned to one consumer. A range is done when offset
+    one per topic partition), all assigned to one consumer (or what ``convert`` makes of
+    each run of confluent_kafka Messages: the driver's read takes them as rows). A range is done when offset
     ``end-1`` was delivered or the consumer position reached ``end`` (transaction markers
     occupy offsets that are never delivered); it is then unassigned. Fails after
     ``read_timeout_s`` without progress on any unfinished range. ``cancelled``: asked on
@@ -80,7 +83,12 @@ def read_ranges(
     ranges = [r for r in ranges if not (r.start >= 0 and r.start >= r.end)]
     if not ranges:
         return
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    if convert is None:
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+
+        def convert(messages: Sequence[Any]) -> Any:
+            return messages_to_batch(messages, arrow_schema)
+
     kept: list[Any] = []  # confluent_kafka Messages of the current Arrow batch
     consumer = Consumer(opts.consumer_conf(**{"fetch.max.bytes": fetch_max_bytes(ranges)}))
     try:
@@ -102,7 +110,7 @@ def read_ranges(
             if reads.unfinished:
                 moved = reads.follow_positions() or moved
             if len(kept) >= batch_size or (not reads.unfinished and kept):
-                yield messages_to_batch(kept, arrow_schema)
+                yield convert(kept)
                 kept.clear()
             now = time.monotonic()
             if moved:
@@ -162,6 +170,28 @@ def messages_to_batch(messages: Sequence[Any], arrow_schema: Any) -> Any:
         "headers": pa.array([m.headers() for m in messages], arrow_schema.field("headers").type),
     }
     return pa.RecordBatch.from_arrays([cols[name] for name in arrow_schema.names], schema=arrow_schema)
+
+
+def messages_to_rows(messages: Sequence[Any]) -> list[dict]:
+    """confluent_kafka Messages as the rows ``merger.batch.records.kafka_rows`` makes of
+    their Arrow batch (its columns but the two timestamps, which nothing reads; headers by
+    ``header_map``), in the order they came: one pass over the messages, where the Arrow
+    batch and the rows made of it took two (docs/performance.md)."""
+    rows = []
+    append = rows.append
+    for m in messages:
+        pairs = m.headers()
+        append(
+            {
+                "key": m.key(),
+                "value": m.value(),
+                "topic": m.topic(),
+                "partition": m.partition(),
+                "offset": m.offset(),
+                "headers": None if pairs is None else header_map(pairs),
+            }
+        )
+    return rows
 
 
 class _RangeReads:

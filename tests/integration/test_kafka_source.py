@@ -239,14 +239,14 @@ class DriverReadCollector:
         self.tasks: list[int] = []
 
     def __call__(self, df, batch_id):
-        from merger.batch.records import RECORD_COLUMNS, UNREAD_COLUMNS
+        from merger.batch.records import UNREAD_COLUMNS, kafka_rows
         from merger.kafka.driver_read import planned_tasks, read_here
 
         planned = planned_tasks(df)
         assert planned is not None, "the batch's read tasks are not found in Spark's plan"
         self.tasks.append(len(planned))
-        self.by_driver += read_here(self.opts, planned, RECORD_COLUMNS).to_pylist()
-        self.by_spark += df.drop(*UNREAD_COLUMNS).toArrow().to_pylist()
+        self.by_driver += read_here(self.opts, planned)
+        self.by_spark += kafka_rows(df.drop(*UNREAD_COLUMNS).toArrow())
 
 
 @pytest.mark.integration
@@ -903,7 +903,9 @@ def test_a_batch_admits_records_by_their_learned_size(bootstrap, unique_name, tm
                 rows.append(batch)
         import pyarrow as pa
 
-        seen = observed_sizes(pa.Table.from_batches(rows))
+        from merger.batch.records import kafka_rows
+
+        seen = observed_sizes(kafka_rows(pa.Table.from_batches(rows)))
         k = admitted[(wide, 0)]
         narrow_bytes = sum(len(f"n{i}") + 100 for i in range(200))
         assert seen == {wide: (k, sum(len(f"w{i}") + 200_000 for i in range(k))), narrow: (200, narrow_bytes)}

@@ -2,7 +2,6 @@
 
 import json
 
-import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from merger.kafka.admission import (
     batch_cost,
     learn,
     observed_sizes,
+    record_bytes,
     record_cost,
 )
 from merger.kafka.limits import allocate_limit
@@ -119,24 +119,21 @@ def test_learn_rises_at_once_and_falls_slowly():
 
 
 def test_observed_sizes_counts_keys_and_values_per_topic():
-    records = pa.table(
-        {
-            "key": pa.array([b"k1", b"k22", None, b"k"], pa.binary()),
-            "value": pa.array([b"x" * 100, None, b"y" * 10, b"z"], pa.binary()),
-            "topic": ["a", "a", "b", "b"],
-        }
-    )
+    records = [
+        {"key": b"k1", "value": b"x" * 100, "topic": "a", "headers": {"pos": b"1"}},
+        {"key": b"k22", "value": None, "topic": "a", "headers": {}},
+        {"key": None, "value": b"y" * 10, "topic": "b", "headers": {"pos": b"2", "wm": b"x"}},
+        {"key": b"k", "value": b"z", "topic": "b", "headers": None},
+    ]
     assert observed_sizes(records) == {"a": (2, 2 + 100 + 3), "b": (2, 10 + 1 + 1)}
-    assert observed_sizes(records.slice(0, 0)) == {}
-    marked = records.append_column(
-        "headers",
-        pa.array(
-            [[{"key": "pos", "value": b"1"}], [], [{"key": "pos", "value": b"2"}, {"key": "wm", "value": b"x"}], None],
-            pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
-        ),
-    )
-    assert observed_sizes(marked, skip_headers=("wm",)) == {"a": (2, 2 + 100 + 3), "b": (1, 1 + 1)}
-    assert observed_sizes(marked.slice(2, 1), skip_headers=("wm",)) == {}  # only a marker: nothing learned
+    assert observed_sizes([]) == {}
+    assert observed_sizes(records, skip_headers=("wm",)) == {"a": (2, 2 + 100 + 3), "b": (1, 1 + 1)}
+    assert observed_sizes(records[2:3], skip_headers=("wm",)) == {}  # only a marker: nothing learned
+    # headers with a repeated name come as the list of pairs
+    repeated = [{"key": b"k", "value": b"v", "topic": "c", "headers": [{"key": "wm", "value": b"1"}] * 2}]
+    assert observed_sizes(repeated, skip_headers=("wm",)) == {}
+    assert observed_sizes(repeated, skip_headers=("other",)) == {"c": (1, 2)}
+    assert sum(map(record_bytes, records)) == 2 + 100 + 3 + 10 + 1 + 1
 
 
 def test_plan_end_with_costs_admits_from_base(tmp_path):

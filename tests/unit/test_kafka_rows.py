@@ -89,3 +89,47 @@ def test_the_source_columns_less_the_unread_ones_are_the_record_columns_in_order
     kept = tuple(name for name in SCHEMA.fieldNames() if name not in UNREAD_COLUMNS)
     assert kept == RECORD_COLUMNS
     assert set(UNREAD_COLUMNS) <= set(SCHEMA.fieldNames())
+
+
+class Message:
+    """What confluent_kafka's Message answers (the methods the readers call)."""
+
+    def __init__(self, r: dict):
+        self.r = r
+
+    def key(self):
+        return self.r["key"]
+
+    def value(self):
+        return self.r["value"]
+
+    def topic(self):
+        return self.r["topic"]
+
+    def partition(self):
+        return self.r["partition"]
+
+    def offset(self):
+        return self.r["offset"]
+
+    def timestamp(self):
+        return (1, int(self.r["timestamp"].timestamp() * 1000)) if self.r["timestampType"] else (0, -1)
+
+    def headers(self):
+        h = self.r["headers"]
+        return None if h is None else [(x["key"], x["value"]) for x in h]
+
+
+@given(records)
+def test_the_driver_reads_messages_into_the_rows_kafka_rows_makes_of_their_arrow(rows):
+    """The driver's read (messages straight to rows) against the Arrow batch the Spark read
+    makes of the same messages, then ``kafka_rows``: the same rows, once sorted."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from merger.kafka.reader import SCHEMA as SOURCE_SCHEMA
+    from merger.kafka.reader import messages_to_batch, messages_to_rows
+
+    messages = [Message(r) for r in rows]
+    arrow = pa.Table.from_batches([messages_to_batch(messages, to_arrow_schema(SOURCE_SCHEMA, timezone="UTC"))])
+    got = sorted(messages_to_rows(messages), key=lambda r: (r["topic"], r["partition"], r["offset"]))
+    assert got == kafka_rows(arrow.drop(["timestamp", "timestampType"]))
