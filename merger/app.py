@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 from cdc.config import MergerConfig, load_model, routes_of
 from cdc.wire.topics import dead_letter_topic, offsets_topic, source_topics_pattern
 from merger.batch.records import UNREAD_COLUMNS, header_pairs
+from merger.collector import collect_less
 from merger.errors import MergerError
 from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
@@ -51,23 +51,6 @@ class _ReportedElsewhere(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         return exc is None or not (exc is self.reported() or isinstance(exc, BatchStopped))
-
-
-# The garbage collector's young generation, counted in container objects: a micro-batch
-# makes ~10 per record (rows, headers, payloads, events), so at Python's default of 700 a
-# catch-up ran ~12,500 young, ~1,100 middle and ~80 full collections, and each full one
-# walked every object of pyspark, py4j, pyarrow and the sinks' libraries: 8.3 s of a 27.5 s
-# catch-up (docs/performance.md). The batch's objects are freed by their reference counts;
-# the collector is only needed for cycles, which the merger's batches rarely make.
-YOUNG_COLLECTION_OBJECTS = 50_000
-
-
-def collect_less() -> None:
-    """Once the merger has started: what it loaded is moved out of the collector's reach
-    (``gc.freeze``: every later full collection walked it again for nothing), and the
-    young generation is collected every ``YOUNG_COLLECTION_OBJECTS`` new containers."""
-    gc.freeze()
-    gc.set_threshold(YOUNG_COLLECTION_OBJECTS, 20, 100)
 
 
 class BatchStopped(RuntimeError):
