@@ -123,14 +123,19 @@ def observed_sizes(rows: list[dict], skip_headers: tuple[str, ...] = ()) -> dict
     the merger skips its watermark and DDL markers, small records in a table's topic that
     say nothing of its rows' width (a topic seen only through them stays new to the
     admission)."""
+    skip = frozenset(skip_headers)
     seen: dict[str, list[int]] = {}
     for row in rows:
         headers = row.get("headers")
-        if headers and skip_headers:
-            names = headers.keys() if isinstance(headers, dict) else [h["key"] for h in headers]
-            if any(name in names for name in skip_headers):
+        if headers and skip:
+            if isinstance(headers, dict):
+                if not skip.isdisjoint(headers):
+                    continue
+            elif any(h["key"] in skip for h in headers):
                 continue
-        got = seen.setdefault(row["topic"], [0, 0])
+        got = seen.get(row["topic"])
+        if got is None:
+            got = seen[row["topic"]] = [0, 0]
         got[0] += 1
         got[1] += record_bytes(row)
     return {topic: (n, size) for topic, (n, size) in seen.items()}
