@@ -13,6 +13,20 @@ from merger.sinks.base import OP, SEQ, cast_columns
 from merger.sinks.postgres.meta import TableMeta
 
 
+def orders_keys_as_arrow(types) -> bool:
+    """Whether PostgreSQL orders keys of these Arrow types as Arrow does: integers that fit
+    a bigint (a key range read by one query then holds the batch's keys, and no other)."""
+    return all(pa.types.is_integer(t) and t != pa.uint64() for t in types)
+
+
+def key_range(keys: list[str]) -> sql.Composed:
+    """``(k1, ...) >= (%s, ...) AND (k1, ...) <= (%s, ...)``: the rows between two key
+    tuples, given as parameters (least, then greatest)."""
+    row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(k) for k in keys))
+    bound = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(keys)))
+    return sql.SQL("{} >= {} AND {} <= {}").format(row, bound, row, bound)
+
+
 class Copier:
     def __init__(self, fast_snapshot: bool = True):
         """``fast_snapshot``: snapshot rows may skip the staging (``insert_snapshot_rows``)."""
@@ -63,22 +77,19 @@ class Copier:
         Integer keys only (at most bigint), where PostgreSQL's order is the batch's order."""
         if not self.fast_snapshot or src.num_rows < FAST_MIN_ROWS:
             return False
-        if not all(pa.types.is_integer(t) and t != pa.uint64() for t in (src.schema.field(k).type for k in m.keys)):
+        if not orders_keys_as_arrow(src.schema.field(k).type for k in m.keys):
             return False
         if not pc.all(pc.equal(src[OP], "r")).as_py():
             return False
         limit = max(FAST_MIN_ROWS, src.num_rows // 20)
-        ident = {c: sql.Identifier(c) for c in cols + [SEQ]}
-        key = sql.SQL(", ").join(ident[k] for k in m.keys)
-        row = sql.SQL("({})").format(key)
+        key = sql.SQL(", ").join(sql.Identifier(k) for k in m.keys)
         lo = [src[k][0].as_py() for k in m.keys]  # src is sorted by key (latest_per_key)
         hi = [src[k][src.num_rows - 1].as_py() for k in m.keys]
-        bound = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(m.keys)))
         existing = {}
         for rel in (target, tomb):
             found = conn.execute(
-                sql.SQL("SELECT {}, {} FROM {} WHERE {} >= {} AND {} <= {} LIMIT {}").format(
-                    key, ident[SEQ], rel, row, bound, row, bound, sql.Literal(limit + 1)
+                sql.SQL("SELECT {}, {} FROM {} WHERE {} LIMIT {}").format(
+                    key, sql.Identifier(SEQ), rel, key_range(m.keys), sql.Literal(limit + 1)
                 ),
                 lo + hi,
             ).fetchall()
@@ -98,7 +109,7 @@ class Copier:
                 arrays = sql.SQL(", ").join(sql.SQL("%s::bigint[]") for _ in m.keys)
                 for rel in (target, tomb):
                     conn.execute(
-                        sql.SQL("DELETE FROM {} WHERE {} IN (SELECT * FROM unnest({}))").format(rel, row, arrays),
+                        sql.SQL("DELETE FROM {} WHERE ({}) IN (SELECT * FROM unnest({}))").format(rel, key, arrays),
                         [list(col) for col in zip(*stale)],
                     )
         if src.num_rows:

@@ -68,7 +68,7 @@ from merger.sinks.base import (
     checked_changes,
 )
 from merger.sinks.postgres.catalog import Catalog
-from merger.sinks.postgres.copy import Copier
+from merger.sinks.postgres.copy import Copier, key_range, orders_keys_as_arrow
 from merger.sinks.postgres.history_schema import HistoryLayout, HistorySchema, commit_time_sql, cut_sql
 from merger.sinks.postgres.meta import TableMeta, fit_batch
 
@@ -295,19 +295,15 @@ def _none_in_range(conn, m: TableMeta, keys: pa.Table) -> bool:
     (integer keys without NULLs, where PostgreSQL orders as Arrow does): one probe of the
     key index, instead of copying the keys to join them. True for a snapshot's chunks of a
     new table, which come in key order."""
-    if any(not pa.types.is_integer(f.type) or f.type == pa.uint64() for f in keys.schema):
+    if not orders_keys_as_arrow(keys.schema.types):
         return False
     if any(c.null_count for c in keys.columns):
         return False
     ordered = keys.take(pc.sort_indices(keys, sort_keys=[(k, "ascending") for k in m.keys]))
     lo = [ordered[k][0].as_py() for k in m.keys]
     hi = [ordered[k][ordered.num_rows - 1].as_py() for k in m.keys]
-    row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(k) for k in m.keys))
-    bound = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(m.keys)))
     found = conn.execute(
-        sql.SQL("SELECT 1 FROM {} WHERE {} >= {} AND {} <= {} LIMIT 1").format(
-            sql.Identifier(m.schema, m.name), row, bound, row, bound
-        ),
+        sql.SQL("SELECT 1 FROM {} WHERE {} LIMIT 1").format(sql.Identifier(m.schema, m.name), key_range(m.keys)),
         lo + hi,
     ).fetchone()
     return found is None
