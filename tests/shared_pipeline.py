@@ -5,14 +5,13 @@ Each such test writes a database of its own, ``database(unique_name)`` (``shr_..
 both processes follow by pattern: its tables are new to the running merger, which snapshots
 them (``snapshot.auto_new_tables``) and streams their changes, as for any table created while
 it runs. A test checks the sinks with ``SinkChecker(stack, pipeline.work)`` and the processes'
-logs with ``new_log`` (what they wrote during that test). A process found dead is started
+log with ``merger_log_since`` (what it wrote during that test). A process found dead is started
 again for the next test, and the test that found it fails with its log."""
 
 from __future__ import annotations
 
 import socket
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from cdc import stack as local_stack
@@ -21,14 +20,6 @@ from tests.ingest_harness import IngestProcess, wait_caught_up, write_config
 from tests.merger_harness import MergerProcess, root_conn, write_merger_config
 
 DATABASE_PREFIX = "shr_"
-
-
-@dataclass(frozen=True)
-class LogMark:
-    """Where both processes' logs ended when a test began."""
-
-    ingest: int
-    merger: int
 
 
 class SharedPipeline:
@@ -82,14 +73,14 @@ class SharedPipeline:
     def database(unique_name: str) -> str:
         return DATABASE_PREFIX + unique_name
 
-    def mark(self) -> LogMark:
-        return LogMark(_size(self.ingest.log_path), _size(self.merger.log_path))
+    def mark(self) -> int:
+        """Where the merger's log ends now (when a test begins)."""
+        return _size(self.merger.log_path)
 
-    def new_log(self, mark: LogMark, which: str = "merger") -> str:
-        """What ``which`` (ingest or merger) wrote to its log since ``mark``."""
-        proc = self.merger if which == "merger" else self.ingest
-        with open(proc.log_path, "rb") as f:
-            f.seek(mark.merger if which == "merger" else mark.ingest)
+    def merger_log_since(self, mark: int) -> str:
+        """What the merger wrote to its log since ``mark``."""
+        with open(self.merger.log_path, "rb") as f:
+            f.seek(mark)
             return f.read().decode(errors="replace")
 
     def stop(self) -> None:

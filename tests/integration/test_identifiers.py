@@ -101,7 +101,7 @@ def test_hostile_identifiers_replicate_to_delta_and_postgres(stack, unique_name,
             assert table_topic(pipeline.prefix, db, name) in topics, (name, topics)
         assert all(re.fullmatch(r"[A-Za-z0-9._-]+", t) for t in topics)
         assert pipeline.ingest.alive() and pipeline.merger.alive()
-        log = pipeline.new_log(mark)
+        log = pipeline.merger_log_since(mark)
         assert "Traceback" not in log, log[-3000:]
     finally:
         checker.close()

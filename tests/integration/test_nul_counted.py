@@ -125,7 +125,7 @@ def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, unique
         assert {t: status[f"{db}.{t}"]["nul_values_changed"] for t in want} == want
         assert {t: _metric(port, db, t) for t in want} == {t: float(n) for t, n in want.items()}
 
-        log = pipeline.new_log(mark)
+        log = pipeline.merger_log_since(mark)
         for t, cols in (("docs", ("'v'",)), ("notes", ("'v'", "'t'"))):
             lines = [ln for ln in log.splitlines() if f"table {db}.{t}: NUL characters (U+0000) removed" in ln]
             assert len(lines) == 1, lines  # once per table, however many batches

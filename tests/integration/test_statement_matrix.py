@@ -172,6 +172,6 @@ def test_application_statements_reach_every_sink(stack, unique_name, tmp_path, p
         for table in TABLES:
             checker.wait_equal(db, table, timeout_s=240, proc=pipeline.merger)
         assert pipeline.ingest.alive() and pipeline.merger.alive()
-        assert "Traceback" not in pipeline.new_log(mark), pipeline.new_log(mark)[-3000:]
+        assert "Traceback" not in pipeline.merger_log_since(mark), pipeline.merger_log_since(mark)[-3000:]
     finally:
         checker.close()

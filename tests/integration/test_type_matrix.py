@@ -225,7 +225,7 @@ def run(stack, pipeline, db, tables: dict) -> None:
             "sinks differ from the source (snapshot rows: id < 100, streamed rows: id > 100):\n"
             + "\n".join(found)
             + f"\ncounts: {counts}\nmerger log:\n"
-            + pipeline.new_log(mark)[-3000:]
+            + pipeline.merger_log_since(mark)[-3000:]
         )
     finally:
         checker.close()

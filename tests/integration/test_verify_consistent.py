@@ -115,7 +115,7 @@ def test_verify_under_a_steady_workload_reports_only_real_differences(stack, uni
         print(json.dumps({"runs": runs, "timed": timed, "rate": workload.rate()}))
         workload.stop()
         log.append(("done", time.monotonic() - started))
-        assert merger.alive() and "Traceback" not in pipeline.new_log(mark)
+        assert merger.alive() and "Traceback" not in pipeline.merger_log_since(mark)
     finally:
         workload.stop_event.set()
         checker.close()

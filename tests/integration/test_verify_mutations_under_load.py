@@ -336,7 +336,7 @@ def test_every_mutation_is_found_and_repaired_under_load(stack, unique_name, pip
         workload.stop()
         # the tests' own oracle (whole table, every row) once the workload has stopped
         checker.wait_equal(db, "tricky", timeout_s=180, proc=merger)
-        assert merger.alive() and "Traceback" not in pipeline.new_log(mark)
+        assert merger.alive() and "Traceback" not in pipeline.merger_log_since(mark)
         log.append(("done", time.monotonic() - started))
     finally:
         workload.stop_event.set()
