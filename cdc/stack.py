@@ -270,7 +270,7 @@ def start_mariadb(info: StackInfo, report_mysql8_version: bool = True) -> None:
 
     if fresh:
         _create_mariadb_users(m)
-    conn = pymysql.connect(host=m.host, port=m.port, user=m.user, password=m.password)
+    conn = pymysql.connect(ssl_disabled=True, host=m.host, port=m.port, user=m.user, password=m.password)
     with conn.cursor() as cur:
         cur.execute("SELECT @@version")
         m.version = cur.fetchone()[0]
@@ -364,7 +364,7 @@ def _mariadb_args(info: StackInfo, mariadbd: str, datadir: Path, report_mysql8_v
 def _create_mariadb_users(m) -> None:
     import pymysql
 
-    conn = pymysql.connect(unix_socket=m.socket, user="root", password="", autocommit=True)
+    conn = pymysql.connect(ssl_disabled=True, unix_socket=m.socket, user="root", password="", autocommit=True)
     with conn.cursor() as cur:
         for stmt in (
             f"ALTER USER 'root'@'localhost' IDENTIFIED BY '{m.root_password}'",

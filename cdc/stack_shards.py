@@ -77,7 +77,13 @@ def _root(info: StackInfo):
 
     m = info.mariadb
     return pymysql.connect(
-        host=m.host, port=m.port, user="root", password=m.root_password, autocommit=True, connect_timeout=5
+        ssl_disabled=True,
+        host=m.host,
+        port=m.port,
+        user="root",
+        password=m.root_password,
+        autocommit=True,
+        connect_timeout=5,
     )
 
 

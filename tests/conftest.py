@@ -138,6 +138,7 @@ def mysql_root(stack):
     import pymysql
 
     conn = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -162,6 +162,7 @@ class DebeziumRef:
         import pymysql
 
         return pymysql.connect(
+            ssl_disabled=True,
             host=self.host,
             port=self.port,
             user=self.user,

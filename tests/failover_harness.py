@@ -21,7 +21,13 @@ from cdc import stack_shards
 def root(info: local_stack.StackInfo, port: int | None = None) -> pymysql.Connection:
     m = info.mariadb
     return pymysql.connect(
-        host=m.host, port=port or m.port, user="root", password=m.root_password, autocommit=True, connect_timeout=5
+        ssl_disabled=True,
+        host=m.host,
+        port=port or m.port,
+        user="root",
+        password=m.root_password,
+        autocommit=True,
+        connect_timeout=5,
     )
 
 

@@ -56,6 +56,7 @@ def replay(stack, statements: list[str], work: Path, wait_s: float = 120) -> lis
     name = "r" + uuid.uuid4().hex[:8]
     db = f"{name}_db"
     conn = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

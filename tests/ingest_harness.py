@@ -113,7 +113,11 @@ class IngestProcess:
 
 def source_gtid(stack: local_stack.StackInfo) -> str:
     conn = pymysql.connect(
-        host=stack.mariadb.host, port=stack.mariadb.port, user="root", password=stack.mariadb.root_password
+        ssl_disabled=True,
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
     )
     try:
         with conn.cursor() as cur:

@@ -147,7 +147,9 @@ class SinkChecker:
     def _source(self) -> SourceReader:
         m = self.stack.mariadb
         return SourceReader(
-            lambda: pymysql.connect(host=m.host, port=m.port, user="root", password=m.root_password, autocommit=True)
+            lambda: pymysql.connect(
+                ssl_disabled=True, host=m.host, port=m.port, user="root", password=m.root_password, autocommit=True
+            )
         )
 
     def readers(self) -> dict:
@@ -240,6 +242,7 @@ class SinkChecker:
 
     def counts(self, db: str, table: str) -> dict:
         conn = pymysql.connect(
+            ssl_disabled=True,
             host=self.stack.mariadb.host,
             port=self.stack.mariadb.port,
             user="root",
@@ -309,7 +312,7 @@ def root_conn(stack: local_stack.StackInfo, db: str | None = None) -> pymysql.Co
     """An autocommit root connection to the stack's MariaDB (the tests' writes and checks)."""
     m = stack.mariadb
     return pymysql.connect(
-        host=m.host, port=m.port, user="root", password=m.root_password, database=db, autocommit=True
+        ssl_disabled=True, host=m.host, port=m.port, user="root", password=m.root_password, database=db, autocommit=True
     )
 
 

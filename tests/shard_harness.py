@@ -43,7 +43,12 @@ def servers(state: Path) -> dict[str, local_stack.StackInfo]:
 
 def sql(info: local_stack.StackInfo, *statements: str, fetch: bool = False):
     conn = pymysql.connect(
-        host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password, autocommit=True
+        ssl_disabled=True,
+        host="127.0.0.1",
+        port=info.mariadb.port,
+        user="root",
+        password=info.mariadb.root_password,
+        autocommit=True,
     )
     try:
         with conn.cursor() as cur:
@@ -188,7 +193,11 @@ def writer(info, db: str, stop: threading.Event, seed: int, errors: list, outage
         try:
             if conn is None:
                 conn = pymysql.connect(
-                    host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password
+                    ssl_disabled=True,
+                    host="127.0.0.1",
+                    port=info.mariadb.port,
+                    user="root",
+                    password=info.mariadb.root_password,
                 )
             with conn.cursor() as cur:
                 table = rnd.choice(TABLES)

@@ -9,6 +9,7 @@ import pymysql
 
 def root_connection(stack, db: str | None = None) -> pymysql.Connection:
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -28,7 +28,12 @@ def private_stack(stack, tmp_path):
 def test_reset_master_stops_ingest_with_the_way_out(private_stack, unique_name, tmp_path):
     st = private_stack
     conn = pymysql.connect(
-        host=st.mariadb.host, port=st.mariadb.port, user="root", password=st.mariadb.root_password, autocommit=True
+        ssl_disabled=True,
+        host=st.mariadb.host,
+        port=st.mariadb.port,
+        user="root",
+        password=st.mariadb.root_password,
+        autocommit=True,
     )
     db = f"rm_{unique_name}"
     with conn.cursor() as cur:

@@ -46,6 +46,7 @@ def _free_port() -> int:
 
 def _conn(stack, db=None):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -67,6 +67,7 @@ def _cli(*args):
 def test_merger_killed_at_each_crash_point_converges(stack, unique_name, tmp_path):
     db = f"cp_{unique_name}"
     root = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",
@@ -93,6 +94,7 @@ def test_merger_killed_at_each_crash_point_converges(stack, unique_name, tmp_pat
     checker = SinkChecker(stack, tmp_path)
     writer = Writer(
         pymysql.connect(
+            ssl_disabled=True,
             host=stack.mariadb.host,
             port=stack.mariadb.port,
             user="root",

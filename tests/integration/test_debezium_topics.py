@@ -35,6 +35,7 @@ REGIONS = ("eu", "us", "apac", "latam")
 
 def _conn(stack, db=None):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -43,6 +43,7 @@ def test_direct_read_stages_what_spark_jdbc_stages(stack, tmp_path, unique_name)
 
     db = f"dr_{unique_name}"
     conn = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -46,6 +46,7 @@ SOAK_MINUTES = float(os.environ.get("CDC_SOAK_MINUTES") or 0)
 
 def _conn(stack, db=None):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -34,6 +34,7 @@ COLUMNS = ("v", "n", "w")
 
 def _conn(stack, db):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -57,7 +57,9 @@ def shard_state(tmp_path_factory, stack):
 
 def _conn(info) -> pymysql.Connection:
     m = info.mariadb
-    return pymysql.connect(host="127.0.0.1", port=m.port, user="root", password=m.root_password, autocommit=True)
+    return pymysql.connect(
+        ssl_disabled=True, host="127.0.0.1", port=m.port, user="root", password=m.root_password, autocommit=True
+    )
 
 
 def _write_round(cur, db: str, rnd: random.Random, n: int, shard: str) -> None:

@@ -127,7 +127,7 @@ def test_binlog_off_is_reported(tmp_path):
         deadline = time.monotonic() + 60
         while True:
             try:
-                conn = pymysql.connect(unix_socket=sock, user="root", autocommit=True)
+                conn = pymysql.connect(ssl_disabled=True, unix_socket=sock, user="root", autocommit=True)
                 break
             except pymysql.err.OperationalError:
                 if time.monotonic() > deadline:

@@ -117,6 +117,7 @@ def _setup_db(mysql_root, db):
 
 def _connect_db(stack, db):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -28,6 +28,7 @@ ROWS = 300
 
 def _insert_slowly(stack, db: str, first: int, count: int, done: threading.Event) -> None:
     conn = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -21,6 +21,7 @@ def test_oversized_row_stops_with_a_clear_error_then_resumes(stack, mysql_root, 
         cur.execute(f"CREATE TABLE {db}.doc (id INT PRIMARY KEY, body LONGTEXT)")
         cur.execute(f"CREATE TABLE {db}.other (id INT PRIMARY KEY, v INT)")
     conn = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

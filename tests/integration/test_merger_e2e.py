@@ -25,6 +25,7 @@ BIG_ROWS = 200_000
 
 def _conn(stack, db=None):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _conn(stack, db=None):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

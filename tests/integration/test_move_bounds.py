@@ -35,7 +35,12 @@ def shard_state(tmp_path_factory, stack):
 def test_the_order_of_keys_is_the_servers(shard_state):
     info = servers(shard_state)["shard1"]
     conn = pymysql.connect(
-        host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password, charset="utf8mb4"
+        ssl_disabled=True,
+        host="127.0.0.1",
+        port=info.mariadb.port,
+        user="root",
+        password=info.mariadb.root_password,
+        charset="utf8mb4",
     )
     differ = []
     try:

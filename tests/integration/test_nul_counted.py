@@ -70,6 +70,7 @@ def test_values_changed_by_the_nul_policy_are_counted_and_reported(stack, unique
     db = pipeline.database(f"nc_{unique_name}")
     port, mcfg, merger, mark = pipeline.metrics_port, pipeline.merger_config, pipeline.merger, pipeline.mark()
     conn = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

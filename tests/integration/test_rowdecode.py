@@ -56,6 +56,7 @@ def _root(m):
     import pymysql
 
     return pymysql.connect(
+        ssl_disabled=True,
         host=m.host,
         port=m.port,
         user="root",

@@ -33,6 +33,7 @@ MB = 1024
 
 def _conn(stack, db=None):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -105,6 +105,7 @@ def test_binlog_purged_past_ingest_position_says_what_to_do(stack, tmp_path, uni
     info.kafka = stack.kafka
     try:
         root = pymysql.connect(
+            ssl_disabled=True,
             host=info.mariadb.host,
             port=info.mariadb.port,
             user="root",
@@ -268,7 +269,11 @@ def test_no_secret_in_logs_status_metrics_state_or_spark_events(stack, mysql_roo
         def equal() -> bool:
             source = SourceReader(
                 lambda: pymysql.connect(
-                    host=stack.mariadb.host, port=stack.mariadb.port, user="root", password=stack.mariadb.root_password
+                    ssl_disabled=True,
+                    host=stack.mariadb.host,
+                    port=stack.mariadb.port,
+                    user="root",
+                    password=stack.mariadb.root_password,
                 )
             )
             readers = [

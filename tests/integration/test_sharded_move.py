@@ -60,7 +60,12 @@ class KeyspaceWriter:
     def connect(self, name: str):
         info = self.shards[name]
         return pymysql.connect(
-            host="127.0.0.1", port=info.mariadb.port, user="root", password=info.mariadb.root_password, autocommit=True
+            ssl_disabled=True,
+            host="127.0.0.1",
+            port=info.mariadb.port,
+            user="root",
+            password=info.mariadb.root_password,
+            autocommit=True,
         )
 
     def write(self, shard: str, key: int, value: str | None) -> None:

@@ -103,6 +103,7 @@ def _free_space(pg, schema: str, table: str, tablespace: str | None) -> None:
 def test_postgres_disk_full_stops_the_merger_with_one_line_and_loses_nothing(stack, tmp_path, unique_name):
     db, schema, table = unique_name, f"{unique_name}_pg", "orders"
     src = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.integration
 
 def query(info: dict, sql: str, args=None, db: str | None = None):
     conn = pymysql.connect(
+        ssl_disabled=True,
         host="127.0.0.1",
         port=info["port"],
         user="root",
@@ -35,7 +36,12 @@ def query(info: dict, sql: str, args=None, db: str | None = None):
 
 def replica_status(info: dict) -> dict:
     conn = pymysql.connect(
-        host="127.0.0.1", port=info["port"], user="root", password=info["root_password"], connect_timeout=5
+        ssl_disabled=True,
+        host="127.0.0.1",
+        port=info["port"],
+        user="root",
+        password=info["root_password"],
+        connect_timeout=5,
     )
     try:
         with conn.cursor(pymysql.cursors.DictCursor) as cur:
@@ -86,7 +92,9 @@ def test_shards_up_status_and_down(tmp_path):
         assert query(r1, "SELECT id, v FROM app.orders ORDER BY id") == ((1, 7), (2, 8))
         assert query(s2, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'app'") == ((0,),)
         # the stack's own user works on every shard server (what ingest connects with)
-        conn = pymysql.connect(host="127.0.0.1", port=s2["port"], user=s2["user"], password=s2["password"])
+        conn = pymysql.connect(
+            ssl_disabled=True, host="127.0.0.1", port=s2["port"], user=s2["user"], password=s2["password"]
+        )
         conn.close()
 
         # up again: nothing restarted, the same ports

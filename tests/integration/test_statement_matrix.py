@@ -29,6 +29,7 @@ TABLES = {
 
 def _conn(stack, db=None, **kw):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

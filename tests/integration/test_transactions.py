@@ -17,6 +17,7 @@ from tests.kafka_util import read_records, rebuild
 
 def _root(stack, db=None):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",

@@ -380,6 +380,7 @@ class WorkloadRun:
         import pymysql
 
         return pymysql.connect(
+            ssl_disabled=True,
             host=self.m.host,
             port=self.m.port,
             user=self.m.user,
@@ -673,7 +674,12 @@ class _BinlogTicker:
 
         self._stop = threading.Event()
         self._conn = pymysql.connect(
-            host=mariadb.host, port=mariadb.port, user=mariadb.user, password=mariadb.password, autocommit=True
+            ssl_disabled=True,
+            host=mariadb.host,
+            port=mariadb.port,
+            user=mariadb.user,
+            password=mariadb.password,
+            autocommit=True,
         )
         with self._conn.cursor() as cur:
             cur.execute("CREATE DATABASE IF NOT EXISTS cdc_ticker")

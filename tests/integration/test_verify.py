@@ -102,6 +102,7 @@ def world(stack, tmp_path_factory):
     db = "v" + uuid.uuid4().hex[:8]
     work = tmp_path_factory.mktemp("verify")
     conn = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",
@@ -151,7 +152,11 @@ def world(stack, tmp_path_factory):
         spec = catalog.table_spec(db, name)
         schemas[name] = arrow_schema(spec)
         conn = pymysql.connect(
-            host=stack.mariadb.host, port=stack.mariadb.port, user="root", password=stack.mariadb.root_password
+            ssl_disabled=True,
+            host=stack.mariadb.host,
+            port=stack.mariadb.port,
+            user="root",
+            password=stack.mariadb.root_password,
         )
         rows = pipeline_rows(conn, spec, keys[name])
         conn.close()
@@ -350,7 +355,11 @@ def test_unsigned_keys_beyond_int64(stack, tmp_path):
     db = "vu" + uuid.uuid4().hex[:8]
     ids = [2**63 - 125 + i for i in range(250)]
     conn = pymysql.connect(
-        host=stack.mariadb.host, port=stack.mariadb.port, user="root", password=stack.mariadb.root_password
+        ssl_disabled=True,
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
     )
     try:
         with conn.cursor() as cur:

@@ -42,7 +42,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _my(stack):
     m = stack.mariadb
-    return pymysql.connect(host=m.host, port=m.port, user="root", password=m.root_password, autocommit=True)
+    return pymysql.connect(
+        ssl_disabled=True, host=m.host, port=m.port, user="root", password=m.root_password, autocommit=True
+    )
 
 
 def _verify(cfg: Path, *args: str) -> tuple[int, dict, str]:

@@ -105,7 +105,11 @@ def world(stack, tmp_path_factory):
     db = "vd" + uuid.uuid4().hex[:8]
     work = tmp_path_factory.mktemp("digest")
     conn = pymysql.connect(
-        host=stack.mariadb.host, port=stack.mariadb.port, user="root", password=stack.mariadb.root_password
+        ssl_disabled=True,
+        host=stack.mariadb.host,
+        port=stack.mariadb.port,
+        user="root",
+        password=stack.mariadb.root_password,
     )
     conn.autocommit(True)
     with conn.cursor() as cur:
@@ -142,7 +146,9 @@ def world(stack, tmp_path_factory):
 
 def verify(world, table: str = "fast", digests: bool = True, **narrowing) -> dict:
     s = world["stack"].mariadb
-    source = SourceReader(lambda: pymysql.connect(host=s.host, port=s.port, user="root", password=s.root_password))
+    source = SourceReader(
+        lambda: pymysql.connect(ssl_disabled=True, host=s.host, port=s.port, user="root", password=s.root_password)
+    )
     readers = {n: make() for n, make in world["readers"].items()}
     try:
         spec = source.describe(world["db"], table)

@@ -196,6 +196,7 @@ def world(stack, tmp_path_factory):
 
     db = "vm" + uuid.uuid4().hex[:8]
     conn = pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",
@@ -241,7 +242,9 @@ def copies(world, tag: str, pg_rows: list[dict], delta_rows: list[dict], nul_pol
 
 def source_reader(world) -> SourceReader:
     s = world["stack"].mariadb
-    return SourceReader(lambda: pymysql.connect(host=s.host, port=s.port, user="root", password=s.root_password))
+    return SourceReader(
+        lambda: pymysql.connect(ssl_disabled=True, host=s.host, port=s.port, user="root", password=s.root_password)
+    )
 
 
 def verify(world, readers: dict, chunk_size: int = 2) -> dict:

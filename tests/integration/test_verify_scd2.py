@@ -45,6 +45,7 @@ HOUR = 3_600_000_000
 
 def _my(stack, db=None):
     return pymysql.connect(
+        ssl_disabled=True,
         host=stack.mariadb.host,
         port=stack.mariadb.port,
         user="root",
