@@ -143,6 +143,9 @@ class Window:
     # the HIGH marker's source commit time (microseconds): the time of the window's rows in
     # a history table (merger.history.modes); None: not known (a marker without one)
     high_time_us: int | None = None
+    # in a state the merger saved (``Reconciler.mark_saved``, or restored from one): a batch
+    # re-run after a crash restores it. Not saved itself, nor compared.
+    saved: bool = field(default=False, compare=False)
 
 
 class Reconciler:
@@ -186,6 +189,19 @@ class Reconciler:
         ready = [w for w in self.windows.values() if self.is_ready(w.window_id)]
         ready.sort(key=lambda w: (w.opened_at, w.window_id))
         return [w.window_id for w in ready]
+
+    def emittable_windows(self) -> list[str]:
+        """The ready windows a batch may emit: those in the state the last batch saved. A
+        window opened since (between two batches; LOW is written after it opens) is not in
+        the state a re-run of this batch restores after a crash, which would then read its
+        chunks again in a new window while the sinks kept what this run emitted: a change
+        log would hold those rows twice. It is emitted by the next batch."""
+        return [wid for wid in self.ready_windows() if self.windows[wid].saved]
+
+    def mark_saved(self) -> None:
+        """The state with every open window is saved (``emittable_windows``)."""
+        for window in self.windows.values():
+            window.saved = True
 
     def finish(self, window_id: str) -> None:
         """Forget a window (emitted, or given up). Its late markers are then ignored."""
@@ -343,6 +359,7 @@ class Reconciler:
                 problem=wd["problem"],
                 cutover=wd.get("cutover", {}),
                 high_time_us=wd.get("high_time_us"),
+                saved=True,
             )
             rec.windows[w.window_id] = w
         return rec

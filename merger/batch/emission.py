@@ -75,7 +75,7 @@ class WindowEmitter:
             [name, wid]
             for name, rt in sorted(self.tables.items())
             if rt.phase != "paused"
-            for wid in rt.reconciler.ready_windows()
+            for wid in rt.reconciler.emittable_windows()
         ]
         ready.sort(key=lambda nw: self.tables[nw[0]].reconciler.windows[nw[1]].opened_at)
         # a batch that writes a lot of snapshot rows holds back the streamed changes

@@ -288,6 +288,8 @@ class BatchProcessor:
             self._expire_windows()
             crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())
+            for rt in self.tables.values():
+                rt.reconciler.mark_saved()
             now = time.time()
             for rt in self.tables.values():
                 rt.verify_windows.commit(now)

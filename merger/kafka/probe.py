@@ -63,8 +63,8 @@ class Broker:
         self.admin = AdminClient(admin_conf)
         # the end probe stays assigned and prefetches (see scan): a small queue is enough.
         # Its short fetch wait is what a scan waits for a partition's EOF (measured with 100
-        # ms: latestOffset 28 -> 104 ms a trigger), though an idle consumer at 10 ms costs the
-        # broker ~8 % of a core
+        # ms: latestOffset 28 -> 104 ms a trigger); a consumer fetching at 10 ms costs the
+        # broker ~8 % of a core, so a partition left unwanted for a while rests (scan)
         self._consumer_conf = opts.consumer_conf(
             **{"fetch.wait.max.ms": PROBE_FETCH_WAIT_MS, "queued.max.messages.kbytes": 16384}
         )

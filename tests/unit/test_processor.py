@@ -6,6 +6,7 @@ per-batch emission budget, and the re-run of a batch after a crash."""
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 
@@ -166,7 +167,18 @@ def _processor(tmp_path, sink, **kw) -> BatchProcessor:
     return proc
 
 
-def _open_window(proc: BatchProcessor, table: str, wid: str, rows: list[dict], spec=SPEC, chunk: str | None = None):
+def _open_window(
+    proc: BatchProcessor,
+    table: str,
+    wid: str,
+    rows: list[dict],
+    spec=SPEC,
+    chunk: str | None = None,
+    saved: bool = True,
+):
+    """A window opened by the snapshot runner between two batches. ``saved``: a batch has
+    saved the state since (an empty batch would do), so the batch that reads its markers
+    may emit it (``Reconciler.emittable_windows``)."""
     rt = proc.table(table, spec)
     path = proc.store.staging_dir(table, wid)
     path.mkdir(parents=True, exist_ok=True)
@@ -176,7 +188,41 @@ def _open_window(proc: BatchProcessor, table: str, wid: str, rows: list[dict], s
     plan = proc.store.load_plan(table) or {"table": table, "chunks": [], "done": [], "rows": 0}
     plan["chunks"].append({"id": chunk or wid})
     proc.store.save_plan(table, plan)
+    if saved:
+        rt.reconciler.mark_saved()
     return rt
+
+
+def test_a_window_opened_since_the_last_saved_state_is_emitted_by_the_next_batch(tmp_path):
+    """Its markers come in the first batch after it opened, which a crash before that batch's
+    state save makes run again from the state before the window: the first run must emit
+    what the re-run emits (nothing of it), or a change log keeps the rows the first run
+    wrote while a new window reads them again. The next batch emits it."""
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    proc.table("db.t", SPEC)
+    s = Stream()
+    s.change("c", {"id": 1}, after={"id": 1, "v": "old"})
+    proc.process(0, s.batch())
+    rerun_sink = copy.deepcopy(sink)  # for a re-run of batch 1: the sink before it
+    rt = _open_window(proc, "db.t", "w1", [{"id": i, "v": "snap"} for i in (1, 2, 3)], saved=False)
+    s.marker("w1", "LOW")
+    s.change("u", {"id": 1}, before={"id": 1, "v": "old"}, after={"id": 1, "v": "new"})
+    rt.reconciler.mark_staged("w1")
+    s.marker("w1", "HIGH")
+    batch1 = s.batch()
+    proc.process(1, batch1)
+    assert sink.state() == {(1,): {"id": 1, "v": "new"}}
+    assert rt.reconciler.is_ready("w1")
+
+    # the batch run again by a merger restarted after a kill -9 before its state save
+    rerun = BatchProcessor(PREFIX, StateStore(tmp_path / "state"), [rerun_sink], None, lambda topic: 2)
+    rerun.process(1, batch1)
+    assert rerun_sink.state() == sink.state()
+
+    proc.process(2, s.batch())  # the emission's tick brings a batch without records
+    assert sink.state() == {(1,): {"id": 1, "v": "new"}, (2,): {"id": 2, "v": "snap"}, (3,): {"id": 3, "v": "snap"}}
+    assert "w1" not in rt.reconciler.windows
 
 
 def test_window_rows_lose_to_changes_seen_after_low_and_carry_the_high_sequence(tmp_path):
