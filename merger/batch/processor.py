@@ -288,10 +288,9 @@ class BatchProcessor:
             self._expire_windows()
             crashpoints.reached("before_state_save")
             self.store.save_batch(batch_id, self._state())
-            for rt in self.tables.values():
-                rt.reconciler.mark_saved()
             now = time.time()
             for rt in self.tables.values():
+                rt.reconciler.mark_saved()
                 rt.verify_windows.commit(now)
             self._learn_record_sizes(rows)
             self._finish_batch(batch_id, len(rows), streamed_s)
