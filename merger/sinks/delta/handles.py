@@ -69,7 +69,18 @@ class DeltaHandles:
         # store's "operation timed out" after 400 characters of Parquet and S3 context
         lowered = one_line(str(exc), limit=None).lower()
         text = first_line(exc)
-        unreachable = ("timed out", "timeout", "connection", "unreachable", "dns", "503", "network", "sending request")
+        # "body error": the reply's body broke off mid-read (a store that hangs after its headers)
+        unreachable = (
+            "timed out",
+            "timeout",
+            "connection",
+            "unreachable",
+            "dns",
+            "503",
+            "network",
+            "sending request",
+            "body error",
+        )
         if any(w in lowered for w in unreachable):
             return SinkUnavailable(f"Delta storage for {path} is unreachable: {text}")
         if missing_data_file(lowered):
