@@ -183,6 +183,14 @@ class KafkaConfig(_Model):
         "(logs, metrics), before they stop with one line; 0 = no bound (as for the source: an outage "
         "loses nothing, the source's binlog retention is the real limit)",
     )
+    request_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        le=600,
+        description="how long one call to the broker may take before the broker counts as unreachable "
+        "(then retried, said in the logs and metrics; see outage_max_s): ingest's transaction calls and "
+        "flushes (default 30 s), the merger's metadata and offset requests (default 15 s)",
+    )
     sasl_password_env: str | None = Field(None, description="environment variable with sasl.password")
     sasl_password_file: str | None = Field(None, description="file holding sasl.password")
     ssl_key_password_env: str | None = Field(None, description="environment variable with ssl.key.password")

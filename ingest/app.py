@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 # how long a transaction open on the offsets partition (another producer's) is waited for
 # before ingest stops: the positions behind it cannot be read
 OFFSETS_WAIT_S = 15.0
+KAFKA_TIMEOUT_S = 30.0  # one transaction call or flush, unless kafka.request_timeout_s says
 # a lease transaction is short (one record): blocked this long, it is one a kill left open
 LEASE_BLOCK_S = 3.0
 _TRANSIENT_MYSQL = (pymysql.err.OperationalError, pymysql.err.InterfaceError, ConnectionError, OSError, EOFError)
@@ -107,6 +108,7 @@ class Ingest:
         self.source_key = json.dumps(source, separators=(",", ":")).encode()
         self.lease_name = lease_name(self.prefix, followed)
         self.kafka_conf = config.kafka.client_config()
+        self.kafka_timeout_s = config.kafka.request_timeout_s or KAFKA_TIMEOUT_S
         self.committed: ResumePoint | None = None
         self.position_on_kafka = False  # the broker holds a committed position of ours
         self.server_id = 0  # @@server_id of the server streamed from (checked at every connect)
@@ -209,7 +211,7 @@ class Ingest:
             pass
         for name in self.lease_names_on_partition():
             log.info("the offsets topic is blocked by an open transaction: fencing the lease producer %s", name)
-            TransactionalProducer(self.kafka_conf, lease_transactional_id(name)).discard()
+            TransactionalProducer(self.kafka_conf, lease_transactional_id(name), self.kafka_timeout_s).discard()
         try:
             return self._read_offsets(holder, OFFSETS_WAIT_S)
         except OffsetsBlocked as exc:
@@ -249,7 +251,9 @@ class Ingest:
         self.max_message_bytes = (
             self.config.kafka.max_message_bytes or topics.broker_max_message_bytes() or DEFAULT_MAX_MESSAGE_BYTES
         )
-        self.producer = TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
+        self.producer = TransactionalProducer(
+            self.kafka_conf, txn_id, self.kafka_timeout_s, max_message_bytes=self.max_message_bytes
+        )
         offsets = self.read_offsets_of(self)
         self._claim_lease(txn_id, Lease.from_json(offsets.lease) if offsets.lease else None)
         return offsets
@@ -293,7 +297,9 @@ class Ingest:
         # a discarded producer's handle may still be held by the failed call's frames (a
         # reference cycle through the exception): destroyed before the new one starts
         gc.collect()
-        return TransactionalProducer(self.kafka_conf, txn_id, max_message_bytes=self.max_message_bytes)
+        return TransactionalProducer(
+            self.kafka_conf, txn_id, self.kafka_timeout_s, max_message_bytes=self.max_message_bytes
+        )
 
     def retry_later(self, stop: threading.Event, what: str, kind: str) -> None:
         bound = self.config.kafka.outage_max_s
@@ -323,7 +329,9 @@ class Ingest:
         now_ms = int(time.time() * 1000)
         if held_by_another(held, identity, now_ms):
             raise IngestError(instance_running_message(self.lease_name, held, (now_ms - held.renewed_ms) / 1000))
-        self._lease_producer = TransactionalProducer(self.kafka_conf, lease_transactional_id(self.lease_name))
+        self._lease_producer = TransactionalProducer(
+            self.kafka_conf, lease_transactional_id(self.lease_name), self.kafka_timeout_s
+        )
         self._lease = Lease(identity, self.config.state_name, socket.gethostname(), os.getpid(), uuid.uuid4().hex, 0)
         self._renew_lease()
 
@@ -371,7 +379,7 @@ class Ingest:
         if lease is not None and lease.run != self._lease.run:
             raise IngestError(taken_over_message(self.lease_name, lease))
         gc.collect()  # the discarded one destroyed first (see _new_producer)
-        return TransactionalProducer(self.kafka_conf, lease_transactional_id(self.lease_name))
+        return TransactionalProducer(self.kafka_conf, lease_transactional_id(self.lease_name), self.kafka_timeout_s)
 
     def _newest_lease(self) -> Lease | None:
         """The lease of the instance that took over, if it is readable (for the message)."""

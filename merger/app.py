@@ -115,6 +115,8 @@ def source_options(config: MergerConfig, read_slots: int = 1) -> dict[str, str]:
         # an unreachable broker is waited for (no new batch, a line per attempt), this long at most
         "brokerOutageMaxS": str(config.kafka.outage_max_s),
     }
+    if config.kafka.request_timeout_s:
+        opts["probeTimeoutMs"] = str(int(config.kafka.request_timeout_s * 1000))
     if config.min_batch_gap_ms:
         opts["minBatchGapMs"] = str(config.min_batch_gap_ms)
         # the snapshot runner's watermarks are read at once, not held by the gap

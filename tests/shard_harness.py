@@ -20,6 +20,7 @@ from cdc import stack_shards
 from cdc.wire.topics import offsets_topic
 from merger.verify.sinks.delta import DeltaReader
 from merger.verify.sinks.postgres import PostgresReader
+from tests.ingest_harness import set_dotted
 from tests.merger_harness import write_merger_config
 
 TABLES = ("orders_0", "orders_1")  # the physical tables of every shard, routed into <db>.orders
@@ -86,8 +87,8 @@ def ingest_config(path: Path, stack, shards: dict, prefix: str, db: str, user: s
         "retry_max_s": 4,  # the tests' outages are short: reconnect within seconds of the end
         "shards": shard_list(shards, user),
         "routes": [{"match": rf"{db}\.orders_\d+", "to": f"{db}.orders"}],
-        **extra,
     }
+    set_dotted(cfg, extra)  # {"kafka.request_timeout_s": 6}: cfg["kafka"]["request_timeout_s"]
     path.write_text(yaml.safe_dump(cfg))
     return path
 

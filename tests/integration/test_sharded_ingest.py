@@ -31,7 +31,8 @@ from tests.shard_harness import TABLES, Writers, ingest_config, offsets_record, 
 
 pytestmark = pytest.mark.integration
 
-FREEZE_S = 35  # longer than the producer's flush waits (30 s): the open transaction is lost
+KAFKA_TIMEOUT_S = 6  # kafka.request_timeout_s: a producer's flush gives up after this
+FREEZE_S = 15  # longer than that: the open transaction is lost
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +233,15 @@ def test_a_shard_down_and_the_broker_frozen_lose_and_double_nothing(tmp_path, st
     db = f"sho_{unique_name}"
     prefix = f"sho{unique_name}"
     create_tables(shards, db)
-    config = ingest_config(tmp_path / "ingest.yaml", stack, shards, prefix, db, commit_every_ms=100)
+    config = ingest_config(
+        tmp_path / "ingest.yaml",
+        stack,
+        shards,
+        prefix,
+        db,
+        commit_every_ms=100,
+        **{"kafka.request_timeout_s": KAFKA_TIMEOUT_S},
+    )
     proc = IngestProcess(config, tmp_path / "ingest.log").start()
     writers = Writers(shards, db, outages=True)
     try:

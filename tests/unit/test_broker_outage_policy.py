@@ -56,3 +56,24 @@ def test_outage_counts_from_the_start_of_the_first_failed_attempt():
     o = BrokerOutage(0)
     assert "unreachable for 15s" in o.failed("timed out", 115.0, started=100.0)
     assert "unreachable for 30s" in o.failed("timed out", 130.0, started=116.0)
+
+
+def test_request_timeout_reaches_the_merger_source_and_ingest(tmp_path):
+    """`kafka.request_timeout_s` bounds the merger's probes (probeTimeoutMs) and ingest's
+    producer calls; unset, each keeps its own default (15 s, 30 s)."""
+    from cdc.config import IngestConfig, MergerConfig
+    from ingest.app import KAFKA_TIMEOUT_S
+    from merger.app import source_options
+
+    def merger(**kafka):
+        cfg = MergerConfig(topic_prefix="p", state_dir=str(tmp_path), kafka={"bootstrap_servers": "b:1", **kafka})
+        return SourceOptions.parse(source_options(cfg))
+
+    assert merger().probe_timeout_s == 15.0
+    assert merger(request_timeout_s=6).probe_timeout_s == 6.0
+    assert merger(request_timeout_s=0.5).probe_timeout_s == 0.5
+    mysql = {"host": "h", "user": "u"}
+    assert IngestConfig(topic_prefix="p", server_id=1, mysql=mysql).kafka.request_timeout_s is None
+    assert KAFKA_TIMEOUT_S == 30.0
+    with pytest.raises(ValueError, match="request_timeout_s"):
+        IngestConfig(topic_prefix="p", server_id=1, mysql=mysql, kafka={"request_timeout_s": 0})
