@@ -155,10 +155,10 @@ def test_switch_to_the_gtid_replica_under_load_and_kill9_ingest(pair, tmp_path, 
     try:
         wait_caught_up(via, unique_name, proc=ingest)
         load.start()
-        time.sleep(5)
+        time.sleep(3)
 
         _fail_over(load, primary, replica, proxy)  # ingest running: it reconnects by itself
-        time.sleep(5)
+        time.sleep(3)
         assert query_one(via, "SELECT @@server_id")[0] == 2
         point = wait_caught_up(via, unique_name, proc=ingest)
         assert (point.server_id, point.epoch) == (2, 1), point
@@ -168,7 +168,7 @@ def test_switch_to_the_gtid_replica_under_load_and_kill9_ingest(pair, tmp_path, 
         _fail_over(load, replica, primary, proxy)
         ingest.kill9()  # right after the switch
         ingest = IngestProcess(icfg, tmp_path / "ingest2.log").start()
-        time.sleep(6)
+        time.sleep(4)
         load.stop()
         assert load.statements > before + 50, (before, load.statements)  # writes went on on the new primary
         assert query_one(via, "SELECT @@server_id")[0] == 1

@@ -504,20 +504,20 @@ def test_postgres_sink_maps_a_stopped_server_to_sink_unavailable(stack, unique_n
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name):
-    """PostgreSQL is stopped (fast shutdown) for 15 s under CI (several retries at the
-    harness's retry_max_s of 4 s), 60 s otherwise, while
+    """PostgreSQL is stopped (fast shutdown) for 10 s under CI (retries at the harness's
+    retry_max_s of 4 s), 60 s otherwise, while
     changes stream. The merger keeps running, `cdc status --json` shows the tables blocked
     on the sink, and once PostgreSQL is back both sinks catch up, equal to the source."""
     db = f"fp_{unique_name}"
     rows = 20_000
-    down_s = 15 if IS_CI else 60
+    down_s = 10 if IS_CI else 60
     _create(stack, db, rows)
     p = Pipeline(stack, tmp_path, unique_name, db).start()
     work = Workload(stack, db, rows, seed=7)
     try:
         _wait_for(lambda: all(p.snapshot_finished(t) for t in TABLES), 300, "the snapshots to finish", p)
         work.start()
-        time.sleep(5)
+        time.sleep(3)
         _stop(stack, "postgres")
         down_at = time.monotonic()
         st = _wait_for(
@@ -541,7 +541,7 @@ def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name)
             p,
         )
         unblocked_after = time.monotonic() - up_at
-        time.sleep(3)
+        time.sleep(2)
         work.stop.set()
         work.join(60)
         assert work.error is None, work.error
@@ -566,15 +566,15 @@ def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name)
 @pytest.mark.soak
 @pytest.mark.timeout(int(max(30, SOAK_MINUTES * 2 + 20) * 60))
 def test_kill9_ingest_and_merger_repeatedly_during_snapshot_and_workload(stack, tmp_path, unique_name):
-    """Bounded under CI (1 minute of workload, 3 kills of each process: one every ~9 s, so
-    each process is killed again ~17 s after its last start, past the merger's ~8 s start); with
+    """Bounded under CI (45 s of workload, 2 kills of each process: one every ~9 s, so
+    each process is killed again ~18 s after its last start, past the merger's ~8 s start); with
     CDC_SOAK_MINUTES=<n> a soak of n minutes with a kill every ~45 s. A snapshot of `num`
     runs for most of the time (re-requested whenever one finishes), so kills land in
     snapshots and in streaming alike. At the end the sinks equal the source."""
     db = f"fk_{unique_name}"
     rows = 100_000
-    minutes = SOAK_MINUTES or 1.0
-    kills_each = 3 if not SOAK_MINUTES else max(3, int(minutes * 60 / 90))
+    minutes = SOAK_MINUTES or 0.75
+    kills_each = 2 if not SOAK_MINUTES else max(3, int(minutes * 60 / 90))
     _create(stack, db, rows)
     p = Pipeline(
         stack,

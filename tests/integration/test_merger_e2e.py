@@ -216,10 +216,10 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
                 done_at_kill = done
                 time.sleep(rnd.uniform(0, 1.5))
             else:  # later ones at random moments: start-up, streaming
-                time.sleep(rnd.uniform(4, 10))
+                time.sleep(rnd.uniform(3, 8))
             merger.kill9()
             merger.start()
-        time.sleep(5)
+        time.sleep(3)
         writer.stop.set()
         writer.join(30)
         assert writer.error is None, writer.error

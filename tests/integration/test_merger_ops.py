@@ -177,7 +177,7 @@ def test_snapshot_where_pause_resume_cancel_status_and_metrics(stack, tmp_path, 
         _wait(lambda: _table_status(mcfg, f"{db}.u").get("snapshot") == "paused", 60, "paused", merger)
         time.sleep(8)  # windows opened before the pause may still be emitted
         before = _table_status(mcfg, f"{db}.u")
-        time.sleep(8)
+        time.sleep(5)
         after = _table_status(mcfg, f"{db}.u")
         assert after["snapshot"] == "paused" and after["phase"] == "snapshotting"
         assert after["chunks_done"] == before["chunks_done"] < after["chunks_total"] == 16

@@ -66,10 +66,10 @@ def test_two_tables_of_one_server_into_one_logical_table(tmp_path, stack, unique
     merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
     writers = Writers(servers, db).start()
     try:
-        time.sleep(9)
+        time.sleep(6)
         merger.kill9()
         merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-        time.sleep(5)
+        time.sleep(3)
         writers.finish()
         assert not writers.errors, writers.errors
         rows = wait_equal(stack, servers, tmp_path, db, [ingest, merger], source=source_rows, sinks=sink_rows)

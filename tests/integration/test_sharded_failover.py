@@ -70,14 +70,14 @@ def test_one_shard_fails_over_to_its_replica_while_the_other_streams(tmp_path, s
     try:
         for load in loads:
             load.start()
-        time.sleep(10)
+        time.sleep(5)
         # shard1's failover: its writes paused, its replica caught up and promoted, the address moved
         loads[0].pause()
         caught_up(primary1, replica1)
         promote(replica1)
         proxy.switch(replica1.mariadb.port)
         loads[0].resume()
-        time.sleep(8)
+        time.sleep(5)
         for load in loads:
             load.stop()
         assert all(load.statements > 100 for load in loads), [load.statements for load in loads]

@@ -64,10 +64,10 @@ def test_three_shards_then_a_fourth_into_one_table_of_both_sinks(tmp_path, stack
         wait_for(lambda: any(p.get("done") for p in store.all_plans().values()), "a snapshot window done", 120, merger)
         ingest.kill9()
         ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
-        time.sleep(5)
+        time.sleep(3)
         merger.kill9()
         merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
-        time.sleep(8)
+        time.sleep(4)
     finally:
         writers.finish()
     assert not writers.errors, writers.errors
@@ -130,7 +130,7 @@ def test_three_shards_then_a_fourth_into_one_table_of_both_sinks(tmp_path, stack
         done = run_cli("snapshot", f"{db}.orders", "--shard", "shard4", "-c", str(merger_cfg), timeout=60)
         assert done.returncode == 0, done.stderr
         writers = Writers(shards, db, seed=10).start()
-        time.sleep(5)
+        time.sleep(3)
         writers.finish()
         assert not writers.errors, writers.errors
         wait_equal(stack, shards, tmp_path, db, [ingest, merger])

@@ -181,7 +181,7 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
     writer = KeyspaceWriter(shards, db).start()
     moved = range(0, 100)
     try:
-        time.sleep(10)
+        time.sleep(5)
         out = move(
             merger_cfg,
             "begin",
@@ -198,7 +198,7 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
         )
         assert "move 1 begun" in out, out
         writer.copy(moved, "shard1", "shard2")
-        time.sleep(6)  # the target follows the source's writes of the range
+        time.sleep(3)  # the target follows the source's writes of the range
         with writer.lock:  # the writes stopped: the switch, and kill -9 of both at it
             wrong = run_cli("shard", "move", "switch", "2", "-c", str(merger_cfg), timeout=60)
             assert wrong.returncode != 0 and "no move 2" in wrong.stdout + wrong.stderr
@@ -210,9 +210,9 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
             writer.switched(moved, "shard2")
         ingest = IngestProcess(ingest_cfg, tmp_path / "ingest.log").start()
         sql(shards["shard1"], f"DELETE FROM {db}.orders_0 WHERE id >= 0 AND id < 100")  # the cleanup
-        time.sleep(4)
+        time.sleep(2)
         merger = MergerProcess(merger_cfg, tmp_path / "merger.log").start()
-        time.sleep(8)
+        time.sleep(4)
         # shard2, which holds the range now, fails over to its replica: writes paused, the
         # replica caught up and promoted, the proxy moved
         with writer.lock:
@@ -221,7 +221,7 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
             proxy.switch(replica2.mariadb.port)
             writer.conns["shard2"].close()
             writer.conns["shard2"] = writer.connect("shard2")
-        time.sleep(5)
+        time.sleep(3)
         # the range moves on, from shard2 to shard3, half of it, with the processes up
         onward = range(0, 50)
         move(
@@ -243,12 +243,12 @@ def test_a_range_moved_between_shards_under_writes_and_kill9_ends_exactly_once(
         # own yet, and those that straddle the switch leave their rows to a later snapshot
         snap = run_cli("snapshot", f"{db}.orders", "-c", str(merger_cfg), timeout=60)
         assert snap.returncode == 0, snap.stdout + snap.stderr
-        time.sleep(4)
+        time.sleep(2)
         with writer.lock:
             assert "move 2 switched" in move(merger_cfg, "switch", "2")
             writer.switched(onward, "shard3")
         sql(shards["shard2"], f"DELETE FROM {db}.orders_0 WHERE id >= 0 AND id < 50")
-        time.sleep(6)
+        time.sleep(3)
     finally:
         writer.finish()
     assert not writer.errors, writer.errors

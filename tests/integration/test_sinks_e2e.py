@@ -285,7 +285,8 @@ def test_a_merger_with_a_new_state_dir_keeps_writing_existing_sink_tables(stack,
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
         "INSERT INTO t SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_300",
     )
-    ingest, merger = _start(stack, tmp_path, unique_name, db)
+    # a batch per trigger, triggers 0.1 s apart: many batches in a few seconds
+    ingest, merger = _start(stack, tmp_path, unique_name, db, trigger_interval_ms=100, min_batch_gap_ms=0)
     checker = SinkChecker(stack, tmp_path)
     try:
         checker.wait_equal(db, "t", proc=merger)
@@ -295,7 +296,7 @@ def test_a_merger_with_a_new_state_dir_keeps_writing_existing_sink_tables(stack,
             with conn.cursor() as cur:
                 for i in range(90):
                     cur.execute("UPDATE t SET n = n + 1 WHERE id = %s", (1 + i % 300,))
-                    time.sleep(0.35)
+                    time.sleep(0.15)
         finally:
             conn.close()
         checker.wait_equal(db, "t", proc=merger)

@@ -201,12 +201,12 @@ def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack,
         checker.wait_equal(db, "items", timeout_s=400, proc=merger)
         stack_spark.up(stack.state_dir, 2)  # worker1 again: the application gets an executor there
         with Writes(stack, db, 300_000) as writes:
-            time.sleep(8)
+            time.sleep(4)
             pid = stack_spark.worker_pid(cluster, "worker2")
             assert pid, "worker2 is not running"
             os.kill(pid, signal.SIGKILL)
             _wait_log(merger, "Lost executor", 2, 120)
-            time.sleep(5)
+            time.sleep(3)
         assert writes.count > 20
         checker.wait_equal(db, "items", timeout_s=400, proc=merger)
         assert merger.alive() and "Traceback" not in merger.log_text()
@@ -216,7 +216,7 @@ def test_workers_and_the_driver_killed_during_the_snapshot_and_the_stream(stack,
             time.sleep(3)
             merger.kill9()
             merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
-            time.sleep(5)
+            time.sleep(3)
         checker.wait_equal(db, "items", timeout_s=400, proc=merger)
     finally:
         merger.stop()
