@@ -334,6 +334,15 @@ class IngestConfig(_Model):
     topic_partitions: int = Field(3, ge=1, le=1000)
     topic_partitions_per_table: dict[str, int] = Field(default_factory=dict)
     heartbeat_interval_ms: int = Field(10_000, ge=0, description="0 disables heartbeats")
+    binlog_silence_s: float = Field(
+        20.0,
+        ge=3,
+        le=3600,
+        description="how long the binlog stream may carry nothing, not even the server's heartbeat (asked "
+        "for every second at most while the source is quiet), before ingest counts the connection lost "
+        "(a half-open connection, a server that hangs) and reads again from its position; a loaded "
+        "server or machine may delay its heartbeats by seconds",
+    )
     watermark_table: str = Field("cdc.cdc_watermarks", description="db.table of DBLog watermarks")
     commit_every_events: int = Field(
         20_000,

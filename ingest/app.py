@@ -501,6 +501,7 @@ class Ingest:
             self.config.server_id,
             self.committed.gtid_state,
             heartbeat_s,
+            silence_s=self.config.binlog_silence_s,
             on_connect=self._source_connected,
         )
 

@@ -148,7 +148,6 @@ _KNOWN_MAP = object()  # _lean_table_map: the same map as the one the reader alr
 
 
 _MAX_PACKET_LEN = 2**24 - 1
-SILENCE_MIN_S = 20.0  # a loaded server or machine may delay its heartbeats by seconds
 _R = "_BinLogStreamReader__"
 _CONNECTED_STREAM = _R + "connected_stream"
 _CONNECTED_CTL = _R + "connected_ctl"
@@ -562,22 +561,19 @@ class IngestBinLogStreamReader(BinLogStreamReader):
         return event
 
 
-def silence_timeout_s(heartbeat_s: float) -> float:
-    """How long the binlog stream may stay silent before it counts as lost."""
-    return max(SILENCE_MIN_S, 10 * heartbeat_s)
-
-
 def open_reader(
     connect_kwargs: dict,
     server_id: int,
     gtid_state: str,
     heartbeat_s: float = 1.0,
     *,
+    silence_s: float = 20.0,
     blocking: bool = True,
     on_connect=None,
 ) -> BinLogStreamReader:
     """A MariaDB binlog stream starting after ``gtid_state`` (blocking unless told);
-    ``on_connect(conn)`` runs on the stream's connection before the dump starts."""
+    ``on_connect(conn)`` runs on the stream's connection before the dump starts; nothing
+    for ``silence_s`` (heartbeats come every ``heartbeat_s``) ends the read with an error."""
     settings = {
         "host": connect_kwargs["host"],
         "port": connect_kwargs["port"],
@@ -587,7 +583,7 @@ def open_reader(
         # the server sends a heartbeat every ``heartbeat_s`` while quiet: silence far longer
         # than that is a dead connection (a half-open socket, a dump thread the server ended
         # without closing it), read again instead of waited on for ever
-        "read_timeout": silence_timeout_s(heartbeat_s),
+        "read_timeout": silence_s,
     }
     for tls in ("ssl", "ssl_disabled"):  # the TLS settings of MySQLConfig.connect_kwargs
         if tls in connect_kwargs:

@@ -261,11 +261,12 @@ def test_an_address_moved_under_an_open_stream_is_noticed_while_idle(pair, tmp_p
 def test_a_binlog_connection_gone_silent_is_read_again(pair, tmp_path, unique_name):
     """The binlog connection stays open but nothing comes through any more (a half-open
     connection after a network fault): the server's heartbeats stop arriving, so ingest
-    counts the stream lost and reads it again, on a new connection, from its position."""
+    counts the stream lost after `binlog_silence_s` (5 s here; 20 by default) and reads it
+    again, on a new connection, from its position."""
     primary, replica, proxy, via = pair
     db = f"fs_{unique_name}"
     _create_tables(via, db, 10)
-    cfg = write_config(via, tmp_path / "ingest.yaml", unique_name, [db])
+    cfg = write_config(via, tmp_path / "ingest.yaml", unique_name, [db], binlog_silence_s=5)
     ingest = IngestProcess(cfg, tmp_path / "ingest.log").start()
     try:
         wait_caught_up(via, unique_name, proc=ingest)

@@ -198,3 +198,20 @@ def test_a_sent_state_merges_per_domain_by_sequence():
     assert highest_gtid_state("0-1-5,1-3-9", "0-2-4") == "0-1-5,1-3-9"
     assert highest_gtid_state("0-1-5,1-3-9", "1-4-10") == "0-1-5,1-4-10"
     assert highest_gtid_state("1-4-10", "0-1-1,1-3-2") == "0-1-1,1-4-10"
+
+
+def test_a_binlog_stream_silent_for_binlog_silence_s_counts_as_lost():
+    """`binlog_silence_s` is the stream's read timeout: no event and no heartbeat for that
+    long ends the read (pymysql raises), and ingest reads again from its position."""
+    import pytest
+
+    from cdc.config import IngestConfig
+    from ingest.binlog import open_reader
+
+    mysql = {"host": "db", "user": "u"}
+    assert IngestConfig(mysql=mysql).binlog_silence_s == 20.0
+    with pytest.raises(ValueError, match="binlog_silence_s"):
+        IngestConfig(mysql=mysql, binlog_silence_s=1)  # below three heartbeats
+    kw = {"host": "db", "port": 3306, "user": "u", "password": "p"}
+    reader = open_reader(kw, 1234, "0-1-1", 1.0, silence_s=7.5, blocking=False)
+    assert reader._BinLogStreamReader__connection_settings["read_timeout"] == 7.5
