@@ -65,7 +65,7 @@ def delta_store(s3_store):
 
 
 # the model tests of tests/unit/test_sinks.py, fewer examples: each step is a few HTTP requests
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEP, min_size=1, max_size=10))
 def test_delta_on_s3_matches_model(delta_store, steps):
     run_model(delta_store.sink(), steps)
