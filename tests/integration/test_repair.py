@@ -20,7 +20,16 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from tests.merger_harness import SinkChecker, Workload, pg_conn, root_conn, run_cdc
+from tests.ingest_harness import IngestProcess, write_config
+from tests.merger_harness import (
+    MergerProcess,
+    SinkChecker,
+    Workload,
+    pg_conn,
+    root_conn,
+    run_cdc,
+    write_merger_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -118,11 +127,8 @@ def _delete_a_delta_file(path: Path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, unique_name, pipeline):
-    """On the shared pipeline: its merger snapshots the new tables and streams their changes;
-    the Delta file deleted below pauses only this test's table until `cdc repair`."""
-    db = pipeline.database(f"rep_{unique_name}")
-    mcfg, merger, work, mark = pipeline.merger_config, pipeline.merger, pipeline.work, pipeline.mark()
+def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, tmp_path, unique_name):
+    db = f"rep_{unique_name}"
     conn = root_conn(stack)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
@@ -137,7 +143,13 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, unique_name,
             "PRIMARY KEY (region, code))"
         )
         cur.executemany("INSERT INTO pairs VALUES (%s, %s, %s)", [(r, c, i) for i, (r, c) in enumerate(PAIRS)])
-    checker = SinkChecker(stack, work)
+    icfg = write_config(stack, tmp_path / "ingest.yaml", unique_name, [db, "cdc"], topic_partitions=2)
+    mcfg = write_merger_config(
+        stack, tmp_path / "merger.yaml", unique_name, [db], tmp_path, **{"snapshot.chunk_size": 2000}
+    )
+    ingest = IngestProcess(icfg, tmp_path / "ingest.log").start()
+    merger = MergerProcess(mcfg, tmp_path / "merger.log").start()
+    checker = SinkChecker(stack, tmp_path)
     workload = Workload(stack, db, item_change, rate=150, seed=7)
     log = []
     started = time.monotonic()
@@ -150,16 +162,18 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, unique_name,
         rnd = random.Random(11)
         odd = list(range(1, ROWS + 1, 2))  # the workload never writes them
         pg_damage = _damage_postgres(stack, db, rnd, odd)
-        delta_damage = _damage_delta(work / "delta" / db / "items", rnd, odd)
-        print(f"damage: {json.dumps({'postgres': pg_damage, 'delta': delta_damage})}")
+        delta_damage = _damage_delta(tmp_path / "delta" / db / "items", rnd, odd)
+        (tmp_path / "damage.json").write_text(json.dumps({"postgres": pg_damage, "delta": delta_damage}))
         damaged = set(sum(pg_damage.values(), []) + sum(delta_damage.values(), []))
         untouched = [k for k in odd if k not in damaged][::37]
         seqs_before = _pg_seqs(stack, db, untouched)
 
         res = run_cdc("verify", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs")
+        (tmp_path / "verify_before.json").write_text(res.stdout + res.stderr)
         assert res.returncode == 1, res.stdout + res.stderr  # the damage is seen
         log.append(("verified", time.monotonic() - started))
         res = run_cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", f"{db}.pairs", timeout=600)
+        (tmp_path / "repair.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr  # 1: a row the workload changed meanwhile
         repairs = {r["table"]: r for r in json.loads(res.stdout)["repairs"]}
         log.append(("repaired", time.monotonic() - started))
@@ -180,8 +194,9 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, unique_name,
 
         # a data file of the Delta table deleted from storage: the merger pauses the table
         # when a write meets it; `cdc repair` removes it from the log and reads its rows again
-        lost = _delete_a_delta_file(work / "delta" / db / "items")
+        lost = _delete_a_delta_file(tmp_path / "delta" / db / "items")
         res = run_cdc("repair", "-c", str(mcfg), "--json", f"{db}.items", timeout=600)
+        (tmp_path / "repair_file.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr
         (items,) = json.loads(res.stdout)["repairs"]
         log.append(("lost file repaired", time.monotonic() - started))
@@ -196,6 +211,7 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, unique_name,
         res = run_cdc(
             "repair", "-c", str(mcfg), "--json", f"{db}.items", "--where", "id BETWEEN -30 AND 121", timeout=600
         )
+        (tmp_path / "repair_where.json").write_text(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res.stdout + res.stderr
         (items,) = json.loads(res.stdout)["repairs"]
         log.append(("--where repaired", time.monotonic() - started))
@@ -206,9 +222,11 @@ def test_repair_mends_damage_in_both_sinks_while_writes_flow(stack, unique_name,
         for table in ("items", "pairs"):
             checker.wait_equal(db, table, timeout_s=240, proc=merger)
         log.append(("done", time.monotonic() - started))
-        assert merger.alive() and "Traceback" not in pipeline.merger_log_since(mark)
+        assert merger.alive() and "Traceback" not in merger.log_text()
     finally:
         workload.stop_event.set()
+        merger.stop()
+        ingest.stop()
         checker.close()
         conn.close()
         print(f"timings: {[(what, round(t, 1)) for what, t in log]}")
