@@ -271,10 +271,13 @@ def test_a_binlog_connection_gone_silent_is_read_again(pair, tmp_path, unique_na
     try:
         wait_caught_up(via, unique_name, proc=ingest)
         proxy.silence()
+        silenced_at = time.monotonic()
         with root(primary).cursor() as cur:
             for i in range(5):
                 cur.execute(f"INSERT INTO {db}.b VALUES (%s, 'after', 0)", (400 + i,))
         point = wait_caught_up(via, unique_name, timeout_s=90, proc=ingest)
+        # read again after binlog_silence_s, not the default 20 s: the setting reaches the stream
+        assert time.monotonic() - silenced_at < 15, time.monotonic() - silenced_at
         assert point.server_id == query_one(primary, "SELECT @@server_id")[0]
         records, _ = read_records(via.kafka.bootstrap, [f"{unique_name}.{db}.b"])
         after = {k: v for k, v in rebuild(records, ["id"]).items() if k[0] >= 400}
