@@ -17,25 +17,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from merger.history.arrow_keys import same_keys_by_arrow_and_python
 from merger.history.change import DELETE, UPSERTS
 
 OPS = tuple(sorted(UPSERTS | {DELETE}))  # the ops such a batch may hold
-
-
-def same_keys_by_arrow_and_python(t: pa.DataType) -> bool:
-    """Whether two values of type ``t`` are one key for Arrow's grouping exactly when they
-    are equal in Python (what ``apply_changes`` groups by). Not floats: 0.0 and -0.0 are one
-    key in Python, two for a hash of their bits."""
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_date(t)
-        or pa.types.is_boolean(t)
-    )
 
 
 def only_opens(keys: pa.Table, ops: pa.ChunkedArray | pa.Array, sequences: pa.ChunkedArray | pa.Array) -> bool:

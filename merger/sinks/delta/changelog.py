@@ -26,7 +26,7 @@ Why an append after reading ``max(__seq)`` of the batch's keys, and not an inser
 MERGE on ``(keys, __seq)``: the rule needs each key's last sequence anyway (a change
 below it that the log lacks is dropped too; a MERGE on ``(keys, __seq)`` would append
 it); the read is of the key and ``__seq`` columns of the rows since the batch's lowest
-sequence only (none while the merger streams new changes: ``_last_sequences``); and an
+sequence only (none while the merger streams new changes: ``_held_sequences``); and an
 append never rewrites a file, while a MERGE plans a join
 over the log and rewrites every file it matches (copy-on-write; the plan alone was a
 quarter of the merger's time with many small tables, issue 23). The atomicity is the
@@ -65,6 +65,7 @@ from merger.history.changelog import (
     LOG_VERSION,
     appended_rows,
 )
+from merger.history.changelog_fresh import fresh_mask
 from merger.history.modes import COMMIT_US, ChangelogMode
 from merger.sinks.base import (
     DELETE_OP,
@@ -151,7 +152,7 @@ class DeltaChangelogs:
         if not src.num_rows:
             return None
         src = cast_columns(src, {c: m.columns[c] for c in src.column_names if c in m.columns})
-        fresh = src.filter(_fresh(src, self._last_sequences(m, src), m.keys))
+        fresh = src.filter(_fresh(src, self._held_sequences(m, src), m.keys))
         if not fresh.num_rows:
             return None
         fresh = fresh.take(pc.sort_indices(fresh, sort_keys=[(SEQ, "ascending")]))
@@ -175,25 +176,17 @@ class DeltaChangelogs:
             out.append(col.cast(f.type) if col.type != f.type else col)
         return pa.Table.from_arrays(out, schema=delta_arrow_schema(m.dt))
 
-    def _last_sequences(self, m: HistoryTable, src: pa.Table) -> dict[tuple, int]:
-        """``max(__seq)`` per key of the batch's keys, among the log's rows at or above the
-        batch's lowest sequence: a key's last sequence below it drops none of the batch's
-        changes, so older rows need not be read. The log's statistics of ``__seq`` (int64)
-        are exact: files wholly older than the batch are not opened, which is every file
-        while the merger streams new changes; a replayed suffix reads the files since it.
-        Truncate rows have no key: never among them."""
+    def _held_sequences(self, m: HistoryTable, src: pa.Table) -> pa.Table | None:
+        """The key columns and ``__seq`` of the log's rows at or above the batch's lowest
+        sequence (None: the log has no row): a key's last sequence below it drops none of
+        the batch's changes, so older rows need not be read. The log's statistics of
+        ``__seq`` (int64) are exact: files wholly older than the batch are not opened, which
+        is every file while the merger streams new changes; a replayed suffix reads the
+        files since it. Truncate rows have no key: they count for none."""
         if not m.dt.file_uris():
-            return {}
+            return None
         lowest = pc.min(src[SEQ]).as_py()
-        held = m.dt.to_pyarrow_dataset().to_table(columns=[*m.keys, LOG_SEQ], filter=ds.field(LOG_SEQ) >= lowest)
-        if not held.num_rows:
-            return {}
-        last: dict[tuple, int] = {}
-        for row in held.to_pylist():
-            key = tuple(row[k] for k in m.keys)
-            if None not in key and row[LOG_SEQ] > last.get(key, -1):
-                last[key] = row[LOG_SEQ]
-        return last
+        return m.dt.to_pyarrow_dataset().to_table(columns=[*m.keys, LOG_SEQ], filter=ds.field(LOG_SEQ) >= lowest)
 
     def truncate(self, table: TableId, version: int, cut: TableCut | None, origin: tuple[str, str] | None) -> bool:
         """A ``t`` row (``origin``: (column, value) of the rows it empties)."""
@@ -255,11 +248,30 @@ def _highest_sequence(dt: DeltaTable) -> int | None:
     return pc.max(seqs).as_py() if len(seqs) else None
 
 
-def _fresh(src: pa.Table, last: dict[tuple, int], keys: list[str]) -> pa.Array:
-    """Which changes the log takes, by the rule of ``merger.history.changelog`` itself
-    (``appended_rows``): above their key's last sequence, the first of an equal (key,
-    sequence) in the batch. Only keys and sequences go through it (a Python object per
-    change: measured ~1 s per 1M changes), the values stay in Arrow."""
+def _fresh(src: pa.Table, held: pa.Table | None, keys: list[str]) -> pa.Array:
+    """Which changes the log takes, by the rule of ``merger.history.changelog``
+    (``appended_rows``): above their key's last sequence in ``held``, the first of an equal
+    (key, sequence) in the batch. Over Arrow columns (``changelog_fresh``) where that judges
+    keys as Python does; else walked, only keys and sequences as Python objects."""
+    mask = fresh_mask(src.select(keys), src[SEQ], held, LOG_SEQ)
+    if mask is not None:
+        return mask
+    return _walked(src, _last_sequences(held, keys), keys)
+
+
+def _last_sequences(held: pa.Table | None, keys: list[str]) -> dict[tuple, int]:
+    """``max(__seq)`` per key of ``held`` (a truncate row, without a key, is none)."""
+    last: dict[tuple, int] = {}
+    for row in held.to_pylist() if held is not None else ():
+        key = tuple(row[k] for k in keys)
+        if None not in key and row[LOG_SEQ] > last.get(key, -1):
+            last[key] = row[LOG_SEQ]
+    return last
+
+
+def _walked(src: pa.Table, last: dict[tuple, int], keys: list[str]) -> pa.Array:
+    """``_fresh`` by ``appended_rows`` itself, a Python object per change (measured ~1 s
+    per 1M changes), the values kept in Arrow."""
     key_cols = [src[k].to_pylist() for k in keys]
     ops, seqs = src[OP].to_pylist(), src[SEQ].to_pylist()
     first: dict[tuple, int] = {}  # (key, sequence) -> its first row: the one the rule keeps
