@@ -25,6 +25,7 @@ MUTMUT=$ROOT/.venv/bin/mutmut
 # the mutant's function name; empty: all)
 MODULES=(
   "changelog|merger/history/changelog.py|tests/unit/test_history_changelog.py|"
+  "changelog_fresh|merger/history/changelog_fresh.py|tests/unit/test_changelog_fresh.py|"
   "change|merger/history/change.py|tests/unit/test_history_change.py tests/unit/test_history_changelog.py|"
   "batch_order|merger/batch/order.py|tests/unit/test_batch_order.py|"
   "position|cdc/wire/position.py|tests/unit/test_position_filters.py tests/unit/test_shard_positions.py tests/unit/test_replay_filter.py|"

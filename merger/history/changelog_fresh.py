@@ -29,21 +29,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from merger.history.arrow_keys import same_keys_by_arrow_and_python
+from merger.history.changelog import LOG_SEQ
 
 # the columns of the tables built here (the keys by position: no name of the user's meets them)
 SEQ, ROW, LAST = "seq", "row", "last"
 
 
 def fresh_mask(
-    keys: pa.Table, sequences: pa.ChunkedArray | pa.Array, held: pa.Table | None = None, held_sequence: str = ""
+    keys: pa.Table, sequences: pa.ChunkedArray | pa.Array, held: pa.Table | None = None, held_sequence: str = LOG_SEQ
 ) -> pa.Array | None:
     """Which of a batch's changes the log appends, as a boolean array in the batch's order.
     ``keys``: the changes' key columns; ``sequences``: theirs (int); ``held``: rows of the
-    log (the same key columns and ``held_sequence``) that may hold a key's last sequence, a
+    log (the same key columns and ``held_sequence``, the log's ``__seq``) that may hold a key's last sequence, a
     row with a null key counting for none (a truncate's); None: the batch is left to the
     walk."""
     n = keys.num_rows
-    if len(sequences) != n or not pa.types.is_integer(sequences.type) or sequences.null_count:
+    if len(sequences) != n:
+        raise ValueError(f"{len(sequences)} sequences for {n} changes")
+    if not pa.types.is_integer(sequences.type) or sequences.null_count:
         return None
     if not all(same_keys_by_arrow_and_python(f.type) for f in keys.schema):
         return None
@@ -55,7 +58,7 @@ def fresh_mask(
     )
     firsts = rows.group_by([*names, SEQ], use_threads=False).aggregate([(ROW, "min")])[f"{ROW}_min"]
     if held is None or not held.num_rows:
-        return _array(pc.is_in(rows[ROW], value_set=firsts))
+        return pc.is_in(rows[ROW], value_set=firsts).combine_chunks()
     # the log's key columns in the batch's types (a file may hold string_view): one join
     # key; a null (a truncate row's) joins no change of the batch
     log = pa.table(
@@ -68,10 +71,4 @@ def fresh_mask(
     last = pa.table({**{name: last[name] for name in names}, LAST: last[f"{LAST}_max"]})
     joined = rows.join(last, keys=names, join_type="left outer", use_threads=False).sort_by(ROW)
     above = pc.greater(joined[SEQ], pc.fill_null(joined[LAST], -1))
-    return _array(pc.and_(pc.is_in(joined[ROW], value_set=firsts), above))
-
-
-def _array(mask: pa.ChunkedArray | pa.Array) -> pa.Array:
-    if isinstance(mask, pa.ChunkedArray):
-        return mask.combine_chunks() if mask.num_chunks else pa.array([], pa.bool_())
-    return mask
+    return pc.and_(pc.is_in(joined[ROW], value_set=firsts), above).combine_chunks()

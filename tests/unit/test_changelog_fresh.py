@@ -27,7 +27,7 @@ KEY_KINDS = {
     "bool": (pa.bool_(), st.booleans()),
     "float": (pa.float64(), st.sampled_from([0.0, -0.0, 1.5])),  # left to the walk: 0.0 == -0.0 in Python
 }
-HELD_SEQ = "__seq"
+HELD_SEQ = "__seq"  # the log's column, fresh_mask's default
 
 
 @st.composite
@@ -84,7 +84,7 @@ def test_the_changes_it_marks_are_the_ones_the_model_appends(case):
         event("left to the walk")
         return
     event("marked over columns" + (" against a log" if held is not None and held.num_rows else ""))
-    assert mask.type == pa.bool_() and mask.null_count == 0
+    assert isinstance(mask, pa.Array) and mask.type == pa.bool_() and mask.null_count == 0
     assert mask.to_pylist() == model(names, batch, seqs, ops, held)
 
 
@@ -95,7 +95,15 @@ def test_a_replay_below_the_log_and_a_repeat_in_the_batch_are_not_appended():
     assert fresh_mask(batch, seqs).to_pylist() == [True, False, True, True, True]
     # key 1 above its 4 once; key 2 at its 6 a replay, 7 above; key 3 at its 1 a replay;
     # the truncate row (null key, 9) counts for no key
-    assert fresh_mask(batch, seqs, held, HELD_SEQ).to_pylist() == [True, False, False, False, True]
+    assert fresh_mask(batch, seqs, held).to_pylist() == [True, False, False, False, True]
+    renamed = held.rename_columns(["id", "s"])
+    assert fresh_mask(batch, seqs, renamed, "s").to_pylist() == [True, False, False, False, True]
+    assert fresh_mask(batch.slice(0, 0), seqs.slice(0, 0), held).to_pylist() == []
+
+
+def test_a_sequence_per_change_or_an_error():
+    with pytest.raises(ValueError, match="2 sequences for 1 changes"):
+        fresh_mask(pa.table({"id": pa.array([1], pa.int64())}), pa.array([1, 2], pa.int64()))
 
 
 @pytest.mark.parametrize(
@@ -104,9 +112,10 @@ def test_a_replay_below_the_log_and_a_repeat_in_the_batch_are_not_appended():
         (pa.table({"f": pa.array([0.0, -0.0], pa.float64())}), pa.array([1, 2], pa.int64())),
         (pa.table({"id": pa.array([1], pa.int64())}), pa.array([-1], pa.int64())),
         (pa.table({"id": pa.array([1], pa.int64())}), pa.array([None], pa.int64())),
+        (pa.table({"id": pa.array([1], pa.int64())}), pa.array(["1"], pa.string())),
         (pa.table({"t": pa.array([0], pa.timestamp("us"))}), pa.array([1], pa.int64())),
     ],
-    ids=["float key", "negative sequence", "null sequence", "timestamp key"],
+    ids=["float key", "negative sequence", "null sequence", "text sequence", "timestamp key"],
 )
 def test_what_it_cannot_judge_as_the_walk_does_is_left_to_the_walk(keys, seqs):
     assert fresh_mask(keys, seqs) is None

@@ -253,7 +253,7 @@ def _fresh(src: pa.Table, held: pa.Table | None, keys: list[str]) -> pa.Array:
     (``appended_rows``): above their key's last sequence in ``held``, the first of an equal
     (key, sequence) in the batch. Over Arrow columns (``changelog_fresh``) where that judges
     keys as Python does; else walked, only keys and sequences as Python objects."""
-    mask = fresh_mask(src.select(keys), src[SEQ], held, LOG_SEQ)
+    mask = fresh_mask(src.select(keys), src[SEQ], held)
     if mask is not None:
         return mask
     return _walked(src, _last_sequences(held, keys), keys)
