@@ -211,7 +211,7 @@ class Ingest:
             pass
         for name in self.lease_names_on_partition():
             log.info("the offsets topic is blocked by an open transaction: fencing the lease producer %s", name)
-            TransactionalProducer(self.kafka_conf, lease_transactional_id(name), self.kafka_timeout_s).discard()
+            self._producer(lease_transactional_id(name)).discard()
         try:
             return self._read_offsets(holder, OFFSETS_WAIT_S)
         except OffsetsBlocked as exc:
@@ -251,9 +251,7 @@ class Ingest:
         self.max_message_bytes = (
             self.config.kafka.max_message_bytes or topics.broker_max_message_bytes() or DEFAULT_MAX_MESSAGE_BYTES
         )
-        self.producer = TransactionalProducer(
-            self.kafka_conf, txn_id, self.kafka_timeout_s, max_message_bytes=self.max_message_bytes
-        )
+        self.producer = self._producer(txn_id, self.max_message_bytes)
         offsets = self.read_offsets_of(self)
         self._claim_lease(txn_id, Lease.from_json(offsets.lease) if offsets.lease else None)
         return offsets
@@ -297,9 +295,14 @@ class Ingest:
         # a discarded producer's handle may still be held by the failed call's frames (a
         # reference cycle through the exception): destroyed before the new one starts
         gc.collect()
-        return TransactionalProducer(
-            self.kafka_conf, txn_id, self.kafka_timeout_s, max_message_bytes=self.max_message_bytes
-        )
+        return self._producer(txn_id, self.max_message_bytes)
+
+    def _producer(
+        self, transactional_id: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ) -> TransactionalProducer:
+        """A transactional producer on this ingest's broker settings (``kafka.*``, the request
+        timeout): the records' and the lease's."""
+        return TransactionalProducer(self.kafka_conf, transactional_id, self.kafka_timeout_s, max_message_bytes)
 
     def retry_later(self, stop: threading.Event, what: str, kind: str) -> None:
         bound = self.config.kafka.outage_max_s
@@ -329,9 +332,7 @@ class Ingest:
         now_ms = int(time.time() * 1000)
         if held_by_another(held, identity, now_ms):
             raise IngestError(instance_running_message(self.lease_name, held, (now_ms - held.renewed_ms) / 1000))
-        self._lease_producer = TransactionalProducer(
-            self.kafka_conf, lease_transactional_id(self.lease_name), self.kafka_timeout_s
-        )
+        self._lease_producer = self._producer(lease_transactional_id(self.lease_name))
         self._lease = Lease(identity, self.config.state_name, socket.gethostname(), os.getpid(), uuid.uuid4().hex, 0)
         self._renew_lease()
 
@@ -379,7 +380,7 @@ class Ingest:
         if lease is not None and lease.run != self._lease.run:
             raise IngestError(taken_over_message(self.lease_name, lease))
         gc.collect()  # the discarded one destroyed first (see _new_producer)
-        return TransactionalProducer(self.kafka_conf, lease_transactional_id(self.lease_name), self.kafka_timeout_s)
+        return self._producer(lease_transactional_id(self.lease_name))
 
     def _newest_lease(self) -> Lease | None:
         """The lease of the instance that took over, if it is readable (for the message)."""
