@@ -40,9 +40,9 @@ def fresh_mask(
 ) -> pa.Array | None:
     """Which of a batch's changes the log appends, as a boolean array in the batch's order.
     ``keys``: the changes' key columns; ``sequences``: theirs (int); ``held``: rows of the
-    log (the same key columns and ``held_sequence``, the log's ``__seq``) that may hold a key's last sequence, a
-    row with a null key counting for none (a truncate's); None: the batch is left to the
-    walk."""
+    log that may hold a key's last sequence (the same key columns and ``held_sequence``, the
+    log's ``__seq``), a row with a null key counting for none (a truncate's). None: the
+    batch is left to the walk."""
     n = keys.num_rows
     if len(sequences) != n:
         raise ValueError(f"{len(sequences)} sequences for {n} changes")
