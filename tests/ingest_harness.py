@@ -22,7 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_resume_point(client_config: dict, topic: str, source_key: bytes, **kwargs) -> ResumePoint | None:
-    """The last committed position for ``source_key`` on ingest's offsets topic, or None."""
+    """The last committed position for ``source_key`` on ingest's offsets topic, or None.
+
+    A transaction open on the topic hides every committed position on the local broker (its
+    read_committed end is 0 meanwhile): a running ingest's next commit closes it, one that a
+    takeover fenced may stay open longer, so the read waits up to 30 s for it by default."""
+    kwargs.setdefault("wait_s", 30.0)
     return read_offsets(client_config, topic, source_key, **kwargs).point
 
 
