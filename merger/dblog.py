@@ -39,6 +39,29 @@ Rules, per window:
   can't be reconciled (LOW was lost, or the window was opened after LOW was written);
   such a window is reported by ``expired`` at once, with ``Window.problem`` saying why.
 
+Watermarks without writes: the source's own positions
+------------------------------------------------------
+Where the merger may not write to the source, a window's watermarks are positions read
+from the server instead (``open_positional_window``; ``Positions``): LOW, read after the
+window opened and before the chunk SELECT, and HIGH, read after it, as sequences (the
+sequence of the next binlog position at the time of the read). Nothing is written, so no
+marker comes through the stream; instead:
+
+* LOW: every event read after the window opened marks its key seen, in every partition
+  (as if a LOW marker were at each partition's read point then). The events read before
+  it must all lie below LOW, or the SELECT may not reflect them: a source behind what the
+  merger had already read (a lagging replica) makes the window a ``problem`` at once
+  (``position_low``), read again later with new positions.
+* HIGH: the window's rows carry the sequence ``HIGH - 1``, below every change not
+  reflected by the SELECT (those lie at or after HIGH, or were read after the window
+  opened and are seen). The window is ready once every partition has been read through
+  ``HIGH - 1`` (``on_read_through``: the caller knows it from the producer's committed
+  position and the partitions' ends; a partition of a quiet table is read through
+  whatever the producer committed). A HIGH already behind what was read (a lagging
+  replica) is ready at once: the keys changed since LOW were read after the window opened.
+
+Everything else (truncates, expiry, emission, saved state) is the marker rule's.
+
 The sequence rule (see docs/architecture.md, "Sequences" and "Idempotence")
 ---------------------------------------------------------------------------
 Every change the merger applies carries an integer *sequence* that orders all changes
@@ -126,6 +149,16 @@ DELETED = _Deleted()
 
 
 @dataclass
+class Positions:
+    """A positional window's watermarks (sequences of positions read from the source)."""
+
+    # the highest sequence read in any partition when the window opened (-1: none)
+    read_at_open: int
+    low: int | None = None  # LOW: the source's next position before the SELECT
+    high: int | None = None  # HIGH: the source's next position after it; rows at high - 1
+
+
+@dataclass
 class Window:
     """State of one open snapshot window. Read it; change it only through Reconciler."""
 
@@ -146,6 +179,8 @@ class Window:
     # in a state the merger saved (``Reconciler.mark_saved``, or restored from one): a batch
     # re-run after a crash restores it. Not saved itself, nor compared.
     saved: bool = field(default=False, compare=False)
+    # watermarks read from the source's positions instead of markers (None: marker window)
+    positions: Positions | None = None
 
 
 class Reconciler:
@@ -156,6 +191,9 @@ class Reconciler:
             raise ValueError(f"num_partitions must be a positive int, got {num_partitions!r}")
         self.num_partitions = num_partitions
         self.last_offsets: dict[int, int] = {}  # partition -> last processed sequence ("offset")
+        # partition -> a sequence through which it has been read (``on_read_through``); not
+        # saved: the reader tells it again after a restart
+        self.read_through: dict[int, int] = {}
         self.windows: dict[str, Window] = {}
 
     # -- windows ------------------------------------------------------------------
@@ -169,6 +207,74 @@ class Reconciler:
         window = Window(window_id, tuple(chunk_ids), opened_at)
         self.windows[window_id] = window
         return window
+
+    def open_positional_window(self, window_id: str, chunk_ids: Iterable[str], opened_at: float) -> Window:
+        """Start tracking a window whose watermarks are the source's positions (no marker
+        comes): every event read from now on marks its key seen. Call (and persist) before
+        reading LOW from the source."""
+        window = self.open_window(window_id, chunk_ids, opened_at)
+        window.low = {p: self.last_offsets.get(p, -1) for p in range(self.num_partitions)}
+        window.positions = Positions(read_at_open=max(self.last_offsets.values(), default=-1))
+        return window
+
+    def position_low(self, window_id: str, low: int) -> None:
+        """LOW of a positional window: the sequence of the source's next position, read
+        before the SELECT. A LOW not above everything read before the window opened is a
+        ``problem`` (the source is behind the stream: the SELECT may miss changes already
+        read, whose keys were not seen)."""
+        window, positions = self._positional(window_id)
+        if not isinstance(low, int) or low < 0:
+            raise ValueError(f"LOW must be a non-negative int, got {low!r}")
+        if positions.low is not None:
+            raise ValueError(f"window {window_id!r} already has its LOW position")
+        positions.low = low
+        if positions.read_at_open >= low and window.problem is None:
+            window.problem = (
+                f"the source's position (sequence {low}) is behind what the merger had read "
+                f"(sequence {positions.read_at_open}): a lagging source; read again later"
+            )
+            window.seen.clear()
+
+    def position_high(self, window_id: str, high: int, time_us: int | None = None) -> None:
+        """HIGH of a positional window: the sequence of the source's next position, read
+        after the SELECT (``time_us``: the source's time then, for history tables). Its rows
+        are emitted at ``high - 1`` once every partition is read through that."""
+        window, positions = self._positional(window_id)
+        if positions.low is None:
+            raise ValueError(f"window {window_id!r} has no LOW position")
+        if not isinstance(high, int) or high < positions.low:
+            raise ValueError(f"HIGH must be an int not below LOW ({positions.low}), got {high!r}")
+        if positions.high is not None:
+            raise ValueError(f"window {window_id!r} already has its HIGH position")
+        positions.high = high
+        window.high_time_us = time_us
+        if window.problem is None:
+            for partition, through in self.read_through.items():
+                if through >= high - 1:
+                    window.high[partition] = high - 1
+
+    def on_read_through(self, partition: int, sequence: int) -> None:
+        """``partition`` holds no unread record with a sequence at or below ``sequence``:
+        positional windows whose HIGH it passes have their HIGH in it."""
+        if not isinstance(partition, int) or not 0 <= partition < self.num_partitions:
+            raise ValueError(f"partition {partition!r} is outside 0..{self.num_partitions - 1}")
+        if not isinstance(sequence, int):
+            raise ValueError(f"sequence must be an int, got {sequence!r}")
+        if sequence <= self.read_through.get(partition, -1):
+            return
+        self.read_through[partition] = sequence
+        for window in self.windows.values():
+            positions = window.positions
+            if positions is None or positions.high is None or window.problem is not None:
+                continue
+            if sequence >= positions.high - 1:
+                window.high.setdefault(partition, positions.high - 1)
+
+    def _positional(self, window_id: str) -> tuple[Window, Positions]:
+        window = self.window(window_id)
+        if window.positions is None:
+            raise ValueError(f"window {window_id!r} has watermark markers, not positions")
+        return window, window.positions
 
     def window(self, window_id: str) -> Window:
         try:
@@ -360,6 +466,7 @@ class Reconciler:
                 cutover=wd.get("cutover", {}),
                 high_time_us=wd.get("high_time_us"),
                 saved=True,
+                positions=Positions(**wd["positions"]) if "positions" in wd else None,
             )
             rec.windows[w.window_id] = w
         return rec
@@ -383,6 +490,8 @@ def _window_to_dict(w: Window) -> dict:
         out["cutover"] = w.cutover
     if w.high_time_us is not None:
         out["high_time_us"] = w.high_time_us
+    if w.positions is not None:  # only positional windows: the others' state stays as it was
+        out["positions"] = {"read_at_open": w.positions.read_at_open, "low": w.positions.low, "high": w.positions.high}
     return out
 
 

@@ -517,8 +517,11 @@ class World:
                 return
         wid = f"w{self.window_counter}"
         self.window_counter += 1
-        self.rec.open_window(wid, [self.chunks[i].id for i in take], self.clock)
+        self.start_window(wid, [self.chunks[i].id for i in take])
         self.inflight[wid] = {"chunks": take, "phase": "opened", "rows": None}
+
+    def start_window(self, wid, chunk_ids):
+        self.rec.open_window(wid, chunk_ids, self.clock)
 
     def advance(self, index, lose):
         if not self.inflight:
