@@ -774,6 +774,14 @@ class MergerConfig(_Model):
         description="longest wait between two attempts to reach the source or a sink again while it is "
         "down (the wait starts at 1 s and doubles up to this)",
     )
+    sink_outage_max_s: float = Field(
+        0,
+        ge=0,
+        description="how long the merger waits for an unreachable sink (retrying, the table shown blocked "
+        "in `cdc status` and the logs) before it stops with one line naming the sink; the batch is not "
+        "committed, so nothing is lost. 0 = no bound (an outage loses nothing: the changes wait in Kafka, "
+        "whose retention is the real limit)",
+    )
     spark_master: str = Field(
         "local[2]",
         description="used when not started by spark-submit; the default "

@@ -26,6 +26,7 @@ from cdc.wire.topics import dead_letter_topic, offsets_topic, source_topics_patt
 from merger.batch.records import UNREAD_COLUMNS, header_pairs
 from merger.collector import collect_less
 from merger.errors import MergerError
+from merger.sinks.fanout import SinkRetry
 from merger.sinks.registry import build_sinks
 from merger.sources import source_kind
 from merger.spark import progress as spark_progress
@@ -279,7 +280,7 @@ class Merger:
             on_drop=cfg.on_drop,
             sharded=bool(cfg.shards),
             key_mode=cfg.key_mode,
-            retry_max_s=cfg.retry_max_s,
+            sink_retry=SinkRetry(cfg.retry_max_s, cfg.sink_outage_max_s),
         )
 
     def _start_query(self, spark, processor, store, progress: "_BatchProgress", stop: threading.Event):

@@ -70,7 +70,7 @@ from merger.kafka.admission import learn, observed_sizes, record_bytes
 from merger.schema.canonical import SourceModes
 from merger.schema.catalog import SourceCatalog, parse_table_id, spec_from_table_change
 from merger.sinks.base import TableCut, TableFault
-from merger.sinks.fanout import MAX_RETRY_DELAY_S
+from merger.sinks.fanout import SinkRetry
 from merger.snapshot.chunking import resolve_chunk_key, window_origin
 from merger.sources import source_kind
 from merger.state.store import StateStore
@@ -106,7 +106,7 @@ class BatchProcessor:
         on_drop: str = "truncate",
         sharded: bool = False,
         key_mode: str = "origin",
-        retry_max_s: float = MAX_RETRY_DELAY_S,
+        sink_retry: SinkRetry = SinkRetry(),
     ):
         self.prefix = prefix
         self.schema_topic = schema_topic(prefix)
@@ -136,7 +136,7 @@ class BatchProcessor:
         self.last_batch_bytes = 0  # keys and values of the last batch's records
         self.bad_records = 0
         self.last_batch: int | None = None
-        self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status, retry_max_s=retry_max_s)
+        self.writer = SinkWriter(sinks, store, on_blocked=self.publish_status, retry=sink_retry)
         self.verify_passes: dict[str, dict] = {}  # table -> its last background verify pass (its thread's)
         self.emitter = WindowEmitter(store, self.tables, self.writer, emit_rows_per_batch)
         # key mode unique: a key's changes from a second origin pause its table (merger.batch.owner_check)

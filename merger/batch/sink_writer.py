@@ -15,19 +15,17 @@ from merger.batch.tables import TableRuntime
 from merger.batch.versions import BatchVersions
 from merger.history.modes import LatestMode
 from merger.sinks.base import IncompatibleSchemaChange, SinkError, TableCut, TableFault
-from merger.sinks.fanout import MAX_RETRY_DELAY_S, SinkFanout
+from merger.sinks.fanout import SinkFanout, SinkRetry
 from merger.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
 
 class SinkWriter:
-    def __init__(
-        self, sinks: list, store: StateStore, on_blocked: Callable[[], None], retry_max_s: float = MAX_RETRY_DELAY_S
-    ):
+    def __init__(self, sinks: list, store: StateStore, on_blocked: Callable[[], None], retry: SinkRetry = SinkRetry()):
         self.sinks = sinks
         self.store = store
-        self.fanout = SinkFanout(sinks, on_blocked, retry_max_s)
+        self.fanout = SinkFanout(sinks, on_blocked, retry)
         self._version_bases: dict[str, int] = {}
         self.versions = BatchVersions(0)  # the current batch's (``start_batch``)
 

@@ -1,15 +1,17 @@
 """The same write to every sink, in parallel, each retried while its sink is unavailable.
 
 A table whose sink is unreachable waits (``blocked_on_sink`` says on which) rather than
-fail: the write is retried with a growing delay until the sink takes it. A full sink
-(``SinkFull``), or one a newer merger took over (``SinkStop``), is not waited for: the
-error goes up, naming the table and the sink.
+fail: the write is retried with a growing delay until the sink takes it, or until the
+outage has lasted ``sink_outage_max_s`` (when set): then ``SinkStop``, one line naming the
+table, the sink and the last error. A full sink (``SinkFull``), or one a newer merger took
+over (``SinkStop``), is not waited for: the error goes up, naming the table and the sink.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from merger import crashpoints
@@ -20,12 +22,20 @@ log = logging.getLogger(__name__)
 MAX_RETRY_DELAY_S = 30.0
 
 
+@dataclass(frozen=True)
+class SinkRetry:
+    """How a write waits for an unreachable sink: ``max_delay_s`` between two attempts at
+    most (the merger's ``retry_max_s``), the outage ``outage_max_s`` long at most
+    (``sink_outage_max_s``; 0: no bound)."""
+
+    max_delay_s: float = MAX_RETRY_DELAY_S
+    outage_max_s: float = 0.0
+
+
 class SinkFanout:
-    def __init__(
-        self, sinks: list, on_blocked: Callable[[], None] = lambda: None, max_delay_s: float = MAX_RETRY_DELAY_S
-    ):
+    def __init__(self, sinks: list, on_blocked: Callable[[], None] = lambda: None, retry: SinkRetry = SinkRetry()):
         self.sinks = sinks
-        self.max_delay_s = max_delay_s  # the merger's ``retry_max_s``
+        self.retry = retry
         self.on_blocked = on_blocked  # called before each wait (the status shows the blocked sink)
         self._pool = None
 
@@ -52,8 +62,9 @@ class SinkFanout:
     def read(self, rt, sink, call: Callable, point: str | None = None) -> None:
         """``call()``, again and again while ``sink`` is unavailable; ``point``: the crash
         point reached once it went through (a write's)."""
-        delay = min(1.0, self.max_delay_s)
+        delay = min(1.0, self.retry.max_delay_s)
         name = type(sink).__name__
+        since = None
         while True:
             try:
                 call()
@@ -67,8 +78,18 @@ class SinkFanout:
             except SinkStop as exc:
                 raise type(exc)(f"table {rt.name}, sink {name}: {exc}") from None
             except SinkUnavailable as exc:
+                now = time.monotonic()
+                since = now if since is None else since
+                bound = self.retry.outage_max_s
+                if bound and now - since >= bound:
+                    raise SinkStop(
+                        f"table {rt.name}, sink {name}: unreachable for {now - since:.0f}s, longer than "
+                        f"sink_outage_max_s ({bound:g}s): {exc}. Nothing is lost (the batch is not "
+                        "committed): start the merger again once the sink is back"
+                    ) from None
+                wait = min(delay, bound - (now - since)) if bound else delay
                 rt.blocked_on_sink = f"{name}: {exc}"
-                log.warning("table %s blocked on sink %s: %s; retrying in %.0fs", rt.name, name, exc, delay)
+                log.warning("table %s blocked on sink %s: %s; retrying in %.1fs", rt.name, name, exc, wait)
                 self.on_blocked()
-                time.sleep(delay)
-                delay = min(delay * 2, self.max_delay_s)
+                time.sleep(wait)
+                delay = min(delay * 2, self.retry.max_delay_s)

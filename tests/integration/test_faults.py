@@ -560,6 +560,44 @@ def test_postgres_sink_down_blocks_then_catches_up(stack, tmp_path, unique_name)
         p.stop()
 
 
+@pytest.mark.timeout(600)
+def test_a_sink_down_longer_than_outage_max_s_stops_the_merger_and_loses_nothing(stack, tmp_path, unique_name):
+    """With `sink_outage_max_s: 3`, PostgreSQL stopped while changes come: the merger stops
+    within seconds with one line naming the table, the sink and the bound (no stack trace,
+    no retrying forever); PostgreSQL back and the merger started again, both sinks equal
+    the source: the batch that met the outage was not committed."""
+    db = f"fo_{unique_name}"
+    _create(stack, db, 300)
+    p = Pipeline(stack, tmp_path, unique_name, db, merger_extra={"sink_outage_max_s": 3}).start()
+    try:
+        _wait_for(lambda: all(p.snapshot_finished(t) for t in TABLES), 300, "the snapshots to finish", p)
+        _stop(stack, "postgres")
+        down_at = time.monotonic()
+        conn = _conn(stack)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"UPDATE {db}.num SET v = CONCAT(v, '!') WHERE id <= 50")
+                cur.execute(f"DELETE FROM {db}.num WHERE id > 250")
+        finally:
+            conn.close()
+        assert p.merger.wait_exit(90), "the merger still runs:\n" + p.merger.log_text()[-3000:]
+        stopped_after = time.monotonic() - down_at
+        out = p.merger.log_text()
+        last = out.strip().splitlines()[-1]
+        assert p.merger.proc.returncode != 0
+        assert "sink PostgresSink: unreachable for" in last and "longer than sink_outage_max_s (3s)" in last, last
+        assert f"table {db}." in last and "Nothing is lost" in last, last
+        assert "Traceback" not in out, out[-3000:]
+        _start(stack, "postgres")
+        p.merger.start()
+        converged = _assert_sinks_equal(stack, tmp_path, db, TABLES, p, 300)
+        print(f"the merger stopped {stopped_after:.1f}s after PostgreSQL did; converged {converged:.1f}s after restart")
+        print(f"its last line: {last}")
+    finally:
+        _start(stack, "postgres")
+        p.stop()
+
+
 # ---------------------------------------------------------------------- kill -9, repeatedly
 
 
