@@ -524,25 +524,36 @@ class World:
         self.rec.open_window(wid, chunk_ids, self.clock)
 
     def advance(self, index, lose):
+        """The next step of one window: LOW, the SELECT, HIGH (``lose``: a watermark lost)."""
         if not self.inflight:
             return
         wid = sorted(self.inflight)[index % len(self.inflight)]
         w = self.inflight[wid]
         if w["phase"] == "opened":
-            if not lose:
-                self._broadcast(("mk", wid, LOW), 0)
+            self.low(wid, w, lose)
             w["phase"] = "low"
         elif w["phase"] == "low":  # SELECT after LOW committed
             ranges = [self.chunks[i].range for i in w["chunks"]]
             w["rows"] = [
-                row for key, row in sorted(self.source.items(), key=repr) if any(r.contains(key) for r in ranges)
+                row for key, row in sorted(self.read().items(), key=repr) if any(r.contains(key) for r in ranges)
             ]
             w["phase"] = "selected"
         elif w["phase"] == "selected":
-            if not lose:
-                self._broadcast(("mk", wid, HIGH), 0)
+            self.high(wid, w, lose)
             self.rec.mark_staged(wid)
             w["phase"] = "high"
+
+    def low(self, wid, w, lose):
+        if not lose:
+            self._broadcast(("mk", wid, LOW), 0)
+
+    def read(self):
+        """The rows a chunk SELECT sees (the source's, as of now)."""
+        return self.source
+
+    def high(self, wid, w, lose):
+        if not lose:
+            self._broadcast(("mk", wid, HIGH), 0)
 
     def consume(self, p, count):
         p %= self.P

@@ -221,27 +221,17 @@ class PositionalWorld(World):
     def start_window(self, wid, chunk_ids):
         self.rec.open_positional_window(wid, chunk_ids, self.clock)
 
-    def advance(self, index, lose):
-        if not self.inflight:
-            return
-        wid = sorted(self.inflight)[index % len(self.inflight)]
-        w = self.inflight[wid]
-        if w["phase"] == "opened":
-            if lose:  # the runner died before reading LOW: the window expires
-                w["lost"] = True
-            else:
-                self.rec.position_low(wid, self._next_position())
-            w["phase"] = "low"
-        elif w["phase"] == "low":  # SELECT the replica's state (the source's without one)
-            state = self.history[self.applied][1]
-            ranges = [self.chunks[i].range for i in w["chunks"]]
-            w["rows"] = [row for key, row in sorted(state.items(), key=repr) if any(r.contains(key) for r in ranges)]
-            w["phase"] = "selected"
-        elif w["phase"] == "selected":
-            if not w.get("lost") and self.rec.window(wid).problem is None:
-                self.rec.position_high(wid, self._next_position())
-            self.rec.mark_staged(wid)
-            w["phase"] = "high"
+    def low(self, wid, w, lose):
+        w["lost"] = lose  # the runner died before reading LOW: the window expires
+        if not lose:
+            self.rec.position_low(wid, self._next_position())
+
+    def read(self):  # the replica's state (the source's without one)
+        return self.history[self.applied][1]
+
+    def high(self, wid, w, lose):
+        if not w["lost"] and self.rec.window(wid).problem is None:
+            self.rec.position_high(wid, self._next_position())
 
     def consume(self, p, count):
         super().consume(p, count)
