@@ -112,7 +112,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Collection, Hashable, Iterable
 
@@ -491,7 +491,7 @@ def _window_to_dict(w: Window) -> dict:
     if w.high_time_us is not None:
         out["high_time_us"] = w.high_time_us
     if w.positions is not None:  # only positional windows: the others' state stays as it was
-        out["positions"] = {"read_at_open": w.positions.read_at_open, "low": w.positions.low, "high": w.positions.high}
+        out["positions"] = asdict(w.positions)
     return out
 
 

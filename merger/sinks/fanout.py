@@ -80,14 +80,14 @@ class SinkFanout:
             except SinkUnavailable as exc:
                 now = time.monotonic()
                 since = now if since is None else since
-                bound = self.retry.outage_max_s
-                if bound and now - since >= bound:
+                elapsed, bound = now - since, self.retry.outage_max_s
+                if bound and elapsed >= bound:
                     raise SinkStop(
-                        f"table {rt.name}, sink {name}: unreachable for {now - since:.0f}s, longer than "
+                        f"table {rt.name}, sink {name}: unreachable for {elapsed:.0f}s, longer than "
                         f"sink_outage_max_s ({bound:g}s): {exc}. Nothing is lost (the batch is not "
                         "committed): start the merger again once the sink is back"
                     ) from None
-                wait = min(delay, bound - (now - since)) if bound else delay
+                wait = min(delay, bound - elapsed) if bound else delay
                 rt.blocked_on_sink = f"{name}: {exc}"
                 log.warning("table %s blocked on sink %s: %s; retrying in %.1fs", rt.name, name, exc, wait)
                 self.on_blocked()

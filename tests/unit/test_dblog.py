@@ -462,15 +462,16 @@ class World:
         self.save_checkpoint()
 
     # the source database and ingest
-    def _position(self, gap):
+    def binlog_position(self, gap):
+        """The next event's sequence (``gap``: positions skipped before it)."""
         self.binlog += 1 + gap
         return self.binlog
 
     def _event(self, key, op, row, gap):
-        self.logs[self.part(key)].append((self._position(gap), ("ev", key, op, row)))
+        self.logs[self.part(key)].append((self.binlog_position(gap), ("ev", key, op, row)))
 
     def _broadcast(self, record, gap):
-        seq = self._position(gap)
+        seq = self.binlog_position(gap)
         for p in range(self.P):
             self.logs[p].append((seq, record))
 

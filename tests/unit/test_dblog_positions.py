@@ -180,7 +180,7 @@ class PositionalWorld(World):
         self.applied = 0  # index into history: the replica's state
         super().__init__(num_partitions, initial_rows, chunks)
 
-    def _position(self, gap):
+    def binlog_position(self, gap):
         self.binlog += 1 + gap
         return 2 * self.binlog
 
@@ -189,12 +189,9 @@ class PositionalWorld(World):
         if not self.replica:
             self.applied = len(self.history) - 1
 
+    # update() is an insert() over an existing key: its transaction ends there
     def insert(self, key, gap):
         super().insert(key, gap)
-        self._committed()
-
-    def update(self, pick, gap):
-        super().update(pick, gap)
         self._committed()
 
     def delete(self, pick, gap):
