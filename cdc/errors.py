@@ -18,4 +18,8 @@ class UserError(CdcError):
     """A one-line message for the user (printed by the CLI, exit 2)."""
 
 
+class BrokerError(UserError, RuntimeError):
+    """The Kafka broker is unreachable or refused something; the message is user-facing."""
+
+
 USER_ERRORS = (UserError,)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import logging
 import os
 import socket
@@ -27,8 +26,10 @@ import uuid
 import pymysql
 
 from cdc.config import IngestConfig
-from cdc.errors import CdcError
+from cdc.errors import BrokerError, CdcError
 from cdc.metrics_http import serve as serve_metrics
+from cdc.offsets_topic import OffsetsBlocked, read_offsets, source_key
+from cdc.wire.resume_point import PositionVector, ResumePoint
 from cdc.wire.topics import offsets_topic, schema_topic
 from ingest import metrics
 from ingest.binlog import open_reader
@@ -49,16 +50,13 @@ from ingest.fatal import (
     unverifiable_failover_message,
 )
 from ingest.lease import RENEW_S, Lease, held_by_another, lease_key, lease_name, lease_transactional_id
-from ingest.position import PositionVector, ResumePoint, parse_gtid
+from ingest.position import parse_gtid
 from ingest.producer import (
     DEFAULT_MAX_MESSAGE_BYTES,
-    BrokerError,
-    OffsetsBlocked,
     ProducerFenced,
     RecordTooLarge,
     Topics,
     TransactionalProducer,
-    read_offsets,
 )
 from ingest.stream import BinlogStream, CommitPolicy
 from ingest.table_details import TableDetails
@@ -104,8 +102,7 @@ class Ingest:
         self.offsets_topic = offsets_topic(self.prefix)
         # the one-server source's key, or a sharded source's (one process, all shards), or
         # that of one shard followed by a process of its own (``followed``)
-        source = {"server": self.prefix} if followed is None else {"server": self.prefix, "shard": followed}
-        self.source_key = json.dumps(source, separators=(",", ":")).encode()
+        self.source_key = source_key(self.prefix, followed)
         self.lease_name = lease_name(self.prefix, followed)
         self.kafka_conf = config.kafka.client_config()
         self.kafka_timeout_s = config.kafka.request_timeout_s or KAFKA_TIMEOUT_S

@@ -39,9 +39,9 @@ from cdc.shard_cutover import (
     passed_to_json,
 )
 from cdc.wire.headers import MOVED_FROM_HEADER, MOVED_TO_HEADER
+from cdc.wire.resume_point import PositionVector
 from ingest import metrics
 from ingest.errors import IngestError
-from ingest.position import PositionVector
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from cdc.wire.position import MAX_EPOCH
-from ingest.position import ResumePoint, advance_gtid_state, backwards_reason, highest_gtid_state, parse_gtid
+from cdc.wire.resume_point import ResumePoint
+from ingest.position import advance_gtid_state, backwards_reason, highest_gtid_state, parse_gtid
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from cdc.wire.position import EventPosition
+from cdc.wire.resume_point import ResumePoint
 from ingest.lease import TTL_S, Lease
-from ingest.position import ResumePoint
 from ingest.producer import RecordTooLarge
 
 

@@ -11,22 +11,18 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass
 from typing import Iterable
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc.errors import CdcError, UserError
+from cdc.errors import BrokerError, CdcError
 from cdc.kafka_topics import partition_count, partition_counts
+from cdc.offsets_topic import kafka_error_text
 from cdc.wire.moved_topics import with_topics
-from ingest.position import PositionVector, ResumePoint, position_record
+from cdc.wire.resume_point import PositionVector, ResumePoint
 
 log = logging.getLogger(__name__)
-
-
-class BrokerError(UserError, RuntimeError):
-    """The broker is unreachable or refused something; the message is user-facing."""
 
 
 class ProducerFenced(CdcError, RuntimeError):
@@ -63,12 +59,6 @@ def _size(key: bytes | None, value: bytes | None, headers) -> int:
     return len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers or ())
 
 
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0].str()
-    return str(exc)
-
-
 class Topics:
     """Creates topics on first use and remembers their partition counts."""
 
@@ -97,7 +87,7 @@ class Topics:
         try:
             self._admin.list_topics(timeout=self._timeout)
         except KafkaException as exc:
-            raise BrokerError(f"Kafka broker unreachable: {_error_text(exc)}") from None
+            raise BrokerError(f"Kafka broker unreachable: {kafka_error_text(exc)}") from None
 
     def partitions(self, topic: str, create_with: int, compact: bool = False) -> int:
         known = self._partitions.get(topic)
@@ -114,7 +104,7 @@ class Topics:
                 futures[topic].result(self._timeout)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise BrokerError(f"cannot create topic {topic}: {_error_text(exc)}") from None
+                    raise BrokerError(f"cannot create topic {topic}: {kafka_error_text(exc)}") from None
             deadline = time.monotonic() + self._timeout
             while True:
                 count = self._described(topic)
@@ -148,7 +138,7 @@ class Topics:
                 fut.result(self._timeout)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise BrokerError(f"cannot create topic {topic}: {_error_text(exc)}") from None
+                    raise BrokerError(f"cannot create topic {topic}: {kafka_error_text(exc)}") from None
         deadline = time.monotonic() + self._timeout
         while missing:
             counts = partition_counts(self._admin, missing, self._timeout)
@@ -233,7 +223,7 @@ class TransactionalProducer:
             # fences any earlier instance with the same transactional.id
             self._producer.init_transactions(timeout_s)
         except KafkaException as exc:
-            raise BrokerError(f"cannot initialise Kafka transactions: {_error_text(exc)}") from None
+            raise BrokerError(f"cannot initialise Kafka transactions: {kafka_error_text(exc)}") from None
 
     def _on_error(self, err) -> None:
         if err.code() in FENCED_CODES:
@@ -250,7 +240,7 @@ class TransactionalProducer:
                 self._producer.poll(0)
             except KafkaException as named:
                 if _fenced(named):
-                    self._fenced = _error_text(named)
+                    self._fenced = kafka_error_text(named)
         return self._fenced
 
     def _on_delivery(self, err, msg) -> None:
@@ -278,7 +268,7 @@ class TransactionalProducer:
             except KafkaException as exc:
                 if self._fenced_by(exc):
                     raise ProducerFenced(self._fenced) from None
-                raise BrokerError(f"cannot begin a Kafka transaction: {_error_text(exc)}") from None
+                raise BrokerError(f"cannot begin a Kafka transaction: {kafka_error_text(exc)}") from None
             self._open = True
 
     @property
@@ -324,7 +314,7 @@ class TransactionalProducer:
                         dict(headers or []).get("cdc.position"),
                         False,
                     ) from None
-                raise BrokerError(f"cannot produce: {_error_text(exc)}") from None
+                raise BrokerError(f"cannot produce: {kafka_error_text(exc)}") from None
 
     @broker_call
     def send_all(self, records: list[tuple]) -> None:
@@ -368,7 +358,7 @@ class TransactionalProducer:
         except KafkaException as exc:
             if self._fenced_by(exc):
                 raise ProducerFenced(self._fenced) from None
-            raise BrokerError(f"cannot commit the Kafka transaction: {_error_text(exc)}") from None
+            raise BrokerError(f"cannot commit the Kafka transaction: {kafka_error_text(exc)}") from None
         if self._errors:
             raise BrokerError(f"position not acknowledged: {self._errors[0]}")
         self._open = False
@@ -406,118 +396,6 @@ class TransactionalProducer:
         # the last reference: librdkafka's handle is destroyed now, not at some later collection
         self._producer = None
         self._open = False
-
-
-class OffsetsBlocked(CdcError, RuntimeError):
-    """A transaction stays open on the offsets partition: the committed positions behind it
-    cannot be read (read_committed stops at it; the local broker hides them all)."""
-
-    def __init__(self, topic: str, waited_s: float):
-        self.topic, self.waited_s = topic, waited_s
-        super().__init__(f"a transaction stayed open on {topic} for {waited_s:.0f}s")
-
-
-@dataclass(frozen=True)
-class OffsetsRead:
-    """What the offsets topic holds for one source: its last committed position (None if
-    none was ever committed) and the last instance lease (raw JSON, None if none)."""
-
-    point: ResumePoint | PositionVector | None
-    lease: bytes | None = None
-
-
-def read_offsets(
-    client_config: dict,
-    topic: str,
-    source_key: bytes,
-    lease_key: bytes | None = None,
-    timeout_s: float = 10.0,
-    wait_s: float = 5.0,
-    tail: int = 500,
-    missing_ok: bool = True,
-) -> OffsetsRead:
-    """The offsets topic read up to its end, read_committed.
-
-    Records there but a transaction open on the partition (its stable end below its end)
-    is waited for up to ``wait_s``, then ``OffsetsBlocked``: the positions behind it are
-    not readable, and "nothing readable" must never read as "nothing committed". A read
-    that does not reach the end is a ``BrokerError``, never an empty answer."""
-    from confluent_kafka import Consumer
-
-    conf = dict(client_config)
-    conf.update(
-        {
-            "group.id": "cdc-ingest-offsets-reader",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer = Consumer(conf)
-    probe = Consumer(dict(conf, **{"isolation.level": "read_uncommitted"}))
-    tp = TopicPartition(topic, 0)
-    started = time.monotonic()
-    try:
-        while True:
-            # the end whatever is committed, and the end of what is committed (Kafka's last
-            # stable offset; the local broker says 0 while a transaction is open)
-            lo, hi = probe.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
-            if hi <= lo:
-                return OffsetsRead(None)
-            stable = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)[1]
-            if stable >= hi:
-                found = _read_committed(consumer, topic, max(lo, hi - tail), hi, source_key, lease_key, timeout_s)
-                if found is not None and found.point is None and hi - tail > lo:
-                    found = _read_committed(consumer, topic, lo, hi, source_key, lease_key, timeout_s)
-                if found is not None:
-                    return found
-                # a transaction opened since: its records stopped the read before the end
-            waited = time.monotonic() - started
-            if waited >= wait_s:
-                if stable >= hi:
-                    raise BrokerError(f"cannot read {topic} to its end (offset {hi}) within {timeout_s:.0f}s")
-                raise OffsetsBlocked(topic, waited)
-            time.sleep(0.5)
-    except KafkaException as exc:
-        text = _error_text(exc).upper()
-        if missing_ok and ("UNKNOWN_TOPIC" in text or "UNKNOWN PARTITION" in text):
-            return OffsetsRead(None)
-        raise BrokerError(f"cannot read {topic}: {_error_text(exc)}") from None
-    finally:
-        consumer.close()
-        probe.close()
-
-
-def _read_committed(
-    consumer, topic: str, start: int, end: int, source_key: bytes, lease_key: bytes | None, timeout_s: float
-) -> OffsetsRead | None:
-    """The last position and lease in offsets ``start`` to ``end``, or None if the read did
-    not get there within ``timeout_s`` (a transaction open: read_committed stops at it)."""
-    consumer.assign([TopicPartition(topic, 0, start)])
-    point = lease = None
-    position = start
-    deadline = time.monotonic() + timeout_s
-    try:
-        # the local broker may report an end below its last batch's records: position passes it
-        while position < end:
-            if time.monotonic() > deadline:
-                return None
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    raise BrokerError(f"cannot read {topic}: {msg.error().str()}")
-                position = max(position, msg.offset())
-                continue
-            position = msg.offset() + 1
-            if msg.key() == source_key and msg.value():
-                point = msg.value()
-            elif lease_key is not None and msg.key() == lease_key and msg.value():
-                lease = msg.value()
-    finally:
-        consumer.unassign()
-    return OffsetsRead(position_record(point) if point else None, lease)
 
 
 def _until_quiet(consumer, topic: str, timeout_s: float):

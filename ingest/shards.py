@@ -2,7 +2,7 @@
 
 Each shard is read by an ``Ingest`` of its own, in a thread of its own. Their records go
 into the one Kafka transaction this process keeps open, and each commit writes every
-shard's position at once (``ingest.position.PositionVector``, on ``<prefix>.offsets``).
+shard's position at once (``cdc.wire.resume_point.PositionVector``, on ``<prefix>.offsets``).
 A shard's entry moves only at the end of one of its source transactions (or at a cut of a
 large one), after its records up to there were sent: so whatever is committed holds every
 change of every shard up to its entry, and a kill -9 anywhere resumes each shard where its
@@ -35,17 +35,17 @@ import threading
 import time
 
 from cdc.config import IngestConfig
-from cdc.errors import CdcError
+from cdc.errors import BrokerError, CdcError
 from cdc.metrics_http import serve as serve_metrics
 from cdc.wire.headers import EMITTED_HEADER
+from cdc.wire.resume_point import PositionVector, ResumePoint
 from ingest import metrics
 from ingest.app import SOURCE_ERRORS, Ingest, source_retry_reason
 from ingest.checks import check_source
 from ingest.cutover import BarrierInterrupted, ShardCutover
 from ingest.errors import IngestError
 from ingest.fatal import one_server_position_message, too_large_message
-from ingest.position import PositionVector, ResumePoint
-from ingest.producer import BrokerError, ProducerFenced, RecordTooLarge
+from ingest.producer import ProducerFenced, RecordTooLarge
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,11 @@ from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, 
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.wire.position import EventPosition
+from cdc.wire.resume_point import ResumePoint
 from ingest import metrics, statements
 from ingest.errors import IngestError
 from ingest.fatal import backwards_message, position_wrapped_message
-from ingest.position import ResumePoint, advance_gtid_state, event_start, file_number
+from ingest.position import advance_gtid_state, event_start, file_number
 
 SOURCE_CHECK_S = 10.0  # while idle, how often ingest checks that the source's binlog did not go back
 _FL_STANDALONE = 1  # MariaDB GTID event flag: a group of one statement (DDL), no BEGIN/COMMIT

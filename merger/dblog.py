@@ -67,7 +67,7 @@ The sequence rule (see docs/architecture.md, "Sequences" and "Idempotence")
 Every change the merger applies carries an integer *sequence* that orders all changes
 of one key (all changes of a key live in that key's partition):
 
-* a streamed event: its binlog position (``ingest.position.EventPosition.sequence``,
+* a streamed event: its binlog position (``cdc.wire.position.EventPosition.sequence``,
   the ``_cdc_seq`` column), which orders changes along the binlog across partitions;
 * an emitted chunk row: the binlog position of the window's HIGH watermark write. That
   one write becomes a marker in every partition, all carrying the same position, so a

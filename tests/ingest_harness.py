@@ -13,9 +13,9 @@ import pymysql
 import yaml
 
 from cdc import stack as local_stack
+from cdc.offsets_topic import read_offsets
+from cdc.wire.resume_point import ResumePoint
 from cdc.wire.topics import offsets_topic
-from ingest.position import ResumePoint
-from ingest.producer import read_offsets
 from tests import procfs
 
 ROOT = Path(__file__).resolve().parents[1]

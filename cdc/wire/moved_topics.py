@@ -1,7 +1,7 @@
 """The topics a committed ingest transaction wrote, named in its position record.
 
 Every Kafka transaction of ingest ends with its position record on ``<prefix>.offsets``
-(``ingest.position.ResumePoint``), committed with the events. The record also names, in
+(``cdc.wire.resume_point.ResumePoint``), committed with the events. The record also names, in
 ``"topics"``, the topics the transaction wrote to. The merger's ``cdc_kafka`` source follows
 that one partition and asks the broker for the ends of those topics' partitions only,
 instead of every partition's end on every trigger: with 500 tables (1,500 partitions)
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 TOPICS_FIELD = "topics"
 POSITION_FIELD = "gtid_state"  # every one-server position record has it; a lease record does not
-VECTOR_FIELD = "shards"  # a sharded source's position record (ingest.position.PositionVector)
+VECTOR_FIELD = "shards"  # a sharded source's position record (cdc.wire.resume_point.PositionVector)
 
 
 def with_topics(position_record: bytes, topics: Iterable[str]) -> bytes:

@@ -11,7 +11,7 @@ or iterable of RecordBatches) with the table's columns plus
 * ``_cdc_op`` (string): ``c``/``u``/``r`` = upsert with the after image, ``d`` = delete
   (key columns set, other columns may be null);
 * ``_cdc_seq`` (int64): orders all changes of one key: the change's binlog position
-  (``ingest.position.EventPosition.sequence``; a snapshot row carries its window's HIGH
+  (``cdc.wire.position.EventPosition.sequence``; a snapshot row carries its window's HIGH
   watermark position; topics written by Debezium itself: the Kafka offset in the key's
   partition). See docs/architecture.md, "Sequences" and "Idempotence".
 

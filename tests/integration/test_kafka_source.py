@@ -542,7 +542,7 @@ def test_ends_asked_only_for_the_topics_ingest_names_and_every_end_now_and_then(
     another producer, named nowhere, is read at the next check of every partition
     (endCheckAllMs), never not at all. endProbe watermark: the ends come only from the
     ListOffsets requests under test (the scan probe's consumer would find them too)."""
-    from ingest.position import ResumePoint
+    from cdc.wire.resume_point import ResumePoint
     from ingest.producer import TransactionalProducer
 
     pre = unique_name

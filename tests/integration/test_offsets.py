@@ -68,8 +68,9 @@ def test_offsets_read_tells_never_committed_from_unreadable(stack, unique_name):
     """``read_offsets`` on the real broker: another key only is "never committed"; our
     position behind an open transaction is ``OffsetsBlocked`` after the wait, never None;
     once it is gone the newest position is read, also one committed while it was open."""
-    from ingest.position import ResumePoint
-    from ingest.producer import OffsetsBlocked, Topics, read_offsets
+    from cdc.offsets_topic import OffsetsBlocked, read_offsets
+    from cdc.wire.resume_point import ResumePoint
+    from ingest.producer import Topics
 
     conf = {"bootstrap.servers": stack.kafka.bootstrap}
     topic, key = f"{unique_name}.offsets", b'{"server":"x"}'

@@ -9,9 +9,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdc.errors import BrokerError
 from cdc.wire.partitioner import partition_for
-from ingest.position import ResumePoint
-from ingest.producer import UNASSIGNED_PARTITION, BrokerError, TransactionalProducer
+from cdc.wire.resume_point import ResumePoint
+from ingest.producer import UNASSIGNED_PARTITION, TransactionalProducer
 from tests.kafka_util import read_records
 
 pytestmark = pytest.mark.integration

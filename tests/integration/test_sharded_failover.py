@@ -22,7 +22,7 @@ import pytest
 
 from cdc import stack as local_stack
 from cdc import stack_shards
-from ingest.position import PositionVector, ResumePoint
+from cdc.wire.resume_point import PositionVector, ResumePoint
 from tests.failover_harness import TcpProxy, WriteLoad, caught_up, promote
 from tests.ingest_harness import IngestProcess, read_resume_point
 from tests.merger_harness import MergerProcess

@@ -5,8 +5,9 @@ every other test on the shared one) with the shared broker."""
 
 from __future__ import annotations
 
+from cdc.wire.resume_point import ResumePoint
 from ingest.failover import ServerState, continuation
-from ingest.position import ResumePoint, backwards_reason
+from ingest.position import backwards_reason
 
 FILES = ["binlog.000001", "binlog.000002", "binlog.000003"]
 

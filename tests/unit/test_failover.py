@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc.wire.position import MAX_EPOCH, EventPosition, ReplayFilter, position_bytes
+from cdc.wire.resume_point import ResumePoint
 from ingest.failover import ServerState, continuation
-from ingest.position import ResumePoint
 
 # positions as the binlog has them: file number to 999999, 32-bit event positions, rows
 # of an event below its size

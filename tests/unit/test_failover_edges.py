@@ -6,8 +6,8 @@ GTID position, what a verdict carries besides its reason, and the texts an opera
 from __future__ import annotations
 
 from cdc.wire.position import MAX_EPOCH
+from cdc.wire.resume_point import ResumePoint
 from ingest.failover import ServerState, continuation, missing_transaction
-from ingest.position import ResumePoint
 
 
 def replica(pos: str, state: str | None = None, server_id: int = 2, strict: bool = True, files=()) -> ServerState:

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from cdc.shard_cutover import BEGIN, SWITCH, KeyRange, Move
+from cdc.wire.resume_point import PositionVector, ResumePoint, position_record
 from ingest.cutover import BarrierInterrupted, EmissionCounter, ShardCutover, move_of
 from ingest.errors import IngestError
-from ingest.position import PositionVector, ResumePoint, position_record
 
 MOVE = Move(1, KeyRange(100, 200), "a", "b", "shop.orders")
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc.wire.moved_topics import topics_of, with_topics
-from ingest.position import ResumePoint
+from cdc.wire.resume_point import ResumePoint
 
 
 @given(st.sets(st.text(alphabet="abcxyz._-", min_size=1, max_size=12), max_size=6))

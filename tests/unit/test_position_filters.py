@@ -4,8 +4,9 @@ from hypothesis import strategies as st
 
 from cdc.config import IngestConfig
 from cdc.wire.position import MAX_FILE_NUMBER, EventPosition
+from cdc.wire.resume_point import ResumePoint
 from ingest.filters import CaptureFilter
-from ingest.position import ResumePoint, advance_gtid_state, event_start, parse_gtid
+from ingest.position import advance_gtid_state, event_start, parse_gtid
 
 
 def test_event_position_orders_by_file_sequence_then_pos_then_row():

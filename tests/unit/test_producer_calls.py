@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from ingest.producer import BrokerError, ProducerFenced, RecordTooLarge, TransactionalProducer
+from cdc.errors import BrokerError
+from ingest.producer import ProducerFenced, RecordTooLarge, TransactionalProducer
 
 
 class Failing:

@@ -13,9 +13,9 @@ from cdc.table_changes import table_change_json
 from cdc.tablespec import ColumnSpec, TableSpec
 from cdc.wire.headers import POSITION_HEADER
 from cdc.wire.position import EventPosition
+from cdc.wire.resume_point import ResumePoint
 from ingest.control_records import context_headers, heartbeat_record
 from ingest.envelope import EnvelopeConfig, SourceInfo, TableEncoder, source_json
-from ingest.position import ResumePoint
 from ingest.schema_change_records import schema_change_record
 from ingest.transaction_records import TransactionTracker
 

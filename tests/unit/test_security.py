@@ -110,6 +110,7 @@ def test_kafka_settings_reach_every_client(kafka_tls, monkeypatch, tmp_path):
 
     import ingest.producer as ip
     import merger.app as ma
+    from cdc.offsets_topic import read_offsets
     from merger.kafka.options import SourceOptions
     from merger.sinks.kafka_changelog import KafkaChangelogSink
     from merger.sinks.registry import build_sinks
@@ -123,7 +124,7 @@ def test_kafka_settings_reach_every_client(kafka_tls, monkeypatch, tmp_path):
     icfg = IngestConfig(kafka=kafka_tls)
     ip.Topics(icfg.kafka.client_config())
     ip.TransactionalProducer(icfg.kafka.client_config(), "t")
-    ip.read_offsets(icfg.kafka.client_config(), "p.offsets", b"k", timeout_s=0.1)
+    read_offsets(icfg.kafka.client_config(), "p.offsets", b"k", timeout_s=0.1)
     # merger: the dead-letter producer and the changelog sink
     mcfg = MergerConfig(kafka=kafka_tls, sinks={"kafka_changelog": {"topic_prefix": "merged"}})
     ma.Merger(mcfg)._dead_letter_writer(mcfg.kafka.client_config())

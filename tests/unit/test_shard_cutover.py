@@ -409,8 +409,8 @@ def run_emitted(
     delete stays as a tombstone); windows are reconciled by ``merger.dblog.Reconciler``
     and their rows filtered by ``WindowOwnership`` as the merger does."""
     from cdc.shard_cutover import WindowOwnership, passed_from_json
+    from cdc.wire.resume_point import PositionVector, ResumePoint
     from ingest.cutover import ShardCutover
-    from ingest.position import PositionVector, ResumePoint
     from merger.dblog import HIGH, Reconciler, high_sequence
 
     cutover_type = cutover_type or ShardCutover

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cdc.wire.moved_topics import topics_of, with_topics
 from cdc.wire.position import MAX_EPOCH, MAX_FILE_NUMBER, EventPosition, ReplayFilter, position_bytes
-from ingest.position import PositionVector, ResumePoint, position_record
+from cdc.wire.resume_point import PositionVector, ResumePoint, position_record
 
 SHARD_NAMES = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
 

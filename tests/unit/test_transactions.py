@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from cdc.config import IngestConfig
+from cdc.wire.resume_point import ResumePoint
 from ingest import statements as st
 from ingest.errors import IngestError
-from ingest.position import ResumePoint
 from ingest.stream import BinlogStream, CommitPolicy, SourceTransaction
 from ingest.transaction_control import TransactionControl
 
