@@ -717,6 +717,14 @@ class SnapshotConfig(_Model):
     chunk_keys: dict[str, list[str]] = Field(
         default_factory=dict, description="db.table -> columns, for tables without a primary key"
     )
+    watermarks: Literal["table", "positions"] = Field(
+        "table",
+        description="how a snapshot window's LOW and HIGH watermarks are made: table (rows written to "
+        "watermark_table, which ingest turns into markers: needs INSERT, DELETE on it) or positions (the "
+        "source's binlog position read around each chunk SELECT, nothing written: for a read-only user or "
+        "a read_only server; the source must be the server ingest follows). docs/operations/"
+        "snapshots-and-schema-changes.md, Snapshots without writes",
+    )
 
 
 class ContinuousVerifyConfig(_Model):
@@ -907,6 +915,18 @@ class MergerConfig(_Model):
     def spark_auth_secret(self) -> SecretStr | None:
         """The Spark cluster's shared secret (spark.authenticate), or None: not configured."""
         return _read_secret(self.spark_auth_secret_env, self.spark_auth_secret_file, "spark_auth_secret")
+
+    @model_validator(mode="after")
+    def _positions_need_ingest(self) -> "MergerConfig":
+        if self.snapshot.watermarks == "positions":
+            if self.source_connector != "ingest":
+                raise ValueError(
+                    "snapshot.watermarks: positions needs the topics of our ingest (its committed positions "
+                    f"on <prefix>.offsets); source_connector is {self.source_connector}"
+                )
+            if self.shards:
+                raise ValueError("snapshot.watermarks: positions is not available for a sharded source yet")
+        return self
 
     @model_validator(mode="after")
     def _unique_needs_rows(self) -> "MergerConfig":

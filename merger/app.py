@@ -202,6 +202,7 @@ class Merger:
             collect_less()
             runner.stream_ready = _stream_ready(self.query, processor)
             processor.reader_behind = _reader_behind(self.query)
+            processor.reader_ends = _reader_ends(self.query)
             runner.start()
             verifier = None
             why_not = ContinuousVerifier.wanted(cfg)
@@ -464,6 +465,25 @@ def _reader_behind(query):
         return lagging
 
     return behind
+
+
+def _reader_ends(query):
+    """The next offset the reader reads in each (topic, partition): the last batch done's end
+    (Spark's progress), for positional windows' read-through; unknown: none passed yet."""
+    from merger.kafka.offsets import parse_offsets
+
+    def ends() -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        try:
+            for end, _latest in spark_progress.source_offsets(query):
+                if end:
+                    out.update(parse_offsets(json.loads(end) if isinstance(end, str) else end))
+        except Exception as exc:  # asked again at the next batch
+            log.warning("where the reader stands is unknown (%s): positional windows wait", exc)
+            return {}
+        return out
+
+    return ends
 
 
 def _stream_ready(query, processor):

@@ -414,7 +414,13 @@ class Reconciler:
         if not self._accept(partition, offset):
             return False
         for window in self.windows.values():
-            if partition not in window.low or window.truncated or window.problem:
+            if partition not in window.low:
+                if window.positions is None:
+                    continue  # its LOW marker has not come in this partition
+                # a partition met after a positional window opened (the topic grew, or its
+                # partition count was not known yet) had no event before: all are after LOW
+                window.low[partition] = -1
+            if window.truncated or window.problem:
                 continue
             if op == "t":
                 if emptied is None or emptied(window):

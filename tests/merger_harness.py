@@ -308,6 +308,50 @@ def create_mixed_tables(conn: pymysql.Connection, db: str, big_rows: int) -> Non
         cur.execute("INSERT INTO comp SELECT seq % 100, CONCAT('b', seq), seq FROM seq_1_to_20000")
 
 
+class MixedTablesWriter(threading.Thread):
+    """Inserts, updates, deletes and primary-key changes across the whole key range of
+    ``create_mixed_tables``' tables, a few hundred a second (root: also on a read_only server)."""
+
+    def __init__(self, stack, db: str, big_rows: int, seed: int = 3):
+        super().__init__(daemon=True)
+        self.conn = root_conn(stack, db)
+        self.rnd = random.Random(seed)
+        self.big = big_rows
+        self.stop = threading.Event()
+        self.error = None
+        self.statements = 0
+
+    def run(self):
+        r = self.rnd
+        try:
+            with self.conn.cursor() as cur:
+                while not self.stop.is_set():
+                    k = r.randint(1, self.big + 1000)
+                    op = r.random()
+                    if op < 0.3:
+                        cur.execute("INSERT IGNORE INTO num VALUES (%s, 'ins', %s, 1.5, NOW(3))", (k, k))
+                    elif op < 0.6:
+                        cur.execute("UPDATE num SET v = %s, n = n + 1 WHERE id BETWEEN %s AND %s", (f"u{k}", k, k + 5))
+                    elif op < 0.75:
+                        cur.execute("DELETE FROM num WHERE id BETWEEN %s AND %s", (k, k + 3))
+                    elif op < 0.85:
+                        try:
+                            cur.execute("UPDATE num SET id = %s WHERE id = %s", (self.big + 5000 + k, k))
+                        except pymysql.err.IntegrityError:
+                            pass
+                    elif op < 0.93:
+                        code = f"{chr(65 + k % 26)}é-{k % 25000}"
+                        cur.execute("INSERT INTO skey VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = v + 1", (code, k))
+                    else:
+                        cur.execute("UPDATE comp SET c = c + 1 WHERE a = %s", (k % 100,))
+                    self.statements += 1
+                    # a steady few hundred changes per second: a busy OLTP table, and a
+                    # load two cores can carry next to MariaDB, ingest, Spark and PostgreSQL
+                    time.sleep(0.004)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
 def root_conn(stack: local_stack.StackInfo, db: str | None = None) -> pymysql.Connection:
     """An autocommit root connection to the stack's MariaDB (the tests' writes and checks)."""
     m = stack.mariadb

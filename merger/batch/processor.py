@@ -127,6 +127,9 @@ class BatchProcessor:
         # topic -> its partitions that hold records the stream has not read yet (set by the
         # app from the query's progress): a window's markers may wait there, unread
         self.reader_behind: Callable[[], set[tuple[str, int]]] = lambda: set()
+        # the next offset the reader reads in each (topic, partition), as of the last batch
+        # done (set by the app; positional windows' read-through, merger.batch.read_through)
+        self.reader_ends: Callable[[], dict[tuple[str, int], int]] = lambda: {}
         # the tables' runtimes; its lock serialises a batch against the snapshot runner
         self.tables = TableRegistry()
         self.replay = self.source_kind.replay_filter()
@@ -284,6 +287,7 @@ class BatchProcessor:
                 self.clock.last_change_at = time.monotonic()
             # a batch that the tick brought while changes stream in may hold none of them:
             # it only counts as idle when no change came for a few seconds
+            self._note_read_through()
             self._emit_ready(batch_id, 1 if self.clock.changes_streaming() else IDLE_EMIT_FACTOR)
             self._expire_windows()
             crashpoints.reached("before_state_save")
@@ -434,16 +438,18 @@ class BatchProcessor:
                 shutil.rmtree(self.store.staging_dir(rt.name, wid), ignore_errors=True)
                 rt.windows_expired += 1
                 if rt.windows_expired >= WINDOW_EXPIRIES_LIMIT and rt.phase not in ("paused", "failed"):
+                    late = "its HIGH watermark marker did not reach"
+                    ask = "Is ingest running and capturing the watermark table?"
+                    if window.positions is not None:
+                        late, ask = "the reader did not get past its HIGH position in", "Is ingest running?"
                     why = window.problem or (
-                        f"its HIGH watermark marker did not reach partition(s) {missing} of topic {topic} within "
-                        f"snapshot.window_timeout_s ({self.window_timeout_s:.0f}s), and the merger had read "
-                        "everything there"
+                        f"{late} partition(s) {missing} of topic {topic} within snapshot.window_timeout_s "
+                        f"({self.window_timeout_s:.0f}s), and the merger had read everything there"
                     )
                     rt.phase = "paused"
                     rt.error = (
-                        f"snapshot of {rt.name}: {rt.windows_expired} windows in a row expired ({why}). Is ingest "
-                        "running and capturing the watermark table? Fix that, then `cdc resume "
-                        f"{rt.name}` (its snapshot goes on)"
+                        f"snapshot of {rt.name}: {rt.windows_expired} windows in a row expired ({why}). {ask} "
+                        f"Fix that, then `cdc resume {rt.name}` (its snapshot goes on)"
                     )
                     log.error("table %s paused: %s", rt.name, rt.error)
                     continue
@@ -454,6 +460,22 @@ class BatchProcessor:
                     rt.windows_expired,
                     WINDOW_EXPIRIES_LIMIT,
                 )
+
+    def _note_read_through(self) -> None:
+        """Positional windows: the partitions where the reader passed a target of the runner
+        (merger.batch.read_through) are read through its sequence."""
+        waiting = [rt for rt in self.tables.values() if len(rt.read_through)]
+        if not waiting:
+            return
+        consumed = self.reader_ends()
+        for rt in waiting:
+            topic = self.topic_of(rt.name)
+            mine = {p: offset for (t, p), offset in consumed.items() if t == topic}
+            for partition, sequence in rt.read_through.passed(mine):
+                if partition >= rt.partitions:  # the broker knows more partitions than a record showed yet
+                    rt.partitions = partition + 1
+                    rt.reconciler.num_partitions = rt.partitions
+                rt.reconciler.on_read_through(partition, sequence)
 
     def _finish_batch(self, batch_id: int, num_records: int, streamed_s: float) -> None:
         """After the batch's state is saved: delete what it consumed, ask for the next
@@ -473,7 +495,9 @@ class BatchProcessor:
             ),
             None,
         )
-        if self.clock.emission_pending is not None:
+        # (or the reader must pass a positional window's targets: on a quiet source no
+        # record would bring the batch that sees it)
+        if self.clock.emission_pending is not None or any(len(rt.read_through) for rt in self.tables.values()):
             self._ask_for_batch(batch_id)
         self.clock.finished_at = time.monotonic()
         took = self.clock.finished_at - self.clock.started

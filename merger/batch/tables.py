@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
 from cdc.tablespec import ColumnSpec, TableSpec
+from merger.batch.read_through import ReadThroughTargets
 from merger.batch.shard_ddl import ShardDdl
 from merger.dblog import Reconciler
 from merger.schema.canonical import SourceModes, arrow_schema, json_converters
@@ -45,6 +46,9 @@ class TableRuntime:
     shard_ddl: ShardDdl = field(default_factory=ShardDdl)
     # the markers of `cdc verify`'s windows read (not saved: a verify waits seconds)
     verify_windows: VerifyWindows = field(default_factory=VerifyWindows)
+    # positional windows: where the reader must be for each partition to be read through
+    # their HIGH (merger.batch.read_through; not saved: the runner sets them again)
+    read_through: ReadThroughTargets = field(default_factory=ReadThroughTargets)
 
     def __post_init__(self):
         self.schema = arrow_schema(self.spec)
@@ -203,6 +207,32 @@ class TableRegistry:
     def open_window(self, rt: TableRuntime, wid: str, chunk_ids: list[str], now: float) -> None:
         with self._lock:
             rt.reconciler.open_window(wid, chunk_ids, now)
+
+    def open_positional_window(self, rt: TableRuntime, wid: str, chunk_ids: list[str], now: float) -> None:
+        with self._lock:
+            rt.reconciler.open_positional_window(wid, chunk_ids, now)
+
+    def set_position(self, rt: TableRuntime, wid: str, kind: str, sequence: int, time_us: int | None = None) -> bool:
+        """A positional window's LOW or HIGH (``kind``); False if the window is gone."""
+        with self._lock:
+            if wid not in rt.reconciler.windows:
+                return False
+            if kind == "LOW":
+                rt.reconciler.position_low(wid, sequence)
+            else:
+                rt.reconciler.position_high(wid, sequence, time_us)
+            return True
+
+    def window_positions(self, rt: TableRuntime, wid: str):
+        """A positional window's ``Positions`` (None: the window is gone)."""
+        with self._lock:
+            window = rt.reconciler.windows.get(wid)
+            return None if window is None else window.positions
+
+    def expect_read_through(self, rt: TableRuntime, sequence: int, ends: dict[int, int]) -> None:
+        """The table's topic is read through ``sequence`` once its reader passed ``ends``."""
+        with self._lock:
+            rt.read_through.add(sequence, ends)
 
     def mark_staged(self, rt: TableRuntime, wid: str) -> bool:
         """The window's rows are staged; False if the window expired meanwhile."""

@@ -16,6 +16,7 @@ import pymysql
 from cdc.config import MergerConfig, routes_of
 from cdc.quoting import quote_ident
 from merger.errors import MergerError
+from merger.mysql.positions import read_binlog_point
 from merger.mysql.source import SourceUnavailable, is_transient
 from merger.sources import source_kind
 
@@ -92,7 +93,9 @@ def check_source(config: MergerConfig, captured: Callable[[str], bool]) -> None:
                     f"user {account} lacks SELECT on {names}{more}: GRANT SELECT ON "
                     f"{quote_ident(missing[0][0])}.* TO {account}"
                 )
-            if source_kind(config.source_connector).watermark_windows:  # else no watermark table is written
+            if config.snapshot.watermarks == "positions":
+                read_binlog_point(conn)  # a binlog position it can read; nothing is written
+            elif source_kind(config.source_connector).watermark_windows:  # else no watermark table is written
                 _check_watermark_table(cur, config.watermark_table, account)
     finally:
         conn.close()

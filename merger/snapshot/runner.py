@@ -24,7 +24,6 @@ import pymysql
 from cdc.config import MergerConfig, MySQLConfig
 from cdc.quoting import quote_ident
 from cdc.routes import ORIGIN_COLUMN
-from merger import crashpoints
 from merger.batch.processor import BatchProcessor
 from merger.batch.tables import TableRegistry
 from merger.dblog import decode_key, encode_key
@@ -41,7 +40,9 @@ from merger.snapshot.chunking import (
     sql_predicate_literal,
 )
 from merger.snapshot.direct_read import is_whole_table, stage_table
+from merger.snapshot.positional import PositionalWatermarks, PositionsUnavailable
 from merger.snapshot.repair import RepairError, is_key_list, repair_plan, window_where
+from merger.snapshot.watermarks import WatermarkRows, WindowRef
 from merger.sources import source_kind
 from merger.state.store import StateStore, batch_prompter, plan_state
 
@@ -126,7 +127,6 @@ class SnapshotRunner(threading.Thread):
         self.config = config
         self.spark = spark
         self.store = store
-        self._prompt = batch_prompter(store, config.min_batch_gap_ms)  # before each watermark write
         self.processor = processor
         self.stop_event = threading.Event()
         # every source access (planning, watermarks, chunk reads) is retried by the guard
@@ -160,18 +160,33 @@ class SnapshotRunner(threading.Thread):
         self._resume_waits = False  # a resume request waits for the processor's tables
         self._resume_tick = False  # the tick that brings the batch restoring them was raised
         # per server (a sharded source's shard, None for the one server): the connection kept
-        # for watermark writes, and one for planning and small-table reads; a new one cost
-        # ~40 ms of CPU (pymysql builds a TLS context each time), 40% of the merger's time
-        # when hundreds of small tables were snapshotted (issue 23)
-        self._wm_conns: dict[str | None, pymysql.Connection] = {}
+        # for planning and small-table reads; a new one cost ~40 ms of CPU (pymysql builds a
+        # TLS context each time), 40% of the merger's time when hundreds of small tables were
+        # snapshotted (issue 23)
         self._read_conns: dict[str | None, pymysql.Connection] = {}
         self._changed: dict[str, float] = {}  # table -> when a read first met a changed definition
         self._retries: dict[str, list] = {}
-        db, name = config.watermark_table.split(".", 1)
-        # REPLACE needs INSERT and DELETE only; INSERT ... ON DUPLICATE KEY UPDATE col =
-        # VALUES(col) also needs SELECT on the watermark table (MariaDB checks it per column)
-        self.watermark_sql = (
-            f"REPLACE INTO {quote_ident(db)}.{quote_ident(name)} (table_name, window_id, kind) VALUES (%s, %s, %s)"
+        self.watermarks = self._watermark_kind(config, store, processor)
+
+    def _watermark_kind(self, config: MergerConfig, store: StateStore, processor: BatchProcessor):
+        """What makes LOW and HIGH (``snapshot.watermarks``): rows written to the watermark
+        table, or the source's positions read (merger.snapshot.watermarks)."""
+        if config.snapshot.watermarks == "positions":
+            return PositionalWatermarks(
+                config.kafka.client_config(),
+                config.topic_prefix,
+                self.stop_event,
+                config.snapshot.window_timeout_s,
+                processor.tables,
+                self._kept_read_connection,
+                processor.topic_of,
+                lambda: store.raise_tick(store.tick() + 1),
+            )
+        return WatermarkRows(
+            config.watermark_table,
+            processor.tables if processor is not None else None,
+            self._connect,
+            batch_prompter(store, config.min_batch_gap_ms) if store is not None else None,
         )
 
     # ------------------------------------------------------------------ requests
@@ -195,6 +210,8 @@ class SnapshotRunner(threading.Thread):
         return connect(self._server(shard))
 
     def ensure_watermark_table(self) -> None:
+        if not self.watermarks.writes_to_source:
+            return  # snapshot.watermarks positions
         if self.signals is not None:
             self.signals.check()  # Debezium mode: no watermark table, its signal table instead
             return
@@ -266,7 +283,8 @@ class SnapshotRunner(threading.Thread):
             self.error = exc
             log.exception("snapshot runner failed")
         finally:
-            for conn in [*self._wm_conns.values(), *self._read_conns.values()]:
+            self.watermarks.close()
+            for conn in self._read_conns.values():
                 try:
                     conn.close()
                 except Exception:
@@ -311,7 +329,7 @@ class SnapshotRunner(threading.Thread):
             return
         self._last_tick = now
         try:
-            self._watermark(table, "tick", "TICK", self._any_origin(table))
+            self.watermarks.tick(table, self._any_origin(table))
         except Exception as exc:  # the next tick tries again
             log.warning("watermark tick for %s failed: %s", table, exc)
 
@@ -616,7 +634,9 @@ class SnapshotRunner(threading.Thread):
         for wid, w in list(rt.reconciler.windows.items()):
             if w.opened_at >= self.started_at or wid in mine:
                 continue
-            if not w.staged:
+            # (a positional window saved before its LOW was read: that LOW is lost with the
+            # process, and without it the window cannot be checked nor closed)
+            if not w.staged or (w.positions is not None and w.positions.low is None):
                 rt.reconciler.finish(wid)
                 self._unstage(table, wid)
                 log.info("snapshot window %s of %s was being read when the merger stopped: read again", wid, table)
@@ -635,7 +655,8 @@ class SnapshotRunner(threading.Thread):
             return
         chunks = [c for c in plan.get("chunks", []) if c["id"] in chunk_ids]
         origin = origin_of_chunks(chunks) if chunks else None
-        self.guard.call(f"snapshot of {table}", self._watermark, table, wid, "HIGH", origin)
+        ref = WindowRef(table, self.tables[table], wid, origin)
+        self.guard.call(f"snapshot of {table}", self.watermarks.high, [ref])
         log.info(
             "snapshot window %s of %s was staged when the merger stopped, its HIGH watermark perhaps not "
             "written: written now",
@@ -646,6 +667,9 @@ class SnapshotRunner(threading.Thread):
     def _run_window(self, table: str, rt, chunks: list[dict], where: str | None, tasks: int) -> bool:
         try:
             self.guard.call(f"snapshot of {table}", self._window, table, rt, chunks, where, tasks)
+        except PositionsUnavailable as exc:
+            log.warning("snapshot of %s: %s", table, exc)
+            return False
         except Exception as exc:
             if not table_changed(exc):
                 raise
@@ -694,18 +718,19 @@ class SnapshotRunner(threading.Thread):
         new window with new watermarks (a read must start after its LOW committed and end
         before its HIGH: a half-read window cannot be continued)."""
         wid = uuid.uuid4().hex[:16]
-        self.tables.open_window(rt, wid, [c["id"] for c in chunks], time.time())
+        self.watermarks.open(rt, wid, [c["id"] for c in chunks], time.time())
         self.pending_windows.setdefault(table, []).append(wid)
         started = time.monotonic()
+        rows, expired = 0, True
         try:
-            origin = origin_of_chunks(chunks)
-            self._watermark(table, wid, "LOW", origin)
-            rows = self._read_chunks(table, rt, chunks, where, wid, tasks)
-            # staged before HIGH is written: the batch that reads HIGH must find the window
-            # ready, for on an idle source no other batch may follow
-            expired = not self.tables.mark_staged(rt, wid)
-            if not expired:
-                self._watermark(table, wid, "HIGH", origin)
+            ref = WindowRef(table, rt, wid, origin_of_chunks(chunks))
+            if self.watermarks.low([ref]):  # (a positional LOW may find the window expired)
+                rows = self._read_chunks(table, rt, chunks, where, wid, tasks)
+                # staged before HIGH is written: the batch that reads HIGH must find the window
+                # ready, for on an idle source no other batch may follow
+                expired = not self.tables.mark_staged(rt, wid)
+                if not expired:
+                    self.watermarks.high([ref])
         except Exception as exc:
             if self._dropped_while_read(table, rt, wid, exc):
                 return
@@ -729,7 +754,11 @@ class SnapshotRunner(threading.Thread):
         """Windows of small tables, each read whole by one SELECT, with shared watermark
         writes (``_shared_windows``); True if any was staged."""
         names = ", ".join(w[0] for w in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
-        staged = self.guard.call(f"snapshot of {names}", self._shared_windows, group)
+        try:
+            staged = self.guard.call(f"snapshot of {names}", self._shared_windows, group)
+        except PositionsUnavailable as exc:
+            log.warning("snapshot of %s: %s", names, exc)
+            return False
         for table in staged:
             self._changed.pop(table, None)
             self._retries.pop(table, None)
@@ -746,12 +775,14 @@ class SnapshotRunner(threading.Thread):
         try:
             for table, rt, chunks, _where, _tasks in group:
                 wid = uuid.uuid4().hex[:16]
-                self.tables.open_window(rt, wid, [c["id"] for c in chunks], time.time())
+                self.watermarks.open(rt, wid, [c["id"] for c in chunks], time.time())
                 self.pending_windows.setdefault(table, []).append(wid)
                 opened.append((table, rt, wid))
-            self._watermarks([(table, wid, "LOW") for table, _rt, wid in opened])
+            low = {w.wid for w in self.watermarks.low([WindowRef(table, rt, wid) for table, rt, wid in opened])}
             staged = []
             for (table, rt, wid), (_, _, chunks, where, _) in zip(opened, group):
+                if wid not in low:
+                    continue
                 started = time.monotonic()
                 try:
                     rows = self._read_chunks(table, rt, chunks, where, wid)
@@ -775,50 +806,17 @@ class SnapshotRunner(threading.Thread):
                     rows,
                     time.monotonic() - started,
                 )
-            self._watermarks([(table, wid, "HIGH") for table, wid in staged])
+            self.watermarks.high([WindowRef(table, self.tables[table], wid) for table, wid in staged])
         except BaseException:
             for table, rt, wid in opened:
                 self._abandon(table, rt, wid)
             raise
         return [table for table, _ in staged]
 
-    def _watermark(self, table: str, wid: str, kind: str, origin: dict | None = None) -> None:
-        """A watermark of ``table``; of one origin of a routed table: on its server, naming its
-        physical table (ingest puts the marker in the logical table's topic)."""
-        if origin is None:
-            self._watermarks([(table, wid, kind)])
-        else:
-            self._watermarks([(f"{origin['db']}.{origin['table']}", wid, kind)], origin["shard"])
-
     def _any_origin(self, table: str) -> dict | None:
         """An origin of the table's snapshot plan (a tick's marker may come from any)."""
         plan = self.store.load_plan(table) or {}
         return origin_of_chunks(plan.get("chunks") or [{}])
-
-    def _watermarks(self, rows: list[tuple[str, str, str]], shard: str | None = None) -> None:
-        """Watermark rows ``(table, window id, kind)`` in one statement: one transaction."""
-        if not rows:
-            return
-        if any(kind == "HIGH" for _t, _w, kind in rows):
-            crashpoints.pause("before_high")
-        # one connection kept for the watermark writes: a new one per write cost ~40 ms
-        # of CPU (TLS context) and its round trips sat inside every window
-        if shard not in self._wm_conns:
-            self._wm_conns[shard] = self._connect(shard)
-        if self._prompt is not None:
-            # the records these rows become are read at the next triggers, not held by the gap
-            self._prompt()
-        try:
-            with self._wm_conns[shard].cursor() as cur:
-                sql = self.watermark_sql + ", (%s, %s, %s)" * (len(rows) - 1)
-                cur.execute(sql, [v for row in rows for v in row])
-        except BaseException:
-            conn = self._wm_conns.pop(shard)
-            try:
-                conn.close()
-            except Exception:
-                pass
-            raise
 
     def _kept_read_connection(self, shard: str | None = None) -> pymysql.Connection:
         """The runner's connection for planning and small-table reads (autocommit: each

@@ -108,7 +108,7 @@ def test_deployed_users_and_grants_suffice_on_mariadb(stack, mysql_root, unique_
         try:
             with conn.cursor() as cur:
                 for kind in ("LOW", "HIGH"):  # insert, then the ON DUPLICATE KEY UPDATE path
-                    cur.execute(runner.watermark_sql, (window, "w1", kind))
+                    cur.execute(runner.watermarks.sql, (window, "w1", kind))
                 db, name = MERGER_INGEST.watermark_table.split(".")
                 cur.execute(f"DELETE FROM `{db}`.`{name}` WHERE table_name = %s", (window,))
         finally:

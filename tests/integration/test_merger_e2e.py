@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-import threading
 import time
 
 import pymysql
@@ -16,7 +15,13 @@ import pytest
 from merger.state.store import StateStore
 from tests.conftest import IS_CI
 from tests.ingest_harness import IngestProcess, write_config
-from tests.merger_harness import MergerProcess, SinkChecker, create_mixed_tables, write_merger_config
+from tests.merger_harness import (
+    MergerProcess,
+    MixedTablesWriter,
+    SinkChecker,
+    create_mixed_tables,
+    write_merger_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -41,49 +46,6 @@ def _create(stack, db: str, big_rows: int) -> None:
         create_mixed_tables(conn, db, big_rows)
     finally:
         conn.close()
-
-
-class Writer(threading.Thread):
-    """Inserts, updates, deletes and primary-key changes across the whole key range."""
-
-    def __init__(self, stack, db: str, big_rows: int, seed: int = 3):
-        super().__init__(daemon=True)
-        self.conn = _conn(stack, db)
-        self.rnd = random.Random(seed)
-        self.big = big_rows
-        self.stop = threading.Event()
-        self.error = None
-        self.statements = 0
-
-    def run(self):
-        r = self.rnd
-        try:
-            with self.conn.cursor() as cur:
-                while not self.stop.is_set():
-                    k = r.randint(1, self.big + 1000)
-                    op = r.random()
-                    if op < 0.3:
-                        cur.execute("INSERT IGNORE INTO num VALUES (%s, 'ins', %s, 1.5, NOW(3))", (k, k))
-                    elif op < 0.6:
-                        cur.execute("UPDATE num SET v = %s, n = n + 1 WHERE id BETWEEN %s AND %s", (f"u{k}", k, k + 5))
-                    elif op < 0.75:
-                        cur.execute("DELETE FROM num WHERE id BETWEEN %s AND %s", (k, k + 3))
-                    elif op < 0.85:
-                        try:
-                            cur.execute("UPDATE num SET id = %s WHERE id = %s", (self.big + 5000 + k, k))
-                        except pymysql.err.IntegrityError:
-                            pass
-                    elif op < 0.93:
-                        code = f"{chr(65 + k % 26)}é-{k % 25000}"
-                        cur.execute("INSERT INTO skey VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = v + 1", (code, k))
-                    else:
-                        cur.execute("UPDATE comp SET c = c + 1 WHERE a = %s", (k % 100,))
-                    self.statements += 1
-                    # a steady few hundred changes per second: a busy OLTP table, and a
-                    # load two cores can carry next to MariaDB, ingest, Spark and PostgreSQL
-                    time.sleep(0.004)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
 
 
 def _start(stack, tmp_path, unique_name, db, **merger_extra):
@@ -122,7 +84,7 @@ def test_snapshot_under_concurrent_writes_then_truncate_add_column_new_table(sta
     assert second.returncode != 0 and "another merger is running" in second.stderr, second.stderr[-2000:]
     assert "Traceback" not in second.stderr, second.stderr[-2000:]
     checker = SinkChecker(stack, tmp_path)
-    writer = Writer(stack, db, rows)
+    writer = MixedTablesWriter(stack, db, rows)
     try:
         time.sleep(5)
         writer.start()
@@ -191,7 +153,7 @@ def test_merger_kill9_during_snapshot_and_streaming_converges(stack, tmp_path, u
         },
     )
     checker = SinkChecker(stack, tmp_path)
-    writer = Writer(stack, db, rows, seed=9)
+    writer = MixedTablesWriter(stack, db, rows, seed=9)
     rnd = random.Random(17)
     store = StateStore(tmp_path / "state")
 

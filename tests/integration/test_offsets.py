@@ -98,3 +98,60 @@ def test_offsets_read_tells_never_committed_from_unreadable(stack, unique_name):
         read_offsets(conf, topic, key, timeout_s=3, wait_s=2)
     foreign.abort_transaction(10)
     assert read_offsets(conf, topic, key).point == ResumePoint("0-1-3")
+
+
+@pytest.mark.timeout(120)
+def test_positional_windows_see_ingests_committed_position_and_each_partitions_whole_end(stack, unique_name):
+    """What a positional window's read-through is made of, on the real broker: ingest's
+    committed position as a sequence; each partition's end once ingest committed through
+    HIGH, never below what is committed while ingest's next transaction is open there (a
+    target below it would let a window be emitted before records under its HIGH are read);
+    a topic not created yet, nothing to read; and a bounded wait while the offsets topic is
+    blocked or ingest has not got to HIGH."""
+    import threading
+
+    from cdc.wire.resume_point import ResumePoint
+    from ingest.producer import Topics
+    from merger.batch.tables import TableRegistry
+    from merger.mysql.positions import BinlogPoint
+    from merger.snapshot.positional import PositionalWatermarks, PositionsUnavailable
+
+    conf = {"bootstrap.servers": stack.kafka.bootstrap}
+    data = f"{unique_name}.db.t"
+    Topics(conf).partitions(f"{unique_name}.offsets", 1)
+    Topics(conf).partitions(data, 2)
+    positions = PositionalWatermarks(
+        conf, unique_name, threading.Event(), 3.0, TableRegistry(), lambda: None, lambda t: t, lambda: None
+    )
+    assert positions.committed() is None  # nothing committed yet
+    ingest = Producer(dict(conf, **{"transactional.id": f"ingest-{unique_name}"}))
+    ingest.init_transactions(10)
+    ingest.begin_transaction()
+    for i in range(5):
+        ingest.produce(data, b"{}", b"k", partition=i % 2)
+    ingest.produce(
+        f"{unique_name}.offsets",
+        ResumePoint("0-1-9", "binlog.000003", 4000, server_id=1, epoch=0).to_json(),
+        b'{"server":"%s"}' % unique_name.encode(),
+        partition=0,
+    )
+    ingest.commit_transaction(10)
+    high = BinlogPoint(1, "binlog.000003", 4000).sequence(0)
+    assert positions.committed().sequence == high
+    ends = positions.read_through(high, 1, data, 2)
+    assert sorted(ends) == [0, 1] and ends[0] >= 3 and ends[1] >= 2
+    ingest.begin_transaction()  # ingest's next transaction, open on both partitions and the offsets
+    for i in range(4):
+        ingest.produce(data, b"{}", b"k", partition=i % 2)
+    ingest.produce(f"{unique_name}.offsets", ResumePoint("0-1-10").to_json(), b"other", partition=0)
+    assert ingest.flush(10) == 0
+    try:
+        now = positions.partition_ends(data, 2)
+        # never below what is committed (the local broker tells a read_committed client 0
+        # here, and under-counts the open transaction's records: those lie above HIGH)
+        assert now[0] >= ends[0] and now[1] >= ends[1], (ends, now)
+        assert positions.partition_ends(f"{unique_name}.db.absent", 1) == {0: 0}  # no topic: nothing to read
+        with pytest.raises(PositionsUnavailable, match="commit through"):
+            positions.read_through(high, 1, data, 2)  # the offsets blocked by it: a bounded wait
+    finally:
+        ingest.abort_transaction(10)

@@ -251,6 +251,52 @@ def test_window_rows_lose_to_changes_seen_after_low_and_carry_the_high_sequence(
     assert len({seqs[i] for i in (1, 2, 6, 7, 8, 9, 10)}) == 1
 
 
+def test_a_positional_window_waits_for_the_reader_to_pass_its_targets_then_emits_at_high_minus_one(tmp_path):
+    """snapshot.watermarks positions: no marker comes. LOW and HIGH are sequences read from
+    the source; a change read after the window opened is seen; the window is ready only once
+    the reader has passed, in every partition, the end the runner took after ingest
+    committed through HIGH (merger.batch.read_through), and its rows carry HIGH - 1."""
+    from cdc.wire.position import EventPosition
+
+    sink = MemorySink()
+    proc = _processor(tmp_path, sink)
+    rt = proc.table("db.t", SPEC)
+    s = Stream()
+    for i in (1, 2, 3):
+        s.change("c", {"id": i}, after={"id": i, "v": "old"})
+    proc.process(0, s.batch())
+    path = proc.store.staging_dir("db.t", "w1")
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist([{"id": i, "v": f"snap{i}"} for i in range(1, 7)]), path / "part-0.parquet")
+    proc.store.mark_staged("db.t", "w1")
+    proc.store.save_plan("db.t", {"table": "db.t", "chunks": [{"id": "w1"}], "done": [], "rows": 0})
+    proc.tables.open_positional_window(rt, "w1", ["w1"], time.time())
+    low = EventPosition("bin.000001", s.pos + 50).sequence()
+    assert proc.tables.set_position(rt, "w1", "LOW", low)
+    s.change("u", {"id": 3}, before={"id": 3, "v": "old"}, after={"id": 3, "v": "new"})  # seen
+    rt.reconciler.mark_staged("w1")
+    high = EventPosition("bin.000001", s.pos + 50).sequence()
+    assert proc.tables.set_position(rt, "w1", "HIGH", high, 1_000_000)
+    ends = {p: s.offsets[p] for p in range(2)}  # every record below HIGH lies below these
+    proc.tables.expect_read_through(rt, high - 1, ends)
+    consumed: dict = {}
+    proc.reader_ends = lambda: dict(consumed)
+    proc.process(1, s.batch())
+    assert not rt.reconciler.is_ready("w1")  # the reader has not passed the ends yet
+    consumed.update({(s.topic, 0): ends[0]})
+    proc.process(2, s.batch())
+    assert not rt.reconciler.is_ready("w1")  # partition 1 still behind
+    consumed.update({(s.topic, 1): ends[1]})
+    proc.process(3, s.batch())  # ready now, and emitted: earlier batches saved the window
+    assert "w1" not in rt.reconciler.windows
+    expected = {(i,): {"id": i, "v": f"snap{i}"} for i in range(1, 7)}
+    expected[(3,)] = {"id": 3, "v": "new"}
+    assert sink.state() == expected
+    seqs = {r["id"]: r["_cdc_seq"] for r in sink.tables[("db", "t")].values()}
+    assert {seqs[i] for i in (1, 2, 4, 5, 6)} == {high - 1}
+    assert not len(rt.read_through)  # reached in both partitions: dropped
+
+
 def test_emission_budget_spreads_windows_over_batches_in_slices(tmp_path):
     sink = MemorySink()
     proc = _processor(tmp_path, sink, emit_rows_per_batch=50)

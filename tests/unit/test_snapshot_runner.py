@@ -161,7 +161,7 @@ def test_small_tables_share_their_watermark_writes_and_keep_the_dblog_order(tmp_
     processor = BatchProcessor("p", store, [], None, lambda topic: 1)
     runner = SnapshotRunner(cfg, None, store, processor=processor)
     events: list = []
-    runner._watermarks = lambda rows: events.append(("watermarks", [(t, k) for t, _, k in rows]))
+    runner.watermarks.write_rows = lambda rows, shard=None: events.append(("watermarks", [(t, k) for t, _, k in rows]))
 
     def read(table, rt, chunks, where, wid, tasks=None):
         events.append(("read", table))
@@ -206,7 +206,7 @@ def test_a_window_dropped_by_a_new_plan_under_its_read_is_no_failure(tmp_path):
     store = StateStore(cfg.state_dir)
     processor = BatchProcessor("p", store, [], None, lambda topic: 1)
     runner = SnapshotRunner(cfg, None, store, processor=processor)
-    runner._watermark = lambda *args: None
+    runner.watermarks.write_rows = lambda *args: None
     spec = TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False),), ("id",))
     rt = processor.table("db.t", spec)
     chunk = {"id": "t-0", "lo": encode_key(None), "hi": encode_key(None)}
@@ -277,11 +277,11 @@ def test_windows_a_restart_restored_keep_their_chunks_unless_never_staged(tmp_pa
     plan = {"chunks": chunks, "done": []}
     store.save_plan("db.t", plan)
     written = []
-    runner._watermark = lambda *args: written.append(args)
+    runner.watermarks.write_rows = lambda rows, shard=None: written.append((rows, shard))
     _, _, todo, _, _ = runner._next_window("db.t", plan)
     assert [c["id"] for c in todo] == ["c2", "c3"]
     assert set(rt.reconciler.windows) == {"staged"}
-    assert written == [("db.t", "staged", "HIGH", None)]
+    assert written == [([("db.t", "staged", "HIGH")], None)]
     # a window this runner opens and has not staged yet is its own: kept
     rt.reconciler.open_window("mine", ["c2"], time.time())
     runner.pending_windows["db.t"].append("mine")
@@ -289,3 +289,66 @@ def test_windows_a_restart_restored_keep_their_chunks_unless_never_staged(tmp_pa
     assert [c["id"] for c in todo] == ["c3"]
     assert set(rt.reconciler.windows) == {"staged", "mine"}
     assert len(written) == 1  # once: the restored window is the runner's now
+
+
+def test_positional_windows_read_low_before_and_high_after_the_selects_and_write_nothing(tmp_path):
+    """snapshot.watermarks positions: a window's LOW is read before its SELECT, HIGH after,
+    nothing written to the source; HIGH's read-through target (the partitions' ends once
+    ingest committed through HIGH) goes to the table, and a tick asks for the batch that
+    sees the reader pass it. Small tables share one LOW and one HIGH."""
+    from cdc.tablespec import ColumnSpec, TableSpec
+    from merger.batch.processor import BatchProcessor
+    from merger.dblog import encode_key
+    from merger.mysql.positions import BinlogPoint
+    from merger.snapshot.positional import Watermark
+
+    cfg = MergerConfig(state_dir=str(tmp_path / "state"), snapshot={"watermarks": "positions"})
+    store = StateStore(cfg.state_dir)
+    processor = BatchProcessor("p", store, [], None, lambda topic: 2)
+    runner = SnapshotRunner(cfg, None, store, processor=processor)
+    assert not runner.watermarks.writes_to_source
+    events: list = []
+    positions = iter(range(1000, 2000, 100))
+
+    def read(conn):
+        seq = next(positions)
+        events.append(("position", seq))
+        return Watermark(BinlogPoint(1, "bin.000001", seq), seq, 0)
+
+    runner.watermarks.read = read
+    runner.watermarks.read_through = lambda seq, server, topic, n: (
+        events.append(("through", seq, topic)) or {0: 7, 1: 9}
+    )
+    runner.watermarks.connection = lambda: None
+
+    def read_chunks(table, rt, chunks, where, wid, tasks=None):
+        events.append(("read", table))
+        return 1
+
+    runner._read_chunks = read_chunks
+    tick = store.tick()
+    spec = TableSpec("db", "t", (ColumnSpec("id", "int", 1, nullable=False),), ("id",))
+    rt = processor.table("db.t", spec)
+    chunk = {"id": "t-0", "lo": encode_key(1), "hi": encode_key(100)}
+    runner._window("db.t", rt, [chunk], None)
+    assert events == [("position", 1000), ("read", "db.t"), ("position", 1100), ("through", 1100, "p.db.t")]
+    (window,) = rt.reconciler.windows.values()
+    assert (window.positions.low, window.positions.high, window.staged) == (1000, 1100, True)
+    assert [(t.sequence, t.ends) for t in rt.read_through.targets] == [(1099, {0: 7, 1: 9})]
+    assert store.tick() > tick
+
+    events.clear()
+    group = []
+    for name in ("s1", "s2"):
+        small = TableSpec("db", name, (ColumnSpec("id", "int", 1, nullable=False),), ("id",))
+        whole = {"id": f"{name}-0", "lo": encode_key(None), "hi": encode_key(None)}
+        group.append((f"db.{name}", processor.table(f"db.{name}", small), [whole], None, 1))
+    assert runner._shared_windows(group) == ["db.s1", "db.s2"]
+    assert events == [
+        ("position", 1200),
+        ("read", "db.s1"),
+        ("read", "db.s2"),
+        ("position", 1300),
+        ("through", 1300, "p.db.s1"),
+        ("through", 1300, "p.db.s2"),
+    ]
