@@ -175,6 +175,20 @@ class BinlogStream:
             self.file_end = 0
         self.file = event.next_binlog
 
+    def _moved_to(self, log_pos: int | None) -> None:
+        """Between transactions, an event of no interest (a server heartbeat, the events a
+        rotation writes) moves the position read up to; committed while idle like a
+        transaction's end, so that on a quiet source the committed position reaches the
+        source's (the merger's positional snapshot windows wait for that). Never while a
+        resumed transaction's committed part is still to be skipped (``trx_gtid``)."""
+        point = self.point
+        if not log_pos or self.file is None or point.trx_gtid:
+            return
+        if point.file is not None and (file_number(self.file), log_pos) <= (file_number(point.file), point.pos or 0):
+            return
+        self.point = ResumePoint(self.gtid_state, self.file, log_pos, None, 0)
+        self.dirty = True
+
     def _check_file_forward(self, next_file: str) -> None:
         """The binlog never goes back to an earlier file (RESET MASTER): the changes after
         it would sort before those already written."""
@@ -282,6 +296,8 @@ class BinlogStream:
     def on_other(self, event) -> None:
         """A heartbeat from the server (idle source) or anything else: time-based work."""
         now, idle = self.now, self.trx is None
+        if idle:
+            self._moved_to(event.packet.log_pos)
         if self.policy.while_idle(self.pending, self.dirty, not idle, now, self.last_commit):
             self._committed(self.point)
         if idle and now - self.last_source_check >= SOURCE_CHECK_S:

@@ -229,6 +229,15 @@ class TableRegistry:
             window = rt.reconciler.windows.get(wid)
             return None if window is None else window.positions
 
+    def fail_window(self, rt: TableRuntime, wid: str, why: str) -> None:
+        """The window cannot be closed (``why``): the next batch expires it and its chunks are
+        read again with new watermarks."""
+        with self._lock:
+            window = rt.reconciler.windows.get(wid)
+            if window is not None and window.problem is None:
+                window.problem = why
+                window.seen.clear()
+
     def expect_read_through(self, rt: TableRuntime, sequence: int, ends: dict[int, int]) -> None:
         """The table's topic is read through ``sequence`` once its reader passed ``ends``."""
         with self._lock:

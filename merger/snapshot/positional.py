@@ -34,6 +34,7 @@ from merger.mysql.positions import BinlogPoint, Committed, committed_of, other_s
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
+COMMITTED_FRESH_S = 5.0  # how long ingest's epoch and server read from its commit are reused
 
 
 class PositionsUnavailable(MergerError):
@@ -48,6 +49,17 @@ class Watermark:
     point: BinlogPoint
     sequence: int
     time_us: int
+
+
+@dataclass(eq=False)
+class Pending:
+    """A window whose HIGH is read, waiting for ingest to commit through it."""
+
+    window: object  # merger.snapshot.watermarks.WindowRef
+    high: int
+    server_id: int | None  # where HIGH was read (None: a window restored with its HIGH)
+    since: float  # time.monotonic()
+    where: str  # for the log: binlog file:position, or "restored"
 
 
 class PositionalWatermarks:
@@ -77,6 +89,10 @@ class PositionalWatermarks:
         self.topic_of = topic_of
         self.raise_tick = raise_tick  # a micro-batch even on a quiet source
         self.admin = None  # made at the first window
+        self.lock = threading.Lock()
+        self.pending: list[Pending] = []
+        self.resolver: threading.Thread | None = None
+        self.last_committed: tuple[float, Committed] | None = None  # (time.monotonic(), what was read)
 
     def open(self, rt, wid: str, chunk_ids: list[str], now: float) -> None:
         self.tables.open_positional_window(rt, wid, chunk_ids, now)
@@ -95,36 +111,89 @@ class PositionalWatermarks:
 
     def high(self, windows: list) -> None:
         """HIGH of staged windows (one position read now; a window restored after a restart
-        keeps the HIGH it has: any position read after its SELECTs ended will do), then each
-        table's read-through target, then a micro-batch to see the reader pass them."""
+        keeps the HIGH it has: any position read after its SELECTs ended will do). Each
+        table's read-through target follows once ingest has committed through HIGH, found
+        by a thread of its own (``resolve_pending``), so the runner reads the next window
+        meanwhile."""
         read: Watermark | None = None
-        targets = []
         for w in windows:
             positions = self.tables.window_positions(w.rt, w.wid)
             if positions is None:
                 continue  # expired or dropped meanwhile
             if positions.high is not None:
-                targets.append((w, positions.high, None))
+                self._expect(Pending(w, positions.high, None, time.monotonic(), "restored"))
                 continue
             if read is None:
                 read = self.read(self.connection())
+                crashpoints.pause("before_high")
             if self.tables.set_position(w.rt, w.wid, "HIGH", read.sequence, read.time_us):
-                targets.append((w, read.sequence, read.point.server_id))
-        if not targets:
-            return
-        crashpoints.pause("before_high")
-        for w, high, server_id in targets:
-            ends = self.read_through(high, server_id, self.topic_of(w.table), w.rt.partitions)
-            self.tables.expect_read_through(w.rt, high - 1, ends)
-            log.info(
-                "snapshot window %s of %s: HIGH at sequence %d (%s), read through once the reader passes %s",
-                w.wid,
-                w.table,
-                high,
-                f"{read.point.file}:{read.point.pos}" if read is not None else "restored",
-                ends,
-            )
-        self.raise_tick()
+                where = f"{read.point.file}:{read.point.pos}"
+                self._expect(Pending(w, read.sequence, read.point.server_id, time.monotonic(), where))
+
+    def _expect(self, pending: "Pending") -> None:
+        with self.lock:
+            self.pending.append(pending)
+            if self.resolver is None:
+                self.resolver = threading.Thread(target=self._resolve, name="read-through", daemon=True)
+                self.resolver.start()
+
+    def _resolve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                waiting = self.resolve_pending()
+            except Exception as exc:  # the broker, briefly: each window's wait stays bounded
+                log.warning("positional snapshot windows: %s", exc)
+                waiting = True
+            self.stop.wait(POLL_S if waiting else 0.05)
+
+    def resolve_pending(self) -> bool:
+        """One pass over the windows waiting for ingest to commit through their HIGH: each
+        that it has reached gets its read-through target (and a micro-batch is asked for);
+        one that waited ``timeout_s`` becomes a problem (read again with new positions).
+        Returns whether any still waits."""
+        with self.lock:
+            pending = list(self.pending)
+        if not pending:
+            return False
+        committed = self.committed()
+        done = []
+        for p in pending:
+            w = p.window
+            why = None
+            if committed is not None and committed.sequence >= p.high:
+                if p.server_id is not None and committed.server_id not in (None, p.server_id):
+                    why = (
+                        f"ingest now follows server_id {committed.server_id}, not {p.server_id} where the "
+                        "window's HIGH was read"
+                    )
+                else:
+                    ends = self.partition_ends(self.topic_of(w.table), w.rt.partitions)
+                    self.tables.expect_read_through(w.rt, p.high - 1, ends)
+                    log.info(
+                        "snapshot window %s of %s: HIGH at sequence %d (%s), read through once the reader passes %s",
+                        w.wid,
+                        w.table,
+                        p.high,
+                        p.where,
+                        ends,
+                    )
+            elif time.monotonic() - p.since < self.timeout_s:
+                continue
+            else:
+                why = (
+                    f"ingest did not commit through the window's HIGH (sequence {p.high}) within "
+                    f"{self.timeout_s:.0f}s (is ingest running?)"
+                )
+            if why is not None:
+                log.warning("snapshot window %s of %s: %s; it is read again", w.wid, w.table, why)
+                self.tables.fail_window(w.rt, w.wid, why)
+            done.append(p)
+        with self.lock:
+            self.pending = [p for p in self.pending if p not in done]
+            waiting = bool(self.pending)
+        if done:
+            self.raise_tick()  # a micro-batch to see the reader pass the targets (or expire)
+        return waiting
 
     def tick(self, table: str, origin: dict | None) -> None:
         self.raise_tick()
@@ -139,35 +208,27 @@ class PositionalWatermarks:
             point = read_offsets(self.kafka_conf, self.topic, self.key, wait_s=2.0).point
         except OffsetsBlocked:
             return None
-        return committed_of(point)  # type: ignore[arg-type]  # one server (config refuses shards)
+        committed = committed_of(point)  # type: ignore[arg-type]  # one server (config refuses shards)
+        if committed is not None:
+            self.last_committed = (time.monotonic(), committed)
+        return committed
 
     def read(self, conn) -> Watermark:
         """A position read now from ``conn``'s server, as a sequence in ingest's epoch."""
+        # the epoch and server of ingest's last commit: read again unless the resolver read
+        # them moments ago (each read of the offsets topic is two consumers' round trips);
+        # an epoch behind only makes the sequences lower: rows emitted lower, never stale
+        recent = self.last_committed
+        fresh = recent is not None and time.monotonic() - recent[0] < COMMITTED_FRESH_S
+        committed = recent[1] if fresh else self._wait(self.committed, "ingest's first committed position")
         point = read_binlog_point(conn)
-        committed = self._wait(lambda: self.committed(), "ingest's first committed position")
         why = other_server(point, committed)
+        if why is not None and fresh:
+            committed = self._wait(self.committed, "ingest's committed position")
+            why = other_server(point, committed)
         if why is not None:
             raise MergerError(why)
         return Watermark(point, point.sequence(committed.epoch), int(time.time() * 1_000_000))
-
-    def read_through(self, sequence: int, server_id: int | None, topic: str, partitions: int) -> dict[int, int]:
-        """Each partition's end once ingest has committed through ``sequence`` (a HIGH read
-        from ``server_id``; None: not known any more, a window restored after a restart):
-        the reader that passes it there has read every record below ``sequence``."""
-
-        def reached() -> Committed | None:
-            committed = self.committed()
-            if committed is None or committed.sequence < sequence:
-                return None
-            return committed
-
-        committed = self._wait(reached, f"ingest to commit through the window's HIGH (sequence {sequence})")
-        if server_id is not None and committed.server_id not in (None, server_id):
-            raise PositionsUnavailable(
-                f"ingest now follows server_id {committed.server_id}, not {server_id} where the window's HIGH "
-                "was read; the window is read again"
-            )
-        return self.partition_ends(topic, partitions)
 
     def partition_ends(self, topic: str, partitions: int) -> dict[int, int]:
         """Each partition's end offset (records of open transactions included), for every

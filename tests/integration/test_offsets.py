@@ -138,7 +138,7 @@ def test_positional_windows_see_ingests_committed_position_and_each_partitions_w
     ingest.commit_transaction(10)
     high = BinlogPoint(1, "binlog.000003", 4000).sequence(0)
     assert positions.committed().sequence == high
-    ends = positions.read_through(high, 1, data, 2)
+    ends = positions.partition_ends(data, 2)
     assert sorted(ends) == [0, 1] and ends[0] >= 3 and ends[1] >= 2
     ingest.begin_transaction()  # ingest's next transaction, open on both partitions and the offsets
     for i in range(4):
@@ -151,7 +151,9 @@ def test_positional_windows_see_ingests_committed_position_and_each_partitions_w
         # here, and under-counts the open transaction's records: those lie above HIGH)
         assert now[0] >= ends[0] and now[1] >= ends[1], (ends, now)
         assert positions.partition_ends(f"{unique_name}.db.absent", 1) == {0: 0}  # no topic: nothing to read
-        with pytest.raises(PositionsUnavailable, match="commit through"):
-            positions.read_through(high, 1, data, 2)  # the offsets blocked by it: a bounded wait
+        assert positions.committed() is None  # the offsets blocked by it: no position, not an old one
+        positions.last_committed = None  # (none read moments ago to reuse)
+        with pytest.raises(PositionsUnavailable, match="first committed position"):
+            positions.read(None)  # LOW and HIGH wait for one, bounded
     finally:
         ingest.abort_transaction(10)

@@ -299,7 +299,7 @@ def test_positional_windows_read_low_before_and_high_after_the_selects_and_write
     from cdc.tablespec import ColumnSpec, TableSpec
     from merger.batch.processor import BatchProcessor
     from merger.dblog import encode_key
-    from merger.mysql.positions import BinlogPoint
+    from merger.mysql.positions import BinlogPoint, Committed
     from merger.snapshot.positional import Watermark
 
     cfg = MergerConfig(state_dir=str(tmp_path / "state"), snapshot={"watermarks": "positions"})
@@ -316,9 +316,10 @@ def test_positional_windows_read_low_before_and_high_after_the_selects_and_write
         return Watermark(BinlogPoint(1, "bin.000001", seq), seq, 0)
 
     runner.watermarks.read = read
-    runner.watermarks.read_through = lambda seq, server, topic, n: (
-        events.append(("through", seq, topic)) or {0: 7, 1: 9}
-    )
+    committed = []  # ingest's committed position, as the offsets topic would say
+    runner.watermarks.committed = lambda: committed[-1] if committed else None
+    runner.watermarks.partition_ends = lambda topic, n: events.append(("ends", topic)) or {0: 7, 1: 9}
+    runner.watermarks.resolver = "no thread: the test resolves"
     runner.watermarks.connection = lambda: None
 
     def read_chunks(table, rt, chunks, where, wid, tasks=None):
@@ -331,9 +332,16 @@ def test_positional_windows_read_low_before_and_high_after_the_selects_and_write
     rt = processor.table("db.t", spec)
     chunk = {"id": "t-0", "lo": encode_key(1), "hi": encode_key(100)}
     runner._window("db.t", rt, [chunk], None)
-    assert events == [("position", 1000), ("read", "db.t"), ("position", 1100), ("through", 1100, "p.db.t")]
+    assert events == [("position", 1000), ("read", "db.t"), ("position", 1100)]
     (window,) = rt.reconciler.windows.values()
     assert (window.positions.low, window.positions.high, window.staged) == (1000, 1100, True)
+    # the target comes once ingest has committed through HIGH, not before
+    assert runner.watermarks.resolve_pending() and not rt.read_through.targets
+    committed.append(Committed(1, 0, 1099))
+    assert runner.watermarks.resolve_pending() and not rt.read_through.targets
+    committed.append(Committed(1, 0, 1100))
+    assert not runner.watermarks.resolve_pending()
+    assert events[-1] == ("ends", "p.db.t")
     assert [(t.sequence, t.ends) for t in rt.read_through.targets] == [(1099, {0: 7, 1: 9})]
     assert store.tick() > tick
 
@@ -344,11 +352,20 @@ def test_positional_windows_read_low_before_and_high_after_the_selects_and_write
         whole = {"id": f"{name}-0", "lo": encode_key(None), "hi": encode_key(None)}
         group.append((f"db.{name}", processor.table(f"db.{name}", small), [whole], None, 1))
     assert runner._shared_windows(group) == ["db.s1", "db.s2"]
+    committed.append(Committed(1, 0, 1300))
+    assert not runner.watermarks.resolve_pending()
     assert events == [
         ("position", 1200),
         ("read", "db.s1"),
         ("read", "db.s2"),
         ("position", 1300),
-        ("through", 1300, "p.db.s1"),
-        ("through", 1300, "p.db.s2"),
+        ("ends", "p.db.s1"),
+        ("ends", "p.db.s2"),
     ]
+
+    # ingest never gets there: the window becomes a problem (read again), not a guess
+    runner.watermarks.timeout_s = 0.0
+    runner._window("db.t", rt, [chunk], None)
+    assert not runner.watermarks.resolve_pending()
+    waiting = [w for w in rt.reconciler.windows.values() if w.positions.high == 1500]
+    assert len(waiting) == 1 and "did not commit through" in waiting[0].problem

@@ -234,3 +234,35 @@ def test_a_transaction_counts_as_sent_once_its_records_are_handed_to_the_broker(
         else:
             stream.on_query(SimpleNamespace(query=what, packet=_packet(pos * 100)))
     assert stream.trx is None and writer.sent == sent
+
+
+def test_a_quiet_source_moves_the_committed_position_but_never_past_a_resumed_transaction():
+    """Between transactions, a heartbeat (or a rotation's events) moves the position ingest
+    commits while idle: on a quiet source, or after a start with nothing committed yet, the
+    committed position reaches the source's (what a positional snapshot window waits for).
+    It only moves forward, and not while a transaction cut at a commit is still to resume
+    (its committed part would not be skipped)."""
+    stream = BinlogStream(
+        _Ingest(ResumePoint("0-1-5")), _Writer(set()), CommitPolicy(every_events=1000, every_ms=10_000)
+    )
+    stream.file = "binlog.000002"
+    stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=0)))  # an artificial event: no position
+    assert not stream.dirty and stream.point == ResumePoint("0-1-5")
+    stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=900)))
+    assert stream.dirty and (stream.point.file, stream.point.pos, stream.point.gtid_state) == (
+        "binlog.000002",
+        900,
+        "0-1-5",
+    )
+    stream.dirty = False
+    stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=800)))  # never backwards
+    assert not stream.dirty and stream.point.pos == 900
+    stream.file = "binlog.000003"
+    stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=4)))  # a new file is forward
+    assert stream.dirty and (stream.point.file, stream.point.pos) == ("binlog.000003", 4)
+
+    resumed = ResumePoint("0-1-5", "binlog.000001", 500, trx_gtid="0-1-6", trx_events=3)
+    stream = BinlogStream(_Ingest(resumed), _Writer(set()), CommitPolicy(every_events=1000, every_ms=10_000))
+    stream.file = "binlog.000001"
+    stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=900)))
+    assert not stream.dirty and stream.point == resumed
