@@ -926,6 +926,12 @@ class MergerConfig(_Model):
                 )
             if self.shards:
                 raise ValueError("snapshot.watermarks: positions is not available for a sharded source yet")
+            if self.verify.continuous.chunks_per_minute:
+                raise ValueError(
+                    "verify.continuous writes its verify windows' watermarks to watermark_table, which "
+                    "snapshot.watermarks: positions avoids: not available together yet (set "
+                    "verify.continuous.chunks_per_minute: 0, or snapshot.watermarks: table)"
+                )
         return self
 
     @model_validator(mode="after")

@@ -99,5 +99,7 @@ def test_positions_need_our_ingests_topics_and_one_server():
             snapshot={"watermarks": "positions"},
             shards=[{"name": "s1", "mysql": {"port": 1}}, {"name": "s2", "mysql": {"port": 2}}],
         )
+    with pytest.raises(ValidationError, match="verify.continuous writes"):
+        MergerConfig(snapshot={"watermarks": "positions"}, verify={"continuous": {"chunks_per_minute": 6}})
     with pytest.raises(ValidationError):
         MergerConfig(snapshot={"watermarks": "markers"})
