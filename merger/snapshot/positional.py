@@ -138,12 +138,16 @@ class PositionalWatermarks:
                 self.resolver.start()
 
     def _resolve(self) -> None:
+        warned = 0.0
         while not self.stop.is_set():
             try:
                 waiting = self.resolve_pending()
-            except Exception as exc:  # the broker, briefly: each window's wait stays bounded
-                log.warning("positional snapshot windows: %s", exc)
-                waiting = True
+            except Exception as exc:  # the broker, for a while: each window's wait stays bounded
+                if time.monotonic() - warned > 30.0:  # once per 30 s, not per poll
+                    warned = time.monotonic()
+                    log.warning("positional snapshot windows wait: %s", exc)
+                self.stop.wait(2.0)
+                continue
             self.stop.wait(POLL_S if waiting else 0.05)
 
     def resolve_pending(self) -> bool:
