@@ -188,6 +188,10 @@ class BinlogStream:
             return
         self.point = ResumePoint(self.gtid_state, self.file, log_pos, None, 0)
         self.dirty = True
+        if point.file is None:
+            # the first position of a start with nothing committed: at once, not a commit
+            # interval later (so the interval counts from the start, as before)
+            self._committed(self.point)
 
     def _check_file_forward(self, next_file: str) -> None:
         """The binlog never goes back to an earlier file (RESET MASTER): the changes after

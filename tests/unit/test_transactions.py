@@ -248,18 +248,18 @@ def test_a_quiet_source_moves_the_committed_position_but_never_past_a_resumed_tr
     stream.file = "binlog.000002"
     stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=0)))  # an artificial event: no position
     assert not stream.dirty and stream.point == ResumePoint("0-1-5")
+    committed = []
+    stream.ingest.commit = committed.append
     stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=900)))
-    assert stream.dirty and (stream.point.file, stream.point.pos, stream.point.gtid_state) == (
-        "binlog.000002",
-        900,
-        "0-1-5",
-    )
-    stream.dirty = False
+    # the first position after a start with nothing committed is committed at once
+    assert [(p.file, p.pos, p.gtid_state) for p in committed] == [("binlog.000002", 900, "0-1-5")]
+    assert stream.point == committed[0] and not stream.dirty
     stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=800)))  # never backwards
     assert not stream.dirty and stream.point.pos == 900
     stream.file = "binlog.000003"
     stream.on_other(SimpleNamespace(packet=SimpleNamespace(log_pos=4)))  # a new file is forward
     assert stream.dirty and (stream.point.file, stream.point.pos) == ("binlog.000003", 4)
+    assert len(committed) == 1  # later moves wait for the commit interval (while_idle)
 
     resumed = ResumePoint("0-1-5", "binlog.000001", 500, trx_gtid="0-1-6", trx_events=3)
     stream = BinlogStream(_Ingest(resumed), _Writer(set()), CommitPolicy(every_events=1000, every_ms=10_000))
